@@ -1,0 +1,27 @@
+"""Errors a user can cause and read: each carries one clear line."""
+
+from __future__ import annotations
+
+
+class GgmlVizError(Exception):
+    """Base class of every error ggml-viz raises on purpose."""
+
+
+class RunFormatError(GgmlVizError):
+    """A run directory is missing, foreign, of another version, or mixed from two recordings."""
+
+
+class CaptureError(GgmlVizError):
+    """Recording cannot start (no llama-cpp-python, an unexpected ggml layout, bad output path)."""
+
+
+class ModelNotFoundError(GgmlVizError):
+    """The model file is missing or is not a GGUF file."""
+
+
+class CommandError(GgmlVizError):
+    """A command-line mistake; `exit_code` becomes the process's exit status."""
+
+    def __init__(self, message: str, exit_code: int = 2) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code

@@ -1,0 +1,120 @@
+"""Where the time goes: pure functions over a run's tables.
+
+Each pass takes a `Run` and returns a DataFrame or a plain dict; `summarize` gathers
+them into the object `ggml-viz summary --json` prints. Only nodes that carry their own
+time (`timed`) are counted in per-node times.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pandas as pd
+
+from ..runformat.reader import Run
+
+NS_PER_MS = 1e6
+
+
+def timed_nodes(run: Run) -> pd.DataFrame:
+    nodes = run.nodes
+    return nodes[nodes["timed"]]
+
+
+def graph_times(run: Run) -> pd.DataFrame:
+    graphs = run.graphs.copy()
+    graphs["duration_ns"] = graphs["end_ns"] - graphs["start_ns"]
+    return graphs
+
+
+def phase_stats(run: Run) -> pd.DataFrame:
+    """Per phase (prompt, decode): graphs, tokens, time and tokens per second."""
+    graphs = graph_times(run)
+    stats = graphs.groupby("phase").agg(
+        graphs=("graph_id", "size"), tokens=("n_tokens", "sum"), time_ns=("duration_ns", "sum")
+    )
+    stats["tokens_per_s"] = stats["tokens"] / (stats["time_ns"] / 1e9)
+    return stats.reset_index()
+
+
+def time_by_op(run: Run) -> pd.DataFrame:
+    return _time_by(timed_nodes(run), "op")
+
+
+def time_by_layer(run: Run) -> pd.DataFrame:
+    nodes = timed_nodes(run).copy()
+    nodes["layer"] = nodes["layer"].astype("object").where(nodes["layer"].notna(), "none")
+    return _time_by(nodes, "layer")
+
+
+def time_by_tensor(run: Run) -> pd.DataFrame:
+    return _time_by(timed_nodes(run), "name")
+
+
+def _time_by(nodes: pd.DataFrame, key: str) -> pd.DataFrame:
+    table = nodes.groupby(key, dropna=False).agg(
+        count=("duration_ns", "size"), time_ns=("duration_ns", "sum"), mean_ns=("duration_ns", "mean")
+    )
+    total = table["time_ns"].sum()
+    table["share"] = table["time_ns"] / total if total else 0.0
+    return table.sort_values("time_ns", ascending=False).reset_index()
+
+
+def memory_by_buffer(run: Run) -> pd.DataFrame:
+    """Bytes per buffer usage (weights, compute, any: the KV cache), with the buffers' names."""
+    buffers = run.buffers
+    table = buffers.groupby("usage").agg(
+        buffers=("buffer", "size"), bytes=("size", "sum"), names=("name", lambda names: ", ".join(sorted(set(names))))
+    )
+    return table.sort_values("bytes", ascending=False).reset_index()
+
+
+def backends(run: Run) -> list[str]:
+    """Backends named by the buffers of computed nodes (CPU, CUDA0, Metal, ...)."""
+    names = run.buffers["buffer_type"].str.replace(r"_Mapped$|_Host$", "", regex=True)
+    return sorted(set(names))
+
+
+def summarize(run: Run, top: int = 10) -> dict[str, Any]:
+    """Everything `ggml-viz summary` shows, as plain data."""
+    manifest = run.manifest
+    tokens = run.tokens
+    prompt_graphs = run.graphs[run.graphs["phase"] == "prompt"]["graph_id"]
+    prompt_text = "".join(tokens[tokens["graph_id"].isin(prompt_graphs)]["text"])
+    generation = manifest.get("generation") or {}
+    nodes = run.nodes
+    return {
+        "run": str(run.path),
+        "experiment_id": run.experiment_id,
+        "status": run.status,
+        "incomplete_reason": manifest.get("incomplete_reason"),
+        "created": manifest.get("created"),
+        "model": manifest.get("model"),
+        "contexts": manifest.get("contexts"),
+        "prompt": generation.get("prompt", prompt_text),
+        "generated_text": generation.get("generated_text"),
+        "backends": backends(run),
+        "graphs": int(len(run.graphs)),
+        "node_events": int(len(nodes)),
+        "timed_node_events": int(nodes["timed"].sum()),
+        "dropped_graphs": int((manifest.get("counts") or {}).get("dropped_graphs", 0)),
+        "dropped_events": int((manifest.get("counts") or {}).get("dropped_events", 0)),
+        "phases": _records(phase_stats(run)),
+        "time_by_op": _records(time_by_op(run).head(top)),
+        "top_layers": _records(time_by_layer(run).head(top)),
+        "top_tensors": _records(time_by_tensor(run).head(top)),
+        "memory_by_buffer": _records(memory_by_buffer(run)),
+    }
+
+
+def _records(table: pd.DataFrame) -> list[dict[str, Any]]:
+    return [{k: _plain(v) for k, v in row.items()} for row in table.to_dict(orient="records")]
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    return value
+
+
+PASSES: list[Callable[[Run], pd.DataFrame]] = [phase_stats, time_by_op, time_by_layer, time_by_tensor, memory_by_buffer]

@@ -1,0 +1,216 @@
+"""Everything ggml-viz needs from libggml-base, declared once (argtypes/restype), plus
+the `ggml_tensor` layout this build expects and the guard that checks it at attach.
+
+The layout (ggml.h, x86-64 and every LP64 platform):
+
+    offset  field                      offset  field
+         0  enum ggml_type type           152  struct ggml_tensor * src[10]
+         8  ggml_backend_buffer * buffer  232  struct ggml_tensor * view_src
+        16  int64_t ne[4]                 240  size_t view_offs
+        48  size_t nb[4]                  248  void * data
+        80  enum ggml_op op               256  char name[64]
+        84  int32_t op_params[16]         320  void * extra
+       148  int32_t flags                 328  char padding[8]   (336 bytes in all)
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import pathlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._errors import CaptureError
+
+GGML_MAX_DIMS = 4
+GGML_MAX_SRC = 10
+GGML_MAX_NAME = 64
+GGML_OBJECT_HEADER_SIZE = 32  # struct ggml_object precedes each tensor in a context
+
+TENSOR_DTYPE = np.dtype(
+    {
+        "names": ["type", "buffer", "ne", "nb", "op", "op_params", "flags", "src", "view_src", "view_offs", "data", "name"],
+        "formats": ["<i4", "<u8", ("<i8", 4), ("<u8", 4), "<i4", ("<i4", 16), "<i4", ("<u8", 10), "<u8", "<u8", "<u8", "S64"],
+        "offsets": [0, 8, 16, 48, 80, 84, 148, 152, 232, 240, 248, 256],
+        "itemsize": 336,
+    }
+)
+TENSOR_SIZE = TENSOR_DTYPE.itemsize
+
+
+def tensor_structs(*parts: np.ndarray) -> np.ndarray:
+    """Concatenate arrays of tensor structs keeping the exact layout (np.concatenate
+    would repack the fields and drop the offsets)."""
+    result = np.zeros(sum(len(part) for part in parts), dtype=TENSOR_DTYPE)
+    start = 0
+    for part in parts:
+        result[start : start + len(part)] = part
+        start += len(part)
+    return result
+
+
+def tensor_name(raw: bytes) -> str:
+    """A tensor's name: the C string ends at the first NUL (stale bytes may follow)."""
+    return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
+
+BUFFER_USAGE_NAMES = {0: "any", 1: "weights", 2: "compute"}
+
+# ggml_op values whose specific name lives in op_params[0] (ggml_op_desc reads it there).
+_OPS_WITH_SUBOP = ("UNARY", "GLU")
+
+
+class _InitParams(ctypes.Structure):
+    _fields_ = [("mem_size", ctypes.c_size_t), ("mem_buffer", ctypes.c_void_p), ("no_alloc", ctypes.c_bool)]
+
+
+def _declare(lib: ctypes.CDLL, name: str, restype: object, *argtypes: object) -> None:
+    function = getattr(lib, name)
+    function.restype = restype
+    function.argtypes = list(argtypes)
+
+
+@functools.cache
+def libggml() -> ctypes.CDLL:
+    """libggml-base from the llama-cpp-python installation, with its symbols declared."""
+    try:
+        import llama_cpp
+    except ImportError as error:
+        raise CaptureError(f"llama-cpp-python is not installed ({error}); pip install llama-cpp-python") from None
+    lib_dir = pathlib.Path(llama_cpp.__file__).parent / "lib"
+    candidates = sorted(lib_dir.glob("libggml-base.*")) + sorted(lib_dir.glob("ggml-base.*"))
+    if not candidates:
+        raise CaptureError(f"libggml-base was not found in {lib_dir}")
+    lib = ctypes.CDLL(str(candidates[0]))
+    p, i32, sz = ctypes.c_void_p, ctypes.c_int32, ctypes.c_size_t
+    _declare(lib, "ggml_tensor_overhead", sz)
+    _declare(lib, "ggml_op_name", ctypes.c_char_p, i32)
+    _declare(lib, "ggml_op_desc", ctypes.c_char_p, p)
+    _declare(lib, "ggml_type_name", ctypes.c_char_p, i32)
+    _declare(lib, "ggml_blck_size", ctypes.c_int64, i32)
+    _declare(lib, "ggml_type_size", sz, i32)
+    _declare(lib, "ggml_nbytes", sz, p)
+    _declare(lib, "ggml_get_name", p, p)
+    _declare(lib, "ggml_init", p, _InitParams)
+    _declare(lib, "ggml_free", None, p)
+    _declare(lib, "ggml_new_tensor_2d", p, p, i32, ctypes.c_int64, ctypes.c_int64)
+    _declare(lib, "ggml_view_1d", p, p, p, ctypes.c_int64, sz)
+    _declare(lib, "ggml_add", p, p, p, p)
+    _declare(lib, "ggml_set_name", p, p, ctypes.c_char_p)
+    _declare(lib, "ggml_backend_buffer_name", ctypes.c_char_p, p)
+    _declare(lib, "ggml_backend_buffer_get_usage", i32, p)
+    _declare(lib, "ggml_backend_buffer_get_size", sz, p)
+    _declare(lib, "ggml_backend_buffer_get_base", p, p)
+    _declare(lib, "ggml_backend_buffer_get_type", p, p)
+    _declare(lib, "ggml_backend_buft_name", ctypes.c_char_p, p)
+    for optional in ("ggml_version", "ggml_commit"):
+        if hasattr(lib, optional):
+            _declare(lib, optional, ctypes.c_char_p)
+    return lib
+
+
+def ggml_build_info() -> dict[str, str | None]:
+    lib = libggml()
+    return {
+        name: (getattr(lib, f"ggml_{name}")() or b"").decode() if hasattr(lib, f"ggml_{name}") else None
+        for name in ("version", "commit")
+    }
+
+
+@functools.cache
+def op_name(op: int) -> str:
+    return (libggml().ggml_op_name(op) or b"?").decode()
+
+
+@functools.cache
+def type_name(ggml_type: int) -> str:
+    return (libggml().ggml_type_name(ggml_type) or b"?").decode()
+
+
+@functools.cache
+def type_block(ggml_type: int) -> tuple[int, int]:
+    """(elements per block, bytes per block) of a ggml type."""
+    lib = libggml()
+    return int(lib.ggml_blck_size(ggml_type)), int(lib.ggml_type_size(ggml_type))
+
+
+@functools.cache
+def op_desc(op: int, first_param: int) -> str:
+    """The specific op name (SWIGLU rather than GLU); ggml_op_desc reads only op and op_params."""
+    if op_name(op) not in _OPS_WITH_SUBOP:
+        return op_name(op)
+    probe = np.zeros(1, dtype=TENSOR_DTYPE)
+    probe["op"], probe["op_params"][0, 0] = op, first_param
+    return (libggml().ggml_op_desc(probe.ctypes.data) or b"?").decode()
+
+
+@dataclass(frozen=True)
+class BufferInfo:
+    name: str
+    buffer_type: str
+    usage: str
+    size: int
+    base: int
+
+
+def buffer_info(buffer: int) -> BufferInfo:
+    """Describe a live ggml_backend_buffer (call only while the buffer exists)."""
+    lib = libggml()
+    buft = lib.ggml_backend_buffer_get_type(buffer)
+    return BufferInfo(
+        name=(lib.ggml_backend_buffer_name(buffer) or b"?").decode(),
+        buffer_type=(lib.ggml_backend_buft_name(buft) or b"?").decode() if buft else "?",
+        usage=BUFFER_USAGE_NAMES.get(lib.ggml_backend_buffer_get_usage(buffer), "other"),
+        size=int(lib.ggml_backend_buffer_get_size(buffer)),
+        base=int(lib.ggml_backend_buffer_get_base(buffer) or 0),
+    )
+
+
+def check_tensor_layout(expected: np.dtype = TENSOR_DTYPE) -> None:
+    """Refuse (CaptureError) unless the loaded ggml lays tensors out as `expected` says.
+
+    Checks the size ggml reports and then every field this recorder reads, on a
+    probe tensor built by ggml itself: a view of a 2-d tensor, named, used by an ADD.
+    """
+    lib = libggml()
+    overhead = int(lib.ggml_tensor_overhead())
+    if overhead != expected.itemsize + GGML_OBJECT_HEADER_SIZE:
+        raise CaptureError(
+            f"this ggml lays out ggml_tensor in {overhead - GGML_OBJECT_HEADER_SIZE} bytes, "
+            f"ggml-viz expects {expected.itemsize}; recording is off (update ggml-viz)"
+        )
+    ctx = lib.ggml_init(_InitParams(mem_size=16 * overhead, mem_buffer=None, no_alloc=True))
+    if not ctx:
+        raise CaptureError("ggml_init failed while checking the tensor layout")
+    try:
+        problems = _probe_layout(lib, ctx, expected)
+    finally:
+        lib.ggml_free(ctx)
+    if problems:
+        raise CaptureError(
+            "the loaded ggml's ggml_tensor layout differs from the one ggml-viz was built for "
+            f"({'; '.join(problems)}); recording is off, inference runs untraced"
+        )
+
+
+def _probe_layout(lib: ctypes.CDLL, ctx: int, expected: np.dtype) -> list[str]:
+    f32, q4_1 = 0, 3
+    base = lib.ggml_new_tensor_2d(ctx, q4_1, 64, 3)
+    other = lib.ggml_new_tensor_2d(ctx, f32, 7, 5)
+    lib.ggml_set_name(other, b"ggml_viz_probe")
+    view = lib.ggml_view_1d(ctx, other, 7, 28)
+    total = lib.ggml_add(ctx, view, view)
+    read = lambda address: np.frombuffer(ctypes.string_at(address, expected.itemsize), dtype=expected)[0]  # noqa: E731
+    seen_base, seen_other, seen_view, seen_total = read(base), read(other), read(view), read(total)
+    checks = {
+        "type": seen_base["type"] == q4_1 and seen_other["type"] == f32,
+        "ne": list(seen_other["ne"]) == [7, 5, 1, 1],
+        "nb": int(seen_base["nb"][1]) * 3 == int(lib.ggml_nbytes(base)),
+        "op": op_name(int(seen_total["op"])) == "ADD",
+        "src": int(seen_total["src"][0]) == view and int(seen_total["src"][1]) == view,
+        "view_src": int(seen_view["view_src"]) == other and int(seen_view["view_offs"]) == 28,
+        "name": seen_other["name"].decode() == "ggml_viz_probe"
+        and lib.ggml_get_name(other) == other + expected.fields["name"][1],
+    }
+    return [f"field '{field}' not where expected" for field, ok in checks.items() if not ok]

@@ -1,0 +1,144 @@
+"""Attaching to llama-cpp-python without changing the program.
+
+llama-cpp-python creates every context through `llama_cpp.llama_cpp.llama_init_from_model`
+and decodes through `llama_decode`, both looked up on the module at call time. Wrapping
+them lets a recording give each new context its eval callback and bracket each decode.
+The package `llama_cpp` re-exports the same functions (`from .llama_cpp import *`), so
+both names are wrapped.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import gc
+import sys
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from .session import Recording
+
+_WRAPPED = (
+    "llama_init_from_model",
+    "llama_new_context_with_model",
+    "llama_decode",
+    "llama_free",
+    "llama_model_load_from_file",
+    "llama_load_model_from_file",
+)
+_originals: dict[str, Callable[..., Any]] = {}
+_tracers: dict[int, Any] = {}  # context address -> ContextTracer, while the context lives
+
+
+def _modules() -> list[Any]:
+    import llama_cpp
+    import llama_cpp.llama_cpp
+
+    return [llama_cpp.llama_cpp, llama_cpp]
+
+
+def install(recording: Recording) -> None:
+    modules = _modules()
+    core = modules[0]
+    factories = {
+        "llama_init_from_model": _wrap_init,
+        "llama_new_context_with_model": _wrap_init,
+        "llama_decode": _wrap_decode,
+        "llama_free": _wrap_free,
+        "llama_model_load_from_file": _wrap_load,
+        "llama_load_model_from_file": _wrap_load,
+    }
+    for name in _WRAPPED:
+        original = getattr(core, name, None)
+        if original is None or name in _originals:
+            continue
+        _originals[name] = original
+        wrapper = factories[name](original, recording)
+        wrapper.__ggml_viz_wrapper__ = True  # type: ignore[attr-defined]
+        for module in modules:
+            if getattr(module, name, None) is original:
+                setattr(module, name, wrapper)
+
+
+def uninstall(recording: Recording) -> None:
+    if "llama_cpp.llama_cpp" not in sys.modules:
+        return
+    for module in _modules():
+        for name, original in _originals.items():
+            if getattr(getattr(module, name, None), "__ggml_viz_wrapper__", False):
+                setattr(module, name, original)
+    _originals.clear()
+
+
+def existing_contexts() -> bool:
+    """Whether llama-cpp-python already holds a live context (created before recording)."""
+    internals = sys.modules.get("llama_cpp._internals")
+    if internals is None:
+        return False
+    context_class = getattr(internals, "LlamaContext", None)
+    return any(isinstance(obj, context_class) and getattr(obj, "ctx", None) for obj in gc.get_objects())
+
+
+def _address(pointer: Any) -> int:
+    """A context or model pointer as an int (ctypes hands out ints or c_void_p)."""
+    if isinstance(pointer, ctypes.c_void_p):
+        return pointer.value or 0
+    return int(pointer or 0)
+
+
+def _wrap_init(original: Callable[..., Any], recording: Recording) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def init_from_model(model: Any, params: Any) -> Any:
+        tracer = None
+        try:
+            tracer = recording.attach(params, _address(model))
+        except Exception as error:  # never raise into the program
+            recording.fail(f"attaching to a new context failed: {error!r}")
+        ctx = original(model, params)
+        if tracer is not None and ctx:
+            _tracers[_address(ctx)] = tracer
+            recording.context_created(tracer, _address(ctx), params, _address(model))
+        return ctx
+
+    return init_from_model
+
+
+def _wrap_decode(original: Callable[..., Any], recording: Recording) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def llama_decode(ctx: Any, batch: Any) -> Any:
+        tracer = _tracers.get(_address(ctx))
+        if tracer is None:
+            return original(ctx, batch)
+        try:
+            tracer.begin_decode(batch)
+        except Exception as error:
+            recording.fail(f"reading a batch failed: {error!r}")
+        return_code = original(ctx, batch)
+        try:
+            tracer.end_decode(int(return_code))
+        except Exception as error:
+            recording.fail(f"finishing a graph failed: {error!r}")
+        return return_code
+
+    return llama_decode
+
+
+def _wrap_free(original: Callable[..., Any], recording: Recording) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def llama_free(ctx: Any) -> Any:
+        _tracers.pop(_address(ctx), None)
+        return original(ctx)
+
+    return llama_free
+
+
+def _wrap_load(original: Callable[..., Any], recording: Recording) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def load_model(path_model: bytes, params: Any) -> Any:
+        model = original(path_model, params)
+        if model:
+            path = path_model.decode(errors="replace") if isinstance(path_model, bytes) else str(path_model)
+            recording.remember_model_path(_address(model), path)
+        return model
+
+    return load_model

@@ -1,0 +1,97 @@
+"""What llama.cpp says about a model, a context and a batch (read through llama-cpp-python)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from typing import Any
+
+import numpy as np
+
+FLASH_ATTN = {-1: "auto", 0: "off", 1: "on"}
+
+
+def _lib() -> Any:
+    import llama_cpp.llama_cpp as llama_cpp
+
+    return llama_cpp
+
+
+def model_info(model: int, path: str | None) -> dict[str, Any]:
+    llama = _lib()
+    buffer = ctypes.create_string_buffer(256)
+    llama.llama_model_desc(model, buffer, len(buffer))
+    info: dict[str, Any] = {
+        "path": os.path.abspath(path) if path else None,
+        "file_size": os.path.getsize(path) if path and os.path.exists(path) else None,
+        "description": buffer.value.decode(errors="replace"),
+        "architecture": _meta(model, b"general.architecture"),
+        "name": _meta(model, b"general.name"),
+        "layers": int(llama.llama_model_n_layer(model)),
+        "parameters": int(llama.llama_model_n_params(model)),
+        "tensor_bytes": int(llama.llama_model_size(model)),
+        "n_ctx_train": int(llama.llama_model_n_ctx_train(model)),
+        "n_embd": int(llama.llama_model_n_embd(model)),
+    }
+    return info
+
+
+def _meta(model: int, key: bytes) -> str | None:
+    buffer = ctypes.create_string_buffer(256)
+    length = _lib().llama_model_meta_val_str(model, key, buffer, len(buffer))
+    return buffer.value.decode(errors="replace") if length >= 0 else None
+
+
+def context_info(ctx: int, params: Any) -> dict[str, Any]:
+    llama = _lib()
+    return {
+        "n_ctx": int(llama.llama_n_ctx(ctx)),
+        "n_batch": int(llama.llama_n_batch(ctx)),
+        "n_ubatch": int(llama.llama_n_ubatch(ctx)),
+        "n_seq_max": int(params.n_seq_max),
+        "n_threads": int(params.n_threads),
+        "n_threads_batch": int(params.n_threads_batch),
+        "flash_attn": FLASH_ATTN.get(int(params.flash_attn_type), str(params.flash_attn_type)),
+        "type_k": int(params.type_k),
+        "type_v": int(params.type_v),
+        "offload_kqv": bool(params.offload_kqv),
+        "embeddings": bool(params.embeddings),
+    }
+
+
+def system_info() -> str:
+    return (_lib().llama_print_system_info() or b"").decode(errors="replace").strip()
+
+
+class TokenText:
+    """Token id -> its text piece, cached per vocabulary."""
+
+    def __init__(self, model: int) -> None:
+        self._vocab = _lib().llama_model_get_vocab(model)
+        self._cache: dict[int, str] = {}
+        self._buffer = ctypes.create_string_buffer(256)
+
+    def __call__(self, token: int) -> str:
+        text = self._cache.get(token)
+        if text is None:
+            length = _lib().llama_token_to_piece(self._vocab, token, self._buffer, len(self._buffer), 0, True)
+            text = self._buffer.raw[: max(length, 0)].decode("utf-8", "replace")
+            self._cache[token] = text
+        return text
+
+
+def batch_arrays(batch: Any) -> dict[str, np.ndarray]:
+    """The token ids, positions, sequence ids and output flags of a llama_batch, copied."""
+    n = int(batch.n_tokens)
+    minus_one = np.full(n, -1, dtype=np.int32)
+
+    def read(pointer: Any, dtype: type) -> np.ndarray:
+        return np.ctypeslib.as_array(pointer, shape=(n,)).astype(dtype) if n and pointer else minus_one.copy()
+
+    seq_ids = minus_one.copy()
+    if n and batch.seq_id and batch.n_seq_id:
+        seq_ids = np.array([batch.seq_id[i][0] if batch.n_seq_id[i] > 0 else -1 for i in range(n)], dtype=np.int32)
+    outputs = read(batch.logits, np.int32) > 0
+    if n and not batch.logits:
+        outputs[-1] = True  # llama.cpp's default: logits for the last token only
+    return {"token_id": read(batch.token, np.int32), "pos": read(batch.pos, np.int32), "seq_id": seq_ids, "output": outputs}

@@ -1,0 +1,294 @@
+"""A recording: the run being written and the llama contexts attached to it.
+
+Everything here runs inside the traced program, so nothing may raise into it: a
+failure is said once, the run is closed as incomplete, and inference goes on.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._errors import CaptureError
+from ..runformat.manifest import new_experiment_id, new_manifest
+from ..runformat.writer import RunWriter, prepare_run_dir, unique_run_dir
+from . import ggml_api, llama_hooks, llama_info
+from .context_tracer import ContextTracer, DecodeCall, Mode, graph_phase
+from .graph_decoder import TensorCatalog
+from .log import say, say_once
+from .raw_graph import RawGraph
+
+_active: Recording | None = None
+
+
+def active_recording() -> Recording | None:
+    return _active
+
+
+class Recording:
+    """Records every llama context created while it is active into one run directory.
+
+    Use `ggml_viz.record(...)` (a context manager) rather than this class directly.
+    """
+
+    def __init__(
+        self,
+        output: str | os.PathLike[str],
+        *,
+        metadata: dict[str, Any] | None = None,
+        max_events: int | None = None,
+        verbose: bool = False,
+        overwrite: bool = False,
+        lazy: bool = False,
+    ) -> None:
+        if max_events is not None and max_events < 0:
+            raise CaptureError("max_events must be a positive number of node events")
+        self.output = Path(output)
+        self.metadata = dict(metadata or {})
+        self.max_events = max_events
+        self.verbose = verbose
+        self.overwrite = overwrite
+        self.lazy = lazy  # create the run only when a context attaches (the start-up hook)
+        self.experiment_id = new_experiment_id()
+        self.writer: RunWriter | None = None
+        self.tracers: list[ContextTracer] = []
+        self.catalog = TensorCatalog()
+        self.lock = threading.Lock()
+        self.failed: str | None = None
+        self.enabled = True
+        self.n_graphs = 0
+        self.n_events = 0
+        self.dropped_graphs = 0
+        self.dropped_events = 0
+        self.model_paths: dict[int, str] = {}
+        if not lazy:
+            self._open_writer(prepare_run_dir(self.output, overwrite=overwrite))
+
+    # -- life cycle ---------------------------------------------------------------
+
+    def start(self) -> Recording:
+        global _active
+        if _active is not None:
+            raise CaptureError(f"a recording is already active (to {_active.output}); stop it first")
+        _active = self
+        try:
+            ggml_api.check_tensor_layout()
+        except CaptureError as error:
+            self.enabled = False
+            self.fail(str(error))
+            return self
+        llama_hooks.install(self)
+        if llama_hooks.existing_contexts():
+            say(
+                "a llama context already existed when recording started; it is not recorded, because "
+                "llama.cpp fixes the eval callback when a context is created: start recording before Llama(...)"
+            )
+        return self
+
+    def stop(self) -> None:
+        global _active
+        with self.lock:
+            for tracer in self.tracers:
+                if tracer.mode is not Mode.OFF:
+                    self._guarded(tracer.flush)
+                tracer.stop()
+            llama_hooks.uninstall(self)
+            if _active is self:
+                _active = None
+            if self.writer is None:
+                if not self.tracers and self.enabled:
+                    say_once("no llama context was created while recording, so nothing was recorded")
+                return
+            if not self.tracers and self.failed is None:
+                say_once(
+                    "no llama context was created while recording: start recording before Llama(...) "
+                    "(llama.cpp fixes the eval callback when a context is created)"
+                )
+            self._update_counts()
+            try:
+                self.writer.close(complete=self.failed is None, reason=self.failed)
+            except OSError as error:
+                say(f"could not finish the run in {self.output}: {error}")
+            if self.verbose:
+                say(f"run written to {self.output} ({self.n_graphs} graphs, {self.n_events} node events)")
+
+    def __enter__(self) -> Recording:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def annotate(self, **generation: Any) -> None:
+        """Add to the manifest's "generation" section (prompt, settings, generated text)."""
+        self.metadata.update(generation)
+        if self.writer is not None:
+            self._guarded(lambda: self.writer and self.writer.update_manifest(generation=self.metadata))
+
+    def fail(self, reason: str) -> None:
+        """Stop recording for good; the run stays readable and is marked incomplete."""
+        if self.failed is None:
+            self.failed = reason
+            say(f"recording stopped: {reason}; inference goes on untraced")
+        for tracer in self.tracers:
+            tracer.stop()
+        if self.writer is not None:
+            self._guarded(lambda: self.writer and self.writer.update_manifest(incomplete_reason=reason))
+
+    # -- called from llama_hooks ---------------------------------------------------
+
+    def remember_model_path(self, model: int, path: str) -> None:
+        self.model_paths[model] = path
+
+    def attach(self, params: Any, model: int) -> ContextTracer | None:
+        """A context is about to be created: give it our eval callback (or leave it alone)."""
+        if not self.enabled or self.failed is not None:
+            return None
+        if params.cb_eval:
+            say_once("the program installs its own eval callback; that context is not recorded")
+            return None
+        with self.lock:
+            try:
+                if self.writer is None:
+                    self._open_writer(unique_run_dir(self.output))
+                tracer = ContextTracer(self, len(self.tracers), model, int(params.n_ubatch))
+            except (CaptureError, OSError) as error:
+                self.fail(str(error))
+                return None
+            self.tracers.append(tracer)
+        params.cb_eval = tracer.callback
+        return tracer
+
+    def context_created(self, tracer: ContextTracer, ctx: int, params: Any, model: int) -> None:
+        def describe() -> None:
+            assert self.writer is not None
+            model_info = llama_info.model_info(model, self.model_paths.get(model))
+            context = {"context_id": tracer.context_id, "model": model_info, **llama_info.context_info(ctx, params)}
+            contexts = [*self.writer.manifest["contexts"], context]
+            self.writer.update_manifest(contexts=contexts, model=self.writer.manifest["model"] or model_info)
+            if self.verbose:
+                say(f"recording context {tracer.context_id} ({model_info['description']}, n_ctx {context['n_ctx']})")
+
+        self._guarded(describe)
+
+    def write_graph(
+        self,
+        tracer: ContextTracer,
+        raw: RawGraph,
+        decode: DecodeCall | None,
+        ubatch: int,
+        tokens: dict[str, np.ndarray],
+        boundary_ns: int,
+    ) -> None:
+        with self.lock:
+            if self.max_events is not None and self.n_events + raw.n_nodes > self.max_events:
+                self.count_dropped(raw.n_nodes)
+                for other in self.tracers:
+                    other.take_count_only()
+                return
+            self._guarded(lambda: self._write_graph(tracer, raw, decode, ubatch, tokens, boundary_ns))
+
+    def _write_graph(
+        self,
+        tracer: ContextTracer,
+        raw: RawGraph,
+        decode: DecodeCall | None,
+        ubatch: int,
+        tokens: dict[str, np.ndarray],
+        boundary_ns: int,
+    ) -> None:
+        assert self.writer is not None
+        graph_id = self.n_graphs
+        decoded = self.catalog.decode(raw, graph_id, tracer.context_id)
+        writer = self.writer
+        writer.append("buffers", decoded.new_buffers)
+        writer.append("tensors", decoded.new_tensors)
+        writer.append("nodes", decoded.nodes)
+        writer.append("edges", decoded.edges)
+        n_tokens = len(tokens.get("token_id", ()))
+        if n_tokens:
+            writer.append(
+                "tokens",
+                {
+                    "graph_id": np.full(n_tokens, graph_id, dtype=np.int32),
+                    "batch_index": np.arange(n_tokens, dtype=np.int32) + ubatch * tracer.n_ubatch,
+                    **tokens,
+                    "text": tracer.token_texts(tokens["token_id"]),
+                },
+            )
+        timed = bool(raw.timed.all()) and raw.n_nodes > 0
+        writer.append(
+            "graphs",
+            {
+                "graph_id": [graph_id],
+                "context_id": [tracer.context_id],
+                "decode_index": [decode.index if decode else -1],
+                "ubatch_index": [ubatch],
+                "start_ns": [decoded.start_ns],
+                "end_ns": [decoded.end_ns if timed else boundary_ns],
+                "n_nodes": [decoded.n_nodes],
+                "n_tokens": [n_tokens],
+                "phase": [graph_phase(tokens)],
+                "detail": ["op" if timed else "graph"],
+            },
+        )
+        self.n_graphs += 1
+        self.n_events += decoded.n_nodes
+
+    def write_decode(self, tracer: ContextTracer, decode: DecodeCall, end_ns: int, return_code: int) -> None:
+        def write() -> None:
+            assert self.writer is not None
+            row = (decode.index, tracer.context_id, decode.start_ns, end_ns, len(decode.tokens["token_id"]),
+                   decode.graphs_done, return_code)  # fmt: skip
+            self.writer.append("decodes", {column: [value] for column, value in zip(_DECODE_COLUMNS, row)})
+
+        with self.lock:
+            self._guarded(write)
+
+    def count_dropped(self, n_nodes: int) -> None:
+        self.dropped_graphs += 1
+        self.dropped_events += n_nodes
+
+    # -- internals -----------------------------------------------------------------
+
+    def _open_writer(self, run_dir: Path) -> None:
+        if self.lazy:
+            run_dir = prepare_run_dir(run_dir)
+        self.output = run_dir
+        manifest = new_manifest(self.experiment_id)
+        manifest["generation"] = self.metadata
+        manifest["capture"] = {"recorder": "python", "detail": "op", "max_events": self.max_events}
+        manifest["versions"]["llama_cpp_system_info"] = _safe(llama_info.system_info)
+        manifest["versions"]["ggml"] = _safe(ggml_api.ggml_build_info)
+        self.writer = RunWriter(run_dir, self.experiment_id, manifest)
+
+    def _update_counts(self) -> None:
+        if self.writer is not None:
+            counts = {
+                "graphs": self.n_graphs,
+                "node_events": self.n_events,
+                "dropped_graphs": self.dropped_graphs,
+                "dropped_events": self.dropped_events,
+                "contexts": len(self.tracers),
+            }
+            self._guarded(lambda: self.writer and self.writer.update_manifest(counts=counts))
+
+    def _guarded(self, action: Any) -> None:
+        """Run a recording step; on failure stop recording instead of raising."""
+        try:
+            action()
+        except Exception as error:
+            self.fail(f"{type(error).__name__}: {error}")
+
+
+_DECODE_COLUMNS = ("decode_index", "context_id", "start_ns", "end_ns", "n_tokens", "n_graphs", "return_code")
+
+
+def _safe(function: Any) -> Any:
+    try:
+        return function()
+    except Exception:
+        return None

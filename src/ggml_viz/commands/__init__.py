@@ -1,0 +1,62 @@
+"""The `ggml-viz` command line: one class per subcommand, one module each.
+
+A command has `name`, a docstring (its help), `prepare_parser(parser)` and `run(args)`.
+`main(argv)` turns a GgmlVizError into one clear line and an exit status; nothing deeper
+calls sys.exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from .._errors import CommandError, GgmlVizError
+from .._version import __version__
+from .base import Command
+from .record import RecordCommand
+from .run import RunCommand
+from .summary import SummaryCommand
+
+COMMANDS: list[type[Command]] = [RecordCommand, RunCommand, SummaryCommand]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ggml-viz",
+        description="Profile and visualize GGML inference (llama.cpp): where the time goes, where the bytes live.",
+    )
+    parser.add_argument("--version", action="version", version=f"ggml-viz {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for command_class in COMMANDS:
+        command = command_class()
+        doc = (command_class.__doc__ or "").strip()
+        subparser = subparsers.add_parser(
+            command.name,
+            help=doc.splitlines()[0] if doc else None,
+            description=doc,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        command.prepare_parser(subparser)
+        subparser.set_defaults(handler=command)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler.run(args) or 0)
+    except CommandError as error:
+        print(f"ggml-viz: error: {error}", file=sys.stderr)
+        return error.exit_code
+    except GgmlVizError as error:
+        print(f"ggml-viz: error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("ggml-viz: interrupted", file=sys.stderr)
+        return 130
+
+
+def entry_point() -> None:
+    sys.exit(main())

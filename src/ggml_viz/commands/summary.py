@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+import argparse
+import json
+
+from rich.console import Console
+
+from ..analysis.summary import summarize
+from ..runformat.reader import open_run
+from .base import Command
+from .common import positive_int, render_summary
+
+
+class SummaryCommand(Command):
+    """Summarize a run: model, prompt, prompt vs decode speed, time by op, layer and tensor, memory.
+
+    example:
+      ggml-viz summary france.ggmlviz
+      ggml-viz summary france.ggmlviz --json | jq .time_by_op
+    """
+
+    name = "summary"
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("run", help="run directory (NAME.ggmlviz)")
+        parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+        parser.add_argument("--top", type=positive_int, default=10, help="rows in each top list (default: 10)")
+
+    def run(self, args: argparse.Namespace) -> int:
+        summary = summarize(open_run(args.run), top=args.top)
+        if args.json:
+            print(json.dumps(summary, indent=2, default=str))
+        else:
+            render_summary(summary, Console())
+        return 0

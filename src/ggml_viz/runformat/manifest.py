@@ -1,0 +1,98 @@
+"""The run's manifest: one JSON object describing the recording, written atomically."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import socket
+import sys
+import uuid
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from .._version import __version__
+from .schema import FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE
+
+STATUS_RECORDING = "recording"
+STATUS_COMPLETE = "complete"
+STATUS_INCOMPLETE = "incomplete"  # recording failed, or (found on read) its recorder died
+
+
+def new_experiment_id() -> str:
+    return uuid.uuid4().hex
+
+
+def utc_now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def new_manifest(experiment_id: str) -> dict[str, Any]:
+    """The manifest of a recording that is starting now in this process."""
+    return {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "experiment_id": experiment_id,
+        "created": utc_now(),
+        "finished": None,
+        "status": STATUS_RECORDING,
+        "incomplete_reason": None,
+        "recorder": {"pid": os.getpid(), "host": socket.gethostname(), "argv": sys.argv[:]},
+        "versions": package_versions(),
+        "environment": environment(),
+        "contexts": [],
+        "model": None,
+        "generation": {},
+        "capture": {},
+        "counts": {},
+    }
+
+
+def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
+    """Replace the manifest in one step, so a reader never sees half of one."""
+    target = run_dir / MANIFEST_FILE
+    partial = run_dir / (MANIFEST_FILE + ".partial")
+    partial.write_text(json.dumps(manifest, indent=2, default=str))
+    os.replace(partial, target)
+
+
+def package_versions() -> dict[str, str | None]:
+    versions: dict[str, str | None] = {"ggml_viz": __version__, "python": platform.python_version()}
+    for distribution in ("llama-cpp-python", "gguf", "numpy", "pyarrow"):
+        try:
+            versions[distribution.replace("-", "_")] = metadata.version(distribution)
+        except metadata.PackageNotFoundError:
+            versions[distribution.replace("-", "_")] = None
+    return versions
+
+
+def environment() -> dict[str, Any]:
+    return {
+        "os": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_model": _cpu_model(),
+        "cpu_cores": os.cpu_count(),
+        "memory_bytes": _total_memory(),
+        "python": sys.version.split()[0],
+        "python_implementation": platform.python_implementation(),
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _total_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None

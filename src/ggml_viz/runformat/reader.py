@@ -1,0 +1,181 @@
+"""Opens a run directory: `ggml_viz.open(path)` gives a `Run` with pandas tables."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .._errors import RunFormatError
+from .manifest import STATUS_INCOMPLETE, STATUS_RECORDING
+from .schema import (
+    FORMAT_NAME,
+    MANIFEST_FILE,
+    META_EXPERIMENT_ID,
+    NO_ID,
+    PARQUET_SUFFIX,
+    READER_SUPPORTED_VERSIONS,
+    STREAM_SUFFIX,
+    TABLES,
+)
+
+
+def open_run(path: str | os.PathLike[str]) -> Run:
+    """Open the run at `path` (a `NAME.ggmlviz` directory); RunFormatError if it is not one."""
+    return Run(Path(path))
+
+
+class Run:
+    """A recorded run: its manifest and its tables, joined into readable DataFrames."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.manifest = _load_manifest(path)
+        self.experiment_id: str = self.manifest["experiment_id"]
+        self._raw: dict[str, pa.Table] = {table: self._read_table(table) for table in TABLES}
+        self.manifest["status"] = _effective_status(self.manifest)
+
+    def __repr__(self) -> str:
+        return f"<Run {self.path} {self.experiment_id[:8]} {self.manifest['status']}>"
+
+    @property
+    def status(self) -> str:
+        return str(self.manifest["status"])
+
+    def raw(self, table: str) -> pd.DataFrame:
+        """A table exactly as stored (ids, no joins)."""
+        return self._raw[table].to_pandas()
+
+    @cached_property
+    def graphs(self) -> pd.DataFrame:
+        return self.raw("graphs").sort_values("graph_id", ignore_index=True)
+
+    @cached_property
+    def tensors(self) -> pd.DataFrame:
+        """Each distinct tensor description once, with its buffer's name and usage."""
+        tensors = self.raw("tensors")
+        for column in ("layer", "buffer_id", "view_src_id"):  # NO_ID becomes <NA>
+            tensors[column] = tensors[column].where(tensors[column] != NO_ID).astype("Int32")
+        buffers = self.buffers[["buffer", "name", "usage"]].rename(
+            columns={"buffer": "buffer_id", "name": "buffer_name", "usage": "buffer_usage"}
+        )
+        tensors = tensors.merge(buffers, on="buffer_id", how="left")
+        views = tensors[["tensor_id", "name"]].rename(columns={"tensor_id": "view_src_id", "name": "view_src"})
+        return tensors.merge(views, on="view_src_id", how="left").rename(columns={"buffer_id": "buffer"})
+
+    @cached_property
+    def nodes(self) -> pd.DataFrame:
+        """One row per executed node: times, and its tensor's description."""
+        nodes = self.raw("nodes").merge(self.tensors, on="tensor_id", how="left")
+        nodes["duration_ns"] = nodes["end_ns"] - nodes["start_ns"]
+        return nodes.sort_values(["graph_id", "node_index"], ignore_index=True)
+
+    @cached_property
+    def edges(self) -> pd.DataFrame:
+        """One row per (node, source): the graph's edges, sources described."""
+        sources = self.tensors.rename(columns=lambda c: f"src_{c}" if c != "tensor_id" else "src_tensor_id")
+        sources = sources.rename(columns={"src_buffer_usage": "src_usage"})
+        edges = self.raw("edges").merge(sources, on="src_tensor_id", how="left")
+        return edges.sort_values(["graph_id", "node_index", "src_slot"], ignore_index=True)
+
+    @cached_property
+    def buffers(self) -> pd.DataFrame:
+        buffers = self.raw("buffers")
+        buffers["buffer_id"] = buffers["buffer_id"].astype("Int32")
+        return buffers.rename(columns={"buffer_id": "buffer"}).sort_values("buffer", ignore_index=True)
+
+    @cached_property
+    def tokens(self) -> pd.DataFrame:
+        return self.raw("tokens").sort_values(["graph_id", "batch_index"], ignore_index=True)
+
+    def _read_table(self, table: str) -> pa.Table:
+        parquet_path = self.path / (table + PARQUET_SUFFIX)
+        stream_path = self.path / (table + STREAM_SUFFIX)
+        if parquet_path.exists():
+            data = pq.read_table(parquet_path)
+        elif stream_path.exists():
+            data = _read_stream_tolerantly(stream_path, table)
+        else:
+            raise RunFormatError(f"{self.path} has no '{table}' table: the run is damaged or not a ggml-viz run")
+        found = (data.schema.metadata or {}).get(META_EXPERIMENT_ID, b"").decode()
+        if found != self.experiment_id:
+            raise RunFormatError(
+                f"{self.path}: table '{table}' belongs to experiment {found or '?'} but the manifest "
+                f"says {self.experiment_id}; the directory mixes files of different recordings"
+            )
+        missing = set(TABLES[table].names) - set(data.schema.names)
+        if missing:
+            raise RunFormatError(f"{self.path}: table '{table}' lacks columns {sorted(missing)}")
+        return data
+
+
+def _load_manifest(path: Path) -> dict[str, Any]:
+    if not path.is_dir():
+        raise RunFormatError(f"{path} is not a run directory")
+    manifest_path = path / MANIFEST_FILE
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except FileNotFoundError:
+        raise RunFormatError(f"{path} has no {MANIFEST_FILE}: it is not a ggml-viz run") from None
+    except (OSError, ValueError) as error:
+        raise RunFormatError(f"{manifest_path} cannot be read: {error}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
+        raise RunFormatError(f"{path} is not a ggml-viz run (its manifest names another format)")
+    version = manifest.get("format_version")
+    if version not in READER_SUPPORTED_VERSIONS:
+        supported = ", ".join(map(str, READER_SUPPORTED_VERSIONS))
+        raise RunFormatError(
+            f"{path} uses run format version {version}; this ggml-viz reads version {supported}"
+        )
+    if not isinstance(manifest.get("experiment_id"), str):
+        raise RunFormatError(f"{manifest_path} has no experiment id")
+    return manifest
+
+
+def _read_stream_tolerantly(path: Path, table: str) -> pa.Table:
+    """Every whole batch of a stream; a batch cut short by a crash is left out."""
+    batches = []
+    with pa.OSFile(str(path), "rb") as source:
+        try:
+            reader = pa.ipc.open_stream(source)
+        except (pa.ArrowInvalid, OSError) as error:
+            raise RunFormatError(f"{path} cannot be read as a table: {error}") from None
+        schema = reader.schema
+        while True:
+            try:
+                batches.append(reader.read_next_batch())
+            except StopIteration:
+                break
+            except (pa.ArrowInvalid, OSError):
+                break  # the tail a crash cut off
+    return pa.Table.from_batches(batches, schema=schema)
+
+
+def _effective_status(manifest: dict[str, Any]) -> str:
+    """A run still marked `recording` whose recorder is gone is `incomplete`."""
+    status = str(manifest.get("status"))
+    if status != STATUS_RECORDING:
+        return status
+    recorder = manifest.get("recorder") or {}
+    if recorder.get("host") == socket.gethostname() and _process_alive(recorder.get("pid")):
+        return STATUS_RECORDING
+    return STATUS_INCOMPLETE
+
+
+def _process_alive(pid: Any) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,126 @@
+"""The run directory's tables: names, columns and the format version.
+
+A run is a directory `NAME.ggmlviz/` holding `manifest.json` and one file per table.
+While recording, each table is an Arrow IPC stream (`TABLE.arrows`) appended once per
+graph; when the recording closes cleanly each stream becomes `TABLE.parquet`.
+Descriptions of tensors are stored once in `tensors` and referenced by id, so a name,
+a shape or an op is not repeated per event. See docs/run-format.md.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+FORMAT_NAME = "ggml-viz-run"
+FORMAT_VERSION = 1
+READER_SUPPORTED_VERSIONS = (1,)
+
+MANIFEST_FILE = "manifest.json"
+STREAM_SUFFIX = ".arrows"
+PARQUET_SUFFIX = ".parquet"
+
+# Keys of every table file's schema metadata: a file knows which recording it belongs to.
+META_EXPERIMENT_ID = b"ggml_viz.experiment_id"
+META_FORMAT_VERSION = b"ggml_viz.format_version"
+META_TABLE = b"ggml_viz.table"
+
+NO_ID = -1  # stands for "none" in id columns (no buffer, no view source, no layer)
+
+TABLES: dict[str, pa.Schema] = {
+    "graphs": pa.schema(
+        [
+            ("graph_id", pa.int32()),
+            ("context_id", pa.int32()),
+            ("decode_index", pa.int32()),  # which llama_decode call of its context ran it
+            ("ubatch_index", pa.int32()),  # position of the graph inside that call
+            ("start_ns", pa.int64()),  # first node's start (monotonic clock)
+            ("end_ns", pa.int64()),  # last node's end (graph detail: the graph's boundary)
+            ("n_nodes", pa.int32()),
+            ("n_tokens", pa.int32()),
+            ("phase", pa.string()),  # prompt | decode
+            ("detail", pa.string()),  # op: every node timed | graph: structure only
+        ]
+    ),
+    "decodes": pa.schema(
+        [
+            ("decode_index", pa.int32()),
+            ("context_id", pa.int32()),
+            ("start_ns", pa.int64()),  # llama_decode entered
+            ("end_ns", pa.int64()),  # llama_decode returned
+            ("n_tokens", pa.int32()),
+            ("n_graphs", pa.int32()),
+            ("return_code", pa.int32()),
+        ]
+    ),
+    "tensors": pa.schema(
+        [
+            ("tensor_id", pa.int32()),
+            ("name", pa.string()),
+            ("op", pa.string()),  # specific op (SWIGLU, SILU, MUL_MAT, NONE for leaves)
+            ("op_base", pa.string()),  # ggml_op enum name (GLU, UNARY, MUL_MAT)
+            ("type", pa.string()),
+            ("ne0", pa.int64()),
+            ("ne1", pa.int64()),
+            ("ne2", pa.int64()),
+            ("ne3", pa.int64()),
+            ("nbytes", pa.int64()),
+            ("flags", pa.int32()),  # ggml tensor flags (input, output, param, loss)
+            ("buffer_id", pa.int32()),
+            ("layer", pa.int32()),
+            ("view_src_id", pa.int32()),
+            ("view_offs", pa.int64()),
+        ]
+    ),
+    "nodes": pa.schema(
+        [
+            ("graph_id", pa.int32()),
+            ("node_index", pa.int32()),
+            ("start_ns", pa.int64()),
+            ("end_ns", pa.int64()),
+            ("tensor_id", pa.int32()),
+            ("timed", pa.bool_()),  # true: start/end are this node's own compute time
+        ]
+    ),
+    "edges": pa.schema(
+        [
+            ("graph_id", pa.int32()),
+            ("node_index", pa.int32()),
+            ("src_slot", pa.int8()),
+            ("src_tensor_id", pa.int32()),
+        ]
+    ),
+    "buffers": pa.schema(
+        [
+            ("buffer_id", pa.int32()),
+            ("context_id", pa.int32()),
+            ("name", pa.string()),  # ggml_backend_buffer_name: CPU, CPU_Mapped, CUDA0, ...
+            ("buffer_type", pa.string()),  # ggml_backend_buft_name
+            ("usage", pa.string()),  # any | weights | compute
+            ("size", pa.int64()),
+            ("base", pa.uint64()),  # address of the buffer's first byte in this process
+            ("first_graph_id", pa.int32()),
+        ]
+    ),
+    "tokens": pa.schema(
+        [
+            ("graph_id", pa.int32()),
+            ("batch_index", pa.int32()),
+            ("pos", pa.int32()),
+            ("token_id", pa.int32()),
+            ("seq_id", pa.int32()),
+            ("output", pa.bool_()),  # llama.cpp computes logits for this token
+            ("text", pa.string()),
+        ]
+    ),
+}
+
+
+def table_schema(table: str, experiment_id: str) -> pa.Schema:
+    """The schema of `table`, stamped with the recording's experiment id."""
+    return TABLES[table].with_metadata(
+        {
+            META_EXPERIMENT_ID: experiment_id.encode(),
+            META_FORMAT_VERSION: str(FORMAT_VERSION).encode(),
+            META_TABLE: table.encode(),
+        }
+    )

@@ -1,0 +1,113 @@
+"""Writes a run directory: streams appended per graph, turned into Parquet at the end.
+
+Crash safety: every table is an Arrow IPC stream whose batches reach the file as soon
+as they are written, so a killed recorder loses at most the graph it was recording.
+`close()` converts each stream to Parquet (written under a temporary name, then
+renamed) and only then marks the manifest complete.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Mapping
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .._errors import CaptureError
+from .manifest import STATUS_COMPLETE, STATUS_INCOMPLETE, new_manifest, utc_now, write_manifest
+from .schema import MANIFEST_FILE, PARQUET_SUFFIX, STREAM_SUFFIX, TABLES, table_schema
+
+
+def prepare_run_dir(path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
+    """Check that `path` can hold a new run and create it; one clear error otherwise."""
+    run_dir = Path(path)
+    if run_dir.exists():
+        if not run_dir.is_dir():
+            raise CaptureError(f"{run_dir} exists and is not a directory")
+        if _is_taken(run_dir):
+            if not overwrite:
+                raise CaptureError(f"{run_dir} already exists and is not empty (choose another name)")
+            if not (run_dir / MANIFEST_FILE).exists():
+                raise CaptureError(f"refusing to replace {run_dir}: it is not a ggml-viz run")
+            shutil.rmtree(run_dir)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / ".write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as error:
+        raise CaptureError(f"cannot write the run to {run_dir}: {error.strerror or error}") from None
+    return run_dir
+
+
+def unique_run_dir(path: str | os.PathLike[str]) -> Path:
+    """`path`, or `path` with -1, -2, ... before its suffix when it is already taken."""
+    original = Path(path)
+    candidate, counter = original, 0
+    while _is_taken(candidate):
+        counter += 1
+        candidate = original.with_name(f"{original.stem}-{counter}{original.suffix}")
+    return candidate
+
+
+def _is_taken(path: Path) -> bool:
+    return path.exists() and (not path.is_dir() or any(path.iterdir()))
+
+
+class RunWriter:
+    """Appends a recording's tables to a run directory."""
+
+    def __init__(self, run_dir: Path, experiment_id: str, manifest: dict[str, Any] | None = None) -> None:
+        self.run_dir = run_dir
+        self.experiment_id = experiment_id
+        self.manifest = manifest if manifest is not None else new_manifest(experiment_id)
+        self.rows: dict[str, int] = {table: 0 for table in TABLES}
+        self._streams: dict[str, tuple[pa.NativeFile, pa.ipc.RecordBatchStreamWriter]] = {}
+        write_manifest(run_dir, self.manifest)
+        for table in TABLES:
+            sink = pa.OSFile(str(run_dir / (table + STREAM_SUFFIX)), "wb")
+            self._streams[table] = (sink, pa.ipc.new_stream(sink, table_schema(table, experiment_id)))
+
+    def append(self, table: str, columns: Mapping[str, Any]) -> None:
+        """Append rows given as one array per column; the columns must match the schema."""
+        schema = table_schema(table, self.experiment_id)
+        batch = pa.record_batch([pa.array(columns[f.name], type=f.type) for f in schema], schema=schema)
+        if batch.num_rows == 0:
+            return
+        sink, stream = self._streams[table]
+        stream.write_batch(batch)
+        sink.flush()
+        self.rows[table] += batch.num_rows
+
+    def update_manifest(self, **fields: Any) -> None:
+        self.manifest.update(fields)
+        write_manifest(self.run_dir, self.manifest)
+
+    def close(self, *, complete: bool = True, reason: str | None = None) -> None:
+        """Finish the streams; on a complete recording turn them into Parquet files."""
+        for sink, stream in self._streams.values():
+            stream.close()
+            sink.close()
+        self._streams.clear()
+        if complete:
+            for table in TABLES:
+                _stream_to_parquet(self.run_dir, table)
+        self.manifest["finished"] = utc_now()
+        self.manifest["status"] = STATUS_COMPLETE if complete else STATUS_INCOMPLETE
+        self.manifest["incomplete_reason"] = reason
+        self.manifest["counts"] = {**self.manifest.get("counts", {}), **{f"{t}_rows": n for t, n in self.rows.items()}}
+        write_manifest(self.run_dir, self.manifest)
+
+
+def _stream_to_parquet(run_dir: Path, table: str) -> None:
+    stream_path = run_dir / (table + STREAM_SUFFIX)
+    parquet_path = run_dir / (table + PARQUET_SUFFIX)
+    partial = run_dir / (table + PARQUET_SUFFIX + ".partial")
+    with pa.OSFile(str(stream_path), "rb") as source:
+        data = pa.ipc.open_stream(source).read_all()
+    pq.write_table(data, partial, compression="zstd")
+    os.replace(partial, parquet_path)
+    stream_path.unlink()
