@@ -18,8 +18,8 @@ import importlib.abc
 import importlib.machinery
 import os
 import sys
+from collections.abc import Sequence
 from types import ModuleType
-from typing import Sequence
 
 _TARGET = "llama_cpp.llama_cpp"
 _TRUE = {"1", "true", "yes", "on"}
@@ -93,5 +93,3 @@ def install() -> None:
 
 
 install()
-
-

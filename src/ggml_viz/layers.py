@@ -24,4 +24,3 @@ def layer_of(name: str) -> int:
         if match:
             return int(match.group(1))
     return NO_LAYER
-

@@ -7,7 +7,8 @@ time (`timed`) are counted in per-node times.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pandas as pd
 

@@ -31,13 +31,40 @@ GGML_OBJECT_HEADER_SIZE = 32  # struct ggml_object precedes each tensor in a con
 
 TENSOR_DTYPE = np.dtype(
     {
-        "names": ["type", "buffer", "ne", "nb", "op", "op_params", "flags", "src", "view_src", "view_offs", "data", "name"],
-        "formats": ["<i4", "<u8", ("<i8", 4), ("<u8", 4), "<i4", ("<i4", 16), "<i4", ("<u8", 10), "<u8", "<u8", "<u8", "S64"],
+        "names": [
+            "type",
+            "buffer",
+            "ne",
+            "nb",
+            "op",
+            "op_params",
+            "flags",
+            "src",
+            "view_src",
+            "view_offs",
+            "data",
+            "name",
+        ],
+        "formats": [
+            "<i4",
+            "<u8",
+            ("<i8", 4),
+            ("<u8", 4),
+            "<i4",
+            ("<i4", 16),
+            "<i4",
+            ("<u8", 10),
+            "<u8",
+            "<u8",
+            "<u8",
+            "S64",
+        ],
         "offsets": [0, 8, 16, 48, 80, 84, 148, 152, 232, 240, 248, 256],
         "itemsize": 336,
     }
 )
 TENSOR_SIZE = TENSOR_DTYPE.itemsize
+NAME_OFFSET = 256
 
 
 def tensor_structs(*parts: np.ndarray) -> np.ndarray:
@@ -54,6 +81,7 @@ def tensor_structs(*parts: np.ndarray) -> np.ndarray:
 def tensor_name(raw: bytes) -> str:
     """A tensor's name: the C string ends at the first NUL (stale bytes may follow)."""
     return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
+
 
 BUFFER_USAGE_NAMES = {0: "any", 1: "weights", 2: "compute"}
 
@@ -210,7 +238,6 @@ def _probe_layout(lib: ctypes.CDLL, ctx: int, expected: np.dtype) -> list[str]:
         "op": op_name(int(seen_total["op"])) == "ADD",
         "src": int(seen_total["src"][0]) == view and int(seen_total["src"][1]) == view,
         "view_src": int(seen_view["view_src"]) == other and int(seen_view["view_offs"]) == 28,
-        "name": seen_other["name"].decode() == "ggml_viz_probe"
-        and lib.ggml_get_name(other) == other + expected.fields["name"][1],
+        "name": seen_other["name"].decode() == "ggml_viz_probe" and lib.ggml_get_name(other) == other + NAME_OFFSET,
     }
     return [f"field '{field}' not where expected" for field, ok in checks.items() if not ok]

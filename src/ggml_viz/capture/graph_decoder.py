@@ -15,10 +15,21 @@ import numpy as np
 
 from ..layers import layer_of
 from ..runformat.schema import NO_ID
-from .ggml_api import TENSOR_DTYPE, BufferInfo, op_desc, op_name, tensor_name, tensor_structs, type_block, type_name
+from .ggml_api import (
+    GGML_MAX_NAME,
+    NAME_OFFSET,
+    TENSOR_DTYPE,
+    BufferInfo,
+    op_desc,
+    op_name,
+    tensor_name,
+    tensor_structs,
+    type_block,
+    type_name,
+)
 from .raw_graph import RawGraph
 
-_KEY_END = TENSOR_DTYPE.fields["name"][1] + 64  # struct bytes up to the end of the name
+_KEY_END = NAME_OFFSET + GGML_MAX_NAME  # struct bytes up to the end of the name
 
 
 @dataclass
@@ -83,8 +94,17 @@ class TensorCatalog:
             key = (address, info)
             if key not in self._buffers:
                 self._buffers[key] = len(self._buffers)
-                row = (self._buffers[key], context_id, info.name, info.buffer_type, info.usage, info.size, info.base, graph_id)
-                for column, value in zip(_BUFFER_COLUMNS, row):
+                row = (
+                    self._buffers[key],
+                    context_id,
+                    info.name,
+                    info.buffer_type,
+                    info.usage,
+                    info.size,
+                    info.base,
+                    graph_id,
+                )
+                for column, value in zip(_BUFFER_COLUMNS, row, strict=True):
                     new[column].append(value)
             ids[address] = self._buffers[key]
         return ids
@@ -136,7 +156,7 @@ class TensorCatalog:
         if tensor_id is None:
             tensor_id = self._by_description[description] = len(self._by_description)
             new["tensor_id"].append(tensor_id)
-            for column, value in zip(_TENSOR_COLUMNS[1:], description):
+            for column, value in zip(_TENSOR_COLUMNS[1:], description, strict=True):
                 new[column].append(value)
         return tensor_id
 

@@ -13,7 +13,8 @@ import ctypes
 import functools
 import gc
 import sys
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .session import Recording
@@ -31,10 +32,11 @@ _tracers: dict[int, Any] = {}  # context address -> ContextTracer, while the con
 
 
 def _modules() -> list[Any]:
-    import llama_cpp
-    import llama_cpp.llama_cpp
+    # From sys.modules: the start-up hook runs while `llama_cpp` is still being imported,
+    # before the submodule is set as an attribute of the package.
+    import llama_cpp.llama_cpp  # noqa: F401
 
-    return [llama_cpp.llama_cpp, llama_cpp]
+    return [sys.modules["llama_cpp.llama_cpp"], sys.modules["llama_cpp"]]
 
 
 def install(recording: Recording) -> None:
@@ -76,6 +78,8 @@ def existing_contexts() -> bool:
     if internals is None:
         return False
     context_class = getattr(internals, "LlamaContext", None)
+    if context_class is None:
+        return False
     return any(isinstance(obj, context_class) and getattr(obj, "ctx", None) for obj in gc.get_objects())
 
 
@@ -114,6 +118,11 @@ def _wrap_decode(original: Callable[..., Any], recording: Recording) -> Callable
         except Exception as error:
             recording.fail(f"reading a batch failed: {error!r}")
         return_code = original(ctx, batch)
+        # llama.cpp's own eval timer runs until the next synchronize (normally the
+        # program's logits read): synchronize now, so that timer stops before our
+        # bookkeeping and keeps measuring inference alone. With per-node timing the
+        # backend has already synchronized after every node, so this waits for nothing.
+        sys.modules["llama_cpp.llama_cpp"].llama_synchronize(ctx)
         try:
             tracer.end_decode(int(return_code))
         except Exception as error:

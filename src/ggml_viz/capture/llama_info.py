@@ -94,4 +94,9 @@ def batch_arrays(batch: Any) -> dict[str, np.ndarray]:
     outputs = read(batch.logits, np.int32) > 0
     if n and not batch.logits:
         outputs[-1] = True  # llama.cpp's default: logits for the last token only
-    return {"token_id": read(batch.token, np.int32), "pos": read(batch.pos, np.int32), "seq_id": seq_ids, "output": outputs}
+    return {
+        "token_id": read(batch.token, np.int32),
+        "pos": read(batch.pos, np.int32),
+        "seq_id": seq_ids,
+        "output": outputs,
+    }

@@ -125,8 +125,7 @@ class Recording:
     def annotate(self, **generation: Any) -> None:
         """Add to the manifest's "generation" section (prompt, settings, generated text)."""
         self.metadata.update(generation)
-        if self.writer is not None:
-            self._guarded(lambda: self.writer and self.writer.update_manifest(generation=self.metadata))
+        self._update_manifest(generation=self.metadata)
 
     def fail(self, reason: str) -> None:
         """Stop recording for good; the run stays readable and is marked incomplete."""
@@ -135,8 +134,7 @@ class Recording:
             say(f"recording stopped: {reason}; inference goes on untraced")
         for tracer in self.tracers:
             tracer.stop()
-        if self.writer is not None:
-            self._guarded(lambda: self.writer and self.writer.update_manifest(incomplete_reason=reason))
+        self._update_manifest(incomplete_reason=reason)
 
     # -- called from llama_hooks ---------------------------------------------------
 
@@ -243,7 +241,7 @@ class Recording:
             assert self.writer is not None
             row = (decode.index, tracer.context_id, decode.start_ns, end_ns, len(decode.tokens["token_id"]),
                    decode.graphs_done, return_code)  # fmt: skip
-            self.writer.append("decodes", {column: [value] for column, value in zip(_DECODE_COLUMNS, row)})
+            self.writer.append("decodes", {column: [value] for column, value in zip(_DECODE_COLUMNS, row, strict=True)})
 
         with self.lock:
             self._guarded(write)
@@ -266,15 +264,19 @@ class Recording:
         self.writer = RunWriter(run_dir, self.experiment_id, manifest)
 
     def _update_counts(self) -> None:
-        if self.writer is not None:
-            counts = {
-                "graphs": self.n_graphs,
-                "node_events": self.n_events,
-                "dropped_graphs": self.dropped_graphs,
-                "dropped_events": self.dropped_events,
-                "contexts": len(self.tracers),
-            }
-            self._guarded(lambda: self.writer and self.writer.update_manifest(counts=counts))
+        counts = {
+            "graphs": self.n_graphs,
+            "node_events": self.n_events,
+            "dropped_graphs": self.dropped_graphs,
+            "dropped_events": self.dropped_events,
+            "contexts": len(self.tracers),
+        }
+        self._update_manifest(counts=counts)
+
+    def _update_manifest(self, **fields: Any) -> None:
+        writer = self.writer
+        if writer is not None:
+            self._guarded(lambda: writer.update_manifest(**fields))
 
     def _guarded(self, action: Any) -> None:
         """Run a recording step; on failure stop recording instead of raising."""

@@ -38,7 +38,9 @@ class RecordCommand(Command):
         parser.add_argument("-m", "--model", help="GGUF model file (default: the embedded SmolLM2-135M)")
         parser.add_argument("-p", "--prompt", default=DEFAULT_PROMPT, help="prompt text (default: %(default)r)")
         parser.add_argument("-n", "--n-predict", type=positive_int, default=32, help="tokens to generate (default: 32)")
-        parser.add_argument("-t", "--threads", type=positive_int, default=None, help="CPU threads (default: llama.cpp's)")
+        parser.add_argument(
+            "-t", "--threads", type=positive_int, default=None, help="CPU threads (default: llama.cpp's)"
+        )
         parser.add_argument("-c", "--ctx-size", type=positive_int, default=512, help="context size (default: 512)")
         parser.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
         parser.add_argument("--temp", type=float, default=0.0, help="temperature; 0 is greedy (default: 0)")

@@ -11,6 +11,7 @@ from typing import Any
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .._errors import RunFormatError
@@ -40,6 +41,7 @@ class Run:
         self.manifest = _load_manifest(path)
         self.experiment_id: str = self.manifest["experiment_id"]
         self._raw: dict[str, pa.Table] = {table: self._read_table(table) for table in TABLES}
+        self._drop_unfinished_graphs()
         self.manifest["status"] = _effective_status(self.manifest)
 
     def __repr__(self) -> str:
@@ -95,6 +97,16 @@ class Run:
     def tokens(self) -> pd.DataFrame:
         return self.raw("tokens").sort_values(["graph_id", "batch_index"], ignore_index=True)
 
+    def _drop_unfinished_graphs(self) -> None:
+        """A graph's row is written after its nodes, edges and tokens: rows of a graph
+        without one are from the graph a crash interrupted, and are left out."""
+        finished = self._raw["graphs"].column("graph_id")
+        for table in ("nodes", "edges", "tokens"):
+            data = self._raw[table]
+            keep = pc.is_in(data.column("graph_id"), value_set=finished)
+            if not pc.all(keep).as_py():
+                self._raw[table] = data.filter(keep)
+
     def _read_table(self, table: str) -> pa.Table:
         parquet_path = self.path / (table + PARQUET_SUFFIX)
         stream_path = self.path / (table + STREAM_SUFFIX)
@@ -131,9 +143,7 @@ def _load_manifest(path: Path) -> dict[str, Any]:
     version = manifest.get("format_version")
     if version not in READER_SUPPORTED_VERSIONS:
         supported = ", ".join(map(str, READER_SUPPORTED_VERSIONS))
-        raise RunFormatError(
-            f"{path} uses run format version {version}; this ggml-viz reads version {supported}"
-        )
+        raise RunFormatError(f"{path} uses run format version {version}; this ggml-viz reads version {supported}")
     if not isinstance(manifest.get("experiment_id"), str):
         raise RunFormatError(f"{manifest_path} has no experiment id")
     return manifest

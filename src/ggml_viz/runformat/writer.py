@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -69,7 +70,12 @@ class RunWriter:
         write_manifest(run_dir, self.manifest)
         for table in TABLES:
             sink = pa.OSFile(str(run_dir / (table + STREAM_SUFFIX)), "wb")
-            self._streams[table] = (sink, pa.ipc.new_stream(sink, table_schema(table, experiment_id)))
+            schema = table_schema(table, experiment_id)
+            stream = pa.ipc.new_stream(sink, schema)
+            # An empty batch puts the schema on disk now: a reader can open the stream at once.
+            stream.write_batch(pa.record_batch([pa.array([], type=f.type) for f in schema], schema=schema))
+            sink.flush()
+            self._streams[table] = (sink, stream)
 
     def append(self, table: str, columns: Mapping[str, Any]) -> None:
         """Append rows given as one array per column; the columns must match the schema."""

