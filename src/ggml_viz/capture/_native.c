@@ -1,0 +1,631 @@
+/*
+ * ggml_viz.capture._native: the eval-callback recorder's hot path, in C.
+ *
+ * llama.cpp calls `ggml_viz_eval_callback(t, ask, recorder)` for every graph node
+ * (ask = true before computing it, ask = false after, when we answered true). The
+ * callback runs without the GIL and never calls Python: per node it takes the time,
+ * copies the tensor struct and the structs of sources not seen yet in this graph into
+ * growable C arrays, and describes each buffer the first time a graph uses it.
+ * Python takes everything between llama_decode calls (`take()`) and decodes it in bulk.
+ *
+ * Field offsets come from Python (ggml_api.TENSOR_DTYPE), which checks them against
+ * the loaded ggml before any recorder is attached.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+#include <fnmatch.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { MODE_OFF = 0, MODE_RECORD = 1, MODE_COUNT = 2 };
+enum { MAX_OPS = 32, MAX_NAMES = 32, MAX_LAYER_RANGES = 64, NAME_LEN = 64 };
+enum { NODE_ANSWERED = 1, NODE_TIMED = 2, NODE_SELECTED = 4 };
+
+typedef const char *(*name_fn)(const void *);
+typedef int (*usage_fn)(const void *);
+typedef size_t (*size_fn)(const void *);
+typedef void *(*ptr_fn)(const void *);
+typedef const char *(*op_name_fn)(int);
+
+typedef struct {
+    uint64_t address;
+    int64_t usage;
+    uint64_t size;
+    uint64_t base;
+    char name[NAME_LEN];
+    char buffer_type[NAME_LEN];
+} BufferRecord;
+
+typedef struct {
+    size_t count, capacity, item_size;
+    uint8_t *items;
+} Array;
+
+typedef struct {
+    PyObject_HEAD
+    /* tensor layout */
+    size_t tensor_size, buffer_offset, op_offset, src_offset, n_src, view_src_offset, name_offset;
+    /* ggml functions */
+    name_fn buffer_name, op_desc, buft_name;
+    usage_fn buffer_usage;
+    size_fn buffer_size;
+    ptr_fn buffer_base, buffer_type;
+    op_name_fn op_name;
+    /* settings */
+    int mode;
+    int time_nodes;
+    int filtering;
+    int n_ops, n_names, n_layer_ranges, select_no_layer;
+    char ops[MAX_OPS][NAME_LEN];
+    char names[MAX_NAMES][NAME_LEN];
+    int64_t layer_ranges[MAX_LAYER_RANGES][2];
+    /* what has been recorded since the last take() */
+    Array nodes, node_ptrs, starts, ends, node_flags;
+    Array leaves, leaf_ptrs;
+    Array graph_node_start, graph_leaf_start, graph_buffer_start, graph_boundary;
+    Array buffers;
+    /* the graph in flight */
+    size_t graph_first_node, graph_first_leaf, graph_first_buffer;
+    uint64_t *set_keys; /* open-addressing set of pointers seen in this graph */
+    uint8_t *set_kinds; /* 0 empty, 1 node, 2 leaf, 3 buffer */
+    size_t set_capacity, set_count;
+    uint8_t *previous_selection; /* which node indexes the previous graph selected */
+    size_t previous_count, previous_capacity;
+    int64_t pending; /* node waiting for its result callback, or -1 */
+    uint64_t counted_nodes;
+    int out_of_memory;
+} Recorder;
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* ---- growable arrays -------------------------------------------------------------- */
+
+static int array_reserve(Array *a, size_t extra) {
+    if (a->count + extra <= a->capacity) return 0;
+    size_t capacity = a->capacity ? a->capacity : 1024;
+    while (capacity < a->count + extra) capacity *= 2;
+    uint8_t *items = realloc(a->items, capacity * a->item_size);
+    if (!items) return -1;
+    a->items = items;
+    a->capacity = capacity;
+    return 0;
+}
+
+static void *array_push(Array *a) {
+    if (array_reserve(a, 1) != 0) return NULL;
+    return a->items + (a->count++) * a->item_size;
+}
+
+#define ARRAY_AT(a, type, i) (((type *)(a).items)[i])
+
+/* ---- the per-graph pointer set ------------------------------------------------------ */
+
+static size_t hash_pointer(uint64_t p, size_t capacity) {
+    p ^= p >> 33;
+    p *= 0xff51afd7ed558ccdULL;
+    p ^= p >> 33;
+    return (size_t)p & (capacity - 1);
+}
+
+static int set_find(Recorder *r, uint64_t key) {
+    size_t i = hash_pointer(key, r->set_capacity);
+    while (r->set_kinds[i]) {
+        if (r->set_keys[i] == key) return r->set_kinds[i];
+        i = (i + 1) & (r->set_capacity - 1);
+    }
+    return 0;
+}
+
+static int set_grow(Recorder *r) {
+    size_t old_capacity = r->set_capacity;
+    uint64_t *old_keys = r->set_keys;
+    uint8_t *old_kinds = r->set_kinds;
+    size_t capacity = old_capacity ? old_capacity * 2 : 8192;
+    uint64_t *keys = calloc(capacity, sizeof(uint64_t));
+    uint8_t *kinds = calloc(capacity, 1);
+    if (!keys || !kinds) {
+        free(keys);
+        free(kinds);
+        return -1;
+    }
+    r->set_keys = keys;
+    r->set_kinds = kinds;
+    r->set_capacity = capacity;
+    for (size_t i = 0; i < old_capacity; i++) {
+        if (!old_kinds[i]) continue;
+        size_t j = hash_pointer(old_keys[i], capacity);
+        while (kinds[j]) j = (j + 1) & (capacity - 1);
+        keys[j] = old_keys[i];
+        kinds[j] = old_kinds[i];
+    }
+    free(old_keys);
+    free(old_kinds);
+    return 0;
+}
+
+static int set_add(Recorder *r, uint64_t key, uint8_t kind) {
+    if ((r->set_count + 1) * 2 > r->set_capacity && set_grow(r) != 0) return -1;
+    size_t i = hash_pointer(key, r->set_capacity);
+    while (r->set_kinds[i]) i = (i + 1) & (r->set_capacity - 1);
+    r->set_keys[i] = key;
+    r->set_kinds[i] = kind;
+    r->set_count++;
+    return 0;
+}
+
+static void set_clear(Recorder *r) {
+    if (r->set_count) memset(r->set_kinds, 0, r->set_capacity);
+    r->set_count = 0;
+}
+
+/* ---- reading a tensor struct ------------------------------------------------------- */
+
+static uint64_t field_u64(const uint8_t *tensor, size_t offset) {
+    uint64_t value;
+    memcpy(&value, tensor + offset, sizeof value);
+    return value;
+}
+
+/* The layer in a tensor name, as ggml_viz.layers.layer_of reads it; -1 if none. */
+static int64_t layer_of(const char *name) {
+    size_t length = strnlen(name, NAME_LEN);
+    if (length > 4 && strncmp(name, "blk.", 4) == 0) {
+        size_t i = 4;
+        int64_t value = 0;
+        while (i < length && name[i] >= '0' && name[i] <= '9') value = value * 10 + (name[i++] - '0');
+        if (i > 4 && i < length && name[i] == '.') return value;
+    }
+    const char *markers[2] = {"-", "_l"};
+    for (int m = 0; m < 2; m++) {
+        size_t marker_length = strlen(markers[m]);
+        for (size_t start = 0; start + marker_length < length; start++) {
+            if (strncmp(name + start, markers[m], marker_length) != 0) continue;
+            size_t i = start + marker_length;
+            int64_t value = 0;
+            while (i < length && name[i] >= '0' && name[i] <= '9') value = value * 10 + (name[i++] - '0');
+            if (i > start + marker_length && (i == length || name[i] == ' ' || name[i] == '(')) return value;
+        }
+    }
+    return -1;
+}
+
+static bool is_selected(Recorder *r, const uint8_t *tensor) {
+    char name[NAME_LEN + 1];
+    memcpy(name, tensor + r->name_offset, NAME_LEN);
+    name[NAME_LEN] = 0;
+    if (r->n_ops) {
+        bool found = false;
+        const char *specific = r->op_desc ? r->op_desc(tensor) : NULL;
+        int32_t op;
+        memcpy(&op, tensor + r->op_offset, sizeof op);
+        const char *base = r->op_name ? r->op_name(op) : NULL;
+        for (int i = 0; i < r->n_ops && !found; i++) {
+            found = (specific && strcmp(specific, r->ops[i]) == 0) || (base && strcmp(base, r->ops[i]) == 0);
+        }
+        if (!found) return false;
+    }
+    if (r->n_layer_ranges || r->select_no_layer) {
+        int64_t layer = layer_of(name);
+        bool found = layer < 0 && r->select_no_layer;
+        for (int i = 0; i < r->n_layer_ranges && !found; i++) {
+            found = layer >= r->layer_ranges[i][0] && layer <= r->layer_ranges[i][1];
+        }
+        if (!found) return false;
+    }
+    if (r->n_names) {
+        bool found = false;
+        for (int i = 0; i < r->n_names && !found; i++) found = fnmatch(r->names[i], name, 0) == 0;
+        if (!found) return false;
+    }
+    return true;
+}
+
+/* ---- recording ------------------------------------------------------------------------ */
+
+static int note_buffer(Recorder *r, const uint8_t *tensor) {
+    uint64_t buffer = field_u64(tensor, r->buffer_offset);
+    if (!buffer || set_find(r, buffer)) return 0;
+    if (set_add(r, buffer, 3) != 0) return -1;
+    BufferRecord *record = array_push(&r->buffers);
+    if (!record) return -1;
+    memset(record, 0, sizeof *record);
+    const void *b = (const void *)(uintptr_t)buffer;
+    record->address = buffer;
+    record->usage = r->buffer_usage(b);
+    record->size = r->buffer_size(b);
+    record->base = (uint64_t)(uintptr_t)r->buffer_base(b);
+    const char *name = r->buffer_name(b);
+    if (name) strncpy(record->name, name, NAME_LEN - 1);
+    void *buft = r->buffer_type(b);
+    const char *buft_name = buft ? r->buft_name(buft) : NULL;
+    if (buft_name) strncpy(record->buffer_type, buft_name, NAME_LEN - 1);
+    return 0;
+}
+
+static int copy_tensor(Recorder *r, Array *structs, Array *ptrs, uint64_t address, const uint8_t **copied) {
+    uint8_t *slot = array_push(structs);
+    uint64_t *ptr = array_push(ptrs);
+    if (!slot || !ptr) return -1;
+    memcpy(slot, (const void *)(uintptr_t)address, r->tensor_size);
+    /* A name is a C string: bytes after its NUL are stale, clear them. */
+    uint8_t *name = slot + r->name_offset;
+    size_t length = strnlen((const char *)name, NAME_LEN);
+    if (length < NAME_LEN) memset(name + length, 0, NAME_LEN - length);
+    *ptr = address;
+    *copied = slot;
+    return 0;
+}
+
+static int copy_leaf(Recorder *r, uint64_t address) {
+    if (!address || set_find(r, address)) return 0;
+    const uint8_t *copied;
+    if (copy_tensor(r, &r->leaves, &r->leaf_ptrs, address, &copied) != 0) return -1;
+    if (set_add(r, address, 2) != 0) return -1;
+    return note_buffer(r, copied);
+}
+
+/* Close the graph in flight: remember where it ended and what it selected. */
+static int close_graph(Recorder *r, int64_t boundary) {
+    if (r->nodes.count == r->graph_first_node) return 0;
+    size_t *node_start = array_push(&r->graph_node_start);
+    size_t *leaf_start = array_push(&r->graph_leaf_start);
+    size_t *buffer_start = array_push(&r->graph_buffer_start);
+    int64_t *boundary_ns = array_push(&r->graph_boundary);
+    if (!node_start || !leaf_start || !buffer_start || !boundary_ns) return -1;
+    *node_start = r->graph_first_node;
+    *leaf_start = r->graph_first_leaf;
+    *buffer_start = r->graph_first_buffer;
+    *boundary_ns = boundary;
+    size_t n = r->nodes.count - r->graph_first_node;
+    if (n > r->previous_capacity) {
+        uint8_t *grown = realloc(r->previous_selection, n);
+        if (!grown) return -1;
+        r->previous_selection = grown;
+        r->previous_capacity = n;
+    }
+    for (size_t i = 0; i < n; i++) {
+        r->previous_selection[i] = (ARRAY_AT(r->node_flags, uint8_t, r->graph_first_node + i) & NODE_SELECTED) != 0;
+    }
+    r->previous_count = n;
+    r->graph_first_node = r->nodes.count;
+    r->graph_first_leaf = r->leaves.count;
+    r->graph_first_buffer = r->buffers.count;
+    r->pending = -1;
+    set_clear(r);
+    return 0;
+}
+
+static bool answer_for(Recorder *r, const uint8_t *tensor, size_t index_in_graph, uint8_t *flags) {
+    if (!r->time_nodes) return false;
+    if (!r->filtering) {
+        *flags |= NODE_SELECTED;
+        return true;
+    }
+    bool selected = is_selected(r, tensor);
+    if (selected) *flags |= NODE_SELECTED;
+    /* Answer for the node before a selected one too (learned from the previous graph,
+       which llama.cpp usually builds alike): then the selected node is computed alone. */
+    bool fence = index_in_graph + 1 < r->previous_count && r->previous_selection[index_in_graph + 1];
+    return selected || fence;
+}
+
+/* Record a node the scheduler asks about; returns the answer, or -1 out of memory. */
+static int on_ask(Recorder *r, uint64_t address) {
+    if (set_find(r, address) == 1 && close_graph(r, now_ns()) != 0) return -1; /* a node again: next graph */
+    const uint8_t *copied;
+    if (copy_tensor(r, &r->nodes, &r->node_ptrs, address, &copied) != 0) return -1;
+    if (set_add(r, address, 1) != 0 || note_buffer(r, copied) != 0) return -1;
+    for (size_t i = 0; i < r->n_src; i++) {
+        if (copy_leaf(r, field_u64(copied, r->src_offset + 8 * i)) != 0) return -1;
+    }
+    if (copy_leaf(r, field_u64(copied, r->view_src_offset)) != 0) return -1;
+
+    size_t index = r->nodes.count - 1;
+    size_t index_in_graph = index - r->graph_first_node;
+    uint8_t *flags = array_push(&r->node_flags);
+    int64_t *start = array_push(&r->starts);
+    int64_t *end = array_push(&r->ends);
+    if (!flags || !start || !end) return -1;
+    *flags = 0;
+    bool answer = answer_for(r, copied, index_in_graph, flags);
+    if (answer) {
+        *flags |= NODE_ANSWERED;
+        /* Timed alone only if the previous slice ended right before this node. */
+        bool alone = index_in_graph == 0 || (ARRAY_AT(r->node_flags, uint8_t, index - 1) & NODE_ANSWERED);
+        if (alone) *flags |= NODE_TIMED;
+        r->pending = (int64_t)index;
+    }
+    *start = *end = now_ns();
+    return answer ? 1 : 0;
+}
+
+static bool ggml_viz_eval_callback(void *tensor, bool ask, void *user_data) {
+    Recorder *r = (Recorder *)user_data;
+    if (r->mode != MODE_RECORD) {
+        if (ask && r->mode == MODE_COUNT) r->counted_nodes++;
+        return !ask; /* a result callback must answer true, or ggml stops the graph */
+    }
+    if (!ask) {
+        int64_t now = now_ns();
+        if (r->pending >= 0) {
+            ARRAY_AT(r->ends, int64_t, r->pending) = now;
+            r->pending = -1;
+        }
+        return true;
+    }
+    int answer = on_ask(r, (uint64_t)(uintptr_t)tensor);
+    if (answer < 0) { /* Python sees the flag, discards the partial graph and stops recording */
+        r->out_of_memory = 1;
+        r->mode = MODE_OFF;
+        return false;
+    }
+    return answer == 1;
+}
+
+/* ---- Python interface ---------------------------------------------------------------- */
+
+static void array_init(Array *a, size_t item_size) {
+    memset(a, 0, sizeof *a);
+    a->item_size = item_size;
+}
+
+static void array_free(Array *a) {
+    free(a->items);
+    a->items = NULL;
+    a->count = a->capacity = 0;
+}
+
+static PyObject *array_bytes(Array *a, size_t from, size_t to) {
+    return PyBytes_FromStringAndSize((const char *)a->items + from * a->item_size, (to - from) * a->item_size);
+}
+
+static int Recorder_init(Recorder *self, PyObject *args, PyObject *kwargs) {
+    static char *keywords[] = {"layout", "functions", NULL};
+    PyObject *layout, *functions;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO", keywords, &layout, &functions)) return -1;
+    unsigned long long f[9];
+    if (!PyArg_ParseTuple(layout, "nnnnnnn", &self->tensor_size, &self->buffer_offset, &self->op_offset,
+                          &self->src_offset, &self->n_src, &self->view_src_offset, &self->name_offset) ||
+        !PyArg_ParseTuple(functions, "KKKKKKKK", &f[0], &f[1], &f[2], &f[3], &f[4], &f[5], &f[6], &f[7])) {
+        return -1;
+    }
+    for (int i = 0; i < 8; i++) {
+        if (!f[i]) {
+            PyErr_SetString(PyExc_ValueError, "a ggml function address is null");
+            return -1;
+        }
+    }
+    self->buffer_name = (name_fn)(uintptr_t)f[0];
+    self->buffer_usage = (usage_fn)(uintptr_t)f[1];
+    self->buffer_size = (size_fn)(uintptr_t)f[2];
+    self->buffer_base = (ptr_fn)(uintptr_t)f[3];
+    self->buffer_type = (ptr_fn)(uintptr_t)f[4];
+    self->buft_name = (name_fn)(uintptr_t)f[5];
+    self->op_desc = (name_fn)(uintptr_t)f[6];
+    self->op_name = (op_name_fn)(uintptr_t)f[7];
+    if (self->tensor_size < self->name_offset + NAME_LEN) {
+        PyErr_SetString(PyExc_ValueError, "tensor layout: the name lies past the struct");
+        return -1;
+    }
+    array_init(&self->nodes, self->tensor_size);
+    array_init(&self->leaves, self->tensor_size);
+    array_init(&self->node_ptrs, sizeof(uint64_t));
+    array_init(&self->leaf_ptrs, sizeof(uint64_t));
+    array_init(&self->starts, sizeof(int64_t));
+    array_init(&self->ends, sizeof(int64_t));
+    array_init(&self->node_flags, 1);
+    array_init(&self->graph_node_start, sizeof(size_t));
+    array_init(&self->graph_leaf_start, sizeof(size_t));
+    array_init(&self->graph_buffer_start, sizeof(size_t));
+    array_init(&self->graph_boundary, sizeof(int64_t));
+    array_init(&self->buffers, sizeof(BufferRecord));
+    if (set_grow(self) != 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->mode = MODE_RECORD;
+    self->time_nodes = 1;
+    self->pending = -1;
+    return 0;
+}
+
+static void Recorder_dealloc(Recorder *self) {
+    Array *arrays[] = {&self->nodes, &self->leaves, &self->node_ptrs, &self->leaf_ptrs, &self->starts,
+                       &self->ends, &self->node_flags, &self->graph_node_start, &self->graph_leaf_start,
+                       &self->graph_buffer_start, &self->graph_boundary, &self->buffers};
+    for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) array_free(arrays[i]);
+    free(self->set_keys);
+    free(self->set_kinds);
+    free(self->previous_selection);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static void reset_recorded(Recorder *r) {
+    r->nodes.count = r->leaves.count = r->node_ptrs.count = r->leaf_ptrs.count = 0;
+    r->starts.count = r->ends.count = r->node_flags.count = 0;
+    r->graph_node_start.count = r->graph_leaf_start.count = r->graph_buffer_start.count = 0;
+    r->graph_boundary.count = r->buffers.count = 0;
+    r->graph_first_node = r->graph_first_leaf = r->graph_first_buffer = 0;
+    r->pending = -1;
+    set_clear(r);
+}
+
+/* take(boundary_ns) -> list of graphs, each a tuple of bytes:
+   (nodes, node_ptrs, starts, ends, flags, leaves, leaf_ptrs, buffers, boundary_ns) */
+static PyObject *Recorder_take(Recorder *self, PyObject *arg) {
+    long long boundary = PyLong_AsLongLong(arg);
+    if (boundary == -1 && PyErr_Occurred()) return NULL;
+    if (close_graph(self, boundary) != 0) return PyErr_NoMemory();
+    size_t n_graphs = self->graph_node_start.count;
+    PyObject *graphs = PyList_New((Py_ssize_t)n_graphs);
+    if (!graphs) return NULL;
+    for (size_t g = 0; g < n_graphs; g++) {
+        size_t n0 = ARRAY_AT(self->graph_node_start, size_t, g);
+        size_t n1 = g + 1 < n_graphs ? ARRAY_AT(self->graph_node_start, size_t, g + 1) : self->nodes.count;
+        size_t l0 = ARRAY_AT(self->graph_leaf_start, size_t, g);
+        size_t l1 = g + 1 < n_graphs ? ARRAY_AT(self->graph_leaf_start, size_t, g + 1) : self->leaves.count;
+        size_t b0 = ARRAY_AT(self->graph_buffer_start, size_t, g);
+        size_t b1 = g + 1 < n_graphs ? ARRAY_AT(self->graph_buffer_start, size_t, g + 1) : self->buffers.count;
+        PyObject *buffers = PyList_New((Py_ssize_t)(b1 - b0));
+        if (!buffers) goto error;
+        for (size_t b = b0; b < b1; b++) {
+            BufferRecord *record = &ARRAY_AT(self->buffers, BufferRecord, b);
+            PyObject *item = Py_BuildValue("(KLKKss)", (unsigned long long)record->address, (long long)record->usage,
+                                           (unsigned long long)record->size, (unsigned long long)record->base,
+                                           record->name, record->buffer_type);
+            if (!item) {
+                Py_DECREF(buffers);
+                goto error;
+            }
+            PyList_SET_ITEM(buffers, (Py_ssize_t)(b - b0), item);
+        }
+        PyObject *graph = Py_BuildValue(
+            "(NNNNNNNNL)", array_bytes(&self->nodes, n0, n1), array_bytes(&self->node_ptrs, n0, n1),
+            array_bytes(&self->starts, n0, n1), array_bytes(&self->ends, n0, n1),
+            array_bytes(&self->node_flags, n0, n1), array_bytes(&self->leaves, l0, l1),
+            array_bytes(&self->leaf_ptrs, l0, l1), buffers, (long long)ARRAY_AT(self->graph_boundary, int64_t, g));
+        if (!graph) goto error;
+        PyList_SET_ITEM(graphs, (Py_ssize_t)g, graph);
+    }
+    reset_recorded(self);
+    return graphs;
+error:
+    Py_DECREF(graphs);
+    return NULL;
+}
+
+static PyObject *Recorder_set_filters(Recorder *self, PyObject *args) {
+    PyObject *ops, *layers, *names;
+    int select_no_layer;
+    if (!PyArg_ParseTuple(args, "OOpO", &ops, &layers, &select_no_layer, &names)) return NULL;
+    PyObject *sequences[3] = {ops, layers, names};
+    Py_ssize_t limits[3] = {MAX_OPS, MAX_LAYER_RANGES, MAX_NAMES};
+    for (int s = 0; s < 3; s++) {
+        if (!PyTuple_Check(sequences[s]) || PyTuple_GET_SIZE(sequences[s]) > limits[s]) {
+            PyErr_SetString(PyExc_ValueError, "filters: tuples of at most 32 ops, 64 layer ranges, 32 names");
+            return NULL;
+        }
+    }
+    int n_ops = (int)PyTuple_GET_SIZE(ops), n_names = (int)PyTuple_GET_SIZE(names);
+    int n_ranges = (int)PyTuple_GET_SIZE(layers);
+    for (int i = 0; i < n_ops + n_names; i++) {
+        PyObject *item = i < n_ops ? PyTuple_GET_ITEM(ops, i) : PyTuple_GET_ITEM(names, i - n_ops);
+        const char *text = PyUnicode_AsUTF8(item);
+        if (!text) return NULL;
+        if (strlen(text) >= NAME_LEN) {
+            PyErr_SetString(PyExc_ValueError, "filters: an op or name pattern is longer than 63 bytes");
+            return NULL;
+        }
+        strcpy(i < n_ops ? self->ops[i] : self->names[i - n_ops], text);
+    }
+    for (int i = 0; i < n_ranges; i++) {
+        long long low, high;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(layers, i), "LL", &low, &high)) return NULL;
+        self->layer_ranges[i][0] = low;
+        self->layer_ranges[i][1] = high;
+    }
+    self->n_ops = n_ops;
+    self->n_names = n_names;
+    self->n_layer_ranges = n_ranges;
+    self->select_no_layer = select_no_layer;
+    self->filtering = n_ops || n_names || n_ranges || select_no_layer;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Recorder_take_counted(Recorder *self, PyObject *unused) {
+    unsigned long long counted = self->counted_nodes;
+    self->counted_nodes = 0;
+    return PyLong_FromUnsignedLongLong(counted);
+}
+
+static PyObject *Recorder_discard(Recorder *self, PyObject *unused) {
+    reset_recorded(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Recorder_get_address(Recorder *self, void *closure) {
+    return PyLong_FromVoidPtr(self);
+}
+
+static PyObject *Recorder_get_pending_nodes(Recorder *self, void *closure) {
+    return PyLong_FromSize_t(self->nodes.count);
+}
+
+static PyMethodDef Recorder_methods[] = {
+    {"take", (PyCFunction)Recorder_take, METH_O, "take(boundary_ns): the graphs recorded since the last take"},
+    {"set_filters", (PyCFunction)Recorder_set_filters, METH_VARARGS,
+     "set_filters(ops, layer_ranges, select_no_layer, name_patterns)"},
+    {"take_counted", (PyCFunction)Recorder_take_counted, METH_NOARGS, "nodes counted (count mode) since last call"},
+    {"discard", (PyCFunction)Recorder_discard, METH_NOARGS, "forget what was recorded since the last take"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef Recorder_members[] = {
+    {"mode", T_INT, offsetof(Recorder, mode), 0, "0 off, 1 record, 2 count"},
+    {"time_nodes", T_INT, offsetof(Recorder, time_nodes), 0, "answer the scheduler: time nodes alone"},
+    {"out_of_memory", T_INT, offsetof(Recorder, out_of_memory), READONLY, "recording stopped for lack of memory"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyGetSetDef Recorder_getset[] = {
+    {"address", (getter)Recorder_get_address, NULL, "the user_data pointer for the callback", NULL},
+    {"pending_nodes", (getter)Recorder_get_pending_nodes, NULL, "nodes recorded since the last take", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject RecorderType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ggml_viz.capture._native.Recorder",
+    .tp_doc = "Native eval-callback recorder for one llama context",
+    .tp_basicsize = sizeof(Recorder),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Recorder_init,
+    .tp_dealloc = (destructor)Recorder_dealloc,
+    .tp_methods = Recorder_methods,
+    .tp_members = Recorder_members,
+    .tp_getset = Recorder_getset,
+};
+
+static PyObject *native_layer_of(PyObject *module, PyObject *arg) {
+    const char *name = PyUnicode_AsUTF8(arg);
+    if (!name) return NULL;
+    char padded[NAME_LEN + 1] = {0};
+    strncpy(padded, name, NAME_LEN);
+    return PyLong_FromLongLong(layer_of(padded));
+}
+
+static PyMethodDef module_methods[] = {
+    {"layer_of", native_layer_of, METH_O, "the layer the native recorder reads in a tensor name"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef native_module = {
+    PyModuleDef_HEAD_INIT, "ggml_viz.capture._native", "ggml-viz's native eval-callback recorder", -1,
+    module_methods,
+};
+
+PyMODINIT_FUNC PyInit__native(void) {
+    if (PyType_Ready(&RecorderType) < 0) return NULL;
+    PyObject *module = PyModule_Create(&native_module);
+    if (!module) return NULL;
+    Py_INCREF(&RecorderType);
+    if (PyModule_AddObject(module, "Recorder", (PyObject *)&RecorderType) < 0 ||
+        PyModule_AddObject(module, "CALLBACK_ADDRESS", PyLong_FromVoidPtr((void *)ggml_viz_eval_callback)) < 0 ||
+        PyModule_AddIntConstant(module, "MODE_OFF", MODE_OFF) < 0 ||
+        PyModule_AddIntConstant(module, "MODE_RECORD", MODE_RECORD) < 0 ||
+        PyModule_AddIntConstant(module, "MODE_COUNT", MODE_COUNT) < 0 ||
+        PyModule_AddIntConstant(module, "NODE_TIMED", NODE_TIMED) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}
