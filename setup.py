@@ -1,8 +1,9 @@
-"""Build steps pyproject.toml cannot express: the start-up hook (.pth) beside the package."""
+"""Build steps pyproject.toml cannot express: the native recorder (a C extension, optional:
+ggml-viz falls back to its Python recorder without it) and the start-up hook (.pth)."""
 
 import os
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 
 STARTUP_HOOK = "ggml_viz_startup.pth"
@@ -19,4 +20,11 @@ class BuildWithStartupHook(build_py):
         return [*super().get_outputs(include_bytecode), os.path.join(self.build_lib, STARTUP_HOOK)]
 
 
-setup(cmdclass={"build_py": BuildWithStartupHook})
+native_recorder = Extension(
+    "ggml_viz.capture._native",
+    sources=["src/ggml_viz/capture/_native.c"],
+    extra_compile_args=["-O2", "-std=c11", "-D_GNU_SOURCE"],
+    optional=True,
+)
+
+setup(cmdclass={"build_py": BuildWithStartupHook}, ext_modules=[native_recorder])

@@ -14,6 +14,7 @@ callback when the context is made.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._errors import CaptureError, GgmlVizError, RunFormatError
@@ -29,20 +30,45 @@ __all__ = ["CaptureError", "GgmlVizError", "RunFormatError", "__version__", "ope
 def record(
     output: str | os.PathLike[str],
     *,
-    metadata: dict[str, Any] | None = None,
+    detail: str = "op",
+    sample: int | None = None,
+    ops: str | Sequence[str] | None = None,
+    layers: str | None = None,
+    names: str | Sequence[str] | None = None,
     max_events: int | None = None,
+    policy: str = "keep-first",
+    recorder: str = "native",
+    metadata: dict[str, Any] | None = None,
     overwrite: bool = False,
     verbose: bool = False,
 ) -> Recording:
     """Record every llama context created inside the `with` block into the run `output`.
 
+    detail: "op" times every node on its own; "graph" records structure and graph times only.
+    sample: time nodes on every N-th decode graph and the first prompt graph only.
+    ops, layers, names: time only matching nodes on their own ("MUL_MAT,ROPE", "0-3,29,none",
+        "attn*"); the others are recorded as structure.
+    max_events, policy: keep at most this many node events, whole graphs, the first
+        ("keep-first") or the last ("keep-last"); the rest are counted as dropped.
+    recorder: "native" (C extension, the default) or "python".
     metadata: stored in the manifest under "generation" (prompt, sampling settings, ...).
-    max_events: keep at most this many node events (whole graphs; the rest are counted as dropped).
     overwrite: replace an existing run at `output`.
     """
     from .capture.session import Recording
+    from .capture.settings import CaptureSettings, selection_from
 
-    return Recording(output, metadata=metadata, max_events=max_events, overwrite=overwrite, verbose=verbose)
+    op_list = ops if isinstance(ops, str) or ops is None else ",".join(ops)
+    settings = CaptureSettings(
+        recorder=recorder,
+        detail=detail,
+        sample=sample,
+        selection=selection_from(
+            op_list, layers, list(names) if names is not None and not isinstance(names, str) else names
+        ),
+        max_events=max_events,
+        policy=policy,
+    )
+    return Recording(output, settings=settings, metadata=metadata, overwrite=overwrite, verbose=verbose)
 
 
 def open(path: str | os.PathLike[str]) -> Run:  # noqa: A001 - mirrors the builtin on purpose

@@ -7,8 +7,15 @@ program itself imports `llama_cpp.llama_cpp`, so programs that never use it pay 
 Environment variables:
   GGML_VIZ_OUTPUT=run.ggmlviz  where to write the run (a taken name gets -1, -2, ...)
   GGML_VIZ_DISABLE=1           turn recording off
-  GGML_VIZ_MAX_EVENTS=N        keep at most N node events (whole graphs)
   GGML_VIZ_VERBOSE=1           say what is attached and where the run goes
+  GGML_VIZ_DETAIL=op|graph     time every node (op), or record structure and graph times only
+  GGML_VIZ_SAMPLE=N            time nodes on every N-th decode graph and the first prompt graph
+  GGML_VIZ_OPS=MUL_MAT,ROPE    time only these ops on their own (others: structure)
+  GGML_VIZ_LAYERS=0-3,29,none  ... only nodes of these layers ("none": outside layers)
+  GGML_VIZ_NAMES='attn*,ffn_*' ... only nodes whose names match these globs
+  GGML_VIZ_MAX_EVENTS=N        keep at most N node events (whole graphs)
+  GGML_VIZ_POLICY=keep-first|keep-last   which graphs the bound keeps
+  GGML_VIZ_RECORDER=native|python        the recorder (native is the default)
 """
 
 from __future__ import annotations
@@ -33,19 +40,16 @@ def start_from_environment() -> None:
     """Start recording the way the environment says (called once the target is imported)."""
     from .capture.log import say
     from .capture.session import Recording, active_recording
+    from .capture.settings import settings_from_environment
 
     if active_recording() is not None:
         return
-    max_events_text = os.environ.get("GGML_VIZ_MAX_EVENTS", "").strip()
-    max_events = None
-    if max_events_text:
-        try:
-            max_events = int(max_events_text)
-        except ValueError:
-            say(f"GGML_VIZ_MAX_EVENTS={max_events_text!r} is not a number; recording without a bound")
     try:
         recording = Recording(
-            os.environ["GGML_VIZ_OUTPUT"], max_events=max_events, verbose=_flag("GGML_VIZ_VERBOSE"), lazy=True
+            os.environ["GGML_VIZ_OUTPUT"],
+            settings=settings_from_environment(),
+            verbose=_flag("GGML_VIZ_VERBOSE"),
+            lazy=True,
         )
         recording.start()
     except Exception as error:  # the traced program must run on regardless

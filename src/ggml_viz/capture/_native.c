@@ -79,6 +79,7 @@ typedef struct {
     int64_t pending; /* node waiting for its result callback, or -1 */
     uint64_t counted_nodes;
     int out_of_memory;
+    long long fail_after_nodes; /* tests: act out of memory at this many nodes (0: never) */
 } Recorder;
 
 static int64_t now_ns(void) {
@@ -320,6 +321,7 @@ static bool answer_for(Recorder *r, const uint8_t *tensor, size_t index_in_graph
 
 /* Record a node the scheduler asks about; returns the answer, or -1 out of memory. */
 static int on_ask(Recorder *r, uint64_t address) {
+    if (r->fail_after_nodes > 0 && (long long)r->nodes.count >= r->fail_after_nodes) return -1;
     if (set_find(r, address) == 1 && close_graph(r, now_ns()) != 0) return -1; /* a node again: next graph */
     const uint8_t *copied;
     if (copy_tensor(r, &r->nodes, &r->node_ptrs, address, &copied) != 0) return -1;
@@ -573,6 +575,7 @@ static PyMemberDef Recorder_members[] = {
     {"mode", T_INT, offsetof(Recorder, mode), 0, "0 off, 1 record, 2 count"},
     {"time_nodes", T_INT, offsetof(Recorder, time_nodes), 0, "answer the scheduler: time nodes alone"},
     {"out_of_memory", T_INT, offsetof(Recorder, out_of_memory), READONLY, "recording stopped for lack of memory"},
+    {"fail_after_nodes", T_LONGLONG, offsetof(Recorder, fail_after_nodes), 0, "tests: fail at this many nodes"},
     {NULL, 0, 0, 0, NULL},
 };
 

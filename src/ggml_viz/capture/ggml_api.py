@@ -68,14 +68,26 @@ NAME_OFFSET = 256
 
 
 def tensor_structs(*parts: np.ndarray) -> np.ndarray:
-    """Concatenate arrays of tensor structs keeping the exact layout (np.concatenate
-    would repack the fields and drop the offsets)."""
-    result = np.zeros(sum(len(part) for part in parts), dtype=TENSOR_DTYPE)
+    """Concatenate arrays of tensor structs byte for byte (np.concatenate would repack the
+    fields, dropping the offsets, and copy field by field)."""
+    rows = sum(len(part) for part in parts)
+    result = np.empty((rows, TENSOR_SIZE), dtype=np.uint8)
     start = 0
     for part in parts:
-        result[start : start + len(part)] = part
+        result[start : start + len(part)] = raw_bytes(part)
         start += len(part)
-    return result
+    return result.view(TENSOR_DTYPE).reshape(rows)
+
+
+def raw_bytes(structs: np.ndarray) -> np.ndarray:
+    """An array of tensor structs as a (rows, 336) uint8 view."""
+    return np.ascontiguousarray(structs).view(np.uint8).reshape(len(structs), TENSOR_SIZE)
+
+
+def field_bytes(field: str) -> slice:
+    """The byte range of a TENSOR_DTYPE field."""
+    dtype, offset = TENSOR_DTYPE.fields[field][:2]  # type: ignore[index]
+    return slice(offset, offset + dtype.itemsize)
 
 
 def tensor_name(raw: bytes) -> str:
@@ -84,9 +96,6 @@ def tensor_name(raw: bytes) -> str:
 
 
 BUFFER_USAGE_NAMES = {0: "any", 1: "weights", 2: "compute"}
-
-# ggml_op values whose specific name lives in op_params[0] (ggml_op_desc reads it there).
-_OPS_WITH_SUBOP = ("UNARY", "GLU")
 
 
 class _InitParams(ctypes.Structure):
@@ -125,6 +134,8 @@ def libggml() -> ctypes.CDLL:
     _declare(lib, "ggml_new_tensor_2d", p, p, i32, ctypes.c_int64, ctypes.c_int64)
     _declare(lib, "ggml_view_1d", p, p, p, ctypes.c_int64, sz)
     _declare(lib, "ggml_add", p, p, p, p)
+    _declare(lib, "ggml_silu", p, p, p)
+    _declare(lib, "ggml_swiglu", p, p, p)
     _declare(lib, "ggml_set_name", p, p, ctypes.c_char_p)
     _declare(lib, "ggml_backend_buffer_name", ctypes.c_char_p, p)
     _declare(lib, "ggml_backend_buffer_get_usage", i32, p)
@@ -166,11 +177,29 @@ def type_block(ggml_type: int) -> tuple[int, int]:
 @functools.cache
 def op_desc(op: int, first_param: int) -> str:
     """The specific op name (SWIGLU rather than GLU); ggml_op_desc reads only op and op_params."""
-    if op_name(op) not in _OPS_WITH_SUBOP:
+    if op not in ops_with_subop():
         return op_name(op)
     probe = np.zeros(1, dtype=TENSOR_DTYPE)
     probe["op"], probe["op_params"][0, 0] = op, first_param
     return (libggml().ggml_op_desc(probe.ctypes.data) or b"?").decode()
+
+
+@functools.cache
+def ops_with_subop() -> tuple[int, ...]:
+    """The ggml_op values (UNARY, GLU) whose specific op is op_params[0], read off probe
+    tensors that ggml itself builds (the enum's numbering changes between versions)."""
+    lib = libggml()
+    ctx = lib.ggml_init(_InitParams(mem_size=8 * int(lib.ggml_tensor_overhead()), mem_buffer=None, no_alloc=True))
+    if not ctx:
+        raise CaptureError("ggml_init failed while reading op numbers")
+    try:
+        source = lib.ggml_new_tensor_2d(ctx, 0, 8, 2)
+        probes = (lib.ggml_silu(ctx, source), lib.ggml_swiglu(ctx, source))
+        return tuple(
+            int(np.frombuffer(ctypes.string_at(probe, TENSOR_SIZE), dtype=TENSOR_DTYPE)[0]["op"]) for probe in probes
+        )
+    finally:
+        lib.ggml_free(ctx)
 
 
 @dataclass(frozen=True)

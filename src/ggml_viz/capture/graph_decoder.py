@@ -1,13 +1,16 @@
 """Bulk decoding of a `RawGraph` into the run's normalized tables.
 
-Tensor descriptions (name, op, type, shape, buffer, view source) and buffers get a
-small integer id the first time they are seen in a recording; later graphs refer to
-the ids. Two lookups keep this cheap: the raw struct bytes (identical when llama.cpp
-rebuilds or reuses a graph) and, on a miss, the decoded description.
+Tensor descriptions (name, op, type, shape, strides, buffer, view source) and buffers
+get a small integer id the first time a recording sees them; later graphs refer to the
+ids. The work is vectorized: each copied struct, with the fields that do not describe
+the tensor cleared (data and source pointers, op parameters), is its own key; the keys
+are looked up in one dict, and only descriptions never seen before are decoded one by
+one. A view's key also holds its source's id, so views are resolved after their sources.
 """
 
 from __future__ import annotations
 
+import struct as struct_module
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,12 +19,13 @@ import numpy as np
 from ..layers import layer_of
 from ..runformat.schema import NO_ID
 from .ggml_api import (
-    GGML_MAX_NAME,
-    NAME_OFFSET,
-    TENSOR_DTYPE,
+    TENSOR_SIZE,
     BufferInfo,
+    field_bytes,
     op_desc,
     op_name,
+    ops_with_subop,
+    raw_bytes,
     tensor_name,
     tensor_structs,
     type_block,
@@ -29,7 +33,20 @@ from .ggml_api import (
 )
 from .raw_graph import RawGraph
 
-_KEY_END = NAME_OFFSET + GGML_MAX_NAME  # struct bytes up to the end of the name
+# Descriptions remembered before the catalog starts afresh: keeps a long recording's
+# memory flat (a description seen again after that is stored again, with a new id).
+MAX_REMEMBERED = 200_000
+_VIEW_ID = struct_module.Struct("<i")
+# Bytes of a struct that do not change what the tensor is: where its data sits, which
+# tensors feed it (edges say that), op parameters past the first, backend extras, padding.
+_NOT_DESCRIPTIVE = [
+    field_bytes("data"),
+    field_bytes("src"),
+    field_bytes("view_src"),
+    slice(field_bytes("op_params").start + 4, field_bytes("op_params").stop),
+    slice(field_bytes("type").stop, field_bytes("buffer").start),
+    slice(field_bytes("name").stop, TENSOR_SIZE),
+]
 
 
 @dataclass
@@ -37,7 +54,8 @@ class DecodedGraph:
     """Rows for each table, as column arrays, ready for RunWriter.append."""
 
     nodes: dict[str, Any]
-    edges: dict[str, Any]
+    new_edges: dict[str, Any]  # the wiring of a structure not seen before (else empty)
+    structure_id: int
     new_tensors: dict[str, list[Any]]
     new_buffers: dict[str, list[Any]]
     n_nodes: int
@@ -49,36 +67,42 @@ class TensorCatalog:
     """Ids of every tensor description and buffer seen so far in one recording."""
 
     def __init__(self) -> None:
-        self._by_bytes: dict[bytes, int] = {}
-        self._by_description: dict[tuple[Any, ...], int] = {}
+        self._by_key: dict[bytes, int] = {}
+        self._n_tensors = 0
         self._buffers: dict[tuple[int, BufferInfo], int] = {}
+        self._previous: _GraphShape | None = None
+        self._n_structures = 0
+        self._subop_ops = np.array(ops_with_subop(), dtype=np.int32)
 
     def decode(self, raw: RawGraph, graph_id: int, context_id: int) -> DecodedGraph:
         new_tensors: dict[str, list[Any]] = {name: [] for name in _TENSOR_COLUMNS}
         new_buffers: dict[str, list[Any]] = {name: [] for name in _BUFFER_COLUMNS}
         buffer_ids = self._buffer_ids(raw.buffers, graph_id, context_id, new_buffers)
-        if len(new_buffers["buffer_id"]):
-            self._by_bytes.clear()  # a buffer address may now mean another buffer
-
-        structs = tensor_structs(raw.leaves, raw.nodes)
-        ptrs = np.concatenate([raw.leaf_ptrs, raw.node_ptrs])
-        ids = self._tensor_ids(structs, ptrs, buffer_ids, new_tensors)
-        node_ids = ids[len(raw.leaves) :]
-
+        shape = self._previous
+        new_edges: dict[str, Any] = {"structure_id": []}
+        if shape is None or shape.fingerprint != raw.fingerprint:
+            # Not a rerun or an identical rebuild of the previous graph (as decode graphs are).
+            structs = tensor_structs(raw.leaves, raw.nodes)
+            ptrs = np.concatenate([raw.leaf_ptrs, raw.node_ptrs]).astype(np.uint64)
+            keyed = _description_keys(structs, self._subop_ops)
+            ids = self._tensor_ids(structs, keyed, ptrs, buffer_ids, new_tensors)
+            shape = self._previous = _GraphShape(raw.fingerprint, ids, self._n_structures)
+            self._n_structures += 1
+            new_edges = _edges(raw.nodes["src"], ptrs, ids, shape.structure_id)
+        ids = shape.ids
         n = raw.n_nodes
-        graph_ids = np.full(n, graph_id, dtype=np.int32)
         nodes = {
-            "graph_id": graph_ids,
+            "graph_id": np.full(n, graph_id, dtype=np.int32),
             "node_index": np.arange(n, dtype=np.int32),
             "start_ns": raw.start_ns,
             "end_ns": raw.end_ns,
-            "tensor_id": node_ids,
+            "tensor_id": ids[len(raw.leaves) :],
             "timed": raw.timed,
         }
-        edges = _edges(raw.nodes["src"], ptrs, ids, graph_id)
         return DecodedGraph(
             nodes=nodes,
-            edges=edges,
+            new_edges=new_edges,
+            structure_id=shape.structure_id,
             new_tensors=new_tensors,
             new_buffers=new_buffers,
             n_nodes=n,
@@ -94,6 +118,9 @@ class TensorCatalog:
             key = (address, info)
             if key not in self._buffers:
                 self._buffers[key] = len(self._buffers)
+                # keys hold buffer addresses: this one may now mean another buffer
+                self._by_key.clear()
+                self._previous = None
                 row = (
                     self._buffers[key],
                     context_id,
@@ -110,55 +137,89 @@ class TensorCatalog:
         return ids
 
     def _tensor_ids(
-        self, structs: np.ndarray, ptrs: np.ndarray, buffer_ids: dict[int, int], new: dict[str, list[Any]]
-    ) -> np.ndarray:
-        ids = np.empty(len(structs), dtype=np.int32)
-        row_of = {ptr: row for row, ptr in enumerate(ptrs.tolist())}
-        keyed = structs.copy()
-        keyed["data"] = 0  # where the data sits does not change what the tensor is
-        raw_bytes = keyed.tobytes()
-        assert len(raw_bytes) == len(structs) * TENSOR_DTYPE.itemsize
-        for row in range(len(structs)):
-            key = raw_bytes[row * TENSOR_DTYPE.itemsize : row * TENSOR_DTYPE.itemsize + _KEY_END]
-            known = self._by_bytes.get(key)
-            if known is None:
-                known = self._describe(structs[row], row_of, ids, buffer_ids, new)
-                self._by_bytes[key] = known
-            ids[row] = known
-        return ids
-
-    def _describe(
         self,
-        struct: np.void,
-        row_of: dict[int, int],
-        ids: np.ndarray,
+        structs: np.ndarray,
+        keyed: np.ndarray,
+        ptrs: np.ndarray,
         buffer_ids: dict[int, int],
         new: dict[str, list[Any]],
-    ) -> int:
-        name = tensor_name(struct["name"])
-        op, ggml_type = int(struct["op"]), int(struct["type"])
-        ne = [int(v) for v in struct["ne"]]
-        view_row = row_of.get(int(struct["view_src"]))
-        description = (
-            name,
-            op_desc(op, int(struct["op_params"][0])),
-            op_name(op),
-            type_name(ggml_type),
-            *ne,
-            _nbytes(ggml_type, ne, [int(v) for v in struct["nb"]]),
-            int(struct["flags"]),
-            buffer_ids.get(int(struct["buffer"]), NO_ID),
-            layer_of(name),
-            int(ids[view_row]) if view_row is not None else NO_ID,
-            int(struct["view_offs"]),
-        )
-        tensor_id = self._by_description.get(description)
-        if tensor_id is None:
-            tensor_id = self._by_description[description] = len(self._by_description)
-            new["tensor_id"].append(tensor_id)
-            for column, value in zip(_TENSOR_COLUMNS[1:], description, strict=True):
-                new[column].append(value)
-        return tensor_id
+    ) -> np.ndarray:
+        if len(self._by_key) > MAX_REMEMBERED:
+            self._by_key.clear()
+        keys = keyed.view(f"S{TENSOR_SIZE}").reshape(len(keyed)).tolist()
+        view_rows = _rows_of(structs["view_src"], ptrs).tolist()
+
+        ids = [
+            self._by_key.get(key, NO_ID) if view_row < 0 else NO_ID
+            for key, view_row in zip(keys, view_rows, strict=True)
+        ]
+        new_rows: list[int] = []
+        new_view_sources: list[int] = []
+        # Views in execution order: a view's source comes before it (leaves first).
+        for row in [row for row, view_row in enumerate(view_rows) if view_row >= 0 or ids[row] == NO_ID]:
+            view_row = view_rows[row]
+            if view_row >= 0:
+                keys[row] += _VIEW_ID.pack(ids[view_row])
+            tensor_id = self._by_key.get(keys[row], NO_ID)
+            if tensor_id == NO_ID:
+                tensor_id = self._by_key[keys[row]] = self._n_tensors
+                self._n_tensors += 1
+                new_rows.append(row)
+                new_view_sources.append(ids[view_row] if view_row >= 0 else NO_ID)
+            ids[row] = tensor_id
+        if new_rows:
+            _describe(structs[new_rows], [ids[row] for row in new_rows], new_view_sources, buffer_ids, new)
+        return np.array(ids, dtype=np.int32)
+
+
+@dataclass
+class _GraphShape:
+    """The previous graph, to recognize the next one as the same."""
+
+    fingerprint: tuple[bytes, ...]  # every copied struct and address, byte for byte
+    ids: np.ndarray
+    structure_id: int
+
+
+def _description_keys(structs: np.ndarray, subop_ops: np.ndarray) -> np.ndarray:
+    """Struct bytes with what does not describe the tensor cleared: one key per row."""
+    keyed = raw_bytes(structs).copy()
+    for cleared in _NOT_DESCRIPTIVE:
+        keyed[:, cleared] = 0
+    first_param = field_bytes("op_params").start
+    has_subop = np.logical_or.reduce([structs["op"] == op for op in subop_ops])
+    keyed[~has_subop, first_param : first_param + 4] = 0
+    return keyed
+
+
+def _describe(
+    structs: np.ndarray,
+    tensor_ids: list[int],
+    view_src_ids: list[int],
+    buffer_ids: dict[int, int],
+    new: dict[str, list[Any]],
+) -> None:
+    """Append the descriptions of tensors seen for the first time, column by column."""
+    names = [tensor_name(name) for name in structs["name"].tolist()]
+    ops = structs["op"].tolist()
+    types = structs["type"].tolist()
+    ne = structs["ne"].astype(np.int64)
+    columns: dict[str, list[Any]] = {
+        "tensor_id": tensor_ids,
+        "name": names,
+        "op": [op_desc(op, first) for op, first in zip(ops, structs["op_params"][:, 0].tolist(), strict=True)],
+        "op_base": [op_name(op) for op in ops],
+        "type": [type_name(ggml_type) for ggml_type in types],
+        **{f"ne{dim}": ne[:, dim].tolist() for dim in range(4)},
+        "nbytes": _nbytes(types, ne, structs["nb"].astype(np.int64)).tolist(),
+        "flags": structs["flags"].tolist(),
+        "buffer_id": [buffer_ids.get(buffer, NO_ID) for buffer in structs["buffer"].tolist()],
+        "layer": [layer_of(name) for name in names],
+        "view_src_id": view_src_ids,
+        "view_offs": structs["view_offs"].astype(np.int64).tolist(),
+    }
+    for column in _TENSOR_COLUMNS:
+        new[column].extend(columns[column])
 
 
 _TENSOR_COLUMNS = (
@@ -168,28 +229,37 @@ _TENSOR_COLUMNS = (
 _BUFFER_COLUMNS = ("buffer_id", "context_id", "name", "buffer_type", "usage", "size", "base", "first_graph_id")
 
 
-def _nbytes(ggml_type: int, ne: list[int], nb: list[int]) -> int:
-    """ggml_nbytes: the bytes a tensor spans, strides included (views may be sparse)."""
-    if any(n <= 0 for n in ne):
-        return 0
-    block_elements, block_bytes = type_block(ggml_type)
-    if block_elements == 1:
-        return block_bytes + sum((ne[i] - 1) * nb[i] for i in range(4))
-    return ne[0] * nb[0] // block_elements + sum((ne[i] - 1) * nb[i] for i in range(1, 4))
+def _rows_of(pointers: np.ndarray, ptrs: np.ndarray) -> np.ndarray:
+    """The row of each pointer in `ptrs`, -1 where it is null or absent."""
+    rows = np.full(len(pointers), -1, dtype=np.int64)
+    if len(ptrs) == 0:
+        return rows
+    order = np.argsort(ptrs, kind="stable")
+    found = order[np.searchsorted(ptrs, pointers, sorter=order).clip(max=len(ptrs) - 1)]
+    hit = (ptrs[found] == pointers) & (pointers != 0)
+    rows[hit] = found[hit]
+    return rows
 
 
-def _edges(sources: np.ndarray, ptrs: np.ndarray, ids: np.ndarray, graph_id: int) -> dict[str, Any]:
+def _nbytes(types: list[int], ne: np.ndarray, nb: np.ndarray) -> np.ndarray:
+    """ggml_nbytes, vectorized: the bytes each tensor spans, strides included (views may be sparse)."""
+    blocks = np.array([type_block(ggml_type) for ggml_type in types], dtype=np.int64).reshape(-1, 2)
+    block_elements, block_bytes = blocks[:, 0], blocks[:, 1]
+    rest = ((ne[:, 1:] - 1) * nb[:, 1:]).sum(axis=1)
+    unblocked = block_bytes + (ne[:, 0] - 1) * nb[:, 0] + rest
+    blocked = ne[:, 0] * nb[:, 0] // np.maximum(block_elements, 1) + rest
+    nbytes = np.where(block_elements == 1, unblocked, blocked)
+    nbytes[(ne <= 0).any(axis=1)] = 0
+    return nbytes
+
+
+def _edges(sources: np.ndarray, ptrs: np.ndarray, ids: np.ndarray, structure_id: int) -> dict[str, np.ndarray]:
     """One row per non-null source slot of each node; every source was copied, so each resolves."""
     node_index, slot = np.nonzero(sources)
-    source_ptrs = sources[node_index, slot]
-    src_ids = np.empty(len(source_ptrs), dtype=np.int32)
-    if len(source_ptrs):
-        order = np.argsort(ptrs, kind="stable")
-        found = order[np.searchsorted(ptrs, source_ptrs, sorter=order).clip(max=len(ptrs) - 1)]
-        src_ids = np.where(ptrs[found] == source_ptrs, ids[found], NO_ID).astype(np.int32)
+    rows = _rows_of(sources[node_index, slot], ptrs)
     return {
-        "graph_id": np.full(len(node_index), graph_id, dtype=np.int32),
+        "structure_id": np.full(len(node_index), structure_id, dtype=np.int32),
         "node_index": node_index.astype(np.int32),
         "src_slot": slot.astype(np.int8),
-        "src_tensor_id": src_ids,
+        "src_tensor_id": np.where(rows >= 0, ids[rows], NO_ID).astype(np.int32),
     }

@@ -1,21 +1,35 @@
 """The pure-Python eval-callback recorder: the fallback and the test oracle.
 
-Per node it copies the tensor struct (and those of sources it has not seen in this
-graph) into a growing numpy buffer with one memmove each, and takes the times;
-decoding waits for the end of the graph. ggml's scheduler calls `on_eval(t, ask=True)`
-before computing a node; answering True makes it compute that node alone, synchronize
-and call `on_eval(t, ask=False)`: the two calls bracket the node's own compute time.
+It does what the native recorder (_native.c) does, in the same order and with the same
+rules, so that both record the same run. ggml's scheduler calls the callback with
+ask=True before computing a node; answering True makes it compute the slice of nodes
+ending with that one, synchronize, and call back with ask=False.
 """
 
 from __future__ import annotations
 
 import ctypes
+import fnmatch
 from time import perf_counter_ns
+from typing import Any
 
 import numpy as np
 
-from .ggml_api import TENSOR_DTYPE, TENSOR_SIZE, BufferInfo, buffer_info, tensor_structs
-from .raw_graph import RawGraph
+from ..layers import layer_of
+from .ggml_api import (
+    TENSOR_DTYPE,
+    TENSOR_SIZE,
+    BufferInfo,
+    buffer_info,
+    field_bytes,
+    op_desc,
+    op_name,
+    raw_bytes,
+    tensor_name,
+    tensor_structs,
+)
+from .raw_graph import NODE_ANSWERED, NODE_SELECTED, NODE_TIMED, Mode, RawGraph
+from .settings import NodeSelection
 
 _INITIAL_CAPACITY = 2048
 
@@ -28,53 +42,81 @@ class _StructBuffer:
         self.address = self.rows.ctypes.data
         self.count = 0
 
-    def copy_in(self, tensor: int) -> int:
+    def copy_in(self, tensor: int) -> np.void:
         if self.count == len(self.rows):
             self.rows = tensor_structs(self.rows, np.zeros(len(self.rows), dtype=TENSOR_DTYPE))
             self.address = self.rows.ctypes.data
-        row = self.count
-        ctypes.memmove(self.address + row * TENSOR_SIZE, tensor, TENSOR_SIZE)
+        ctypes.memmove(self.address + self.count * TENSOR_SIZE, tensor, TENSOR_SIZE)
         self.count += 1
-        return row
+        return self.rows[self.count - 1]
 
     def take(self) -> np.ndarray:
-        taken = self.rows[: self.count].copy()
+        """The structs copied so far, names cut at their NUL (ggml leaves stale bytes after it)."""
+        taken = tensor_structs(self.rows[: self.count])
+        names = raw_bytes(taken)[:, field_bytes("name")]
+        names[np.cumsum(names == 0, axis=1) > 0] = 0
         self.count = 0
         return taken
 
 
 class PythonGraphRecorder:
-    """Collects one graph at a time for one llama context."""
+    """Records the graphs of one llama context, in Python."""
 
-    def __init__(self) -> None:
-        self.time_nodes = True  # answer the scheduler's `ask`: time each node on its own
+    def __init__(self, selection: NodeSelection | None = None) -> None:
+        import llama_cpp.llama_cpp as llama_cpp
+
+        self.mode = Mode.RECORD
+        self.time_nodes = True
+        self.selection = selection or NodeSelection()
+        self.failure: str | None = None
+        self.user_data: int | None = None
+        # llama.cpp keeps the raw function pointer: this object must outlive the context.
+        self.callback = llama_cpp.ggml_backend_sched_eval_callback(self._on_eval)
+        self._finished: list[RawGraph] = []
+        self._previous_selection: list[bool] = []
+        self._counted = 0
         self._nodes = _StructBuffer()
         self._leaves = _StructBuffer()
-        self._reset()
+        self._start_graph()
 
-    def _reset(self) -> None:
+    def _start_graph(self) -> None:
         self._node_ptrs: list[int] = []
         self._leaf_ptrs: list[int] = []
         self._node_set: set[int] = set()
         self._known: set[int] = {0}
         self._starts: list[int] = []
         self._ends: list[int] = []
+        self._flags: list[int] = []
+        self._pending = -1
         self._buffers: dict[int, BufferInfo] = {}
 
-    @property
-    def n_nodes(self) -> int:
-        return len(self._node_ptrs)
+    # -- the callback ------------------------------------------------------------------
 
-    def starts_new_graph(self, tensor: int) -> bool:
-        """A node seen twice means the scheduler has begun the next graph."""
-        return tensor in self._node_set
+    def _on_eval(self, tensor: int, ask: bool, _user_data: Any) -> bool:
+        try:
+            return self._record(tensor, ask)
+        except Exception as error:  # never raise into llama.cpp: stop, and say so between graphs
+            self.failure = f"the eval callback failed: {error!r}"
+            self.mode = Mode.OFF
+            return not ask
 
-    def on_ask(self, tensor: int) -> bool:
-        row = self._nodes.copy_in(tensor)
+    def _record(self, tensor: int, ask: bool) -> bool:
+        if self.mode is not Mode.RECORD:
+            if ask and self.mode is Mode.COUNT:
+                self._counted += 1
+            return not ask  # a result callback must answer True, or ggml stops the graph
+        if not ask:
+            now = perf_counter_ns()
+            if self._pending >= 0:
+                self._ends[self._pending] = now
+                self._pending = -1
+            return True
+        if tensor in self._node_set:  # a node again: the scheduler began the next graph
+            self._close_graph(perf_counter_ns())
+        copied = self._nodes.copy_in(tensor)
         self._node_ptrs.append(tensor)
         self._node_set.add(tensor)
         self._known.add(tensor)
-        copied = self._nodes.rows[row]
         self._note_buffer(int(copied["buffer"]))
         for source in copied["src"].tolist():
             if source not in self._known:
@@ -82,41 +124,85 @@ class PythonGraphRecorder:
         view_src = int(copied["view_src"])
         if view_src not in self._known:
             self._copy_leaf(view_src)
-        self._starts.append(perf_counter_ns())
-        return self.time_nodes
-
-    def on_result(self, now: int) -> None:
+        index = len(self._starts)
+        flags = 0
+        answer = False
+        if self.time_nodes:
+            selected = self.selection.is_everything or self._is_selected(copied)
+            flags |= NODE_SELECTED if selected else 0
+            fence = index + 1 < len(self._previous_selection) and self._previous_selection[index + 1]
+            answer = selected or fence
+        if answer:
+            flags |= NODE_ANSWERED
+            if index == 0 or self._flags[index - 1] & NODE_ANSWERED:
+                flags |= NODE_TIMED
+            self._pending = index
+        self._flags.append(flags)
+        now = perf_counter_ns()
+        self._starts.append(now)
         self._ends.append(now)
+        return answer
+
+    def _is_selected(self, struct: np.void) -> bool:
+        selection = self.selection
+        name = tensor_name(bytes(struct["name"]))
+        if selection.ops:
+            op = int(struct["op"])
+            if op_desc(op, int(struct["op_params"][0])) not in selection.ops and op_name(op) not in selection.ops:
+                return False
+        if selection.layers or selection.no_layer:
+            layer = layer_of(name)
+            in_range = any(low <= layer <= high for low, high in selection.layers)
+            if not (in_range or (layer < 0 and selection.no_layer)):
+                return False
+        if selection.names and not any(fnmatch.fnmatchcase(name, pattern) for pattern in selection.names):
+            return False
+        return True
 
     def _copy_leaf(self, tensor: int) -> None:
-        row = self._leaves.copy_in(tensor)
+        copied = self._leaves.copy_in(tensor)
         self._leaf_ptrs.append(tensor)
         self._known.add(tensor)
-        self._note_buffer(int(self._leaves.rows[row]["buffer"]))
+        self._note_buffer(int(copied["buffer"]))
 
     def _note_buffer(self, buffer: int) -> None:
         # Described while the graph runs, when every buffer it uses is certainly alive.
         if buffer and buffer not in self._buffers:
             self._buffers[buffer] = buffer_info(buffer)
 
-    def take_graph(self) -> RawGraph:
-        """The graph collected so far; the recorder starts empty again."""
-        starts = np.array(self._starts, dtype=np.int64)
-        timed = np.zeros(len(starts), dtype=bool)
-        ends = starts.copy()
-        n_ended = min(len(self._ends), len(starts))
-        if self.time_nodes and n_ended:
-            ends[:n_ended] = self._ends[:n_ended]
-            timed[:n_ended] = True
-        graph = RawGraph(
-            node_ptrs=np.array(self._node_ptrs, dtype=np.uint64),
-            nodes=self._nodes.take(),
-            start_ns=starts,
-            end_ns=ends,
-            timed=timed,
-            leaf_ptrs=np.array(self._leaf_ptrs, dtype=np.uint64),
-            leaves=self._leaves.take(),
-            buffers=self._buffers,
+    def _close_graph(self, boundary_ns: int) -> None:
+        if not self._node_ptrs:
+            return
+        flags = np.array(self._flags, dtype=np.uint8)
+        self._finished.append(
+            RawGraph(
+                node_ptrs=np.array(self._node_ptrs, dtype=np.uint64),
+                nodes=self._nodes.take(),
+                start_ns=np.array(self._starts, dtype=np.int64),
+                end_ns=np.array(self._ends, dtype=np.int64),
+                flags=flags,
+                leaf_ptrs=np.array(self._leaf_ptrs, dtype=np.uint64),
+                leaves=self._leaves.take(),
+                buffers=self._buffers,
+                boundary_ns=boundary_ns,
+            )
         )
-        self._reset()
-        return graph
+        self._previous_selection = ((flags & NODE_SELECTED) != 0).tolist()
+        self._start_graph()
+
+    # -- between graphs ------------------------------------------------------------------
+
+    def take_graphs(self, boundary_ns: int) -> list[RawGraph]:
+        """Every graph recorded since the last call; the one in flight ends at `boundary_ns`."""
+        self._close_graph(boundary_ns)
+        finished, self._finished = self._finished, []
+        return finished
+
+    def take_counted(self) -> int:
+        counted, self._counted = self._counted, 0
+        return counted
+
+    def discard(self) -> None:
+        self._nodes.count = self._leaves.count = 0
+        self._finished = []
+        self._start_graph()

@@ -1,16 +1,30 @@
 """What a recorder hands over per graph: raw copies of ggml_tensor structs and times.
 
-Both recorders (native and pure Python) fill a `RawGraph`; everything after that is
+Both recorders (native and pure Python) produce `RawGraph`s; everything after that is
 shared, in bulk, with numpy: see graph_decoder.py.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import IntEnum
 
 import numpy as np
 
-from .ggml_api import TENSOR_DTYPE, BufferInfo
+from .ggml_api import BufferInfo
+
+# Per-node flags, as the native recorder sets them.
+NODE_ANSWERED = 1  # we asked the scheduler to compute the node in a slice ending with it
+NODE_TIMED = 2  # that slice held this node alone: its start/end are its own compute time
+NODE_SELECTED = 4  # the node matched the selection (filters)
+
+
+class Mode(IntEnum):
+    """What a recorder does with the callbacks it gets (same numbers as the C recorder)."""
+
+    OFF = 0  # recording stopped: answer as if untraced
+    RECORD = 1  # copy and time
+    COUNT = 2  # over the event bound: only count the nodes that are dropped
 
 
 @dataclass
@@ -18,21 +32,24 @@ class RawGraph:
     """One executed graph, as the eval callback saw it."""
 
     node_ptrs: np.ndarray  # uint64, address of each node, in execution order
-    nodes: np.ndarray  # TENSOR_DTYPE, each node's struct copied when it was asked about
+    nodes: np.ndarray  # TENSOR_DTYPE, each node's struct, copied when it was asked about
     start_ns: np.ndarray  # int64, when each node started (its `ask` call returned)
-    end_ns: np.ndarray  # int64, when it ended (its result callback); == start_ns if untimed
-    timed: np.ndarray  # bool, whether the node was computed and timed on its own
+    end_ns: np.ndarray  # int64, when its slice ended (== start_ns if it ended no slice)
+    flags: np.ndarray  # uint8, NODE_* flags
     leaf_ptrs: np.ndarray  # uint64, sources that are not nodes: weights, inputs, KV cache
     leaves: np.ndarray  # TENSOR_DTYPE
-    buffers: dict[int, BufferInfo] = field(default_factory=dict)  # every buffer seen, by address
+    buffers: dict[int, BufferInfo] = field(default_factory=dict)  # every buffer it used, by address
+    boundary_ns: int = 0  # when the graph was over: the next graph began or llama_decode returned
+    fingerprint: tuple[bytes, ...] = ()  # the copied structs and addresses, byte for byte
+
+    def __post_init__(self) -> None:
+        if not self.fingerprint:
+            self.fingerprint = tuple(a.tobytes() for a in (self.nodes, self.leaves, self.node_ptrs, self.leaf_ptrs))
 
     @property
     def n_nodes(self) -> int:
         return len(self.node_ptrs)
 
-    @classmethod
-    def empty(cls) -> RawGraph:
-        no_tensors = np.zeros(0, dtype=TENSOR_DTYPE)
-        no_ptrs = np.zeros(0, dtype=np.uint64)
-        no_times = np.zeros(0, dtype=np.int64)
-        return cls(no_ptrs, no_tensors, no_times, no_times, np.zeros(0, dtype=bool), no_ptrs, no_tensors)
+    @property
+    def timed(self) -> np.ndarray:
+        return (self.flags & NODE_TIMED) != 0

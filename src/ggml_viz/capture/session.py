@@ -17,10 +17,14 @@ from .._errors import CaptureError
 from ..runformat.manifest import new_experiment_id, new_manifest
 from ..runformat.writer import RunWriter, prepare_run_dir, unique_run_dir
 from . import ggml_api, llama_hooks, llama_info
-from .context_tracer import ContextTracer, DecodeCall, Mode, graph_phase
+from .context_tracer import ContextTracer, DecodeCall, GraphRecorder
 from .graph_decoder import TensorCatalog
 from .log import say, say_once
-from .raw_graph import RawGraph
+from .native_recorder import IMPORT_ERROR as NATIVE_IMPORT_ERROR
+from .native_recorder import NativeGraphRecorder, native_available
+from .python_recorder import PythonGraphRecorder
+from .raw_graph import NODE_ANSWERED, Mode, RawGraph
+from .settings import CaptureSettings
 
 _active: Recording | None = None
 
@@ -39,17 +43,15 @@ class Recording:
         self,
         output: str | os.PathLike[str],
         *,
+        settings: CaptureSettings | None = None,
         metadata: dict[str, Any] | None = None,
-        max_events: int | None = None,
         verbose: bool = False,
         overwrite: bool = False,
         lazy: bool = False,
     ) -> None:
-        if max_events is not None and max_events < 0:
-            raise CaptureError("max_events must be a positive number of node events")
         self.output = Path(output)
+        self.settings = settings or CaptureSettings()
         self.metadata = dict(metadata or {})
-        self.max_events = max_events
         self.verbose = verbose
         self.overwrite = overwrite
         self.lazy = lazy  # create the run only when a context attaches (the start-up hook)
@@ -64,6 +66,8 @@ class Recording:
         self.n_events = 0
         self.dropped_graphs = 0
         self.dropped_events = 0
+        self.graph_sizes: list[int] = []  # nodes per written graph, for the keep-last bound
+        self.recorder_used: str | None = None
         self.model_paths: dict[int, str] = {}
         if not lazy:
             self._open_writer(prepare_run_dir(self.output, overwrite=overwrite))
@@ -108,9 +112,10 @@ class Recording:
                     "no llama context was created while recording: start recording before Llama(...) "
                     "(llama.cpp fixes the eval callback when a context is created)"
                 )
+            keep = self._graphs_kept_by_bound()
             self._update_counts()
             try:
-                self.writer.close(complete=self.failed is None, reason=self.failed)
+                self.writer.close(complete=self.failed is None, reason=self.failed, keep_graphs=keep)
             except OSError as error:
                 say(f"could not finish the run in {self.output}: {error}")
             if self.verbose:
@@ -150,15 +155,30 @@ class Recording:
             return None
         with self.lock:
             try:
+                recorder = self._new_recorder()
                 if self.writer is None:
                     self._open_writer(unique_run_dir(self.output))
-                tracer = ContextTracer(self, len(self.tracers), model, int(params.n_ubatch))
+                tracer = ContextTracer(self, len(self.tracers), model, int(params.n_ubatch), recorder)
             except (CaptureError, OSError) as error:
                 self.fail(str(error))
                 return None
             self.tracers.append(tracer)
-        params.cb_eval = tracer.callback
+        params.cb_eval = recorder.callback
+        params.cb_eval_user_data = recorder.user_data
         return tracer
+
+    def _new_recorder(self) -> GraphRecorder:
+        selection = self.settings.selection
+        if self.settings.recorder == "native":
+            if native_available():
+                self.recorder_used = "native"
+                return NativeGraphRecorder(selection)
+            say_once(
+                f"the native recorder is not available ({NATIVE_IMPORT_ERROR}); recording with the slower "
+                "Python recorder (reinstall ggml-viz with a C compiler to get it back)"
+            )
+        self.recorder_used = "python"
+        return PythonGraphRecorder(selection)
 
     def context_created(self, tracer: ContextTracer, ctx: int, params: Any, model: int) -> None:
         def describe() -> None:
@@ -179,15 +199,15 @@ class Recording:
         decode: DecodeCall | None,
         ubatch: int,
         tokens: dict[str, np.ndarray],
-        boundary_ns: int,
     ) -> None:
         with self.lock:
-            if self.max_events is not None and self.n_events + raw.n_nodes > self.max_events:
+            bound = self.settings.max_events
+            if bound is not None and self.settings.policy == "keep-first" and self.n_events + raw.n_nodes > bound:
                 self.count_dropped(raw.n_nodes)
                 for other in self.tracers:
-                    other.take_count_only()
+                    other.count_only()
                 return
-            self._guarded(lambda: self._write_graph(tracer, raw, decode, ubatch, tokens, boundary_ns))
+            self._guarded(lambda: self._write_graph(tracer, raw, decode, ubatch, tokens))
 
     def _write_graph(
         self,
@@ -196,7 +216,6 @@ class Recording:
         decode: DecodeCall | None,
         ubatch: int,
         tokens: dict[str, np.ndarray],
-        boundary_ns: int,
     ) -> None:
         assert self.writer is not None
         graph_id = self.n_graphs
@@ -205,7 +224,7 @@ class Recording:
         writer.append("buffers", decoded.new_buffers)
         writer.append("tensors", decoded.new_tensors)
         writer.append("nodes", decoded.nodes)
-        writer.append("edges", decoded.edges)
+        writer.append("edges", decoded.new_edges)
         n_tokens = len(tokens.get("token_id", ()))
         if n_tokens:
             writer.append(
@@ -217,31 +236,32 @@ class Recording:
                     "text": tracer.token_texts(tokens["token_id"]),
                 },
             )
-        timed = bool(raw.timed.all()) and raw.n_nodes > 0
-        writer.append(
-            "graphs",
-            {
-                "graph_id": [graph_id],
-                "context_id": [tracer.context_id],
-                "decode_index": [decode.index if decode else -1],
-                "ubatch_index": [ubatch],
-                "start_ns": [decoded.start_ns],
-                "end_ns": [decoded.end_ns if timed else boundary_ns],
-                "n_nodes": [decoded.n_nodes],
-                "n_tokens": [n_tokens],
-                "phase": [graph_phase(tokens)],
-                "detail": ["op" if timed else "graph"],
-            },
-        )
+        timed = raw.timed
+        last_answered = raw.n_nodes > 0 and bool(raw.flags[-1] & NODE_ANSWERED)
+        row = {
+            "graph_id": graph_id,
+            "context_id": tracer.context_id,
+            "decode_index": decode.index if decode else -1,
+            "ubatch_index": ubatch,
+            "structure_id": decoded.structure_id,
+            "start_ns": decoded.start_ns,
+            "end_ns": int(raw.end_ns[-1]) if last_answered else raw.boundary_ns,
+            "n_nodes": decoded.n_nodes,
+            "n_tokens": n_tokens,
+            "phase": decode.phase if decode else "other",
+            "detail": "op" if timed.all() else ("graph" if not timed.any() else "selected"),
+        }
+        writer.append_row("graphs", row)
         self.n_graphs += 1
         self.n_events += decoded.n_nodes
+        self.graph_sizes.append(decoded.n_nodes)
 
     def write_decode(self, tracer: ContextTracer, decode: DecodeCall, end_ns: int, return_code: int) -> None:
         def write() -> None:
             assert self.writer is not None
             row = (decode.index, tracer.context_id, decode.start_ns, end_ns, len(decode.tokens["token_id"]),
                    decode.graphs_done, return_code)  # fmt: skip
-            self.writer.append("decodes", {column: [value] for column, value in zip(_DECODE_COLUMNS, row, strict=True)})
+            self.writer.append_row("decodes", dict(zip(_DECODE_COLUMNS, row, strict=True)))
 
         with self.lock:
             self._guarded(write)
@@ -249,6 +269,23 @@ class Recording:
     def count_dropped(self, n_nodes: int) -> None:
         self.dropped_graphs += 1
         self.dropped_events += n_nodes
+
+    def _graphs_kept_by_bound(self) -> set[int] | None:
+        """keep-last: the last whole graphs within the bound (None: keep every graph)."""
+        bound = self.settings.max_events
+        if bound is None or self.settings.policy != "keep-last" or self.n_events <= bound:
+            return None
+        kept: set[int] = set()
+        total = 0
+        for graph_id in range(len(self.graph_sizes) - 1, -1, -1):
+            total += self.graph_sizes[graph_id]
+            if total > bound:
+                break
+            kept.add(graph_id)
+        dropped = len(self.graph_sizes) - len(kept)
+        self.dropped_graphs += dropped
+        self.dropped_events += sum(self.graph_sizes) - sum(self.graph_sizes[g] for g in kept)
+        return kept
 
     # -- internals -----------------------------------------------------------------
 
@@ -258,12 +295,14 @@ class Recording:
         self.output = run_dir
         manifest = new_manifest(self.experiment_id)
         manifest["generation"] = self.metadata
-        manifest["capture"] = {"recorder": "python", "detail": "op", "max_events": self.max_events}
+        manifest["capture"] = self.settings.describe()
         manifest["versions"]["llama_cpp_system_info"] = _safe(llama_info.system_info)
         manifest["versions"]["ggml"] = _safe(ggml_api.ggml_build_info)
         self.writer = RunWriter(run_dir, self.experiment_id, manifest)
 
     def _update_counts(self) -> None:
+        if self.writer is not None and self.recorder_used:
+            self.writer.manifest["capture"]["recorder"] = self.recorder_used
         counts = {
             "graphs": self.n_graphs,
             "node_events": self.n_events,

@@ -18,6 +18,7 @@ from .._errors import RunFormatError
 from .manifest import STATUS_INCOMPLETE, STATUS_RECORDING
 from .schema import (
     FORMAT_NAME,
+    GRAPH_TABLES,
     MANIFEST_FILE,
     META_EXPERIMENT_ID,
     NO_ID,
@@ -84,7 +85,8 @@ class Run:
         """One row per (node, source): the graph's edges, sources described."""
         sources = self.tensors.rename(columns=lambda c: f"src_{c}" if c != "tensor_id" else "src_tensor_id")
         sources = sources.rename(columns={"src_buffer_usage": "src_usage"})
-        edges = self.raw("edges").merge(sources, on="src_tensor_id", how="left")
+        graphs = self.raw("graphs")[["graph_id", "structure_id"]]
+        edges = graphs.merge(self.raw("edges"), on="structure_id").merge(sources, on="src_tensor_id", how="left")
         return edges.sort_values(["graph_id", "node_index", "src_slot"], ignore_index=True)
 
     @cached_property
@@ -98,10 +100,10 @@ class Run:
         return self.raw("tokens").sort_values(["graph_id", "batch_index"], ignore_index=True)
 
     def _drop_unfinished_graphs(self) -> None:
-        """A graph's row is written after its nodes, edges and tokens: rows of a graph
+        """A graph's row is written after its nodes, structure and tokens: rows of a graph
         without one are from the graph a crash interrupted, and are left out."""
         finished = self._raw["graphs"].column("graph_id")
-        for table in ("nodes", "edges", "tokens"):
+        for table in GRAPH_TABLES:
             data = self._raw[table]
             keep = pc.is_in(data.column("graph_id"), value_set=finished)
             if not pc.all(keep).as_py():

@@ -4,7 +4,8 @@ A run is a directory `NAME.ggmlviz/` holding `manifest.json` and one file per ta
 While recording, each table is an Arrow IPC stream (`TABLE.arrows`) appended once per
 graph; when the recording closes cleanly each stream becomes `TABLE.parquet`.
 Descriptions of tensors are stored once in `tensors` and referenced by id, so a name,
-a shape or an op is not repeated per event. See docs/run-format.md.
+a shape or an op is not repeated per event; a graph's wiring (`edges`) is stored once per
+distinct graph structure, which the graphs that share it reference. See docs/run-format.md.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ TABLES: dict[str, pa.Schema] = {
             ("context_id", pa.int32()),
             ("decode_index", pa.int32()),  # which llama_decode call of its context ran it
             ("ubatch_index", pa.int32()),  # position of the graph inside that call
+            ("structure_id", pa.int32()),  # its nodes' wiring, in `edges` (shared by identical graphs)
             ("start_ns", pa.int64()),  # first node's start (monotonic clock)
             ("end_ns", pa.int64()),  # last node's end (graph detail: the graph's boundary)
             ("n_nodes", pa.int32()),
@@ -83,7 +85,7 @@ TABLES: dict[str, pa.Schema] = {
     ),
     "edges": pa.schema(
         [
-            ("graph_id", pa.int32()),
+            ("structure_id", pa.int32()),  # graphs with the same structure share their edges
             ("node_index", pa.int32()),
             ("src_slot", pa.int8()),
             ("src_tensor_id", pa.int32()),
@@ -113,6 +115,10 @@ TABLES: dict[str, pa.Schema] = {
         ]
     ),
 }
+
+
+# Tables whose rows belong to one graph (filtered together by graph_id).
+GRAPH_TABLES = ("graphs", "nodes", "tokens")
 
 
 def table_schema(table: str, experiment_id: str) -> pa.Schema:

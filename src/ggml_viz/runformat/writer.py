@@ -12,14 +12,15 @@ import os
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .._errors import CaptureError
 from .manifest import STATUS_COMPLETE, STATUS_INCOMPLETE, new_manifest, utc_now, write_manifest
-from .schema import MANIFEST_FILE, PARQUET_SUFFIX, STREAM_SUFFIX, TABLES, table_schema
+from .schema import GRAPH_TABLES, MANIFEST_FILE, PARQUET_SUFFIX, STREAM_SUFFIX, TABLES, table_schema
 
 
 def prepare_run_dir(path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
@@ -66,7 +67,7 @@ class RunWriter:
         self.experiment_id = experiment_id
         self.manifest = manifest if manifest is not None else new_manifest(experiment_id)
         self.rows: dict[str, int] = {table: 0 for table in TABLES}
-        self._streams: dict[str, tuple[pa.NativeFile, pa.ipc.RecordBatchStreamWriter]] = {}
+        self._tables: dict[str, _OpenTable] = {}
         write_manifest(run_dir, self.manifest)
         for table in TABLES:
             sink = pa.OSFile(str(run_dir / (table + STREAM_SUFFIX)), "wb")
@@ -75,32 +76,41 @@ class RunWriter:
             # An empty batch puts the schema on disk now: a reader can open the stream at once.
             stream.write_batch(pa.record_batch([pa.array([], type=f.type) for f in schema], schema=schema))
             sink.flush()
-            self._streams[table] = (sink, stream)
+            self._tables[table] = _OpenTable(sink, stream, schema)
 
     def append(self, table: str, columns: Mapping[str, Any]) -> None:
         """Append rows given as one array per column; the columns must match the schema."""
-        schema = table_schema(table, self.experiment_id)
-        batch = pa.record_batch([pa.array(columns[f.name], type=f.type) for f in schema], schema=schema)
-        if batch.num_rows == 0:
+        sink, stream, schema = self._tables[table]
+        first = columns[schema.names[0]]
+        if len(first) == 0:
             return
-        sink, stream = self._streams[table]
+        batch = pa.record_batch([pa.array(columns[f.name], type=f.type) for f in schema], schema=schema)
         stream.write_batch(batch)
         sink.flush()
         self.rows[table] += batch.num_rows
+
+    def append_row(self, table: str, row: Mapping[str, Any]) -> None:
+        """Append one row given as a mapping of column to value (cheaper than columns for one row)."""
+        sink, stream, schema = self._tables[table]
+        stream.write_batch(pa.RecordBatch.from_pylist([row], schema=schema))
+        sink.flush()
+        self.rows[table] += 1
 
     def update_manifest(self, **fields: Any) -> None:
         self.manifest.update(fields)
         write_manifest(self.run_dir, self.manifest)
 
-    def close(self, *, complete: bool = True, reason: str | None = None) -> None:
-        """Finish the streams; on a complete recording turn them into Parquet files."""
-        for sink, stream in self._streams.values():
+    def close(self, *, complete: bool = True, reason: str | None = None, keep_graphs: set[int] | None = None) -> None:
+        """Finish the streams; on a complete recording turn them into Parquet files,
+        keeping only the rows of `keep_graphs` when it is given (the keep-last bound)."""
+        for sink, stream, _ in self._tables.values():
             stream.close()
             sink.close()
-        self._streams.clear()
+        self._tables.clear()
         if complete:
             for table in TABLES:
-                _stream_to_parquet(self.run_dir, table)
+                kept = _stream_to_parquet(self.run_dir, table, keep_graphs)
+                self.rows[table] = kept
         self.manifest["finished"] = utc_now()
         self.manifest["status"] = STATUS_COMPLETE if complete else STATUS_INCOMPLETE
         self.manifest["incomplete_reason"] = reason
@@ -108,12 +118,21 @@ class RunWriter:
         write_manifest(self.run_dir, self.manifest)
 
 
-def _stream_to_parquet(run_dir: Path, table: str) -> None:
+class _OpenTable(NamedTuple):
+    sink: pa.NativeFile
+    stream: pa.ipc.RecordBatchStreamWriter
+    schema: pa.Schema  # kept: building a schema per append costs more than the append
+
+
+def _stream_to_parquet(run_dir: Path, table: str, keep_graphs: set[int] | None) -> int:
     stream_path = run_dir / (table + STREAM_SUFFIX)
     parquet_path = run_dir / (table + PARQUET_SUFFIX)
     partial = run_dir / (table + PARQUET_SUFFIX + ".partial")
     with pa.OSFile(str(stream_path), "rb") as source:
         data = pa.ipc.open_stream(source).read_all()
+    if keep_graphs is not None and table in GRAPH_TABLES:
+        data = data.filter(pc.is_in(data.column("graph_id"), value_set=pa.array(sorted(keep_graphs), pa.int32())))
     pq.write_table(data, partial, compression="zstd")
     os.replace(partial, parquet_path)
     stream_path.unlink()
+    return data.num_rows

@@ -1,0 +1,91 @@
+"""What recording costs: SmolLM2-135M, 2 threads, a 14-token prompt, 64 generated tokens.
+
+Each configuration runs in a fresh process, alternating untraced and traced runs, at
+least 7 pairs; each process times only the generation (the model is loaded first).
+Prints tokens/s and the median traced/untraced wall-time ratio per configuration.
+
+    python benchmarks/overhead.py                 # all configurations, 7 pairs
+    python benchmarks/overhead.py --pairs 11 --configs native-op python-op
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+PROMPT = "The history of the printing press begins in the fifteenth century, when the"  # 14 tokens
+N_PREDICT = 64
+THREADS = 2
+
+CONFIGS: dict[str, dict[str, object]] = {
+    "native-op": {"recorder": "native"},
+    "native-graph": {"recorder": "native", "detail": "graph"},
+    "native-sample-8": {"recorder": "native", "sample": 8},
+    "python-op": {"recorder": "python"},
+}
+
+WORKER = textwrap.dedent(
+    """
+    import json, sys, time, contextlib
+    from llama_cpp import Llama
+    import ggml_viz
+    from ggml_viz.model_files import default_model_path
+    config = json.loads(sys.argv[1])
+    output = sys.argv[2]
+    recording = ggml_viz.record(output, **config) if config is not None else contextlib.nullcontext()
+    with recording:
+        llm = Llama(model_path=str(default_model_path()), n_ctx=512, n_threads=%(threads)d, seed=0, verbose=False)
+        prompt_tokens = len(llm.tokenize(%(prompt)r.encode()))
+        start = time.perf_counter()
+        out = llm(%(prompt)r, max_tokens=%(n)d, temperature=0.0)
+        seconds = time.perf_counter() - start
+    print(json.dumps({"seconds": seconds, "tokens": out["usage"]["completion_tokens"], "prompt_tokens": prompt_tokens}))
+    """
+) % {"threads": THREADS, "prompt": PROMPT, "n": N_PREDICT}
+
+
+def run_once(config: dict[str, object] | None, workdir: str, index: int) -> dict[str, float]:
+    output = os.path.join(workdir, f"run-{index}.ggmlviz")
+    result = subprocess.run(
+        [sys.executable, "-c", WORKER, json.dumps(config), output],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={k: v for k, v in os.environ.items() if not k.startswith("GGML_VIZ_")},
+    )
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pairs", type=int, default=7)
+    parser.add_argument("--configs", nargs="+", choices=sorted(CONFIGS), default=list(CONFIGS))
+    args = parser.parse_args()
+    print(f"SmolLM2-135M Q4_1, {THREADS} threads, {N_PREDICT} generated tokens, {args.pairs} pairs per configuration")
+    print(f"{'configuration':<18} {'untraced tok/s':>15} {'traced tok/s':>13} {'median ratio':>13} {'ratios (min..max)':>19}")
+    with tempfile.TemporaryDirectory() as workdir:
+        counter = 0
+        for name in args.configs:
+            ratios, untraced_rates, traced_rates = [], [], []
+            for _ in range(args.pairs):
+                counter += 1
+                untraced = run_once(None, workdir, counter)
+                traced = run_once(CONFIGS[name], workdir, counter)
+                ratios.append(traced["seconds"] / untraced["seconds"])
+                untraced_rates.append(untraced["tokens"] / untraced["seconds"])
+                traced_rates.append(traced["tokens"] / traced["seconds"])
+            print(
+                f"{name:<18} {statistics.median(untraced_rates):>15.1f} {statistics.median(traced_rates):>13.1f} "
+                f"{statistics.median(ratios):>13.3f} {min(ratios):>9.3f}..{max(ratios):.3f}",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()

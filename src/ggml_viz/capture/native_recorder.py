@@ -1,0 +1,138 @@
+"""The native recorder: the C extension's hot path behind the same interface as
+PythonGraphRecorder. It is the default; when the extension cannot load, ggml-viz says so
+once and records with the Python recorder instead.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+import numpy as np
+
+from .ggml_api import BUFFER_USAGE_NAMES, TENSOR_DTYPE, BufferInfo, field_bytes, libggml
+from .raw_graph import Mode, RawGraph
+from .settings import NodeSelection
+
+try:
+    from . import _native
+except ImportError as error:  # pragma: no cover - exercised when the build failed
+    _native = None
+    IMPORT_ERROR: str | None = str(error)
+else:
+    IMPORT_ERROR = None
+
+
+def native_available() -> bool:
+    return _native is not None
+
+
+def _address(function: Any) -> int:
+    return ctypes.cast(function, ctypes.c_void_p).value or 0
+
+
+def _layout() -> tuple[int, ...]:
+    return (
+        TENSOR_DTYPE.itemsize,
+        field_bytes("buffer").start,
+        field_bytes("op").start,
+        field_bytes("src").start,
+        TENSOR_DTYPE.fields["src"][0].shape[0],  # type: ignore[index]
+        field_bytes("view_src").start,
+        field_bytes("name").start,
+    )
+
+
+def _functions() -> tuple[int, ...]:
+    lib = libggml()
+    return tuple(
+        _address(getattr(lib, name))
+        for name in (
+            "ggml_backend_buffer_name",
+            "ggml_backend_buffer_get_usage",
+            "ggml_backend_buffer_get_size",
+            "ggml_backend_buffer_get_base",
+            "ggml_backend_buffer_get_type",
+            "ggml_backend_buft_name",
+            "ggml_op_desc",
+            "ggml_op_name",
+        )
+    )
+
+
+class NativeGraphRecorder:
+    """Records the graphs of one llama context with the C extension."""
+
+    def __init__(self, selection: NodeSelection | None = None) -> None:
+        import llama_cpp.llama_cpp as llama_cpp
+
+        if _native is None:
+            raise ImportError(IMPORT_ERROR or "ggml_viz.capture._native is missing")
+        self._recorder = _native.Recorder(_layout(), _functions())
+        selection = selection or NodeSelection()
+        self._recorder.set_filters(selection.ops, selection.layers, selection.no_layer, selection.names)
+        self.user_data: int | None = self._recorder.address
+        self.callback = llama_cpp.ggml_backend_sched_eval_callback(_native.CALLBACK_ADDRESS)
+
+    @property
+    def mode(self) -> Mode:
+        return Mode(self._recorder.mode)
+
+    @mode.setter
+    def mode(self, mode: Mode) -> None:
+        self._recorder.mode = int(mode)
+
+    @property
+    def time_nodes(self) -> bool:
+        return bool(self._recorder.time_nodes)
+
+    @time_nodes.setter
+    def time_nodes(self, on: bool) -> None:
+        self._recorder.time_nodes = int(on)
+
+    @property
+    def failure(self) -> str | None:
+        return "the native recorder ran out of memory" if self._recorder.out_of_memory else None
+
+    def take_graphs(self, boundary_ns: int) -> list[RawGraph]:
+        return [_raw_graph(*parts) for parts in self._recorder.take(boundary_ns)]
+
+    def take_counted(self) -> int:
+        return int(self._recorder.take_counted())
+
+    def discard(self) -> None:
+        self._recorder.discard()
+
+
+def _raw_graph(
+    nodes: bytes,
+    node_ptrs: bytes,
+    starts: bytes,
+    ends: bytes,
+    flags: bytes,
+    leaves: bytes,
+    leaf_ptrs: bytes,
+    buffers: list[tuple[int, int, int, int, str, str]],
+    boundary_ns: int,
+) -> RawGraph:
+    return RawGraph(
+        node_ptrs=np.frombuffer(node_ptrs, dtype=np.uint64),
+        nodes=np.frombuffer(nodes, dtype=TENSOR_DTYPE),
+        start_ns=np.frombuffer(starts, dtype=np.int64),
+        end_ns=np.frombuffer(ends, dtype=np.int64),
+        flags=np.frombuffer(flags, dtype=np.uint8),
+        leaf_ptrs=np.frombuffer(leaf_ptrs, dtype=np.uint64),
+        leaves=np.frombuffer(leaves, dtype=TENSOR_DTYPE),
+        buffers={
+            address: BufferInfo(
+                name=name,
+                buffer_type=buffer_type or "?",
+                usage=BUFFER_USAGE_NAMES.get(usage, "other"),
+                size=size,
+                base=base,
+            )
+            for address, usage, size, base, name, buffer_type in buffers
+        },
+        boundary_ns=boundary_ns,
+        fingerprint=(nodes, leaves, node_ptrs, leaf_ptrs),  # no copy: the bytes the recorder made
+    )
