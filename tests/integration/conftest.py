@@ -26,15 +26,34 @@ class RecordedRun:
     run: ggml_viz.runformat.reader.Run
 
 
-@pytest.fixture(scope="session")
-def recorded_run(tmp_path_factory, model_path) -> RecordedRun:
-    """One greedy 5-token generation recorded with the Python API."""
+RECORDERS = ["native", "python"]
+
+
+@pytest.fixture(params=RECORDERS)
+def recorder(request) -> str:
+    """Tests taking this run once with the native recorder and once with its Python twin."""
+    return request.param
+
+
+def record_five_tokens(path: Path, model_path: Path, recorder: str) -> RecordedRun:
     import llama_cpp
 
-    path = tmp_path_factory.mktemp("runs") / "five.ggmlviz"
-    with ggml_viz.record(path, metadata={"prompt": PROMPT}):
+    with ggml_viz.record(path, recorder=recorder, metadata={"prompt": PROMPT}):
         llm = load_model(model_path)
         text = greedy(llm)
         perf = llama_cpp.llama_perf_context(llm._ctx.ctx)
         del llm
     return RecordedRun(path, text, perf.t_p_eval_ms + perf.t_eval_ms, ggml_viz.open(path))
+
+
+@pytest.fixture(scope="session", params=RECORDERS)
+def recorded_run(request, tmp_path_factory, model_path) -> RecordedRun:
+    """One greedy 5-token generation recorded with the Python API, by each recorder."""
+    return record_five_tokens(tmp_path_factory.mktemp("runs") / "five.ggmlviz", model_path, request.param)
+
+
+@pytest.fixture(scope="session")
+def runs_by_recorder(tmp_path_factory, model_path) -> dict[str, RecordedRun]:
+    """The same generation recorded by both recorders."""
+    folder = tmp_path_factory.mktemp("pair")
+    return {name: record_five_tokens(folder / f"{name}.ggmlviz", model_path, name) for name in RECORDERS}

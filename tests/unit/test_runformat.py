@@ -17,7 +17,7 @@ from ggml_viz.runformat.writer import RunWriter, prepare_run_dir, unique_run_dir
 
 
 def write_synthetic_run(path, *, graphs=2, nodes_per_graph=3, close=True, experiment_id="e" * 32):
-    """A tiny run: each graph a chain of ADD nodes reading one weight."""
+    """A tiny run: each graph (all of one structure) a chain of ADD nodes reading one weight."""
     writer = RunWriter(prepare_run_dir(path), experiment_id, new_manifest(experiment_id))
     writer.append(
         "buffers",
@@ -35,29 +35,27 @@ def write_synthetic_run(path, *, graphs=2, nodes_per_graph=3, close=True, experi
             "layer": [0] * len(names), "view_src_id": [-1] * len(names), "view_offs": [0] * len(names),
         },
     )  # fmt: skip
+    index = np.arange(nodes_per_graph, dtype=np.int32)
+    writer.append("structure_nodes", {"structure_id": np.zeros(nodes_per_graph, np.int32), "node_index": index,
+                                      "tensor_id": index + 1})  # fmt: skip
+    writer.append("edges", {"structure_id": np.zeros(nodes_per_graph, np.int32), "node_index": index,
+                            "src_slot": np.zeros(nodes_per_graph, np.int8),
+                            "src_tensor_id": np.zeros(nodes_per_graph, np.int32)})  # fmt: skip
     for graph in range(graphs):
         start = 1_000_000 * (graph + 1)
-        index = np.arange(nodes_per_graph, dtype=np.int32)
         writer.append(
-            "nodes",
+            "node_times",
             {"graph_id": np.full(nodes_per_graph, graph), "node_index": index, "start_ns": start + index * 100,
-             "end_ns": start + index * 100 + 50, "tensor_id": index + 1, "timed": np.ones(nodes_per_graph, bool)},
+             "end_ns": start + index * 100 + 50},
         )  # fmt: skip
-        writer.append(
-            "edges",
-            {"graph_id": np.full(nodes_per_graph, graph), "node_index": index,
-             "src_slot": np.zeros(nodes_per_graph, np.int8), "src_tensor_id": np.zeros(nodes_per_graph, np.int32)},
-        )  # fmt: skip
-        writer.append(
-            "tokens",
-            {"graph_id": [graph], "batch_index": [0], "pos": [graph], "token_id": [42 + graph], "seq_id": [0],
-             "output": [True], "text": [f"tok{graph}"]},
-        )  # fmt: skip
-        writer.append(
+        writer.append_row(
             "graphs",
-            {"graph_id": [graph], "context_id": [0], "decode_index": [graph], "ubatch_index": [0],
-             "start_ns": [start], "end_ns": [start + nodes_per_graph * 100], "n_nodes": [nodes_per_graph],
-             "n_tokens": [1], "phase": ["prompt" if graph == 0 else "decode"], "detail": ["op"]},
+            {"graph_id": graph, "context_id": 0, "decode_index": graph, "ubatch_index": 0, "structure_id": 0,
+             "start_ns": start, "end_ns": start + nodes_per_graph * 100, "decode_start_ns": start - 10,
+             "decode_end_ns": start + nodes_per_graph * 100 + 10, "return_code": 0, "n_nodes": nodes_per_graph,
+             "n_tokens": 1, "token_ids": [42 + graph], "token_positions": [graph], "token_seq_ids": [0],
+             "token_outputs": [True], "token_texts": [f"tok{graph}"], "first_batch_index": 0,
+             "phase": "prompt" if graph == 0 else "decode", "detail": "op"},
         )  # fmt: skip
     if close:
         writer.close()
@@ -85,7 +83,8 @@ def test_a_closed_run_reads_back_joined(tmp_path):
         assert column in run.edges.columns
     assert list(run.buffers.columns[:1]) == ["buffer"]
     assert list(run.tokens["text"]) == ["tok0", "tok1"]
-    assert run.manifest["counts"]["nodes_rows"] == 6
+    assert run.manifest["counts"]["node_times_rows"] == 6
+    assert list(run.graphs["graph_id"]) == [0, 1] and "token_ids" not in run.graphs
 
 
 def test_an_unclosed_run_reads_from_its_streams_and_is_incomplete(tmp_path):
@@ -105,11 +104,11 @@ def test_a_torn_stream_tail_loses_only_the_graph_in_flight(tmp_path):
     # GIVEN a crash in the middle of writing the third graph's nodes
     path = tmp_path / "torn.ggmlviz"
     write_synthetic_run(path, graphs=3, close=False)
-    nodes = path / "nodes.arrows"
+    nodes = path / "node_times.arrows"
     nodes.write_bytes(nodes.read_bytes()[:-37])
     graphs = path / "graphs.arrows"
     data = graphs.read_bytes()
-    graphs.write_bytes(data[: len(data) - 200])  # the last graph row never made it
+    graphs.write_bytes(data[: len(data) - 300])  # the last graph row never made it
     # THEN the first graphs are whole and nothing of the torn one is left
     run = ggml_viz.open(path)
     assert list(run.graphs["graph_id"]) == [0, 1]
@@ -152,8 +151,8 @@ def test_what_is_not_a_run_is_refused(tmp_path, make, message):
 
 def test_a_missing_table_is_refused(tmp_path):
     write_synthetic_run(tmp_path / "m.ggmlviz")
-    (tmp_path / "m.ggmlviz" / "tokens.parquet").unlink()
-    with pytest.raises(RunFormatError, match="no 'tokens' table"):
+    (tmp_path / "m.ggmlviz" / "edges.parquet").unlink()
+    with pytest.raises(RunFormatError, match="no 'edges' table"):
         ggml_viz.open(tmp_path / "m.ggmlviz")
 
 
@@ -180,7 +179,7 @@ def test_tables_are_readable_without_ggml_viz(tmp_path):
     import pyarrow.parquet as pq
 
     write_synthetic_run(tmp_path / "plain.ggmlviz")
-    nodes_file = tmp_path / "plain.ggmlviz" / "nodes.parquet"
+    nodes_file = tmp_path / "plain.ggmlviz" / "node_times.parquet"
     assert pq.read_table(nodes_file).num_rows == 6
     assert len(pd.read_parquet(nodes_file)) == 6
     assert pl.read_parquet(nodes_file).height == 6
@@ -190,5 +189,5 @@ def test_tables_are_readable_without_ggml_viz(tmp_path):
 
 def test_streams_of_an_unfinished_run_are_readable_with_pyarrow(tmp_path):
     write_synthetic_run(tmp_path / "s.ggmlviz", close=False)
-    with pa.OSFile(str(tmp_path / "s.ggmlviz" / "nodes.arrows")) as source:
+    with pa.OSFile(str(tmp_path / "s.ggmlviz" / "node_times.arrows")) as source:
         assert pa.ipc.open_stream(source).read_all().num_rows == 6

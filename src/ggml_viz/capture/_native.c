@@ -67,7 +67,9 @@ typedef struct {
     /* what has been recorded since the last take() */
     Array nodes, node_ptrs, starts, ends, node_flags;
     Array leaves, leaf_ptrs;
-    Array graph_node_start, graph_leaf_start, graph_buffer_start, graph_boundary;
+    Array graph_node_start, graph_leaf_start, graph_buffer_start, graph_boundary, graph_same;
+    /* the last graph closed, to recognize an identical next one (decode graphs usually are) */
+    Array previous_nodes, previous_leaves, previous_node_ptrs, previous_leaf_ptrs;
     Array buffers;
     /* the graph in flight */
     size_t graph_first_node, graph_first_leaf, graph_first_buffer;
@@ -274,14 +276,39 @@ static int copy_leaf(Recorder *r, uint64_t address) {
     return note_buffer(r, copied);
 }
 
-/* Close the graph in flight: remember where it ended and what it selected. */
+/* Whether a[from, to) holds the same bytes as all of `previous`; if not, `previous` becomes a copy. */
+static int same_or_copy(Array *previous, const Array *a, size_t from, size_t to, bool *same) {
+    size_t bytes = (to - from) * a->item_size;
+    if (*same && previous->count * previous->item_size == bytes &&
+        memcmp(previous->items, a->items + from * a->item_size, bytes) == 0) {
+        return 0;
+    }
+    *same = false;
+    previous->count = 0;
+    if (array_reserve(previous, to - from) != 0) return -1;
+    memcpy(previous->items, a->items + from * a->item_size, bytes);
+    previous->count = to - from;
+    return 0;
+}
+
+/* Close the graph in flight: remember where it ended, what it selected, and whether it
+   repeats the previous graph struct for struct (then Python reuses what it decoded). */
 static int close_graph(Recorder *r, int64_t boundary) {
     if (r->nodes.count == r->graph_first_node) return 0;
     size_t *node_start = array_push(&r->graph_node_start);
     size_t *leaf_start = array_push(&r->graph_leaf_start);
     size_t *buffer_start = array_push(&r->graph_buffer_start);
     int64_t *boundary_ns = array_push(&r->graph_boundary);
-    if (!node_start || !leaf_start || !buffer_start || !boundary_ns) return -1;
+    uint8_t *same_flag = array_push(&r->graph_same);
+    if (!node_start || !leaf_start || !buffer_start || !boundary_ns || !same_flag) return -1;
+    bool same = r->previous_nodes.count > 0;
+    if (same_or_copy(&r->previous_nodes, &r->nodes, r->graph_first_node, r->nodes.count, &same) != 0 ||
+        same_or_copy(&r->previous_node_ptrs, &r->node_ptrs, r->graph_first_node, r->nodes.count, &same) != 0 ||
+        same_or_copy(&r->previous_leaves, &r->leaves, r->graph_first_leaf, r->leaves.count, &same) != 0 ||
+        same_or_copy(&r->previous_leaf_ptrs, &r->leaf_ptrs, r->graph_first_leaf, r->leaves.count, &same) != 0) {
+        return -1;
+    }
+    *same_flag = same;
     *node_start = r->graph_first_node;
     *leaf_start = r->graph_first_leaf;
     *buffer_start = r->graph_first_buffer;
@@ -341,9 +368,9 @@ static int on_ask(Recorder *r, uint64_t address) {
     bool answer = answer_for(r, copied, index_in_graph, flags);
     if (answer) {
         *flags |= NODE_ANSWERED;
-        /* Timed alone only if the previous slice ended right before this node. */
+        /* Timed: selected (not just a fence), and alone: the previous slice ended right before it. */
         bool alone = index_in_graph == 0 || (ARRAY_AT(r->node_flags, uint8_t, index - 1) & NODE_ANSWERED);
-        if (alone) *flags |= NODE_TIMED;
+        if (alone && (*flags & NODE_SELECTED)) *flags |= NODE_TIMED;
         r->pending = (int64_t)index;
     }
     *start = *end = now_ns();
@@ -429,6 +456,11 @@ static int Recorder_init(Recorder *self, PyObject *args, PyObject *kwargs) {
     array_init(&self->graph_leaf_start, sizeof(size_t));
     array_init(&self->graph_buffer_start, sizeof(size_t));
     array_init(&self->graph_boundary, sizeof(int64_t));
+    array_init(&self->graph_same, 1);
+    array_init(&self->previous_nodes, self->tensor_size);
+    array_init(&self->previous_leaves, self->tensor_size);
+    array_init(&self->previous_node_ptrs, sizeof(uint64_t));
+    array_init(&self->previous_leaf_ptrs, sizeof(uint64_t));
     array_init(&self->buffers, sizeof(BufferRecord));
     if (set_grow(self) != 0) {
         PyErr_NoMemory();
@@ -443,7 +475,9 @@ static int Recorder_init(Recorder *self, PyObject *args, PyObject *kwargs) {
 static void Recorder_dealloc(Recorder *self) {
     Array *arrays[] = {&self->nodes, &self->leaves, &self->node_ptrs, &self->leaf_ptrs, &self->starts,
                        &self->ends, &self->node_flags, &self->graph_node_start, &self->graph_leaf_start,
-                       &self->graph_buffer_start, &self->graph_boundary, &self->buffers};
+                       &self->graph_buffer_start, &self->graph_boundary, &self->buffers, &self->graph_same,
+                       &self->previous_nodes, &self->previous_leaves, &self->previous_node_ptrs,
+                       &self->previous_leaf_ptrs};
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) array_free(arrays[i]);
     free(self->set_keys);
     free(self->set_kinds);
@@ -455,14 +489,15 @@ static void reset_recorded(Recorder *r) {
     r->nodes.count = r->leaves.count = r->node_ptrs.count = r->leaf_ptrs.count = 0;
     r->starts.count = r->ends.count = r->node_flags.count = 0;
     r->graph_node_start.count = r->graph_leaf_start.count = r->graph_buffer_start.count = 0;
-    r->graph_boundary.count = r->buffers.count = 0;
+    r->graph_boundary.count = r->buffers.count = r->graph_same.count = 0;
     r->graph_first_node = r->graph_first_leaf = r->graph_first_buffer = 0;
     r->pending = -1;
     set_clear(r);
 }
 
-/* take(boundary_ns) -> list of graphs, each a tuple of bytes:
-   (nodes, node_ptrs, starts, ends, flags, leaves, leaf_ptrs, buffers, boundary_ns) */
+/* take(boundary_ns) -> list of graphs, each a tuple:
+   (nodes, node_ptrs, starts, ends, flags, leaves, leaf_ptrs, buffers, boundary_ns, same)
+   where a graph that repeats the previous one (same) comes without its struct bytes. */
 static PyObject *Recorder_take(Recorder *self, PyObject *arg) {
     long long boundary = PyLong_AsLongLong(arg);
     if (boundary == -1 && PyErr_Occurred()) return NULL;
@@ -490,11 +525,14 @@ static PyObject *Recorder_take(Recorder *self, PyObject *arg) {
             }
             PyList_SET_ITEM(buffers, (Py_ssize_t)(b - b0), item);
         }
+        int same = ARRAY_AT(self->graph_same, uint8_t, g);
+        size_t s0 = same ? n1 : n0, t0 = same ? l1 : l0; /* empty ranges when same */
         PyObject *graph = Py_BuildValue(
-            "(NNNNNNNNL)", array_bytes(&self->nodes, n0, n1), array_bytes(&self->node_ptrs, n0, n1),
+            "(NNNNNNNNLO)", array_bytes(&self->nodes, s0, n1), array_bytes(&self->node_ptrs, s0, n1),
             array_bytes(&self->starts, n0, n1), array_bytes(&self->ends, n0, n1),
-            array_bytes(&self->node_flags, n0, n1), array_bytes(&self->leaves, l0, l1),
-            array_bytes(&self->leaf_ptrs, l0, l1), buffers, (long long)ARRAY_AT(self->graph_boundary, int64_t, g));
+            array_bytes(&self->node_flags, n0, n1), array_bytes(&self->leaves, t0, l1),
+            array_bytes(&self->leaf_ptrs, t0, l1), buffers, (long long)ARRAY_AT(self->graph_boundary, int64_t, g),
+            same ? Py_True : Py_False);
         if (!graph) goto error;
         PyList_SET_ITEM(graphs, (Py_ssize_t)g, graph);
     }
@@ -551,6 +589,7 @@ static PyObject *Recorder_take_counted(Recorder *self, PyObject *unused) {
 
 static PyObject *Recorder_discard(Recorder *self, PyObject *unused) {
     reset_recorded(self);
+    self->previous_nodes.count = 0; /* Python never saw it: the next graph is new to it */
     Py_RETURN_NONE;
 }
 

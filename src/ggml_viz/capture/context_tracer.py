@@ -26,6 +26,8 @@ class GraphRecorder(Protocol):
 
     @property
     def failure(self) -> str | None: ...
+    @property
+    def pending_nodes(self) -> int: ...
     def take_graphs(self, boundary_ns: int) -> list[RawGraph]: ...
     def take_counted(self) -> int: ...
     def discard(self) -> None: ...
@@ -70,7 +72,8 @@ class ContextTracer:
         return self.recorder.mode
 
     def begin_decode(self, batch: Any) -> None:
-        self._write_finished(perf_counter_ns(), None)  # graphs computed outside llama_decode
+        if self.recorder.pending_nodes:  # graphs computed outside llama_decode
+            self._write_finished(perf_counter_ns(), None, 0)
         tokens = batch_arrays(batch)
         phase = graph_phase(tokens)
         self.decode = DecodeCall(self.n_decodes, perf_counter_ns(), tokens, self.n_ubatch, phase)
@@ -89,18 +92,14 @@ class ContextTracer:
         return sample is None or (self.n_decode_decodes - 1) % sample == 0
 
     def end_decode(self, return_code: int) -> None:
-        end_ns = perf_counter_ns()
-        decode = self.decode
-        self._write_finished(end_ns, decode)
-        if decode is not None and self.mode is not Mode.OFF:
-            self.recording.write_decode(self, decode, end_ns, return_code)
+        self._write_finished(perf_counter_ns(), self.decode, return_code)
         self.decode = None
 
     def flush(self) -> None:
         """Write what is in flight (the recording is stopping)."""
-        self._write_finished(perf_counter_ns(), self.decode)
+        self._write_finished(perf_counter_ns(), self.decode, 0)
 
-    def _write_finished(self, boundary_ns: int, decode: DecodeCall | None) -> None:
+    def _write_finished(self, boundary_ns: int, decode: DecodeCall | None, return_code: int) -> None:
         failure = self.recorder.failure
         if failure is not None:
             self.recorder.discard()
@@ -116,7 +115,7 @@ class ContextTracer:
             tokens = decode.tokens_of_ubatch(ubatch) if decode else {}
             if decode:
                 decode.graphs_done += 1
-            self.recording.write_graph(self, raw, decode, ubatch, tokens)
+            self.recording.write_graph(self, raw, decode, ubatch, tokens, boundary_ns, return_code)
 
     def token_texts(self, token_ids: np.ndarray) -> list[str]:
         return [self.token_text(int(token)) if token >= 0 else "" for token in token_ids.tolist()]

@@ -53,8 +53,9 @@ _NOT_DESCRIPTIVE = [
 class DecodedGraph:
     """Rows for each table, as column arrays, ready for RunWriter.append."""
 
-    nodes: dict[str, Any]
-    new_edges: dict[str, Any]  # the wiring of a structure not seen before (else empty)
+    node_times: dict[str, Any]  # rows of the nodes timed on their own
+    new_structure_nodes: dict[str, Any]  # the nodes of a structure not seen before (else empty)
+    new_edges: dict[str, Any]  # and its wiring
     structure_id: int
     new_tensors: dict[str, list[Any]]
     new_buffers: dict[str, list[Any]]
@@ -70,7 +71,7 @@ class TensorCatalog:
         self._by_key: dict[bytes, int] = {}
         self._n_tensors = 0
         self._buffers: dict[tuple[int, BufferInfo], int] = {}
-        self._previous: _GraphShape | None = None
+        self._previous: dict[int, _GraphShape] = {}  # per context: the last graph decoded
         self._n_structures = 0
         self._subop_ops = np.array(ops_with_subop(), dtype=np.int32)
 
@@ -78,29 +79,38 @@ class TensorCatalog:
         new_tensors: dict[str, list[Any]] = {name: [] for name in _TENSOR_COLUMNS}
         new_buffers: dict[str, list[Any]] = {name: [] for name in _BUFFER_COLUMNS}
         buffer_ids = self._buffer_ids(raw.buffers, graph_id, context_id, new_buffers)
-        shape = self._previous
+        shape = self._previous.get(context_id)
         new_edges: dict[str, Any] = {"structure_id": []}
-        if shape is None or shape.fingerprint != raw.fingerprint:
+        new_structure_nodes: dict[str, Any] = {"structure_id": []}
+        if raw.same_as_previous and shape is None:
+            raise ValueError("a graph came as a repeat of one that was never decoded")
+        if not raw.same_as_previous and (shape is None or shape.fingerprint != raw.fingerprint):
             # Not a rerun or an identical rebuild of the previous graph (as decode graphs are).
             structs = tensor_structs(raw.leaves, raw.nodes)
             ptrs = np.concatenate([raw.leaf_ptrs, raw.node_ptrs]).astype(np.uint64)
             keyed = _description_keys(structs, self._subop_ops)
             ids = self._tensor_ids(structs, keyed, ptrs, buffer_ids, new_tensors)
-            shape = self._previous = _GraphShape(raw.fingerprint, ids, self._n_structures)
+            shape = self._previous[context_id] = _GraphShape(raw.fingerprint, ids, self._n_structures)
             self._n_structures += 1
             new_edges = _edges(raw.nodes["src"], ptrs, ids, shape.structure_id)
-        ids = shape.ids
+            node_ids = ids[len(raw.leaves) :]
+            new_structure_nodes = {
+                "structure_id": np.full(len(node_ids), shape.structure_id, dtype=np.int32),
+                "node_index": np.arange(len(node_ids), dtype=np.int32),
+                "tensor_id": node_ids,
+            }
         n = raw.n_nodes
-        nodes = {
-            "graph_id": np.full(n, graph_id, dtype=np.int32),
-            "node_index": np.arange(n, dtype=np.int32),
-            "start_ns": raw.start_ns,
-            "end_ns": raw.end_ns,
-            "tensor_id": ids[len(raw.leaves) :],
-            "timed": raw.timed,
-        }
+        timed = raw.timed
+        if timed.all():
+            node_times = {"graph_id": np.full(n, graph_id, dtype=np.int32), "node_index": np.arange(n, dtype=np.int32),
+                          "start_ns": raw.start_ns, "end_ns": raw.end_ns}  # fmt: skip
+        else:
+            index = np.flatnonzero(timed).astype(np.int32)
+            node_times = {"graph_id": np.full(len(index), graph_id, dtype=np.int32), "node_index": index,
+                          "start_ns": raw.start_ns[index], "end_ns": raw.end_ns[index]}  # fmt: skip
         return DecodedGraph(
-            nodes=nodes,
+            node_times=node_times,
+            new_structure_nodes=new_structure_nodes,
             new_edges=new_edges,
             structure_id=shape.structure_id,
             new_tensors=new_tensors,
@@ -120,7 +130,6 @@ class TensorCatalog:
                 self._buffers[key] = len(self._buffers)
                 # keys hold buffer addresses: this one may now mean another buffer
                 self._by_key.clear()
-                self._previous = None
                 row = (
                     self._buffers[key],
                     context_id,

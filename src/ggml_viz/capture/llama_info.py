@@ -83,15 +83,17 @@ class TokenText:
 def batch_arrays(batch: Any) -> dict[str, np.ndarray]:
     """The token ids, positions, sequence ids and output flags of a llama_batch, copied."""
     n = int(batch.n_tokens)
-    minus_one = np.full(n, -1, dtype=np.int32)
 
     def read(pointer: Any, dtype: type) -> np.ndarray:
-        return np.ctypeslib.as_array(pointer, shape=(n,)).astype(dtype) if n and pointer else minus_one.copy()
+        address = ctypes.cast(pointer, ctypes.c_void_p).value
+        if not n or not address:
+            return np.full(n, -1, dtype=dtype)
+        return np.frombuffer(ctypes.string_at(address, n * np.dtype(dtype).itemsize), dtype=dtype)
 
-    seq_ids = minus_one.copy()
+    seq_ids = np.full(n, -1, dtype=np.int32)
     if n and batch.seq_id and batch.n_seq_id:
         seq_ids = np.array([batch.seq_id[i][0] if batch.n_seq_id[i] > 0 else -1 for i in range(n)], dtype=np.int32)
-    outputs = read(batch.logits, np.int32) > 0
+    outputs = read(batch.logits, np.int8) > 0
     if n and not batch.logits:
         outputs[-1] = True  # llama.cpp's default: logits for the last token only
     return {

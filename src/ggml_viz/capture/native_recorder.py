@@ -94,6 +94,10 @@ class NativeGraphRecorder:
     def failure(self) -> str | None:
         return "the native recorder ran out of memory" if self._recorder.out_of_memory else None
 
+    @property
+    def pending_nodes(self) -> int:
+        return int(self._recorder.pending_nodes)
+
     def take_graphs(self, boundary_ns: int) -> list[RawGraph]:
         return [_raw_graph(*parts) for parts in self._recorder.take(boundary_ns)]
 
@@ -114,6 +118,7 @@ def _raw_graph(
     leaf_ptrs: bytes,
     buffers: list[tuple[int, int, int, int, str, str]],
     boundary_ns: int,
+    same_as_previous: bool,
 ) -> RawGraph:
     return RawGraph(
         node_ptrs=np.frombuffer(node_ptrs, dtype=np.uint64),
@@ -135,4 +140,5 @@ def _raw_graph(
         },
         boundary_ns=boundary_ns,
         fingerprint=(nodes, leaves, node_ptrs, leaf_ptrs),  # no copy: the bytes the recorder made
+        same_as_previous=same_as_previous,
     )

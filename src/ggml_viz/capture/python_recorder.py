@@ -134,7 +134,8 @@ class PythonGraphRecorder:
             answer = selected or fence
         if answer:
             flags |= NODE_ANSWERED
-            if index == 0 or self._flags[index - 1] & NODE_ANSWERED:
+            alone = index == 0 or self._flags[index - 1] & NODE_ANSWERED
+            if alone and flags & NODE_SELECTED:  # selected, not just a fence
                 flags |= NODE_TIMED
             self._pending = index
         self._flags.append(flags)
@@ -191,6 +192,10 @@ class PythonGraphRecorder:
         self._start_graph()
 
     # -- between graphs ------------------------------------------------------------------
+
+    @property
+    def pending_nodes(self) -> int:
+        return len(self._node_ptrs) + sum(graph.n_nodes for graph in self._finished)
 
     def take_graphs(self, boundary_ns: int) -> list[RawGraph]:
         """Every graph recorded since the last call; the one in flight ends at `boundary_ns`."""

@@ -41,6 +41,9 @@ class RawGraph:
     buffers: dict[int, BufferInfo] = field(default_factory=dict)  # every buffer it used, by address
     boundary_ns: int = 0  # when the graph was over: the next graph began or llama_decode returned
     fingerprint: tuple[bytes, ...] = ()  # the copied structs and addresses, byte for byte
+    # The recorder found this graph identical to its previous one, struct for struct, and
+    # left out the structs (nodes, leaves and their addresses are empty).
+    same_as_previous: bool = False
 
     def __post_init__(self) -> None:
         if not self.fingerprint:
@@ -48,7 +51,7 @@ class RawGraph:
 
     @property
     def n_nodes(self) -> int:
-        return len(self.node_ptrs)
+        return len(self.start_ns)
 
     @property
     def timed(self) -> np.ndarray:

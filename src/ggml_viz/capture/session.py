@@ -199,6 +199,8 @@ class Recording:
         decode: DecodeCall | None,
         ubatch: int,
         tokens: dict[str, np.ndarray],
+        decode_end_ns: int,
+        return_code: int,
     ) -> None:
         with self.lock:
             bound = self.settings.max_events
@@ -207,7 +209,7 @@ class Recording:
                 for other in self.tracers:
                     other.count_only()
                 return
-            self._guarded(lambda: self._write_graph(tracer, raw, decode, ubatch, tokens))
+            self._guarded(lambda: self._write_graph(tracer, raw, decode, ubatch, tokens, decode_end_ns, return_code))
 
     def _write_graph(
         self,
@@ -216,6 +218,8 @@ class Recording:
         decode: DecodeCall | None,
         ubatch: int,
         tokens: dict[str, np.ndarray],
+        decode_end_ns: int,
+        return_code: int,
     ) -> None:
         assert self.writer is not None
         graph_id = self.n_graphs
@@ -223,19 +227,10 @@ class Recording:
         writer = self.writer
         writer.append("buffers", decoded.new_buffers)
         writer.append("tensors", decoded.new_tensors)
-        writer.append("nodes", decoded.nodes)
+        writer.append("structure_nodes", decoded.new_structure_nodes)
         writer.append("edges", decoded.new_edges)
+        writer.append("node_times", decoded.node_times)
         n_tokens = len(tokens.get("token_id", ()))
-        if n_tokens:
-            writer.append(
-                "tokens",
-                {
-                    "graph_id": np.full(n_tokens, graph_id, dtype=np.int32),
-                    "batch_index": np.arange(n_tokens, dtype=np.int32) + ubatch * tracer.n_ubatch,
-                    **tokens,
-                    "text": tracer.token_texts(tokens["token_id"]),
-                },
-            )
         timed = raw.timed
         last_answered = raw.n_nodes > 0 and bool(raw.flags[-1] & NODE_ANSWERED)
         row = {
@@ -246,8 +241,17 @@ class Recording:
             "structure_id": decoded.structure_id,
             "start_ns": decoded.start_ns,
             "end_ns": int(raw.end_ns[-1]) if last_answered else raw.boundary_ns,
+            "decode_start_ns": decode.start_ns if decode else -1,
+            "decode_end_ns": decode_end_ns if decode else -1,
+            "return_code": return_code,
             "n_nodes": decoded.n_nodes,
             "n_tokens": n_tokens,
+            "token_ids": tokens["token_id"].tolist() if n_tokens else [],
+            "token_positions": tokens["pos"].tolist() if n_tokens else [],
+            "token_seq_ids": tokens["seq_id"].tolist() if n_tokens else [],
+            "token_outputs": tokens["output"].tolist() if n_tokens else [],
+            "token_texts": tracer.token_texts(tokens["token_id"]) if n_tokens else [],
+            "first_batch_index": ubatch * tracer.n_ubatch,
             "phase": decode.phase if decode else "other",
             "detail": "op" if timed.all() else ("graph" if not timed.any() else "selected"),
         }
@@ -255,16 +259,6 @@ class Recording:
         self.n_graphs += 1
         self.n_events += decoded.n_nodes
         self.graph_sizes.append(decoded.n_nodes)
-
-    def write_decode(self, tracer: ContextTracer, decode: DecodeCall, end_ns: int, return_code: int) -> None:
-        def write() -> None:
-            assert self.writer is not None
-            row = (decode.index, tracer.context_id, decode.start_ns, end_ns, len(decode.tokens["token_id"]),
-                   decode.graphs_done, return_code)  # fmt: skip
-            self.writer.append_row("decodes", dict(zip(_DECODE_COLUMNS, row, strict=True)))
-
-        with self.lock:
-            self._guarded(write)
 
     def count_dropped(self, n_nodes: int) -> None:
         self.dropped_graphs += 1
@@ -323,9 +317,6 @@ class Recording:
             action()
         except Exception as error:
             self.fail(f"{type(error).__name__}: {error}")
-
-
-_DECODE_COLUMNS = ("decode_index", "context_id", "start_ns", "end_ns", "n_tokens", "n_graphs", "return_code")
 
 
 def _safe(function: Any) -> Any:

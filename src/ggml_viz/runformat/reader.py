@@ -58,7 +58,8 @@ class Run:
 
     @cached_property
     def graphs(self) -> pd.DataFrame:
-        return self.raw("graphs").sort_values("graph_id", ignore_index=True)
+        graphs = self.raw("graphs").drop(columns=[c for c in TABLES["graphs"].names if c.startswith("token_")])
+        return graphs.sort_values("graph_id", ignore_index=True)
 
     @cached_property
     def tensors(self) -> pd.DataFrame:
@@ -75,9 +76,17 @@ class Run:
 
     @cached_property
     def nodes(self) -> pd.DataFrame:
-        """One row per executed node: times, and its tensor's description."""
-        nodes = self.raw("nodes").merge(self.tensors, on="tensor_id", how="left")
+        """One row per executed node: its times (<NA> unless timed on its own) and its
+        tensor's description."""
+        graphs = self.raw("graphs")[["graph_id", "structure_id"]]
+        nodes = graphs.merge(self.raw("structure_nodes"), on="structure_id").drop(columns="structure_id")
+        times = self.raw("node_times").astype({"start_ns": "Int64", "end_ns": "Int64"})
+        nodes = nodes.merge(times, on=["graph_id", "node_index"], how="left")
+        nodes["timed"] = nodes["start_ns"].notna()
+        nodes = nodes.merge(self.tensors, on="tensor_id", how="left")
         nodes["duration_ns"] = nodes["end_ns"] - nodes["start_ns"]
+        columns = ["graph_id", "node_index", "start_ns", "end_ns", "tensor_id", "timed"]
+        nodes = nodes[columns + [c for c in nodes.columns if c not in columns]]
         return nodes.sort_values(["graph_id", "node_index"], ignore_index=True)
 
     @cached_property
@@ -97,10 +106,20 @@ class Run:
 
     @cached_property
     def tokens(self) -> pd.DataFrame:
-        return self.raw("tokens").sort_values(["graph_id", "batch_index"], ignore_index=True)
+        """One row per token of each graph's batch (stored as lists on the graph's row)."""
+        columns = {"token_ids": "token_id", "token_positions": "pos", "token_seq_ids": "seq_id",
+                   "token_outputs": "output", "token_texts": "text"}  # fmt: skip
+        graphs = self.raw("graphs")
+        tokens = graphs[["graph_id", "first_batch_index", *columns]].explode(list(columns), ignore_index=True)
+        tokens = tokens.dropna(subset=["token_ids"]).rename(columns=columns)
+        tokens["batch_index"] = tokens["first_batch_index"] + tokens.groupby("graph_id").cumcount()
+        types = {"graph_id": "int32", "batch_index": "int32", "pos": "int32", "token_id": "int32",
+                 "seq_id": "int32", "output": "bool", "text": "str"}  # fmt: skip
+        tokens = tokens[list(types)].astype(types)
+        return tokens.sort_values(["graph_id", "batch_index"], ignore_index=True)
 
     def _drop_unfinished_graphs(self) -> None:
-        """A graph's row is written after its nodes, structure and tokens: rows of a graph
+        """A graph's row is written after its structure and node times: rows of a graph
         without one are from the graph a crash interrupted, and are left out."""
         finished = self._raw["graphs"].column("graph_id")
         for table in GRAPH_TABLES:

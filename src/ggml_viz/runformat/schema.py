@@ -4,8 +4,10 @@ A run is a directory `NAME.ggmlviz/` holding `manifest.json` and one file per ta
 While recording, each table is an Arrow IPC stream (`TABLE.arrows`) appended once per
 graph; when the recording closes cleanly each stream becomes `TABLE.parquet`.
 Descriptions of tensors are stored once in `tensors` and referenced by id, so a name,
-a shape or an op is not repeated per event; a graph's wiring (`edges`) is stored once per
-distinct graph structure, which the graphs that share it reference. See docs/run-format.md.
+a shape or an op is not repeated per event. A graph's nodes and wiring
+(`structure_nodes`, `edges`) are stored once per distinct graph structure, which the
+graphs that share it reference; per graph only its row (with its tokens) and the times of its
+timed nodes (`node_times`) are written. See docs/run-format.md.
 """
 
 from __future__ import annotations
@@ -37,21 +39,20 @@ TABLES: dict[str, pa.Schema] = {
             ("structure_id", pa.int32()),  # its nodes' wiring, in `edges` (shared by identical graphs)
             ("start_ns", pa.int64()),  # first node's start (monotonic clock)
             ("end_ns", pa.int64()),  # last node's end (graph detail: the graph's boundary)
+            ("decode_start_ns", pa.int64()),  # the llama_decode call that ran it was entered
+            ("decode_end_ns", pa.int64()),  # ... and returned
+            ("return_code", pa.int32()),  # what that call returned (0 is success)
             ("n_nodes", pa.int32()),
             ("n_tokens", pa.int32()),
+            # The batch this graph processed, token by token (the reader's `tokens` table):
+            ("token_ids", pa.list_(pa.int32())),
+            ("token_positions", pa.list_(pa.int32())),  # position in the sequence
+            ("token_seq_ids", pa.list_(pa.int32())),  # (first) sequence id
+            ("token_outputs", pa.list_(pa.bool_())),  # llama.cpp computes logits for it
+            ("token_texts", pa.list_(pa.string())),  # the token's text piece
+            ("first_batch_index", pa.int32()),  # index of its first token in the llama_decode batch
             ("phase", pa.string()),  # prompt | decode
             ("detail", pa.string()),  # op: every node timed | graph: structure only
-        ]
-    ),
-    "decodes": pa.schema(
-        [
-            ("decode_index", pa.int32()),
-            ("context_id", pa.int32()),
-            ("start_ns", pa.int64()),  # llama_decode entered
-            ("end_ns", pa.int64()),  # llama_decode returned
-            ("n_tokens", pa.int32()),
-            ("n_graphs", pa.int32()),
-            ("return_code", pa.int32()),
         ]
     ),
     "tensors": pa.schema(
@@ -73,14 +74,19 @@ TABLES: dict[str, pa.Schema] = {
             ("view_offs", pa.int64()),
         ]
     ),
-    "nodes": pa.schema(
+    "structure_nodes": pa.schema(
+        [
+            ("structure_id", pa.int32()),  # graphs with the same structure share these rows
+            ("node_index", pa.int32()),  # execution order, 0 .. n_nodes-1
+            ("tensor_id", pa.int32()),
+        ]
+    ),
+    "node_times": pa.schema(
         [
             ("graph_id", pa.int32()),
             ("node_index", pa.int32()),
-            ("start_ns", pa.int64()),
-            ("end_ns", pa.int64()),
-            ("tensor_id", pa.int32()),
-            ("timed", pa.bool_()),  # true: start/end are this node's own compute time
+            ("start_ns", pa.int64()),  # the node's own compute began ...
+            ("end_ns", pa.int64()),  # ... and ended (only nodes computed and timed alone)
         ]
     ),
     "edges": pa.schema(
@@ -103,22 +109,11 @@ TABLES: dict[str, pa.Schema] = {
             ("first_graph_id", pa.int32()),
         ]
     ),
-    "tokens": pa.schema(
-        [
-            ("graph_id", pa.int32()),
-            ("batch_index", pa.int32()),
-            ("pos", pa.int32()),
-            ("token_id", pa.int32()),
-            ("seq_id", pa.int32()),
-            ("output", pa.bool_()),  # llama.cpp computes logits for this token
-            ("text", pa.string()),
-        ]
-    ),
 }
 
 
 # Tables whose rows belong to one graph (filtered together by graph_id).
-GRAPH_TABLES = ("graphs", "nodes", "tokens")
+GRAPH_TABLES = ("graphs", "node_times")
 
 
 def table_schema(table: str, experiment_id: str) -> pa.Schema:

@@ -68,7 +68,7 @@ class RunWriter:
         self.manifest = manifest if manifest is not None else new_manifest(experiment_id)
         self.rows: dict[str, int] = {table: 0 for table in TABLES}
         self._tables: dict[str, _OpenTable] = {}
-        write_manifest(run_dir, self.manifest)
+        self._row_types: dict[str, pa.StructType] = {}
         for table in TABLES:
             sink = pa.OSFile(str(run_dir / (table + STREAM_SUFFIX)), "wb")
             schema = table_schema(table, experiment_id)
@@ -77,6 +77,7 @@ class RunWriter:
             stream.write_batch(pa.record_batch([pa.array([], type=f.type) for f in schema], schema=schema))
             sink.flush()
             self._tables[table] = _OpenTable(sink, stream, schema)
+        write_manifest(run_dir, self.manifest)  # last: a run with a manifest has all its tables
 
     def append(self, table: str, columns: Mapping[str, Any]) -> None:
         """Append rows given as one array per column; the columns must match the schema."""
@@ -92,7 +93,9 @@ class RunWriter:
     def append_row(self, table: str, row: Mapping[str, Any]) -> None:
         """Append one row given as a mapping of column to value (cheaper than columns for one row)."""
         sink, stream, schema = self._tables[table]
-        stream.write_batch(pa.RecordBatch.from_pylist([row], schema=schema))
+        # Through a struct array: several times faster than from_pylist for one row.
+        row_type = self._row_types.get(table) or self._row_types.setdefault(table, pa.struct(schema))
+        stream.write_batch(pa.RecordBatch.from_struct_array(pa.array([row], type=row_type)))
         sink.flush()
         self.rows[table] += 1
 

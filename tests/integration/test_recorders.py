@@ -1,0 +1,165 @@
+"""The native recorder against its Python twin, and what detail levels, filters, sampling
+and bounds do on the real SmolLM2 model."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import ggml_viz
+from ggml_viz.capture import ggml_api
+
+from .smollm2 import PROMPT, greedy, load_model
+
+pytestmark = pytest.mark.model
+
+TIMELESS_NODE_COLUMNS = ["graph_id", "node_index", "op", "op_base", "name", "type", "ne0", "ne1", "ne2", "ne3",
+                         "nbytes", "flags", "layer", "view_src", "view_offs", "buffer_name", "buffer_usage"]  # fmt: skip
+
+
+def test_both_recorders_record_the_same_run(runs_by_recorder):
+    native, python = runs_by_recorder["native"], runs_by_recorder["python"]
+    assert native.text == python.text
+    assert native.run.manifest["capture"]["recorder"] == "native"
+    assert python.run.manifest["capture"]["recorder"] == "python"
+    for table, columns in (
+        ("nodes", TIMELESS_NODE_COLUMNS + ["timed"]),
+        ("edges", ["graph_id", "node_index", "src_slot", "src_name", "src_op", "src_type", "src_ne0", "src_ne1",
+                   "src_buffer_name", "src_usage", "src_view_offs"]),  # fmt: skip
+        ("buffers", ["buffer", "name", "buffer_type", "usage", "size", "first_graph_id"]),
+        ("tokens", ["graph_id", "batch_index", "pos", "token_id", "seq_id", "output", "text"]),
+        ("graphs", ["graph_id", "decode_index", "ubatch_index", "structure_id", "n_nodes", "n_tokens", "phase", "detail"]),
+    ):
+        left = getattr(native.run, table)[columns]
+        right = getattr(python.run, table)[columns]
+        assert left.equals(right), f"{table} differ"
+
+
+def test_a_wrong_expected_layout_refuses_cleanly(tmp_path, model_path, recorded_run, monkeypatch, capfd):
+    # GIVEN a build that believes the name lies 8 bytes further than it does
+    fields = {name: ggml_api.TENSOR_DTYPE.fields[name] for name in ggml_api.TENSOR_DTYPE.names}
+    wrong = np.dtype(
+        {
+            "names": list(fields),
+            "formats": [dtype for dtype, _ in fields.values()],
+            "offsets": [offset + (8 if name == "name" else 0) for name, (_, offset) in fields.items()],
+            "itemsize": ggml_api.TENSOR_DTYPE.itemsize,
+        }
+    )
+    monkeypatch.setattr(ggml_api, "check_tensor_layout", functools.partial(ggml_api.check_tensor_layout, wrong))
+    # WHEN recording starts and a model generates
+    with ggml_viz.record(tmp_path / "guarded.ggmlviz"):
+        text = greedy(load_model(model_path))
+    # THEN recording refused with one clear message, and the text is right
+    assert text == recorded_run.text
+    err = capfd.readouterr().err
+    assert "field 'name' not where expected" in err and "inference runs untraced" in err
+    run = ggml_viz.open(tmp_path / "guarded.ggmlviz")
+    assert run.status == "incomplete" and len(run.graphs) == 0
+
+
+def test_op_filter_times_only_the_selected_ops(tmp_path, model_path, recorder):
+    with ggml_viz.record(tmp_path / "mulmat.ggmlviz", ops="MUL_MAT", recorder=recorder):
+        greedy(load_model(model_path))
+    nodes = ggml_viz.open(tmp_path / "mulmat.ggmlviz").nodes
+    timed = nodes[nodes["timed"]]
+    assert set(timed["op"]) == {"MUL_MAT"}
+    # From the second graph on, the node before each MUL_MAT is a fence: every MUL_MAT is timed alone
+    later = nodes[(nodes["graph_id"] > 0) & (nodes["op"] == "MUL_MAT")]
+    assert later["timed"].all()
+    assert (timed["duration_ns"] > 0).all()
+    assert set(ggml_viz.open(tmp_path / "mulmat.ggmlviz").graphs["detail"]) == {"selected"}
+
+
+def test_layer_and_name_filters_combine(tmp_path, model_path):
+    with ggml_viz.record(tmp_path / "layers.ggmlviz", layers="0-1,29", names="ffn_*"):
+        greedy(load_model(model_path))
+    nodes = ggml_viz.open(tmp_path / "layers.ggmlviz").nodes
+    timed = nodes[nodes["timed"]]
+    assert set(timed["layer"].astype(int)) == {0, 1, 29}
+    assert timed["name"].str.startswith("ffn_").all()
+    assert len(timed[timed["graph_id"] > 0]) == len(nodes[(nodes["graph_id"] > 0) & nodes["name"].str.startswith("ffn_")
+                                                         & nodes["layer"].isin([0, 1, 29])])  # fmt: skip
+
+
+def test_graph_detail_records_structure_and_graph_times(tmp_path, model_path, recorded_run):
+    with ggml_viz.record(tmp_path / "graph.ggmlviz", detail="graph"):
+        text = greedy(load_model(model_path))
+    assert text == recorded_run.text
+    run = ggml_viz.open(tmp_path / "graph.ggmlviz")
+    assert set(run.graphs["detail"]) == {"graph"}
+    assert not run.nodes["timed"].any() and run.nodes["start_ns"].isna().all()
+    assert (run.graphs["n_nodes"] > 1000).all() and len(run.nodes) == run.graphs["n_nodes"].sum()
+    assert (run.graphs["end_ns"] > run.graphs["start_ns"]).all()
+    assert len(run.edges) == len(recorded_run.run.edges)
+
+
+def test_sampling_times_the_first_prompt_and_every_nth_decode_graph(tmp_path, model_path):
+    with ggml_viz.record(tmp_path / "sampled.ggmlviz", sample=3):
+        greedy(load_model(model_path), n_predict=9)
+    graphs = ggml_viz.open(tmp_path / "sampled.ggmlviz").graphs
+    detail = dict(zip(graphs["graph_id"], graphs["detail"], strict=True))
+    # graph 0 is the prompt; decode graphs 1..8 are the 1st..8th decode calls: 1st, 4th and 7th timed
+    assert [graph for graph, level in detail.items() if level == "op"] == [0, 1, 4, 7]
+    assert all(detail[graph] == "graph" for graph in (2, 3, 5, 6, 8))
+
+
+def test_keep_last_keeps_the_last_whole_graphs(tmp_path, model_path, recorder):
+    with ggml_viz.record(tmp_path / "last.ggmlviz", max_events=2500, policy="keep-last", recorder=recorder):
+        greedy(load_model(model_path))
+    run = ggml_viz.open(tmp_path / "last.ggmlviz")
+    assert list(run.graphs["graph_id"]) == [3, 4]
+    assert set(run.nodes["graph_id"]) == {3, 4} and set(run.tokens["graph_id"]) == {3, 4}
+    assert run.manifest["counts"]["dropped_graphs"] == 3
+    assert run.manifest["counts"]["dropped_events"] == 3 * 1086
+
+
+def test_the_python_recorder_stands_in_when_the_extension_is_missing(tmp_path, model_path, monkeypatch, capfd):
+    from ggml_viz.capture import session
+
+    monkeypatch.setattr(session, "native_available", lambda: False)
+    with ggml_viz.record(tmp_path / "fallback.ggmlviz"):
+        greedy(load_model(model_path), n_predict=2)
+    assert "native recorder is not available" in capfd.readouterr().err
+    assert ggml_viz.open(tmp_path / "fallback.ggmlviz").manifest["capture"]["recorder"] == "python"
+
+
+MEMORY_SCRIPT = textwrap.dedent(
+    """
+    import json, resource, sys
+    import ggml_viz
+    from llama_cpp import Llama
+    n_predict = int(sys.argv[1])
+    with ggml_viz.record(sys.argv[2]):
+        llm = Llama(model_path=sys.argv[3], n_ctx=1024, n_threads=2, seed=0, verbose=False)
+        out = llm("Once upon a time", max_tokens=n_predict, temperature=0.0, logit_bias={llm.token_eos(): -100.0})
+        peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"peak_kib": peak_kib, "tokens": out["usage"]["completion_tokens"]}))
+    """
+)
+
+
+def test_recording_memory_stays_flat_over_a_long_generation(tmp_path, model_path):
+    def peak(n_predict: int) -> dict[str, int]:
+        result = subprocess.run(
+            [sys.executable, "-c", MEMORY_SCRIPT, str(n_predict), str(tmp_path / f"{n_predict}.ggmlviz"), str(model_path)],
+            capture_output=True, text=True, timeout=600, check=True,
+            env={k: v for k, v in os.environ.items() if not k.startswith("GGML_VIZ_")},
+        )  # fmt: skip
+        return json.loads(result.stdout.strip().splitlines()[-1])
+
+    short, long = peak(64), peak(512)
+    assert long["tokens"] == 512
+    events = ggml_viz.open(tmp_path / "512.ggmlviz").manifest["counts"]["node_events"]
+    assert events > 500_000
+    growth_kib = long["peak_kib"] - short["peak_kib"]
+    # Keeping the events in memory would take at least 16 bytes (two times) per event more.
+    kept_in_memory_kib = (events - ggml_viz.open(tmp_path / "64.ggmlviz").manifest["counts"]["node_events"]) * 16 / 1024
+    assert growth_kib < kept_in_memory_kib / 4, (short, long)
