@@ -68,7 +68,8 @@ def main() -> None:
     parser.add_argument("--configs", nargs="+", choices=sorted(CONFIGS), default=list(CONFIGS))
     args = parser.parse_args()
     print(f"SmolLM2-135M Q4_1, {THREADS} threads, {N_PREDICT} generated tokens, {args.pairs} pairs per configuration")
-    print(f"{'configuration':<18} {'untraced tok/s':>15} {'traced tok/s':>13} {'median ratio':>13} {'ratios (min..max)':>19}")
+    header = ("configuration", "untraced tok/s", "traced tok/s", "median ratio", "ratios (min..max)")
+    print(f"{header[0]:<18} {header[1]:>15} {header[2]:>13} {header[3]:>13} {header[4]:>19}")
     with tempfile.TemporaryDirectory() as workdir:
         counter = 0
         for name in args.configs:

@@ -115,7 +115,9 @@ def test_bounded_recording_keeps_whole_graphs_and_counts_the_rest(tmp_path, mode
     assert text == greedy(load_model(model_path))
 
 
-def test_a_failing_callback_stops_recording_but_not_inference(tmp_path, model_path, recorded_run, recorder, monkeypatch):
+def test_a_failing_callback_stops_recording_but_not_inference(
+    tmp_path, model_path, recorded_run, recorder, monkeypatch
+):
     # GIVEN a recorder that fails in the middle of the second graph
     if recorder == "python":
         from ggml_viz.capture.python_recorder import _StructBuffer

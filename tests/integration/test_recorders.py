@@ -16,12 +16,14 @@ import pytest
 import ggml_viz
 from ggml_viz.capture import ggml_api
 
-from .smollm2 import PROMPT, greedy, load_model
+from .smollm2 import greedy, load_model
 
 pytestmark = pytest.mark.model
 
-TIMELESS_NODE_COLUMNS = ["graph_id", "node_index", "op", "op_base", "name", "type", "ne0", "ne1", "ne2", "ne3",
-                         "nbytes", "flags", "layer", "view_src", "view_offs", "buffer_name", "buffer_usage"]  # fmt: skip
+TIMELESS_NODE_COLUMNS = [
+    "graph_id", "node_index", "op", "op_base", "name", "type", "ne0", "ne1", "ne2", "ne3",
+    "nbytes", "flags", "layer", "view_src", "view_offs", "buffer_name", "buffer_usage",
+]  # fmt: skip
 
 
 def test_both_recorders_record_the_same_run(runs_by_recorder):
@@ -31,11 +33,28 @@ def test_both_recorders_record_the_same_run(runs_by_recorder):
     assert python.run.manifest["capture"]["recorder"] == "python"
     for table, columns in (
         ("nodes", TIMELESS_NODE_COLUMNS + ["timed"]),
-        ("edges", ["graph_id", "node_index", "src_slot", "src_name", "src_op", "src_type", "src_ne0", "src_ne1",
-                   "src_buffer_name", "src_usage", "src_view_offs"]),  # fmt: skip
+        (
+            "edges",
+            [
+                "graph_id",
+                "node_index",
+                "src_slot",
+                "src_name",
+                "src_op",
+                "src_type",
+                "src_ne0",
+                "src_ne1",
+                "src_buffer_name",
+                "src_usage",
+                "src_view_offs",
+            ],
+        ),  # fmt: skip
         ("buffers", ["buffer", "name", "buffer_type", "usage", "size", "first_graph_id"]),
         ("tokens", ["graph_id", "batch_index", "pos", "token_id", "seq_id", "output", "text"]),
-        ("graphs", ["graph_id", "decode_index", "ubatch_index", "structure_id", "n_nodes", "n_tokens", "phase", "detail"]),
+        (
+            "graphs",
+            ["graph_id", "decode_index", "ubatch_index", "structure_id", "n_nodes", "n_tokens", "phase", "detail"],
+        ),
     ):
         left = getattr(native.run, table)[columns]
         right = getattr(python.run, table)[columns]
@@ -149,7 +168,8 @@ MEMORY_SCRIPT = textwrap.dedent(
 def test_recording_memory_stays_flat_over_a_long_generation(tmp_path, model_path):
     def peak(n_predict: int) -> dict[str, int]:
         result = subprocess.run(
-            [sys.executable, "-c", MEMORY_SCRIPT, str(n_predict), str(tmp_path / f"{n_predict}.ggmlviz"), str(model_path)],
+            [sys.executable, "-c", MEMORY_SCRIPT, str(n_predict), str(tmp_path / f"{n_predict}.ggmlviz"),
+             str(model_path)],
             capture_output=True, text=True, timeout=600, check=True,
             env={k: v for k, v in os.environ.items() if not k.startswith("GGML_VIZ_")},
         )  # fmt: skip

@@ -99,6 +99,7 @@ class TensorCatalog:
                 "node_index": np.arange(len(node_ids), dtype=np.int32),
                 "tensor_id": node_ids,
             }
+        assert shape is not None
         n = raw.n_nodes
         timed = raw.timed
         if timed.all():

@@ -17,7 +17,7 @@ from .settings import NodeSelection
 try:
     from . import _native
 except ImportError as error:  # pragma: no cover - exercised when the build failed
-    _native = None
+    _native = None  # type: ignore[assignment]
     IMPORT_ERROR: str | None = str(error)
 else:
     IMPORT_ERROR = None
@@ -99,7 +99,7 @@ class NativeGraphRecorder:
         return int(self._recorder.pending_nodes)
 
     def take_graphs(self, boundary_ns: int) -> list[RawGraph]:
-        return [_raw_graph(*parts) for parts in self._recorder.take(boundary_ns)]
+        return [_raw_graph(parts) for parts in self._recorder.take(boundary_ns)]
 
     def take_counted(self) -> int:
         return int(self._recorder.take_counted())
@@ -108,18 +108,9 @@ class NativeGraphRecorder:
         self._recorder.discard()
 
 
-def _raw_graph(
-    nodes: bytes,
-    node_ptrs: bytes,
-    starts: bytes,
-    ends: bytes,
-    flags: bytes,
-    leaves: bytes,
-    leaf_ptrs: bytes,
-    buffers: list[tuple[int, int, int, int, str, str]],
-    boundary_ns: int,
-    same_as_previous: bool,
-) -> RawGraph:
+def _raw_graph(parts: tuple[Any, ...]) -> RawGraph:
+    """A RawGraph from what _native.Recorder.take gives for one graph."""
+    nodes, node_ptrs, starts, ends, flags, leaves, leaf_ptrs, buffers, boundary_ns, same_as_previous = parts
     return RawGraph(
         node_ptrs=np.frombuffer(node_ptrs, dtype=np.uint64),
         nodes=np.frombuffer(nodes, dtype=TENSOR_DTYPE),

@@ -22,6 +22,62 @@ def positive_int(text: str) -> int:
     return value
 
 
+def add_capture_arguments(parser: argparse.ArgumentParser) -> None:
+    """What to record: the options `record` and `run` share (and GGML_VIZ_* variables mirror)."""
+    group = parser.add_argument_group("what to record")
+    group.add_argument(
+        "--detail",
+        choices=("op", "graph"),
+        default="op",
+        help="op: time every node (default); graph: structure and graph times only",
+    )
+    group.add_argument(
+        "--sample",
+        type=positive_int,
+        metavar="N",
+        help="time nodes on every N-th decode graph and the first prompt graph only",
+    )
+    group.add_argument("--ops", metavar="OPS", help="time only these ops on their own, e.g. MUL_MAT,ROPE")
+    group.add_argument("--layers", metavar="LAYERS", help="... only nodes of these layers, e.g. 0-3,29,none")
+    group.add_argument(
+        "--names", action="append", metavar="GLOB", help="... only nodes whose name matches (repeatable)"
+    )
+    group.add_argument("--max-events", type=positive_int, metavar="N", help="keep at most N node events (whole graphs)")
+    group.add_argument(
+        "--policy",
+        choices=("keep-first", "keep-last"),
+        default="keep-first",
+        help="which graphs --max-events keeps (default: keep-first)",
+    )
+    group.add_argument("--recorder", choices=("native", "python"), default="native",
+                       help="native (C extension, default) or python (slower, for comparison)")  # fmt: skip
+
+
+def capture_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The options of add_capture_arguments as keyword arguments of ggml_viz.record."""
+    return {
+        "detail": args.detail,
+        "sample": args.sample,
+        "ops": args.ops,
+        "layers": args.layers,
+        "names": args.names,
+        "max_events": args.max_events,
+        "policy": args.policy,
+        "recorder": args.recorder,
+    }
+
+
+def capture_environment(args: argparse.Namespace) -> dict[str, str]:
+    """The same options as GGML_VIZ_* environment variables (for a program run under `run`)."""
+    names = {"detail": "DETAIL", "sample": "SAMPLE", "ops": "OPS", "layers": "LAYERS", "names": "NAMES",
+             "max_events": "MAX_EVENTS", "policy": "POLICY", "recorder": "RECORDER"}  # fmt: skip
+    env = {}
+    for option, value in capture_options(args).items():
+        if value is not None:
+            env[f"GGML_VIZ_{names[option]}"] = ",".join(value) if isinstance(value, list) else str(value)
+    return env
+
+
 def format_ms(ns: float) -> str:
     return f"{ns / 1e6:,.2f} ms"
 

@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from .._errors import CaptureError, CommandError, ModelNotFoundError
 from ..model_files import resolve_model
 from .base import Command
-from .common import positive_int, print_short_summary
+from .common import add_capture_arguments, capture_options, positive_int, print_short_summary
 
 DEFAULT_PROMPT = "The three most useful things to know about GGML are"
 
@@ -30,6 +30,8 @@ class RecordCommand(Command):
     example:
       ggml-viz record -p "The capital of France is" -n 16 -o france.ggmlviz
       ggml-viz record -m ~/models/llama-3.2-1b.Q4_K_M.gguf -t 8 -c 2048 -o llama.ggmlviz
+      ggml-viz record -n 256 --sample 8 --max-events 200000 -o long.ggmlviz
+      ggml-viz record --ops MUL_MAT --layers 0-3 -o matmuls.ggmlviz
     """
 
     name = "record"
@@ -44,9 +46,9 @@ class RecordCommand(Command):
         parser.add_argument("-c", "--ctx-size", type=positive_int, default=512, help="context size (default: 512)")
         parser.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
         parser.add_argument("--temp", type=float, default=0.0, help="temperature; 0 is greedy (default: 0)")
-        parser.add_argument("--max-events", type=positive_int, default=None, help="keep at most N node events")
         parser.add_argument("-o", "--output", default=None, help="run directory to write (default: run-DATE.ggmlviz)")
         parser.add_argument("-f", "--force", action="store_true", help="replace the output run if it exists")
+        add_capture_arguments(parser)
 
     def run(self, args: argparse.Namespace) -> int:
         model_path = resolve_model(args.model)
@@ -63,7 +65,7 @@ class RecordCommand(Command):
 
         console = Console(stderr=True)
         try:
-            recording = ggml_viz.record(output, metadata=settings, max_events=args.max_events, overwrite=args.force)
+            recording = ggml_viz.record(output, metadata=settings, overwrite=args.force, **capture_options(args))
         except CaptureError as error:
             raise CommandError(str(error), exit_code=1) from None
         with recording:

@@ -6,11 +6,12 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from .._errors import CommandError
+from .._errors import CaptureError, CommandError
+from ..capture.settings import CaptureSettings, selection_from
 from ..runformat.reader import open_run
 from ..runformat.writer import prepare_run_dir
 from .base import Command
-from .common import positive_int, print_short_summary
+from .common import add_capture_arguments, capture_environment, capture_options, print_short_summary
 from .record import default_output
 
 
@@ -22,6 +23,7 @@ class RunCommand(Command):
 
     example:
       ggml-viz run -o chat.ggmlviz -- python app.py --prompt "hello"
+      ggml-viz run --detail graph -o cheap.ggmlviz -- python server.py
     """
 
     name = "run"
@@ -29,8 +31,8 @@ class RunCommand(Command):
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("-o", "--output", default=None, help="run directory to write (default: run-DATE.ggmlviz)")
         parser.add_argument("-f", "--force", action="store_true", help="replace the output run if it exists")
-        parser.add_argument("--max-events", type=positive_int, default=None, help="keep at most N node events")
         parser.add_argument("-v", "--verbose", action="store_true", help="say what is attached")
+        add_capture_arguments(parser)
         parser.add_argument("program", nargs=argparse.REMAINDER, help="the command to run, after --")
 
     def run(self, args: argparse.Namespace) -> int:
@@ -42,10 +44,13 @@ class RunCommand(Command):
         output = Path(args.output or default_output()).absolute()
         prepare_run_dir(output, overwrite=args.force)  # clear errors now, not inside the program
         output.rmdir()  # the program's recorder creates it when a context appears
-        env = dict(os.environ, GGML_VIZ_OUTPUT=str(output))
-        env.pop("GGML_VIZ_DISABLE", None)
-        if args.max_events:
-            env["GGML_VIZ_MAX_EVENTS"] = str(args.max_events)
+        try:
+            CaptureSettings(**{k: v for k, v in capture_options(args).items() if k in ("detail", "policy", "recorder")})
+            selection_from(args.ops, args.layers, args.names)
+        except CaptureError as error:
+            raise CommandError(str(error)) from None
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GGML_VIZ_")}
+        env.update(capture_environment(args), GGML_VIZ_OUTPUT=str(output))
         if args.verbose:
             env["GGML_VIZ_VERBOSE"] = "1"
         try:
