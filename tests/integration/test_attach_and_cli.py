@@ -163,3 +163,35 @@ def test_a_run_mixed_from_two_recordings_is_refused(tmp_path, recorded_run):
     shutil.copy(other / "manifest.json", mixed / "manifest.json")
     with pytest.raises(RunFormatError, match="mixes files of different recordings"):
         ggml_viz.open(mixed)
+
+
+def test_record_command_takes_the_capture_options(tmp_path, model_path):
+    output = tmp_path / "options.ggmlviz"
+    result = ggml_viz_cli(
+        "record", "-n", "3", "--ops", "MUL_MAT", "--layers", "0-1", "--max-events", "5000", "-o", str(output)
+    )
+    assert result.returncode == 0, result.stderr
+    run = ggml_viz.open(output)
+    capture = run.manifest["capture"]
+    assert capture["selection"] == {"ops": ["MUL_MAT"], "layers": [[0, 1]], "no_layer": False, "names": []}
+    assert capture["max_events"] == 5000
+    timed = run.nodes[run.nodes["timed"]]
+    assert set(timed["op"]) == {"MUL_MAT"} and set(timed["layer"].astype(int)) <= {0, 1}
+
+
+def test_run_command_passes_the_capture_options_to_the_program(tmp_path, model_path):
+    script = tmp_path / "app.py"
+    script.write_text(PLAIN_SCRIPT)
+    output = tmp_path / "graph.ggmlviz"
+    result = ggml_viz_cli(
+        "run", "--detail", "graph", "-o", str(output), "--", sys.executable, str(script), str(model_path), PROMPT, "2"
+    )
+    assert result.returncode == 0, result.stderr
+    assert set(ggml_viz.open(output).graphs["detail"]) == {"graph"}
+
+
+def test_run_command_refuses_bad_capture_options_before_starting(tmp_path):
+    result = ggml_viz_cli("run", "--layers", "9-2", "-o", str(tmp_path / "x.ggmlviz"), "--", sys.executable, "-c", "1")
+    assert result.returncode == 2
+    assert "runs backwards" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "x.ggmlviz").exists()
