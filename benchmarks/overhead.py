@@ -3,6 +3,8 @@
 Each configuration runs in a fresh process, alternating untraced and traced runs, at
 least 7 pairs; each process times only the generation (the model is loaded first).
 Prints tokens/s and the median traced/untraced wall-time ratio per configuration.
+`floor-op` is no recorder: a C callback that asks for every node and records nothing,
+so its ratio is what ggml's node-by-node computing costs by itself on this machine.
 
     python benchmarks/overhead.py                 # all configurations, 7 pairs
     python benchmarks/overhead.py --pairs 11 --configs native-op python-op
@@ -24,6 +26,8 @@ N_PREDICT = 64
 THREADS = 2
 
 CONFIGS: dict[str, dict[str, object]] = {
+    # Not a recorder: a C callback that only asks for every node, the floor of per-node timing.
+    "floor-op": {"floor": True},
     "native-op": {"recorder": "native"},
     "native-graph": {"recorder": "native", "detail": "graph"},
     "native-sample-8": {"recorder": "native", "sample": 8},
@@ -38,7 +42,15 @@ WORKER = textwrap.dedent(
     from ggml_viz.model_files import default_model_path
     config = json.loads(sys.argv[1])
     output = sys.argv[2]
-    recording = ggml_viz.record(output, **config) if config is not None else contextlib.nullcontext()
+    if config and config.pop("floor", False):
+        import llama_cpp.llama_cpp as core
+        from ggml_viz.capture import _native
+        original = core.llama_init_from_model
+        def with_floor_callback(model, params):
+            params.cb_eval = core.ggml_backend_sched_eval_callback(_native.TIMING_FLOOR_CALLBACK_ADDRESS)
+            return original(model, params)
+        core.llama_init_from_model = with_floor_callback
+    recording = ggml_viz.record(output, **config) if config else contextlib.nullcontext()
     with recording:
         llm = Llama(model_path=str(default_model_path()), n_ctx=512, n_threads=%(threads)d, seed=0, verbose=False)
         prompt_tokens = len(llm.tokenize(%(prompt)r.encode()))

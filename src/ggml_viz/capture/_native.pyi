@@ -1,6 +1,7 @@
 from typing import Final
 
 CALLBACK_ADDRESS: Final[int]
+TIMING_FLOOR_CALLBACK_ADDRESS: Final[int]
 MODE_OFF: Final[int]
 MODE_RECORD: Final[int]
 MODE_COUNT: Final[int]
