@@ -59,7 +59,7 @@ class Recording:
         self.writer: RunWriter | None = None
         self.tracers: list[ContextTracer] = []
         self.catalog = TensorCatalog()
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # stop() flushes graphs, which takes it again
         self.failed: str | None = None
         self.enabled = True
         self.n_graphs = 0

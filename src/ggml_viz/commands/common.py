@@ -122,10 +122,13 @@ def render_summary(summary: dict[str, Any], console: Console, short: bool = Fals
         phases.add_row(row["phase"], f"{row['graphs']:,}", f"{row['tokens']:,}", format_ms(row["time_ns"]),
                        f"{row['tokens_per_s']:,.1f}")  # fmt: skip
     console.print(phases)
-    console.print(_time_table("time by op", "op", summary["time_by_op"]))
-    if not short:
-        console.print(_time_table("top layers", "layer", summary["top_layers"]))
-        console.print(_time_table("top tensors", "name", summary["top_tensors"]))
+    if summary["timed_node_events"]:
+        console.print(_time_table("time by op", "op", summary["time_by_op"]))
+        if not short:
+            console.print(_time_table("top layers", "layer", summary["top_layers"]))
+            console.print(_time_table("top tensors", "name", summary["top_tensors"]))
+    else:
+        console.print("no node was timed on its own (graph detail): graph times only")
     memory = Table("usage", "buffers", "bytes", "names", title="memory by buffer", title_justify="left")
     for row in summary["memory_by_buffer"]:
         memory.add_row(row["usage"], str(row["buffers"]), format_bytes(row["bytes"]), row["names"])
