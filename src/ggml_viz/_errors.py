@@ -19,6 +19,10 @@ class ModelNotFoundError(GgmlVizError):
     """The model file is missing or is not a GGUF file."""
 
 
+class ModelFileError(GgmlVizError):
+    """A model file is malformed: its header lies about counts, lengths, types or offsets."""
+
+
 class CommandError(GgmlVizError):
     """A command-line mistake; `exit_code` becomes the process's exit status."""
 

@@ -14,11 +14,12 @@ from collections.abc import Sequence
 from .._errors import CommandError, GgmlVizError
 from .._version import __version__
 from .base import Command
+from .memmap import MemmapCommand
 from .record import RecordCommand
 from .run import RunCommand
 from .summary import SummaryCommand
 
-COMMANDS: list[type[Command]] = [RecordCommand, RunCommand, SummaryCommand]
+COMMANDS: list[type[Command]] = [RecordCommand, RunCommand, SummaryCommand, MemmapCommand]
 
 
 def build_parser() -> argparse.ArgumentParser:

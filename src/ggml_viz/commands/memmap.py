@@ -1,0 +1,106 @@
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from .._errors import CommandError
+from ..modelfile.layout import GGUFLayout, read_layout
+from .base import Command
+from .common import format_bytes
+
+CSV_COLUMNS = ("name", "type", "ne0", "ne1", "ne2", "ne3", "n_elements", "start", "end", "bytes",
+               "padding_after", "layer", "category", "bits_per_weight")  # fmt: skip
+
+
+class MemmapCommand(Command):
+    """Show the exact byte layout of a GGUF model file: every tensor's file range, every region.
+
+    The map covers every byte of the file once (header, metadata, tensor infos, alignment
+    padding, tensors) and is checked: no overlaps, no gap but alignment padding. The file
+    is validated first; a malformed one gets one error naming what is wrong.
+
+    example:
+      ggml-viz memmap model.gguf
+      ggml-viz memmap model.gguf --csv -o tensors.csv
+      ggml-viz memmap model.gguf --json | jq '.summary.category'
+    """
+
+    name = "memmap"
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("model", help="GGUF model file")
+        output = parser.add_mutually_exclusive_group()
+        output.add_argument("--json", action="store_true", help="the whole map as JSON")
+        output.add_argument("--csv", action="store_true", help="one CSV row per tensor")
+        parser.add_argument("-o", "--output", help="write to this file instead of standard output")
+
+    def run(self, args: argparse.Namespace) -> int:
+        layout = read_layout(args.model)
+        if args.json:
+            text = json.dumps(layout.to_json(), indent=2, default=str)
+        elif args.csv:
+            text = _csv(layout)
+        else:
+            if args.output:
+                raise CommandError("-o needs --json or --csv")
+            _render(layout, Console())
+            return 1 if layout.problems else 0
+        if args.output:
+            try:
+                Path(args.output).write_text(text)
+            except OSError as error:
+                raise CommandError(f"cannot write {args.output}: {error.strerror or error}", exit_code=1) from None
+        else:
+            sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        return 1 if layout.problems else 0
+
+
+def _csv(layout: GGUFLayout) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(CSV_COLUMNS)
+    for t in layout.tensors:
+        shape = [*t.shape, 1, 1, 1][:4]
+        writer.writerow([t.name, t.type, *shape, t.n_elements, t.start, t.end, t.nbytes, t.padding_after,
+                         t.layer if t.layer >= 0 else "", t.category, f"{t.bits_per_weight:.3f}"])  # fmt: skip
+    return buffer.getvalue()
+
+
+def _render(layout: GGUFLayout, console: Console) -> None:
+    console.print(
+        f"[bold]{layout.path}[/]  {format_bytes(layout.file_size)} ({layout.file_size:,} bytes)  GGUF v{layout.version}"
+        f"  alignment {layout.alignment}  {len(layout.tensors)} tensors  data from byte {layout.data_offset:,}"
+    )
+    regions = Table("region", "start", "end", "bytes", title="regions", title_justify="left")
+    kinds: dict[str, list[int]] = {}
+    for region in layout.regions:
+        kinds.setdefault(region.kind, []).append(region.nbytes)
+    for region in layout.regions:
+        if region.kind in ("header", "metadata", "tensor_infos", "trailing", "unexplained"):
+            regions.add_row(region.kind, f"{region.start:,}", f"{region.end:,}", f"{region.nbytes:,}")
+    for kind in ("tensor", "padding"):
+        if kind in kinds:
+            regions.add_row(f"{kind} ×{len(kinds[kind])}", "", "", f"{sum(kinds[kind]):,}")
+    console.print(regions)
+    for by in ("category", "type", "layer"):
+        table = Table(by, "tensors", "bytes", "share", "bits/weight", title=f"by {by}", title_justify="left")
+        rows = layout.summary(by)
+        for row in (
+            rows if by != "layer" else sorted(rows, key=lambda r: (r["layer"] == "none", str(r["layer"]).zfill(4)))
+        ):
+            table.add_row(str(row[by]), str(row["tensors"]), format_bytes(row["bytes"]), f"{row['share']:.1%}",
+                          f"{row['bits_per_weight']:.2f}")  # fmt: skip
+        console.print(table)
+    if layout.problems:
+        console.print("[red]problems:[/]")
+        for problem in layout.problems:
+            console.print(f"  {problem}", markup=False)
+    else:
+        console.print("checked: every byte belongs to one region; the only gaps are alignment padding")
