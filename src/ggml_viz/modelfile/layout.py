@@ -304,6 +304,8 @@ class _Parser:
                 problems.append(f"{start - expected} bytes at {expected} belong to no tensor (before {name!r})")
             aligned_end = min(-(-end // alignment) * alignment, self.file_size)
             following = placed[index + 1][0] if index + 1 < len(placed) else aligned_end
+            if following < end:
+                raise self.fail(f"tensor {placed[index + 1][2]!r} overlaps {name!r}")
             padding = min(following, aligned_end) - end
             tensors.append(TensorLayout(name, type_name, shape, n_elements, start, end, padding, layer_of(name),
                                         category_of(name)))  # fmt: skip
