@@ -117,7 +117,8 @@ def test_record_command_records_and_summarizes(tmp_path, model_path):
     assert data["prompt"] == PROMPT
     assert {row["phase"] for row in data["phases"]} == {"prompt", "decode"}
     assert data["time_by_op"][0]["op"] == "MUL_MAT"
-    assert {row["usage"] for row in data["memory_by_buffer"]} == {"weights", "compute", "any"}
+    assert {row["kind"] for row in data["memory_by_buffer"]} == {"weights", "compute", "kv_cache"}
+    assert data["kv_cache"]["layers"] == 30 and data["weight_reads"]["weights_from_mmap"]
 
 
 def test_run_command_wraps_a_program(tmp_path, model_path):

@@ -32,6 +32,7 @@ def write_synthetic_run(path, *, graphs=2, nodes_per_graph=3, close=True, experi
             "op_base": ["NONE"] + ["ADD"] * nodes_per_graph, "type": ["f32"] * len(names),
             "ne0": [8] * len(names), "ne1": [1] * len(names), "ne2": [1] * len(names), "ne3": [1] * len(names),
             "nbytes": [32] * len(names), "flags": [0] * len(names), "buffer_id": [0] + [1] * nodes_per_graph,
+            "buffer_offset": [0] + [32 * i for i in range(nodes_per_graph)],
             "layer": [0] * len(names), "view_src_id": [-1] * len(names), "view_offs": [0] * len(names),
         },
     )  # fmt: skip

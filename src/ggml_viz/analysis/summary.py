@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from ..runformat.reader import Run
+from .memory import kv_cache_fill, peak_bytes
 
 NS_PER_MS = 1e6
 
@@ -62,12 +63,30 @@ def _time_by(nodes: pd.DataFrame, key: str) -> pd.DataFrame:
 
 
 def memory_by_buffer(run: Run) -> pd.DataFrame:
-    """Bytes per buffer usage (weights, compute, any: the KV cache), with the buffers' names."""
+    """Per buffer kind (weights, kv_cache, compute, ...): buffers, their bytes, the most
+    in use at once, and the buffers' names."""
     buffers = run.buffers
-    table = buffers.groupby("usage").agg(
+    table = buffers.groupby("kind").agg(
         buffers=("buffer", "size"), bytes=("size", "sum"), names=("name", lambda names: ", ".join(sorted(set(names))))
     )
+    peaks = peak_bytes(run).set_index("kind")["peak_bytes"]
+    table["peak_bytes"] = peaks.reindex(table.index).fillna(table["bytes"]).astype("int64")
     return table.sort_values("bytes", ascending=False).reset_index()
+
+
+def weight_reads(run: Run) -> dict[str, Any]:
+    """Bytes of weights the graphs read, and how much of them came from the file mapping."""
+    edges = run.edges
+    disk = edges[edges["memory"] == "disk"]
+    per_graph = disk.groupby("graph_id")["src_nbytes"].sum()
+    return {
+        "weight_bytes_per_graph": int(per_graph.median()) if len(per_graph) else 0,
+        "weights_read": int(disk["src_tensor_id"].nunique()),
+        "weights_from_mmap": bool(disk["mmap"].all()) if len(disk) else False,
+        "weight_edges_resolved_to_file": float((edges.loc[edges["src_usage"] == "weights", "memory"] == "disk").mean())
+        if (edges["src_usage"] == "weights").any()
+        else 0.0,
+    }
 
 
 def backends(run: Run) -> list[str]:
@@ -105,7 +124,18 @@ def summarize(run: Run, top: int = 10) -> dict[str, Any]:
         "top_layers": _records(time_by_layer(run).head(top)),
         "top_tensors": _records(time_by_tensor(run).head(top)),
         "memory_by_buffer": _records(memory_by_buffer(run)),
+        "weight_reads": weight_reads(run),
+        "kv_cache": _kv_summary(run),
     }
+
+
+def _kv_summary(run: Run) -> dict[str, Any]:
+    fill = kv_cache_fill(run)
+    if fill.empty:
+        return {"layers": 0}
+    last = fill[fill["graph_id"] == fill["graph_id"].max()]
+    return {"layers": int(fill["layer"].nunique()), "used": int(last["used"].max()),
+            "capacity": int(last["capacity"].max()), "fill": float(last["fill"].max())}  # fmt: skip
 
 
 def _records(table: pd.DataFrame) -> list[dict[str, Any]]:

@@ -37,10 +37,10 @@ from .raw_graph import RawGraph
 # memory flat (a description seen again after that is stored again, with a new id).
 MAX_REMEMBERED = 200_000
 _VIEW_ID = struct_module.Struct("<i")
-# Bytes of a struct that do not change what the tensor is: where its data sits, which
-# tensors feed it (edges say that), op parameters past the first, backend extras, padding.
+# Bytes of a struct that do not change what the tensor is: which tensors feed it (edges
+# say that), op parameters past the first, backend extras, padding. (Where its data sits
+# is part of it: the run tells which bytes of which buffer each tensor occupies.)
 _NOT_DESCRIPTIVE = [
-    field_bytes("data"),
     field_bytes("src"),
     field_bytes("view_src"),
     slice(field_bytes("op_params").start + 4, field_bytes("op_params").stop),
@@ -89,7 +89,8 @@ class TensorCatalog:
             structs = tensor_structs(raw.leaves, raw.nodes)
             ptrs = np.concatenate([raw.leaf_ptrs, raw.node_ptrs]).astype(np.uint64)
             keyed = _description_keys(structs, self._subop_ops)
-            ids = self._tensor_ids(structs, keyed, ptrs, buffer_ids, new_tensors)
+            bases = {address: info.base for address, info in raw.buffers.items()}
+            ids = self._tensor_ids(structs, keyed, ptrs, buffer_ids, bases, new_tensors)
             shape = self._previous[context_id] = _GraphShape(raw.fingerprint, ids, self._n_structures)
             self._n_structures += 1
             new_edges = _edges(raw.nodes["src"], ptrs, ids, shape.structure_id)
@@ -152,6 +153,7 @@ class TensorCatalog:
         keyed: np.ndarray,
         ptrs: np.ndarray,
         buffer_ids: dict[int, int],
+        buffer_bases: dict[int, int],
         new: dict[str, list[Any]],
     ) -> np.ndarray:
         if len(self._by_key) > MAX_REMEMBERED:
@@ -178,7 +180,9 @@ class TensorCatalog:
                 new_view_sources.append(ids[view_row] if view_row >= 0 else NO_ID)
             ids[row] = tensor_id
         if new_rows:
-            _describe(structs[new_rows], [ids[row] for row in new_rows], new_view_sources, buffer_ids, new)
+            _describe(
+                structs[new_rows], [ids[row] for row in new_rows], new_view_sources, buffer_ids, buffer_bases, new
+            )
         return np.array(ids, dtype=np.int32)
 
 
@@ -207,9 +211,11 @@ def _describe(
     tensor_ids: list[int],
     view_src_ids: list[int],
     buffer_ids: dict[int, int],
+    buffer_bases: dict[int, int],
     new: dict[str, list[Any]],
 ) -> None:
     """Append the descriptions of tensors seen for the first time, column by column."""
+    buffers = structs["buffer"].tolist()
     names = [tensor_name(name) for name in structs["name"].tolist()]
     ops = structs["op"].tolist()
     types = structs["type"].tolist()
@@ -223,7 +229,11 @@ def _describe(
         **{f"ne{dim}": ne[:, dim].tolist() for dim in range(4)},
         "nbytes": _nbytes(types, ne, structs["nb"].astype(np.int64)).tolist(),
         "flags": structs["flags"].tolist(),
-        "buffer_id": [buffer_ids.get(buffer, NO_ID) for buffer in structs["buffer"].tolist()],
+        "buffer_id": [buffer_ids.get(buffer, NO_ID) for buffer in buffers],
+        "buffer_offset": [
+            data - buffer_bases[buffer] if buffer in buffer_bases and data else NO_ID
+            for data, buffer in zip(structs["data"].tolist(), buffers, strict=True)
+        ],
         "layer": [layer_of(name) for name in names],
         "view_src_id": view_src_ids,
         "view_offs": structs["view_offs"].astype(np.int64).tolist(),
@@ -234,7 +244,7 @@ def _describe(
 
 _TENSOR_COLUMNS = (
     "tensor_id", "name", "op", "op_base", "type", "ne0", "ne1", "ne2", "ne3",
-    "nbytes", "flags", "buffer_id", "layer", "view_src_id", "view_offs",
+    "nbytes", "flags", "buffer_id", "buffer_offset", "layer", "view_src_id", "view_offs",
 )  # fmt: skip
 _BUFFER_COLUMNS = ("buffer_id", "context_id", "name", "buffer_type", "usage", "size", "base", "first_graph_id")
 

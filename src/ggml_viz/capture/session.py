@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import CaptureError
+from .._errors import CaptureError, GgmlVizError
+from ..modelfile.layout import memory_map_rows, read_layout, sampled_hash
 from ..runformat.manifest import new_experiment_id, new_manifest
 from ..runformat.writer import RunWriter, prepare_run_dir, unique_run_dir
 from . import ggml_api, llama_hooks, llama_info
@@ -187,10 +188,32 @@ class Recording:
             context = {"context_id": tracer.context_id, "model": model_info, **llama_info.context_info(ctx, params)}
             contexts = [*self.writer.manifest["contexts"], context]
             self.writer.update_manifest(contexts=contexts, model=self.writer.manifest["model"] or model_info)
+            if model_info["path"]:
+                self._store_memory_map(model_info["path"])
             if self.verbose:
                 say(f"recording context {tracer.context_id} ({model_info['description']}, n_ctx {context['n_ctx']})")
 
         self._guarded(describe)
+
+    def _store_memory_map(self, path: str) -> None:
+        """The model file's byte layout, once per file: which bytes each weight read comes from."""
+        assert self.writer is not None
+        model_files = dict(self.writer.manifest.get("model_files") or {})
+        if path in model_files:
+            return
+        try:
+            layout = read_layout(path)
+            entry: dict[str, Any] = {
+                "size": layout.file_size, "content_hash": sampled_hash(path), "version": layout.version,
+                "alignment": layout.alignment, "data_offset": layout.data_offset, "tensors": len(layout.tensors),
+                "problems": layout.problems,
+            }  # fmt: skip
+            self.writer.append("memory_map", memory_map_rows(layout))
+        except (GgmlVizError, OSError) as error:  # the recording goes on without the map
+            entry = {"error": str(error)}
+            say(f"no memory map for {path}: {error}")
+        model_files[path] = entry
+        self.writer.update_manifest(model_files=model_files)
 
     def write_graph(
         self,

@@ -18,8 +18,9 @@ from .memmap import MemmapCommand
 from .record import RecordCommand
 from .run import RunCommand
 from .summary import SummaryCommand
+from .validate import ValidateCommand
 
-COMMANDS: list[type[Command]] = [RecordCommand, RunCommand, SummaryCommand, MemmapCommand]
+COMMANDS: list[type[Command]] = [RecordCommand, RunCommand, SummaryCommand, MemmapCommand, ValidateCommand]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -129,10 +129,22 @@ def render_summary(summary: dict[str, Any], console: Console, short: bool = Fals
             console.print(_time_table("top tensors", "name", summary["top_tensors"]))
     else:
         console.print("no node was timed on its own (graph detail): graph times only")
-    memory = Table("usage", "buffers", "bytes", "names", title="memory by buffer", title_justify="left")
+    memory = Table(
+        "kind", "buffers", "bytes", "peak in use", "names", title="memory by buffer kind", title_justify="left"
+    )
     for row in summary["memory_by_buffer"]:
-        memory.add_row(row["usage"], str(row["buffers"]), format_bytes(row["bytes"]), row["names"])
+        memory.add_row(row["kind"], str(row["buffers"]), format_bytes(row["bytes"]), format_bytes(row["peak_bytes"]),
+                       row["names"])  # fmt: skip
     console.print(memory)
+    kv, reads = summary.get("kv_cache") or {}, summary.get("weight_reads") or {}
+    if kv.get("layers"):
+        console.print(
+            f"KV cache: {kv['layers']} layers, {kv['used']:,} of {kv['capacity']:,} cells used ({kv['fill']:.1%})"
+        )
+    if reads.get("weights_read"):
+        source = "the file mapping" if reads["weights_from_mmap"] else "loaded copies"
+        per_graph = format_bytes(reads["weight_bytes_per_graph"])
+        console.print(f"weight bytes the ops of a graph take as sources: {per_graph}, from {source}")
 
 
 def _time_table(title: str, key: str, rows: list[dict[str, Any]]) -> Table:

@@ -13,6 +13,7 @@ alignment; then the tensor data, each tensor at an aligned offset.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import struct
 from dataclasses import asdict, dataclass, field
@@ -349,3 +350,52 @@ def category_of(name: str) -> str:
 
 
 __all__ = ["GGUFLayout", "NO_LAYER", "Region", "TensorLayout", "category_of", "read_layout"]
+
+
+SAMPLED_HASH_CHUNKS = 16
+SAMPLED_HASH_CHUNK_BYTES = 1 << 16
+
+
+def sampled_hash(path: str | os.PathLike[str]) -> str:
+    """A content hash that costs the same for any file size: BLAKE2b of the size and 16
+    evenly spaced 64 KiB chunks (the first and the last included). Enough to tell that a
+    run's model file was replaced or changed; not a cryptographic proof of identity."""
+    digest = hashlib.blake2b(digest_size=16)
+    size = os.path.getsize(path)
+    digest.update(size.to_bytes(8, "little"))
+    with open(path, "rb") as handle:
+        last_start = max(size - SAMPLED_HASH_CHUNK_BYTES, 0)
+        for index in range(SAMPLED_HASH_CHUNKS):
+            handle.seek(last_start * index // (SAMPLED_HASH_CHUNKS - 1))
+            digest.update(handle.read(SAMPLED_HASH_CHUNK_BYTES))
+    return digest.hexdigest()
+
+
+def memory_map_rows(layout: GGUFLayout) -> dict[str, list[Any]]:
+    """The layout as the columns of a run's `memory_map` table: one row per region, tensors
+    with their type, shape, layer and category."""
+    columns: dict[str, list[Any]] = {name: [] for name in MEMORY_MAP_COLUMNS}
+    tensors = {tensor.name: tensor for tensor in layout.tensors}
+    for region in layout.regions:
+        tensor = tensors.get(region.name) if region.kind == "tensor" else None
+        shape = [*(tensor.shape if tensor else ()), 1, 1, 1, 1][:4] if tensor else [0, 0, 0, 0]
+        row = {
+            "model_path": str(layout.path),
+            "kind": region.kind,
+            "name": region.name,
+            "start": region.start,
+            "end": region.end,
+            "type": tensor.type if tensor else "",
+            "ne0": shape[0], "ne1": shape[1], "ne2": shape[2], "ne3": shape[3],
+            "n_elements": tensor.n_elements if tensor else 0,
+            "layer": tensor.layer if tensor else NO_LAYER,
+            "category": tensor.category if tensor else "",
+            "padding_after": tensor.padding_after if tensor else 0,
+        }  # fmt: skip
+        for name, value in row.items():
+            columns[name].append(value)
+    return columns
+
+
+MEMORY_MAP_COLUMNS = ("model_path", "kind", "name", "start", "end", "type", "ne0", "ne1", "ne2", "ne3",
+                      "n_elements", "layer", "category", "padding_after")  # fmt: skip

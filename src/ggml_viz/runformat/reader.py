@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 
 from .._errors import RunFormatError
 from .manifest import STATUS_INCOMPLETE, STATUS_RECORDING
+from .memory_sources import buffer_kinds, buffer_seen_times, edge_memory
 from .schema import (
     FORMAT_NAME,
     GRAPH_TABLES,
@@ -67,8 +68,9 @@ class Run:
         tensors = self.raw("tensors")
         for column in ("layer", "buffer_id", "view_src_id"):  # NO_ID becomes <NA>
             tensors[column] = tensors[column].where(tensors[column] != NO_ID).astype("Int32")
-        buffers = self.buffers[["buffer", "name", "usage"]].rename(
-            columns={"buffer": "buffer_id", "name": "buffer_name", "usage": "buffer_usage"}
+        tensors["buffer_offset"] = tensors["buffer_offset"].where(tensors["buffer_offset"] != NO_ID).astype("Int64")
+        buffers = self.buffers[["buffer", "name", "usage", "kind"]].rename(
+            columns={"buffer": "buffer_id", "name": "buffer_name", "usage": "buffer_usage", "kind": "buffer_kind"}
         )
         tensors = tensors.merge(buffers, on="buffer_id", how="left")
         views = tensors[["tensor_id", "name"]].rename(columns={"tensor_id": "view_src_id", "name": "view_src"})
@@ -94,13 +96,27 @@ class Run:
         """One row per (node, source): the graph's edges, sources described."""
         sources = self.tensors.rename(columns=lambda c: f"src_{c}" if c != "tensor_id" else "src_tensor_id")
         sources = sources.rename(columns={"src_buffer_usage": "src_usage"})
-        graphs = self.raw("graphs")[["graph_id", "structure_id"]]
+        graphs = self.raw("graphs")[["graph_id", "context_id", "structure_id"]]
         edges = graphs.merge(self.raw("edges"), on="structure_id").merge(sources, on="src_tensor_id", how="left")
+        model_paths = {c["context_id"]: (c.get("model") or {}).get("path") for c in self.manifest.get("contexts", [])}
+        edges = edge_memory(edges, self.memory_map, model_paths)
         return edges.sort_values(["graph_id", "node_index", "src_slot"], ignore_index=True)
 
     @cached_property
+    def memory_map(self) -> pd.DataFrame:
+        """The model file's byte layout: one row per region (header, metadata, tensor, padding, ...)."""
+        return self.raw("memory_map")
+
+    @cached_property
     def buffers(self) -> pd.DataFrame:
+        """Each backend buffer: name, usage, size, kind, and when graphs used it."""
         buffers = self.raw("buffers")
+        tensors = self.raw("tensors")
+        buffers["kind"] = buffer_kinds(buffers, tensors)
+        seen = buffer_seen_times(self.raw("graphs"), self.raw("structure_nodes"), self.raw("edges"), tensors)
+        buffers = buffers.merge(seen, on="buffer_id", how="left")
+        for column in ("first_seen_ns", "last_seen_ns"):
+            buffers[column] = buffers[column].astype("Int64")
         buffers["buffer_id"] = buffers["buffer_id"].astype("Int32")
         return buffers.rename(columns={"buffer_id": "buffer"}).sort_values("buffer", ignore_index=True)
 

@@ -69,6 +69,7 @@ TABLES: dict[str, pa.Schema] = {
             ("nbytes", pa.int64()),
             ("flags", pa.int32()),  # ggml tensor flags (input, output, param, loss)
             ("buffer_id", pa.int32()),
+            ("buffer_offset", pa.int64()),  # where its data starts inside that buffer (-1: no buffer)
             ("layer", pa.int32()),
             ("view_src_id", pa.int32()),
             ("view_offs", pa.int64()),
@@ -95,6 +96,24 @@ TABLES: dict[str, pa.Schema] = {
             ("node_index", pa.int32()),
             ("src_slot", pa.int8()),
             ("src_tensor_id", pa.int32()),
+        ]
+    ),
+    "memory_map": pa.schema(
+        [
+            ("model_path", pa.string()),  # the model file (a run may hold several: a draft model)
+            ("kind", pa.string()),  # header | metadata | tensor_infos | padding | tensor | unexplained | trailing
+            ("name", pa.string()),  # the tensor (for padding: the tensor it follows)
+            ("start", pa.int64()),  # absolute file offset of the first byte
+            ("end", pa.int64()),  # one past the last byte
+            ("type", pa.string()),
+            ("ne0", pa.int64()),
+            ("ne1", pa.int64()),
+            ("ne2", pa.int64()),
+            ("ne3", pa.int64()),
+            ("n_elements", pa.int64()),
+            ("layer", pa.int32()),
+            ("category", pa.string()),  # input | attention | ffn | norm | output | other
+            ("padding_after", pa.int64()),
         ]
     ),
     "buffers": pa.schema(

@@ -1,0 +1,107 @@
+"""Where the bytes live, over time: pure functions over a run's tables.
+
+- `occupancy(run, graph_id)`: each intermediate tensor of a graph in its compute buffer:
+  byte range and live interval (from the node that writes it to the last node that reads
+  it, directly or through a view).
+- `kv_cache_fill(run)`: per graph and layer, KV cache positions in use against capacity.
+- `peak_bytes(run)`: per buffer kind, the buffers' size and the most bytes in use at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..runformat.reader import Run
+
+
+def occupancy(run: Run, graph_id: int) -> pd.DataFrame:
+    """Intermediate tensors of one graph in compute buffers: buffer, byte range, live interval.
+
+    Views are left out (they share their source's bytes); a read through a view keeps the
+    viewed tensor alive. `last_node` is the index of the last node that reads it (its own
+    index if nothing does); the tensor occupies [start, end) from `first_node` through
+    `last_node`.
+    """
+    nodes = run.nodes[run.nodes["graph_id"] == graph_id]
+    written = nodes[(nodes["buffer_kind"] == "compute") & nodes["view_src_id"].isna()]
+    # Each node's storage owner: itself, or for views the tensor they view (followed to the end).
+    owner = dict(zip(nodes["tensor_id"], nodes["tensor_id"], strict=True))
+    view_of = dict(zip(nodes["tensor_id"], nodes["view_src_id"], strict=True))
+    for tensor_id in owner:
+        seen = 0
+        while pd.notna(view_of.get(owner[tensor_id])) and seen < 16:
+            owner[tensor_id] = int(view_of[owner[tensor_id]])
+            seen += 1
+    edges = run.edges[run.edges["graph_id"] == graph_id]
+    reads = pd.DataFrame(
+        {"tensor_id": edges["src_tensor_id"].map(lambda t: owner.get(t, t)), "reader": edges["node_index"]}
+    )
+    last_read = reads.groupby("tensor_id")["reader"].max()
+    table = pd.DataFrame(
+        {
+            "tensor_id": written["tensor_id"].to_numpy(),
+            "name": written["name"].to_numpy(),
+            "op": written["op"].to_numpy(),
+            "buffer": written["buffer"].to_numpy(),
+            "start": written["buffer_offset"].to_numpy(dtype=np.int64),
+            "end": (written["buffer_offset"] + written["nbytes"]).to_numpy(dtype=np.int64),
+            "first_node": written["node_index"].to_numpy(),
+        }
+    )
+    table["last_node"] = np.maximum(table["tensor_id"].map(last_read).fillna(-1).astype(np.int64), table["first_node"])
+    return table.sort_values(["first_node"], ignore_index=True)
+
+
+def live_bytes(table: pd.DataFrame) -> pd.Series:
+    """Bytes in use after each node of a graph, from an occupancy table."""
+    if table.empty:
+        return pd.Series(dtype=np.int64)
+    steps = int(table["last_node"].max()) + 1
+    delta = np.zeros(steps + 1, dtype=np.int64)
+    sizes = (table["end"] - table["start"]).to_numpy()
+    np.add.at(delta, table["first_node"].to_numpy(), sizes)
+    np.add.at(delta, table["last_node"].to_numpy() + 1, -sizes)
+    return pd.Series(np.cumsum(delta)[:steps], name="bytes")
+
+
+def kv_cache_fill(run: Run) -> pd.DataFrame:
+    """Per graph and layer: KV cache cells in use (positions seen so far in the context)
+    against the cache's capacity (its tensors' second dimension)."""
+    tensors = run.tensors
+    cache = tensors[tensors["name"].str.match(r"^cache_[kv]_l\d+$") & (tensors["op"] == "NONE")]
+    if cache.empty:
+        return pd.DataFrame(columns=["graph_id", "layer", "used", "capacity", "fill"])
+    capacity = cache.groupby("layer")["ne1"].max()
+    tokens = run.tokens.merge(run.graphs[["graph_id", "context_id"]], on="graph_id")
+    per_graph = tokens.groupby(["context_id", "graph_id"])["pos"].max().reset_index()
+    per_graph["used"] = per_graph.groupby("context_id")["pos"].cummax() + 1
+    rows = per_graph[["graph_id", "used"]].merge(
+        pd.DataFrame({"layer": capacity.index.astype(int), "capacity": capacity.to_numpy()}), how="cross"
+    )
+    rows["used"] = np.minimum(rows["used"], rows["capacity"])
+    rows["fill"] = rows["used"] / rows["capacity"]
+    return rows.sort_values(["graph_id", "layer"], ignore_index=True)
+
+
+def peak_bytes(run: Run) -> pd.DataFrame:
+    """Per buffer kind: total buffer size, and the most bytes in use at once (compute: live
+    intermediates of the busiest graph; KV cache: the fullest fill; weights: the buffer)."""
+    buffers = run.buffers
+    sizes = buffers.groupby("kind")["size"].sum()
+    peaks: dict[str, Any] = {"weights": sizes.get("weights", 0)}
+    compute_peak = 0
+    for structure_graph in run.graphs.groupby("structure_id")["graph_id"].first():
+        live = live_bytes(occupancy(run, int(structure_graph)))
+        compute_peak = max(compute_peak, int(live.max()) if len(live) else 0)
+    peaks["compute"] = compute_peak
+    fill = kv_cache_fill(run)
+    if not fill.empty and "kv_cache" in sizes:
+        peaks["kv_cache"] = int(sizes["kv_cache"] * fill["fill"].max())
+    rows = [
+        {"kind": kind, "buffer_bytes": int(size), "peak_bytes": int(peaks.get(kind, size))}
+        for kind, size in sizes.items()
+    ]
+    return pd.DataFrame(rows).sort_values("buffer_bytes", ascending=False, ignore_index=True)
