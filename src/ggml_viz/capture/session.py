@@ -204,7 +204,7 @@ class Recording:
         try:
             layout = read_layout(path)
             entry: dict[str, Any] = {
-                "size": layout.file_size, "content_hash": sampled_hash(path), "version": layout.version,
+                "size": layout.file_size, "content_hash": sampled_hash(path, layout.data_offset), "version": layout.version,
                 "alignment": layout.alignment, "data_offset": layout.data_offset, "tensors": len(layout.tensors),
                 "problems": layout.problems,
             }  # fmt: skip

@@ -68,7 +68,7 @@ def _model_file_problems(run: Run) -> list[str]:
             problems.append(f"model file {path} is gone: the memory map cannot be checked against it")
         elif os.path.getsize(path) != entry["size"]:
             problems.append(f"model file {path} is {os.path.getsize(path)} bytes, the run recorded {entry['size']}")
-        elif sampled_hash(path) != entry["content_hash"]:
+        elif sampled_hash(path, entry["data_offset"]) != entry["content_hash"]:
             problems.append(f"model file {path} changed since the recording (content hash differs)")
     return problems
 
@@ -105,7 +105,7 @@ def _disk_access_problems(run: Run) -> list[str]:
     mapped = disk[disk["mmap"]]
     data_offsets = {path: entry.get("data_offset") for path, entry in (run.manifest.get("model_files") or {}).items()}
     model_paths = {c["context_id"]: (c.get("model") or {}).get("path") for c in run.manifest.get("contexts", [])}
-    mapped_at = mapped["context_id"].map(model_paths).map(data_offsets)
+    mapped_at = mapped["context_id"].map(model_paths).map(data_offsets).astype("Int64")
     # In a mapped weight buffer, the buffer starts where tensor data starts in the file.
     misplaced = mapped[pd.notna(mapped_at) & (mapped["buffer_offset"] + mapped_at != mapped["file_offset"])]
     problems += [f"{name}: read at file offset {b + d}, but the file has it at {f}" for name, b, d, f in

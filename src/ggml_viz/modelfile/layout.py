@@ -356,14 +356,23 @@ SAMPLED_HASH_CHUNKS = 16
 SAMPLED_HASH_CHUNK_BYTES = 1 << 16
 
 
-def sampled_hash(path: str | os.PathLike[str]) -> str:
-    """A content hash that costs the same for any file size: BLAKE2b of the size and 16
-    evenly spaced 64 KiB chunks (the first and the last included). Enough to tell that a
-    run's model file was replaced or changed; not a cryptographic proof of identity."""
+def sampled_hash(path: str | os.PathLike[str], header_bytes: int) -> str:
+    """A content hash that costs about the same for any model size: BLAKE2b of the file
+    size, its first `header_bytes` (the header, metadata and tensor infos: what names and
+    places every tensor) in full, and 16 evenly spaced 64 KiB chunks of the rest, the last
+    bytes included. It tells a replaced, requantized or re-exported model from the recorded
+    one; a change inside tensor data between the sampled chunks goes unseen."""
     digest = hashlib.blake2b(digest_size=16)
     size = os.path.getsize(path)
     digest.update(size.to_bytes(8, "little"))
     with open(path, "rb") as handle:
+        remaining = min(header_bytes, size)
+        while remaining > 0:
+            chunk = handle.read(min(remaining, 1 << 20))
+            if not chunk:
+                break
+            digest.update(chunk)
+            remaining -= len(chunk)
         last_start = max(size - SAMPLED_HASH_CHUNK_BYTES, 0)
         for index in range(SAMPLED_HASH_CHUNKS):
             handle.seek(last_start * index // (SAMPLED_HASH_CHUNKS - 1))

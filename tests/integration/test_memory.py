@@ -1,0 +1,169 @@
+"""Where the bytes live, on the real SmolLM2 model: the file map, every weight read traced to
+its bytes in the file (mapped or loaded), the KV cache, the compute buffer's allocator."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from gguf import GGUFReader
+
+import ggml_viz
+from ggml_viz.analysis.memory import kv_cache_fill, occupancy
+from ggml_viz.commands.validate import validate_run
+from ggml_viz.modelfile.layout import read_layout
+from ggml_viz.runformat.schema import META_EXPERIMENT_ID, TABLES
+
+from .smollm2 import ggml_viz_cli, greedy, load_model
+
+pytestmark = pytest.mark.model
+
+REQUIRED_OPS = {"MUL_MAT", "ADD", "MUL", "RMS_NORM", "ROPE", "GET_ROWS", "SET_ROWS", "SOFT_MAX", "SWIGLU"}
+
+
+def test_the_file_map_is_gguf_s_own(model_path):
+    layout = read_layout(model_path)
+    reader = GGUFReader(model_path)
+    assert len(layout.tensors) == len(reader.tensors) == 272
+    assert layout.data_offset == reader.data_offset
+    by_name = {t.name: t for t in layout.tensors}
+    for tensor in reader.tensors:
+        mine = by_name[tensor.name]
+        assert (mine.start, mine.nbytes) == (int(tensor.data_offset), int(tensor.n_bytes))
+    assert sum(region.nbytes for region in layout.regions) == model_path.stat().st_size
+    assert layout.problems == []
+
+
+@pytest.fixture(scope="module", params=[True, False], ids=["mmap", "loaded"])
+def memory_run(request, tmp_path_factory, model_path):
+    path = tmp_path_factory.mktemp("memory") / "run.ggmlviz"
+    with ggml_viz.record(path):
+        greedy(load_model(model_path, use_mmap=request.param))
+    return request.param, ggml_viz.open(path)
+
+
+def test_every_weight_read_is_traced_to_its_bytes_in_the_file(memory_run, model_path):
+    use_mmap, run = memory_run
+    edges = run.edges
+    weights = edges[edges["src_usage"] == "weights"]
+    assert len(weights) > 0 and (weights["memory"] == "disk").all()
+    assert weights["mmap"].all() == use_mmap and weights["mmap"].any() == use_mmap
+    layout = read_layout(model_path)
+    for row in weights.drop_duplicates("src_name").itertuples():
+        tensor = layout.tensor(row.src_name)
+        assert (row.file_offset, row.file_end) == (tensor.start, tensor.end)
+        if use_mmap:  # the mapped buffer starts where tensor data starts in the file
+            assert row.buffer_offset + layout.data_offset == tensor.start
+    others = edges[edges["src_usage"] != "weights"]
+    assert (others["memory"] == "buffer").all() and others["file_offset"].isna().all()
+    assert validate_run(run) == []
+
+
+def test_buffers_have_kinds_and_times(memory_run):
+    _, run = memory_run
+    buffers = run.buffers.set_index("kind")
+    assert {"weights", "kv_cache", "compute"} <= set(buffers.index)
+    graphs = run.graphs
+    assert (run.buffers["first_seen_ns"] == graphs["start_ns"].min()).all()
+    assert (run.buffers["last_seen_ns"] == graphs["end_ns"].max()).all()
+    assert list(run.buffers["buffer"]) == list(range(len(run.buffers)))  # in order of first appearance
+
+
+def test_thirty_kv_cache_layers_with_their_buffer_and_fill(memory_run):
+    _, run = memory_run
+    tensors = run.tensors
+    cache = tensors[tensors["name"].str.match(r"^cache_[kv]_l\d+$")]
+    assert set(cache["name"]) == {f"cache_{kv}_l{layer}" for kv in "kv" for layer in range(30)}
+    assert set(cache["buffer_kind"]) == {"kv_cache"}
+    fill = kv_cache_fill(run)
+    assert fill["layer"].nunique() == 30
+    last = fill[fill["graph_id"] == run.graphs["graph_id"].max()]
+    positions = run.tokens["pos"].max() + 1
+    assert (last["used"] == positions).all() and (last["capacity"] == 512).all()
+
+
+def test_live_intermediates_never_share_bytes(memory_run):
+    _, run = memory_run
+    for graph_id in run.graphs["graph_id"]:
+        table = occupancy(run, int(graph_id)).sort_values("start")
+        assert len(table) > 500
+        rows = list(table.itertuples())
+        for index, a in enumerate(rows):
+            for b in rows[index + 1 :]:
+                if b.start >= a.end:
+                    break  # sorted by start: no later tensor overlaps a's bytes
+                # Bytes shared: one must be dead (last read) by the time the other is written.
+                assert max(a.first_node, b.first_node) >= min(a.last_node, b.last_node), (a, b)
+
+
+@pytest.mark.parametrize("n_predict", [1, 5])
+def test_short_runs_hold_everything_and_validate(tmp_path, model_path, n_predict):
+    path = tmp_path / f"run{n_predict}.ggmlviz"
+    with ggml_viz.record(path):
+        greedy(
+            load_model(model_path), prompt="The" if n_predict == 1 else "The capital of France is", n_predict=n_predict
+        )
+    run = ggml_viz.open(path)
+    assert REQUIRED_OPS <= set(run.nodes["op"])
+    for _, nodes in run.nodes.groupby("graph_id"):
+        assert set(nodes["layer"].dropna().astype(int)) == set(range(30))
+    assert run.edges["src_name"].str.startswith("cache_k_l").any()  # KV cache reads
+    assert run.memory_map["end"].max() == model_path.stat().st_size
+    ids = {run.experiment_id}
+    import pyarrow.parquet as pq
+
+    for table in TABLES:
+        ids.add(pq.read_schema(path / f"{table}.parquet").metadata[META_EXPERIMENT_ID].decode())
+    assert ids == {run.experiment_id}
+    result = ggml_viz_cli("validate", str(path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "valid" in result.stdout
+
+
+def test_validate_refuses_a_run_mixed_from_two_recordings(tmp_path, model_path):
+    runs = []
+    for name in ("a", "b"):
+        with ggml_viz.record(tmp_path / f"{name}.ggmlviz"):
+            greedy(load_model(model_path), n_predict=1)
+        runs.append(tmp_path / f"{name}.ggmlviz")
+    shutil.copy(runs[1] / "node_times.parquet", runs[0] / "node_times.parquet")
+    result = ggml_viz_cli("validate", str(runs[0]), "--json")
+    assert result.returncode == 1
+    report = json.loads(result.stdout)
+    assert not report["valid"] and "different recordings" in report["problems"][0]
+
+
+def test_validate_notices_a_changed_model_file(tmp_path, model_path):
+    copy = tmp_path / "model.gguf"
+    shutil.copy(model_path, copy)
+    with ggml_viz.record(tmp_path / "c.ggmlviz"):
+        greedy(load_model(copy), n_predict=1)
+    assert ggml_viz_cli("validate", str(tmp_path / "c.ggmlviz")).returncode == 0
+    original = copy.read_bytes()
+    layout = read_layout(copy)
+    metadata = next(region for region in layout.regions if region.kind == "metadata")
+    # a changed metadata byte (the header is hashed in full), or changed last bytes of data
+    for position in (metadata.start + metadata.nbytes // 2, len(original) - 4):
+        changed = bytearray(original)
+        changed[position] ^= 0xFF
+        copy.write_bytes(bytes(changed))
+        result = ggml_viz_cli("validate", str(tmp_path / "c.ggmlviz"))
+        assert result.returncode == 1 and "changed since the recording" in result.stdout
+
+
+def test_memmap_command(tmp_path, model_path):
+    result = ggml_viz_cli("memmap", str(model_path), "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert len(data["tensors"]) == 272 and data["regions"][-1]["end"] == model_path.stat().st_size
+    assert {row["category"] for row in data["summary"]["category"]} == {"input", "attention", "ffn", "norm"}
+    csv_file = tmp_path / "tensors.csv"
+    result = ggml_viz_cli("memmap", str(model_path), "--csv", "-o", str(csv_file))
+    assert result.returncode == 0 and len(csv_file.read_text().splitlines()) == 273
+    table = ggml_viz_cli("memmap", str(model_path))
+    assert "alignment padding" in table.stdout and "by category" in table.stdout
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + bytes(4))
+    result = ggml_viz_cli("memmap", str(bad))
+    assert result.returncode == 1 and "not a valid GGUF file" in result.stderr and "Traceback" not in result.stderr
