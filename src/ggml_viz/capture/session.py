@@ -204,9 +204,9 @@ class Recording:
         try:
             layout = read_layout(path)
             entry: dict[str, Any] = {
-                "size": layout.file_size, "content_hash": sampled_hash(path, layout.data_offset), "version": layout.version,
-                "alignment": layout.alignment, "data_offset": layout.data_offset, "tensors": len(layout.tensors),
-                "problems": layout.problems,
+                "size": layout.file_size, "content_hash": sampled_hash(path, layout.data_offset),
+                "version": layout.version, "alignment": layout.alignment, "data_offset": layout.data_offset,
+                "tensors": len(layout.tensors), "problems": layout.problems,
             }  # fmt: skip
             self.writer.append("memory_map", memory_map_rows(layout))
         except (GgmlVizError, OSError) as error:  # the recording goes on without the map
