@@ -54,7 +54,6 @@ class Recording:
         self.settings = settings or CaptureSettings()
         self.metadata = dict(metadata or {})
         self.verbose = verbose
-        self.overwrite = overwrite
         self.lazy = lazy  # create the run only when a context attaches (the start-up hook)
         self.experiment_id = new_experiment_id()
         self.writer: RunWriter | None = None
@@ -67,7 +66,7 @@ class Recording:
         self.n_events = 0
         self.dropped_graphs = 0
         self.dropped_events = 0
-        self.graph_sizes: list[int] = []  # nodes per written graph, for the keep-last bound
+        self.graph_sizes: list[int] = []  # nodes of each written graph, by graph id (keep-last bound)
         self.recorder_used: str | None = None
         self.model_paths: dict[int, str] = {}
         if not lazy:
@@ -104,15 +103,13 @@ class Recording:
             llama_hooks.uninstall(self)
             if _active is self:
                 _active = None
-            if self.writer is None:
-                if not self.tracers and self.enabled:
-                    say_once("no llama context was created while recording, so nothing was recorded")
-                return
             if not self.tracers and self.failed is None:
                 say_once(
-                    "no llama context was created while recording: start recording before Llama(...) "
-                    "(llama.cpp fixes the eval callback when a context is created)"
+                    "no llama context was created while recording, so no graph was recorded: start recording "
+                    "before Llama(...) (llama.cpp fixes the eval callback when a context is created)"
                 )
+            if self.writer is None:
+                return
             keep = self._graphs_kept_by_bound()
             self._update_counts()
             try:
