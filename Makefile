@@ -23,7 +23,7 @@ demo: setup
 	$(VENV)/bin/ggml-viz summary $(RUN)
 
 test: setup lint
-	$(PY) -m pytest
+	$(PY) -m pytest --cov --cov-report=term
 
 lint:
 	$(VENV)/bin/ruff check src tests $(wildcard benchmarks)
