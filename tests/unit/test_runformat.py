@@ -192,3 +192,55 @@ def test_streams_of_an_unfinished_run_are_readable_with_pyarrow(tmp_path):
     write_synthetic_run(tmp_path / "s.ggmlviz", close=False)
     with pa.OSFile(str(tmp_path / "s.ggmlviz" / "node_times.arrows")) as source:
         assert pa.ipc.open_stream(source).read_all().num_rows == 6
+
+
+def graph_row(graph_id: int) -> dict:
+    return {"graph_id": graph_id, "context_id": 0, "decode_index": graph_id, "ubatch_index": 0, "structure_id": 0,
+            "start_ns": 1000 * graph_id, "end_ns": 1000 * graph_id + 300, "decode_start_ns": 1000 * graph_id - 5,
+            "decode_end_ns": 1000 * graph_id + 305, "return_code": 0, "n_nodes": 3, "n_tokens": 1,
+            "token_ids": [7], "token_positions": [graph_id], "token_seq_ids": [0], "token_outputs": [True],
+            "token_texts": ["é"], "first_batch_index": 0, "phase": "decode", "detail": "op"}  # fmt: skip
+
+
+def journal_times(graph_id: int) -> dict:
+    index = np.arange(3, dtype=np.int32)
+    return {
+        "node_index": index,
+        "start_ns": 1000 * graph_id + index * 100,
+        "end_ns": 1000 * graph_id + index * 100 + 50,
+    }
+
+
+def test_graphs_in_the_journal_are_read_before_they_reach_the_streams(tmp_path):
+    # GIVEN a recording whose last graphs are only in the journal
+    writer = write_synthetic_run(tmp_path / "j.ggmlviz", graphs=1, close=False)
+    writer.graphs_per_batch = 4
+    for graph_id in range(1, 7):  # graphs 1-4 reach the streams in one batch, 5-6 stay journaled
+        writer.append_graph(graph_row(graph_id), journal_times(graph_id))
+    run = ggml_viz.open(tmp_path / "j.ggmlviz")
+    assert list(run.graphs["graph_id"]) == list(range(7))
+    assert (run.nodes.groupby("graph_id")["timed"].sum() == 3).all()
+    assert list(run.tokens["text"].iloc[1:]) == ["é"] * 6
+    # WHEN the last record is torn by a crash
+    journal = tmp_path / "j.ggmlviz" / "graphs.journal"
+    journal.write_bytes(journal.read_bytes()[:-9])
+    # THEN only the torn graph is lost
+    assert list(ggml_viz.open(tmp_path / "j.ggmlviz").graphs["graph_id"]) == list(range(6))
+
+
+def test_a_graph_both_in_the_streams_and_the_journal_counts_once(tmp_path):
+    writer = write_synthetic_run(tmp_path / "d.ggmlviz", graphs=0, close=False)
+    writer.append_graph(graph_row(0), journal_times(0))
+    journal_copy = (tmp_path / "d.ggmlviz" / "graphs.journal").read_bytes()
+    writer.flush_graphs()  # a crash right after this, before the journal was emptied:
+    (tmp_path / "d.ggmlviz" / "graphs.journal").write_bytes(journal_copy)
+    run = ggml_viz.open(tmp_path / "d.ggmlviz")
+    assert list(run.graphs["graph_id"]) == [0] and len(run.nodes) == 3
+
+
+def test_a_closed_run_has_no_journal(tmp_path):
+    writer = write_synthetic_run(tmp_path / "c.ggmlviz", graphs=0, close=False)
+    writer.append_graph(graph_row(0), journal_times(0))
+    writer.close()
+    assert not (tmp_path / "c.ggmlviz" / "graphs.journal").exists()
+    assert list(ggml_viz.open(tmp_path / "c.ggmlviz").graphs["graph_id"]) == [0]

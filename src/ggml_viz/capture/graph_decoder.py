@@ -53,7 +53,7 @@ _NOT_DESCRIPTIVE = [
 class DecodedGraph:
     """Rows for each table, as column arrays, ready for RunWriter.append."""
 
-    node_times: dict[str, Any]  # rows of the nodes timed on their own
+    node_times: dict[str, Any]  # node_index, start_ns, end_ns of the nodes timed on their own
     new_structure_nodes: dict[str, Any]  # the nodes of a structure not seen before (else empty)
     new_edges: dict[str, Any]  # and its wiring
     structure_id: int
@@ -73,6 +73,8 @@ class TensorCatalog:
         self._buffers: dict[tuple[int, BufferInfo], int] = {}
         self._previous: dict[int, _GraphShape] = {}  # per context: the last graph decoded
         self._n_structures = 0
+        self._last_buffers: tuple[dict[int, BufferInfo] | None, dict[int, int]] = (None, {})
+        self._arange = np.arange(0, dtype=np.int32)
         self._subop_ops = np.array(ops_with_subop(), dtype=np.int32)
 
     def decode(self, raw: RawGraph, graph_id: int, context_id: int) -> DecodedGraph:
@@ -104,12 +106,10 @@ class TensorCatalog:
         n = raw.n_nodes
         timed = raw.timed
         if timed.all():
-            node_times = {"graph_id": np.full(n, graph_id, dtype=np.int32), "node_index": np.arange(n, dtype=np.int32),
-                          "start_ns": raw.start_ns, "end_ns": raw.end_ns}  # fmt: skip
+            node_times = {"node_index": self._node_indexes(n), "start_ns": raw.start_ns, "end_ns": raw.end_ns}
         else:
             index = np.flatnonzero(timed).astype(np.int32)
-            node_times = {"graph_id": np.full(len(index), graph_id, dtype=np.int32), "node_index": index,
-                          "start_ns": raw.start_ns[index], "end_ns": raw.end_ns[index]}  # fmt: skip
+            node_times = {"node_index": index, "start_ns": raw.start_ns[index], "end_ns": raw.end_ns[index]}
         return DecodedGraph(
             node_times=node_times,
             new_structure_nodes=new_structure_nodes,
@@ -122,9 +122,16 @@ class TensorCatalog:
             end_ns=int(raw.end_ns.max()) if n else 0,
         )
 
+    def _node_indexes(self, n: int) -> np.ndarray:
+        if len(self._arange) < n:
+            self._arange = np.arange(max(n, 2 * len(self._arange)), dtype=np.int32)
+        return self._arange[:n]
+
     def _buffer_ids(
         self, buffers: dict[int, BufferInfo], graph_id: int, context_id: int, new: dict[str, list[Any]]
     ) -> dict[int, int]:
+        if buffers is self._last_buffers[0]:  # the very buffers of the previous graph
+            return self._last_buffers[1]
         ids = {0: NO_ID}
         for address, info in buffers.items():
             key = (address, info)
@@ -145,6 +152,7 @@ class TensorCatalog:
                 for column, value in zip(_BUFFER_COLUMNS, row, strict=True):
                     new[column].append(value)
             ids[address] = self._buffers[key]
+        self._last_buffers = (buffers, ids)
         return ids
 
     def _tensor_ids(

@@ -73,6 +73,7 @@ class NativeGraphRecorder:
         self._recorder.set_filters(selection.ops, selection.layers, selection.no_layer, selection.names)
         self.user_data: int | None = self._recorder.address
         self.callback = llama_cpp.ggml_backend_sched_eval_callback(_native.CALLBACK_ADDRESS)
+        self._last_buffers: dict[int, BufferInfo] = {}
 
     @property
     def mode(self) -> Mode:
@@ -99,7 +100,10 @@ class NativeGraphRecorder:
         return int(self._recorder.pending_nodes)
 
     def take_graphs(self, boundary_ns: int) -> list[RawGraph]:
-        return [_raw_graph(parts) for parts in self._recorder.take(boundary_ns)]
+        graphs = [_raw_graph(parts, self._last_buffers) for parts in self._recorder.take(boundary_ns)]
+        if graphs:
+            self._last_buffers = graphs[-1].buffers
+        return graphs
 
     def take_counted(self) -> int:
         return int(self._recorder.take_counted())
@@ -108,9 +112,14 @@ class NativeGraphRecorder:
         self._recorder.discard()
 
 
-def _raw_graph(parts: tuple[Any, ...]) -> RawGraph:
-    """A RawGraph from what _native.Recorder.take gives for one graph."""
+def _raw_graph(parts: tuple[Any, ...], last_buffers: dict[int, BufferInfo]) -> RawGraph:
+    """A RawGraph from what _native.Recorder.take gives for one graph (buffers described as
+    in the previous graph reuse its dict, so that the decoder can tell nothing changed)."""
     nodes, node_ptrs, starts, ends, flags, leaves, leaf_ptrs, buffers, boundary_ns, same_as_previous = parts
+    described = {
+        address: BufferInfo(name, buffer_type or "?", BUFFER_USAGE_NAMES.get(usage, "other"), size, base)
+        for address, usage, size, base, name, buffer_type in buffers
+    }
     return RawGraph(
         node_ptrs=np.frombuffer(node_ptrs, dtype=np.uint64),
         nodes=np.frombuffer(nodes, dtype=TENSOR_DTYPE),
@@ -119,16 +128,7 @@ def _raw_graph(parts: tuple[Any, ...]) -> RawGraph:
         flags=np.frombuffer(flags, dtype=np.uint8),
         leaf_ptrs=np.frombuffer(leaf_ptrs, dtype=np.uint64),
         leaves=np.frombuffer(leaves, dtype=TENSOR_DTYPE),
-        buffers={
-            address: BufferInfo(
-                name=name,
-                buffer_type=buffer_type or "?",
-                usage=BUFFER_USAGE_NAMES.get(usage, "other"),
-                size=size,
-                base=base,
-            )
-            for address, usage, size, base, name, buffer_type in buffers
-        },
+        buffers=last_buffers if described == last_buffers else described,
         boundary_ns=boundary_ns,
         fingerprint=(nodes, leaves, node_ptrs, leaf_ptrs),  # no copy: the bytes the recorder made
         same_as_previous=same_as_previous,

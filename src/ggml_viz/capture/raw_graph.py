@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
+from functools import cached_property
 
 import numpy as np
 
@@ -53,6 +54,12 @@ class RawGraph:
     def n_nodes(self) -> int:
         return len(self.start_ns)
 
-    @property
+    @cached_property
     def timed(self) -> np.ndarray:
         return (self.flags & NODE_TIMED) != 0
+
+    @cached_property
+    def detail(self) -> str:
+        """op: every node timed alone; graph: none; selected: some (filters)."""
+        timed = self.timed
+        return "op" if timed.all() else ("selected" if timed.any() else "graph")

@@ -249,9 +249,7 @@ class Recording:
         writer.append("tensors", decoded.new_tensors)
         writer.append("structure_nodes", decoded.new_structure_nodes)
         writer.append("edges", decoded.new_edges)
-        writer.append("node_times", decoded.node_times)
         n_tokens = len(tokens.get("token_id", ()))
-        timed = raw.timed
         last_answered = raw.n_nodes > 0 and bool(raw.flags[-1] & NODE_ANSWERED)
         row = {
             "graph_id": graph_id,
@@ -273,9 +271,9 @@ class Recording:
             "token_texts": tracer.token_texts(tokens["token_id"]) if n_tokens else [],
             "first_batch_index": ubatch * tracer.n_ubatch,
             "phase": decode.phase if decode else "other",
-            "detail": "op" if timed.all() else ("graph" if not timed.any() else "selected"),
+            "detail": raw.detail,
         }
-        writer.append_row("graphs", row)
+        writer.append_graph(row, decoded.node_times)
         self.n_graphs += 1
         self.n_events += decoded.n_nodes
         self.graph_sizes.append(decoded.n_nodes)

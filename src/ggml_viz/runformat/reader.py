@@ -9,12 +9,14 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .._errors import RunFormatError
+from . import journal
 from .manifest import STATUS_INCOMPLETE, STATUS_RECORDING
 from .memory_sources import buffer_kinds, buffer_seen_times, edge_memory
 from .schema import (
@@ -44,6 +46,7 @@ class Run:
         self.experiment_id: str = self.manifest["experiment_id"]
         self._raw: dict[str, pa.Table] = {table: self._read_table(table) for table in TABLES}
         self._drop_unfinished_graphs()
+        self._add_journaled_graphs()
         self.manifest["status"] = _effective_status(self.manifest)
 
     def __repr__(self) -> str:
@@ -143,6 +146,27 @@ class Run:
             keep = pc.is_in(data.column("graph_id"), value_set=finished)
             if not pc.all(keep).as_py():
                 self._raw[table] = data.filter(keep)
+
+    def _add_journaled_graphs(self) -> None:
+        """A run still open, or cut short, keeps its latest graphs in the journal."""
+        known = set(self._raw["graphs"].column("graph_id").to_pylist())
+        rows, times = [], []
+        for row, node_times in journal.read(self.path / journal.JOURNAL_FILE):
+            if row.get("graph_id") in known:
+                continue
+            rows.append(row)
+            times.append({"graph_id": np.full(len(node_times["node_index"]), row["graph_id"], np.int32), **node_times})
+        if not rows:
+            return
+        try:
+            graphs = pa.Table.from_pylist(rows, schema=self._raw["graphs"].schema)
+            node_times = pa.Table.from_pylist([], schema=self._raw["node_times"].schema)
+            for part in times:
+                node_times = pa.concat_tables([node_times, pa.table(part, schema=self._raw["node_times"].schema)])
+        except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError, TypeError) as error:
+            raise RunFormatError(f"{self.path}: the graph journal is damaged ({error})") from None
+        self._raw["graphs"] = pa.concat_tables([self._raw["graphs"], graphs])
+        self._raw["node_times"] = pa.concat_tables([self._raw["node_times"], node_times])
 
     def _read_table(self, table: str) -> pa.Table:
         parquet_path = self.path / (table + PARQUET_SUFFIX)

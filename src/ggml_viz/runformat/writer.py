@@ -14,11 +14,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .._errors import CaptureError
+from . import journal
 from .manifest import STATUS_COMPLETE, STATUS_INCOMPLETE, new_manifest, utc_now, write_manifest
 from .schema import GRAPH_TABLES, MANIFEST_FILE, PARQUET_SUFFIX, STREAM_SUFFIX, TABLES, table_schema
 
@@ -59,6 +61,10 @@ def _is_taken(path: Path) -> bool:
     return path.exists() and (not path.is_dir() or any(path.iterdir()))
 
 
+# Graphs journaled before they are written to the streams in one batch.
+GRAPHS_PER_BATCH = 32
+
+
 class RunWriter:
     """Appends a recording's tables to a run directory."""
 
@@ -77,6 +83,10 @@ class RunWriter:
             stream.write_batch(pa.record_batch([pa.array([], type=f.type) for f in schema], schema=schema))
             sink.flush()
             self._tables[table] = _OpenTable(sink, stream, schema)
+        self.graphs_per_batch = GRAPHS_PER_BATCH
+        self._pending_rows: list[dict[str, Any]] = []
+        self._pending_times: list[tuple[np.ndarray, ...]] = []
+        self._journal = journal.JournalWriter(run_dir / journal.JOURNAL_FILE)
         write_manifest(run_dir, self.manifest)  # last: a run with a manifest has all its tables
 
     def append(self, table: str, columns: Mapping[str, Any]) -> None:
@@ -89,6 +99,30 @@ class RunWriter:
         stream.write_batch(batch)
         sink.flush()
         self.rows[table] += batch.num_rows
+
+    def append_graph(self, row: dict[str, Any], node_times: Mapping[str, np.ndarray]) -> None:
+        """A graph's row and the times of its timed nodes: into the journal now (one write),
+        into the streams with the next batch."""
+        index, start, end = node_times["node_index"], node_times["start_ns"], node_times["end_ns"]
+        self._journal.append(journal.encode(row, index, start, end))
+        self._pending_rows.append(row)
+        self._pending_times.append((np.full(len(index), row["graph_id"], dtype=np.int32), index, start, end))
+        if len(self._pending_rows) >= self.graphs_per_batch:
+            self.flush_graphs()
+
+    def flush_graphs(self) -> None:
+        """Move the journal's graphs to the streams: node times first, then the graph rows
+        that make them count, then an empty journal."""
+        if not self._pending_rows:
+            return
+        graph_id, index, start, end = (np.concatenate(parts) for parts in zip(*self._pending_times, strict=True))
+        self.append("node_times", {"graph_id": graph_id, "node_index": index, "start_ns": start, "end_ns": end})
+        sink, stream, schema = self._tables["graphs"]
+        stream.write_batch(pa.RecordBatch.from_pylist(self._pending_rows, schema=schema))
+        sink.flush()
+        self.rows["graphs"] += len(self._pending_rows)
+        self._pending_rows, self._pending_times = [], []
+        self._journal.clear()
 
     def append_row(self, table: str, row: Mapping[str, Any]) -> None:
         """Append one row given as a mapping of column to value (cheaper than columns for one row)."""
@@ -106,6 +140,8 @@ class RunWriter:
     def close(self, *, complete: bool = True, reason: str | None = None, keep_graphs: set[int] | None = None) -> None:
         """Finish the streams; on a complete recording turn them into Parquet files,
         keeping only the rows of `keep_graphs` when it is given (the keep-last bound)."""
+        self.flush_graphs()
+        self._journal.close(remove=True)
         for sink, stream, _ in self._tables.values():
             stream.close()
             sink.close()
