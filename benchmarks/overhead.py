@@ -8,6 +8,12 @@ so its ratio is what ggml's node-by-node computing costs by itself on this machi
 
     python benchmarks/overhead.py                 # all configurations, 7 pairs
     python benchmarks/overhead.py --pairs 11 --configs native-op python-op
+    python benchmarks/overhead.py --in-process    # also: paired within one process
+
+Fresh processes are what a user sees, but on a shared machine they differ from each
+other by more than recording costs. `--in-process` adds a paired measurement with less
+noise: one process holds an untraced and a traced context of the same model and
+alternates generations between them (15 pairs by default), so both see the same machine.
 """
 
 from __future__ import annotations
@@ -34,7 +40,20 @@ CONFIGS: dict[str, dict[str, object]] = {
     "python-op": {"recorder": "python"},
 }
 
-WORKER = textwrap.dedent(
+# Gives every context created afterwards the floor callback (a C function that asks for
+# every node and records nothing), in a worker process.
+INSTALL_FLOOR = """
+def install_floor_callback():
+    import llama_cpp.llama_cpp as core
+    from ggml_viz.capture import _native
+    original = core.llama_init_from_model
+    def with_floor_callback(model, params):
+        params.cb_eval = core.ggml_backend_sched_eval_callback(_native.TIMING_FLOOR_CALLBACK_ADDRESS)
+        return original(model, params)
+    core.llama_init_from_model = with_floor_callback
+"""
+
+WORKER = INSTALL_FLOOR + textwrap.dedent(
     """
     import json, sys, time, contextlib
     from llama_cpp import Llama
@@ -43,13 +62,7 @@ WORKER = textwrap.dedent(
     config = json.loads(sys.argv[1])
     output = sys.argv[2]
     if config and config.pop("floor", False):
-        import llama_cpp.llama_cpp as core
-        from ggml_viz.capture import _native
-        original = core.llama_init_from_model
-        def with_floor_callback(model, params):
-            params.cb_eval = core.ggml_backend_sched_eval_callback(_native.TIMING_FLOOR_CALLBACK_ADDRESS)
-            return original(model, params)
-        core.llama_init_from_model = with_floor_callback
+        install_floor_callback()
     recording = ggml_viz.record(output, **config) if config else contextlib.nullcontext()
     with recording:
         llm = Llama(model_path=str(default_model_path()), n_ctx=512, n_threads=%(threads)d, seed=0, verbose=False)
@@ -74,10 +87,57 @@ def run_once(config: dict[str, object] | None, workdir: str, index: int) -> dict
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+IN_PROCESS_WORKER = INSTALL_FLOOR + textwrap.dedent(
+    """
+    import json, statistics, sys, time
+    from llama_cpp import Llama
+    import ggml_viz
+    from ggml_viz.model_files import default_model_path
+    config, pairs, output = json.loads(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    def load():
+        return Llama(model_path=str(default_model_path()), n_ctx=512, n_threads=%(threads)d, seed=0, verbose=False)
+    untraced = load()
+    if config.pop("floor", False):
+        install_floor_callback()
+        recording = None
+    else:
+        recording = ggml_viz.record(output, **config).start()
+    traced = load()
+    ratios = []
+    for _ in range(pairs):
+        seconds = []
+        for llm in (untraced, traced):
+            llm.reset()
+            start = time.perf_counter()
+            llm(%(prompt)r, max_tokens=%(n)d, temperature=0.0)
+            seconds.append(time.perf_counter() - start)
+        ratios.append(seconds[1] / seconds[0])
+    if recording is not None:
+        recording.stop()
+    quartiles = statistics.quantiles(ratios, n=4)
+    print(json.dumps({"median": statistics.median(ratios), "q1": quartiles[0], "q3": quartiles[2]}))
+    """
+) % {"threads": THREADS, "prompt": PROMPT, "n": N_PREDICT}
+
+
+def run_in_process(name: str, pairs: int, workdir: str) -> dict[str, float]:
+    config = dict(CONFIGS[name])
+    result = subprocess.run(
+        [sys.executable, "-c", IN_PROCESS_WORKER, json.dumps(config), str(pairs), os.path.join(workdir, name)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={k: v for k, v in os.environ.items() if not k.startswith("GGML_VIZ_")},
+    )
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=int, default=7)
     parser.add_argument("--configs", nargs="+", choices=sorted(CONFIGS), default=list(CONFIGS))
+    parser.add_argument("--in-process", action="store_true", help="also measure pairs within one process")
+    parser.add_argument("--in-process-pairs", type=int, default=15)
     args = parser.parse_args()
     print(f"SmolLM2-135M Q4_1, {THREADS} threads, {N_PREDICT} generated tokens, {args.pairs} pairs per configuration")
     header = ("configuration", "untraced tok/s", "traced tok/s", "median ratio", "ratios (min..max)")
@@ -98,6 +158,11 @@ def main() -> None:
                 f"{statistics.median(ratios):>13.3f} {min(ratios):>9.3f}..{max(ratios):.3f}",
                 flush=True,
             )
+        if args.in_process:
+            print(f"\npaired in one process, {args.in_process_pairs} pairs: median ratio (quartiles)")
+            for name in args.configs:
+                result = run_in_process(name, args.in_process_pairs, workdir)
+                print(f"{name:<18} {result['median']:>6.3f}  ({result['q1']:.3f}..{result['q3']:.3f})", flush=True)
 
 
 if __name__ == "__main__":
