@@ -104,4 +104,5 @@ def peak_bytes(run: Run) -> pd.DataFrame:
         {"kind": kind, "buffer_bytes": int(size), "peak_bytes": int(peaks.get(kind, size))}
         for kind, size in sizes.items()
     ]
-    return pd.DataFrame(rows).sort_values("buffer_bytes", ascending=False, ignore_index=True)
+    table = pd.DataFrame(rows, columns=["kind", "buffer_bytes", "peak_bytes"])
+    return table.sort_values("buffer_bytes", ascending=False, ignore_index=True)

@@ -58,7 +58,8 @@ def edge_memory(edges: pd.DataFrame, memory_map: pd.DataFrame, model_paths: dict
     weights_in_file = memory_map.loc[memory_map["kind"] == "tensor", ["model_path", "name", "start", "end"]].rename(
         columns={"name": "src_name", "start": "file_offset", "end": "file_end"}
     )
-    edges = edges.assign(model_path=edges["context_id"].map(model_paths))
+    edges = edges.assign(model_path=edges["context_id"].map(model_paths).astype(object))
+    weights_in_file["model_path"] = weights_in_file["model_path"].astype(object)
     edges = edges.merge(weights_in_file, on=["model_path", "src_name"], how="left")
     on_disk = (edges["src_usage"] == "weights") & edges["file_offset"].notna()
     edges["memory"] = on_disk.map({True: "disk", False: "buffer"})
