@@ -14,7 +14,6 @@ def test_a_run_without_graphs_reads_summarizes_and_validates(tmp_path, capsys):
     # GIVEN a recording during which no llama context was created
     with ggml_viz.record(tmp_path / "empty.ggmlviz"):
         pass
-    assert "no llama context was created" in capsys.readouterr().err
     run = ggml_viz.open(tmp_path / "empty.ggmlviz")
     # THEN every table reads empty, the summary says so, and the run is consistent
     for table in ("graphs", "nodes", "edges", "buffers", "tokens", "memory_map"):
