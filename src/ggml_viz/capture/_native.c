@@ -506,7 +506,7 @@ static void reset_recorded(Recorder *r) {
 }
 
 /* take(boundary_ns) -> list of graphs, each a tuple:
-   (nodes, node_ptrs, starts, ends, flags, leaves, leaf_ptrs, buffers, boundary_ns, same)
+   (nodes, node_ptrs, starts, ends, flags, leaves, leaf_ptrs, buffers, boundary_ns, same, n_timed, end_ns)
    where a graph that repeats the previous one (same) comes without its struct bytes. */
 static PyObject *Recorder_take(Recorder *self, PyObject *arg) {
     long long boundary = PyLong_AsLongLong(arg);
@@ -537,12 +537,19 @@ static PyObject *Recorder_take(Recorder *self, PyObject *arg) {
         }
         int same = ARRAY_AT(self->graph_same, uint8_t, g);
         size_t s0 = same ? n1 : n0, t0 = same ? l1 : l0; /* empty ranges when same */
+        /* What Python would otherwise compute with numpy: nodes timed alone, and when the
+           graph ended (the last node's end if it ended a slice of its own making). */
+        long long n_timed = 0;
+        for (size_t i = n0; i < n1; i++) n_timed += (ARRAY_AT(self->node_flags, uint8_t, i) & NODE_TIMED) != 0;
+        int last_answered = n1 > n0 && (ARRAY_AT(self->node_flags, uint8_t, n1 - 1) & NODE_ANSWERED);
+        long long end = last_answered ? ARRAY_AT(self->ends, int64_t, n1 - 1)
+                                      : ARRAY_AT(self->graph_boundary, int64_t, g);
         PyObject *graph = Py_BuildValue(
-            "(NNNNNNNNLO)", array_bytes(&self->nodes, s0, n1), array_bytes(&self->node_ptrs, s0, n1),
+            "(NNNNNNNNLOLL)", array_bytes(&self->nodes, s0, n1), array_bytes(&self->node_ptrs, s0, n1),
             array_bytes(&self->starts, n0, n1), array_bytes(&self->ends, n0, n1),
             array_bytes(&self->node_flags, n0, n1), array_bytes(&self->leaves, t0, l1),
             array_bytes(&self->leaf_ptrs, t0, l1), buffers, (long long)ARRAY_AT(self->graph_boundary, int64_t, g),
-            same ? Py_True : Py_False);
+            same ? Py_True : Py_False, n_timed, end);
         if (!graph) goto error;
         PyList_SET_ITEM(graphs, (Py_ssize_t)g, graph);
     }

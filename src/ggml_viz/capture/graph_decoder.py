@@ -37,6 +37,8 @@ from .raw_graph import RawGraph
 # memory flat (a description seen again after that is stored again, with a new id).
 MAX_REMEMBERED = 200_000
 _VIEW_ID = struct_module.Struct("<i")
+_NO_INDEX = np.zeros(0, dtype=np.int32)
+_NO_TIMES = np.zeros(0, dtype=np.int64)
 # Bytes of a struct that do not change what the tensor is: which tensors feed it (edges
 # say that), op parameters past the first, backend extras, padding. (Where its data sits
 # is part of it: the run tells which bytes of which buffer each tensor occupies.)
@@ -61,7 +63,6 @@ class DecodedGraph:
     new_buffers: dict[str, list[Any]]
     n_nodes: int
     start_ns: int
-    end_ns: int
 
 
 class TensorCatalog:
@@ -104,11 +105,12 @@ class TensorCatalog:
             }
         assert shape is not None
         n = raw.n_nodes
-        timed = raw.timed
-        if timed.all():
+        if raw.n_timed == n:
             node_times = {"node_index": self._node_indexes(n), "start_ns": raw.start_ns, "end_ns": raw.end_ns}
+        elif raw.n_timed == 0:
+            node_times = {"node_index": _NO_INDEX, "start_ns": _NO_TIMES, "end_ns": _NO_TIMES}
         else:
-            index = np.flatnonzero(timed).astype(np.int32)
+            index = np.flatnonzero(raw.timed).astype(np.int32)
             node_times = {"node_index": index, "start_ns": raw.start_ns[index], "end_ns": raw.end_ns[index]}
         return DecodedGraph(
             node_times=node_times,
@@ -119,7 +121,6 @@ class TensorCatalog:
             new_buffers=new_buffers,
             n_nodes=n,
             start_ns=int(raw.start_ns[0]) if n else 0,
-            end_ns=int(raw.end_ns.max()) if n else 0,
         )
 
     def _node_indexes(self, n: int) -> np.ndarray:

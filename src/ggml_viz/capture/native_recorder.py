@@ -73,7 +73,9 @@ class NativeGraphRecorder:
         self._recorder.set_filters(selection.ops, selection.layers, selection.no_layer, selection.names)
         self.user_data: int | None = self._recorder.address
         self.callback = llama_cpp.ggml_backend_sched_eval_callback(_native.CALLBACK_ADDRESS)
-        self._last_buffers: dict[int, BufferInfo] = {}
+        # The buffers as the recorder last described them, and as BufferInfo: the decoder
+        # recognizes an unchanged dict by identity.
+        self._last_buffers: tuple[list[Any], dict[int, BufferInfo]] = ([], {})
 
     @property
     def mode(self) -> Mode:
@@ -100,9 +102,11 @@ class NativeGraphRecorder:
         return int(self._recorder.pending_nodes)
 
     def take_graphs(self, boundary_ns: int) -> list[RawGraph]:
-        graphs = [_raw_graph(parts, self._last_buffers) for parts in self._recorder.take(boundary_ns)]
-        if graphs:
-            self._last_buffers = graphs[-1].buffers
+        graphs = []
+        for parts in self._recorder.take(boundary_ns):
+            if parts[7] != self._last_buffers[0]:  # buffers described otherwise than last time
+                self._last_buffers = (parts[7], _describe_buffers(parts[7]))
+            graphs.append(_raw_graph(parts, self._last_buffers[1]))
         return graphs
 
     def take_counted(self) -> int:
@@ -112,14 +116,16 @@ class NativeGraphRecorder:
         self._recorder.discard()
 
 
-def _raw_graph(parts: tuple[Any, ...], last_buffers: dict[int, BufferInfo]) -> RawGraph:
-    """A RawGraph from what _native.Recorder.take gives for one graph (buffers described as
-    in the previous graph reuse its dict, so that the decoder can tell nothing changed)."""
-    nodes, node_ptrs, starts, ends, flags, leaves, leaf_ptrs, buffers, boundary_ns, same_as_previous = parts
-    described = {
+def _describe_buffers(buffers: list[tuple[int, int, int, int, str, str]]) -> dict[int, BufferInfo]:
+    return {
         address: BufferInfo(name, buffer_type or "?", BUFFER_USAGE_NAMES.get(usage, "other"), size, base)
         for address, usage, size, base, name, buffer_type in buffers
     }
+
+
+def _raw_graph(parts: tuple[Any, ...], buffers: dict[int, BufferInfo]) -> RawGraph:
+    """A RawGraph from what _native.Recorder.take gives for one graph."""
+    nodes, node_ptrs, starts, ends, flags, leaves, leaf_ptrs, _, boundary_ns, same, n_timed, end_ns = parts
     return RawGraph(
         node_ptrs=np.frombuffer(node_ptrs, dtype=np.uint64),
         nodes=np.frombuffer(nodes, dtype=TENSOR_DTYPE),
@@ -128,8 +134,10 @@ def _raw_graph(parts: tuple[Any, ...], last_buffers: dict[int, BufferInfo]) -> R
         flags=np.frombuffer(flags, dtype=np.uint8),
         leaf_ptrs=np.frombuffer(leaf_ptrs, dtype=np.uint64),
         leaves=np.frombuffer(leaves, dtype=TENSOR_DTYPE),
-        buffers=last_buffers if described == last_buffers else described,
+        buffers=buffers,
         boundary_ns=boundary_ns,
         fingerprint=(nodes, leaves, node_ptrs, leaf_ptrs),  # no copy: the bytes the recorder made
-        same_as_previous=same_as_previous,
+        same_as_previous=same,
+        n_timed=n_timed,
+        end_of_graph_ns=end_ns,
     )

@@ -45,8 +45,15 @@ class RawGraph:
     # The recorder found this graph identical to its previous one, struct for struct, and
     # left out the structs (nodes, leaves and their addresses are empty).
     same_as_previous: bool = False
+    n_timed: int = -1  # nodes timed alone (-1: count them from the flags)
+    end_of_graph_ns: int = -1  # its last node's end, or boundary_ns if that node ended no slice (-1: work it out)
 
     def __post_init__(self) -> None:
+        if self.n_timed < 0:
+            self.n_timed = int(((self.flags & NODE_TIMED) != 0).sum())
+        if self.end_of_graph_ns < 0:
+            last_answered = self.n_nodes > 0 and bool(self.flags[-1] & NODE_ANSWERED)
+            self.end_of_graph_ns = int(self.end_ns[-1]) if last_answered else self.boundary_ns
         if not self.fingerprint:
             self.fingerprint = tuple(a.tobytes() for a in (self.nodes, self.leaves, self.node_ptrs, self.leaf_ptrs))
 
@@ -58,8 +65,9 @@ class RawGraph:
     def timed(self) -> np.ndarray:
         return (self.flags & NODE_TIMED) != 0
 
-    @cached_property
+    @property
     def detail(self) -> str:
         """op: every node timed alone; graph: none; selected: some (filters)."""
-        timed = self.timed
-        return "op" if timed.all() else ("selected" if timed.any() else "graph")
+        if self.n_timed == self.n_nodes and self.n_nodes:
+            return "op"
+        return "selected" if self.n_timed else "graph"

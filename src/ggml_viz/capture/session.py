@@ -24,7 +24,7 @@ from .log import say, say_once
 from .native_recorder import IMPORT_ERROR as NATIVE_IMPORT_ERROR
 from .native_recorder import NativeGraphRecorder, native_available
 from .python_recorder import PythonGraphRecorder
-from .raw_graph import NODE_ANSWERED, Mode, RawGraph
+from .raw_graph import Mode, RawGraph
 from .settings import CaptureSettings
 
 _active: Recording | None = None
@@ -250,7 +250,6 @@ class Recording:
         writer.append("structure_nodes", decoded.new_structure_nodes)
         writer.append("edges", decoded.new_edges)
         n_tokens = len(tokens.get("token_id", ()))
-        last_answered = raw.n_nodes > 0 and bool(raw.flags[-1] & NODE_ANSWERED)
         row = {
             "graph_id": graph_id,
             "context_id": tracer.context_id,
@@ -258,7 +257,7 @@ class Recording:
             "ubatch_index": ubatch,
             "structure_id": decoded.structure_id,
             "start_ns": decoded.start_ns,
-            "end_ns": int(raw.end_ns[-1]) if last_answered else raw.boundary_ns,
+            "end_ns": raw.end_of_graph_ns,
             "decode_start_ns": decode.start_ns if decode else -1,
             "decode_end_ns": decode_end_ns if decode else -1,
             "return_code": return_code,

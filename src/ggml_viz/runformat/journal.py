@@ -30,13 +30,9 @@ JOURNAL_FILE = "graphs.journal"
 
 def encode(row: dict[str, Any], node_index: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray) -> bytes:
     text = json.dumps(row, separators=(",", ":")).encode()
-    body = (
-        _HEAD.pack(MAGIC, len(text), len(node_index))
-        + text
-        + node_index.astype("<i4").tobytes()
-        + start_ns.astype("<i8").tobytes()
-        + end_ns.astype("<i8").tobytes()
-    )
+    body = _HEAD.pack(MAGIC, len(text), len(node_index)) + text
+    if len(node_index):
+        body += node_index.astype("<i4").tobytes() + start_ns.astype("<i8").tobytes() + end_ns.astype("<i8").tobytes()
     return body + _CRC.pack(zlib.crc32(body))
 
 
