@@ -58,7 +58,7 @@ WORKER = INSTALL_FLOOR + textwrap.dedent(
     import json, sys, time, contextlib
     from llama_cpp import Llama
     import ggml_viz
-    from ggml_viz.model_files import default_model_path
+    from ggml_viz.modelfile.locate import default_model_path
     config = json.loads(sys.argv[1])
     output = sys.argv[2]
     if config and config.pop("floor", False):
@@ -92,7 +92,7 @@ IN_PROCESS_WORKER = INSTALL_FLOOR + textwrap.dedent(
     import json, statistics, sys, time
     from llama_cpp import Llama
     import ggml_viz
-    from ggml_viz.model_files import default_model_path
+    from ggml_viz.modelfile.locate import default_model_path
     config, pairs, output = json.loads(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
     def load():
         return Llama(model_path=str(default_model_path()), n_ctx=512, n_threads=%(threads)d, seed=0, verbose=False)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import ggml_viz
-from ggml_viz.model_files import default_model_path
+from ggml_viz.modelfile.locate import default_model_path
 
 from .smollm2 import PROMPT, greedy, load_model
 

@@ -49,15 +49,13 @@ def write_synthetic_run(path, *, graphs=2, nodes_per_graph=3, close=True, experi
             {"graph_id": np.full(nodes_per_graph, graph), "node_index": index, "start_ns": start + index * 100,
              "end_ns": start + index * 100 + 50},
         )  # fmt: skip
-        writer.append_row(
-            "graphs",
-            {"graph_id": graph, "context_id": 0, "decode_index": graph, "ubatch_index": 0, "structure_id": 0,
-             "start_ns": start, "end_ns": start + nodes_per_graph * 100, "decode_start_ns": start - 10,
-             "decode_end_ns": start + nodes_per_graph * 100 + 10, "return_code": 0, "n_nodes": nodes_per_graph,
-             "n_tokens": 1, "token_ids": [42 + graph], "token_positions": [graph], "token_seq_ids": [0],
-             "token_outputs": [True], "token_texts": [f"tok{graph}"], "first_batch_index": 0,
-             "phase": "prompt" if graph == 0 else "decode", "detail": "op"},
-        )  # fmt: skip
+        row = {"graph_id": graph, "context_id": 0, "decode_index": graph, "ubatch_index": 0, "structure_id": 0,
+               "start_ns": start, "end_ns": start + nodes_per_graph * 100, "decode_start_ns": start - 10,
+               "decode_end_ns": start + nodes_per_graph * 100 + 10, "return_code": 0, "n_nodes": nodes_per_graph,
+               "n_tokens": 1, "token_ids": [42 + graph], "token_positions": [graph], "token_seq_ids": [0],
+               "token_outputs": [True], "token_texts": [f"tok{graph}"], "first_batch_index": 0,
+               "phase": "prompt" if graph == 0 else "decode", "detail": "op"}  # fmt: skip
+        writer.append("graphs", {column: [value] for column, value in row.items()})
     if close:
         writer.close()
     return writer

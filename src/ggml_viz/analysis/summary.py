@@ -7,7 +7,6 @@ time (`timed`) are counted in per-node times.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
@@ -146,6 +145,3 @@ def _plain(value: Any) -> Any:
     if hasattr(value, "item"):
         return value.item()
     return value
-
-
-PASSES: list[Callable[[Run], pd.DataFrame]] = [phase_stats, time_by_op, time_by_layer, time_by_tensor, memory_by_buffer]

@@ -19,14 +19,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .session import Recording
 
-_WRAPPED = (
-    "llama_init_from_model",
-    "llama_new_context_with_model",
-    "llama_decode",
-    "llama_free",
-    "llama_model_load_from_file",
-    "llama_load_model_from_file",
-)
 _originals: dict[str, Callable[..., Any]] = {}
 _tracers: dict[int, Any] = {}  # context address -> ContextTracer, while the context lives
 
@@ -50,7 +42,7 @@ def install(recording: Recording) -> None:
         "llama_model_load_from_file": _wrap_load,
         "llama_load_model_from_file": _wrap_load,
     }
-    for name in _WRAPPED:
+    for name in factories:
         original = getattr(core, name, None)
         if original is None or name in _originals:
             continue

