@@ -3,12 +3,16 @@
 Each configuration runs in a fresh process, alternating untraced and traced runs, at
 least 7 pairs; each process times only the generation (the model is loaded first).
 Prints tokens/s and the median traced/untraced wall-time ratio per configuration.
-`floor-op` is no recorder: a C callback that asks for every node and records nothing,
-so its ratio is what ggml's node-by-node computing costs by itself on this machine.
+The default recorder times nodes inline (the graph runs in one piece; ggml's CPU backend
+reports each node it finishes). `native-op-sync` times nodes the other way: each node is
+computed alone and synchronized. `floor-op` is no recorder: a C callback that asks for
+every node and records nothing, so its ratio is what node-by-node computing costs by
+itself on this machine, the floor under `native-op-sync`.
 
     python benchmarks/overhead.py                 # all configurations, 7 pairs
     python benchmarks/overhead.py --pairs 11 --configs native-op python-op
     python benchmarks/overhead.py --in-process    # also: paired within one process
+    python benchmarks/overhead.py --in-process --no-fresh   # only that
 
 Fresh processes are what a user sees, but on a shared machine they differ from each
 other by more than recording costs. `--in-process` adds a paired measurement with less
@@ -35,6 +39,7 @@ CONFIGS: dict[str, dict[str, object]] = {
     # Not a recorder: a C callback that only asks for every node, the floor of per-node timing.
     "floor-op": {"floor": True},
     "native-op": {"recorder": "native"},
+    "native-op-sync": {"recorder": "native", "timing": "sync"},
     "native-graph": {"recorder": "native", "detail": "graph"},
     "native-sample-8": {"recorder": "native", "sample": 8},
     "python-op": {"recorder": "python"},
@@ -138,13 +143,14 @@ def main() -> None:
     parser.add_argument("--configs", nargs="+", choices=sorted(CONFIGS), default=list(CONFIGS))
     parser.add_argument("--in-process", action="store_true", help="also measure pairs within one process")
     parser.add_argument("--in-process-pairs", type=int, default=15)
+    parser.add_argument("--no-fresh", action="store_true", help="skip the fresh-process pairs")
     args = parser.parse_args()
     print(f"SmolLM2-135M Q4_1, {THREADS} threads, {N_PREDICT} generated tokens, {args.pairs} pairs per configuration")
     header = ("configuration", "untraced tok/s", "traced tok/s", "median ratio", "ratios (min..max)")
     print(f"{header[0]:<18} {header[1]:>15} {header[2]:>13} {header[3]:>13} {header[4]:>19}")
     with tempfile.TemporaryDirectory() as workdir:
         counter = 0
-        for name in args.configs:
+        for name in [] if args.no_fresh else args.configs:
             ratios, untraced_rates, traced_rates = [], [], []
             for _ in range(args.pairs):
                 counter += 1

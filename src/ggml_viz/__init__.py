@@ -31,6 +31,7 @@ def record(
     output: str | os.PathLike[str],
     *,
     detail: str = "op",
+    timing: str = "inline",
     sample: int | None = None,
     ops: str | Sequence[str] | None = None,
     layers: str | None = None,
@@ -45,6 +46,10 @@ def record(
     """Record every llama context created inside the `with` block into the run `output`.
 
     detail: "op" times every node on its own; "graph" records structure and graph times only.
+    timing: how nodes are timed. "inline" (default): each graph runs in one piece, as
+        untraced, and the CPU backend's per-node callback gives the times (thread 0's view);
+        "sync": each timed node is computed alone and synchronized (exact boundaries, any
+        backend, slower: every node becomes its own compute call).
     sample: time nodes on every N-th decode graph and the first prompt graph only.
     ops, layers, names: time only matching nodes on their own ("MUL_MAT,ROPE", "0-3,29,none",
         "attn*"); the others are recorded as structure.
@@ -61,6 +66,7 @@ def record(
     settings = CaptureSettings(
         recorder=recorder,
         detail=detail,
+        timing=timing,
         sample=sample,
         selection=selection_from(
             op_list, layers, list(names) if names is not None and not isinstance(names, str) else names

@@ -84,14 +84,16 @@ def test_a_wrong_expected_layout_refuses_cleanly(tmp_path, model_path, recorded_
     assert run.status == "incomplete" and len(run.graphs) == 0
 
 
-def test_op_filter_times_only_the_selected_ops(tmp_path, model_path, recorder):
-    with ggml_viz.record(tmp_path / "mulmat.ggmlviz", ops="MUL_MAT", recorder=recorder):
+@pytest.mark.parametrize("timing", ["inline", "sync"])
+def test_op_filter_times_only_the_selected_ops(tmp_path, model_path, recorder, timing):
+    with ggml_viz.record(tmp_path / "mulmat.ggmlviz", ops="MUL_MAT", recorder=recorder, timing=timing):
         greedy(load_model(model_path))
     nodes = ggml_viz.open(tmp_path / "mulmat.ggmlviz").nodes
     timed = nodes[nodes["timed"]]
     assert set(timed["op"]) == {"MUL_MAT"}
-    # From the second graph on, the node before each MUL_MAT is a fence: every MUL_MAT is timed alone
-    later = nodes[(nodes["graph_id"] > 0) & (nodes["op"] == "MUL_MAT")]
+    # Inline, every MUL_MAT has its time; sync, from the second graph on (the node before
+    # each MUL_MAT is then a fence, learned from the first graph)
+    later = nodes[(nodes["graph_id"] >= (0 if timing == "inline" else 1)) & (nodes["op"] == "MUL_MAT")]
     assert later["timed"].all()
     assert (timed["duration_ns"] > 0).all()
     assert set(ggml_viz.open(tmp_path / "mulmat.ggmlviz").graphs["detail"]) == {"selected"}

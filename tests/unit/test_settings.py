@@ -32,6 +32,7 @@ def test_environment_gives_every_setting():
     env = {
         "GGML_VIZ_RECORDER": "python",
         "GGML_VIZ_DETAIL": "graph",
+        "GGML_VIZ_TIMING": "sync",
         "GGML_VIZ_SAMPLE": "8",
         "GGML_VIZ_OPS": "MUL_MAT",
         "GGML_VIZ_LAYERS": "0-3,29",
@@ -43,6 +44,7 @@ def test_environment_gives_every_setting():
     assert settings == CaptureSettings(
         recorder="python",
         detail="graph",
+        timing="sync",
         sample=8,
         selection=selection_from("MUL_MAT", "0-3,29", "attn*"),
         max_events=1000,
@@ -57,6 +59,7 @@ def test_environment_gives_every_setting():
         ({"GGML_VIZ_SAMPLE": "often"}, "not a whole number"),
         ({"GGML_VIZ_SAMPLE": "0"}, "sample must be 1 or more"),
         ({"GGML_VIZ_DETAIL": "everything"}, "unknown detail"),
+        ({"GGML_VIZ_TIMING": "later"}, "unknown timing"),
         ({"GGML_VIZ_POLICY": "keep-middle"}, "unknown policy"),
         ({"GGML_VIZ_RECORDER": "rust"}, "unknown recorder"),
         ({"GGML_VIZ_MAX_EVENTS": "-5"}, "positive"),

@@ -118,6 +118,8 @@ def summarize(run: Run, top: int = 10) -> dict[str, Any]:
         "timed_node_events": int(nodes["timed"].sum()),
         "dropped_graphs": int((manifest.get("counts") or {}).get("dropped_graphs", 0)),
         "dropped_events": int((manifest.get("counts") or {}).get("dropped_events", 0)),
+        "untimed_graphs": int((manifest.get("counts") or {}).get("untimed_graphs", 0)),
+        "timing": (manifest.get("capture") or {}).get("timing", "sync"),
         "phases": _records(phase_stats(run)),
         "time_by_op": _records(time_by_op(run).head(top)),
         "top_layers": _records(time_by_layer(run).head(top)),

@@ -8,6 +8,12 @@
  * growable C arrays, and describes each buffer the first time a graph uses it.
  * Python takes everything between llama_decode calls (`take()`) and decodes it in bulk.
  *
+ * Two ways to time nodes. `sync`: answer true when asked, so the scheduler computes the
+ * node alone, synchronizes and calls back (exact boundaries; every node is a separate
+ * compute call). `inline`: answer false, so the graph runs in one piece, and take the time
+ * in the CPU backend's abort callback, which its thread 0 calls after each node it
+ * computes (`ggml_viz_abort_callback`); Python maps those ticks to nodes (inline_times.py).
+ *
  * Field offsets come from Python (ggml_api.TENSOR_DTYPE), which checks them against
  * the loaded ggml before any recorder is attached.
  */
@@ -31,6 +37,7 @@ typedef int (*usage_fn)(const void *);
 typedef size_t (*size_fn)(const void *);
 typedef void *(*ptr_fn)(const void *);
 typedef const char *(*op_name_fn)(int);
+typedef bool (*abort_fn)(void *);
 
 typedef struct {
     uint64_t address;
@@ -59,6 +66,9 @@ typedef struct {
     /* settings */
     int mode;
     int time_nodes;
+    int inline_timing; /* time nodes by the abort callback's ticks, not by answering the scheduler */
+    abort_fn chained_abort; /* the program's own abort callback, called from ours */
+    void *chained_abort_data;
     int filtering;
     int n_ops, n_names, n_layer_ranges, select_no_layer;
     char ops[MAX_OPS][NAME_LEN];
@@ -66,13 +76,14 @@ typedef struct {
     int64_t layer_ranges[MAX_LAYER_RANGES][2];
     /* what has been recorded since the last take() */
     Array nodes, node_ptrs, starts, ends, node_flags;
+    Array tick_ns, tick_asked; /* inline timing: when thread 0 finished a node, nodes asked by then */
     Array leaves, leaf_ptrs;
-    Array graph_node_start, graph_leaf_start, graph_buffer_start, graph_boundary, graph_same;
+    Array graph_node_start, graph_leaf_start, graph_buffer_start, graph_tick_start, graph_boundary, graph_same;
     /* the last graph closed, to recognize an identical next one (decode graphs usually are) */
     Array previous_nodes, previous_leaves, previous_node_ptrs, previous_leaf_ptrs;
     Array buffers;
     /* the graph in flight */
-    size_t graph_first_node, graph_first_leaf, graph_first_buffer;
+    size_t graph_first_node, graph_first_leaf, graph_first_buffer, graph_first_tick;
     uint64_t *set_keys; /* open-addressing set of pointers seen in this graph */
     uint8_t *set_kinds; /* 0 empty, 1 node, 2 leaf, 3 buffer */
     size_t set_capacity, set_count;
@@ -298,9 +309,10 @@ static int close_graph(Recorder *r, int64_t boundary) {
     size_t *node_start = array_push(&r->graph_node_start);
     size_t *leaf_start = array_push(&r->graph_leaf_start);
     size_t *buffer_start = array_push(&r->graph_buffer_start);
+    size_t *tick_start = array_push(&r->graph_tick_start);
     int64_t *boundary_ns = array_push(&r->graph_boundary);
     uint8_t *same_flag = array_push(&r->graph_same);
-    if (!node_start || !leaf_start || !buffer_start || !boundary_ns || !same_flag) return -1;
+    if (!node_start || !leaf_start || !buffer_start || !tick_start || !boundary_ns || !same_flag) return -1;
     bool same = r->previous_nodes.count > 0;
     if (same_or_copy(&r->previous_nodes, &r->nodes, r->graph_first_node, r->nodes.count, &same) != 0 ||
         same_or_copy(&r->previous_node_ptrs, &r->node_ptrs, r->graph_first_node, r->nodes.count, &same) != 0 ||
@@ -312,6 +324,7 @@ static int close_graph(Recorder *r, int64_t boundary) {
     *node_start = r->graph_first_node;
     *leaf_start = r->graph_first_leaf;
     *buffer_start = r->graph_first_buffer;
+    *tick_start = r->graph_first_tick;
     *boundary_ns = boundary;
     size_t n = r->nodes.count - r->graph_first_node;
     if (n > r->previous_capacity) {
@@ -327,6 +340,7 @@ static int close_graph(Recorder *r, int64_t boundary) {
     r->graph_first_node = r->nodes.count;
     r->graph_first_leaf = r->leaves.count;
     r->graph_first_buffer = r->buffers.count;
+    r->graph_first_tick = r->tick_ns.count;
     r->pending = -1;
     set_clear(r);
     return 0;
@@ -334,12 +348,10 @@ static int close_graph(Recorder *r, int64_t boundary) {
 
 static bool answer_for(Recorder *r, const uint8_t *tensor, size_t index_in_graph, uint8_t *flags) {
     if (!r->time_nodes) return false;
-    if (!r->filtering) {
-        *flags |= NODE_SELECTED;
-        return true;
-    }
-    bool selected = is_selected(r, tensor);
+    bool selected = !r->filtering || is_selected(r, tensor);
     if (selected) *flags |= NODE_SELECTED;
+    if (r->inline_timing) return false; /* the abort callback's ticks time it */
+    if (!r->filtering) return true;
     /* Answer for the node before a selected one too (learned from the previous graph,
        which llama.cpp usually builds alike): then the selected node is computed alone. */
     bool fence = index_in_graph + 1 < r->previous_count && r->previous_selection[index_in_graph + 1];
@@ -398,6 +410,25 @@ static bool ggml_viz_eval_callback(void *tensor, bool ask, void *user_data) {
         return false;
     }
     return answer == 1;
+}
+
+/* Inline timing: the CPU backend's thread 0 calls this after each node it computes (not
+   after views, which it skips, and once for nodes it fuses), before the barrier that
+   ends the node. It always runs on the thread that called llama_decode. */
+static bool ggml_viz_abort_callback(void *user_data) {
+    Recorder *r = (Recorder *)user_data;
+    if (r->mode == MODE_RECORD && r->inline_timing && r->time_nodes) {
+        int64_t *tick = array_push(&r->tick_ns);
+        uint32_t *asked = array_push(&r->tick_asked);
+        if (!tick || !asked) {
+            r->out_of_memory = 1;
+            r->mode = MODE_OFF;
+        } else {
+            *tick = now_ns();
+            *asked = (uint32_t)(r->nodes.count - r->graph_first_node);
+        }
+    }
+    return r->chained_abort ? r->chained_abort(r->chained_abort_data) : false;
 }
 
 /* The floor of per-node timing, for benchmarks: a callback that takes the time and asks
@@ -462,6 +493,9 @@ static int Recorder_init(Recorder *self, PyObject *args, PyObject *kwargs) {
     array_init(&self->starts, sizeof(int64_t));
     array_init(&self->ends, sizeof(int64_t));
     array_init(&self->node_flags, 1);
+    array_init(&self->tick_ns, sizeof(int64_t));
+    array_init(&self->tick_asked, sizeof(uint32_t));
+    array_init(&self->graph_tick_start, sizeof(size_t));
     array_init(&self->graph_node_start, sizeof(size_t));
     array_init(&self->graph_leaf_start, sizeof(size_t));
     array_init(&self->graph_buffer_start, sizeof(size_t));
@@ -487,7 +521,7 @@ static void Recorder_dealloc(Recorder *self) {
                        &self->ends, &self->node_flags, &self->graph_node_start, &self->graph_leaf_start,
                        &self->graph_buffer_start, &self->graph_boundary, &self->buffers, &self->graph_same,
                        &self->previous_nodes, &self->previous_leaves, &self->previous_node_ptrs,
-                       &self->previous_leaf_ptrs};
+                       &self->previous_leaf_ptrs, &self->tick_ns, &self->tick_asked, &self->graph_tick_start};
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) array_free(arrays[i]);
     free(self->set_keys);
     free(self->set_kinds);
@@ -498,6 +532,7 @@ static void Recorder_dealloc(Recorder *self) {
 static void reset_recorded(Recorder *r) {
     r->nodes.count = r->leaves.count = r->node_ptrs.count = r->leaf_ptrs.count = 0;
     r->starts.count = r->ends.count = r->node_flags.count = 0;
+    r->tick_ns.count = r->tick_asked.count = r->graph_tick_start.count = r->graph_first_tick = 0;
     r->graph_node_start.count = r->graph_leaf_start.count = r->graph_buffer_start.count = 0;
     r->graph_boundary.count = r->buffers.count = r->graph_same.count = 0;
     r->graph_first_node = r->graph_first_leaf = r->graph_first_buffer = 0;
@@ -506,7 +541,8 @@ static void reset_recorded(Recorder *r) {
 }
 
 /* take(boundary_ns) -> list of graphs, each a tuple:
-   (nodes, node_ptrs, starts, ends, flags, leaves, leaf_ptrs, buffers, boundary_ns, same, n_timed, end_ns)
+   (nodes, node_ptrs, starts, ends, flags, leaves, leaf_ptrs, buffers, boundary_ns, same, n_timed, end_ns,
+    tick_ns, tick_asked)
    where a graph that repeats the previous one (same) comes without its struct bytes. */
 static PyObject *Recorder_take(Recorder *self, PyObject *arg) {
     long long boundary = PyLong_AsLongLong(arg);
@@ -522,6 +558,8 @@ static PyObject *Recorder_take(Recorder *self, PyObject *arg) {
         size_t l1 = g + 1 < n_graphs ? ARRAY_AT(self->graph_leaf_start, size_t, g + 1) : self->leaves.count;
         size_t b0 = ARRAY_AT(self->graph_buffer_start, size_t, g);
         size_t b1 = g + 1 < n_graphs ? ARRAY_AT(self->graph_buffer_start, size_t, g + 1) : self->buffers.count;
+        size_t k0 = ARRAY_AT(self->graph_tick_start, size_t, g);
+        size_t k1 = g + 1 < n_graphs ? ARRAY_AT(self->graph_tick_start, size_t, g + 1) : self->tick_ns.count;
         PyObject *buffers = PyList_New((Py_ssize_t)(b1 - b0));
         if (!buffers) goto error;
         for (size_t b = b0; b < b1; b++) {
@@ -545,11 +583,12 @@ static PyObject *Recorder_take(Recorder *self, PyObject *arg) {
         long long end = last_answered ? ARRAY_AT(self->ends, int64_t, n1 - 1)
                                       : ARRAY_AT(self->graph_boundary, int64_t, g);
         PyObject *graph = Py_BuildValue(
-            "(NNNNNNNNLOLL)", array_bytes(&self->nodes, s0, n1), array_bytes(&self->node_ptrs, s0, n1),
+            "(NNNNNNNNLOLLNN)", array_bytes(&self->nodes, s0, n1), array_bytes(&self->node_ptrs, s0, n1),
             array_bytes(&self->starts, n0, n1), array_bytes(&self->ends, n0, n1),
             array_bytes(&self->node_flags, n0, n1), array_bytes(&self->leaves, t0, l1),
             array_bytes(&self->leaf_ptrs, t0, l1), buffers, (long long)ARRAY_AT(self->graph_boundary, int64_t, g),
-            same ? Py_True : Py_False, n_timed, end);
+            same ? Py_True : Py_False, n_timed, end, array_bytes(&self->tick_ns, k0, k1),
+            array_bytes(&self->tick_asked, k0, k1));
         if (!graph) goto error;
         PyList_SET_ITEM(graphs, (Py_ssize_t)g, graph);
     }
@@ -598,6 +637,37 @@ static PyObject *Recorder_set_filters(Recorder *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* close(boundary_ns) -> graphs closed and not yet taken: the graph in flight ends here. */
+static PyObject *Recorder_close(Recorder *self, PyObject *arg) {
+    long long boundary = PyLong_AsLongLong(arg);
+    if (boundary == -1 && PyErr_Occurred()) return NULL;
+    if (close_graph(self, boundary) != 0) return PyErr_NoMemory();
+    return PyLong_FromSize_t(self->graph_node_start.count);
+}
+
+/* drop_open(): forget the graph in flight (recording failed inside it), keep the closed ones. */
+static PyObject *Recorder_drop_open(Recorder *self, PyObject *unused) {
+    size_t n_graphs = self->graph_node_start.count;
+    if (self->graph_leaf_start.count != n_graphs || self->graph_buffer_start.count != n_graphs ||
+        self->graph_tick_start.count != n_graphs || self->graph_boundary.count != n_graphs ||
+        self->graph_same.count != n_graphs) {
+        reset_recorded(self); /* failed while closing a graph: nothing is whole */
+        Py_RETURN_NONE;
+    }
+    self->nodes.count = self->node_ptrs.count = self->graph_first_node;
+    self->starts.count = self->ends.count = self->node_flags.count = self->graph_first_node;
+    self->leaves.count = self->leaf_ptrs.count = self->graph_first_leaf;
+    self->buffers.count = self->graph_first_buffer;
+    self->tick_ns.count = self->tick_asked.count = self->graph_first_tick;
+    self->pending = -1;
+    set_clear(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Recorder_get_open_nodes(Recorder *self, void *closure) {
+    return PyLong_FromSize_t(self->nodes.count - self->graph_first_node);
+}
+
 static PyObject *Recorder_take_counted(Recorder *self, PyObject *unused) {
     unsigned long long counted = self->counted_nodes;
     self->counted_nodes = 0;
@@ -610,26 +680,35 @@ static PyObject *Recorder_discard(Recorder *self, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
+static PyObject *Recorder_chain_abort(Recorder *self, PyObject *args) {
+    unsigned long long function, data;
+    if (!PyArg_ParseTuple(args, "KK", &function, &data)) return NULL;
+    self->chained_abort = (abort_fn)(uintptr_t)function;
+    self->chained_abort_data = (void *)(uintptr_t)data;
+    Py_RETURN_NONE;
+}
+
 static PyObject *Recorder_get_address(Recorder *self, void *closure) {
     return PyLong_FromVoidPtr(self);
 }
 
-static PyObject *Recorder_get_pending_nodes(Recorder *self, void *closure) {
-    return PyLong_FromSize_t(self->nodes.count);
-}
-
 static PyMethodDef Recorder_methods[] = {
     {"take", (PyCFunction)Recorder_take, METH_O, "take(boundary_ns): the graphs recorded since the last take"},
+    {"close", (PyCFunction)Recorder_close, METH_O, "close(boundary_ns): end the graph in flight; graphs closed"},
+    {"drop_open", (PyCFunction)Recorder_drop_open, METH_NOARGS, "forget the graph in flight"},
     {"set_filters", (PyCFunction)Recorder_set_filters, METH_VARARGS,
      "set_filters(ops, layer_ranges, select_no_layer, name_patterns)"},
     {"take_counted", (PyCFunction)Recorder_take_counted, METH_NOARGS, "nodes counted (count mode) since last call"},
     {"discard", (PyCFunction)Recorder_discard, METH_NOARGS, "forget what was recorded since the last take"},
+    {"chain_abort", (PyCFunction)Recorder_chain_abort, METH_VARARGS,
+     "chain_abort(function, data): the program's abort callback, called after ours (0: none)"},
     {NULL, NULL, 0, NULL},
 };
 
 static PyMemberDef Recorder_members[] = {
     {"mode", T_INT, offsetof(Recorder, mode), 0, "0 off, 1 record, 2 count"},
-    {"time_nodes", T_INT, offsetof(Recorder, time_nodes), 0, "answer the scheduler: time nodes alone"},
+    {"time_nodes", T_INT, offsetof(Recorder, time_nodes), 0, "time the nodes of the graphs to come"},
+    {"inline_timing", T_INT, offsetof(Recorder, inline_timing), 0, "time nodes by abort-callback ticks"},
     {"out_of_memory", T_INT, offsetof(Recorder, out_of_memory), READONLY, "recording stopped for lack of memory"},
     {"fail_after_nodes", T_LONGLONG, offsetof(Recorder, fail_after_nodes), 0, "tests: fail at this many nodes"},
     {NULL, 0, 0, 0, NULL},
@@ -637,7 +716,7 @@ static PyMemberDef Recorder_members[] = {
 
 static PyGetSetDef Recorder_getset[] = {
     {"address", (getter)Recorder_get_address, NULL, "the user_data pointer for the callback", NULL},
-    {"pending_nodes", (getter)Recorder_get_pending_nodes, NULL, "nodes recorded since the last take", NULL},
+    {"open_nodes", (getter)Recorder_get_open_nodes, NULL, "nodes of the graph in flight", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -662,8 +741,53 @@ static PyObject *native_layer_of(PyObject *module, PyObject *arg) {
     return PyLong_FromLongLong(layer_of(padded));
 }
 
+/* read_batch(address, (token, pos, n_seq_id, seq_id, logits offsets)) -> (n_tokens,
+   lowest position, token_id, pos, seq_id, output), the columns as bytes of int32, int32,
+   int32, uint8: a llama_batch, copied. What a pointer the batch leaves NULL gives is -1
+   (outputs: the last token only, as llama.cpp does). */
+static PyObject *native_read_batch(PyObject *module, PyObject *args) {
+    unsigned long long address;
+    Py_ssize_t off_token, off_pos, off_n_seq, off_seq, off_logits;
+    if (!PyArg_ParseTuple(args, "K(nnnnn)", &address, &off_token, &off_pos, &off_n_seq, &off_seq, &off_logits)) {
+        return NULL;
+    }
+    const uint8_t *batch = (const uint8_t *)(uintptr_t)address;
+    int32_t n;
+    memcpy(&n, batch, sizeof n);
+    if (n < 0) n = 0;
+    const int32_t *token, *pos, *n_seq;
+    const int32_t *const *seq;
+    const int8_t *logits;
+    memcpy(&token, batch + off_token, sizeof token);
+    memcpy(&pos, batch + off_pos, sizeof pos);
+    memcpy(&n_seq, batch + off_n_seq, sizeof n_seq);
+    memcpy(&seq, batch + off_seq, sizeof seq);
+    memcpy(&logits, batch + off_logits, sizeof logits);
+    PyObject *columns[4] = {
+        PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n * 4), PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n * 4),
+        PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n * 4), PyBytes_FromStringAndSize(NULL, n)};
+    if (!columns[0] || !columns[1] || !columns[2] || !columns[3]) {
+        for (int i = 0; i < 4; i++) Py_XDECREF(columns[i]);
+        return NULL;
+    }
+    int32_t *token_out = (int32_t *)PyBytes_AS_STRING(columns[0]);
+    int32_t *pos_out = (int32_t *)PyBytes_AS_STRING(columns[1]);
+    int32_t *seq_out = (int32_t *)PyBytes_AS_STRING(columns[2]);
+    uint8_t *output_out = (uint8_t *)PyBytes_AS_STRING(columns[3]);
+    long long lowest = -1;
+    for (int32_t i = 0; i < n; i++) {
+        token_out[i] = token ? token[i] : -1;
+        pos_out[i] = pos ? pos[i] : -1;
+        if (i == 0 || pos_out[i] < lowest) lowest = pos_out[i];
+        seq_out[i] = (seq && n_seq && n_seq[i] > 0 && seq[i]) ? seq[i][0] : -1;
+        output_out[i] = logits ? logits[i] > 0 : i == n - 1;
+    }
+    return Py_BuildValue("(iLNNNN)", (int)n, lowest, columns[0], columns[1], columns[2], columns[3]);
+}
+
 static PyMethodDef module_methods[] = {
     {"layer_of", native_layer_of, METH_O, "the layer the native recorder reads in a tensor name"},
+    {"read_batch", native_read_batch, METH_VARARGS, "read_batch(address, offsets): a llama_batch's columns"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -679,6 +803,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     Py_INCREF(&RecorderType);
     if (PyModule_AddObject(module, "Recorder", (PyObject *)&RecorderType) < 0 ||
         PyModule_AddObject(module, "CALLBACK_ADDRESS", PyLong_FromVoidPtr((void *)ggml_viz_eval_callback)) < 0 ||
+        PyModule_AddObject(module, "ABORT_CALLBACK_ADDRESS", PyLong_FromVoidPtr((void *)ggml_viz_abort_callback)) < 0 ||
         PyModule_AddObject(module, "TIMING_FLOOR_CALLBACK_ADDRESS",
                            PyLong_FromVoidPtr((void *)ggml_viz_timing_floor_callback)) < 0 ||
         PyModule_AddIntConstant(module, "MODE_OFF", MODE_OFF) < 0 ||

@@ -1,6 +1,7 @@
 from typing import Final
 
 CALLBACK_ADDRESS: Final[int]
+ABORT_CALLBACK_ADDRESS: Final[int]
 TIMING_FLOOR_CALLBACK_ADDRESS: Final[int]
 MODE_OFF: Final[int]
 MODE_RECORD: Final[int]
@@ -10,20 +11,42 @@ NODE_TIMED: Final[int]
 class Recorder:
     mode: int
     time_nodes: int
+    inline_timing: int
     out_of_memory: int
     fail_after_nodes: int
     address: int
-    pending_nodes: int
+    open_nodes: int
     def __init__(self, layout: tuple[int, ...], functions: tuple[int, ...]) -> None: ...
     def take(
         self, boundary_ns: int, /
     ) -> list[
-        tuple[bytes, bytes, bytes, bytes, bytes, bytes, bytes, list[tuple[int, int, int, int, str, str]], int]
+        tuple[
+            bytes,
+            bytes,
+            bytes,
+            bytes,
+            bytes,
+            bytes,
+            bytes,
+            list[tuple[int, int, int, int, str, str]],
+            int,
+            bool,
+            int,
+            int,
+            bytes,
+            bytes,
+        ]
     ]: ...
     def set_filters(
         self, ops: tuple[str, ...], layers: tuple[tuple[int, int], ...], no_layer: bool, names: tuple[str, ...], /
     ) -> None: ...
     def take_counted(self) -> int: ...
+    def close(self, boundary_ns: int, /) -> int: ...
+    def drop_open(self) -> None: ...
     def discard(self) -> None: ...
+    def chain_abort(self, function: int, data: int, /) -> None: ...
 
 def layer_of(name: str, /) -> int: ...
+def read_batch(
+    address: int, offsets: tuple[int, int, int, int, int], /
+) -> tuple[int, int, bytes, bytes, bytes, bytes]: ...

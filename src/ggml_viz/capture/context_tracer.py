@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from .llama_info import TokenText, batch_arrays
+from .inline_times import InlineClock
+from .llama_info import BatchCopy, TokenText, batch_arrays, read_batch
+from .log import say_once
 from .raw_graph import Mode, RawGraph
 from .settings import CaptureSettings
 
@@ -21,13 +24,19 @@ class GraphRecorder(Protocol):
 
     mode: Mode
     time_nodes: bool
+    inline_timing: bool
     callback: Any  # the ggml_backend_sched_eval_callback handed to llama.cpp
+    abort_callback: Any  # the ggml_abort_callback handed to llama.cpp (inline timing)
     user_data: int | None
+    clock: InlineClock  # turns inline-timing ticks into node times
 
+    def chain_abort(self, callback: Any, data: Any) -> None: ...
     @property
     def failure(self) -> str | None: ...
     @property
-    def pending_nodes(self) -> int: ...
+    def open_nodes(self) -> int: ...
+    def close_graph(self, boundary_ns: int) -> int: ...
+    def drop_open(self) -> None: ...
     def take_graphs(self, boundary_ns: int) -> list[RawGraph]: ...
     def take_counted(self) -> int: ...
     def discard(self) -> None: ...
@@ -39,14 +48,37 @@ class DecodeCall:
 
     index: int
     start_ns: int
-    tokens: dict[str, np.ndarray]
+    batch: BatchCopy
     n_ubatch: int
-    phase: str
-    graphs_done: int = 0
+
+    @property
+    def phase(self) -> str:
+        return batch_phase(self.batch)
+
+    @cached_property
+    def tokens(self) -> dict[str, np.ndarray]:
+        return batch_arrays(self.batch)
 
     def tokens_of_ubatch(self, ubatch: int) -> dict[str, np.ndarray]:
         chunk = slice(ubatch * self.n_ubatch, (ubatch + 1) * self.n_ubatch)
         return {column: values[chunk] for column, values in self.tokens.items()}
+
+
+# Closed graphs are written in batches: per graph, Python's bookkeeping costs several times
+# more in the pause between two llama_decode calls (cold caches) than in a run of them.
+# A crash loses the graphs of at most the last batch.
+GRAPHS_PER_WRITE = 16
+WRITE_INTERVAL_NS = 250_000_000
+
+
+@dataclass
+class ClosedDecode:
+    """A decode call (None: graphs outside any) whose graphs the recorder has closed."""
+
+    decode: DecodeCall | None
+    return_code: int
+    end_ns: int
+    graphs_closed: int  # graphs waiting in the recorder once this call's graphs were closed
 
 
 class ContextTracer:
@@ -66,19 +98,20 @@ class ContextTracer:
         self.n_decodes = 0
         self.n_prompt_decodes = 0
         self.n_decode_decodes = 0
+        self._closed: list[ClosedDecode] = []  # decode calls whose graphs wait to be written
+        self._last_write_ns = perf_counter_ns()
 
     @property
     def mode(self) -> Mode:
         return self.recorder.mode
 
     def begin_decode(self, batch: Any) -> None:
-        if self.recorder.pending_nodes:  # graphs computed outside llama_decode
-            self._write_finished(perf_counter_ns(), None, 0)
-        tokens = batch_arrays(batch)
-        phase = graph_phase(tokens)
-        self.decode = DecodeCall(self.n_decodes, perf_counter_ns(), tokens, self.n_ubatch, phase)
+        if self.mode is Mode.RECORD and self.recorder.open_nodes:  # a graph computed outside llama_decode
+            self._closed.append(ClosedDecode(None, 0, perf_counter_ns(), self.recorder.close_graph(perf_counter_ns())))
+        decode = DecodeCall(self.n_decodes, perf_counter_ns(), read_batch(batch), self.n_ubatch)
+        self.decode = decode
         self.n_decodes += 1
-        self.recorder.time_nodes = self._time_nodes_now(phase)
+        self.recorder.time_nodes = self._time_nodes_now(decode.phase)
 
     def _time_nodes_now(self, phase: str) -> bool:
         """--detail and --sample: should the graphs of this call be timed node by node?"""
@@ -92,30 +125,53 @@ class ContextTracer:
         return sample is None or (self.n_decode_decodes - 1) % sample == 0
 
     def end_decode(self, return_code: int) -> None:
-        self._write_finished(perf_counter_ns(), self.decode, return_code)
+        """The decode call returned: close its graphs; write them with the next batch."""
+        now = perf_counter_ns()
+        counted = self.recorder.take_counted()
+        if counted:
+            self.recording.count_dropped(counted)
+        if self.recorder.failure is not None:
+            self._write_closed(now)
+        elif self.mode is Mode.RECORD and self.decode is not None:
+            pending = self.recorder.close_graph(now)
+            self._closed.append(ClosedDecode(self.decode, return_code, now, pending))
+            if pending >= GRAPHS_PER_WRITE or now - self._last_write_ns >= WRITE_INTERVAL_NS:
+                self._write_closed(now)
         self.decode = None
 
     def flush(self) -> None:
         """Write what is in flight (the recording is stopping)."""
-        self._write_finished(perf_counter_ns(), self.decode, 0)
+        now = perf_counter_ns()
+        if self.mode is Mode.RECORD and self.recorder.open_nodes:
+            self._closed.append(ClosedDecode(self.decode, 0, now, self.recorder.close_graph(now)))
+        self._write_closed(now)
 
-    def _write_finished(self, boundary_ns: int, decode: DecodeCall | None, return_code: int) -> None:
+    def _write_closed(self, now: int) -> None:
+        """Take the closed graphs from the recorder and write each with its decode call."""
+        self._last_write_ns = now
+        closed, self._closed = self._closed, []
         failure = self.recorder.failure
+        if failure is not None:  # write the graphs closed before the failure, then stop
+            self.recorder.drop_open()
+        elif self.mode is not Mode.RECORD:
+            return
+        mismatches = self.recorder.clock.mismatches
+        graphs = self.recorder.take_graphs(now)
+        if self.recorder.clock.mismatches > mismatches:
+            say_once(
+                "some graphs did not report their nodes the way ggml's CPU backend does (another backend "
+                "computed them?): they keep graph times only; --timing sync times nodes on any backend"
+            )
+        taken = 0
+        for call in closed:
+            decode = call.decode
+            for ubatch, raw in enumerate(graphs[taken : call.graphs_closed]):
+                tokens = decode.tokens_of_ubatch(ubatch) if decode else {}
+                self.recording.write_graph(self, raw, decode, ubatch, tokens, call.end_ns, call.return_code)
+            taken = max(taken, call.graphs_closed)
         if failure is not None:
             self.recorder.discard()
             self.recording.fail(failure)
-            return
-        counted = self.recorder.take_counted()
-        if counted:
-            self.recording.count_dropped(counted)
-        if self.mode is not Mode.RECORD:
-            return
-        for raw in self.recorder.take_graphs(boundary_ns):
-            ubatch = decode.graphs_done if decode else 0
-            tokens = decode.tokens_of_ubatch(ubatch) if decode else {}
-            if decode:
-                decode.graphs_done += 1
-            self.recording.write_graph(self, raw, decode, ubatch, tokens, boundary_ns, return_code)
 
     def token_texts(self, token_ids: np.ndarray) -> list[str]:
         return [self.token_text(int(token)) if token >= 0 else "" for token in token_ids.tolist()]
@@ -123,15 +179,17 @@ class ContextTracer:
     def count_only(self) -> None:
         self.recorder.mode = Mode.COUNT
         self.recorder.discard()
+        self._closed = []
 
     def stop(self) -> None:
         self.recorder.mode = Mode.OFF
         self.recorder.discard()
+        self._closed = []
 
 
-def graph_phase(tokens: dict[str, np.ndarray]) -> str:
+def batch_phase(batch: BatchCopy) -> str:
     """`prompt` for a batch of several tokens or one starting a sequence, else `decode`."""
-    positions = tokens.get("pos")
-    if positions is None or len(positions) == 0:
+    n_tokens, lowest_position = batch[0], batch[1]
+    if n_tokens == 0:
         return "other"
-    return "prompt" if len(positions) > 1 or positions.min() == 0 else "decode"
+    return "prompt" if n_tokens > 1 or lowest_position == 0 else "decode"

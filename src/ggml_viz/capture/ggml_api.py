@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import pathlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -137,6 +138,11 @@ def libggml() -> ctypes.CDLL:
     _declare(lib, "ggml_silu", p, p, p)
     _declare(lib, "ggml_swiglu", p, p, p)
     _declare(lib, "ggml_set_name", p, p, ctypes.c_char_p)
+    _declare(lib, "ggml_reshape_2d", p, p, p, ctypes.c_int64, ctypes.c_int64)
+    _declare(lib, "ggml_permute", p, p, p, i32, i32, i32, i32)
+    _declare(lib, "ggml_transpose", p, p, p)
+    _declare(lib, "ggml_rms_norm", p, p, p, ctypes.c_float)
+    _declare(lib, "ggml_mul", p, p, p, p)
     _declare(lib, "ggml_backend_buffer_name", ctypes.c_char_p, p)
     _declare(lib, "ggml_backend_buffer_get_usage", i32, p)
     _declare(lib, "ggml_backend_buffer_get_size", sz, p)
@@ -186,17 +192,47 @@ def op_desc(op: int, first_param: int) -> str:
 
 @functools.cache
 def ops_with_subop() -> tuple[int, ...]:
-    """The ggml_op values (UNARY, GLU) whose specific op is op_params[0], read off probe
-    tensors that ggml itself builds (the enum's numbering changes between versions)."""
+    """The ggml_op values (UNARY, GLU) whose specific op is op_params[0]."""
+    return _probe_ops(lambda lib, ctx, source: (lib.ggml_silu(ctx, source), lib.ggml_swiglu(ctx, source)))
+
+
+@dataclass(frozen=True)
+class CpuWalkOps:
+    """The op numbers that decide which nodes ggml's CPU backend computes one by one."""
+
+    empty: tuple[int, ...]  # NONE, RESHAPE, VIEW, PERMUTE, TRANSPOSE: no work, skipped
+    rms_norm: int  # RMS_NORM followed by a MUL of its result may run fused, as one node
+    mul: int
+
+
+@functools.cache
+def cpu_walk_ops() -> CpuWalkOps:
+    def build(lib: ctypes.CDLL, ctx: int, source: int) -> tuple[int, ...]:
+        return (
+            lib.ggml_reshape_2d(ctx, source, 2, 8),
+            lib.ggml_view_1d(ctx, source, 4, 0),
+            lib.ggml_permute(ctx, source, 1, 0, 2, 3),
+            lib.ggml_transpose(ctx, source),
+            lib.ggml_rms_norm(ctx, source, 1e-6),
+            lib.ggml_mul(ctx, source, source),
+        )
+
+    reshape, view, permute, transpose, rms_norm, mul = _probe_ops(build)
+    return CpuWalkOps(empty=(0, reshape, view, permute, transpose), rms_norm=rms_norm, mul=mul)
+
+
+def _probe_ops(build: Callable[[ctypes.CDLL, int, int], tuple[int, ...]]) -> tuple[int, ...]:
+    """The op numbers of probe tensors that ggml itself builds (the enum's numbering
+    changes between versions): `build(lib, ctx, source)` makes them from an 8x2 f32 tensor."""
     lib = libggml()
-    ctx = lib.ggml_init(_InitParams(mem_size=8 * int(lib.ggml_tensor_overhead()), mem_buffer=None, no_alloc=True))
+    ctx = lib.ggml_init(_InitParams(mem_size=16 * int(lib.ggml_tensor_overhead()), mem_buffer=None, no_alloc=True))
     if not ctx:
         raise CaptureError("ggml_init failed while reading op numbers")
     try:
         source = lib.ggml_new_tensor_2d(ctx, 0, 8, 2)
-        probes = (lib.ggml_silu(ctx, source), lib.ggml_swiglu(ctx, source))
         return tuple(
-            int(np.frombuffer(ctypes.string_at(probe, TENSOR_SIZE), dtype=TENSOR_DTYPE)[0]["op"]) for probe in probes
+            int(np.frombuffer(ctypes.string_at(probe, TENSOR_SIZE), dtype=TENSOR_DTYPE)[0]["op"])
+            for probe in build(lib, ctx, source)
         )
     finally:
         lib.ggml_free(ctx)

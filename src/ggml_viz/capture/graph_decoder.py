@@ -120,7 +120,7 @@ class TensorCatalog:
             new_tensors=new_tensors,
             new_buffers=new_buffers,
             n_nodes=n,
-            start_ns=int(raw.start_ns[0]) if n else 0,
+            start_ns=raw.graph_start_ns,
         )
 
     def _node_indexes(self, n: int) -> np.ndarray:

@@ -39,6 +39,7 @@ def install(recording: Recording) -> None:
         "llama_new_context_with_model": _wrap_init,
         "llama_decode": _wrap_decode,
         "llama_free": _wrap_free,
+        "llama_set_abort_callback": _wrap_set_abort_callback,
         "llama_model_load_from_file": _wrap_load,
         "llama_load_model_from_file": _wrap_load,
     }
@@ -93,10 +94,36 @@ def _wrap_init(original: Callable[..., Any], recording: Recording) -> Callable[.
         ctx = original(model, params)
         if tracer is not None and ctx:
             _tracers[_address(ctx)] = tracer
+            if tracer.recorder.inline_timing:
+                _install_abort_callback(ctx, tracer, params)
             recording.context_created(tracer, _address(ctx), params, _address(model))
         return ctx
 
     return init_from_model
+
+
+def _install_abort_callback(ctx: Any, tracer: Any, params: Any) -> None:
+    """Inline timing ticks in the CPU backend's abort callback; a program's own abort
+    callback (from the context parameters) keeps working, called from ours."""
+    recorder = tracer.recorder
+    if params.abort_callback:
+        recorder.chain_abort(params.abort_callback, params.abort_callback_data)
+    set_abort = (
+        _originals.get("llama_set_abort_callback") or sys.modules["llama_cpp.llama_cpp"].llama_set_abort_callback
+    )
+    set_abort(ctx, recorder.abort_callback, recorder.user_data)
+
+
+def _wrap_set_abort_callback(original: Callable[..., Any], recording: Recording) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def llama_set_abort_callback(ctx: Any, abort_callback: Any, abort_callback_data: Any) -> Any:
+        tracer = _tracers.get(_address(ctx))
+        if tracer is None or not tracer.recorder.inline_timing:
+            return original(ctx, abort_callback, abort_callback_data)
+        tracer.recorder.chain_abort(abort_callback, abort_callback_data)  # ours stays, and calls it
+        return None
+
+    return llama_set_abort_callback
 
 
 def _wrap_decode(original: Callable[..., Any], recording: Recording) -> Callable[..., Any]:
@@ -127,7 +154,12 @@ def _wrap_decode(original: Callable[..., Any], recording: Recording) -> Callable
 def _wrap_free(original: Callable[..., Any], recording: Recording) -> Callable[..., Any]:
     @functools.wraps(original)
     def llama_free(ctx: Any) -> Any:
-        _tracers.pop(_address(ctx), None)
+        tracer = _tracers.pop(_address(ctx), None)
+        if tracer is not None:
+            try:  # write its graphs while the model (its token texts) is surely alive
+                recording.flush_tracer(tracer)
+            except Exception as error:
+                recording.fail(f"writing the graphs of a freed context failed: {error!r}")
         return original(ctx)
 
     return llama_free

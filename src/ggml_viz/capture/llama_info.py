@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 from typing import Any
 
 import numpy as np
+
+try:
+    from . import _native
+except ImportError:  # pragma: no cover - exercised when the build failed
+    _native = None  # type: ignore[assignment]
 
 FLASH_ATTN = {-1: "auto", 0: "off", 1: "on"}
 
@@ -80,9 +86,28 @@ class TokenText:
         return text
 
 
-def batch_arrays(batch: Any) -> dict[str, np.ndarray]:
-    """The token ids, positions, sequence ids and output flags of a llama_batch, copied."""
-    n = int(batch.n_tokens)
+# A llama_batch as read_batch copies it: n_tokens, the lowest position (-1: none), and the
+# columns token_id (int32), pos (int32), seq_id (int32, the first of each token), output (bool).
+BatchCopy = tuple[int, int, bytes, bytes, bytes, bytes]
+BATCH_COLUMNS = (("token_id", np.int32), ("pos", np.int32), ("seq_id", np.int32), ("output", np.bool_))
+
+
+def read_batch(batch: Any) -> BatchCopy:
+    """Copy a llama_batch, cheaply: this runs before every llama_decode."""
+    offsets = _batch_offsets()
+    if _native is not None and offsets is not None and isinstance(batch, ctypes.Structure):
+        return _native.read_batch(ctypes.addressof(batch), offsets)
+    return read_batch_in_python(batch)
+
+
+def batch_arrays(copy: BatchCopy) -> dict[str, np.ndarray]:
+    """The columns of a batch copy as numpy arrays."""
+    return {name: np.frombuffer(data, dtype=dtype) for (name, dtype), data in zip(BATCH_COLUMNS, copy[2:], strict=True)}
+
+
+def read_batch_in_python(batch: Any) -> BatchCopy:
+    """read_batch without the C extension (and its test oracle)."""
+    n = max(int(batch.n_tokens), 0)
 
     def read(pointer: Any, dtype: type) -> np.ndarray:
         address = ctypes.cast(pointer, ctypes.c_void_p).value
@@ -96,9 +121,16 @@ def batch_arrays(batch: Any) -> dict[str, np.ndarray]:
     outputs = read(batch.logits, np.int8) > 0
     if n and not batch.logits:
         outputs[-1] = True  # llama.cpp's default: logits for the last token only
-    return {
-        "token_id": read(batch.token, np.int32),
-        "pos": read(batch.pos, np.int32),
-        "seq_id": seq_ids,
-        "output": outputs,
-    }
+    positions = read(batch.pos, np.int32)
+    lowest = int(positions.min()) if n else -1
+    return n, lowest, read(batch.token, np.int32).tobytes(), positions.tobytes(), seq_ids.tobytes(), outputs.tobytes()
+
+
+@functools.cache
+def _batch_offsets() -> tuple[int, int, int, int, int] | None:
+    """Where llama_batch keeps its columns, as llama-cpp-python declares the struct."""
+    batch_type = _lib().llama_batch
+    names = ("token", "pos", "n_seq_id", "seq_id", "logits")
+    if batch_type._fields_[0][0] != "n_tokens" or not all(hasattr(batch_type, name) for name in names):
+        return None
+    return tuple(getattr(batch_type, name).offset for name in names)  # type: ignore[return-value]

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from .ggml_api import BUFFER_USAGE_NAMES, TENSOR_DTYPE, BufferInfo, field_bytes, libggml
+from .inline_times import InlineClock
 from .raw_graph import Mode, RawGraph
 from .settings import NodeSelection
 
@@ -27,8 +28,11 @@ def native_available() -> bool:
     return _native is not None
 
 
-def _address(function: Any) -> int:
-    return ctypes.cast(function, ctypes.c_void_p).value or 0
+def _address(pointer: Any) -> int:
+    """The address of a ctypes function or pointer, or of an int address."""
+    if isinstance(pointer, int):
+        return pointer
+    return ctypes.cast(pointer, ctypes.c_void_p).value or 0
 
 
 def _layout() -> tuple[int, ...]:
@@ -63,7 +67,7 @@ def _functions() -> tuple[int, ...]:
 class NativeGraphRecorder:
     """Records the graphs of one llama context with the C extension."""
 
-    def __init__(self, selection: NodeSelection | None = None) -> None:
+    def __init__(self, selection: NodeSelection | None = None, inline_timing: bool = True) -> None:
         import llama_cpp.llama_cpp as llama_cpp
 
         if _native is None:
@@ -73,6 +77,11 @@ class NativeGraphRecorder:
         self._recorder.set_filters(selection.ops, selection.layers, selection.no_layer, selection.names)
         self.user_data: int | None = self._recorder.address
         self.callback = llama_cpp.ggml_backend_sched_eval_callback(_native.CALLBACK_ADDRESS)
+        self._recorder.inline_timing = int(inline_timing)
+        self.inline_timing = inline_timing
+        self.abort_callback = llama_cpp.ggml_abort_callback(_native.ABORT_CALLBACK_ADDRESS)
+        self._chained: Any = None  # the program's abort callback, kept alive while chained
+        self.clock = InlineClock()
         # The buffers as the recorder last described them, and as BufferInfo: the decoder
         # recognizes an unchanged dict by identity.
         self._last_buffers: tuple[list[Any], dict[int, BufferInfo]] = ([], {})
@@ -97,17 +106,33 @@ class NativeGraphRecorder:
     def failure(self) -> str | None:
         return "the native recorder ran out of memory" if self._recorder.out_of_memory else None
 
-    @property
-    def pending_nodes(self) -> int:
-        return int(self._recorder.pending_nodes)
+    def chain_abort(self, callback: Any, data: Any) -> None:
+        """Call the program's abort callback from ours (None: no longer)."""
+        self._chained = callback
+        self._recorder.chain_abort(_address(callback) if callback else 0, _address(data) if data else 0)
 
     def take_graphs(self, boundary_ns: int) -> list[RawGraph]:
         graphs = []
         for parts in self._recorder.take(boundary_ns):
             if parts[7] != self._last_buffers[0]:  # buffers described otherwise than last time
                 self._last_buffers = (parts[7], _describe_buffers(parts[7]))
-            graphs.append(_raw_graph(parts, self._last_buffers[1]))
+            raw = _raw_graph(parts, self._last_buffers[1])
+            if self.inline_timing:
+                raw = self.clock.apply(raw, np.frombuffer(parts[12], np.int64), np.frombuffer(parts[13], np.uint32))
+            graphs.append(raw)
         return graphs
+
+    @property
+    def open_nodes(self) -> int:
+        return int(self._recorder.open_nodes)
+
+    def close_graph(self, boundary_ns: int) -> int:
+        """End the graph in flight; returns how many graphs wait to be taken."""
+        return int(self._recorder.close(boundary_ns))
+
+    def drop_open(self) -> None:
+        """Forget the graph in flight (recording failed inside it)."""
+        self._recorder.drop_open()
 
     def take_counted(self) -> int:
         return int(self._recorder.take_counted())
@@ -125,7 +150,7 @@ def _describe_buffers(buffers: list[tuple[int, int, int, int, str, str]]) -> dic
 
 def _raw_graph(parts: tuple[Any, ...], buffers: dict[int, BufferInfo]) -> RawGraph:
     """A RawGraph from what _native.Recorder.take gives for one graph."""
-    nodes, node_ptrs, starts, ends, flags, leaves, leaf_ptrs, _, boundary_ns, same, n_timed, end_ns = parts
+    nodes, node_ptrs, starts, ends, flags, leaves, leaf_ptrs, _, boundary_ns, same, n_timed, end_ns = parts[:12]
     return RawGraph(
         node_ptrs=np.frombuffer(node_ptrs, dtype=np.uint64),
         nodes=np.frombuffer(nodes, dtype=TENSOR_DTYPE),

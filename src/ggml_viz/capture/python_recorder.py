@@ -28,6 +28,7 @@ from .ggml_api import (
     tensor_name,
     tensor_structs,
 )
+from .inline_times import InlineClock
 from .raw_graph import NODE_ANSWERED, NODE_SELECTED, NODE_TIMED, Mode, RawGraph
 from .settings import NodeSelection
 
@@ -62,16 +63,21 @@ class _StructBuffer:
 class PythonGraphRecorder:
     """Records the graphs of one llama context, in Python."""
 
-    def __init__(self, selection: NodeSelection | None = None) -> None:
+    def __init__(self, selection: NodeSelection | None = None, inline_timing: bool = True) -> None:
         import llama_cpp.llama_cpp as llama_cpp
 
         self.mode = Mode.RECORD
         self.time_nodes = True
+        self.inline_timing = inline_timing
+        self.clock = InlineClock()
         self.selection = selection or NodeSelection()
         self.failure: str | None = None
         self.user_data: int | None = None
         # llama.cpp keeps the raw function pointer: this object must outlive the context.
         self.callback = llama_cpp.ggml_backend_sched_eval_callback(self._on_eval)
+        self.abort_callback = llama_cpp.ggml_abort_callback(self._on_abort)
+        self._chained: Any = None
+        self._chained_data: Any = None
         self._finished: list[RawGraph] = []
         self._previous_selection: list[bool] = []
         self._counted = 0
@@ -89,8 +95,26 @@ class PythonGraphRecorder:
         self._flags: list[int] = []
         self._pending = -1
         self._buffers: dict[int, BufferInfo] = {}
+        self._ticks: list[int] = []
+        self._ticks_asked: list[int] = []
 
-    # -- the callback ------------------------------------------------------------------
+    # -- the callbacks ------------------------------------------------------------------
+
+    def _on_abort(self, _user_data: Any) -> bool:
+        """Inline timing: ggml's CPU thread 0 finished a node (see inline_times.py)."""
+        try:
+            if self.mode is Mode.RECORD and self.inline_timing and self.time_nodes:
+                self._ticks.append(perf_counter_ns())
+                self._ticks_asked.append(len(self._node_ptrs))
+            return bool(self._chained(self._chained_data)) if self._chained else False
+        except Exception as error:
+            self.failure = f"the abort callback failed: {error!r}"
+            self.mode = Mode.OFF
+            return False
+
+    def chain_abort(self, callback: Any, data: Any) -> None:
+        """Call the program's abort callback from ours (None: no longer)."""
+        self._chained, self._chained_data = callback, data
 
     def _on_eval(self, tensor: int, ask: bool, _user_data: Any) -> bool:
         try:
@@ -131,7 +155,7 @@ class PythonGraphRecorder:
             selected = self.selection.is_everything or self._is_selected(copied)
             flags |= NODE_SELECTED if selected else 0
             fence = index + 1 < len(self._previous_selection) and self._previous_selection[index + 1]
-            answer = selected or fence
+            answer = (selected or fence) and not self.inline_timing
         if answer:
             flags |= NODE_ANSWERED
             alone = index == 0 or self._flags[index - 1] & NODE_ANSWERED
@@ -175,33 +199,45 @@ class PythonGraphRecorder:
         if not self._node_ptrs:
             return
         flags = np.array(self._flags, dtype=np.uint8)
-        self._finished.append(
-            RawGraph(
-                node_ptrs=np.array(self._node_ptrs, dtype=np.uint64),
-                nodes=self._nodes.take(),
-                start_ns=np.array(self._starts, dtype=np.int64),
-                end_ns=np.array(self._ends, dtype=np.int64),
-                flags=flags,
-                leaf_ptrs=np.array(self._leaf_ptrs, dtype=np.uint64),
-                leaves=self._leaves.take(),
-                buffers=self._buffers,
-                boundary_ns=boundary_ns,
-            )
+        raw = RawGraph(
+            node_ptrs=np.array(self._node_ptrs, dtype=np.uint64),
+            nodes=self._nodes.take(),
+            start_ns=np.array(self._starts, dtype=np.int64),
+            end_ns=np.array(self._ends, dtype=np.int64),
+            flags=flags,
+            leaf_ptrs=np.array(self._leaf_ptrs, dtype=np.uint64),
+            leaves=self._leaves.take(),
+            buffers=self._buffers,
+            boundary_ns=boundary_ns,
         )
+        if self.inline_timing:
+            ticks = np.array(self._ticks, dtype=np.int64)
+            raw = self.clock.apply(raw, ticks, np.array(self._ticks_asked, dtype=np.uint32))
+        self._finished.append(raw)
         self._previous_selection = ((flags & NODE_SELECTED) != 0).tolist()
         self._start_graph()
 
     # -- between graphs ------------------------------------------------------------------
-
-    @property
-    def pending_nodes(self) -> int:
-        return len(self._node_ptrs) + sum(graph.n_nodes for graph in self._finished)
 
     def take_graphs(self, boundary_ns: int) -> list[RawGraph]:
         """Every graph recorded since the last call; the one in flight ends at `boundary_ns`."""
         self._close_graph(boundary_ns)
         finished, self._finished = self._finished, []
         return finished
+
+    @property
+    def open_nodes(self) -> int:
+        return len(self._node_ptrs)
+
+    def close_graph(self, boundary_ns: int) -> int:
+        """End the graph in flight; returns how many graphs wait to be taken."""
+        self._close_graph(boundary_ns)
+        return len(self._finished)
+
+    def drop_open(self) -> None:
+        """Forget the graph in flight (recording failed inside it)."""
+        self._nodes.count = self._leaves.count = 0  # closing a graph takes all structs copied before
+        self._start_graph()
 
     def take_counted(self) -> int:
         counted, self._counted = self._counted, 0

@@ -16,7 +16,7 @@ from .ggml_api import BufferInfo
 
 # Per-node flags, as the native recorder sets them.
 NODE_ANSWERED = 1  # we asked the scheduler to compute the node in a slice ending with it
-NODE_TIMED = 2  # that slice held this node alone: its start/end are its own compute time
+NODE_TIMED = 2  # its start/end are its own compute interval (sync: its slice held it alone; inline: its ticks fit)
 NODE_SELECTED = 4  # the node matched the selection (filters)
 
 
@@ -34,8 +34,8 @@ class RawGraph:
 
     node_ptrs: np.ndarray  # uint64, address of each node, in execution order
     nodes: np.ndarray  # TENSOR_DTYPE, each node's struct, copied when it was asked about
-    start_ns: np.ndarray  # int64, when each node started (its `ask` call returned)
-    end_ns: np.ndarray  # int64, when its slice ended (== start_ns if it ended no slice)
+    start_ns: np.ndarray  # int64, when each node started (recorders: when it was asked about)
+    end_ns: np.ndarray  # int64, when it ended (sync: its slice; == start_ns if it ended no slice)
     flags: np.ndarray  # uint8, NODE_* flags
     leaf_ptrs: np.ndarray  # uint64, sources that are not nodes: weights, inputs, KV cache
     leaves: np.ndarray  # TENSOR_DTYPE
@@ -47,8 +47,11 @@ class RawGraph:
     same_as_previous: bool = False
     n_timed: int = -1  # nodes timed alone (-1: count them from the flags)
     end_of_graph_ns: int = -1  # its last node's end, or boundary_ns if that node ended no slice (-1: work it out)
+    graph_start_ns: int = -1  # when the scheduler began it: asked about its first node (-1: work it out)
 
     def __post_init__(self) -> None:
+        if self.graph_start_ns < 0:
+            self.graph_start_ns = int(self.start_ns[0]) if self.n_nodes else 0
         if self.n_timed < 0:
             self.n_timed = int(((self.flags & NODE_TIMED) != 0).sum())
         if self.end_of_graph_ns < 0:

@@ -65,6 +65,7 @@ class Recording:
         self.n_graphs = 0
         self.n_events = 0
         self.dropped_graphs = 0
+        self.bound_reached = False
         self.dropped_events = 0
         self.graph_sizes: list[int] = []  # nodes of each written graph, by graph id (keep-last bound)
         self.recorder_used: str | None = None
@@ -93,13 +94,18 @@ class Recording:
             )
         return self
 
+    def flush_tracer(self, tracer: ContextTracer) -> None:
+        """Write what a tracer holds and stop it (its context is going away)."""
+        with self.lock:
+            if tracer.mode is not Mode.OFF:
+                self._guarded(tracer.flush)
+            tracer.stop()
+
     def stop(self) -> None:
         global _active
         with self.lock:
             for tracer in self.tracers:
-                if tracer.mode is not Mode.OFF:
-                    self._guarded(tracer.flush)
-                tracer.stop()
+                self.flush_tracer(tracer)
             llama_hooks.uninstall(self)
             if _active is self:
                 _active = None
@@ -167,16 +173,17 @@ class Recording:
 
     def _new_recorder(self) -> GraphRecorder:
         selection = self.settings.selection
+        inline_timing = self.settings.timing == "inline"
         if self.settings.recorder == "native":
             if native_available():
                 self.recorder_used = "native"
-                return NativeGraphRecorder(selection)
+                return NativeGraphRecorder(selection, inline_timing)
             say_once(
                 f"the native recorder is not available ({NATIVE_IMPORT_ERROR}); recording with the slower "
                 "Python recorder (reinstall ggml-viz with a C compiler to get it back)"
             )
         self.recorder_used = "python"
-        return PythonGraphRecorder(selection)
+        return PythonGraphRecorder(selection, inline_timing)
 
     def context_created(self, tracer: ContextTracer, ctx: int, params: Any, model: int) -> None:
         def describe() -> None:
@@ -224,7 +231,9 @@ class Recording:
     ) -> None:
         with self.lock:
             bound = self.settings.max_events
-            if bound is not None and self.settings.policy == "keep-first" and self.n_events + raw.n_nodes > bound:
+            over_bound = bound is not None and self.n_events + raw.n_nodes > bound
+            if self.settings.policy == "keep-first" and (self.bound_reached or over_bound):
+                self.bound_reached = True  # keep the first graphs: none after the first one dropped
                 self.count_dropped(raw.n_nodes)
                 for other in self.tracers:
                     other.count_only()
@@ -319,6 +328,7 @@ class Recording:
             "node_events": self.n_events,
             "dropped_graphs": self.dropped_graphs,
             "dropped_events": self.dropped_events,
+            "untimed_graphs": sum(tracer.recorder.clock.mismatches for tracer in self.tracers),
             "contexts": len(self.tracers),
         }
         self._update_manifest(counts=counts)

@@ -12,6 +12,7 @@ from .._errors import CaptureError
 
 RECORDERS = ("native", "python")
 DETAILS = ("op", "graph")
+TIMINGS = ("inline", "sync")
 POLICIES = ("keep-first", "keep-last")
 _RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
 
@@ -37,6 +38,9 @@ class NodeSelection:
 class CaptureSettings:
     recorder: str = "native"  # native (C extension) or python (fallback, test oracle)
     detail: str = "op"  # op: time every node; graph: structure and graph times only
+    # inline: graphs run in one piece, node times from the CPU backend's per-node callback;
+    # sync: each timed node is computed alone and synchronized (exact, any backend, slower)
+    timing: str = "inline"
     sample: int | None = None  # time nodes on every N-th decode graph and the first prompt graph
     selection: NodeSelection = field(default_factory=NodeSelection)
     max_events: int | None = None
@@ -46,6 +50,7 @@ class CaptureSettings:
         for value, allowed, what in (
             (self.recorder, RECORDERS, "recorder"),
             (self.detail, DETAILS, "detail"),
+            (self.timing, TIMINGS, "timing"),
             (self.policy, POLICIES, "policy"),
         ):
             if value not in allowed:
@@ -99,7 +104,7 @@ def selection_from(ops: str | None, layers: str | None, names: list[str] | str |
 
 
 def settings_from_environment(env: Mapping[str, str] | None = None) -> CaptureSettings:
-    """GGML_VIZ_RECORDER, _DETAIL, _SAMPLE, _OPS, _LAYERS, _NAMES, _MAX_EVENTS, _POLICY."""
+    """GGML_VIZ_RECORDER, _DETAIL, _TIMING, _SAMPLE, _OPS, _LAYERS, _NAMES, _MAX_EVENTS, _POLICY."""
     env = os.environ if env is None else env
 
     def number(name: str) -> int | None:
@@ -114,6 +119,7 @@ def settings_from_environment(env: Mapping[str, str] | None = None) -> CaptureSe
     return CaptureSettings(
         recorder=env.get("GGML_VIZ_RECORDER", "native").strip() or "native",
         detail=env.get("GGML_VIZ_DETAIL", "op").strip() or "op",
+        timing=env.get("GGML_VIZ_TIMING", "inline").strip() or "inline",
         sample=number("GGML_VIZ_SAMPLE"),
         selection=selection_from(env.get("GGML_VIZ_OPS"), env.get("GGML_VIZ_LAYERS"), env.get("GGML_VIZ_NAMES")),
         max_events=number("GGML_VIZ_MAX_EVENTS"),

@@ -32,6 +32,13 @@ def add_capture_arguments(parser: argparse.ArgumentParser) -> None:
         help="op: time every node (default); graph: structure and graph times only",
     )
     group.add_argument(
+        "--timing",
+        choices=("inline", "sync"),
+        default="inline",
+        help="inline: graphs run whole, node times from the CPU backend (default, near-free); "
+        "sync: each node computed alone and synchronized (exact, any backend, slower)",
+    )
+    group.add_argument(
         "--sample",
         type=positive_int,
         metavar="N",
@@ -57,6 +64,7 @@ def capture_options(args: argparse.Namespace) -> dict[str, Any]:
     """The options of add_capture_arguments as keyword arguments of ggml_viz.record."""
     return {
         "detail": args.detail,
+        "timing": args.timing,
         "sample": args.sample,
         "ops": args.ops,
         "layers": args.layers,
@@ -69,8 +77,8 @@ def capture_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def capture_environment(args: argparse.Namespace) -> dict[str, str]:
     """The same options as GGML_VIZ_* environment variables (for a program run under `run`)."""
-    names = {"detail": "DETAIL", "sample": "SAMPLE", "ops": "OPS", "layers": "LAYERS", "names": "NAMES",
-             "max_events": "MAX_EVENTS", "policy": "POLICY", "recorder": "RECORDER"}  # fmt: skip
+    names = {"detail": "DETAIL", "timing": "TIMING", "sample": "SAMPLE", "ops": "OPS", "layers": "LAYERS",
+             "names": "NAMES", "max_events": "MAX_EVENTS", "policy": "POLICY", "recorder": "RECORDER"}  # fmt: skip
     env = {}
     for option, value in capture_options(args).items():
         if value is not None:
@@ -116,7 +124,13 @@ def render_summary(summary: dict[str, Any], console: Console, short: bool = Fals
             if summary["dropped_graphs"]
             else ""
         )
+        + (f"   timing: {summary['timing']}" if summary["timed_node_events"] else "")
     )
+    if summary["untimed_graphs"]:
+        console.print(
+            f"[yellow]{summary['untimed_graphs']:,} graphs to be timed inline kept graph times only "
+            "(their nodes did not report as ggml's CPU backend does; try --timing sync)[/]"
+        )
     phases = Table("phase", "graphs", "tokens", "time", "tokens/s", title="prompt vs decode", title_justify="left")
     for row in summary["phases"]:
         phases.add_row(row["phase"], f"{row['graphs']:,}", f"{row['tokens']:,}", format_ms(row["time_ns"]),
