@@ -1,12 +1,13 @@
 # The two commands of the README's quick start, and the checks CI runs.
-#   make demo   set up, record the embedded SmolLM2-135M model generating text, show the summary
-#   make test   set up and run every test
+#   make demo   set up, record the embedded SmolLM2-135M model generating text, show the
+#               summary, then serve the run in the web viewer (Ctrl-C stops it)
+#   make test   set up (Debian's Chromium too, for the browser tests) and run every test
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 RUN ?= demo.ggmlviz
 
-.PHONY: setup demo test lint
+.PHONY: setup demo test lint browser
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -21,8 +22,15 @@ setup: $(PY)
 demo: setup
 	$(VENV)/bin/ggml-viz record --force -o $(RUN)
 	$(VENV)/bin/ggml-viz summary $(RUN)
+	$(VENV)/bin/ggml-viz view $(RUN)
 
-test: setup lint
+# The browser tests drive Debian's Chromium (no browser download): install it when we can.
+browser:
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+		echo "Chromium is missing (apt-get install chromium): the browser tests will be skipped"
+
+test: setup browser lint
 	$(PY) -m pytest --cov --cov-report=term
 
 lint:

@@ -19,8 +19,11 @@ from .record import RecordCommand
 from .run import RunCommand
 from .summary import SummaryCommand
 from .validate import ValidateCommand
+from .view import ViewCommand
 
-COMMANDS: list[type[Command]] = [RecordCommand, RunCommand, SummaryCommand, MemmapCommand, ValidateCommand]
+COMMANDS: list[type[Command]] = [
+    RecordCommand, RunCommand, SummaryCommand, ViewCommand, MemmapCommand, ValidateCommand,
+]  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:

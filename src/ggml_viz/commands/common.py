@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
+from .._errors import CommandError
 from ..analysis.summary import summarize
 from ..runformat.reader import Run
+
+if TYPE_CHECKING:
+    from ..ui.server import Viewer
 
 
 def positive_int(text: str) -> int:
@@ -58,6 +64,34 @@ def add_capture_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--recorder", choices=("native", "python"), default="native",
                        help="native (C extension, default) or python (slower, for comparison)")  # fmt: skip
+
+
+def add_view_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where the web viewer listens: the options `view` and `record --view` share."""
+    group = parser.add_argument_group("the web viewer")
+    group.add_argument("--port", type=int, default=None, help="port (default: 8765, or a free one if taken)")
+    group.add_argument(
+        "--host", default=None, help="address to listen on (default 127.0.0.1; another one is reachable by others)"
+    )
+    group.add_argument("--no-browser", action="store_true", help="print the URL, do not open a browser")
+
+
+def start_viewer(path: Path, args: argparse.Namespace, *, live: bool) -> Viewer:
+    """Bind the viewer for `path`, say where it is, open the browser (unless --no-browser)."""
+    from ..ui.server import DEFAULT_PORT, make_viewer, open_browser, remote_warning
+
+    host = args.host or "127.0.0.1"
+    port = DEFAULT_PORT if args.port is None else args.port
+    if not 0 <= port <= 65535:
+        raise CommandError(f"--port {port} is not a port number (0-65535)")
+    viewer = make_viewer(path, host=host, port=port, live=live, allow_remote=args.host is not None)
+    warning = remote_warning(host)
+    if warning:
+        print(warning, file=sys.stderr)
+    print(f"ggml-viz viewer: {viewer.url}", flush=True)
+    if not args.no_browser:
+        open_browser(viewer.url)
+    return viewer
 
 
 def capture_options(args: argparse.Namespace) -> dict[str, Any]:

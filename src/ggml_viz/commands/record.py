@@ -3,6 +3,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +12,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from .._errors import CaptureError, CommandError, ModelNotFoundError
 from ..modelfile.locate import resolve_model
+from ..runformat.writer import unique_run_dir
 from .base import Command
-from .common import add_capture_arguments, capture_options, positive_int, print_short_summary
+from .common import (
+    add_capture_arguments,
+    add_view_arguments,
+    capture_options,
+    positive_int,
+    print_short_summary,
+    start_viewer,
+)  # fmt: skip
 
 DEFAULT_PROMPT = "The three most useful things to know about GGML are"
 
@@ -48,7 +57,9 @@ class RecordCommand(Command):
         parser.add_argument("--temp", type=float, default=0.0, help="temperature; 0 is greedy (default: 0)")
         parser.add_argument("-o", "--output", default=None, help="run directory to write (default: run-DATE.ggmlviz)")
         parser.add_argument("-f", "--force", action="store_true", help="replace the output run if it exists")
+        parser.add_argument("--view", action="store_true", help="show the run in the web viewer while it records")
         add_capture_arguments(parser)
+        add_view_arguments(parser)
 
     def run(self, args: argparse.Namespace) -> int:
         model_path = resolve_model(args.model)
@@ -64,14 +75,26 @@ class RecordCommand(Command):
         import ggml_viz
 
         console = Console(stderr=True)
+        if args.view and not args.force:
+            output = unique_run_dir(output)  # the viewer follows this very directory
         try:
             recording = ggml_viz.record(output, metadata=settings, overwrite=args.force, **capture_options(args))
         except CaptureError as error:
             raise CommandError(str(error), exit_code=1) from None
+        viewer = start_viewer(output, args, live=True) if args.view else None
+        if viewer is not None:
+            viewer.serve_in_background()
         with recording:
             recording.annotate(generated_text=_generate(model_path, args, console))
         print(f"run written to {recording.output}")
         print_short_summary(ggml_viz.open(recording.output))
+        if viewer is not None:
+            print("the viewer keeps serving the run: press Ctrl-C to stop", file=sys.stderr)
+            try:
+                while viewer.thread_alive():
+                    time.sleep(0.5)
+            finally:
+                viewer.stop()
         return 0
 
 

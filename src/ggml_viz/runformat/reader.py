@@ -97,10 +97,23 @@ class Run:
     @cached_property
     def edges(self) -> pd.DataFrame:
         """One row per (node, source): the graph's edges, sources described."""
+        return self._describe_edges(self.raw("graphs"), self.raw("edges"))
+
+    def edges_of(self, graph_id: int, node_index: int | None = None) -> pd.DataFrame:
+        """The rows of `edges` for one graph (or one node of it), without building them all."""
+        graphs = self.raw("graphs")
+        graph = graphs[graphs["graph_id"] == graph_id]
+        edges = self.raw("edges")
+        edges = edges[edges["structure_id"].isin(graph["structure_id"])]
+        if node_index is not None:
+            edges = edges[edges["node_index"] == node_index]
+        return self._describe_edges(graph, edges)
+
+    def _describe_edges(self, graphs: pd.DataFrame, raw_edges: pd.DataFrame) -> pd.DataFrame:
         sources = self.tensors.rename(columns=lambda c: f"src_{c}" if c != "tensor_id" else "src_tensor_id")
         sources = sources.rename(columns={"src_buffer_usage": "src_usage"})
-        graphs = self.raw("graphs")[["graph_id", "context_id", "structure_id"]]
-        edges = graphs.merge(self.raw("edges"), on="structure_id").merge(sources, on="src_tensor_id", how="left")
+        graphs = graphs[["graph_id", "context_id", "structure_id"]]
+        edges = graphs.merge(raw_edges, on="structure_id").merge(sources, on="src_tensor_id", how="left")
         model_paths = {c["context_id"]: (c.get("model") or {}).get("path") for c in self.manifest.get("contexts", [])}
         edges = edge_memory(edges, self.memory_map, model_paths)
         return edges.sort_values(["graph_id", "node_index", "src_slot"], ignore_index=True)

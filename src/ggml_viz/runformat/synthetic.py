@@ -1,0 +1,135 @@
+"""Synthetic runs: plausible transformer traces of any size, written in the run format.
+
+For the viewer's benchmark (a million node events without recording for hours) and for
+tests that need a run of a given shape. Each graph is one decode step of a small
+llama-like model: per layer a norm, attention (three projections, rope, scores, softmax,
+weighted sum, output projection) and a gated feed-forward block, reading per-layer
+weights from one CPU_Mapped buffer; times follow the ops' usual proportions with some
+noise. Nothing here pretends to be a measurement.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .manifest import new_manifest
+from .writer import RunWriter, prepare_run_dir
+
+# (name pattern, op, relative time, weight read or None)
+_LAYER_NODES = [
+    ("norm-{l}", "RMS_NORM", 2, None), ("attn_norm-{l}", "MUL", 1, "blk.{l}.attn_norm.weight"),
+    ("Qcur-{l}", "MUL_MAT", 30, "blk.{l}.attn_q.weight"), ("Kcur-{l}", "MUL_MAT", 12, "blk.{l}.attn_k.weight"),
+    ("Vcur-{l}", "MUL_MAT", 12, "blk.{l}.attn_v.weight"), ("Qcur-{l} (rope)", "ROPE", 2, None),
+    ("Kcur-{l} (rope)", "ROPE", 2, None), ("kq-{l}", "MUL_MAT", 8, None), ("kq_soft_max-{l}", "SOFT_MAX", 4, None),
+    ("kqv-{l}", "MUL_MAT", 6, None), ("kqv_out-{l}", "CONT", 1, None),
+    ("attn_out-{l}", "MUL_MAT", 30, "blk.{l}.attn_output.weight"), ("ffn_inp-{l}", "ADD", 1, None),
+    ("ffn_norm-{l}", "RMS_NORM", 2, "blk.{l}.ffn_norm.weight"), ("ffn_gate-{l}", "MUL_MAT", 60, "blk.{l}.ffn_gate.weight"),
+    ("ffn_up-{l}", "MUL_MAT", 60, "blk.{l}.ffn_up.weight"), ("ffn_swiglu-{l}", "SWIGLU", 3, None),
+    ("ffn_out-{l}", "MUL_MAT", 60, "blk.{l}.ffn_down.weight"), ("l_out-{l}", "ADD", 1, None),
+]  # fmt: skip
+
+
+def write_synthetic_run(path: str | Path, *, graphs: int, layers: int, seed: int = 0) -> Path:
+    """Write a closed run of `graphs` decode graphs of a `layers`-layer model; returns its path.
+    Node events: graphs * (layers * 19 + 2)."""
+    rng = np.random.default_rng(seed)
+    experiment_id = f"{seed:032x}"
+    run_dir = prepare_run_dir(Path(path))
+    writer = RunWriter(run_dir, experiment_id, new_manifest(experiment_id))
+    node_names, node_ops, weights_read, costs = ["embd"], ["GET_ROWS"], ["token_embd.weight"], [3.0]
+    for layer in range(layers):
+        for name, op, cost, weight in _LAYER_NODES:
+            node_names.append(name.format(l=layer))
+            node_ops.append(op)
+            weights_read.append(weight.format(l=layer) if weight else None)
+            costs.append(float(cost))
+    node_names.append("result_output")
+    node_ops.append("MUL_MAT")
+    weights_read.append("output.weight")
+    costs.append(120.0)
+    weight_names = sorted({w for w in weights_read if w})
+    n_nodes, n_weights = len(node_names), len(weight_names)
+    weight_size = 1 << 16
+    names = weight_names + node_names
+    n_tensors = len(names)
+    layer_of = [_layer(name) for name in names]
+    writer.append(
+        "buffers",
+        {"buffer_id": [0, 1], "context_id": [0, 0], "name": ["CPU_Mapped", "CPU"],
+         "buffer_type": ["CPU_Mapped", "CPU"], "usage": ["weights", "compute"],
+         "size": [n_weights * weight_size, 1 << 24], "base": [1 << 32, 1 << 40], "first_graph_id": [0, 0]},
+    )  # fmt: skip
+    writer.append(
+        "tensors",
+        {
+            "tensor_id": np.arange(n_tensors, dtype=np.int32), "name": names,
+            "op": ["NONE"] * n_weights + node_ops, "op_base": ["NONE"] * n_weights + node_ops,
+            "type": ["q4_0"] * n_weights + ["f32"] * n_nodes,
+            "ne0": [576] * n_tensors, "ne1": [256] * n_weights + [1] * n_nodes, "ne2": [1] * n_tensors,
+            "ne3": [1] * n_tensors, "nbytes": [weight_size] * n_weights + [2304] * n_nodes, "flags": [0] * n_tensors,
+            "buffer_id": [0] * n_weights + [1] * n_nodes,
+            "buffer_offset": [i * weight_size for i in range(n_weights)] + [(i % 64) * 4096 for i in range(n_nodes)],
+            "layer": layer_of, "view_src_id": [-1] * n_tensors, "view_offs": [0] * n_tensors,
+        },
+    )  # fmt: skip
+    node_index = np.arange(n_nodes, dtype=np.int32)
+    writer.append("structure_nodes", {"structure_id": np.zeros(n_nodes, np.int32), "node_index": node_index,
+                                      "tensor_id": node_index + n_weights})  # fmt: skip
+    edge_nodes, edge_sources, edge_slots = [], [], []
+    weight_id = {name: i for i, name in enumerate(weight_names)}
+    for index, weight in enumerate(weights_read):
+        if index > 0:  # the chain: each node reads the one before it
+            edge_nodes.append(index)
+            edge_sources.append(n_weights + index - 1)
+            edge_slots.append(0)
+        if weight:
+            edge_nodes.append(index)
+            edge_sources.append(weight_id[weight])
+            edge_slots.append(1)
+    writer.append("edges", {"structure_id": np.zeros(len(edge_nodes), np.int32), "node_index": edge_nodes,
+                            "src_slot": np.array(edge_slots, np.int8), "src_tensor_id": edge_sources})  # fmt: skip
+    memory_map_rows(writer, weight_names, weight_size, layer_of[:n_weights])
+    base_costs = np.array(costs) * 1_000.0  # ns
+    clock = 1_000_000_000
+    for graph in range(graphs):
+        durations = np.maximum(100, base_costs * rng.lognormal(0.0, 0.15, n_nodes)).astype(np.int64)
+        ends = clock + np.cumsum(durations)
+        starts = ends - durations
+        writer.append_graph(
+            {"graph_id": graph, "context_id": 0, "decode_index": graph, "ubatch_index": 0, "structure_id": 0,
+             "start_ns": clock, "end_ns": int(ends[-1]), "decode_start_ns": clock - 20_000,
+             "decode_end_ns": int(ends[-1]) + 20_000, "return_code": 0, "n_nodes": n_nodes, "n_tokens": 1,
+             "token_ids": [graph % 50_000], "token_positions": [graph], "token_seq_ids": [0],
+             "token_outputs": [True], "token_texts": [f" t{graph}"], "first_batch_index": 0,
+             "phase": "prompt" if graph == 0 else "decode", "detail": "op"},
+            {"node_index": node_index, "start_ns": starts, "end_ns": ends},
+        )  # fmt: skip
+        clock = int(ends[-1]) + 200_000
+    writer.update_manifest(model={"name": "synthetic", "description": f"synthetic {layers}-layer model",
+                                  "layers": layers, "architecture": "llama", "path": "synthetic.gguf"},
+                           contexts=[{"context_id": 0, "model": {"path": "synthetic.gguf"}}],
+                           capture={"recorder": "synthetic", "detail": "op", "timing": "inline"})  # fmt: skip
+    writer.close()
+    return run_dir
+
+
+def memory_map_rows(writer: RunWriter, weight_names: list[str], weight_size: int, layers: list[int]) -> None:
+    header = 4096
+    starts = [header + i * weight_size for i in range(len(weight_names))]
+    n = len(weight_names) + 1
+    writer.append(
+        "memory_map",
+        {"model_path": ["synthetic.gguf"] * n, "kind": ["header"] + ["tensor"] * (n - 1), "name": [""] + weight_names,
+         "start": [0] + starts, "end": [header] + [s + weight_size for s in starts], "type": [""] + ["q4_0"] * (n - 1),
+         "ne0": [0] + [576] * (n - 1), "ne1": [0] + [256] * (n - 1), "ne2": [0] + [1] * (n - 1),
+         "ne3": [0] + [1] * (n - 1), "n_elements": [0] + [576 * 256] * (n - 1), "layer": [-1] + layers,
+         "category": [""] + ["other"] * (n - 1), "padding_after": [0] * n},
+    )  # fmt: skip
+
+
+def _layer(name: str) -> int:
+    from ..layers import layer_of
+
+    return layer_of(name)

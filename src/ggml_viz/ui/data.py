@@ -1,0 +1,593 @@
+"""What the web UI shows, computed on the server from one run.
+
+`RunView` loads a run once into flat numpy arrays (one entry per node event) and answers
+the UI's questions from them: a timeline window at the browser's pixel width (level of
+detail: nodes narrower than a pixel are summed per pixel column, so the browser never
+holds a million bars), one node's details, a graph's layout, the memory tracks, the
+statistics and pages of the event log. Times go to the browser in nanoseconds relative
+to the run's first graph.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..analysis.memory import kv_cache_fill, live_bytes, occupancy
+from ..analysis.summary import summarize
+from ..layers import NO_LAYER
+from ..runformat.reader import Run, open_run
+from ..runformat.schema import NO_ID
+from .graph_layout import graph_view
+
+DETAIL_LIMIT = 4000  # a window holding more node bars than this is summed per pixel column
+EVENT_PAGE_LIMIT = 500
+SEARCH_LIMIT = 200
+
+
+@dataclass(frozen=True)
+class EventFilter:
+    """The event log's filters; empty fields filter nothing."""
+
+    op: str = ""
+    name: str = ""
+    layer: int | None = None
+    t0: int | None = None  # relative ns
+    t1: int | None = None
+    file_lo: int | None = None  # nodes reading a weight whose file bytes meet [file_lo, file_hi)
+    file_hi: int | None = None
+
+
+class RunView:
+    """One run, ready for the UI."""
+
+    def __init__(self, run_id: str, path: Path) -> None:
+        self.run_id = run_id
+        self.path = path
+        self.run: Run = open_run(path)
+        self._filter_cache: tuple[EventFilter, np.ndarray] | None = None
+        self._prepare()
+
+    # -- loading ---------------------------------------------------------------------
+
+    def _prepare(self) -> None:
+        run = self.run
+        graphs = run.raw("graphs").sort_values("graph_id", ignore_index=True)
+        self.origin_ns = int(graphs["start_ns"].min()) if len(graphs) else 0
+        self.graphs = graphs
+        tensors = run.raw("tensors").sort_values("tensor_id", ignore_index=True)
+        self.tensors = tensors
+        # Tensor attributes by tensor_id (ids are 0..n-1, dense).
+        n_tensors = int(tensors["tensor_id"].max()) + 1 if len(tensors) else 0
+        self.ops = sorted(set(tensors.loc[tensors["op"] != "NONE", "op"])) or ["NONE"]
+        op_code = {op: code for code, op in enumerate(self.ops)}
+        self.tensor_op = np.zeros(n_tensors, dtype=np.int16)
+        self.tensor_op[tensors["tensor_id"].to_numpy()] = [op_code.get(op, 0) for op in tensors["op"]]
+        self.tensor_layer = np.full(n_tensors, NO_LAYER, dtype=np.int32)
+        self.tensor_layer[tensors["tensor_id"].to_numpy()] = tensors["layer"].to_numpy()
+        self.tensor_names = np.empty(n_tensors, dtype=object)
+        self.tensor_names[tensors["tensor_id"].to_numpy()] = tensors["name"].to_numpy()
+
+        # Node events, in (graph, node) order: graphs x their structure's nodes.
+        structure = run.raw("structure_nodes").sort_values(["structure_id", "node_index"], ignore_index=True)
+        events = graphs[["graph_id", "structure_id", "context_id"]].merge(structure, on="structure_id")
+        events = events.sort_values(["graph_id", "node_index"], ignore_index=True)
+        self.ev_graph = events["graph_id"].to_numpy(np.int32)
+        self.ev_node = events["node_index"].to_numpy(np.int32)
+        self.ev_structure = events["structure_id"].to_numpy(np.int32)
+        self.ev_context = events["context_id"].to_numpy(np.int32)
+        self.ev_tensor = events["tensor_id"].to_numpy(np.int32)
+        self.ev_op = self.tensor_op[self.ev_tensor] if n_tensors else np.zeros(len(events), np.int16)
+        self.ev_layer = self.tensor_layer[self.ev_tensor] if n_tensors else np.zeros(len(events), np.int32)
+        times = run.raw("node_times")
+        start = np.full(len(events), -1, dtype=np.int64)
+        end = np.full(len(events), -1, dtype=np.int64)
+        if len(times) and len(events):
+            key = _event_key(self.ev_graph, self.ev_node)
+            time_key = _event_key(times["graph_id"].to_numpy(np.int32), times["node_index"].to_numpy(np.int32))
+            position = np.searchsorted(key, time_key)
+            found = (position < len(key)) & (key[np.minimum(position, len(key) - 1)] == time_key)
+            start[position[found]] = times["start_ns"].to_numpy()[found] - self.origin_ns
+            end[position[found]] = times["end_ns"].to_numpy()[found] - self.origin_ns
+        self.ev_start, self.ev_end = start, end
+        self.ev_timed = start >= 0
+        self._prepare_lanes()
+
+    def _prepare_lanes(self) -> None:
+        """Per context, timed node events sorted by start (they tile or nest, never cross)."""
+        self.lanes: list[dict[str, Any]] = []
+        contexts = sorted(set(self.graphs["context_id"].tolist()))
+        backends = self._context_backends()
+        for context in contexts:
+            graph_rows = self.graphs[self.graphs["context_id"] == context]
+            timed = np.flatnonzero(self.ev_timed & (self.ev_context == context))
+            order = timed[np.argsort(self.ev_start[timed], kind="stable")]
+            self.lanes.append(
+                {
+                    "context_id": int(context),
+                    "label": f"context {context} · {backends.get(context, '?')}",
+                    "graph_start": graph_rows["start_ns"].to_numpy(np.int64) - self.origin_ns,
+                    "graph_end": graph_rows["end_ns"].to_numpy(np.int64) - self.origin_ns,
+                    "graph_id": graph_rows["graph_id"].to_numpy(np.int32),
+                    "events": order,
+                    "start": self.ev_start[order],
+                    "end": self.ev_end[order],
+                    # Running maximum of ends: a window query finds every bar that reaches into it.
+                    "end_max": np.maximum.accumulate(self.ev_end[order]) if len(order) else order.astype(np.int64),
+                }
+            )
+
+    def _context_backends(self) -> dict[int, str]:
+        buffers = self.run.raw("buffers")
+        names = buffers["buffer_type"].str.replace(r"_Mapped$|_Host$", "", regex=True)
+        return {int(c): ", ".join(sorted(set(group))) for c, group in names.groupby(buffers["context_id"])}
+
+    def graph_rows(self, graph_ids: np.ndarray) -> np.ndarray:
+        """Row positions in `graphs` (sorted by graph_id; ids need not start at 0 or be dense)."""
+        return np.searchsorted(self.graphs["graph_id"].to_numpy(), graph_ids)
+
+    @property
+    def duration_ns(self) -> int:
+        if not len(self.graphs):
+            return 0
+        return int(self.graphs["end_ns"].max()) - self.origin_ns
+
+    @cached_property
+    def graph_labels(self) -> list[str]:
+        texts = self.graphs["token_texts"].tolist()
+        return ["".join(text) if text is not None else "" for text in texts]
+
+    # -- overview --------------------------------------------------------------------
+
+    @cached_property
+    def overview(self) -> dict[str, Any]:
+        summary = summarize(self.run)
+        manifest = self.run.manifest
+        graphs = self.graphs
+        return {
+            "run_id": self.run_id,
+            "name": self.path.name,
+            "summary": summary,
+            "capture": manifest.get("capture"),
+            "versions": manifest.get("versions"),
+            "duration_ns": self.duration_ns,
+            "ops": self.ops,
+            "graph_bars": {
+                "graph_id": graphs["graph_id"].tolist(),
+                "duration_ns": (graphs["end_ns"] - graphs["start_ns"]).tolist(),
+                "phase": graphs["phase"].tolist(),
+                "n_tokens": graphs["n_tokens"].tolist(),
+                "text": self.graph_labels,
+            },
+        }
+
+    # -- timeline --------------------------------------------------------------------
+
+    def timeline(self, t0: int, t1: int, width: int) -> dict[str, Any]:
+        """Graph and node bars meeting [t0, t1), for a canvas `width` pixels wide."""
+        width = max(1, min(int(width), 8192))
+        t1 = max(t1, t0 + 1)
+        ns_per_px = (t1 - t0) / width
+        lanes = []
+        for lane in self.lanes:
+            g0 = np.searchsorted(lane["graph_end"], t0, side="right") if len(lane["graph_end"]) else 0
+            g1 = np.searchsorted(lane["graph_start"], t1, side="left") if len(lane["graph_start"]) else 0
+            graph_slice = slice(int(g0), int(max(g0, g1)))
+            graph_ids = lane["graph_id"][graph_slice]
+            graph_bars = {
+                "start": lane["graph_start"][graph_slice].tolist(),
+                "end": lane["graph_end"][graph_slice].tolist(),
+                "graph_id": graph_ids.tolist(),
+                "label": [self.graph_labels[row] for row in self.graph_rows(graph_ids).tolist()],
+                "phase": self.graphs["phase"].to_numpy()[self.graph_rows(graph_ids)].tolist(),
+            }
+            lanes.append(
+                {"label": lane["label"], "graphs": graph_bars, **self._node_bars(lane, t0, t1, width, ns_per_px)}
+            )
+        return {"t0": t0, "t1": t1, "width": width, "ops": self.ops, "lanes": lanes}
+
+    def _node_bars(self, lane: dict[str, Any], t0: int, t1: int, width: int, ns_per_px: float) -> dict[str, Any]:
+        start, end = lane["start"], lane["end"]
+        lo = int(np.searchsorted(lane["end_max"], t0, side="right"))
+        hi = int(np.searchsorted(start, t1, side="left"))
+        hi = max(lo, hi)
+        events = lane["events"][lo:hi]
+        s, e = start[lo:hi], end[lo:hi]
+        if hi - lo <= DETAIL_LIMIT:
+            return {"nodes": _bars(events, s, e, self.ev_op), "columns": _no_columns()}
+        # Wide enough to see: its own bar (the widest DETAIL_LIMIT); the rest summed per pixel.
+        wide = (e - s) >= 2 * ns_per_px
+        wide_index = np.flatnonzero(wide)
+        if len(wide_index) > DETAIL_LIMIT:
+            wide_index = wide_index[np.argsort(s[wide_index] - e[wide_index], kind="stable")[:DETAIL_LIMIT]]
+            wide_index.sort()
+            wide = np.zeros(len(s), dtype=bool)
+            wide[wide_index] = True
+        narrow = ~wide
+        ops = self.ev_op[events[narrow]].astype(np.int64)
+        ns, ne = np.maximum(s[narrow], t0), np.minimum(e[narrow], t1)
+        column = np.clip(((ns - t0) / ns_per_px).astype(np.int64), 0, width - 1)
+        n_ops = len(self.ops)
+        busy = np.bincount(column * n_ops + ops, weights=(ne - ns).astype(np.float64), minlength=width * n_ops)
+        busy = busy.reshape(width, n_ops)
+        total = busy.sum(axis=1)
+        used = np.flatnonzero(total > 0)
+        return {
+            "nodes": _bars(events[wide], s[wide], e[wide], self.ev_op),
+            "columns": {
+                "px": used.tolist(),
+                "op": busy[used].argmax(axis=1).tolist(),
+                "fill": np.minimum(total[used] / ns_per_px, 1.0).round(3).tolist(),
+            },
+        }
+
+    # -- one node --------------------------------------------------------------------
+
+    def event_index(self, graph_id: int, node_index: int) -> int | None:
+        key = _event_key(self.ev_graph, self.ev_node)
+        wanted = _event_key(np.array([graph_id], np.int32), np.array([node_index], np.int32))[0]
+        position = int(np.searchsorted(key, wanted))
+        return position if position < len(key) and key[position] == wanted else None
+
+    def node(self, event: int) -> dict[str, Any]:
+        """Everything about one node event, with each source and where its bytes live."""
+        tensor = self.tensors.iloc[int(self.ev_tensor[event])] if len(self.tensors) else None
+        graph_id, node_index = int(self.ev_graph[event]), int(self.ev_node[event])
+        details: dict[str, Any] = {
+            "event": int(event), "graph_id": graph_id, "node_index": node_index,
+            "start_ns": int(self.ev_start[event]) if self.ev_timed[event] else None,
+            "end_ns": int(self.ev_end[event]) if self.ev_timed[event] else None,
+            "tokens": self.graph_labels[int(self.graph_rows(np.array([graph_id]))[0])],
+        }  # fmt: skip
+        if tensor is not None:
+            details.update(_describe_tensor(tensor, self._buffer_names))
+        sources = []
+        for row in self.run.edges_of(graph_id, node_index).itertuples():
+            memory = row.memory
+            sources.append(
+                {
+                    "slot": int(row.src_slot), "name": row.src_name, "op": row.src_op, "type": row.src_type,
+                    "shape": _shape(row.src_ne0, row.src_ne1, row.src_ne2, row.src_ne3),
+                    "nbytes": int(row.src_nbytes), "usage": row.src_usage, "memory": memory,
+                    "buffer": None if pd.isna(row.src_buffer_name) else row.src_buffer_name,
+                    "file_offset": None if pd.isna(row.file_offset) else int(row.file_offset),
+                    "buffer_offset": None if pd.isna(row.buffer_offset) else int(row.buffer_offset),
+                }
+            )  # fmt: skip
+        details["sources"] = sources
+        return details
+
+    @cached_property
+    def _buffer_names(self) -> dict[int, str]:
+        buffers = self.run.raw("buffers")
+        return dict(zip(buffers["buffer_id"].tolist(), buffers["name"].tolist(), strict=True))
+
+    def search(self, query: str) -> list[dict[str, Any]]:
+        """Node events whose tensor name or op contains `query` (case-insensitive), first ones first."""
+        query = query.strip().lower()
+        if not query or not len(self.tensors):
+            return []
+        names = self.tensors["name"].str.lower()
+        ops = self.tensors["op"].str.lower()
+        matching = self.tensors.loc[names.str.contains(query, regex=False) | ops.str.contains(query, regex=False)]
+        hits = np.flatnonzero(np.isin(self.ev_tensor, matching["tensor_id"].to_numpy()) & self.ev_timed)
+        return [self.event_row(int(event)) for event in hits[:SEARCH_LIMIT]]
+
+    # -- graphs ----------------------------------------------------------------------
+
+    def graph_list(self) -> list[dict[str, Any]]:
+        graphs = self.graphs
+        return [
+            {"graph_id": int(g), "phase": p, "n_nodes": int(n), "duration_ns": int(e - s), "label": label}
+            for g, p, n, s, e, label in zip(
+                graphs["graph_id"], graphs["phase"], graphs["n_nodes"], graphs["start_ns"], graphs["end_ns"],
+                self.graph_labels, strict=True,
+            )
+        ]  # fmt: skip
+
+    def graph(self, graph_id: int, layer: int | None) -> dict[str, Any]:
+        rows = self.graphs[self.graphs["graph_id"] == graph_id]
+        if rows.empty:
+            raise KeyError(graph_id)
+        structure_id = int(rows["structure_id"].iloc[0])
+        nodes = self.run.raw("structure_nodes")
+        nodes = nodes[nodes["structure_id"] == structure_id].sort_values("node_index")
+        edges = self.run.raw("edges")
+        edges = edges[edges["structure_id"] == structure_id]
+        in_graph = self.ev_graph == graph_id
+        durations = np.where(self.ev_timed[in_graph], self.ev_end[in_graph] - self.ev_start[in_graph], -1)
+        duration_by_node = dict(zip(self.ev_node[in_graph].tolist(), durations.tolist(), strict=True))
+        return graph_view(nodes, edges, self.tensors, duration_by_node, layer, graph_id)
+
+    # -- memory ----------------------------------------------------------------------
+
+    @cached_property
+    def disk_track(self) -> dict[str, Any]:
+        """The model file by byte offset: every region, and per weight how often and how
+        long the run's nodes read it."""
+        memory_map = self.run.memory_map
+        if memory_map.empty:
+            return {"files": []}
+        reads = self._weight_reads()
+        files = []
+        for model_path, regions in memory_map.groupby("model_path", sort=False):
+            regions = regions.sort_values("start")
+            per_name = reads.reindex(regions["name"]).fillna(0)
+            files.append(
+                {
+                    "path": model_path,
+                    "size": int(regions["end"].max()),
+                    "regions": {
+                        "kind": regions["kind"].tolist(),
+                        "name": regions["name"].tolist(),
+                        "start": regions["start"].tolist(),
+                        "end": regions["end"].tolist(),
+                        "layer": regions["layer"].tolist(),
+                        "type": regions["type"].tolist(),
+                        "category": regions["category"].tolist(),
+                        "reads": per_name["reads"].astype(np.int64).tolist(),
+                        "read_ns": per_name["read_ns"].astype(np.int64).tolist(),
+                    },
+                }
+            )
+        return {"files": files}
+
+    def _weight_reads(self) -> pd.DataFrame:
+        """Per weight name: node reads over the run, and the time of the nodes reading it."""
+        edges = self.run.raw("edges")
+        tensors = self.tensors
+        weight_ids = tensors.loc[tensors["op"] == "NONE", "tensor_id"]
+        edges = edges[edges["src_tensor_id"].isin(weight_ids)]
+        if edges.empty:
+            return pd.DataFrame({"reads": [], "read_ns": []})
+        graphs_per_structure = self.graphs.groupby("structure_id").size()
+        counts = edges.groupby("src_tensor_id")["structure_id"].apply(
+            lambda s: int(graphs_per_structure.reindex(s).fillna(0).sum())
+        )
+        # Time: the timed reading nodes' durations, summed over the graphs that ran them.
+        timed = self.ev_timed
+        duration = np.where(timed, self.ev_end - self.ev_start, 0)
+        node_time = (
+            pd.DataFrame({"structure_id": self.ev_structure, "node_index": self.ev_node, "duration": duration})
+            .groupby(["structure_id", "node_index"])["duration"]
+            .sum()
+        )
+        per_edge = edges.merge(node_time.reset_index(), on=["structure_id", "node_index"], how="left")
+        read_ns = per_edge.groupby("src_tensor_id")["duration"].sum()
+        names = tensors.set_index("tensor_id")["name"]
+        table = pd.DataFrame({"reads": counts, "read_ns": read_ns}).fillna(0)
+        table.index = names.reindex(table.index).to_numpy()
+        return table.groupby(level=0).sum()
+
+    @cached_property
+    def buffer_track(self) -> dict[str, Any]:
+        """Runtime buffers: each buffer, the KV cache's fill per layer over the graphs."""
+        buffers = self.run.buffers
+        fill = kv_cache_fill(self.run)
+        kv: dict[str, Any] = {"layers": [], "graph_id": [], "used": []}
+        if not fill.empty:
+            pivot = fill.pivot_table(index="graph_id", columns="layer", values="used", aggfunc="max")
+            kv = {
+                "layers": [int(layer) for layer in pivot.columns],
+                "capacity": int(fill["capacity"].max()),
+                "graph_id": [int(g) for g in pivot.index],
+                "used": pivot.to_numpy().astype(int).tolist(),
+            }
+        return {
+            "buffers": [
+                {
+                    "buffer": int(row.buffer),
+                    "name": row.name,
+                    "kind": row.kind,
+                    "usage": row.usage,
+                    "size": int(row.size),
+                    "context_id": int(row.context_id),
+                }
+                for row in buffers.itertuples()
+            ],  # fmt: skip
+            "kv_cache": kv,
+            "has_output_buffer": bool((buffers["kind"] == "output").any()),
+        }
+
+    def compute_occupancy(self, graph_id: int) -> dict[str, Any]:
+        """One graph's compute buffer: each intermediate's byte range and live node interval."""
+        table = occupancy(self.run, graph_id)
+        live = live_bytes(table)
+        return {
+            "graph_id": graph_id,
+            "n_nodes": int(self.graphs.loc[self.graphs["graph_id"] == graph_id, "n_nodes"].iloc[0]),
+            "tensors": {
+                "name": table["name"].tolist(), "op": table["op"].tolist(), "start": table["start"].tolist(),
+                "end": table["end"].tolist(), "first_node": table["first_node"].tolist(),
+                "last_node": table["last_node"].tolist(),
+            },
+            "live_bytes": live.tolist(),
+            "peak_bytes": int(live.max()) if len(live) else 0,
+        }  # fmt: skip
+
+    # -- statistics ------------------------------------------------------------------
+
+    @cached_property
+    def statistics(self) -> dict[str, Any]:
+        timed = self.ev_timed
+        duration = np.where(timed, self.ev_end - self.ev_start, 0).astype(np.int64)
+        nbytes = self.tensors.set_index("tensor_id")["nbytes"].reindex(range(len(self.tensor_op))).fillna(0)
+        out_bytes = nbytes.to_numpy(np.int64)[self.ev_tensor] if len(self.ev_tensor) else np.zeros(0, np.int64)
+        frame = pd.DataFrame(
+            {
+                "op": np.asarray(self.ops, dtype=object)[self.ev_op] if len(self.ev_op) else [],
+                "layer": self.ev_layer,
+                "tensor": self.tensor_names[self.ev_tensor] if len(self.ev_tensor) else [],
+                "duration": duration,
+                "bytes": out_bytes,
+                "timed": timed,
+            }
+        )
+        total_time = int(duration.sum())
+        total_bytes = int(out_bytes.sum())
+
+        def table(key: str) -> list[dict[str, Any]]:
+            grouped = frame.groupby(key).agg(
+                count=("duration", "size"), time_ns=("duration", "sum"), bytes=("bytes", "sum"),
+                timed=("timed", "sum"),
+            )  # fmt: skip
+            grouped["mean_ns"] = grouped["time_ns"] / grouped["timed"].where(grouped["timed"] > 0)
+            grouped["time_share"] = grouped["time_ns"] / total_time if total_time else 0.0
+            grouped["bytes_share"] = grouped["bytes"] / total_bytes if total_bytes else 0.0
+            grouped = grouped.sort_values("time_ns", ascending=False).reset_index()
+            if key == "layer":
+                grouped["layer"] = grouped["layer"].map(lambda layer: "none" if layer == NO_LAYER else int(layer))
+            return [
+                {k: (None if isinstance(v, float) and math.isnan(v) else _plain(v)) for k, v in row.items()}
+                for row in grouped.to_dict(orient="records")
+            ]
+
+        by_op, by_layer, by_tensor = table("op"), table("layer"), table("tensor")
+        return {
+            "total_time_ns": total_time,
+            "by_op": by_op,
+            "by_layer": by_layer,
+            "by_tensor": by_tensor[:500],
+            "findings": self._findings(by_op, by_layer, by_tensor, total_time),
+        }
+
+    def _findings(
+        self, by_op: list[dict[str, Any]], by_layer: list[dict[str, Any]], by_tensor: list[dict[str, Any]], total: int
+    ) -> list[str]:
+        """The top bottlenecks, in words."""
+        if not total:
+            return ["No node was timed on its own in this run (graph detail): only graph times are known."]
+        findings = []
+        top = by_op[0]
+        findings.append(f"{top['op']} takes {top['time_share']:.0%} of node time ({top['count']:,} node events).")
+        if len(by_op) > 1:
+            second = by_op[1]
+            findings.append(f"Next is {second['op']} with {second['time_share']:.0%}.")
+        layers = [row for row in by_layer if row["layer"] != "none"]
+        if layers:
+            shares = [row["time_share"] for row in layers]
+            mean_share = sum(shares) / len(shares)
+            slowest = layers[0]
+            findings.append(
+                f"Layer {slowest['layer']} is the slowest layer: {slowest['time_share']:.1%} of node time, "
+                f"against {mean_share:.1%} for the mean layer."
+            )
+        if by_tensor:
+            findings.append(
+                f"The costliest single tensor is {by_tensor[0]['tensor']} ({by_tensor[0]['time_share']:.1%})."
+            )
+        phases = {row["phase"]: row for row in self.overview["summary"]["phases"]}
+        if "prompt" in phases and "decode" in phases and phases["decode"]["tokens_per_s"]:
+            ratio = phases["prompt"]["tokens_per_s"] / phases["decode"]["tokens_per_s"]
+            findings.append(
+                f"Prompt processing runs at {phases['prompt']['tokens_per_s']:,.0f} tokens/s, "
+                f"{ratio:,.1f}× the decode rate of {phases['decode']['tokens_per_s']:,.1f} tokens/s."
+            )
+        reads = self.overview["summary"].get("weight_reads") or {}
+        decode_graphs = self.graphs[self.graphs["phase"] == "decode"]
+        if reads.get("weight_bytes_per_graph") and len(decode_graphs):
+            seconds = float((decode_graphs["end_ns"] - decode_graphs["start_ns"]).median()) / 1e9
+            if seconds > 0:
+                rate = reads["weight_bytes_per_graph"] / seconds / 1e9
+                findings.append(
+                    f"Each decode step reads {reads['weight_bytes_per_graph'] / 2**20:,.1f} MiB of weights: "
+                    f"{rate:,.2f} GB/s at the median decode time, the memory traffic that bounds decode speed."
+                )
+        return findings
+
+    # -- event log -------------------------------------------------------------------
+
+    def events(self, where: EventFilter, offset: int, limit: int) -> dict[str, Any]:
+        mask_index = self._filtered(where)
+        limit = max(0, min(limit, EVENT_PAGE_LIMIT))
+        page = mask_index[offset : offset + limit]
+        return {"total": int(len(mask_index)), "offset": offset, "rows": [self.event_row(int(e)) for e in page]}
+
+    def _filtered(self, where: EventFilter) -> np.ndarray:
+        if self._filter_cache is not None and self._filter_cache[0] == where:
+            return self._filter_cache[1]
+        mask = np.ones(len(self.ev_graph), dtype=bool)
+        if where.op:
+            codes = [code for code, op in enumerate(self.ops) if op == where.op.upper()]
+            mask &= np.isin(self.ev_op, codes)
+        if where.name:
+            names = self.tensors["name"].str.lower().str.contains(where.name.lower(), regex=False)
+            mask &= np.isin(self.ev_tensor, self.tensors.loc[names, "tensor_id"].to_numpy())
+        if where.layer is not None:
+            mask &= self.ev_layer == where.layer
+        if where.t0 is not None:
+            mask &= self.ev_timed & (self.ev_end > where.t0)
+        if where.t1 is not None:
+            mask &= self.ev_timed & (self.ev_start < where.t1)
+        if where.file_lo is not None and where.file_hi is not None:
+            mask &= self._reads_file_range(where.file_lo, where.file_hi)
+        index = np.flatnonzero(mask)
+        self._filter_cache = (where, index)
+        return index
+
+    def _reads_file_range(self, lo: int, hi: int) -> np.ndarray:
+        """Events whose node reads a weight with file bytes in [lo, hi)."""
+        regions = self.run.memory_map
+        weights = regions[(regions["kind"] == "tensor") & (regions["end"] > lo) & (regions["start"] < hi)]
+        tensor_ids = self.tensors.loc[self.tensors["name"].isin(weights["name"]), "tensor_id"]
+        edges = self.run.raw("edges")
+        readers = edges[edges["src_tensor_id"].isin(tensor_ids)][["structure_id", "node_index"]].drop_duplicates()
+        reader_keys = _event_key(readers["structure_id"].to_numpy(np.int32), readers["node_index"].to_numpy(np.int32))
+        return np.isin(_event_key(self.ev_structure, self.ev_node), reader_keys)
+
+    def event_row(self, event: int) -> dict[str, Any]:
+        tensor = int(self.ev_tensor[event])
+        row = self.tensors.iloc[tensor] if tensor < len(self.tensors) else None
+        timed = bool(self.ev_timed[event])
+        return {
+            "event": event,
+            "graph_id": int(self.ev_graph[event]),
+            "node_index": int(self.ev_node[event]),
+            "start_ns": int(self.ev_start[event]) if timed else None,
+            "duration_ns": int(self.ev_end[event] - self.ev_start[event]) if timed else None,
+            "op": self.ops[int(self.ev_op[event])],
+            "name": self.tensor_names[tensor] if row is not None else "",
+            "layer": None if self.ev_layer[event] == NO_LAYER else int(self.ev_layer[event]),
+            "type": row["type"] if row is not None else "",
+            "shape": _shape(row["ne0"], row["ne1"], row["ne2"], row["ne3"]) if row is not None else "",
+        }
+
+
+def _event_key(graph_or_structure: np.ndarray, node_index: np.ndarray) -> np.ndarray:
+    return (graph_or_structure.astype(np.int64) << 32) | node_index.astype(np.int64)
+
+
+def _bars(events: np.ndarray, start: np.ndarray, end: np.ndarray, ev_op: np.ndarray) -> dict[str, list[int]]:
+    return {"start": start.tolist(), "end": end.tolist(), "op": ev_op[events].tolist(), "event": events.tolist()}
+
+
+def _no_columns() -> dict[str, list[Any]]:
+    return {"px": [], "op": [], "fill": []}
+
+
+def _shape(*dims: Any) -> str:
+    sizes = [int(d) for d in dims]
+    while len(sizes) > 1 and sizes[-1] == 1:
+        sizes.pop()
+    return "×".join(str(d) for d in sizes)
+
+
+def _describe_tensor(tensor: pd.Series, buffer_names: dict[int, str]) -> dict[str, Any]:
+    buffer = int(tensor["buffer_id"])
+    return {
+        "name": tensor["name"], "op": tensor["op"], "op_base": tensor["op_base"], "type": tensor["type"],
+        "shape": _shape(tensor["ne0"], tensor["ne1"], tensor["ne2"], tensor["ne3"]), "nbytes": int(tensor["nbytes"]),
+        "layer": None if tensor["layer"] == NO_LAYER else int(tensor["layer"]),
+        "buffer": buffer_names.get(buffer) if buffer != NO_ID else None,
+        "buffer_offset": None if tensor["buffer_offset"] == NO_ID else int(tensor["buffer_offset"]),
+    }  # fmt: skip
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if hasattr(value, "item") else value

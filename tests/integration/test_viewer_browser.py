@@ -1,0 +1,230 @@
+"""The web viewer in Debian's Chromium, driven by Playwright, on a real SmolLM2 run:
+every view shows real content, clicking and hovering work, the live view follows a
+recording. Each view's screenshot is saved (into $GGML_VIZ_SCREENSHOTS when set)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import ggml_viz
+from ggml_viz.ui.server import make_viewer
+
+from .smollm2 import greedy, load_model
+
+pytestmark = [pytest.mark.model, pytest.mark.browser]
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]  # fmt: skip
+VIEWS = ["overview", "timeline", "graph", "memory", "stats", "events"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).exists():
+        message = f"Chromium is not installed ({CHROMIUM}); `.ci/run` installs Debian's chromium"
+        if os.environ.get("GGML_VIZ_REQUIRE_BROWSER"):
+            pytest.fail(message)
+        pytest.skip(message)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="module")
+def screenshots(tmp_path_factory) -> Path:
+    folder = Path(os.environ.get("GGML_VIZ_SCREENSHOTS") or tmp_path_factory.mktemp("screenshots"))
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def served_run(tmp_path_factory, model_path):
+    """A real 12-token SmolLM2 run, served by a viewer on a free port."""
+    path = tmp_path_factory.mktemp("served") / "smollm2.ggmlviz"
+    with ggml_viz.record(path, metadata={"prompt": "The capital of France is"}):
+        greedy(load_model(model_path), n_predict=12)
+    viewer = make_viewer(path, port=0)
+    viewer.serve_in_background()
+    yield viewer, ggml_viz.open(path)
+    viewer.stop()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    yield page
+    context.close()
+    assert not errors, errors
+
+
+def open_view(page, url: str, view: str):
+    page.goto(f"{url}#{view}")
+    page.wait_for_selector("body[data-ready='1']")
+
+
+def colored_pixels(page, selector: str) -> int:
+    """Pixels of a canvas that are not the background: proof that something was drawn."""
+    return page.eval_on_selector(
+        selector,
+        """canvas => { const d = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
+           let n = 0; for (let i = 0; i < d.length; i += 4) if (d[i + 3] > 0 && (d[i] > 40 || d[i + 1] > 40 || d[i + 2] > 70)) n++;
+           return n; }""",
+    )
+
+
+def test_each_view_shows_the_run(page, served_run, screenshots):
+    viewer, run = served_run
+    open_view(page, viewer.url, "overview")
+    page.wait_for_selector("[data-testid=model-card]")
+    assert "llama" in page.inner_text("[data-testid=model-card]")
+    assert "MUL_MAT" in page.inner_text("[data-testid=time-by-op]")
+    assert "The capital of France is" in page.inner_text("[data-testid=prompt]")
+    assert colored_pixels(page, "[data-testid=graph-bars]") > 500
+    page.screenshot(path=str(screenshots / "overview.png"))
+
+    page.click("#tabs button[data-tab=timeline]")
+    page.wait_for_function("() => window.ggmlViz.timeline && window.ggmlViz.timeline.data")
+    page.wait_for_timeout(300)
+    assert colored_pixels(page, "[data-testid=timeline-canvas]") > 5000
+    lanes = page.evaluate("() => window.ggmlViz.timeline.data.lanes.length")
+    assert lanes == 1
+    page.screenshot(path=str(screenshots / "timeline.png"))
+
+    page.click("#tabs button[data-tab=graph]")
+    page.wait_for_selector("[data-testid=graph-svg] g[data-kind=layer]")
+    assert page.locator("[data-testid=graph-svg] g[data-kind=layer]").count() == 30
+    page.click("[data-testid=graph-svg] g[data-id=L2]")
+    page.wait_for_selector("[data-testid=graph-svg] g[data-kind=weight]")
+    names = page.locator("[data-testid=graph-svg] g[data-kind=weight]").all_text_contents()
+    assert any("blk.2.attn_q.weight" in name for name in names)
+    page.screenshot(path=str(screenshots / "graph.png"))
+
+    page.click("#tabs button[data-tab=memory]")
+    page.wait_for_selector("[data-testid=disk-strip]")
+    page.wait_for_timeout(300)
+    assert colored_pixels(page, "[data-testid=disk-strip]") > 2000
+    assert "kv_cache" in page.inner_text("[data-testid=buffer-list]")
+    assert colored_pixels(page, "[data-testid=kv-heatmap]") > 100
+    page.wait_for_function("() => document.querySelector('[data-testid=event-count]').textContent.includes('events')")
+    page.screenshot(path=str(screenshots / "memory.png"))
+
+    page.click("#tabs button[data-tab=stats]")
+    page.wait_for_selector("[data-testid=findings] li")
+    assert "MUL_MAT" in page.inner_text("[data-testid=findings]")
+    assert page.locator("[data-testid=stats-layer] tr").count() == 32  # header, 30 layers, nodes outside
+    page.screenshot(path=str(screenshots / "statistics.png"))
+
+    page.click("#tabs button[data-tab=events]")
+    page.wait_for_selector("#view-events [data-testid=event-table] .vrow")
+    count = page.inner_text("#view-events [data-testid=event-count]")
+    assert count.replace(",", "").startswith(str(len(run.nodes)))
+    page.fill("#view-events [data-testid=filter-name]", "ffn_up-7")
+    page.wait_for_function(
+        "() => document.querySelector('#view-events [data-testid=event-count]').textContent === '12 events'"
+    )
+    page.screenshot(path=str(screenshots / "events.png"))
+
+
+def test_clicking_a_node_shows_its_details_and_its_place_in_the_graph(page, served_run):
+    viewer, _ = served_run
+    open_view(page, viewer.url, "timeline")
+    page.wait_for_function("() => window.ggmlViz.timeline && window.ggmlViz.timeline.data")
+    # zoom onto the widest MUL_MAT of the second graph and click it
+    target = page.evaluate(
+        """() => { const t = window.ggmlViz.timeline, g = t.data.lanes[0].graphs;
+           t.focus(g.start[1], g.end[1]); return [g.start[1], g.end[1]]; }"""
+    )
+    page.wait_for_function(
+        f"() => window.ggmlViz.timeline.data.t0 > {target[0]} - 1e9 && window.ggmlViz.timeline.data.lanes[0].nodes.start.length > 100"
+    )
+    x, y = page.evaluate(
+        """() => { const t = window.ggmlViz.timeline, n = t.data.lanes[0].nodes, ops = t.data.ops;
+           let best = -1; for (let i = 0; i < n.start.length; i++)
+             if (ops[n.op[i]] === 'MUL_MAT' && (best < 0 || n.end[i] - n.start[i] > n.end[best] - n.start[best])) best = i;
+           const r = t.canvas.getBoundingClientRect(), scale = r.width / (t.view.t1 - t.view.t0);
+           const lane = t.layout()[0];
+           return [r.left + ((n.start[best] + n.end[best]) / 2 - t.view.t0) * scale, r.top + lane.nodeY + 10]; }"""
+    )
+    page.mouse.click(x, y)
+    page.wait_for_selector("[data-testid=details-name]")
+    details = page.inner_text("[data-testid=details]")
+    assert "MUL_MAT" in details and "shape" in details
+    sources = page.locator("[data-testid=sources] tr")
+    assert sources.count() >= 3  # header and two sources
+    assert "file @" in page.inner_text("[data-testid=sources]")  # a weight, read from the model file
+    page.click("text=show in graph")
+    page.wait_for_selector("[data-testid=graph-svg] g.item.selected")
+
+
+def test_hovering_a_heatmap_segment_shows_its_tooltip(page, served_run):
+    viewer, _ = served_run
+    open_view(page, viewer.url, "memory")
+    page.wait_for_selector("[data-testid=disk-strip]")
+    page.wait_for_timeout(300)
+    box = page.locator("[data-testid=disk-strip]").bounding_box()
+    page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] / 2)
+    tooltip = page.locator("[data-testid=tooltip]")
+    tooltip.wait_for(state="visible")
+    text = tooltip.inner_text()
+    assert "blk." in text and "file bytes" in text and "layer" in text
+    assert page.locator("[data-testid=lens]").is_visible()
+    # the smallest tensors (norm weights, 2 KiB of 98 MB) are at least 5 px wide: findable
+    page.click("[data-testid=disk-rows]")
+    page.wait_for_selector("[data-testid=disk-row]")
+    # dragging across the strip filters the event log beneath
+    page.click("[data-testid=disk-rows]")
+    page.wait_for_selector("[data-testid=disk-strip]")
+    page.wait_for_timeout(200)
+    box = page.locator("[data-testid=disk-strip]").bounding_box()
+    y = box["y"] + box["height"] / 2
+    page.mouse.move(box["x"] + box["width"] * 0.40, y)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] * 0.45, y)
+    page.mouse.up()
+    page.wait_for_function(
+        "() => document.querySelector('[data-testid=disk-selection]').textContent.startsWith('selected')"
+    )
+    page.wait_for_selector("#view-memory [data-testid=event-table] .vrow")
+    shown = page.inner_text("#view-memory [data-testid=event-count]")
+    assert 0 < int(shown.split()[0].replace(",", "")) < 12 * 1086  # only the nodes reading the selected weights
+
+
+def test_the_live_view_gains_graphs_while_a_recording_runs(page, tmp_path, model_path):
+    path = tmp_path / "live.ggmlviz"
+    viewer = make_viewer(path, port=0, live=True)
+    viewer.serve_in_background()
+    recording = subprocess.Popen(
+        [sys.executable, "-m", "ggml_viz", "record", "-n", "160", "-t", "2", "-o", str(path)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        page.goto(viewer.url + "#overview")
+        page.wait_for_selector("body[data-ready='1']", timeout=120_000)
+        first = page.evaluate("() => window.ggmlViz.overview.summary.graphs")
+        page.wait_for_function(f"() => window.ggmlViz.overview.summary.graphs > {first}", timeout=120_000)
+        assert page.evaluate("() => window.ggmlViz.liveUpdates") >= 1
+        assert page.locator("[data-testid=live]").is_visible()
+        recording.wait(timeout=300)
+        page.wait_for_function("() => window.ggmlViz.overview.summary.status === 'complete'", timeout=30_000)
+        final = page.evaluate("() => window.ggmlViz.overview.summary.graphs")
+        assert final == len(ggml_viz.open(path).graphs)
+    finally:
+        if recording.poll() is None:
+            recording.kill()
+        viewer.stop()
+        time.sleep(0.2)
