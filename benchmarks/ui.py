@@ -33,7 +33,8 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
                  "--disable-component-update", "--disable-sync"]  # fmt: skip
 
 FRAME_RECORDER = """() => { window.__frames = []; let last = performance.now();
-  const tick = (now) => { window.__frames.push(now - last); last = now; if (window.__recording) requestAnimationFrame(tick); };
+  const tick = (now) => { window.__frames.push(now - last); last = now;
+    if (window.__recording) requestAnimationFrame(tick); };
   window.__recording = true; requestAnimationFrame(tick); }"""
 
 
@@ -89,7 +90,7 @@ def browser_figures(url: str, chromium: str) -> None:
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1600, "height": 900})
-        page.goto(url.replace("/?", "/?") + "#timeline")
+        page.goto(url + "#timeline")
         page.wait_for_function(
             "() => window.ggmlViz.timeline && window.ggmlViz.timeline.firstDataPaint", timeout=60_000
         )

@@ -82,7 +82,8 @@ def colored_pixels(page, selector: str) -> int:
     return page.eval_on_selector(
         selector,
         """canvas => { const d = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
-           let n = 0; for (let i = 0; i < d.length; i += 4) if (d[i + 3] > 0 && (d[i] > 40 || d[i + 1] > 40 || d[i + 2] > 70)) n++;
+           let n = 0;
+           for (let i = 0; i < d.length; i += 4) if (d[i + 3] > 0 && (d[i] > 40 || d[i + 1] > 40 || d[i + 2] > 70)) n++;
            return n; }""",
     )
 
@@ -150,12 +151,15 @@ def test_clicking_a_node_shows_its_details_and_its_place_in_the_graph(page, serv
            t.focus(g.start[1], g.end[1]); return [g.start[1], g.end[1]]; }"""
     )
     page.wait_for_function(
-        f"() => window.ggmlViz.timeline.data.t0 > {target[0]} - 1e9 && window.ggmlViz.timeline.data.lanes[0].nodes.start.length > 100"
+        f"() => window.ggmlViz.timeline.data.t0 > {target[0]} - 1e9"
+        " && window.ggmlViz.timeline.data.lanes[0].nodes.start.length > 100"
     )
     x, y = page.evaluate(
         """() => { const t = window.ggmlViz.timeline, n = t.data.lanes[0].nodes, ops = t.data.ops;
-           let best = -1; for (let i = 0; i < n.start.length; i++)
-             if (ops[n.op[i]] === 'MUL_MAT' && (best < 0 || n.end[i] - n.start[i] > n.end[best] - n.start[best])) best = i;
+           let best = -1;
+           for (let i = 0; i < n.start.length; i++)
+             if (ops[n.op[i]] === 'MUL_MAT' && (best < 0 || n.end[i] - n.start[i] > n.end[best] - n.start[best]))
+               best = i;
            const r = t.canvas.getBoundingClientRect(), scale = r.width / (t.view.t1 - t.view.t0);
            const lane = t.layout()[0];
            return [r.left + ((n.start[best] + n.end[best]) / 2 - t.view.t0) * scale, r.top + lane.nodeY + 10]; }"""

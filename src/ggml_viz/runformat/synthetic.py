@@ -18,14 +18,15 @@ from .manifest import new_manifest
 from .writer import RunWriter, prepare_run_dir
 
 # (name pattern, op, relative time, weight read or None)
-_LAYER_NODES = [
+_LAYER_NODES: list[tuple[str, str, int, str | None]] = [
     ("norm-{l}", "RMS_NORM", 2, None), ("attn_norm-{l}", "MUL", 1, "blk.{l}.attn_norm.weight"),
     ("Qcur-{l}", "MUL_MAT", 30, "blk.{l}.attn_q.weight"), ("Kcur-{l}", "MUL_MAT", 12, "blk.{l}.attn_k.weight"),
     ("Vcur-{l}", "MUL_MAT", 12, "blk.{l}.attn_v.weight"), ("Qcur-{l} (rope)", "ROPE", 2, None),
     ("Kcur-{l} (rope)", "ROPE", 2, None), ("kq-{l}", "MUL_MAT", 8, None), ("kq_soft_max-{l}", "SOFT_MAX", 4, None),
     ("kqv-{l}", "MUL_MAT", 6, None), ("kqv_out-{l}", "CONT", 1, None),
     ("attn_out-{l}", "MUL_MAT", 30, "blk.{l}.attn_output.weight"), ("ffn_inp-{l}", "ADD", 1, None),
-    ("ffn_norm-{l}", "RMS_NORM", 2, "blk.{l}.ffn_norm.weight"), ("ffn_gate-{l}", "MUL_MAT", 60, "blk.{l}.ffn_gate.weight"),
+    ("ffn_norm-{l}", "RMS_NORM", 2, "blk.{l}.ffn_norm.weight"),
+    ("ffn_gate-{l}", "MUL_MAT", 60, "blk.{l}.ffn_gate.weight"),
     ("ffn_up-{l}", "MUL_MAT", 60, "blk.{l}.ffn_up.weight"), ("ffn_swiglu-{l}", "SWIGLU", 3, None),
     ("ffn_out-{l}", "MUL_MAT", 60, "blk.{l}.ffn_down.weight"), ("l_out-{l}", "ADD", 1, None),
 ]  # fmt: skip
@@ -38,7 +39,8 @@ def write_synthetic_run(path: str | Path, *, graphs: int, layers: int, seed: int
     experiment_id = f"{seed:032x}"
     run_dir = prepare_run_dir(Path(path))
     writer = RunWriter(run_dir, experiment_id, new_manifest(experiment_id))
-    node_names, node_ops, weights_read, costs = ["embd"], ["GET_ROWS"], ["token_embd.weight"], [3.0]
+    node_names, node_ops, costs = ["embd"], ["GET_ROWS"], [3.0]
+    weights_read: list[str | None] = ["token_embd.weight"]
     for layer in range(layers):
         for name, op, cost, weight in _LAYER_NODES:
             node_names.append(name.format(l=layer))

@@ -141,6 +141,8 @@ const TABS = ["overview", "timeline", "graph", "memory", "stats", "events"];
 
 function showTab(tab) {
   if (!TABS.includes(tab)) tab = "overview";
+  tooltip.hide();
+  document.getElementById("lens").hidden = true;
   state.tab = tab;
   for (const button of document.querySelectorAll("#tabs button")) button.classList.toggle("active", button.dataset.tab === tab);
   for (const section of document.querySelectorAll(".view")) section.hidden = section.id !== `view-${tab}`;
@@ -715,6 +717,7 @@ async function renderGraph() {
           ? `${item.n_nodes} nodes · ${item.n_weights} weights${item.reads_kv ? " · KV" : ""} · ${fmtNs(item.duration_ns)}`
           : `${item.op || item.kind} ${item.shape || ""}${item.duration_ns > 0 ? " · " + fmtNs(item.duration_ns) : ""}`, 30)));
       group.addEventListener("click", () => {
+        tooltip.hide();
         if (item.kind === "layer") load(data.graph_id, item.layer);
         else if (item.kind === "node" || item.kind === "external") { showDetails(panel, data.graph_id, item.node_index); draw(item.node_index); }
       });
@@ -776,7 +779,8 @@ async function renderMemory() {
     const canvas = h("canvas", { "data-testid": "kv-heatmap" });
     canvas.style.width = "100%";
     canvas.style.height = Math.min(200, kv.layers.length * 5 + 10) + "px";
-    upper.append(h("h3", { text: `KV cache: cells in use per layer (rows) over the graphs (columns), of ${kv.capacity}` }), canvas);
+    const most = Math.max(1, ...kv.used.flat());
+    upper.append(h("h3", { text: `KV cache: cells in use per layer (rows) over the graphs (columns): up to ${most} of ${kv.capacity} (color scaled to ${most})` }), canvas);
     drawKv(canvas, kv);
   }
   const graphChoice = h("select", { "data-testid": "occupancy-graph" }, state.overview.graph_bars.graph_id.slice(0, 2000).map((g, i) =>
@@ -784,7 +788,7 @@ async function renderMemory() {
   const occCanvas = h("canvas", { "data-testid": "occupancy" });
   occCanvas.style.width = "100%";
   occCanvas.style.height = "220px";
-  upper.append(h("div", { class: "track-title" }, h("h3", { text: "compute buffer: each intermediate's bytes (y) while it lives (x: node index)" }), graphChoice), occCanvas);
+  upper.append(h("div", { class: "track-title" }, h("h3", { text: "compute buffer: each intermediate's bytes (y: offset) while it lives (x: node index)" }), graphChoice), occCanvas);
   const drawOcc = async () => drawOccupancy(occCanvas, await api(`runs/${state.runId}/occupancy/${graphChoice.value}`));
   graphChoice.addEventListener("change", drawOcc);
   if (graphChoice.options.length) { graphChoice.selectedIndex = Math.min(1, graphChoice.options.length - 1); drawOcc(); }
@@ -925,9 +929,10 @@ function bindSegments(canvas, r, indexAt, xs, repaint, onSelect, source) {
 function drawKv(canvas, kv) {
   const { ctx, width, height } = setupCanvas(canvas);
   const nGraphs = kv.graph_id.length, nLayers = kv.layers.length;
+  const most = Math.max(1, ...kv.used.flat());
   const cw = width / Math.max(1, nGraphs), rh = (height - 4) / nLayers;
   for (let g = 0; g < nGraphs; g++) for (let l = 0; l < nLayers; l++) {
-    ctx.fillStyle = heat(kv.used[g][l] / kv.capacity);
+    ctx.fillStyle = heat(0.1 + 0.9 * (kv.used[g][l] / most));
     ctx.fillRect(g * cw, l * rh, Math.ceil(cw), Math.ceil(rh));
   }
   canvas.onmousemove = (event) => {
@@ -944,15 +949,24 @@ function drawOccupancy(canvas, occ) {
   const { ctx, width, height } = setupCanvas(canvas);
   ctx.fillStyle = "#14161b"; ctx.fillRect(0, 0, width, height);
   const t = occ.tensors;
-  const top = Math.max(1, ...t.end);
-  const X = (node) => (node / Math.max(1, occ.n_nodes)) * width, Y = (byte) => height - (byte / top) * (height - 4);
+  // The y axis ends a little above where 95 % of the intermediates end: one far-out tensor
+  // (the logits, placed at the top of a buffer sized for the largest batch) would squash
+  // the rest into a line. Beyond it, tensors are drawn clipped at the top edge.
+  const ends = [...t.end].sort((a, b) => a - b);
+  const top = Math.max(1, (ends[Math.floor(0.95 * (ends.length - 1))] || 1) * 1.15, occ.peak_bytes * 1.05);
+  const X = (node) => (node / Math.max(1, occ.n_nodes)) * width;
+  const Y = (byte) => Math.max(18, height - (byte / top) * (height - 20));
+  ctx.fillStyle = "#2a3b5588"; // bytes alive after each node, behind the tensors
+  ctx.beginPath(); ctx.moveTo(0, height);
+  occ.live_bytes.forEach((bytes, node) => { ctx.lineTo(X(node), Y(bytes)); ctx.lineTo(X(node + 1), Y(bytes)); });
+  ctx.lineTo(width, height); ctx.closePath(); ctx.fill();
   for (let i = 0; i < t.name.length; i++) {
     ctx.fillStyle = opColor(t.op[i]);
     const x0 = X(t.first_node[i]), x1 = X(t.last_node[i] + 1);
-    ctx.fillRect(x0, Y(t.end[i]), Math.max(1, x1 - x0), Math.max(1, Y(t.start[i]) - Y(t.end[i])));
+    ctx.fillRect(x0, Y(t.end[i]), Math.max(1.5, x1 - x0), Math.max(1.5, Y(t.start[i]) - Y(t.end[i])));
   }
   ctx.fillStyle = "#9aa1b3"; ctx.font = "11px system-ui, sans-serif";
-  ctx.fillText(`peak ${fmtBytes(occ.peak_bytes)} live · buffer top ${fmtBytes(top)}`, 6, 14);
+  ctx.fillText(`live bytes (shaded), peak ${fmtBytes(occ.peak_bytes)} · axis to ${fmtBytes(top)} · highest tensor end ${fmtBytes(ends[ends.length - 1] || 0)}`, 6, 14);
   canvas.onmousemove = (event) => {
     const rect = canvas.getBoundingClientRect();
     const x = event.clientX - rect.left, y = event.clientY - rect.top;
