@@ -839,16 +839,21 @@ function diskStrip(file, colorBy, log, selectionLabel) {
     };
     paint();
     const indexAt = (x) => { let lo = 0, hi = r.start.length - 1; while (lo < hi) { const mid = (lo + hi + 1) >> 1; if (xs[mid] <= x) lo = mid; else hi = mid - 1; } return lo; };
-    bindSegments(canvas, r, indexAt, xs, () => paint(), (i0, i1) => {
+    bindSegments(canvas, r, indexAt, (i0, i1) => {
       selected = [xs[Math.min(i0, i1)], xs[Math.max(i0, i1) + 1]];
       paint();
-      const lo = r.start[Math.min(i0, i1)], hi = r.end[Math.max(i0, i1)];
-      state.fileRange = [lo, hi];
-      selectionLabel.textContent = `selected file bytes ${fmtInt(lo)} – ${fmtInt(hi)} (${fmtBytes(hi - lo)})`;
-      log.setFilter({ file_lo: lo, file_hi: hi });
-    }, canvas);
+      selectFileRange(r, i0, i1, log, selectionLabel);
+    });
   });
   return wrap;
+}
+
+// Regions i0..i1 selected: the event log beneath shows the nodes reading those bytes.
+function selectFileRange(r, i0, i1, log, label) {
+  const lo = r.start[Math.min(i0, i1)], hi = r.end[Math.max(i0, i1)];
+  state.fileRange = [lo, hi];
+  label.textContent = `selected file bytes ${fmtInt(lo)} – ${fmtInt(hi)} (${fmtBytes(hi - lo)})`;
+  log.setFilter({ file_lo: lo, file_hi: hi });
 }
 
 function diskRows(file, colorBy, log, selectionLabel) {
@@ -877,12 +882,7 @@ function diskRows(file, colorBy, log, selectionLabel) {
       const { ctx, height } = setupCanvas(canvas);
       members.forEach((i, k) => { ctx.fillStyle = regionColor(r, i, colorBy, max); ctx.fillRect(xs[k] * scale, 0, Math.max(1, (xs[k + 1] - xs[k]) * scale - 1), height); });
       const indexAt = (x) => { let k = 0; while (k < members.length - 1 && xs[k + 1] * scale <= x) k++; return members[k]; };
-      bindSegments(canvas, r, indexAt, null, null, (i0, i1) => {
-        const lo = r.start[Math.min(i0, i1)], hi = r.end[Math.max(i0, i1)];
-        state.fileRange = [lo, hi];
-        selectionLabel.textContent = `selected file bytes ${fmtInt(lo)} – ${fmtInt(hi)} (${fmtBytes(hi - lo)})`;
-        log.setFilter({ file_lo: lo, file_hi: hi });
-      }, canvas);
+      bindSegments(canvas, r, indexAt, (i0, i1) => selectFileRange(r, i0, i1, log, selectionLabel));
     }
   });
   return holder;
@@ -890,7 +890,7 @@ function diskRows(file, colorBy, log, selectionLabel) {
 
 // Hover: a tooltip with an arrow pointing at the segment and a magnifying lens around the
 // cursor (small tensors stay findable). Drag: select a range of regions.
-function bindSegments(canvas, r, indexAt, xs, repaint, onSelect, source) {
+function bindSegments(canvas, r, indexAt, onSelect) {
   const lens = document.getElementById("lens");
   let dragFrom = null;
   canvas.addEventListener("mousemove", (event) => {
@@ -909,7 +909,7 @@ function bindSegments(canvas, r, indexAt, xs, repaint, onSelect, source) {
     ctx.imageSmoothingEnabled = false;
     ctx.fillStyle = "#14161b"; ctx.fillRect(0, 0, lens.width, lens.height);
     const sourceWidth = lens.width / 4;
-    ctx.drawImage(source, (x - sourceWidth / 2) * ratio, 0, sourceWidth * ratio, canvas.height, 0, 0, lens.width, lens.height);
+    ctx.drawImage(canvas, (x - sourceWidth / 2) * ratio, 0, sourceWidth * ratio, canvas.height, 0, 0, lens.width, lens.height);
     ctx.strokeStyle = "#fff"; ctx.beginPath(); ctx.moveTo(lens.width / 2, 0); ctx.lineTo(lens.width / 2, lens.height); ctx.stroke();
     lens.hidden = false;
     lens.style.left = Math.max(4, event.clientX - lens.width / 2) + "px";
