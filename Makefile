@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 RUN ?= demo.ggmlviz
 
-.PHONY: setup demo test lint browser
+.PHONY: setup demo test lint system-packages
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -24,13 +24,15 @@ demo: setup
 	$(VENV)/bin/ggml-viz summary $(RUN)
 	$(VENV)/bin/ggml-viz view $(RUN)
 
-# The browser tests drive Debian's Chromium (no browser download): install it when we can.
-browser:
-	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
-		echo "Chromium is missing (apt-get install chromium): the browser tests will be skipped"
+# The browser tests drive Debian's Chromium (no browser download) and graph pictures need
+# Graphviz's `dot`: install them when we can.
+system-packages:
+	@{ command -v chromium >/dev/null && command -v dot >/dev/null; } || { [ "$$(id -u)" = 0 ] && \
+		command -v apt-get >/dev/null && apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium graphviz >/dev/null; } || \
+		echo "Chromium or Graphviz is missing (apt-get install chromium graphviz): their tests will be skipped"
 
-test: setup browser lint
+test: setup system-packages lint
 	$(PY) -m pytest --cov --cov-report=term
 
 lint:

@@ -106,3 +106,28 @@ def peak_bytes(run: Run) -> pd.DataFrame:
     ]
     table = pd.DataFrame(rows, columns=["kind", "buffer_bytes", "peak_bytes"])
     return table.sort_values("buffer_bytes", ascending=False, ignore_index=True)
+
+
+def bytes_in_use(run: Run) -> pd.DataFrame:
+    """Per graph and buffer kind, bytes in use while it ran: weights (their buffers), the KV
+    cache (its buffers' share of cells in use) and compute (the peak of live intermediates of
+    the graph's structure). Columns: graph_id, start_ns, kind, bytes."""
+    graphs = run.graphs[["graph_id", "structure_id", "start_ns"]]
+    sizes = run.buffers.groupby("kind")["size"].sum()
+    rows = []
+    if "weights" in sizes:
+        rows.append(graphs.assign(kind="weights", bytes=int(sizes["weights"])))
+    fill = kv_cache_fill(run)
+    if not fill.empty and "kv_cache" in sizes:
+        per_graph = fill.groupby("graph_id")["fill"].max()
+        kv = graphs.assign(kind="kv_cache", bytes=(graphs["graph_id"].map(per_graph).fillna(0) * sizes["kv_cache"]))
+        rows.append(kv.astype({"bytes": np.int64}))
+    peaks = {}
+    for structure_id, graph_id in run.graphs.groupby("structure_id")["graph_id"].first().items():
+        live = live_bytes(occupancy(run, int(graph_id)))
+        peaks[structure_id] = int(live.max()) if len(live) else 0
+    rows.append(graphs.assign(kind="compute", bytes=graphs["structure_id"].map(peaks).fillna(0).astype(np.int64)))
+    table = (
+        pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=["graph_id", "start_ns", "kind", "bytes"])
+    )
+    return table[["graph_id", "start_ns", "kind", "bytes"]].sort_values(["start_ns", "kind"], ignore_index=True)

@@ -96,6 +96,9 @@ def backends(run: Run) -> list[str]:
 
 def summarize(run: Run, top: int = 10) -> dict[str, Any]:
     """Everything `ggml-viz summary` shows, as plain data."""
+    from .findings import findings
+    from .flops import throughput_by_op
+
     manifest = run.manifest
     tokens = run.tokens
     prompt_graphs = run.graphs[run.graphs["phase"] == "prompt"]["graph_id"]
@@ -127,6 +130,8 @@ def summarize(run: Run, top: int = 10) -> dict[str, Any]:
         "memory_by_buffer": _records(memory_by_buffer(run)),
         "weight_reads": weight_reads(run),
         "kv_cache": _kv_summary(run),
+        "throughput_by_op": _records(throughput_by_op(run).head(top)),
+        "findings": findings(run),
     }
 
 

@@ -14,7 +14,11 @@ from collections.abc import Sequence
 from .._errors import CommandError, GgmlVizError
 from .._version import __version__
 from .base import Command
+from .bench import BenchCommand
+from .diff import DiffCommand
+from .export import ExportCommand
 from .memmap import MemmapCommand
+from .query import QueryCommand
 from .record import RecordCommand
 from .run import RunCommand
 from .summary import SummaryCommand
@@ -22,7 +26,8 @@ from .validate import ValidateCommand
 from .view import ViewCommand
 
 COMMANDS: list[type[Command]] = [
-    RecordCommand, RunCommand, SummaryCommand, ViewCommand, MemmapCommand, ValidateCommand,
+    RecordCommand, RunCommand, SummaryCommand, ViewCommand, ExportCommand, QueryCommand, DiffCommand, BenchCommand,
+    MemmapCommand, ValidateCommand,
 ]  # fmt: skip
 
 

@@ -175,6 +175,7 @@ def render_summary(summary: dict[str, Any], console: Console, short: bool = Fals
         if not short:
             console.print(_time_table("top layers", "layer", summary["top_layers"]))
             console.print(_time_table("top tensors", "name", summary["top_tensors"]))
+            console.print(_throughput_table(summary["throughput_by_op"]))
     else:
         console.print("no node was timed on its own (graph detail): graph times only")
     memory = Table(
@@ -193,6 +194,25 @@ def render_summary(summary: dict[str, Any], console: Console, short: bool = Fals
         source = "the file mapping" if reads["weights_from_mmap"] else "loaded copies"
         per_graph = format_bytes(reads["weight_bytes_per_graph"])
         console.print(f"weight bytes the ops of a graph take as sources: {per_graph}, from {source}")
+    if summary.get("findings"):
+        console.print("[bold]findings[/]")
+        for finding in summary["findings"]:
+            console.print(f"  • {finding}", markup=False, highlight=False)
+
+
+def _throughput_table(rows: list[dict[str, Any]]) -> Table:
+    title = "work and throughput by op (estimates, see ggml_viz.analysis.flops)"
+    table = Table("op", "time", "GFLOP", "GB moved", "GFLOP/s", "GB/s", "FLOP/byte", title=title, title_justify="left")
+
+    def number(value: Any, digits: int = 2) -> str:
+        return "—" if value is None or value != value else f"{value:,.{digits}f}"
+
+    for row in rows:
+        table.add_row(
+            row["op"], format_ms(row["time_ns"]), number(row["flops"] / 1e9, 3), number(row["bytes"] / 1e9, 3),
+            number(row["gflop_per_s"]), number(row["gb_per_s"]), number(row["flops_per_byte"]),
+        )  # fmt: skip
+    return table
 
 
 def _time_table(title: str, key: str, rows: list[dict[str, Any]]) -> Table:

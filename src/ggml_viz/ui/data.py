@@ -19,12 +19,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..analysis.graph_view import graph_view
 from ..analysis.memory import kv_cache_fill, live_bytes, occupancy
 from ..analysis.summary import summarize
 from ..layers import NO_LAYER
 from ..runformat.reader import Run, open_run
 from ..runformat.schema import NO_ID
-from .graph_layout import graph_view
 
 DETAIL_LIMIT = 4000  # a window holding more node bars than this is summed per pixel column
 EVENT_PAGE_LIMIT = 500
@@ -454,52 +454,8 @@ class RunView:
             "by_op": by_op,
             "by_layer": by_layer,
             "by_tensor": by_tensor[:500],
-            "findings": self._findings(by_op, by_layer, by_tensor, total_time),
+            "findings": self.overview["summary"]["findings"],
         }
-
-    def _findings(
-        self, by_op: list[dict[str, Any]], by_layer: list[dict[str, Any]], by_tensor: list[dict[str, Any]], total: int
-    ) -> list[str]:
-        """The top bottlenecks, in words."""
-        if not total:
-            return ["No node was timed on its own in this run (graph detail): only graph times are known."]
-        findings = []
-        top = by_op[0]
-        findings.append(f"{top['op']} takes {top['time_share']:.0%} of node time ({top['count']:,} node events).")
-        if len(by_op) > 1:
-            second = by_op[1]
-            findings.append(f"Next is {second['op']} with {second['time_share']:.0%}.")
-        layers = [row for row in by_layer if row["layer"] != "none"]
-        if layers:
-            shares = [row["time_share"] for row in layers]
-            mean_share = sum(shares) / len(shares)
-            slowest = layers[0]
-            findings.append(
-                f"Layer {slowest['layer']} is the slowest layer: {slowest['time_share']:.1%} of node time, "
-                f"against {mean_share:.1%} for the mean layer."
-            )
-        if by_tensor:
-            findings.append(
-                f"The costliest single tensor is {by_tensor[0]['tensor']} ({by_tensor[0]['time_share']:.1%})."
-            )
-        phases = {row["phase"]: row for row in self.overview["summary"]["phases"]}
-        if "prompt" in phases and "decode" in phases and phases["decode"]["tokens_per_s"]:
-            ratio = phases["prompt"]["tokens_per_s"] / phases["decode"]["tokens_per_s"]
-            findings.append(
-                f"Prompt processing runs at {phases['prompt']['tokens_per_s']:,.0f} tokens/s, "
-                f"{ratio:,.1f}× the decode rate of {phases['decode']['tokens_per_s']:,.1f} tokens/s."
-            )
-        reads = self.overview["summary"].get("weight_reads") or {}
-        decode_graphs = self.graphs[self.graphs["phase"] == "decode"]
-        if reads.get("weight_bytes_per_graph") and len(decode_graphs):
-            seconds = float((decode_graphs["end_ns"] - decode_graphs["start_ns"]).median()) / 1e9
-            if seconds > 0:
-                rate = reads["weight_bytes_per_graph"] / seconds / 1e9
-                findings.append(
-                    f"Each decode step reads {reads['weight_bytes_per_graph'] / 2**20:,.1f} MiB of weights: "
-                    f"{rate:,.2f} GB/s at the median decode time, the memory traffic that bounds decode speed."
-                )
-        return findings
 
     # -- event log -------------------------------------------------------------------
 

@@ -183,3 +183,20 @@ def _place(items: dict[str, dict[str, Any]], links: dict[tuple[str, str], dict[s
         items[key]["x"] = band + int(column[key])
     for item in items.values():
         item["band"] = band
+
+
+def graph_view_of(run: Any, graph_id: int, layer: int | None) -> dict[str, Any]:
+    """graph_view for one graph of a run (a ggml_viz Run), node times from its node_times."""
+    graphs = run.raw("graphs")
+    rows = graphs[graphs["graph_id"] == graph_id]
+    if rows.empty:
+        raise KeyError(graph_id)
+    structure_id = int(rows["structure_id"].iloc[0])
+    nodes = run.raw("structure_nodes")
+    nodes = nodes[nodes["structure_id"] == structure_id].sort_values("node_index")
+    edges = run.raw("edges")
+    edges = edges[edges["structure_id"] == structure_id]
+    times = run.raw("node_times")
+    times = times[times["graph_id"] == graph_id]
+    durations = dict(zip(times["node_index"].tolist(), (times["end_ns"] - times["start_ns"]).tolist(), strict=True))
+    return graph_view(nodes, edges, run.raw("tensors"), durations, layer, graph_id)

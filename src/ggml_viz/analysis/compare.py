@@ -1,0 +1,85 @@
+"""Two runs side by side: the settings that differ, and where the time moved.
+
+Times are compared per graph of a phase (the mean time a decode step, or a prompt,
+spends in each op, layer or tensor), so runs of different lengths compare fairly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from ..runformat.reader import Run
+from .summary import backends, phase_stats, timed_nodes
+
+
+def settings(run: Run) -> dict[str, Any]:
+    """What a comparison should name when it differs."""
+    manifest = run.manifest
+    context = (manifest.get("contexts") or [{}])[0]
+    model = manifest.get("model") or {}
+    files = manifest.get("model_files") or {}
+    capture = manifest.get("capture") or {}
+    return {
+        "model file": model.get("path"),
+        "model file hash": next((entry.get("content_hash") for entry in files.values()), None),
+        "model": model.get("description"),
+        "threads": context.get("n_threads"),
+        "batch threads": context.get("n_threads_batch"),
+        "context size": context.get("n_ctx"),
+        "flash attention": context.get("flash_attn"),
+        "backend": ", ".join(backends(run)),
+        "recorder": capture.get("recorder"),
+        "timing": capture.get("timing"),
+        "detail": capture.get("detail"),
+        "llama-cpp-python": (manifest.get("versions") or {}).get("llama_cpp_python"),
+        "ggml": str((manifest.get("versions") or {}).get("ggml")),
+    }
+
+
+def per_graph_time(run: Run, key: str) -> pd.DataFrame:
+    """Mean node time per graph of each phase, by `key` (op, layer or name)."""
+    nodes = timed_nodes(run).merge(run.graphs[["graph_id", "phase"]], on="graph_id")
+    nodes = nodes.assign(layer=nodes["layer"].astype("object").where(nodes["layer"].notna(), "none"))
+    graphs = run.graphs.groupby("phase").size()
+    total = nodes.groupby(["phase", key])["duration_ns"].sum().reset_index()
+    total["per_graph_ns"] = total["duration_ns"] / total["phase"].map(graphs)
+    return total[["phase", key, "per_graph_ns"]]
+
+
+def compare(a: Run, b: Run, top: int = 15) -> dict[str, Any]:
+    left, right = settings(a), settings(b)
+    differing = {name: {"a": left[name], "b": right[name]} for name in left if left[name] != right[name]}
+    speed: dict[str, dict[str, float]] = {}
+    for side, run in (("a", a), ("b", b)):
+        for row in phase_stats(run).itertuples():
+            speed.setdefault(row.phase, {})[side] = float(row.tokens_per_s)
+    deltas: dict[str, list[dict[str, Any]]] = {}
+    for key in ("op", "layer", "name"):
+        table = (
+            per_graph_time(a, key)
+            .merge(per_graph_time(b, key), on=["phase", key], how="outer", suffixes=("_a", "_b"))
+            .fillna(0.0)
+        )
+        table["delta_ns"] = table["per_graph_ns_b"] - table["per_graph_ns_a"]
+        table["ratio"] = table["per_graph_ns_b"] / table["per_graph_ns_a"].where(table["per_graph_ns_a"] > 0)
+        table = table.reindex(table["delta_ns"].abs().sort_values(ascending=False).index).head(top)
+        deltas[key] = [
+            {
+                "phase": row.phase,
+                key: row[key] if key != "layer" else str(row[key]),
+                "a_ns": float(row.per_graph_ns_a),
+                "b_ns": float(row.per_graph_ns_b),
+                "delta_ns": float(row.delta_ns),
+                "ratio": None if pd.isna(row.ratio) else float(row.ratio),
+            }
+            for _, row in table.iterrows()
+        ]
+    return {
+        "a": str(a.path),
+        "b": str(b.path),
+        "settings_that_differ": differing,
+        "tokens_per_s": speed,
+        "per_graph_time_by": deltas,
+    }

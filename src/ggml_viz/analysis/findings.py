@@ -1,0 +1,78 @@
+"""The top bottlenecks of a run, in words."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from ..runformat.reader import Run
+from .components import components
+from .summary import phase_stats, timed_nodes, weight_reads
+
+_LAYER_SUFFIX = re.compile(r"-\d+(?=$|[\s(])")
+
+
+def findings(run: Run) -> list[str]:
+    nodes = timed_nodes(run)
+    if nodes.empty:
+        return ["No node was timed on its own in this run (graph detail): only graph times are known."]
+    nodes = nodes.merge(run.graphs[["graph_id", "phase"]], on="graph_id")
+    said = []
+    for phase in ("decode", "prompt"):
+        part = nodes[nodes["phase"] == phase]
+        if part.empty:
+            continue
+        total = part["duration_ns"].sum()
+        # the same tensor in every layer ("ffn_out" for ffn_out-0 … ffn_out-29)
+        kinds = part.assign(kind=part["name"].str.replace(_LAYER_SUFFIX, "", regex=True))
+        top = kinds.groupby(["op", "kind"])["duration_ns"].sum().sort_values(ascending=False)
+        (op, kind), time = next(iter(top.items()))
+        said.append(f"{op} in {kind} takes {time / total:.0%} of {phase} node time.")
+        by_component = part.groupby(components(part["name"]))["duration_ns"].sum().sort_values(ascending=False)
+        shares = ", ".join(f"{name} {value / total:.0%}" for name, value in by_component.head(4).items())
+        said.append(f"By component ({phase}): {shares}.")
+    said.extend(_growth_with_context(run, nodes))
+    phases = phase_stats(run).set_index("phase")
+    if {"prompt", "decode"} <= set(phases.index) and phases.loc["decode", "tokens_per_s"]:
+        ratio = phases.loc["prompt", "tokens_per_s"] / phases.loc["decode", "tokens_per_s"]
+        said.append(
+            f"Prompt processing runs {ratio:,.1f}× faster per token than decoding "
+            f"({phases.loc['prompt', 'tokens_per_s']:,.0f} vs {phases.loc['decode', 'tokens_per_s']:,.1f} tokens/s)."
+        )
+    reads = weight_reads(run)
+    decode = run.graphs[run.graphs["phase"] == "decode"]
+    if reads.get("weight_bytes_per_graph") and len(decode):
+        seconds = float((decode["end_ns"] - decode["start_ns"]).median()) / 1e9
+        if seconds > 0:
+            said.append(
+                f"Each decode step reads {reads['weight_bytes_per_graph'] / 2**20:,.1f} MiB of weights: "
+                f"{reads['weight_bytes_per_graph'] / seconds / 1e9:,.2f} GB/s at the median step, the memory "
+                "traffic that bounds decode speed."
+            )
+    return said
+
+
+def _growth_with_context(run: Run, nodes: pd.DataFrame) -> list[str]:
+    """Ops whose time per decode step grows with the context (attention over more cells)."""
+    decode = nodes[nodes["phase"] == "decode"]
+    positions = run.tokens.groupby("graph_id")["pos"].max()
+    if decode["graph_id"].nunique() < 8:
+        return []
+    said = []
+    per_graph = decode.groupby(["op", "graph_id"])["duration_ns"].sum().reset_index()
+    for op, group in per_graph.groupby("op"):
+        context = positions.reindex(group["graph_id"]).to_numpy(np.float64)
+        time = group["duration_ns"].to_numpy(np.float64)
+        if np.std(context) == 0 or np.std(time) == 0:
+            continue
+        correlation = float(np.corrcoef(context, time)[0, 1])
+        slope, intercept = np.polyfit(context, time, 1)
+        start, end = slope * context.min() + intercept, slope * context.max() + intercept
+        if correlation > 0.6 and start > 0 and end / start > 1.25:
+            said.append(
+                f"{op} time grows with context length: {end / start:.1f}× from position "
+                f"{int(context.min())} to {int(context.max())} (correlation {correlation:.2f})."
+            )
+    return said

@@ -1,0 +1,71 @@
+from __future__ import annotations
+
+import argparse
+import json
+
+from rich.console import Console
+from rich.table import Table
+
+from ..analysis.compare import compare
+from ..runformat.reader import open_run
+from .base import Command
+from .common import format_ms, positive_int
+
+
+class DiffCommand(Command):
+    """Compare two runs: the settings that differ (model file, quantization, threads, backend,
+    ...), tokens/s, and the mean time per graph by op, layer and tensor (B minus A).
+
+    example:
+      ggml-viz diff one-thread.ggmlviz two-threads.ggmlviz
+      ggml-viz diff a.ggmlviz b.ggmlviz --json | jq '.per_graph_time_by.op'
+    """
+
+    name = "diff"
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("a", help="the first run (A)")
+        parser.add_argument("b", help="the second run (B)")
+        parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+        parser.add_argument("--top", type=positive_int, default=15, help="rows per table (default: 15)")
+
+    def run(self, args: argparse.Namespace) -> int:
+        result = compare(open_run(args.a), open_run(args.b), top=args.top)
+        if args.json:
+            print(json.dumps(result, indent=2, default=str))
+            return 0
+        console = Console()
+        console.print(f"A: {result['a']}\nB: {result['b']}", markup=False, highlight=False)
+        differ = Table("setting", "A", "B", title="settings that differ", title_justify="left")
+        for name, values in result["settings_that_differ"].items():
+            differ.add_row(name, str(values["a"]), str(values["b"]))
+        console.print(differ if result["settings_that_differ"] else "settings: the same")
+        speed = Table("phase", "A tok/s", "B tok/s", "B/A", title="speed", title_justify="left")
+        for phase, values in result["tokens_per_s"].items():
+            a, b = values.get("a"), values.get("b")
+            speed.add_row(
+                phase, f"{a:,.1f}" if a else "—", f"{b:,.1f}" if b else "—", f"{b / a:,.2f}" if a and b else "—"
+            )
+        console.print(speed)
+        for key, rows in result["per_graph_time_by"].items():
+            table = Table(
+                "phase",
+                key,
+                "A per graph",
+                "B per graph",
+                "B − A",
+                "B/A",
+                title=f"time per graph by {key} (largest changes)",
+                title_justify="left",
+            )
+            for row in rows:
+                table.add_row(
+                    row["phase"],
+                    str(row[key]),
+                    format_ms(row["a_ns"]),
+                    format_ms(row["b_ns"]),
+                    format_ms(row["delta_ns"]),
+                    f"{row['ratio']:.2f}" if row["ratio"] else "—",
+                )
+            console.print(table)
+        return 0

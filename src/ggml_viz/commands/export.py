@@ -1,0 +1,72 @@
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .._errors import CommandError
+from ..runformat.reader import open_run
+from .base import Command
+
+
+class ExportCommand(Command):
+    """Export a run for other tools: Perfetto, Chrome tracing, CSV/Parquet, Graphviz, speedscope,
+    TensorBoard, pictures.
+
+    The format comes from --format or the output's ending (`ggml-viz export --list` lists them).
+
+    example:
+      ggml-viz export france.ggmlviz -o france.pftrace             # open in ui.perfetto.dev
+      ggml-viz export france.ggmlviz -o france.json                # chrome://tracing
+      ggml-viz export france.ggmlviz -o tables/ --format parquet
+      ggml-viz export france.ggmlviz -o layer3.svg --graph 1 --layer 3
+      ggml-viz export france.ggmlviz -o france.speedscope.json     # speedscope.app
+    """
+
+    name = "export"
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("run", nargs="?", help="run directory (NAME.ggmlviz)")
+        parser.add_argument("-o", "--output", help="file (or folder, for csv, parquet, tensorboard) to write")
+        parser.add_argument("-f", "--format", help="format name (default: from the output's ending)")
+        parser.add_argument("--graph", type=int, help="graph pictures: the graph to draw (default: the first decode)")
+        parser.add_argument("--layer", type=int, help="graph pictures: draw this layer's nodes (default: layers)")
+        parser.add_argument("--list", action="store_true", help="list the formats and exit")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from ..export import EXPORTERS, ExportOptions, exporter_for
+
+        if args.list:
+            table = Table("format", "file endings", "what", title="export formats", title_justify="left")
+            for exporter in EXPORTERS.values():
+                table.add_row(exporter.name, " ".join(exporter.extensions), exporter.summary)
+            Console().print(table)
+            return 0
+        if not args.run or not args.output:
+            raise CommandError("give a run and -o OUTPUT (or --list)")
+        output = Path(args.output)
+        exporter = exporter_for(args.format, output)
+        run = open_run(args.run)
+        if output.parent and not output.parent.exists():
+            raise CommandError(f"{output.parent} does not exist")
+        console = Console(stderr=True)
+        with Progress(
+            TextColumn(f"exporting {exporter.name}"),
+            BarColumn(),
+            TextColumn("{task.percentage:>3.0f}%"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        ) as progress:
+            task = progress.add_task("export", total=None)
+            options = ExportOptions(
+                graph_id=args.graph,
+                layer=args.layer,
+                progress=lambda done, total: progress.update(task, completed=done, total=total or None),
+            )
+            said = exporter.export(run, output, options)
+        print(f"wrote {exporter.name}: {said}")
+        return 0

@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+from .._errors import CommandError
+from ..analysis.sql import TABLE_DOCS, run_query
+from ..runformat.reader import open_run
+from .base import Command
+
+
+class QueryCommand(Command):
+    """Ask a run anything in SQL (DuckDB), over the reader's tables as views.
+
+    Views: graphs, nodes, edges, tokens, buffers, tensors, memory_map (joined and described,
+    as `ggml_viz.open` gives them) and raw_graphs, raw_node_times, raw_structure_nodes,
+    raw_edges, raw_tensors, raw_buffers (as stored). `--tables` lists their columns.
+
+    example:
+      ggml-viz query france.ggmlviz "select op, sum(duration_ns)/1e6 ms from nodes group by op order by ms desc"
+      ggml-viz query france.ggmlviz "select layer, sum(duration_ns) from nodes where op = 'MUL_MAT' group by 1" -o csv
+    """
+
+    name = "query"
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("run", help="run directory (NAME.ggmlviz)")
+        parser.add_argument("sql", nargs="?", help="the query")
+        parser.add_argument("-o", "--output", choices=("table", "csv", "json"), default="table",
+                            help="output: a table (default), CSV or JSON records")  # fmt: skip
+        parser.add_argument("--tables", action="store_true", help="list the views and their columns")
+
+    def run(self, args: argparse.Namespace) -> int:
+        run = open_run(args.run)
+        if args.tables:
+            for name, doc in TABLE_DOCS.items():
+                print(f"{name}: {doc}")
+            return 0
+        if not args.sql:
+            raise CommandError("give a query (or --tables)")
+        result = run_query(run, args.sql)
+        if args.output == "csv":
+            result.to_csv(sys.stdout, index=False)
+        elif args.output == "json":
+            print(json.dumps(json.loads(result.to_json(orient="records")), indent=1))
+        else:
+            table = Table(*[str(column) for column in result.columns])
+            for row in result.itertuples(index=False):
+                table.add_row(*["" if value is None else str(value) for value in row])
+            Console().print(table)
+        return 0
