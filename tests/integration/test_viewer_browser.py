@@ -232,3 +232,27 @@ def test_the_live_view_gains_graphs_while_a_recording_runs(page, tmp_path, model
             recording.kill()
         viewer.stop()
         time.sleep(0.2)
+
+
+def test_the_html_report_works_offline_and_shows_the_top_ops(browser, served_run, tmp_path, screenshots):
+    from ggml_viz.commands import main
+
+    _, run = served_run
+    report = tmp_path / "report.html"
+    assert main(["export", str(run.path), "-o", str(report)]) == 0
+    page = browser.new_page(viewport={"width": 1440, "height": 900})
+    requests: list[str] = []
+    errors: list[str] = []
+    page.on("request", lambda request: requests.append(request.url))
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(report.as_uri())
+    page.wait_for_selector("body[data-ready='1']")
+    assert "MUL_MAT" in page.inner_text("[data-testid=time-by-op]")
+    for view in ("timeline", "graph", "memory", "stats", "events"):
+        page.click(f"#tabs button[data-tab={view}]")
+        page.wait_for_timeout(300)
+    page.wait_for_selector("#view-events [data-testid=event-table] .vrow")
+    page.screenshot(path=str(screenshots / "report-events.png"))
+    page.close()
+    assert requests == [report.as_uri()], requests  # the file itself, and nothing else
+    assert not errors, errors

@@ -87,7 +87,8 @@ class TensorBoardExporter(Exporter):
             for step, (_, group) in enumerate(nodes.groupby("graph_id")):
                 for op, times in group.groupby("op")["duration_ns"]:
                     writer.add_histogram(f"op_time_us/{op}", times.to_numpy(dtype="float64") / 1e3, step)
-                for layer, times in group.groupby(group["layer"].map(layer_label))["duration_ns"]:
+                tags = group["layer"].map(layer_label).str.replace(" ", "_")  # TensorBoard tags take no spaces
+                for layer, times in group.groupby(tags)["duration_ns"]:
                     writer.add_scalar(f"layer_time_us/{layer}", float(times.sum()) / 1e3, step)
                 options.progress(step + 1, len(graphs))
         finally:

@@ -9,6 +9,7 @@ from .base import Exporter
 from .graphs import DotExporter, PngGraphExporter, SvgGraphExporter
 from .pictures import MemoryPngExporter, MemorySvgExporter, TimelinePngExporter, TimelineSvgExporter
 from .profiles import SpeedscopeExporter, TensorBoardExporter
+from .report import HtmlReportExporter
 from .tables import CsvExporter, ParquetExporter
 from .traces import ChromeJsonExporter, PerfettoExporter
 
@@ -28,6 +29,7 @@ EXPORTERS: dict[str, Exporter] = {
         MemoryPngExporter(),
         SpeedscopeExporter(),
         TensorBoardExporter(),
+        HtmlReportExporter(),
     )
 }
 

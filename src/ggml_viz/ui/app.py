@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import threading
 import time
 from importlib import resources
@@ -23,7 +22,7 @@ from starlette.routing import Route
 
 from .._errors import GgmlVizError
 from ..runformat.schema import MANIFEST_FILE
-from .data import EventFilter, RunView
+from .data import EventFilter, RunView, json_safe
 from .security import Guard
 
 STATIC_FILES = {"app.js": "text/javascript", "app.css": "text/css", "index.html": "text/html"}
@@ -282,18 +281,8 @@ def _json(content: Any) -> Response:
     try:
         body = json.dumps(content, separators=(",", ":"), allow_nan=False)
     except ValueError:  # a NaN somewhere (an empty mean): JSON has none, send null
-        body = json.dumps(_without_nan(content), separators=(",", ":"))
+        body = json.dumps(json_safe(content), separators=(",", ":"))
     return Response(body, media_type="application/json")
-
-
-def _without_nan(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: _without_nan(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_without_nan(item) for item in value]
-    return value
 
 
 def _text(status: int, message: str) -> Response:

@@ -515,6 +515,17 @@ class RunView:
         }
 
 
+def json_safe(value: Any) -> Any:
+    """`value` with every NaN or infinity as None (JSON has neither)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(item) for item in value]
+    return value
+
+
 def _event_key(graph_or_structure: np.ndarray, node_index: np.ndarray) -> np.ndarray:
     return (graph_or_structure.astype(np.int64) << 32) | node_index.astype(np.int64)
 

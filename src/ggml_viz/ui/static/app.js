@@ -13,12 +13,57 @@ if (params.get("token")) {
   history.replaceState(null, "", location.pathname + location.hash); // keep the token out of the address bar
 }
 
+// A self-contained report (`ggml-viz export --format html`) carries its answers in the page.
+const EMBEDDED = (() => {
+  const element = document.getElementById("ggml-viz-data");
+  return element ? JSON.parse(element.textContent) : null;
+})();
+
 async function api(path, query = {}) {
+  if (EMBEDDED) return embeddedAnswer(path, query);
   const qs = new URLSearchParams();
   for (const [key, value] of Object.entries(query)) if (value !== undefined && value !== null && value !== "") qs.set(key, value);
   const response = await fetch(`/api/${path}${qs.toString() ? "?" + qs : ""}`, { headers: { "X-GGML-Viz-Token": TOKEN } });
   if (!response.ok) throw new Error(`${response.status}: ${await response.text()}`);
   return response.json();
+}
+
+function embeddedAnswer(path, query) {
+  const answers = EMBEDDED.answers;
+  if (path === "runs") return answers.runs;
+  const part = path.replace(/^runs\/[^/]+\//, "");
+  const missing = () => { throw new Error("not in this report: open the run with `ggml-viz view` for everything"); };
+  if (["overview", "stats", "graphs", "memory", "timeline"].includes(part)) return answers[part];
+  let match;
+  if ((match = part.match(/^graph\/(\d+)$/))) return answers[`graph/${match[1]}/${query.layer ?? ""}`] || missing();
+  if ((match = part.match(/^occupancy\/(\d+)$/))) return answers[`occupancy/${match[1]}`] || missing();
+  const events = answers.events, n = events.graph_id.length;
+  const row = (i) => Object.fromEntries(Object.keys(events).map((key) => [key, events[key][i]]).concat([["event", i]]));
+  if ((match = part.match(/^event\/(\d+)$/))) return Number(match[1]) < n ? row(Number(match[1])) : missing();
+  if (part === "node") {
+    for (let i = 0; i < n; i++) if (events.graph_id[i] === Number(query.graph) && events.node_index[i] === Number(query.index)) {
+      const r = row(i);
+      return { ...r, end_ns: r.start_ns === null ? null : r.start_ns + r.duration_ns, tokens: "", nbytes: null, buffer: null, sources: [] };
+    }
+    return missing();
+  }
+  if (part === "search" || part === "events") {
+    const name = String(query.name || query.q || "").toLowerCase(), layer = query.layer === undefined || query.layer === "" ? null : Number(query.layer);
+    const t0 = query.t0 === undefined || query.t0 === "" ? null : Number(query.t0), t1 = query.t1 === undefined || query.t1 === "" ? null : Number(query.t1);
+    const hits = [];
+    for (let i = 0; i < n; i++) {
+      if (query.op && events.op[i] !== query.op) continue;
+      if (name && !events.name[i].toLowerCase().includes(name) && !(part === "search" && events.op[i].toLowerCase().includes(name))) continue;
+      if (layer !== null && events.layer[i] !== layer) continue;
+      if (t0 !== null && (events.start_ns[i] === null || events.start_ns[i] + events.duration_ns[i] <= t0)) continue;
+      if (t1 !== null && (events.start_ns[i] === null || events.start_ns[i] >= t1)) continue;
+      hits.push(i);
+    }
+    if (part === "search") return { hits: hits.slice(0, 200).map(row) };
+    const offset = Number(query.offset || 0), limit = Number(query.limit || 100);
+    return { total: hits.length, offset, rows: hits.slice(offset, offset + limit).map(row) };
+  }
+  return missing();
 }
 
 function h(tag, attrs = {}, ...children) {
@@ -169,7 +214,7 @@ async function openRun(runId) {
   state.overview = await api(`runs/${runId}/overview`);
   document.body.dataset.ready = "1";
   showTab((location.hash || "#overview").slice(1));
-  if (state.live || state.overview.summary.status === "recording") followLive(runId);
+  if (!EMBEDDED && (state.live || state.overview.summary.status === "recording")) followLive(runId);
 }
 
 async function start() {
@@ -783,8 +828,10 @@ async function renderMemory() {
     upper.append(h("h3", { text: `KV cache: cells in use per layer (rows) over the graphs (columns): up to ${most} of ${kv.capacity} (color scaled to ${most})` }), canvas);
     drawKv(canvas, kv);
   }
-  const graphChoice = h("select", { "data-testid": "occupancy-graph" }, state.overview.graph_bars.graph_id.slice(0, 2000).map((g, i) =>
-    h("option", { value: g, text: `graph ${g} · ${state.overview.graph_bars.phase[i]}` })));
+  const bars = state.overview.graph_bars;
+  const choices = EMBEDDED ? EMBEDDED.answers.graphs.graphs.map((g) => bars.graph_id.indexOf(g.graph_id)) : bars.graph_id.slice(0, 2000).map((_, i) => i);
+  const graphChoice = h("select", { "data-testid": "occupancy-graph" }, choices.map((i) =>
+    h("option", { value: bars.graph_id[i], text: `graph ${bars.graph_id[i]} · ${bars.phase[i]}` })));
   const occCanvas = h("canvas", { "data-testid": "occupancy" });
   occCanvas.style.width = "100%";
   occCanvas.style.height = "220px";

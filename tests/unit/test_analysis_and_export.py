@@ -1,0 +1,63 @@
+"""FLOPs, findings and exporter lookup on a synthetic run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import ggml_viz
+from ggml_viz._errors import CommandError
+from ggml_viz.analysis.components import component_of
+from ggml_viz.analysis.findings import findings
+from ggml_viz.analysis.flops import node_costs, throughput_by_op
+from ggml_viz.export import exporter_for
+from ggml_viz.runformat.synthetic import write_synthetic_run
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    return ggml_viz.open(write_synthetic_run(tmp_path_factory.mktemp("a") / "s.ggmlviz", graphs=12, layers=3))
+
+
+def test_matmul_flops_are_two_k_n_m_and_bytes_count_sources_and_output(run):
+    costs = node_costs(run).set_index("node_index")
+    q0 = costs.loc[3]  # Qcur-0: a 576x256 weight (K = 576) times a 576-vector, output 576x1
+    assert q0["op"] == "MUL_MAT" and q0["flops"] == 2 * 576 * 576 * 1
+    assert q0["bytes"] == (1 << 16) + 2304 + 2304  # the weight, the activation, the output
+    add = costs[costs["op"] == "ADD"].iloc[0]
+    assert add["flops"] == 576  # one per output element
+
+
+def test_throughput_is_work_over_time(run):
+    table = throughput_by_op(run).set_index("op")
+    row = table.loc["MUL_MAT"]
+    assert row["gflop_per_s"] == pytest.approx(row["flops"] / 1e9 / (row["time_ns"] / 1e9))
+    assert row["flops_per_byte"] == pytest.approx(row["flops"] / row["bytes"])
+
+
+def test_findings_name_the_costliest_tensor_and_components(run):
+    said = findings(run)
+    assert any(text.startswith("MUL_MAT in ffn_") for text in said)  # the synthetic FFN matmuls cost most
+    assert any(text.startswith("By component (decode): ffn") for text in said)
+
+
+@pytest.mark.parametrize(
+    ("name", "component"),
+    [("Qcur-3", "attention"), ("kq_soft_max-0", "attention"), ("ffn_up-2", "ffn"), ("attn_norm-1", "norm"),
+     ("result_output", "output"), ("embd", "input"), ("l_out-4", "other")],
+)  # fmt: skip
+def test_components(name, component):
+    assert component_of(name) == component
+
+
+def test_exporters_are_found_by_name_or_longest_ending():
+    assert exporter_for(None, Path("a.speedscope.json")).name == "speedscope"
+    assert exporter_for(None, Path("a.json")).name == "chrome-json"
+    assert exporter_for(None, Path("a.timeline.png")).name == "timeline-png"
+    assert exporter_for(None, Path("a.png")).name == "png"
+    assert exporter_for("perfetto", Path("whatever")).name == "perfetto"
+    with pytest.raises(CommandError, match="unknown format"):
+        exporter_for("pdf", Path("a.pdf"))
+    with pytest.raises(CommandError, match="cannot tell the format"):
+        exporter_for(None, Path("a.pdf"))
