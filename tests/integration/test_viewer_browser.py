@@ -256,3 +256,23 @@ def test_the_html_report_works_offline_and_shows_the_top_ops(browser, served_run
     page.close()
     assert requests == [report.as_uri()], requests  # the file itself, and nothing else
     assert not errors, errors
+
+
+def test_a_directory_of_runs_lists_them_and_compares_two(page, tmp_path):
+    from ggml_viz.runformat.synthetic import write_synthetic_run
+
+    write_synthetic_run(tmp_path / "runs" / "small.ggmlviz", graphs=8, layers=2, seed=1)
+    write_synthetic_run(tmp_path / "runs" / "large.ggmlviz", graphs=8, layers=4, seed=2)
+    viewer = make_viewer(tmp_path / "runs", port=0)
+    viewer.serve_in_background()
+    try:
+        page.goto(viewer.url)
+        page.wait_for_selector("[data-testid=runs] input[type=checkbox]")
+        assert page.locator("[data-testid=runs] tr").count() == 3
+        for box in page.locator("[data-testid=runs] input[type=checkbox]").all():
+            box.check()
+        page.click("[data-testid=compare]")
+        page.wait_for_selector("[data-testid=comparison] table")
+        assert "time per graph by op" in page.text_content("[data-testid=comparison]")
+    finally:
+        viewer.stop()

@@ -169,3 +169,16 @@ def test_a_damaged_run_is_one_clear_error(tmp_path):
     (damaged / "manifest.json").write_text("{not json")
     with pytest.raises(Exception, match="manifest"):
         make_viewer(damaged, port=0)
+
+
+def test_two_runs_compare_through_the_api(tmp_path):
+    folder = tmp_path / "runs"
+    write_synthetic_run(folder / "a.ggmlviz", graphs=10, layers=3, seed=1)
+    write_synthetic_run(folder / "b.ggmlviz", graphs=10, layers=4, seed=2)
+    _, guard = create_app(RunRegistry(folder), host="127.0.0.1", port=PORT, token=TOKEN)
+    with TestClient(guard, base_url=BASE) as client:
+        assert [run["name"] for run in get(client, "/api/runs").json()["runs"]] == ["a.ggmlviz", "b.ggmlviz"]
+        result = get(client, "/api/compare?a=r0&b=r1").json()
+        by_layer = {(row["phase"], row["layer"]) for row in result["per_graph_time_by"]["layer"]}
+        assert ("decode", "3") in by_layer  # a layer only B has
+        assert get(client, "/api/compare?a=r0&b=r7").status_code == 404

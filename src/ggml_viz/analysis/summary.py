@@ -48,6 +48,14 @@ def time_by_layer(run: Run) -> pd.DataFrame:
     return _time_by(nodes, "layer")
 
 
+def time_by_component(run: Run) -> pd.DataFrame:
+    """Node time by transformer component: input, norm, attention, ffn, output, other."""
+    from .components import components
+
+    nodes = timed_nodes(run)
+    return _time_by(nodes.assign(component=components(nodes["name"])), "component")
+
+
 def time_by_tensor(run: Run) -> pd.DataFrame:
     return _time_by(timed_nodes(run), "name")
 
@@ -127,6 +135,7 @@ def summarize(run: Run, top: int = 10) -> dict[str, Any]:
         "time_by_op": _records(time_by_op(run).head(top)),
         "top_layers": _records(time_by_layer(run).head(top)),
         "top_tensors": _records(time_by_tensor(run).head(top)),
+        "time_by_component": _records(time_by_component(run)),
         "memory_by_buffer": _records(memory_by_buffer(run)),
         "weight_reads": weight_reads(run),
         "kv_cache": _kv_summary(run),

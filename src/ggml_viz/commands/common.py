@@ -175,6 +175,7 @@ def render_summary(summary: dict[str, Any], console: Console, short: bool = Fals
         if not short:
             console.print(_time_table("top layers", "layer", summary["top_layers"]))
             console.print(_time_table("top tensors", "name", summary["top_tensors"]))
+            console.print(_time_table("time by component", "component", summary["time_by_component"]))
             console.print(_throughput_table(summary["throughput_by_op"]))
     else:
         console.print("no node was timed on its own (graph detail): graph times only")

@@ -133,6 +133,16 @@ def create_app(registry: RunRegistry, *, host: str, port: int, token: str) -> tu
     def runs(request: Request) -> Response:
         return _json({"runs": registry.listing(), "live": registry.live})
 
+    def comparison(request: Request) -> Response:
+        from ..analysis.compare import compare
+
+        a, b = request.query_params.get("a", ""), request.query_params.get("b", "")
+        try:
+            left, right = registry.view(a), registry.view(b)
+        except KeyError:
+            raise _NotFound("no such run") from None
+        return _json(compare(left.run, right.run))
+
     def overview(request: Request) -> Response:
         return _json(view_of(request).overview)
 
@@ -227,6 +237,7 @@ def create_app(registry: RunRegistry, *, host: str, port: int, token: str) -> tu
         Route("/", page),
         Route("/static/{name:str}", asset),
         Route("/api/runs", runs),
+        Route("/api/compare", comparison),
         Route(f"{prefix}/overview", overview),
         Route(f"{prefix}/timeline", timeline),
         Route(f"{prefix}/node", node),

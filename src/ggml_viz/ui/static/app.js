@@ -248,11 +248,39 @@ function renderRunList() {
   const section = document.getElementById("view-runs");
   for (const view of document.querySelectorAll(".view")) view.hidden = view !== section;
   document.getElementById("tabs").hidden = true;
+  const picked = new Set();
+  const compareButton = h("button", { class: "btn", text: "compare the two ticked runs", disabled: true, "data-testid": "compare",
+    onclick: () => renderComparison([...picked]) });
+  const open = (run) => { document.getElementById("tabs").hidden = false; openRun(run.run_id); };
   section.replaceChildren(h("h2", { text: "Runs" }), h("table", { class: "runs-table", "data-testid": "runs" },
-    h("tr", {}, ["run", "status", "model", "graphs", "created"].map((c) => h("th", { text: c }))),
-    state.runs.map((run) => h("tr", { onclick: () => { document.getElementById("tabs").hidden = false; openRun(run.run_id); } },
-      h("td", { text: run.name }), h("td", { text: run.status || "?" }), h("td", { text: run.model || "?" }),
-      h("td", { class: "num", text: fmtInt(run.graphs) }), h("td", { text: run.created || "" })))));
+    h("tr", {}, ["", "run", "status", "model", "graphs", "created"].map((c) => h("th", { text: c }))),
+    state.runs.map((run) => {
+      const tick = h("input", { type: "checkbox", "data-run": run.run_id, onclick: (event) => event.stopPropagation(),
+        onchange: () => { if (tick.checked) picked.add(run.run_id); else picked.delete(run.run_id); compareButton.disabled = picked.size !== 2; } });
+      return h("tr", {}, h("td", {}, tick), ...[run.name, run.status || "?", run.model || "?", fmtInt(run.graphs), run.created || ""]
+        .map((text) => h("td", { text, onclick: () => open(run) })));
+    })), h("div", { class: "toolbar" }, compareButton), h("div", { "data-testid": "comparison" }));
+}
+
+async function renderComparison([a, b]) {
+  const holder = document.querySelector("[data-testid=comparison]");
+  const result = await api("compare", { a, b });
+  const name = (id) => (state.runs.find((r) => r.run_id === id) || {}).name || id;
+  const table = (headers, rows) => h("div", { class: "table-wrap" }, h("table", {}, h("tr", {}, headers.map((c) => h("th", { text: c }))),
+    ...rows.map((cells) => h("tr", {}, cells.map((c) => h("td", { text: c }))))));
+  holder.replaceChildren(
+    h("h2", { text: `A: ${name(a)}  ·  B: ${name(b)}` }),
+    h("h3", { text: "settings that differ" }),
+    Object.keys(result.settings_that_differ).length
+      ? table(["setting", "A", "B"], Object.entries(result.settings_that_differ).map(([k, v]) => [k, String(v.a), String(v.b)]))
+      : h("div", { class: "muted", text: "none" }),
+    h("h3", { text: "tokens per second" }),
+    table(["phase", "A", "B", "B/A"], Object.entries(result.tokens_per_s).map(([phase, v]) =>
+      [phase, v.a ? v.a.toFixed(1) : "—", v.b ? v.b.toFixed(1) : "—", v.a && v.b ? (v.b / v.a).toFixed(2) : "—"])),
+    ...Object.entries(result.per_graph_time_by).flatMap(([key, rows]) => [
+      h("h3", { text: `time per graph by ${key}: largest changes` }),
+      table(["phase", key, "A", "B", "B − A", "B/A"], rows.map((r) => [r.phase, String(r[key]), fmtNs(r.a_ns), fmtNs(r.b_ns),
+        (r.delta_ns < 0 ? "−" : "+") + fmtNs(Math.abs(r.delta_ns)), r.ratio ? r.ratio.toFixed(2) : "—"]))]));
 }
 
 function followLive(runId) {
