@@ -20,7 +20,8 @@ from .smollm2 import greedy, load_model
 
 pytestmark = [pytest.mark.model, pytest.mark.browser]
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+DEBIAN_CHROMIUM = "/usr/bin/chromium"
+CHROMIUM = DEBIAN_CHROMIUM if Path(DEBIAN_CHROMIUM).exists() else (shutil.which("chromium") or DEBIAN_CHROMIUM)
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]  # fmt: skip
 VIEWS = ["overview", "timeline", "graph", "memory", "stats", "events"]
@@ -228,6 +229,7 @@ def test_the_live_view_gains_graphs_while_a_recording_runs(page, tmp_path, model
         final = page.evaluate("() => window.ggmlViz.overview.summary.graphs")
         assert final == len(ggml_viz.open(path).graphs)
     finally:
+        page.goto("about:blank")  # the page lets go of the live stream before the server stops
         if recording.poll() is None:
             recording.kill()
         viewer.stop()
@@ -275,4 +277,5 @@ def test_a_directory_of_runs_lists_them_and_compares_two(page, tmp_path):
         page.wait_for_selector("[data-testid=comparison] table")
         assert "time per graph by op" in page.text_content("[data-testid=comparison]")
     finally:
+        page.goto("about:blank")
         viewer.stop()
