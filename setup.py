@@ -24,6 +24,7 @@ native_recorder = Extension(
     "ggml_viz.capture._native",
     sources=["src/ggml_viz/capture/_native.c"],
     extra_compile_args=["-O2", "-std=c11", "-D_GNU_SOURCE"],
+    libraries=["m"],
     optional=True,
 )
 

@@ -43,6 +43,8 @@ CONFIGS: dict[str, dict[str, object]] = {
     "native-graph": {"recorder": "native", "detail": "graph"},
     "native-sample-8": {"recorder": "native", "sample": 8},
     "python-op": {"recorder": "python"},
+    # Not time: every node's output read after it is computed (each node computed alone).
+    "native-values-stats": {"recorder": "native", "values": "stats"},
 }
 
 # Gives every context created afterwards the floor callback (a C function that asks for

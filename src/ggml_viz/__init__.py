@@ -39,6 +39,9 @@ def record(
     max_events: int | None = None,
     policy: str = "keep-first",
     recorder: str = "native",
+    values: str = "off",
+    capture: str | Sequence[str] | None = None,
+    capture_bytes: int | None = None,
     metadata: dict[str, Any] | None = None,
     overwrite: bool = False,
     verbose: bool = False,
@@ -56,11 +59,15 @@ def record(
     max_events, policy: keep at most this many node events, whole graphs, the first
         ("keep-first") or the last ("keep-last"); the rest are counted as dropped.
     recorder: "native" (C extension, the default) or "python".
+    values: "stats" reads every node's output after it is computed (min, max, mean, std,
+        mean |x|, NaN and Inf counts; each node is then computed alone).
+    capture: name globs ("kq_soft_max-*") of nodes whose whole output is stored, at most
+        capture_bytes (default 64 MiB) per run; `run.captured(graph, node)` reads one back.
     metadata: stored in the manifest under "generation" (prompt, sampling settings, ...).
     overwrite: replace an existing run at `output`.
     """
     from .capture.session import Recording
-    from .capture.settings import CaptureSettings, selection_from
+    from .capture.settings import CaptureSettings, selection_from, values_from
 
     op_list = ops if isinstance(ops, str) or ops is None else ",".join(ops)
     settings = CaptureSettings(
@@ -73,6 +80,9 @@ def record(
         ),
         max_events=max_events,
         policy=policy,
+        values=values_from(
+            values, capture if isinstance(capture, str) or capture is None else list(capture), capture_bytes
+        ),  # fmt: skip
     )
     return Recording(output, settings=settings, metadata=metadata, overwrite=overwrite, verbose=verbose)
 

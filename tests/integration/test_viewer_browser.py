@@ -279,3 +279,27 @@ def test_a_directory_of_runs_lists_them_and_compares_two(page, tmp_path):
     finally:
         page.goto("about:blank")
         viewer.stop()
+
+
+def test_captured_attention_renders_with_token_labels(page, tmp_path, model_path, screenshots):
+    path = tmp_path / "attention.ggmlviz"
+    with ggml_viz.record(path, capture="kq_soft_max-*", values="stats"):
+        greedy(load_model(model_path), n_predict=2)
+    viewer = make_viewer(path, port=0)
+    viewer.serve_in_background()
+    try:
+        open_view(page, viewer.url, "attention")
+        page.wait_for_selector("[data-testid=attention-canvas]")
+        page.wait_for_timeout(200)
+        keys = page.inner_text("[data-testid=attention-keys]")
+        queries = page.inner_text("[data-testid=attention-queries]")
+        assert "capital" in keys and "France" in queries
+        assert colored_pixels(page, "[data-testid=attention-canvas]") > 500
+        page.screenshot(path=str(screenshots / "attention.png"))
+        page.click("#tabs button[data-tab=stats]")
+        page.wait_for_selector("[data-testid=activation-chart]")
+        page.wait_for_timeout(200)
+        assert colored_pixels(page, "[data-testid=activation-chart]") > 200
+    finally:
+        page.goto("about:blank")
+        viewer.stop()

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from ggml_viz._errors import CaptureError
-from ggml_viz.capture.settings import CaptureSettings, parse_layers, selection_from, settings_from_environment
+from ggml_viz.capture.settings import (
+    CaptureSettings,
+    ValueSettings,
+    parse_layers,
+    selection_from,
+    settings_from_environment,
+)
 
 
 def test_layer_ranges_parse():
@@ -39,6 +45,9 @@ def test_environment_gives_every_setting():
         "GGML_VIZ_NAMES": "attn*",
         "GGML_VIZ_MAX_EVENTS": "1000",
         "GGML_VIZ_POLICY": "keep-last",
+        "GGML_VIZ_VALUES": "stats",
+        "GGML_VIZ_CAPTURE": "kq_soft_max-*,ffn_out-3",
+        "GGML_VIZ_CAPTURE_BYTES": "1000",
     }
     settings = settings_from_environment(env)
     assert settings == CaptureSettings(
@@ -49,6 +58,7 @@ def test_environment_gives_every_setting():
         selection=selection_from("MUL_MAT", "0-3,29", "attn*"),
         max_events=1000,
         policy="keep-last",
+        values=ValueSettings(stats=True, captures=("kq_soft_max-*", "ffn_out-3"), capture_bytes=1000),
     )
     assert settings_from_environment({}) == CaptureSettings()
 
@@ -60,6 +70,8 @@ def test_environment_gives_every_setting():
         ({"GGML_VIZ_SAMPLE": "0"}, "sample must be 1 or more"),
         ({"GGML_VIZ_DETAIL": "everything"}, "unknown detail"),
         ({"GGML_VIZ_TIMING": "later"}, "unknown timing"),
+        ({"GGML_VIZ_VALUES": "all"}, "unknown values"),
+        ({"GGML_VIZ_CAPTURE_BYTES": "-1"}, "capture_bytes"),
         ({"GGML_VIZ_POLICY": "keep-middle"}, "unknown policy"),
         ({"GGML_VIZ_RECORDER": "rust"}, "unknown recorder"),
         ({"GGML_VIZ_MAX_EVENTS": "-5"}, "positive"),

@@ -15,6 +15,22 @@ _LAYER_SUFFIX = re.compile(r"-\d+(?=$|[\s(])")
 
 
 def findings(run: Run) -> list[str]:
+    return _non_finite(run) + _time_findings(run)
+
+
+def _non_finite(run: Run) -> list[str]:
+    """--values stats: say so first when some output held a NaN or an Inf."""
+    values = run.raw("node_values")
+    bad = values[(values["nan"] > 0) | (values["inf"] > 0)]
+    if bad.empty:
+        return []
+    first = bad.sort_values(["graph_id", "node_index"]).iloc[0]
+    name = run.nodes.set_index(["graph_id", "node_index"]).loc[(first["graph_id"], first["node_index"]), "name"]
+    return [f"{len(bad):,} node outputs hold NaN or Inf values; the first is {name} (graph {first['graph_id']}, "
+            f"node {first['node_index']}): `ggml-viz numerics` says what it read."]  # fmt: skip
+
+
+def _time_findings(run: Run) -> list[str]:
     nodes = timed_nodes(run)
     if nodes.empty:
         return ["No node was timed on its own in this run (graph detail): only graph times are known."]

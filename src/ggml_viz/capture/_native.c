@@ -22,6 +22,7 @@
 #include <structmember.h>
 
 #include <fnmatch.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -30,7 +31,8 @@
 
 enum { MODE_OFF = 0, MODE_RECORD = 1, MODE_COUNT = 2 };
 enum { MAX_OPS = 32, MAX_NAMES = 32, MAX_LAYER_RANGES = 64, NAME_LEN = 64 };
-enum { NODE_ANSWERED = 1, NODE_TIMED = 2, NODE_SELECTED = 4 };
+enum { NODE_ANSWERED = 1, NODE_TIMED = 2, NODE_SELECTED = 4, NODE_VALUES = 8, NODE_CAPTURE = 16 };
+enum { MAX_CAPTURES = 16, TYPE_F32 = 0, TYPE_F16 = 1 };
 
 typedef const char *(*name_fn)(const void *);
 typedef int (*usage_fn)(const void *);
@@ -38,6 +40,24 @@ typedef size_t (*size_fn)(const void *);
 typedef void *(*ptr_fn)(const void *);
 typedef const char *(*op_name_fn)(int);
 typedef bool (*abort_fn)(void *);
+typedef bool (*tensor_bool_fn)(const void *);
+typedef float (*fp16_fn)(uint16_t);
+
+/* --values stats: one per node whose output was read after it was computed. */
+typedef struct {
+    uint32_t node; /* index in its graph */
+    uint32_t readable; /* 0: not read (not f32/f16, or not in host memory) */
+    int64_t n, nan, inf;
+    double min, max, sum, sum_squares, sum_abs;
+} StatsRecord;
+
+/* --capture: a node's output copied whole. */
+typedef struct {
+    uint32_t node;
+    int32_t type;
+    int64_t ne[4];
+    uint64_t offset, nbytes; /* in the graph's capture bytes */
+} CaptureRecord;
 
 typedef struct {
     uint64_t address;
@@ -57,6 +77,7 @@ typedef struct {
     PyObject_HEAD
     /* tensor layout */
     size_t tensor_size, buffer_offset, op_offset, src_offset, n_src, view_src_offset, name_offset;
+    size_t type_offset, ne_offset, nb_offset, data_offset;
     /* ggml functions */
     name_fn buffer_name, op_desc, buft_name;
     usage_fn buffer_usage;
@@ -69,6 +90,17 @@ typedef struct {
     int inline_timing; /* time nodes by the abort callback's ticks, not by answering the scheduler */
     abort_fn chained_abort; /* the program's own abort callback, called from ours */
     void *chained_abort_data;
+    /* values: statistics of every node's output, copies of some */
+    int values_mode;
+    int n_captures;
+    char captures[MAX_CAPTURES][NAME_LEN];
+    long long capture_budget; /* bytes still allowed */
+    long long captures_skipped, capture_bytes_skipped;
+    tensor_bool_fn buffer_is_host, is_contiguous;
+    size_fn nbytes_of;
+    fp16_fn fp16_to_fp32;
+    float *fp16_table; /* every f16 value as f32: a lookup per element, not a call */
+    Array stats, capture_records, capture_data;
     int filtering;
     int n_ops, n_names, n_layer_ranges, select_no_layer;
     char ops[MAX_OPS][NAME_LEN];
@@ -79,11 +111,13 @@ typedef struct {
     Array tick_ns, tick_asked; /* inline timing: when thread 0 finished a node, nodes asked by then */
     Array leaves, leaf_ptrs;
     Array graph_node_start, graph_leaf_start, graph_buffer_start, graph_tick_start, graph_boundary, graph_same;
+    Array graph_stats_start, graph_capture_start, graph_capture_data_start;
     /* the last graph closed, to recognize an identical next one (decode graphs usually are) */
     Array previous_nodes, previous_leaves, previous_node_ptrs, previous_leaf_ptrs;
     Array buffers;
     /* the graph in flight */
     size_t graph_first_node, graph_first_leaf, graph_first_buffer, graph_first_tick;
+    size_t graph_first_stats, graph_first_capture, graph_first_capture_byte;
     uint64_t *set_keys; /* open-addressing set of pointers seen in this graph */
     uint8_t *set_kinds; /* 0 empty, 1 node, 2 leaf, 3 buffer */
     size_t set_capacity, set_count;
@@ -310,9 +344,15 @@ static int close_graph(Recorder *r, int64_t boundary) {
     size_t *leaf_start = array_push(&r->graph_leaf_start);
     size_t *buffer_start = array_push(&r->graph_buffer_start);
     size_t *tick_start = array_push(&r->graph_tick_start);
+    size_t *stats_start = array_push(&r->graph_stats_start);
+    size_t *capture_start = array_push(&r->graph_capture_start);
+    size_t *capture_data_start = array_push(&r->graph_capture_data_start);
     int64_t *boundary_ns = array_push(&r->graph_boundary);
     uint8_t *same_flag = array_push(&r->graph_same);
-    if (!node_start || !leaf_start || !buffer_start || !tick_start || !boundary_ns || !same_flag) return -1;
+    if (!node_start || !leaf_start || !buffer_start || !tick_start || !boundary_ns || !same_flag || !stats_start ||
+        !capture_start || !capture_data_start) {
+        return -1;
+    }
     bool same = r->previous_nodes.count > 0;
     if (same_or_copy(&r->previous_nodes, &r->nodes, r->graph_first_node, r->nodes.count, &same) != 0 ||
         same_or_copy(&r->previous_node_ptrs, &r->node_ptrs, r->graph_first_node, r->nodes.count, &same) != 0 ||
@@ -325,6 +365,9 @@ static int close_graph(Recorder *r, int64_t boundary) {
     *leaf_start = r->graph_first_leaf;
     *buffer_start = r->graph_first_buffer;
     *tick_start = r->graph_first_tick;
+    *stats_start = r->graph_first_stats;
+    *capture_start = r->graph_first_capture;
+    *capture_data_start = r->graph_first_capture_byte;
     *boundary_ns = boundary;
     size_t n = r->nodes.count - r->graph_first_node;
     if (n > r->previous_capacity) {
@@ -341,8 +384,101 @@ static int close_graph(Recorder *r, int64_t boundary) {
     r->graph_first_leaf = r->leaves.count;
     r->graph_first_buffer = r->buffers.count;
     r->graph_first_tick = r->tick_ns.count;
+    r->graph_first_stats = r->stats.count;
+    r->graph_first_capture = r->capture_records.count;
+    r->graph_first_capture_byte = r->capture_data.count;
     r->pending = -1;
     set_clear(r);
+    return 0;
+}
+
+/* ---- values ---------------------------------------------------------------------------- */
+
+static bool matches_capture(Recorder *r, const uint8_t *tensor) {
+    char name[NAME_LEN + 1];
+    memcpy(name, tensor + r->name_offset, NAME_LEN);
+    name[NAME_LEN] = 0;
+    for (int i = 0; i < r->n_captures; i++) {
+        if (fnmatch(r->captures[i], name, 0) == 0) return true;
+    }
+    return false;
+}
+
+static bool host_readable(Recorder *r, const uint8_t *tensor) {
+    uint64_t buffer = field_u64(tensor, r->buffer_offset);
+    return field_u64(tensor, r->data_offset) != 0 && (!buffer || r->buffer_is_host((const void *)(uintptr_t)buffer));
+}
+
+/* Statistics of a computed node's output, read in place (any strides), f32 and f16. */
+static int record_stats(Recorder *r, const uint8_t *tensor, uint32_t node) {
+    StatsRecord *stats = array_push(&r->stats);
+    if (!stats) return -1;
+    memset(stats, 0, sizeof *stats);
+    stats->node = node;
+    int32_t type;
+    memcpy(&type, tensor + r->type_offset, sizeof type);
+    if ((type != TYPE_F32 && type != TYPE_F16) || !host_readable(r, tensor)) return 0;
+    int64_t ne[4];
+    uint64_t nb[4];
+    memcpy(ne, tensor + r->ne_offset, sizeof ne);
+    memcpy(nb, tensor + r->nb_offset, sizeof nb);
+    const uint8_t *data = (const uint8_t *)(uintptr_t)field_u64(tensor, r->data_offset);
+    double lo = INFINITY, hi = -INFINITY, sum = 0, squares = 0, absolute = 0;
+    int64_t n = 0, nan = 0, inf = 0;
+    for (int64_t i3 = 0; i3 < ne[3]; i3++)
+        for (int64_t i2 = 0; i2 < ne[2]; i2++)
+            for (int64_t i1 = 0; i1 < ne[1]; i1++) {
+                const uint8_t *row = data + i3 * nb[3] + i2 * nb[2] + i1 * nb[1];
+                for (int64_t i0 = 0; i0 < ne[0]; i0++) {
+                    float v;
+                    if (type == TYPE_F32) {
+                        memcpy(&v, row + i0 * nb[0], sizeof v);
+                    } else {
+                        uint16_t half;
+                        memcpy(&half, row + i0 * nb[0], sizeof half);
+                        v = r->fp16_table[half];
+                    }
+                    if (isnan(v)) { nan++; continue; }
+                    if (isinf(v)) { inf++; continue; }
+                    n++;
+                    if (v < lo) lo = v;
+                    if (v > hi) hi = v;
+                    sum += v;
+                    squares += (double)v * v;
+                    absolute += fabs(v);
+                }
+            }
+    stats->readable = 1;
+    stats->n = n;
+    stats->nan = nan;
+    stats->inf = inf;
+    stats->min = n ? lo : NAN;
+    stats->max = n ? hi : NAN;
+    stats->sum = sum;
+    stats->sum_squares = squares;
+    stats->sum_abs = absolute;
+    return 0;
+}
+
+/* A whole copy of a computed node's output, within the run's byte budget. */
+static int record_capture(Recorder *r, const uint8_t *tensor, uint32_t node) {
+    size_t nbytes = r->nbytes_of(tensor);
+    if (!host_readable(r, tensor) || !r->is_contiguous(tensor) || (long long)nbytes > r->capture_budget) {
+        r->captures_skipped++;
+        r->capture_bytes_skipped += (long long)nbytes;
+        return 0;
+    }
+    CaptureRecord *record = array_push(&r->capture_records);
+    if (!record || array_reserve(&r->capture_data, nbytes) != 0) return -1;
+    record->node = node;
+    memcpy(&record->type, tensor + r->type_offset, sizeof record->type);
+    memcpy(record->ne, tensor + r->ne_offset, sizeof record->ne);
+    record->offset = r->capture_data.count - r->graph_first_capture_byte;
+    record->nbytes = nbytes;
+    memcpy(r->capture_data.items + r->capture_data.count, (const void *)(uintptr_t)field_u64(tensor, r->data_offset),
+           nbytes);
+    r->capture_data.count += nbytes;
+    r->capture_budget -= (long long)nbytes;
     return 0;
 }
 
@@ -378,6 +514,11 @@ static int on_ask(Recorder *r, uint64_t address) {
     if (!flags || !start || !end) return -1;
     *flags = 0;
     bool answer = answer_for(r, copied, index_in_graph, flags);
+    /* Values are read after the node is computed: the scheduler must call back for it.
+       Views (KV cache writes among them) share their source's bytes: not read again. */
+    if (r->values_mode && !field_u64(copied, r->view_src_offset)) *flags |= NODE_VALUES;
+    if (r->n_captures && matches_capture(r, copied)) *flags |= NODE_CAPTURE;
+    if (*flags & (NODE_VALUES | NODE_CAPTURE)) answer = true;
     if (answer) {
         *flags |= NODE_ANSWERED;
         /* Timed: selected (not just a fence), and alone: the previous slice ended right before it. */
@@ -399,6 +540,14 @@ static bool ggml_viz_eval_callback(void *tensor, bool ask, void *user_data) {
         int64_t now = now_ns();
         if (r->pending >= 0) {
             ARRAY_AT(r->ends, int64_t, r->pending) = now;
+            uint8_t flags = ARRAY_AT(r->node_flags, uint8_t, r->pending);
+            const uint8_t *live = (const uint8_t *)(uintptr_t)ARRAY_AT(r->node_ptrs, uint64_t, r->pending);
+            uint32_t node = (uint32_t)(r->pending - (int64_t)r->graph_first_node);
+            if (((flags & NODE_VALUES) && record_stats(r, live, node) != 0) ||
+                ((flags & NODE_CAPTURE) && record_capture(r, live, node) != 0)) {
+                r->out_of_memory = 1;
+                r->mode = MODE_OFF;
+            }
             r->pending = -1;
         }
         return true;
@@ -463,8 +612,9 @@ static int Recorder_init(Recorder *self, PyObject *args, PyObject *kwargs) {
     PyObject *layout, *functions;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO", keywords, &layout, &functions)) return -1;
     unsigned long long f[9];
-    if (!PyArg_ParseTuple(layout, "nnnnnnn", &self->tensor_size, &self->buffer_offset, &self->op_offset,
-                          &self->src_offset, &self->n_src, &self->view_src_offset, &self->name_offset) ||
+    if (!PyArg_ParseTuple(layout, "nnnnnnnnnnn", &self->tensor_size, &self->buffer_offset, &self->op_offset,
+                          &self->src_offset, &self->n_src, &self->view_src_offset, &self->name_offset,
+                          &self->type_offset, &self->ne_offset, &self->nb_offset, &self->data_offset) ||
         !PyArg_ParseTuple(functions, "KKKKKKKK", &f[0], &f[1], &f[2], &f[3], &f[4], &f[5], &f[6], &f[7])) {
         return -1;
     }
@@ -496,6 +646,12 @@ static int Recorder_init(Recorder *self, PyObject *args, PyObject *kwargs) {
     array_init(&self->tick_ns, sizeof(int64_t));
     array_init(&self->tick_asked, sizeof(uint32_t));
     array_init(&self->graph_tick_start, sizeof(size_t));
+    array_init(&self->stats, sizeof(StatsRecord));
+    array_init(&self->capture_records, sizeof(CaptureRecord));
+    array_init(&self->capture_data, 1);
+    array_init(&self->graph_stats_start, sizeof(size_t));
+    array_init(&self->graph_capture_start, sizeof(size_t));
+    array_init(&self->graph_capture_data_start, sizeof(size_t));
     array_init(&self->graph_node_start, sizeof(size_t));
     array_init(&self->graph_leaf_start, sizeof(size_t));
     array_init(&self->graph_buffer_start, sizeof(size_t));
@@ -521,11 +677,14 @@ static void Recorder_dealloc(Recorder *self) {
                        &self->ends, &self->node_flags, &self->graph_node_start, &self->graph_leaf_start,
                        &self->graph_buffer_start, &self->graph_boundary, &self->buffers, &self->graph_same,
                        &self->previous_nodes, &self->previous_leaves, &self->previous_node_ptrs,
-                       &self->previous_leaf_ptrs, &self->tick_ns, &self->tick_asked, &self->graph_tick_start};
+                       &self->previous_leaf_ptrs, &self->tick_ns, &self->tick_asked, &self->graph_tick_start,
+                       &self->stats, &self->capture_records, &self->capture_data, &self->graph_stats_start,
+                       &self->graph_capture_start, &self->graph_capture_data_start};
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) array_free(arrays[i]);
     free(self->set_keys);
     free(self->set_kinds);
     free(self->previous_selection);
+    free(self->fp16_table);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -533,6 +692,9 @@ static void reset_recorded(Recorder *r) {
     r->nodes.count = r->leaves.count = r->node_ptrs.count = r->leaf_ptrs.count = 0;
     r->starts.count = r->ends.count = r->node_flags.count = 0;
     r->tick_ns.count = r->tick_asked.count = r->graph_tick_start.count = r->graph_first_tick = 0;
+    r->stats.count = r->capture_records.count = r->capture_data.count = 0;
+    r->graph_stats_start.count = r->graph_capture_start.count = r->graph_capture_data_start.count = 0;
+    r->graph_first_stats = r->graph_first_capture = r->graph_first_capture_byte = 0;
     r->graph_node_start.count = r->graph_leaf_start.count = r->graph_buffer_start.count = 0;
     r->graph_boundary.count = r->buffers.count = r->graph_same.count = 0;
     r->graph_first_node = r->graph_first_leaf = r->graph_first_buffer = 0;
@@ -542,7 +704,7 @@ static void reset_recorded(Recorder *r) {
 
 /* take(boundary_ns) -> list of graphs, each a tuple:
    (nodes, node_ptrs, starts, ends, flags, leaves, leaf_ptrs, buffers, boundary_ns, same, n_timed, end_ns,
-    tick_ns, tick_asked)
+    tick_ns, tick_asked, stats, capture_records, capture_bytes)
    where a graph that repeats the previous one (same) comes without its struct bytes. */
 static PyObject *Recorder_take(Recorder *self, PyObject *arg) {
     long long boundary = PyLong_AsLongLong(arg);
@@ -560,6 +722,12 @@ static PyObject *Recorder_take(Recorder *self, PyObject *arg) {
         size_t b1 = g + 1 < n_graphs ? ARRAY_AT(self->graph_buffer_start, size_t, g + 1) : self->buffers.count;
         size_t k0 = ARRAY_AT(self->graph_tick_start, size_t, g);
         size_t k1 = g + 1 < n_graphs ? ARRAY_AT(self->graph_tick_start, size_t, g + 1) : self->tick_ns.count;
+        size_t v0 = ARRAY_AT(self->graph_stats_start, size_t, g);
+        size_t v1 = g + 1 < n_graphs ? ARRAY_AT(self->graph_stats_start, size_t, g + 1) : self->stats.count;
+        size_t c0 = ARRAY_AT(self->graph_capture_start, size_t, g);
+        size_t c1 = g + 1 < n_graphs ? ARRAY_AT(self->graph_capture_start, size_t, g + 1) : self->capture_records.count;
+        size_t d0 = ARRAY_AT(self->graph_capture_data_start, size_t, g);
+        size_t d1 = g + 1 < n_graphs ? ARRAY_AT(self->graph_capture_data_start, size_t, g + 1) : self->capture_data.count;
         PyObject *buffers = PyList_New((Py_ssize_t)(b1 - b0));
         if (!buffers) goto error;
         for (size_t b = b0; b < b1; b++) {
@@ -583,12 +751,13 @@ static PyObject *Recorder_take(Recorder *self, PyObject *arg) {
         long long end = last_answered ? ARRAY_AT(self->ends, int64_t, n1 - 1)
                                       : ARRAY_AT(self->graph_boundary, int64_t, g);
         PyObject *graph = Py_BuildValue(
-            "(NNNNNNNNLOLLNN)", array_bytes(&self->nodes, s0, n1), array_bytes(&self->node_ptrs, s0, n1),
+            "(NNNNNNNNLOLLNNNNN)", array_bytes(&self->nodes, s0, n1), array_bytes(&self->node_ptrs, s0, n1),
             array_bytes(&self->starts, n0, n1), array_bytes(&self->ends, n0, n1),
             array_bytes(&self->node_flags, n0, n1), array_bytes(&self->leaves, t0, l1),
             array_bytes(&self->leaf_ptrs, t0, l1), buffers, (long long)ARRAY_AT(self->graph_boundary, int64_t, g),
             same ? Py_True : Py_False, n_timed, end, array_bytes(&self->tick_ns, k0, k1),
-            array_bytes(&self->tick_asked, k0, k1));
+            array_bytes(&self->tick_asked, k0, k1), array_bytes(&self->stats, v0, v1),
+            array_bytes(&self->capture_records, c0, c1), array_bytes(&self->capture_data, d0, d1));
         if (!graph) goto error;
         PyList_SET_ITEM(graphs, (Py_ssize_t)g, graph);
     }
@@ -650,7 +819,8 @@ static PyObject *Recorder_drop_open(Recorder *self, PyObject *unused) {
     size_t n_graphs = self->graph_node_start.count;
     if (self->graph_leaf_start.count != n_graphs || self->graph_buffer_start.count != n_graphs ||
         self->graph_tick_start.count != n_graphs || self->graph_boundary.count != n_graphs ||
-        self->graph_same.count != n_graphs) {
+        self->graph_same.count != n_graphs || self->graph_stats_start.count != n_graphs ||
+        self->graph_capture_start.count != n_graphs || self->graph_capture_data_start.count != n_graphs) {
         reset_recorded(self); /* failed while closing a graph: nothing is whole */
         Py_RETURN_NONE;
     }
@@ -659,6 +829,9 @@ static PyObject *Recorder_drop_open(Recorder *self, PyObject *unused) {
     self->leaves.count = self->leaf_ptrs.count = self->graph_first_leaf;
     self->buffers.count = self->graph_first_buffer;
     self->tick_ns.count = self->tick_asked.count = self->graph_first_tick;
+    self->stats.count = self->graph_first_stats;
+    self->capture_records.count = self->graph_first_capture;
+    self->capture_data.count = self->graph_first_capture_byte;
     self->pending = -1;
     set_clear(self);
     Py_RETURN_NONE;
@@ -677,6 +850,48 @@ static PyObject *Recorder_take_counted(Recorder *self, PyObject *unused) {
 static PyObject *Recorder_discard(Recorder *self, PyObject *unused) {
     reset_recorded(self);
     self->previous_nodes.count = 0; /* Python never saw it: the next graph is new to it */
+    Py_RETURN_NONE;
+}
+
+/* set_values(stats, capture_patterns, capture_budget, (is_host, is_contiguous, nbytes, fp16_to_fp32)) */
+static PyObject *Recorder_set_values(Recorder *self, PyObject *args) {
+    int stats;
+    PyObject *patterns;
+    long long budget;
+    unsigned long long f[4];
+    if (!PyArg_ParseTuple(args, "pOL(KKKK)", &stats, &patterns, &budget, &f[0], &f[1], &f[2], &f[3])) return NULL;
+    if (!PyTuple_Check(patterns) || PyTuple_GET_SIZE(patterns) > MAX_CAPTURES) {
+        PyErr_SetString(PyExc_ValueError, "captures: a tuple of at most 16 name patterns");
+        return NULL;
+    }
+    for (int i = 0; i < 4; i++) {
+        if (!f[i]) {
+            PyErr_SetString(PyExc_ValueError, "a ggml function address is null");
+            return NULL;
+        }
+    }
+    int n = (int)PyTuple_GET_SIZE(patterns);
+    for (int i = 0; i < n; i++) {
+        const char *text = PyUnicode_AsUTF8(PyTuple_GET_ITEM(patterns, i));
+        if (!text) return NULL;
+        if (strlen(text) >= NAME_LEN) {
+            PyErr_SetString(PyExc_ValueError, "captures: a pattern is longer than 63 bytes");
+            return NULL;
+        }
+        strcpy(self->captures[i], text);
+    }
+    self->buffer_is_host = (tensor_bool_fn)(uintptr_t)f[0];
+    self->is_contiguous = (tensor_bool_fn)(uintptr_t)f[1];
+    self->nbytes_of = (size_fn)(uintptr_t)f[2];
+    self->fp16_to_fp32 = (fp16_fn)(uintptr_t)f[3];
+    if (!self->fp16_table) {
+        self->fp16_table = malloc(65536 * sizeof(float));
+        if (!self->fp16_table) return PyErr_NoMemory();
+        for (uint32_t i = 0; i < 65536; i++) self->fp16_table[i] = self->fp16_to_fp32((uint16_t)i);
+    }
+    self->n_captures = n;
+    self->capture_budget = budget;
+    self->values_mode = stats;
     Py_RETURN_NONE;
 }
 
@@ -700,6 +915,8 @@ static PyMethodDef Recorder_methods[] = {
      "set_filters(ops, layer_ranges, select_no_layer, name_patterns)"},
     {"take_counted", (PyCFunction)Recorder_take_counted, METH_NOARGS, "nodes counted (count mode) since last call"},
     {"discard", (PyCFunction)Recorder_discard, METH_NOARGS, "forget what was recorded since the last take"},
+    {"set_values", (PyCFunction)Recorder_set_values, METH_VARARGS,
+     "set_values(stats, capture_patterns, capture_budget, functions): read node outputs"},
     {"chain_abort", (PyCFunction)Recorder_chain_abort, METH_VARARGS,
      "chain_abort(function, data): the program's abort callback, called after ours (0: none)"},
     {NULL, NULL, 0, NULL},
@@ -711,6 +928,9 @@ static PyMemberDef Recorder_members[] = {
     {"inline_timing", T_INT, offsetof(Recorder, inline_timing), 0, "time nodes by abort-callback ticks"},
     {"out_of_memory", T_INT, offsetof(Recorder, out_of_memory), READONLY, "recording stopped for lack of memory"},
     {"fail_after_nodes", T_LONGLONG, offsetof(Recorder, fail_after_nodes), 0, "tests: fail at this many nodes"},
+    {"captures_skipped", T_LONGLONG, offsetof(Recorder, captures_skipped), READONLY, "captures over the budget"},
+    {"capture_bytes_skipped", T_LONGLONG, offsetof(Recorder, capture_bytes_skipped), READONLY, "their bytes"},
+    {"capture_budget", T_LONGLONG, offsetof(Recorder, capture_budget), READONLY, "capture bytes still allowed"},
     {NULL, 0, 0, 0, NULL},
 };
 

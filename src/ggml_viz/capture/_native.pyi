@@ -16,6 +16,9 @@ class Recorder:
     fail_after_nodes: int
     address: int
     open_nodes: int
+    captures_skipped: int
+    capture_bytes_skipped: int
+    capture_budget: int
     def __init__(self, layout: tuple[int, ...], functions: tuple[int, ...]) -> None: ...
     def take(
         self, boundary_ns: int, /
@@ -35,6 +38,9 @@ class Recorder:
             int,
             bytes,
             bytes,
+            bytes,
+            bytes,
+            bytes,
         ]
     ]: ...
     def set_filters(
@@ -43,6 +49,9 @@ class Recorder:
     def take_counted(self) -> int: ...
     def close(self, boundary_ns: int, /) -> int: ...
     def drop_open(self) -> None: ...
+    def set_values(
+        self, stats: bool, captures: tuple[str, ...], capture_budget: int, functions: tuple[int, int, int, int], /
+    ) -> None: ...
     def discard(self) -> None: ...
     def chain_abort(self, function: int, data: int, /) -> None: ...
 

@@ -6,14 +6,15 @@ once and records with the Python recorder instead.
 from __future__ import annotations
 
 import ctypes
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from .ggml_api import BUFFER_USAGE_NAMES, TENSOR_DTYPE, BufferInfo, field_bytes, libggml
 from .inline_times import InlineClock
-from .raw_graph import Mode, RawGraph
-from .settings import NodeSelection
+from .raw_graph import CAPTURE_DTYPE, VALUES_DTYPE, Capture, Mode, RawGraph
+from .settings import NodeSelection, ValueSettings
 
 try:
     from . import _native
@@ -44,6 +45,10 @@ def _layout() -> tuple[int, ...]:
         TENSOR_DTYPE.fields["src"][0].shape[0],  # type: ignore[index]
         field_bytes("view_src").start,
         field_bytes("name").start,
+        field_bytes("type").start,
+        field_bytes("ne").start,
+        field_bytes("nb").start,
+        field_bytes("data").start,
     )
 
 
@@ -67,7 +72,9 @@ def _functions() -> tuple[int, ...]:
 class NativeGraphRecorder:
     """Records the graphs of one llama context with the C extension."""
 
-    def __init__(self, selection: NodeSelection | None = None, inline_timing: bool = True) -> None:
+    def __init__(
+        self, selection: NodeSelection | None = None, inline_timing: bool = True, values: ValueSettings | None = None
+    ) -> None:
         import llama_cpp.llama_cpp as llama_cpp
 
         if _native is None:
@@ -82,6 +89,10 @@ class NativeGraphRecorder:
         self.abort_callback = llama_cpp.ggml_abort_callback(_native.ABORT_CALLBACK_ADDRESS)
         self._chained: Any = None  # the program's abort callback, kept alive while chained
         self.clock = InlineClock()
+        values = values or ValueSettings()
+        self.values = values
+        if values.wanted:
+            self._recorder.set_values(values.stats, values.captures, values.capture_bytes, value_functions())
         # The buffers as the recorder last described them, and as BufferInfo: the decoder
         # recognizes an unchanged dict by identity.
         self._last_buffers: tuple[list[Any], dict[int, BufferInfo]] = ([], {})
@@ -117,6 +128,9 @@ class NativeGraphRecorder:
             if parts[7] != self._last_buffers[0]:  # buffers described otherwise than last time
                 self._last_buffers = (parts[7], _describe_buffers(parts[7]))
             raw = _raw_graph(parts, self._last_buffers[1])
+            if len(parts[14]) or len(parts[15]):
+                raw = replace(raw, values=np.frombuffer(parts[14], VALUES_DTYPE).copy(),
+                              captures=_captures(parts[15], parts[16]))  # fmt: skip
             if self.inline_timing:
                 raw = self.clock.apply(raw, np.frombuffer(parts[12], np.int64), np.frombuffer(parts[13], np.uint32))
             graphs.append(raw)
@@ -125,6 +139,11 @@ class NativeGraphRecorder:
     @property
     def open_nodes(self) -> int:
         return int(self._recorder.open_nodes)
+
+    @property
+    def captures_skipped(self) -> tuple[int, int]:
+        """Captures left out for the byte budget: how many, and their bytes."""
+        return int(self._recorder.captures_skipped), int(self._recorder.capture_bytes_skipped)
 
     def close_graph(self, boundary_ns: int) -> int:
         """End the graph in flight; returns how many graphs wait to be taken."""
@@ -139,6 +158,22 @@ class NativeGraphRecorder:
 
     def discard(self) -> None:
         self._recorder.discard()
+
+
+def value_functions() -> tuple[int, int, int, int]:
+    lib = libggml()
+    return tuple(  # type: ignore[return-value]
+        _address(getattr(lib, name))
+        for name in ("ggml_backend_buffer_is_host", "ggml_is_contiguous", "ggml_nbytes", "ggml_fp16_to_fp32")
+    )
+
+
+def _captures(records: bytes, data: bytes) -> list[Capture]:
+    return [
+        Capture(int(r["node"]), int(r["type"]), tuple(int(x) for x in r["ne"]),  # type: ignore[arg-type]
+                data[int(r["offset"]) : int(r["offset"]) + int(r["nbytes"])])
+        for r in np.frombuffer(records, CAPTURE_DTYPE)
+    ]  # fmt: skip
 
 
 def _describe_buffers(buffers: list[tuple[int, int, int, int, str, str]]) -> dict[int, BufferInfo]:

@@ -22,6 +22,7 @@ from .ggml_api import (
     BufferInfo,
     buffer_info,
     field_bytes,
+    libggml,
     op_desc,
     op_name,
     raw_bytes,
@@ -29,10 +30,30 @@ from .ggml_api import (
     tensor_structs,
 )
 from .inline_times import InlineClock
-from .raw_graph import NODE_ANSWERED, NODE_SELECTED, NODE_TIMED, Mode, RawGraph
-from .settings import NodeSelection
+from .raw_graph import (
+    NODE_ANSWERED,
+    NODE_CAPTURE,
+    NODE_SELECTED,
+    NODE_TIMED,
+    NODE_VALUES,
+    VALUES_DTYPE,
+    Capture,
+    Mode,
+    RawGraph,
+)  # fmt: skip
+from .settings import NodeSelection, ValueSettings
 
 _INITIAL_CAPACITY = 2048
+
+
+def _strided(address: int, ggml_type: int, ne: np.ndarray, nb: np.ndarray) -> np.ndarray:
+    """A tensor's elements (f32 or f16) in place, as a numpy view with ggml's byte strides."""
+    dtype = np.dtype(np.float32 if ggml_type == 0 else np.float16)
+    shape = tuple(int(x) for x in ne[::-1])  # ne3, ne2, ne1, ne0
+    strides = tuple(int(x) for x in nb[::-1])
+    span = sum((n - 1) * stride for n, stride in zip(shape, strides, strict=True)) + dtype.itemsize
+    memory = memoryview((ctypes.c_char * span).from_address(address)).cast("B")
+    return np.ndarray(shape, dtype=dtype, buffer=memory, strides=strides)
 
 
 class _StructBuffer:
@@ -63,13 +84,18 @@ class _StructBuffer:
 class PythonGraphRecorder:
     """Records the graphs of one llama context, in Python."""
 
-    def __init__(self, selection: NodeSelection | None = None, inline_timing: bool = True) -> None:
+    def __init__(
+        self, selection: NodeSelection | None = None, inline_timing: bool = True, values: ValueSettings | None = None
+    ) -> None:
         import llama_cpp.llama_cpp as llama_cpp
 
         self.mode = Mode.RECORD
         self.time_nodes = True
         self.inline_timing = inline_timing
         self.clock = InlineClock()
+        self.values = values or ValueSettings()
+        self._capture_budget = self.values.capture_bytes
+        self._skipped = (0, 0)
         self.selection = selection or NodeSelection()
         self.failure: str | None = None
         self.user_data: int | None = None
@@ -95,6 +121,8 @@ class PythonGraphRecorder:
         self._flags: list[int] = []
         self._pending = -1
         self._buffers: dict[int, BufferInfo] = {}
+        self._values: list[np.void] = []
+        self._captures: list[Capture] = []
         self._ticks: list[int] = []
         self._ticks_asked: list[int] = []
 
@@ -133,6 +161,8 @@ class PythonGraphRecorder:
             now = perf_counter_ns()
             if self._pending >= 0:
                 self._ends[self._pending] = now
+                if self._flags[self._pending] & (NODE_VALUES | NODE_CAPTURE):
+                    self._read_values(self._node_ptrs[self._pending], self._pending)
                 self._pending = -1
             return True
         if tensor in self._node_set:  # a node again: the scheduler began the next graph
@@ -156,6 +186,13 @@ class PythonGraphRecorder:
             flags |= NODE_SELECTED if selected else 0
             fence = index + 1 < len(self._previous_selection) and self._previous_selection[index + 1]
             answer = (selected or fence) and not self.inline_timing
+        # Values are read after the node is computed: the scheduler must call back for it.
+        if self.values.stats and not int(copied["view_src"]):  # views share their source's bytes
+            flags |= NODE_VALUES
+        if self.values.captures and any(fnmatch.fnmatchcase(tensor_name(bytes(copied["name"])), pattern)
+                                        for pattern in self.values.captures):  # fmt: skip
+            flags |= NODE_CAPTURE
+        answer = answer or bool(flags & (NODE_VALUES | NODE_CAPTURE))
         if answer:
             flags |= NODE_ANSWERED
             alone = index == 0 or self._flags[index - 1] & NODE_ANSWERED
@@ -167,6 +204,40 @@ class PythonGraphRecorder:
         self._starts.append(now)
         self._ends.append(now)
         return answer
+
+    def _read_values(self, tensor: int, node: int) -> None:
+        """Statistics (NODE_VALUES) and a copy (NODE_CAPTURE) of a computed node's output."""
+        struct = np.frombuffer(ctypes.string_at(tensor, TENSOR_SIZE), dtype=TENSOR_DTYPE)[0]
+        flags = self._flags[node]
+        lib = libggml()
+        buffer, data = int(struct["buffer"]), int(struct["data"])
+        host = bool(data) and (not buffer or lib.ggml_backend_buffer_is_host(buffer))
+        if flags & NODE_VALUES:
+            record = np.zeros(1, dtype=VALUES_DTYPE)[0]
+            record["node"] = node
+            ggml_type = int(struct["type"])
+            if host and ggml_type in (0, 1):  # f32, f16
+                values = _strided(data, ggml_type, struct["ne"], struct["nb"]).astype(np.float64).ravel()
+                finite = values[np.isfinite(values)]
+                record["readable"], record["n"] = 1, len(finite)
+                record["nan"], record["inf"] = int(np.isnan(values).sum()), int(np.isinf(values).sum())
+                record["min"] = finite.min() if len(finite) else np.nan
+                record["max"] = finite.max() if len(finite) else np.nan
+                record["sum"], record["sum_squares"] = finite.sum(), (finite * finite).sum()
+                record["sum_abs"] = np.abs(finite).sum()
+            self._values.append(record)
+        if flags & NODE_CAPTURE:
+            nbytes = int(lib.ggml_nbytes(tensor))
+            if host and lib.ggml_is_contiguous(tensor) and nbytes <= self._capture_budget:
+                ne = tuple(int(x) for x in struct["ne"])
+                self._captures.append(Capture(node, int(struct["type"]), ne, ctypes.string_at(data, nbytes)))  # type: ignore[arg-type]
+                self._capture_budget -= nbytes
+            else:
+                self._skipped = (self._skipped[0] + 1, self._skipped[1] + nbytes)
+
+    @property
+    def captures_skipped(self) -> tuple[int, int]:
+        return self._skipped
 
     def _is_selected(self, struct: np.void) -> bool:
         selection = self.selection
@@ -209,6 +280,8 @@ class PythonGraphRecorder:
             leaves=self._leaves.take(),
             buffers=self._buffers,
             boundary_ns=boundary_ns,
+            values=np.array(self._values, dtype=VALUES_DTYPE) if self._values else None,
+            captures=self._captures,
         )
         if self.inline_timing:
             ticks = np.array(self._ticks, dtype=np.int64)

@@ -18,6 +18,25 @@ from .ggml_api import BufferInfo
 NODE_ANSWERED = 1  # we asked the scheduler to compute the node in a slice ending with it
 NODE_TIMED = 2  # its start/end are its own compute interval (sync: its slice held it alone; inline: its ticks fit)
 NODE_SELECTED = 4  # the node matched the selection (filters)
+NODE_VALUES = 8  # its output's statistics are read after it is computed (--values stats)
+NODE_CAPTURE = 16  # its output is copied whole after it is computed (--capture)
+
+
+# --values stats, as the native recorder's StatsRecord lays it out.
+VALUES_DTYPE = np.dtype(
+    [("node", "<u4"), ("readable", "<u4"), ("n", "<i8"), ("nan", "<i8"), ("inf", "<i8"), ("min", "<f8"),
+     ("max", "<f8"), ("sum", "<f8"), ("sum_squares", "<f8"), ("sum_abs", "<f8")]
+)  # fmt: skip
+# --capture, as the native recorder's CaptureRecord lays it out.
+CAPTURE_DTYPE = np.dtype([("node", "<u4"), ("type", "<i4"), ("ne", "<i8", (4,)), ("offset", "<u8"), ("nbytes", "<u8")])
+
+
+@dataclass(frozen=True)
+class Capture:
+    node: int  # index in the graph
+    ggml_type: int
+    ne: tuple[int, int, int, int]
+    data: bytes
 
 
 class Mode(IntEnum):
@@ -48,6 +67,8 @@ class RawGraph:
     n_timed: int = -1  # nodes timed alone (-1: count them from the flags)
     end_of_graph_ns: int = -1  # its last node's end, or boundary_ns if that node ended no slice (-1: work it out)
     graph_start_ns: int = -1  # when the scheduler began it: asked about its first node (-1: work it out)
+    values: np.ndarray | None = None  # VALUES_DTYPE, --values stats: one row per node read
+    captures: list[Capture] = field(default_factory=list)  # --capture: whole outputs
 
     def __post_init__(self) -> None:
         if self.graph_start_ns < 0:

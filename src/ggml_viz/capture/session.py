@@ -24,7 +24,7 @@ from .log import say, say_once
 from .native_recorder import IMPORT_ERROR as NATIVE_IMPORT_ERROR
 from .native_recorder import NativeGraphRecorder, native_available
 from .python_recorder import PythonGraphRecorder
-from .raw_graph import Mode, RawGraph
+from .raw_graph import Capture, Mode, RawGraph
 from .settings import CaptureSettings
 
 _active: Recording | None = None
@@ -65,6 +65,9 @@ class Recording:
         self.n_graphs = 0
         self.n_events = 0
         self.dropped_graphs = 0
+        self.tensor_names: dict[int, str] = {}
+        self.captured_tensors = 0
+        self.captured_bytes = 0
         self.bound_reached = False
         self.dropped_events = 0
         self.graph_sizes: list[int] = []  # nodes of each written graph, by graph id (keep-last bound)
@@ -177,13 +180,13 @@ class Recording:
         if self.settings.recorder == "native":
             if native_available():
                 self.recorder_used = "native"
-                return NativeGraphRecorder(selection, inline_timing)
+                return NativeGraphRecorder(selection, inline_timing, self.settings.values)
             say_once(
                 f"the native recorder is not available ({NATIVE_IMPORT_ERROR}); recording with the slower "
                 "Python recorder (reinstall ggml-viz with a C compiler to get it back)"
             )
         self.recorder_used = "python"
-        return PythonGraphRecorder(selection, inline_timing)
+        return PythonGraphRecorder(selection, inline_timing, self.settings.values)
 
     def context_created(self, tracer: ContextTracer, ctx: int, params: Any, model: int) -> None:
         def describe() -> None:
@@ -256,6 +259,7 @@ class Recording:
         writer = self.writer
         writer.append("buffers", decoded.new_buffers)
         writer.append("tensors", decoded.new_tensors)
+        self.tensor_names.update(zip(decoded.new_tensors["tensor_id"], decoded.new_tensors["name"], strict=True))
         writer.append("structure_nodes", decoded.new_structure_nodes)
         writer.append("edges", decoded.new_edges)
         n_tokens = len(tokens.get("token_id", ()))
@@ -282,9 +286,26 @@ class Recording:
             "detail": raw.detail,
         }
         writer.append_graph(row, decoded.node_times)
+        if raw.values is not None and len(raw.values):
+            writer.append("node_values", values_rows(graph_id, raw.values))
+        for capture in raw.captures:
+            self._write_capture(graph_id, capture, decoded.node_tensor_ids)
         self.n_graphs += 1
         self.n_events += decoded.n_nodes
         self.graph_sizes.append(decoded.n_nodes)
+
+    def _write_capture(self, graph_id: int, capture: Capture, node_tensor_ids: np.ndarray) -> None:
+        assert self.writer is not None
+        offset = self.writer.append_capture(capture.data)
+        name = self.tensor_names.get(int(node_tensor_ids[capture.node]), "?")
+        self.writer.append(
+            "captures",
+            {"graph_id": [graph_id], "node_index": [capture.node], "name": [name],
+             "type": [ggml_api.type_name(capture.ggml_type)], **{f"ne{d}": [capture.ne[d]] for d in range(4)},
+             "offset": [offset], "nbytes": [len(capture.data)]},
+        )  # fmt: skip
+        self.captured_tensors += 1
+        self.captured_bytes += len(capture.data)
 
     def count_dropped(self, n_nodes: int) -> None:
         self.dropped_graphs += 1
@@ -329,6 +350,10 @@ class Recording:
             "dropped_graphs": self.dropped_graphs,
             "dropped_events": self.dropped_events,
             "untimed_graphs": sum(tracer.recorder.clock.mismatches for tracer in self.tracers),
+            "captured_tensors": self.captured_tensors,
+            "captured_bytes": self.captured_bytes,
+            "captures_skipped": sum(tracer.recorder.captures_skipped[0] for tracer in self.tracers),
+            "capture_bytes_skipped": sum(tracer.recorder.captures_skipped[1] for tracer in self.tracers),
             "contexts": len(self.tracers),
         }
         self._update_manifest(counts=counts)
@@ -344,6 +369,21 @@ class Recording:
             action()
         except Exception as error:
             self.fail(f"{type(error).__name__}: {error}")
+
+
+def values_rows(graph_id: int, values: np.ndarray) -> dict[str, Any]:
+    """node_values rows from the recorder's statistics (sums over the finite values)."""
+    readable = values[values["readable"] != 0]
+    n = readable["n"].astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = readable["sum"] / n
+        variance = np.maximum(readable["sum_squares"] / n - mean * mean, 0.0)
+        mean_abs = readable["sum_abs"] / n
+    return {
+        "graph_id": np.full(len(readable), graph_id, dtype=np.int32), "node_index": readable["node"].astype(np.int32),
+        "n": readable["n"], "nan": readable["nan"], "inf": readable["inf"], "min": readable["min"],
+        "max": readable["max"], "mean": mean, "std": np.sqrt(variance), "mean_abs": mean_abs,
+    }  # fmt: skip
 
 
 def _safe(function: Any) -> Any:

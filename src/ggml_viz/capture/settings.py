@@ -34,6 +34,22 @@ class NodeSelection:
         return not (self.ops or self.layers or self.no_layer or self.names)
 
 
+DEFAULT_CAPTURE_BYTES = 64 * 2**20
+
+
+@dataclass(frozen=True)
+class ValueSettings:
+    """Reading node outputs after they are computed (each such node is computed alone)."""
+
+    stats: bool = False  # --values stats: min, max, mean, std, mean |x|, NaN and Inf counts per node
+    captures: tuple[str, ...] = ()  # --capture: name globs of nodes whose whole output is stored
+    capture_bytes: int = DEFAULT_CAPTURE_BYTES  # at most this many bytes of captures per run
+
+    @property
+    def wanted(self) -> bool:
+        return self.stats or bool(self.captures)
+
+
 @dataclass(frozen=True)
 class CaptureSettings:
     recorder: str = "native"  # native (C extension) or python (fallback, test oracle)
@@ -45,6 +61,7 @@ class CaptureSettings:
     selection: NodeSelection = field(default_factory=NodeSelection)
     max_events: int | None = None
     policy: str = "keep-first"
+    values: ValueSettings = field(default_factory=ValueSettings)
 
     def __post_init__(self) -> None:
         for value, allowed, what in (
@@ -59,10 +76,15 @@ class CaptureSettings:
             raise CaptureError("sample must be 1 or more (time every N-th decode graph)")
         if self.max_events is not None and self.max_events < 1:
             raise CaptureError("max_events must be a positive number of node events")
+        if self.values.capture_bytes < 0:
+            raise CaptureError("capture_bytes must be 0 or more")
+        if len(self.values.captures) > 16 or any(len(p.encode()) > 63 for p in self.values.captures):
+            raise CaptureError("capture: at most 16 name patterns of at most 63 bytes")
 
     def describe(self) -> dict[str, Any]:
         described = asdict(self)
         described["selection"] = {k: list(v) if isinstance(v, tuple) else v for k, v in described["selection"].items()}
+        described["values"] = {k: list(v) if isinstance(v, tuple) else v for k, v in described["values"].items()}
         return described
 
 
@@ -104,7 +126,8 @@ def selection_from(ops: str | None, layers: str | None, names: list[str] | str |
 
 
 def settings_from_environment(env: Mapping[str, str] | None = None) -> CaptureSettings:
-    """GGML_VIZ_RECORDER, _DETAIL, _TIMING, _SAMPLE, _OPS, _LAYERS, _NAMES, _MAX_EVENTS, _POLICY."""
+    """GGML_VIZ_RECORDER, _DETAIL, _TIMING, _SAMPLE, _OPS, _LAYERS, _NAMES, _MAX_EVENTS, _POLICY, _VALUES,
+    _CAPTURE, _CAPTURE_BYTES."""
     env = os.environ if env is None else env
 
     def number(name: str) -> int | None:
@@ -124,4 +147,16 @@ def settings_from_environment(env: Mapping[str, str] | None = None) -> CaptureSe
         selection=selection_from(env.get("GGML_VIZ_OPS"), env.get("GGML_VIZ_LAYERS"), env.get("GGML_VIZ_NAMES")),
         max_events=number("GGML_VIZ_MAX_EVENTS"),
         policy=env.get("GGML_VIZ_POLICY", "keep-first").strip() or "keep-first",
+        values=values_from(env.get("GGML_VIZ_VALUES"), env.get("GGML_VIZ_CAPTURE"), number("GGML_VIZ_CAPTURE_BYTES")),
+    )
+
+
+def values_from(values: str | None, captures: list[str] | str | None, capture_bytes: int | None) -> ValueSettings:
+    mode = (values or "off").strip() or "off"
+    if mode not in ("off", "stats"):
+        raise CaptureError(f"unknown values {mode!r}; choose one of off, stats")
+    return ValueSettings(
+        stats=mode == "stats",
+        captures=parse_names(captures),
+        capture_bytes=DEFAULT_CAPTURE_BYTES if capture_bytes is None else capture_bytes,
     )

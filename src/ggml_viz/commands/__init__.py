@@ -18,6 +18,7 @@ from .bench import BenchCommand
 from .diff import DiffCommand
 from .export import ExportCommand
 from .memmap import MemmapCommand
+from .numerics import NumericsCommand
 from .query import QueryCommand
 from .record import RecordCommand
 from .run import RunCommand
@@ -27,7 +28,7 @@ from .view import ViewCommand
 
 COMMANDS: list[type[Command]] = [
     RecordCommand, RunCommand, SummaryCommand, ViewCommand, ExportCommand, QueryCommand, DiffCommand, BenchCommand,
-    MemmapCommand, ValidateCommand,
+    NumericsCommand, MemmapCommand, ValidateCommand,
 ]  # fmt: skip
 
 

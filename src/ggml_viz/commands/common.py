@@ -62,6 +62,19 @@ def add_capture_arguments(parser: argparse.ArgumentParser) -> None:
         default="keep-first",
         help="which graphs --max-events keeps (default: keep-first)",
     )
+    group.add_argument(
+        "--values",
+        choices=("off", "stats"),
+        default="off",
+        help="stats: min, max, mean, std, NaN/Inf counts of every node's output (nodes computed alone)",
+    )
+    group.add_argument(
+        "--capture",
+        action="append",
+        metavar="GLOB",
+        help="store the whole output of nodes whose name matches (repeatable), e.g. 'kq_soft_max-*'",
+    )
+    group.add_argument("--capture-bytes", type=int, metavar="N", help="at most N bytes of captures (default 64 MiB)")
     group.add_argument("--recorder", choices=("native", "python"), default="native",
                        help="native (C extension, default) or python (slower, for comparison)")  # fmt: skip
 
@@ -106,13 +119,17 @@ def capture_options(args: argparse.Namespace) -> dict[str, Any]:
         "max_events": args.max_events,
         "policy": args.policy,
         "recorder": args.recorder,
+        "values": args.values,
+        "capture": args.capture,
+        "capture_bytes": args.capture_bytes,
     }
 
 
 def capture_environment(args: argparse.Namespace) -> dict[str, str]:
     """The same options as GGML_VIZ_* environment variables (for a program run under `run`)."""
     names = {"detail": "DETAIL", "timing": "TIMING", "sample": "SAMPLE", "ops": "OPS", "layers": "LAYERS",
-             "names": "NAMES", "max_events": "MAX_EVENTS", "policy": "POLICY", "recorder": "RECORDER"}  # fmt: skip
+             "names": "NAMES", "max_events": "MAX_EVENTS", "policy": "POLICY", "recorder": "RECORDER",
+             "values": "VALUES", "capture": "CAPTURE", "capture_bytes": "CAPTURE_BYTES"}  # fmt: skip
     env = {}
     for option, value in capture_options(args).items():
         if value is not None:

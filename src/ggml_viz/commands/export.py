@@ -24,6 +24,7 @@ class ExportCommand(Command):
       ggml-viz export france.ggmlviz -o tables/ --format parquet
       ggml-viz export france.ggmlviz -o layer3.svg --graph 1 --layer 3
       ggml-viz export france.ggmlviz -o france.speedscope.json     # speedscope.app
+      ggml-viz export probe.ggmlviz -o attention.npz --tensors 'kq_soft_max-*'   # captured tensors
     """
 
     name = "export"
@@ -34,6 +35,8 @@ class ExportCommand(Command):
         parser.add_argument("-f", "--format", help="format name (default: from the output's ending)")
         parser.add_argument("--graph", type=int, help="graph pictures: the graph to draw (default: the first decode)")
         parser.add_argument("--layer", type=int, help="graph pictures: draw this layer's nodes (default: layers)")
+        parser.add_argument("--tensors", action="append", metavar="GLOB",
+                            help="npz, safetensors: which captured tensors (repeatable; default: all)")  # fmt: skip
         parser.add_argument("--list", action="store_true", help="list the formats and exit")
 
     def run(self, args: argparse.Namespace) -> int:
@@ -65,6 +68,7 @@ class ExportCommand(Command):
             options = ExportOptions(
                 graph_id=args.graph,
                 layer=args.layer,
+                tensors=tuple(args.tensors or ()),
                 progress=lambda done, total: progress.update(task, completed=done, total=total or None),
             )
             said = exporter.export(run, output, options)

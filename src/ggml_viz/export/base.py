@@ -18,6 +18,7 @@ from ..runformat.reader import Run
 class ExportOptions:
     graph_id: int | None = None  # graph pictures: which graph (default: the first decode graph)
     layer: int | None = None  # graph pictures: one layer open (default: layers collapsed)
+    tensors: tuple[str, ...] = ()  # tensor dumps: name globs of the captured tensors to write (default: all)
     progress: Callable[[int, int], None] = field(default=lambda done, total: None)  # long exports report here
 
 

@@ -11,6 +11,7 @@ from .pictures import MemoryPngExporter, MemorySvgExporter, TimelinePngExporter,
 from .profiles import SpeedscopeExporter, TensorBoardExporter
 from .report import HtmlReportExporter
 from .tables import CsvExporter, ParquetExporter
+from .tensors import NpzExporter, SafetensorsExporter
 from .traces import ChromeJsonExporter, PerfettoExporter
 
 EXPORTERS: dict[str, Exporter] = {
@@ -30,6 +31,8 @@ EXPORTERS: dict[str, Exporter] = {
         SpeedscopeExporter(),
         TensorBoardExporter(),
         HtmlReportExporter(),
+        NpzExporter(),
+        SafetensorsExporter(),
     )
 }
 

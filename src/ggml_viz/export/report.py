@@ -50,6 +50,8 @@ def report_answers(view: RunView, graph_id: int) -> dict[str, Any]:
         "timeline": view.timeline(0, max(view.duration_ns, 1), width) if n_timed <= EVENT_LIMIT else None,
         "graphs": {"graphs": [g for g in view.graph_list() if g["graph_id"] == graph_id]},
         f"occupancy/{graph_id}": view.compute_occupancy(graph_id),
+        # captured attention stays in the run (open it with `ggml-viz view`)
+        "attention-index": {**view.attention_index, "graphs": {}},
     }
     if answers["timeline"] is None:
         answers["timeline"] = view.timeline(0, max(view.duration_ns, 1), width)

@@ -20,11 +20,13 @@ from . import journal
 from .manifest import STATUS_INCOMPLETE, STATUS_RECORDING
 from .memory_sources import buffer_kinds, buffer_seen_times, edge_memory
 from .schema import (
+    CAPTURES_FILE,
     FORMAT_NAME,
     GRAPH_TABLES,
     MANIFEST_FILE,
     META_EXPERIMENT_ID,
     NO_ID,
+    OPTIONAL_TABLES,
     PARQUET_SUFFIX,
     READER_SUPPORTED_VERSIONS,
     STREAM_SUFFIX,
@@ -119,6 +121,34 @@ class Run:
         return edges.sort_values(["graph_id", "node_index", "src_slot"], ignore_index=True)
 
     @cached_property
+    def values(self) -> pd.DataFrame:
+        """--values stats: per node event, statistics of its output (min, max, mean, std,
+        mean_abs over the finite values; counts of NaN and Inf), with the node's name and op."""
+        values = self.raw("node_values")
+        nodes = self.nodes[["graph_id", "node_index", "name", "op", "layer"]]
+        return values.merge(nodes, on=["graph_id", "node_index"], how="left").sort_values(
+            ["graph_id", "node_index"], ignore_index=True
+        )
+
+    @cached_property
+    def captures(self) -> pd.DataFrame:
+        """--capture: the captured tensors (graph, node, name, type, shape, bytes)."""
+        return self.raw("captures").sort_values(["graph_id", "node_index"], ignore_index=True)
+
+    def captured(self, graph_id: int, node_index: int) -> np.ndarray:
+        """A captured tensor's values as float32, shaped (ne3, ne2, ne1, ne0): for kq_soft_max,
+        (1, heads, queries, keys)."""
+        rows = self.captures[(self.captures["graph_id"] == graph_id) & (self.captures["node_index"] == node_index)]
+        if rows.empty:
+            raise KeyError((graph_id, node_index))
+        row = rows.iloc[0]
+        with open(self.path / CAPTURES_FILE, "rb") as file:
+            file.seek(int(row["offset"]))
+            data = file.read(int(row["nbytes"]))
+        shape = tuple(int(row[f"ne{d}"]) for d in (3, 2, 1, 0))
+        return decode_tensor(data, str(row["type"]), shape)
+
+    @cached_property
     def memory_map(self) -> pd.DataFrame:
         """The model file's byte layout: one row per region (header, metadata, tensor, padding, ...)."""
         return self.raw("memory_map")
@@ -188,6 +218,8 @@ class Run:
             data = pq.read_table(parquet_path)
         elif stream_path.exists():
             data = _read_stream_tolerantly(stream_path, table)
+        elif table in OPTIONAL_TABLES:  # a run from before the table existed
+            return TABLES[table].empty_table()
         else:
             raise RunFormatError(f"{self.path} has no '{table}' table: the run is damaged or not a ggml-viz run")
         found = (data.schema.metadata or {}).get(META_EXPERIMENT_ID, b"").decode()
@@ -200,6 +232,28 @@ class Run:
         if missing:
             raise RunFormatError(f"{self.path}: table '{table}' lacks columns {sorted(missing)}")
         return data
+
+
+def decode_tensor(data: bytes, ggml_type: str, shape: tuple[int, ...]) -> np.ndarray:
+    """A tensor's raw bytes as float32 (f32, f16, bf16 directly; quantized types through gguf)."""
+    if ggml_type == "f32":
+        values = np.frombuffer(data, dtype="<f4")
+    elif ggml_type == "f16":
+        values = np.frombuffer(data, dtype="<f2").astype(np.float32)
+    elif ggml_type == "bf16":
+        values = (np.frombuffer(data, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+    elif ggml_type in ("i32", "i16", "i8"):
+        values = np.frombuffer(data, dtype={"i32": "<i4", "i16": "<i2", "i8": "i1"}[ggml_type]).astype(np.float32)
+    else:
+        from gguf import GGMLQuantizationType
+        from gguf.quants import dequantize
+
+        try:
+            quant_type = GGMLQuantizationType[ggml_type.upper()]
+        except KeyError:
+            raise RunFormatError(f"cannot decode a tensor of type {ggml_type}") from None
+        values = dequantize(np.frombuffer(data, dtype=np.uint8), quant_type).astype(np.float32).ravel()
+    return values.reshape(shape)
 
 
 def _load_manifest(path: Path) -> dict[str, Any]:

@@ -128,11 +128,44 @@ TABLES: dict[str, pa.Schema] = {
             ("first_graph_id", pa.int32()),
         ]
     ),
+    # --values stats: each node's output, read after it was computed (f32/f16 in host memory)
+    "node_values": pa.schema(
+        [
+            ("graph_id", pa.int32()),
+            ("node_index", pa.int32()),
+            ("n", pa.int64()),  # finite values
+            ("nan", pa.int64()),
+            ("inf", pa.int64()),
+            ("min", pa.float64()),
+            ("max", pa.float64()),
+            ("mean", pa.float64()),
+            ("std", pa.float64()),
+            ("mean_abs", pa.float64()),
+        ]
+    ),
+    # --capture: whole copies of matching nodes' outputs, their bytes in captures.bin
+    "captures": pa.schema(
+        [
+            ("graph_id", pa.int32()),
+            ("node_index", pa.int32()),
+            ("name", pa.string()),
+            ("type", pa.string()),
+            ("ne0", pa.int64()),
+            ("ne1", pa.int64()),
+            ("ne2", pa.int64()),
+            ("ne3", pa.int64()),
+            ("offset", pa.int64()),  # in captures.bin
+            ("nbytes", pa.int64()),
+        ]
+    ),
 }
 
+# Tables a run of an earlier ggml-viz may lack (read as empty).
+OPTIONAL_TABLES = ("node_values", "captures")
+CAPTURES_FILE = "captures.bin"
 
 # Tables whose rows belong to one graph (filtered together by graph_id).
-GRAPH_TABLES = ("graphs", "node_times")
+GRAPH_TABLES = ("graphs", "node_times", "node_values", "captures")
 
 
 def table_schema(table: str, experiment_id: str) -> pa.Schema:

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from .._errors import CaptureError
 from . import journal
 from .manifest import STATUS_COMPLETE, STATUS_INCOMPLETE, new_manifest, utc_now, write_manifest
-from .schema import GRAPH_TABLES, MANIFEST_FILE, PARQUET_SUFFIX, STREAM_SUFFIX, TABLES, table_schema
+from .schema import CAPTURES_FILE, GRAPH_TABLES, MANIFEST_FILE, PARQUET_SUFFIX, STREAM_SUFFIX, TABLES, table_schema
 
 
 def prepare_run_dir(path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
@@ -86,6 +86,7 @@ class RunWriter:
         self._pending_rows: list[dict[str, Any]] = []
         self._pending_times: list[tuple[np.ndarray, ...]] = []
         self._journal = journal.JournalWriter(run_dir / journal.JOURNAL_FILE)
+        self._captures: Any = None
         write_manifest(run_dir, self.manifest)  # last: a run with a manifest has all its tables
 
     def append(self, table: str, columns: Mapping[str, Any]) -> None:
@@ -123,6 +124,15 @@ class RunWriter:
         self._pending_rows, self._pending_times = [], []
         self._journal.clear()
 
+    def append_capture(self, data: bytes) -> int:
+        """Append a captured tensor's bytes to captures.bin; returns their offset there."""
+        if self._captures is None:
+            self._captures = open(self.run_dir / CAPTURES_FILE, "ab")  # noqa: SIM115 - closed in close()
+        offset = self._captures.tell()
+        self._captures.write(data)
+        self._captures.flush()
+        return offset
+
     def update_manifest(self, **fields: Any) -> None:
         self.manifest.update(fields)
         write_manifest(self.run_dir, self.manifest)
@@ -132,6 +142,8 @@ class RunWriter:
         keeping only the rows of `keep_graphs` when it is given (the keep-last bound)."""
         self.flush_graphs()
         self._journal.close(remove=True)
+        if self._captures is not None:
+            self._captures.close()
         for sink, stream, _ in self._tables.values():
             stream.close()
             sink.close()

@@ -194,6 +194,17 @@ def create_app(registry: RunRegistry, *, host: str, port: int, token: str) -> tu
             raise _NotFound("no such graph")
         return _json(view.compute_occupancy(graph_id))
 
+    def attention_index(request: Request) -> Response:
+        return _json(view_of(request).attention_index)
+
+    def attention(request: Request) -> Response:
+        view = view_of(request)
+        query = request.query_params
+        try:
+            return _json(view.attention(_int(query, "graph"), _int(query, "layer"), _int(query, "head", 0)))
+        except KeyError:
+            raise _NotFound("no captured attention for that graph, layer and head") from None
+
     def statistics(request: Request) -> Response:
         return _json(view_of(request).statistics)
 
@@ -248,6 +259,8 @@ def create_app(registry: RunRegistry, *, host: str, port: int, token: str) -> tu
         Route(f"{prefix}/memory", memory),
         Route(f"{prefix}/occupancy/{{graph_id:int}}", compute_occupancy),
         Route(f"{prefix}/stats", statistics),
+        Route(f"{prefix}/attention-index", attention_index),
+        Route(f"{prefix}/attention", attention),
         Route(f"{prefix}/events", events),
         Route(f"{prefix}/live", live),
     ]

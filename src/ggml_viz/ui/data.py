@@ -261,7 +261,73 @@ class RunView:
                 }
             )  # fmt: skip
         details["sources"] = sources
+        details["values"] = self._values_of(graph_id, node_index)
         return details
+
+    @cached_property
+    def _values(self) -> pd.DataFrame:
+        return self.run.raw("node_values").set_index(["graph_id", "node_index"]).sort_index()
+
+    def _values_of(self, graph_id: int, node_index: int) -> dict[str, Any] | None:
+        """--values stats of one node event, if the run has them."""
+        if (graph_id, node_index) not in self._values.index:
+            return None
+        row = self._values.loc[(graph_id, node_index)]
+        return json_safe({column: row[column].item() for column in self._values.columns})
+
+    @cached_property
+    def activation_by_layer(self) -> list[dict[str, Any]]:
+        """--values stats per layer: the range of its nodes' outputs, their mean |x|, non-finite counts."""
+        values = self.run.values
+        if values.empty:
+            return []
+        values = values.assign(layer=values["layer"].astype("object").where(values["layer"].notna(), "none"))
+        table = values.groupby("layer", sort=False).agg(
+            min=("min", "min"), max=("max", "max"), mean_abs=("mean_abs", "mean"), nan=("nan", "sum"),
+            inf=("inf", "sum"), nodes=("node_index", "size"),
+        )  # fmt: skip
+        order = sorted(table.index, key=lambda layer: (layer == "none", layer if layer != "none" else 0))
+        return json_safe([{"layer": layer, **{k: _plain(v) for k, v in table.loc[layer].items()}} for layer in order])
+
+    # -- attention -------------------------------------------------------------------
+
+    @cached_property
+    def attention_index(self) -> dict[str, Any]:
+        """The captured softmax tensors (kq_soft_max-L): per graph, the layers, and the heads."""
+        captures = self.run.captures
+        softmax = captures[captures["name"].str.match(r"^kq_soft_max-\d+$")]
+        flash = any(str(c.get("flash_attn")) in ("on", "True", "1") for c in self.run.manifest.get("contexts", []))
+        graphs: dict[int, list[int]] = {}
+        for row in softmax.itertuples():
+            graphs.setdefault(int(row.graph_id), []).append(int(row.name.rsplit("-", 1)[1]))
+        heads = int(softmax["ne2"].max()) if len(softmax) else 0
+        return {"graphs": {str(g): sorted(layers) for g, layers in graphs.items()}, "heads": heads,
+                "flash_attention": flash}  # fmt: skip
+
+    def attention(self, graph_id: int, layer: int, head: int) -> dict[str, Any]:
+        """One head's attention in one graph: queries (the graph's tokens) × keys (KV cells)."""
+        captures = self.run.captures
+        rows = captures[(captures["graph_id"] == graph_id) & (captures["name"] == f"kq_soft_max-{layer}")]
+        if rows.empty:
+            raise KeyError((graph_id, layer))
+        weights = self.run.captured(graph_id, int(rows["node_index"].iloc[0]))  # (1, heads, queries, keys)
+        if not 0 <= head < weights.shape[1]:
+            raise KeyError(head)
+        matrix = weights[0, head]
+        tokens = self.run.tokens
+        context = int(self.graphs.loc[self.graphs["graph_id"] == graph_id, "context_id"].iloc[0])
+        contexts = self.graphs.set_index("graph_id")["context_id"]
+        seen = tokens[tokens["graph_id"].map(contexts) == context]
+        seen = seen[seen["graph_id"] <= graph_id]
+        text_at = dict(zip(seen["pos"], seen["text"], strict=False))  # the latest token at each position
+        queries = tokens[tokens["graph_id"] == graph_id]
+        used = max(text_at, default=-1) + 1
+        return {
+            "graph_id": graph_id, "layer": layer, "head": head, "heads": int(weights.shape[1]),
+            "query_labels": queries["text"].tolist(), "query_positions": queries["pos"].tolist(),
+            "key_labels": [text_at.get(position, "") for position in range(used)],
+            "weights": np.round(matrix[:, :used], 5).tolist(),
+        }  # fmt: skip
 
     @cached_property
     def _buffer_names(self) -> dict[int, str]:
@@ -455,6 +521,7 @@ class RunView:
             "by_layer": by_layer,
             "by_tensor": by_tensor[:500],
             "findings": self.overview["summary"]["findings"],
+            "activation_by_layer": self.activation_by_layer,
         }
 
     # -- event log -------------------------------------------------------------------

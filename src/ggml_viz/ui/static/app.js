@@ -33,7 +33,7 @@ function embeddedAnswer(path, query) {
   if (path === "runs") return answers.runs;
   const part = path.replace(/^runs\/[^/]+\//, "");
   const missing = () => { throw new Error("not in this report: open the run with `ggml-viz view` for everything"); };
-  if (["overview", "stats", "graphs", "memory", "timeline"].includes(part)) return answers[part];
+  if (["overview", "stats", "graphs", "memory", "timeline", "attention-index"].includes(part)) return answers[part];
   let match;
   if ((match = part.match(/^graph\/(\d+)$/))) return answers[`graph/${match[1]}/${query.layer ?? ""}`] || missing();
   if ((match = part.match(/^occupancy\/(\d+)$/))) return answers[`occupancy/${match[1]}`] || missing();
@@ -105,6 +105,7 @@ function fmtBytes(bytes) {
   while (Math.abs(value) >= 1024 && unit < units.length - 1) { value /= 1024; unit++; }
   return (unit ? value.toFixed(1) : value.toFixed(0)) + " " + units[unit];
 }
+const fmtNum = (x) => (x === null || x === undefined ? "—" : Math.abs(x) >= 1e4 || (Math.abs(x) < 1e-3 && x !== 0) ? x.toExponential(3) : x.toFixed(4));
 const fmtPct = (x) => (x === null || x === undefined ? "—" : (100 * x).toFixed(1) + " %");
 const fmtInt = (x) => (x === null || x === undefined ? "—" : Number(x).toLocaleString("en-US"));
 
@@ -182,7 +183,7 @@ const state = {
 };
 window.ggmlViz = state; // for the tests and the curious
 
-const TABS = ["overview", "timeline", "graph", "memory", "stats", "events"];
+const TABS = ["overview", "timeline", "graph", "memory", "stats", "events", "attention"];
 
 function showTab(tab) {
   if (!TABS.includes(tab)) tab = "overview";
@@ -194,7 +195,7 @@ function showTab(tab) {
   if (location.hash !== "#" + tab) history.replaceState(null, "", "#" + tab);
   if (!state.runId) return;
   const renderers = { overview: renderOverview, timeline: renderTimeline, graph: renderGraph, memory: renderMemory,
-    stats: renderStats, events: renderEventsTab };
+    stats: renderStats, events: renderEventsTab, attention: renderAttention };
   if (!state.rendered[tab]) {
     state.rendered[tab] = true;
     Promise.resolve(renderers[tab]()).catch((error) => showMessage("could not load: " + error.message));
@@ -334,6 +335,11 @@ async function showDetails(panel, graphId, nodeIndex) {
       kv("layer", node.layer === null ? "none" : node.layer),
       kv("graph", `${node.graph_id}, node ${node.node_index}`), kv("tokens", JSON.stringify(node.tokens)),
       kv("buffer", node.buffer === null ? "—" : `${node.buffer} @ ${fmtInt(node.buffer_offset)}`)),
+    node.values ? h("h3", { text: "output values (--values stats)" }) : null,
+    node.values ? h("dl", { class: "kv", "data-testid": "node-values" },
+      kv("min … max", `${fmtNum(node.values.min)} … ${fmtNum(node.values.max)}`),
+      kv("mean ± std", `${fmtNum(node.values.mean)} ± ${fmtNum(node.values.std)}`), kv("mean |x|", fmtNum(node.values.mean_abs)),
+      kv("NaN / Inf", `${fmtInt(node.values.nan)} / ${fmtInt(node.values.inf)}`)) : null,
     h("h3", { text: "sources" }),
     h("table", { "data-testid": "sources" },
       h("tr", {}, ["#", "name", "shape", "type", "lives in"].map((c) => h("th", { text: c }))),
@@ -1063,9 +1069,89 @@ async function renderStats() {
   section.replaceChildren(
     h("div", { class: "card", "data-testid": "findings" }, h("h2", { text: "Where the time goes" }),
       h("ul", { class: "findings" }, stats.findings.map((text) => h("li", { text })))),
+    stats.activation_by_layer.length ? activationChart(stats.activation_by_layer) : null,
     h("h3", { text: "by op" }), sortableTable(stats.by_op, "op", "stats-op"),
     h("h3", { text: "by layer" }), sortableTable(stats.by_layer, "layer", "stats-layer"),
     h("h3", { text: "by tensor (top 500)" }), sortableTable(stats.by_tensor, "tensor", "stats-tensor"));
+}
+
+// --values stats: per layer, the range of its nodes' outputs (bar) and their mean |x| (dot).
+function activationChart(rows) {
+  const canvas = h("canvas", { "data-testid": "activation-chart" });
+  canvas.style.width = "100%";
+  canvas.style.height = "200px";
+  const card = h("div", { class: "card" }, h("h3", { text: "activation range by layer (min … max, dot: mean |x|)" }), canvas);
+  requestAnimationFrame(() => {
+    const { ctx, width, height } = setupCanvas(canvas);
+    const top = Math.max(1e-9, ...rows.map((r) => Math.max(Math.abs(r.min ?? 0), Math.abs(r.max ?? 0))));
+    const Y = (v) => height / 2 - (v / top) * (height / 2 - 12);
+    const step = width / rows.length;
+    ctx.strokeStyle = "#313646"; ctx.beginPath(); ctx.moveTo(0, Y(0)); ctx.lineTo(width, Y(0)); ctx.stroke();
+    rows.forEach((r, i) => {
+      const x = i * step + step / 2;
+      ctx.fillStyle = r.nan || r.inf ? "#ff6b6b" : "#4e79a7";
+      ctx.fillRect(x - Math.max(2, step * 0.3), Y(r.max ?? 0), Math.max(4, step * 0.6), Math.max(1, Y(r.min ?? 0) - Y(r.max ?? 0)));
+      ctx.fillStyle = "#edc948"; ctx.beginPath(); ctx.arc(x, Y(r.mean_abs ?? 0), 3, 0, 7); ctx.fill();
+    });
+    canvas.onmousemove = (event) => {
+      const rect = canvas.getBoundingClientRect();
+      const r = rows[Math.min(rows.length - 1, Math.floor(((event.clientX - rect.left) / rect.width) * rows.length))];
+      tooltip.show(event.clientX, event.clientY, r.layer === "none" ? "outside layers" : `layer ${r.layer}`,
+        [`${fmtNum(r.min)} … ${fmtNum(r.max)}, mean |x| ${fmtNum(r.mean_abs)}`, `${fmtInt(r.nan)} NaN, ${fmtInt(r.inf)} Inf in ${fmtInt(r.nodes)} node outputs`]);
+    };
+    canvas.onmouseleave = () => tooltip.hide();
+  });
+  return card;
+}
+
+// ---- attention -------------------------------------------------------------------------
+
+async function renderAttention() {
+  const section = document.getElementById("view-attention");
+  const index = await api(`runs/${state.runId}/attention-index`);
+  const graphs = Object.keys(index.graphs);
+  if (!graphs.length) {
+    section.replaceChildren(h("div", { class: "empty", "data-testid": "attention-empty", text: index.flash_attention
+      ? "This run used flash attention: no softmax node exists to capture. Record with flash attention off (Llama(..., flash_attn=False)) and --capture 'kq_soft_max-*' to see attention."
+      : "No attention captured. Record with --capture 'kq_soft_max-*' (and --capture-bytes if needed) to see each layer's and head's attention here." }));
+    return;
+  }
+  const graphSelect = h("select", { "data-testid": "attention-graph" }, graphs.map((g) => h("option", { value: g, text: `graph ${g}` })));
+  const layerSelect = h("select", { "data-testid": "attention-layer" });
+  const headSelect = h("select", { "data-testid": "attention-head" }, Array.from({ length: index.heads }, (_, i) => h("option", { value: i, text: `head ${i}` })));
+  const holder = h("div", { "data-testid": "attention-map" });
+  const fillLayers = () => layerSelect.replaceChildren(...index.graphs[graphSelect.value].map((l) => h("option", { value: l, text: `layer ${l}` })));
+  const draw = async () => {
+    const data = await api(`runs/${state.runId}/attention`, { graph: graphSelect.value, layer: layerSelect.value, head: headSelect.value });
+    const cell = Math.max(6, Math.min(28, Math.floor(900 / Math.max(1, data.key_labels.length))));
+    const canvas = h("canvas", { "data-testid": "attention-canvas" });
+    const nQ = data.query_labels.length, nK = data.key_labels.length;
+    canvas.style.width = nK * cell + "px";
+    canvas.style.height = nQ * cell + "px";
+    const keyLabels = h("div", { class: "attention-keys", "data-testid": "attention-keys" }, data.key_labels.map((t) => {
+      const label = h("span", { text: JSON.stringify(t).slice(1, -1) }); label.style.width = cell + "px"; return label; }));
+    const queryLabels = h("div", { class: "attention-queries", "data-testid": "attention-queries" }, data.query_labels.map((t) => {
+      const label = h("div", { text: JSON.stringify(t).slice(1, -1) }); label.style.height = cell + "px"; return label; }));
+    holder.replaceChildren(h("div", { class: "muted", text: `graph ${data.graph_id}, layer ${data.layer}, head ${data.head}: rows are the graph's tokens (queries), columns the KV cells (keys) by position` }),
+      h("div", { class: "attention-grid" }, h("div"), keyLabels, queryLabels, canvas));
+    const { ctx } = setupCanvas(canvas);
+    for (let q = 0; q < nQ; q++) for (let k = 0; k < nK; k++) {
+      ctx.fillStyle = heat(Math.sqrt(data.weights[q][k]));
+      ctx.fillRect(k * cell, q * cell, cell - 1, cell - 1);
+    }
+    canvas.onmousemove = (event) => {
+      const rect = canvas.getBoundingClientRect();
+      const k = Math.floor((event.clientX - rect.left) / cell), q = Math.floor((event.clientY - rect.top) / cell);
+      if (q < 0 || q >= nQ || k < 0 || k >= nK) return tooltip.hide();
+      tooltip.show(event.clientX, event.clientY, `${JSON.stringify(data.query_labels[q])} → ${JSON.stringify(data.key_labels[k])}`, [`weight ${data.weights[q][k].toFixed(4)}`]);
+    };
+    canvas.onmouseleave = () => tooltip.hide();
+  };
+  graphSelect.addEventListener("change", () => { fillLayers(); draw(); });
+  for (const select of [layerSelect, headSelect]) select.addEventListener("change", draw);
+  section.replaceChildren(h("div", { class: "toolbar" }, graphSelect, layerSelect, headSelect), holder);
+  fillLayers();
+  await draw();
 }
 
 function sortableTable(rows, key, testid) {
