@@ -14,8 +14,10 @@ from .common import positive_int
 
 
 class BenchCommand(Command):
-    """Benchmark a model like llama-bench (prompt processing and generation tokens/s, mean ±
-    std over repetitions), with a per-op breakdown from one traced repetition.
+    """Benchmark a model like llama-bench, with a per-op breakdown.
+
+    Prompt processing and generation tokens/s, mean ± std over repetitions, beside llama.cpp's
+    own figure, and where the time goes from one traced repetition.
 
     example:
       ggml-viz bench                              # the embedded SmolLM2-135M

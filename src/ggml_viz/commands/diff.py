@@ -13,8 +13,10 @@ from .common import format_ms, positive_int
 
 
 class DiffCommand(Command):
-    """Compare two runs: the settings that differ (model file, quantization, threads, backend,
-    ...), tokens/s, and the mean time per graph by op, layer and tensor (B minus A).
+    """Compare two runs: settings that differ, speed, and where the time moved.
+
+    Settings: model file, quantization, threads, backend, ...; tokens/s; the mean time per
+    graph by op, layer and tensor (B minus A).
 
     example:
       ggml-viz diff one-thread.ggmlviz two-threads.ggmlviz

@@ -13,8 +13,11 @@ from .base import Command
 
 
 class ExportCommand(Command):
-    """Export a run for other tools: Perfetto, Chrome tracing, CSV/Parquet, Graphviz, speedscope,
-    TensorBoard, pictures.
+    """Export a run for other tools (Perfetto, Chrome, Parquet, Graphviz, HTML, ...).
+
+    Formats: Perfetto, Chrome trace JSON, CSV, Parquet, Graphviz DOT/SVG/PNG, timeline and
+    memory pictures, speedscope, TensorBoard, a self-contained HTML report, captured tensors
+    as npz or safetensors.
 
     The format comes from --format or the output's ending (`ggml-viz export --list` lists them).
 

@@ -5,13 +5,15 @@ import sys
 from pathlib import Path
 
 from .._errors import CommandError
+from ..ui.app import RunRegistry
 from .base import Command
 from .common import add_view_arguments, start_viewer
 
 
 class ViewCommand(Command):
-    """Open a run (or a directory of runs) in the web viewer: timeline, graph, memory,
-    statistics and event log.
+    """Open a run, or a directory of runs, in the web viewer.
+
+    Views: overview, timeline, graph, memory, statistics, event log, attention.
 
     The viewer listens on 127.0.0.1 and prints a URL with a random token that its API
     requires; it opens the browser unless --no-browser. --live follows a run that is still
@@ -36,10 +38,9 @@ class ViewCommand(Command):
             raise CommandError(f"{path} does not exist")
         if path.exists() and not path.is_dir():
             raise CommandError(f"{path} is not a run directory")
-        viewer = start_viewer(path, args, live=args.live)
-        if not args.live and not viewer.registry.scan():
-            viewer.sock.close()
+        if not args.live and not RunRegistry(path).scan():
             raise CommandError(f"{path} holds no ggml-viz run (no manifest.json in it or its subdirectories)")
+        viewer = start_viewer(path, args, live=args.live)
         print("press Ctrl-C to stop", file=sys.stderr)
         viewer.serve()
         return 0
