@@ -57,6 +57,7 @@ typedef struct {
     int32_t type;
     int64_t ne[4];
     uint64_t offset, nbytes; /* in the graph's capture bytes */
+    char name[NAME_LEN];
 } CaptureRecord;
 
 typedef struct {
@@ -473,6 +474,8 @@ static int record_capture(Recorder *r, const uint8_t *tensor, uint32_t node) {
     record->node = node;
     memcpy(&record->type, tensor + r->type_offset, sizeof record->type);
     memcpy(record->ne, tensor + r->ne_offset, sizeof record->ne);
+    memcpy(record->name, tensor + r->name_offset, NAME_LEN);
+    record->name[NAME_LEN - 1] = 0;
     record->offset = r->capture_data.count - r->graph_first_capture_byte;
     record->nbytes = nbytes;
     memcpy(r->capture_data.items + r->capture_data.count, (const void *)(uintptr_t)field_u64(tensor, r->data_offset),

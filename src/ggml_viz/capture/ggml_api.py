@@ -20,6 +20,7 @@ import functools
 import pathlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -101,6 +102,15 @@ BUFFER_USAGE_NAMES = {0: "any", 1: "weights", 2: "compute"}
 
 class _InitParams(ctypes.Structure):
     _fields_ = [("mem_size", ctypes.c_size_t), ("mem_buffer", ctypes.c_void_p), ("no_alloc", ctypes.c_bool)]
+
+
+def address_of(pointer: Any) -> int:
+    """A pointer as an int: from an int, None, a c_void_p or a ctypes function object."""
+    if pointer is None or isinstance(pointer, int):
+        return pointer or 0
+    if isinstance(pointer, ctypes.c_void_p):
+        return pointer.value or 0
+    return ctypes.cast(pointer, ctypes.c_void_p).value or 0
 
 
 def _declare(lib: ctypes.CDLL, name: str, restype: object, *argtypes: object) -> None:

@@ -63,7 +63,6 @@ class DecodedGraph:
     new_buffers: dict[str, list[Any]]
     n_nodes: int
     start_ns: int
-    node_tensor_ids: np.ndarray  # each node's tensor description id
 
 
 class TensorCatalog:
@@ -95,10 +94,10 @@ class TensorCatalog:
             keyed = _description_keys(structs, self._subop_ops)
             bases = {address: info.base for address, info in raw.buffers.items()}
             ids = self._tensor_ids(structs, keyed, ptrs, buffer_ids, bases, new_tensors)
-            node_ids = ids[len(raw.leaves) :]
-            shape = self._previous[context_id] = _GraphShape(raw.fingerprint, ids, self._n_structures, node_ids)
+            shape = self._previous[context_id] = _GraphShape(raw.fingerprint, ids, self._n_structures)
             self._n_structures += 1
             new_edges = _edges(raw.nodes["src"], ptrs, ids, shape.structure_id)
+            node_ids = ids[len(raw.leaves) :]
             new_structure_nodes = {
                 "structure_id": np.full(len(node_ids), shape.structure_id, dtype=np.int32),
                 "node_index": np.arange(len(node_ids), dtype=np.int32),
@@ -122,7 +121,6 @@ class TensorCatalog:
             new_buffers=new_buffers,
             n_nodes=n,
             start_ns=raw.graph_start_ns,
-            node_tensor_ids=shape.node_ids,
         )
 
     def _node_indexes(self, n: int) -> np.ndarray:
@@ -204,7 +202,6 @@ class _GraphShape:
     fingerprint: tuple[bytes, ...]  # every copied struct and address, byte for byte
     ids: np.ndarray
     structure_id: int
-    node_ids: np.ndarray
 
 
 def _description_keys(structs: np.ndarray, subop_ops: np.ndarray) -> np.ndarray:

@@ -9,12 +9,13 @@ both names are wrapped.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import gc
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+from .ggml_api import address_of
 
 if TYPE_CHECKING:
     from .session import Recording
@@ -76,27 +77,20 @@ def existing_contexts() -> bool:
     return any(isinstance(obj, context_class) and getattr(obj, "ctx", None) for obj in gc.get_objects())
 
 
-def _address(pointer: Any) -> int:
-    """A context or model pointer as an int (ctypes hands out ints or c_void_p)."""
-    if isinstance(pointer, ctypes.c_void_p):
-        return pointer.value or 0
-    return int(pointer or 0)
-
-
 def _wrap_init(original: Callable[..., Any], recording: Recording) -> Callable[..., Any]:
     @functools.wraps(original)
     def init_from_model(model: Any, params: Any) -> Any:
         tracer = None
         try:
-            tracer = recording.attach(params, _address(model))
+            tracer = recording.attach(params, address_of(model))
         except Exception as error:  # never raise into the program
             recording.fail(f"attaching to a new context failed: {error!r}")
         ctx = original(model, params)
         if tracer is not None and ctx:
-            _tracers[_address(ctx)] = tracer
+            _tracers[address_of(ctx)] = tracer
             if tracer.recorder.inline_timing:
                 _install_abort_callback(ctx, tracer, params)
-            recording.context_created(tracer, _address(ctx), params, _address(model))
+            recording.context_created(tracer, address_of(ctx), params, address_of(model))
         return ctx
 
     return init_from_model
@@ -117,7 +111,7 @@ def _install_abort_callback(ctx: Any, tracer: Any, params: Any) -> None:
 def _wrap_set_abort_callback(original: Callable[..., Any], recording: Recording) -> Callable[..., Any]:
     @functools.wraps(original)
     def llama_set_abort_callback(ctx: Any, abort_callback: Any, abort_callback_data: Any) -> Any:
-        tracer = _tracers.get(_address(ctx))
+        tracer = _tracers.get(address_of(ctx))
         if tracer is None or not tracer.recorder.inline_timing:
             return original(ctx, abort_callback, abort_callback_data)
         tracer.recorder.chain_abort(abort_callback, abort_callback_data)  # ours stays, and calls it
@@ -129,7 +123,7 @@ def _wrap_set_abort_callback(original: Callable[..., Any], recording: Recording)
 def _wrap_decode(original: Callable[..., Any], recording: Recording) -> Callable[..., Any]:
     @functools.wraps(original)
     def llama_decode(ctx: Any, batch: Any) -> Any:
-        tracer = _tracers.get(_address(ctx))
+        tracer = _tracers.get(address_of(ctx))
         if tracer is None:
             return original(ctx, batch)
         try:
@@ -154,7 +148,7 @@ def _wrap_decode(original: Callable[..., Any], recording: Recording) -> Callable
 def _wrap_free(original: Callable[..., Any], recording: Recording) -> Callable[..., Any]:
     @functools.wraps(original)
     def llama_free(ctx: Any) -> Any:
-        tracer = _tracers.pop(_address(ctx), None)
+        tracer = _tracers.pop(address_of(ctx), None)
         if tracer is not None:
             try:  # write its graphs while the model (its token texts) is surely alive
                 recording.flush_tracer(tracer)
@@ -171,7 +165,7 @@ def _wrap_load(original: Callable[..., Any], recording: Recording) -> Callable[.
         model = original(path_model, params)
         if model:
             path = path_model.decode(errors="replace") if isinstance(path_model, bytes) else str(path_model)
-            recording.remember_model_path(_address(model), path)
+            recording.remember_model_path(address_of(model), path)
         return model
 
     return load_model

@@ -5,13 +5,12 @@ once and records with the Python recorder instead.
 
 from __future__ import annotations
 
-import ctypes
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from .ggml_api import BUFFER_USAGE_NAMES, TENSOR_DTYPE, BufferInfo, field_bytes, libggml
+from .ggml_api import BUFFER_USAGE_NAMES, TENSOR_DTYPE, BufferInfo, address_of, field_bytes, libggml, tensor_name
 from .inline_times import InlineClock
 from .raw_graph import CAPTURE_DTYPE, VALUES_DTYPE, Capture, Mode, RawGraph
 from .settings import NodeSelection, ValueSettings
@@ -27,13 +26,6 @@ else:
 
 def native_available() -> bool:
     return _native is not None
-
-
-def _address(pointer: Any) -> int:
-    """The address of a ctypes function or pointer, or of an int address."""
-    if isinstance(pointer, int):
-        return pointer
-    return ctypes.cast(pointer, ctypes.c_void_p).value or 0
 
 
 def _layout() -> tuple[int, ...]:
@@ -55,7 +47,7 @@ def _layout() -> tuple[int, ...]:
 def _functions() -> tuple[int, ...]:
     lib = libggml()
     return tuple(
-        _address(getattr(lib, name))
+        address_of(getattr(lib, name))
         for name in (
             "ggml_backend_buffer_name",
             "ggml_backend_buffer_get_usage",
@@ -120,7 +112,7 @@ class NativeGraphRecorder:
     def chain_abort(self, callback: Any, data: Any) -> None:
         """Call the program's abort callback from ours (None: no longer)."""
         self._chained = callback
-        self._recorder.chain_abort(_address(callback) if callback else 0, _address(data) if data else 0)
+        self._recorder.chain_abort(address_of(callback) if callback else 0, address_of(data) if data else 0)
 
     def take_graphs(self, boundary_ns: int) -> list[RawGraph]:
         graphs = []
@@ -163,14 +155,15 @@ class NativeGraphRecorder:
 def value_functions() -> tuple[int, int, int, int]:
     lib = libggml()
     return tuple(  # type: ignore[return-value]
-        _address(getattr(lib, name))
+        address_of(getattr(lib, name))
         for name in ("ggml_backend_buffer_is_host", "ggml_is_contiguous", "ggml_nbytes", "ggml_fp16_to_fp32")
     )
 
 
 def _captures(records: bytes, data: bytes) -> list[Capture]:
     return [
-        Capture(int(r["node"]), int(r["type"]), tuple(int(x) for x in r["ne"]),  # type: ignore[arg-type]
+        Capture(int(r["node"]), tensor_name(bytes(r["name"])), int(r["type"]),
+                tuple(int(x) for x in r["ne"]),  # type: ignore[arg-type]
                 data[int(r["offset"]) : int(r["offset"]) + int(r["nbytes"])])
         for r in np.frombuffer(records, CAPTURE_DTYPE)
     ]  # fmt: skip

@@ -230,7 +230,8 @@ class PythonGraphRecorder:
             nbytes = int(lib.ggml_nbytes(tensor))
             if host and lib.ggml_is_contiguous(tensor) and nbytes <= self._capture_budget:
                 ne = tuple(int(x) for x in struct["ne"])
-                self._captures.append(Capture(node, int(struct["type"]), ne, ctypes.string_at(data, nbytes)))  # type: ignore[arg-type]
+                name = tensor_name(bytes(struct["name"]))
+                self._captures.append(Capture(node, name, int(struct["type"]), ne, ctypes.string_at(data, nbytes)))  # type: ignore[arg-type]
                 self._capture_budget -= nbytes
             else:
                 self._skipped = (self._skipped[0] + 1, self._skipped[1] + nbytes)

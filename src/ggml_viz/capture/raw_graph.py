@@ -28,12 +28,15 @@ VALUES_DTYPE = np.dtype(
      ("max", "<f8"), ("sum", "<f8"), ("sum_squares", "<f8"), ("sum_abs", "<f8")]
 )  # fmt: skip
 # --capture, as the native recorder's CaptureRecord lays it out.
-CAPTURE_DTYPE = np.dtype([("node", "<u4"), ("type", "<i4"), ("ne", "<i8", (4,)), ("offset", "<u8"), ("nbytes", "<u8")])
+CAPTURE_DTYPE = np.dtype(
+    [("node", "<u4"), ("type", "<i4"), ("ne", "<i8", (4,)), ("offset", "<u8"), ("nbytes", "<u8"), ("name", "S64")]
+)
 
 
 @dataclass(frozen=True)
 class Capture:
     node: int  # index in the graph
+    name: str
     ggml_type: int
     ne: tuple[int, int, int, int]
     data: bytes

@@ -65,7 +65,6 @@ class Recording:
         self.n_graphs = 0
         self.n_events = 0
         self.dropped_graphs = 0
-        self.tensor_names: dict[int, str] = {}
         self.captured_tensors = 0
         self.captured_bytes = 0
         self.bound_reached = False
@@ -259,7 +258,6 @@ class Recording:
         writer = self.writer
         writer.append("buffers", decoded.new_buffers)
         writer.append("tensors", decoded.new_tensors)
-        self.tensor_names.update(zip(decoded.new_tensors["tensor_id"], decoded.new_tensors["name"], strict=True))
         writer.append("structure_nodes", decoded.new_structure_nodes)
         writer.append("edges", decoded.new_edges)
         n_tokens = len(tokens.get("token_id", ()))
@@ -289,18 +287,17 @@ class Recording:
         if raw.values is not None and len(raw.values):
             writer.append("node_values", values_rows(graph_id, raw.values))
         for capture in raw.captures:
-            self._write_capture(graph_id, capture, decoded.node_tensor_ids)
+            self._write_capture(graph_id, capture)
         self.n_graphs += 1
         self.n_events += decoded.n_nodes
         self.graph_sizes.append(decoded.n_nodes)
 
-    def _write_capture(self, graph_id: int, capture: Capture, node_tensor_ids: np.ndarray) -> None:
+    def _write_capture(self, graph_id: int, capture: Capture) -> None:
         assert self.writer is not None
         offset = self.writer.append_capture(capture.data)
-        name = self.tensor_names.get(int(node_tensor_ids[capture.node]), "?")
         self.writer.append(
             "captures",
-            {"graph_id": [graph_id], "node_index": [capture.node], "name": [name],
+            {"graph_id": [graph_id], "node_index": [capture.node], "name": [capture.name],
              "type": [ggml_api.type_name(capture.ggml_type)], **{f"ne{d}": [capture.ne[d]] for d in range(4)},
              "offset": [offset], "nbytes": [len(capture.data)]},
         )  # fmt: skip
