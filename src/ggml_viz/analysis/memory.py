@@ -131,3 +131,26 @@ def bytes_in_use(run: Run) -> pd.DataFrame:
         pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=["graph_id", "start_ns", "kind", "bytes"])
     )
     return table[["graph_id", "start_ns", "kind", "bytes"]].sort_values(["start_ns", "kind"], ignore_index=True)
+
+
+def weight_reads_by_name(run: Run) -> pd.DataFrame:
+    """Per weight, by name: how many node reads of it the run made (`reads`) and the time of
+    the timed nodes that read it (`read_ns`)."""
+    tensors = run.raw("tensors")
+    weights = tensors.loc[tensors["op"] == "NONE"].set_index("tensor_id")["name"]
+    edges = run.raw("edges")
+    edges = edges[edges["src_tensor_id"].isin(weights.index)]
+    graphs = run.raw("graphs")[["graph_id", "structure_id"]]
+    graphs_per_structure = graphs.groupby("structure_id").size().rename("reads")
+    times = run.raw("node_times").merge(graphs, on="graph_id")
+    node_time = (
+        (times["end_ns"] - times["start_ns"])
+        .groupby([times["structure_id"], times["node_index"]])
+        .sum()
+        .rename("read_ns")
+    )
+    per_edge = edges.join(graphs_per_structure, on="structure_id").join(node_time, on=["structure_id", "node_index"])
+    per_edge = per_edge.fillna({"reads": 0, "read_ns": 0}).assign(
+        name=weights.reindex(edges["src_tensor_id"]).to_numpy()
+    )
+    return per_edge.groupby("name")[["reads", "read_ns"]].sum()

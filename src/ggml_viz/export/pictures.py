@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from .._errors import GgmlVizError
+from ..analysis.memory import weight_reads_by_name
 from ..runformat.reader import Run
 from .base import Exporter, ExportOptions, timed_events
 
@@ -94,17 +95,7 @@ class _MemoryPicture(_Picture):
         tensors = regions[regions["kind"] == "tensor"]
         if tensors.empty:
             raise GgmlVizError("the run holds no model-file map to draw")
-        edges = run.raw("edges")
-        names = run.tensors.set_index("tensor_id")["name"]
-        graphs_per_structure = run.graphs.groupby("structure_id").size()
-        reads = (
-            edges.assign(
-                name=names.reindex(edges["src_tensor_id"]).to_numpy(),
-                graphs=graphs_per_structure.reindex(edges["structure_id"]).fillna(0).to_numpy(),
-            )
-            .groupby("name")["graphs"]
-            .sum()
-        )
+        reads = weight_reads_by_name(run)["reads"]
         values = tensors["name"].map(reads).fillna(0).to_numpy(dtype=float)
         figure, axes = _figure(12, 1.8)
         import matplotlib.cm as cm

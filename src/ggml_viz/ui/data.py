@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ..analysis.graph_view import graph_view
-from ..analysis.memory import kv_cache_fill, live_bytes, occupancy
+from ..analysis.memory import kv_cache_fill, live_bytes, occupancy, weight_reads_by_name
 from ..analysis.summary import summarize
 from ..layers import NO_LAYER
 from ..runformat.reader import Run, open_run
@@ -88,8 +88,9 @@ class RunView:
         times = run.raw("node_times")
         start = np.full(len(events), -1, dtype=np.int64)
         end = np.full(len(events), -1, dtype=np.int64)
+        self.ev_key = _event_key(self.ev_graph, self.ev_node)  # sorted: events are in (graph, node) order
         if len(times) and len(events):
-            key = _event_key(self.ev_graph, self.ev_node)
+            key = self.ev_key
             time_key = _event_key(times["graph_id"].to_numpy(np.int32), times["node_index"].to_numpy(np.int32))
             position = np.searchsorted(key, time_key)
             found = (position < len(key)) & (key[np.minimum(position, len(key) - 1)] == time_key)
@@ -230,7 +231,7 @@ class RunView:
     # -- one node --------------------------------------------------------------------
 
     def event_index(self, graph_id: int, node_index: int) -> int | None:
-        key = _event_key(self.ev_graph, self.ev_node)
+        key = self.ev_key
         wanted = _event_key(np.array([graph_id], np.int32), np.array([node_index], np.int32))[0]
         position = int(np.searchsorted(key, wanted))
         return position if position < len(key) and key[position] == wanted else None
@@ -380,7 +381,7 @@ class RunView:
         memory_map = self.run.memory_map
         if memory_map.empty:
             return {"files": []}
-        reads = self._weight_reads()
+        reads = weight_reads_by_name(self.run)
         files = []
         for model_path, regions in memory_map.groupby("model_path", sort=False):
             regions = regions.sort_values("start")
@@ -403,33 +404,6 @@ class RunView:
                 }
             )
         return {"files": files}
-
-    def _weight_reads(self) -> pd.DataFrame:
-        """Per weight name: node reads over the run, and the time of the nodes reading it."""
-        edges = self.run.raw("edges")
-        tensors = self.tensors
-        weight_ids = tensors.loc[tensors["op"] == "NONE", "tensor_id"]
-        edges = edges[edges["src_tensor_id"].isin(weight_ids)]
-        if edges.empty:
-            return pd.DataFrame({"reads": [], "read_ns": []})
-        graphs_per_structure = self.graphs.groupby("structure_id").size()
-        counts = edges.groupby("src_tensor_id")["structure_id"].apply(
-            lambda s: int(graphs_per_structure.reindex(s).fillna(0).sum())
-        )
-        # Time: the timed reading nodes' durations, summed over the graphs that ran them.
-        timed = self.ev_timed
-        duration = np.where(timed, self.ev_end - self.ev_start, 0)
-        node_time = (
-            pd.DataFrame({"structure_id": self.ev_structure, "node_index": self.ev_node, "duration": duration})
-            .groupby(["structure_id", "node_index"])["duration"]
-            .sum()
-        )
-        per_edge = edges.merge(node_time.reset_index(), on=["structure_id", "node_index"], how="left")
-        read_ns = per_edge.groupby("src_tensor_id")["duration"].sum()
-        names = tensors.set_index("tensor_id")["name"]
-        table = pd.DataFrame({"reads": counts, "read_ns": read_ns}).fillna(0)
-        table.index = names.reindex(table.index).to_numpy()
-        return table.groupby(level=0).sum()
 
     @cached_property
     def buffer_track(self) -> dict[str, Any]:
