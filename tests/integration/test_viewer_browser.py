@@ -4,11 +4,11 @@ recording. Each view's screenshot is saved (into $GGML_VIZ_SCREENSHOTS when set)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -71,6 +71,18 @@ def page(browser):
     yield page
     context.close()
     assert not errors, errors
+
+
+@contextlib.contextmanager
+def serving(page, path: Path, **options):
+    """A viewer for `path` while the block runs; the page lets go of it before it stops."""
+    viewer = make_viewer(path, port=0, **options)
+    viewer.serve_in_background()
+    try:
+        yield viewer
+    finally:
+        page.goto("about:blank")
+        viewer.stop()
 
 
 def open_view(page, url: str, view: str):
@@ -211,29 +223,30 @@ def test_hovering_a_heatmap_segment_shows_its_tooltip(page, served_run):
 
 def test_the_live_view_gains_graphs_while_a_recording_runs(page, tmp_path, model_path):
     path = tmp_path / "live.ggmlviz"
-    viewer = make_viewer(path, port=0, live=True)
-    viewer.serve_in_background()
-    recording = subprocess.Popen(
-        [sys.executable, "-m", "ggml_viz", "record", "-n", "160", "-t", "2", "-o", str(path)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        page.goto(viewer.url + "#overview")
-        page.wait_for_selector("body[data-ready='1']", timeout=120_000)
-        first = page.evaluate("() => window.ggmlViz.overview.summary.graphs")
-        page.wait_for_function(f"() => window.ggmlViz.overview.summary.graphs > {first}", timeout=120_000)
-        assert page.evaluate("() => window.ggmlViz.liveUpdates") >= 1
-        assert page.locator("[data-testid=live]").is_visible()
-        recording.wait(timeout=300)
-        page.wait_for_function("() => window.ggmlViz.overview.summary.status === 'complete'", timeout=30_000)
-        final = page.evaluate("() => window.ggmlViz.overview.summary.graphs")
-        assert final == len(ggml_viz.open(path).graphs)
-    finally:
-        page.goto("about:blank")  # the page lets go of the live stream before the server stops
-        if recording.poll() is None:
-            recording.kill()
-        viewer.stop()
-        time.sleep(0.2)
+    with serving(page, path, live=True) as viewer:
+        recording = subprocess.Popen(
+            [sys.executable, "-m", "ggml_viz", "record", "-n", "160", "-t", "2", "-o", str(path)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            follow_the_recording(page, viewer, recording, path)
+        finally:
+            if recording.poll() is None:
+                recording.kill()
+
+
+def follow_the_recording(page, viewer, recording, path):
+    """The page gains graphs while the recording runs, and ends with all of them."""
+    page.goto(viewer.url + "#overview")
+    page.wait_for_selector("body[data-ready='1']", timeout=120_000)
+    first = page.evaluate("() => window.ggmlViz.overview.summary.graphs")
+    page.wait_for_function(f"() => window.ggmlViz.overview.summary.graphs > {first}", timeout=120_000)
+    assert page.evaluate("() => window.ggmlViz.liveUpdates") >= 1
+    assert page.locator("[data-testid=live]").is_visible()
+    recording.wait(timeout=300)
+    page.wait_for_function("() => window.ggmlViz.overview.summary.status === 'complete'", timeout=30_000)
+    final = page.evaluate("() => window.ggmlViz.overview.summary.graphs")
+    assert final == len(ggml_viz.open(path).graphs)
 
 
 def test_the_html_report_works_offline_and_shows_the_top_ops(browser, served_run, tmp_path, screenshots):
@@ -265,9 +278,7 @@ def test_a_directory_of_runs_lists_them_and_compares_two(page, tmp_path):
 
     write_synthetic_run(tmp_path / "runs" / "small.ggmlviz", graphs=8, layers=2, seed=1)
     write_synthetic_run(tmp_path / "runs" / "large.ggmlviz", graphs=8, layers=4, seed=2)
-    viewer = make_viewer(tmp_path / "runs", port=0)
-    viewer.serve_in_background()
-    try:
+    with serving(page, tmp_path / "runs") as viewer:
         page.goto(viewer.url)
         page.wait_for_selector("[data-testid=runs] input[type=checkbox]")
         assert page.locator("[data-testid=runs] tr").count() == 3
@@ -276,18 +287,13 @@ def test_a_directory_of_runs_lists_them_and_compares_two(page, tmp_path):
         page.click("[data-testid=compare]")
         page.wait_for_selector("[data-testid=comparison] table")
         assert "time per graph by op" in page.text_content("[data-testid=comparison]")
-    finally:
-        page.goto("about:blank")
-        viewer.stop()
 
 
 def test_captured_attention_renders_with_token_labels(page, tmp_path, model_path, screenshots):
     path = tmp_path / "attention.ggmlviz"
     with ggml_viz.record(path, capture="kq_soft_max-*", values="stats"):
         greedy(load_model(model_path), n_predict=2)
-    viewer = make_viewer(path, port=0)
-    viewer.serve_in_background()
-    try:
+    with serving(page, path) as viewer:
         open_view(page, viewer.url, "attention")
         page.wait_for_selector("[data-testid=attention-canvas]")
         page.wait_for_timeout(200)
@@ -300,6 +306,3 @@ def test_captured_attention_renders_with_token_labels(page, tmp_path, model_path
         page.wait_for_selector("[data-testid=activation-chart]")
         page.wait_for_timeout(200)
         assert colored_pixels(page, "[data-testid=activation-chart]") > 200
-    finally:
-        page.goto("about:blank")
-        viewer.stop()
