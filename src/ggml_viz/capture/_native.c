@@ -8,6 +8,12 @@
  * growable C arrays, and describes each buffer the first time a graph uses it.
  * Python takes everything between llama_decode calls (`take()`) and decodes it in bulk.
  *
+ * Decode graphs usually repeat the previous graph struct for struct (llama.cpp reuses or
+ * rebuilds them alike). While the graph in flight does, a node is compared with the
+ * previous graph's node at its index instead of being copied; the first difference copies
+ * the part repeated so far, and recording goes on as above. A graph repeated whole costs
+ * no copy and no comparison at its end, and reaches Python as `same`.
+ *
  * Two ways to time nodes. `sync`: answer true when asked, so the scheduler computes the
  * node alone, synchronizes and calls back (exact boundaries; every node is a separate
  * compute call). `inline`: answer false, so the graph runs in one piece, and take the time
@@ -113,11 +119,16 @@ typedef struct {
     Array leaves, leaf_ptrs;
     Array graph_node_start, graph_leaf_start, graph_buffer_start, graph_tick_start, graph_boundary, graph_same;
     Array graph_stats_start, graph_capture_start, graph_capture_data_start;
-    /* the last graph closed, to recognize an identical next one (decode graphs usually are) */
+    Array graph_struct_start; /* where a graph's node structs begin in `nodes` (none when repeated) */
+    /* the last graph closed, to recognize an identical next one (decode graphs usually are);
+       per node, how many leaves and buffers the graph had noted once it was copied */
     Array previous_nodes, previous_leaves, previous_node_ptrs, previous_leaf_ptrs;
+    Array previous_leaf_end, previous_buffer_end, previous_buffers;
     Array buffers;
     /* the graph in flight */
-    size_t graph_first_node, graph_first_leaf, graph_first_buffer, graph_first_tick;
+    size_t graph_first_node, graph_first_leaf, graph_first_buffer, graph_first_tick, graph_first_struct;
+    Array leaf_end, buffer_end; /* per node, as previous_leaf_end and previous_buffer_end */
+    int repeating;              /* it repeats the previous graph so far: nothing copied yet */
     size_t graph_first_stats, graph_first_capture, graph_first_capture_byte;
     uint64_t *set_keys; /* open-addressing set of pointers seen in this graph */
     uint8_t *set_kinds; /* 0 empty, 1 node, 2 leaf, 3 buffer */
@@ -155,6 +166,14 @@ static void *array_push(Array *a) {
 }
 
 #define ARRAY_AT(a, type, i) (((type *)(a).items)[i])
+
+/* Append `count` items of `from` (same item size), starting at item `start`. */
+static int array_append(Array *a, const Array *from, size_t start, size_t count) {
+    if (array_reserve(a, count) != 0) return -1;
+    memcpy(a->items + a->count * a->item_size, from->items + start * from->item_size, count * a->item_size);
+    a->count += count;
+    return 0;
+}
 
 /* ---- the per-graph pointer set ------------------------------------------------------ */
 
@@ -280,10 +299,7 @@ static bool is_selected(Recorder *r, const uint8_t *tensor) {
 
 /* ---- recording ------------------------------------------------------------------------ */
 
-static int note_buffer(Recorder *r, const uint8_t *tensor) {
-    uint64_t buffer = field_u64(tensor, r->buffer_offset);
-    if (!buffer || set_find(r, buffer)) return 0;
-    if (set_add(r, buffer, 3) != 0) return -1;
+static int describe_buffer(Recorder *r, uint64_t buffer) {
     BufferRecord *record = array_push(&r->buffers);
     if (!record) return -1;
     memset(record, 0, sizeof *record);
@@ -300,9 +316,16 @@ static int note_buffer(Recorder *r, const uint8_t *tensor) {
     return 0;
 }
 
+static int note_buffer(Recorder *r, const uint8_t *tensor) {
+    uint64_t buffer = field_u64(tensor, r->buffer_offset);
+    if (!buffer || set_find(r, buffer)) return 0;
+    if (set_add(r, buffer, 3) != 0) return -1;
+    return describe_buffer(r, buffer);
+}
+
 static int copy_tensor(Recorder *r, Array *structs, Array *ptrs, uint64_t address, const uint8_t **copied) {
     uint8_t *slot = array_push(structs);
-    uint64_t *ptr = array_push(ptrs);
+    uint64_t *ptr = ptrs ? array_push(ptrs) : &address;
     if (!slot || !ptr) return -1;
     memcpy(slot, (const void *)(uintptr_t)address, r->tensor_size);
     /* A name is a C string: bytes after its NUL are stale, clear them. */
@@ -322,6 +345,76 @@ static int copy_leaf(Recorder *r, uint64_t address) {
     return note_buffer(r, copied);
 }
 
+/* ---- repeating the previous graph ------------------------------------------------------ */
+
+/* Whether a live tensor struct equals a copied one (a name's bytes after its NUL aside). */
+static bool same_struct(Recorder *r, const uint8_t *live, const uint8_t *copied) {
+    size_t name_end = r->name_offset + NAME_LEN;
+    return memcmp(live, copied, r->name_offset) == 0 &&
+           strncmp((const char *)live + r->name_offset, (const char *)copied + r->name_offset, NAME_LEN) == 0 &&
+           memcmp(live + name_end, copied + name_end, r->tensor_size - name_end) == 0;
+}
+
+static size_t end_before(const Array *ends, size_t index) {
+    return index ? ARRAY_AT(*ends, uint32_t, index - 1) : 0;
+}
+
+/* Whether the node asked about repeats the previous graph's node at its index, with the
+   leaves that node brought; if so, describe the buffers it first used, as copying would.
+   1 yes, 0 no, -1 out of memory. */
+static int repeats_previous(Recorder *r, uint64_t address) {
+    size_t i = r->node_flags.count - r->graph_first_node;
+    if (i >= r->previous_node_ptrs.count || ARRAY_AT(r->previous_node_ptrs, uint64_t, i) != address) return 0;
+    if (!same_struct(r, (const uint8_t *)(uintptr_t)address, r->previous_nodes.items + i * r->tensor_size)) return 0;
+    size_t leaf_end = ARRAY_AT(r->previous_leaf_end, uint32_t, i);
+    for (size_t j = end_before(&r->previous_leaf_end, i); j < leaf_end; j++) {
+        const uint8_t *leaf = (const uint8_t *)(uintptr_t)ARRAY_AT(r->previous_leaf_ptrs, uint64_t, j);
+        if (!same_struct(r, leaf, r->previous_leaves.items + j * r->tensor_size)) return 0;
+    }
+    size_t buffer_end = ARRAY_AT(r->previous_buffer_end, uint32_t, i);
+    for (size_t b = end_before(&r->previous_buffer_end, i); b < buffer_end; b++) {
+        if (describe_buffer(r, ARRAY_AT(r->previous_buffers, uint64_t, b)) != 0) return -1;
+    }
+    return 1;
+}
+
+/* The graph in flight stops repeating the previous one: copy the part it repeated so far
+   (equal to the previous graph's, byte for byte) and the pointer set, as if its nodes had
+   been copied one by one. */
+static int stop_repeating(Recorder *r) {
+    r->repeating = 0;
+    size_t n = r->node_flags.count - r->graph_first_node;
+    if (n == 0) return 0;
+    size_t n_leaves = ARRAY_AT(r->previous_leaf_end, uint32_t, n - 1);
+    if (array_append(&r->nodes, &r->previous_nodes, 0, n) != 0 ||
+        array_append(&r->leaves, &r->previous_leaves, 0, n_leaves) != 0 ||
+        array_append(&r->leaf_ptrs, &r->previous_leaf_ptrs, 0, n_leaves) != 0 ||
+        array_append(&r->leaf_end, &r->previous_leaf_end, 0, n) != 0 ||
+        array_append(&r->buffer_end, &r->previous_buffer_end, 0, n) != 0) {
+        return -1;
+    }
+    /* In the order copying adds them: a node, then the leaves it brought. */
+    for (size_t i = 0; i < n; i++) {
+        if (set_add(r, ARRAY_AT(r->node_ptrs, uint64_t, r->graph_first_node + i), 1) != 0) return -1;
+        for (size_t j = end_before(&r->previous_leaf_end, i); j < ARRAY_AT(r->previous_leaf_end, uint32_t, i); j++) {
+            if (set_add(r, ARRAY_AT(r->previous_leaf_ptrs, uint64_t, j), 2) != 0) return -1;
+        }
+    }
+    for (size_t b = r->graph_first_buffer; b < r->buffers.count; b++) {
+        if (set_add(r, ARRAY_AT(r->buffers, BufferRecord, b).address, 3) != 0) return -1;
+    }
+    return 0;
+}
+
+/* While the graph in flight repeats the previous one: does this node go on repeating it?
+   If not, it stops repeating. 1 yes, 0 no, -1 out of memory. */
+static int check_repeat(Recorder *r, uint64_t address) {
+    if (!r->repeating) return 0;
+    int repeat = repeats_previous(r, address);
+    if (repeat == 0 && stop_repeating(r) != 0) return -1;
+    return repeat;
+}
+
 /* Whether a[from, to) holds the same bytes as all of `previous`; if not, `previous` becomes a copy. */
 static int same_or_copy(Array *previous, const Array *a, size_t from, size_t to, bool *same) {
     size_t bytes = (to - from) * a->item_size;
@@ -337,11 +430,52 @@ static int same_or_copy(Array *previous, const Array *a, size_t from, size_t to,
     return 0;
 }
 
+/* The next graph begins after everything recorded so far; it may repeat the last one. */
+static void open_graph(Recorder *r) {
+    r->graph_first_node = r->node_flags.count;
+    r->graph_first_struct = r->nodes.count;
+    r->graph_first_leaf = r->leaves.count;
+    r->graph_first_buffer = r->buffers.count;
+    r->graph_first_tick = r->tick_ns.count;
+    r->graph_first_stats = r->stats.count;
+    r->graph_first_capture = r->capture_records.count;
+    r->graph_first_capture_byte = r->capture_data.count;
+    r->leaf_end.count = r->buffer_end.count = 0;
+    r->repeating = r->previous_node_ptrs.count > 0;
+    r->pending = -1;
+    set_clear(r);
+}
+
+/* Remember the graph just closed, whole, as the one the next graph may repeat. */
+static int remember_as_previous(Recorder *r, bool *same) {
+    size_t first_buffer = r->graph_first_buffer, n_buffers = r->buffers.count - first_buffer;
+    if (same_or_copy(&r->previous_nodes, &r->nodes, r->graph_first_struct, r->nodes.count, same) != 0 ||
+        same_or_copy(&r->previous_node_ptrs, &r->node_ptrs, r->graph_first_node, r->node_ptrs.count, same) != 0 ||
+        same_or_copy(&r->previous_leaves, &r->leaves, r->graph_first_leaf, r->leaves.count, same) != 0 ||
+        same_or_copy(&r->previous_leaf_ptrs, &r->leaf_ptrs, r->graph_first_leaf, r->leaf_ptrs.count, same) != 0) {
+        return -1;
+    }
+    if (*same) return 0; /* what was remembered describes this graph too */
+    r->previous_leaf_end.count = r->previous_buffer_end.count = r->previous_buffers.count = 0;
+    if (array_append(&r->previous_leaf_end, &r->leaf_end, 0, r->leaf_end.count) != 0 ||
+        array_append(&r->previous_buffer_end, &r->buffer_end, 0, r->buffer_end.count) != 0 ||
+        array_reserve(&r->previous_buffers, n_buffers) != 0) {
+        return -1;
+    }
+    for (size_t b = 0; b < n_buffers; b++) {
+        ARRAY_AT(r->previous_buffers, uint64_t, b) = ARRAY_AT(r->buffers, BufferRecord, first_buffer + b).address;
+    }
+    r->previous_buffers.count = n_buffers;
+    return 0;
+}
+
 /* Close the graph in flight: remember where it ended, what it selected, and whether it
    repeats the previous graph struct for struct (then Python reuses what it decoded). */
 static int close_graph(Recorder *r, int64_t boundary) {
-    if (r->nodes.count == r->graph_first_node) return 0;
+    size_t n = r->node_flags.count - r->graph_first_node;
+    if (n == 0) return 0;
     size_t *node_start = array_push(&r->graph_node_start);
+    size_t *struct_start = array_push(&r->graph_struct_start);
     size_t *leaf_start = array_push(&r->graph_leaf_start);
     size_t *buffer_start = array_push(&r->graph_buffer_start);
     size_t *tick_start = array_push(&r->graph_tick_start);
@@ -350,19 +484,21 @@ static int close_graph(Recorder *r, int64_t boundary) {
     size_t *capture_data_start = array_push(&r->graph_capture_data_start);
     int64_t *boundary_ns = array_push(&r->graph_boundary);
     uint8_t *same_flag = array_push(&r->graph_same);
-    if (!node_start || !leaf_start || !buffer_start || !tick_start || !boundary_ns || !same_flag || !stats_start ||
-        !capture_start || !capture_data_start) {
+    if (!node_start || !struct_start || !leaf_start || !buffer_start || !tick_start || !boundary_ns || !same_flag ||
+        !stats_start || !capture_start || !capture_data_start) {
         return -1;
     }
-    bool same = r->previous_nodes.count > 0;
-    if (same_or_copy(&r->previous_nodes, &r->nodes, r->graph_first_node, r->nodes.count, &same) != 0 ||
-        same_or_copy(&r->previous_node_ptrs, &r->node_ptrs, r->graph_first_node, r->nodes.count, &same) != 0 ||
-        same_or_copy(&r->previous_leaves, &r->leaves, r->graph_first_leaf, r->leaves.count, &same) != 0 ||
-        same_or_copy(&r->previous_leaf_ptrs, &r->leaf_ptrs, r->graph_first_leaf, r->leaves.count, &same) != 0) {
-        return -1;
+    bool same;
+    if (r->repeating && n == r->previous_node_ptrs.count) {
+        same = true; /* repeated whole: compared node by node already */
+    } else {
+        if (r->repeating && stop_repeating(r) != 0) return -1; /* repeated only in part */
+        same = r->previous_nodes.count > 0;
+        if (remember_as_previous(r, &same) != 0) return -1;
     }
     *same_flag = same;
     *node_start = r->graph_first_node;
+    *struct_start = r->graph_first_struct;
     *leaf_start = r->graph_first_leaf;
     *buffer_start = r->graph_first_buffer;
     *tick_start = r->graph_first_tick;
@@ -370,7 +506,6 @@ static int close_graph(Recorder *r, int64_t boundary) {
     *capture_start = r->graph_first_capture;
     *capture_data_start = r->graph_first_capture_byte;
     *boundary_ns = boundary;
-    size_t n = r->nodes.count - r->graph_first_node;
     if (n > r->previous_capacity) {
         uint8_t *grown = realloc(r->previous_selection, n);
         if (!grown) return -1;
@@ -381,15 +516,7 @@ static int close_graph(Recorder *r, int64_t boundary) {
         r->previous_selection[i] = (ARRAY_AT(r->node_flags, uint8_t, r->graph_first_node + i) & NODE_SELECTED) != 0;
     }
     r->previous_count = n;
-    r->graph_first_node = r->nodes.count;
-    r->graph_first_leaf = r->leaves.count;
-    r->graph_first_buffer = r->buffers.count;
-    r->graph_first_tick = r->tick_ns.count;
-    r->graph_first_stats = r->stats.count;
-    r->graph_first_capture = r->capture_records.count;
-    r->graph_first_capture_byte = r->capture_data.count;
-    r->pending = -1;
-    set_clear(r);
+    open_graph(r);
     return 0;
 }
 
@@ -499,28 +626,41 @@ static bool answer_for(Recorder *r, const uint8_t *tensor, size_t index_in_graph
 
 /* Record a node the scheduler asks about; returns the answer, or -1 out of memory. */
 static int on_ask(Recorder *r, uint64_t address) {
-    if (r->fail_after_nodes > 0 && (long long)r->nodes.count >= r->fail_after_nodes) return -1;
-    if (set_find(r, address) == 1 && close_graph(r, now_ns()) != 0) return -1; /* a node again: next graph */
-    const uint8_t *copied;
-    if (copy_tensor(r, &r->nodes, &r->node_ptrs, address, &copied) != 0) return -1;
-    if (set_add(r, address, 1) != 0 || note_buffer(r, copied) != 0) return -1;
-    for (size_t i = 0; i < r->n_src; i++) {
-        if (copy_leaf(r, field_u64(copied, r->src_offset + 8 * i)) != 0) return -1;
+    if (r->fail_after_nodes > 0 && (long long)r->node_flags.count >= r->fail_after_nodes) return -1;
+    int repeat = check_repeat(r, address);
+    if (repeat == 0 && set_find(r, address) == 1) { /* a node again: the next graph begins */
+        if (close_graph(r, now_ns()) != 0) return -1;
+        repeat = check_repeat(r, address);
     }
-    if (copy_leaf(r, field_u64(copied, r->view_src_offset)) != 0) return -1;
+    if (repeat < 0) return -1;
+    const uint8_t *tensor = (const uint8_t *)(uintptr_t)address;
+    if (!repeat) {
+        if (copy_tensor(r, &r->nodes, NULL, address, &tensor) != 0) return -1;
+        if (set_add(r, address, 1) != 0 || note_buffer(r, tensor) != 0) return -1;
+        for (size_t i = 0; i < r->n_src; i++) {
+            if (copy_leaf(r, field_u64(tensor, r->src_offset + 8 * i)) != 0) return -1;
+        }
+        if (copy_leaf(r, field_u64(tensor, r->view_src_offset)) != 0) return -1;
+        uint32_t *leaf_end = array_push(&r->leaf_end), *buffer_end = array_push(&r->buffer_end);
+        if (!leaf_end || !buffer_end) return -1;
+        *leaf_end = (uint32_t)(r->leaves.count - r->graph_first_leaf);
+        *buffer_end = (uint32_t)(r->buffers.count - r->graph_first_buffer);
+    }
 
-    size_t index = r->nodes.count - 1;
+    size_t index = r->node_flags.count;
     size_t index_in_graph = index - r->graph_first_node;
+    uint64_t *ptr = array_push(&r->node_ptrs);
     uint8_t *flags = array_push(&r->node_flags);
     int64_t *start = array_push(&r->starts);
     int64_t *end = array_push(&r->ends);
-    if (!flags || !start || !end) return -1;
+    if (!ptr || !flags || !start || !end) return -1;
+    *ptr = address;
     *flags = 0;
-    bool answer = answer_for(r, copied, index_in_graph, flags);
+    bool answer = answer_for(r, tensor, index_in_graph, flags);
     /* Values are read after the node is computed: the scheduler must call back for it.
        Views (KV cache writes among them) share their source's bytes: not read again. */
-    if (r->values_mode && !field_u64(copied, r->view_src_offset)) *flags |= NODE_VALUES;
-    if (r->n_captures && matches_capture(r, copied)) *flags |= NODE_CAPTURE;
+    if (r->values_mode && !field_u64(tensor, r->view_src_offset)) *flags |= NODE_VALUES;
+    if (r->n_captures && matches_capture(r, tensor)) *flags |= NODE_CAPTURE;
     if (*flags & (NODE_VALUES | NODE_CAPTURE)) answer = true;
     if (answer) {
         *flags |= NODE_ANSWERED;
@@ -577,7 +717,7 @@ static bool ggml_viz_abort_callback(void *user_data) {
             r->mode = MODE_OFF;
         } else {
             *tick = now_ns();
-            *asked = (uint32_t)(r->nodes.count - r->graph_first_node);
+            *asked = (uint32_t)(r->node_flags.count - r->graph_first_node);
         }
     }
     return r->chained_abort ? r->chained_abort(r->chained_abort_data) : false;
@@ -591,6 +731,14 @@ static bool ggml_viz_timing_floor_callback(void *tensor, bool ask, void *user_da
     (void)user_data;
     floor_last_ns = now_ns();
     return true;
+}
+
+/* The floor of graph-level recording: a callback that declines every node, so each graph
+   runs in one piece, and records nothing. What it costs is what ggml's asking costs. */
+static bool ggml_viz_graph_floor_callback(void *tensor, bool ask, void *user_data) {
+    (void)tensor;
+    (void)user_data;
+    return !ask;
 }
 
 /* ---- Python interface ---------------------------------------------------------------- */
@@ -665,6 +813,12 @@ static int Recorder_init(Recorder *self, PyObject *args, PyObject *kwargs) {
     array_init(&self->previous_node_ptrs, sizeof(uint64_t));
     array_init(&self->previous_leaf_ptrs, sizeof(uint64_t));
     array_init(&self->buffers, sizeof(BufferRecord));
+    array_init(&self->graph_struct_start, sizeof(size_t));
+    array_init(&self->leaf_end, sizeof(uint32_t));
+    array_init(&self->buffer_end, sizeof(uint32_t));
+    array_init(&self->previous_leaf_end, sizeof(uint32_t));
+    array_init(&self->previous_buffer_end, sizeof(uint32_t));
+    array_init(&self->previous_buffers, sizeof(uint64_t));
     if (set_grow(self) != 0) {
         PyErr_NoMemory();
         return -1;
@@ -682,7 +836,9 @@ static void Recorder_dealloc(Recorder *self) {
                        &self->previous_nodes, &self->previous_leaves, &self->previous_node_ptrs,
                        &self->previous_leaf_ptrs, &self->tick_ns, &self->tick_asked, &self->graph_tick_start,
                        &self->stats, &self->capture_records, &self->capture_data, &self->graph_stats_start,
-                       &self->graph_capture_start, &self->graph_capture_data_start};
+                       &self->graph_capture_start, &self->graph_capture_data_start, &self->graph_struct_start,
+                       &self->leaf_end, &self->buffer_end, &self->previous_leaf_end, &self->previous_buffer_end,
+                       &self->previous_buffers};
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) array_free(arrays[i]);
     free(self->set_keys);
     free(self->set_kinds);
@@ -691,18 +847,16 @@ static void Recorder_dealloc(Recorder *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* Forget everything recorded since the last take, the graph in flight included. */
 static void reset_recorded(Recorder *r) {
     r->nodes.count = r->leaves.count = r->node_ptrs.count = r->leaf_ptrs.count = 0;
     r->starts.count = r->ends.count = r->node_flags.count = 0;
-    r->tick_ns.count = r->tick_asked.count = r->graph_tick_start.count = r->graph_first_tick = 0;
+    r->tick_ns.count = r->tick_asked.count = r->graph_tick_start.count = 0;
     r->stats.count = r->capture_records.count = r->capture_data.count = 0;
     r->graph_stats_start.count = r->graph_capture_start.count = r->graph_capture_data_start.count = 0;
-    r->graph_first_stats = r->graph_first_capture = r->graph_first_capture_byte = 0;
-    r->graph_node_start.count = r->graph_leaf_start.count = r->graph_buffer_start.count = 0;
-    r->graph_boundary.count = r->buffers.count = r->graph_same.count = 0;
-    r->graph_first_node = r->graph_first_leaf = r->graph_first_buffer = 0;
-    r->pending = -1;
-    set_clear(r);
+    r->graph_node_start.count = r->graph_struct_start.count = r->graph_leaf_start.count = 0;
+    r->graph_buffer_start.count = r->graph_boundary.count = r->buffers.count = r->graph_same.count = 0;
+    open_graph(r);
 }
 
 /* take(boundary_ns) -> list of graphs, each a tuple:
@@ -718,7 +872,9 @@ static PyObject *Recorder_take(Recorder *self, PyObject *arg) {
     if (!graphs) return NULL;
     for (size_t g = 0; g < n_graphs; g++) {
         size_t n0 = ARRAY_AT(self->graph_node_start, size_t, g);
-        size_t n1 = g + 1 < n_graphs ? ARRAY_AT(self->graph_node_start, size_t, g + 1) : self->nodes.count;
+        size_t n1 = g + 1 < n_graphs ? ARRAY_AT(self->graph_node_start, size_t, g + 1) : self->node_flags.count;
+        size_t m0 = ARRAY_AT(self->graph_struct_start, size_t, g);
+        size_t m1 = g + 1 < n_graphs ? ARRAY_AT(self->graph_struct_start, size_t, g + 1) : self->nodes.count;
         size_t l0 = ARRAY_AT(self->graph_leaf_start, size_t, g);
         size_t l1 = g + 1 < n_graphs ? ARRAY_AT(self->graph_leaf_start, size_t, g + 1) : self->leaves.count;
         size_t b0 = ARRAY_AT(self->graph_buffer_start, size_t, g);
@@ -745,7 +901,7 @@ static PyObject *Recorder_take(Recorder *self, PyObject *arg) {
             PyList_SET_ITEM(buffers, (Py_ssize_t)(b - b0), item);
         }
         int same = ARRAY_AT(self->graph_same, uint8_t, g);
-        size_t s0 = same ? n1 : n0, t0 = same ? l1 : l0; /* empty ranges when same */
+        size_t s0 = same ? n1 : n0, t0 = same ? l1 : l0, u0 = same ? m1 : m0; /* empty ranges when same */
         /* What Python would otherwise compute with numpy: nodes timed alone, and when the
            graph ended (the last node's end if it ended a slice of its own making). */
         long long n_timed = 0;
@@ -754,7 +910,7 @@ static PyObject *Recorder_take(Recorder *self, PyObject *arg) {
         long long end = last_answered ? ARRAY_AT(self->ends, int64_t, n1 - 1)
                                       : ARRAY_AT(self->graph_boundary, int64_t, g);
         PyObject *graph = Py_BuildValue(
-            "(NNNNNNNNLOLLNNNNN)", array_bytes(&self->nodes, s0, n1), array_bytes(&self->node_ptrs, s0, n1),
+            "(NNNNNNNNLOLLNNNNN)", array_bytes(&self->nodes, u0, m1), array_bytes(&self->node_ptrs, s0, n1),
             array_bytes(&self->starts, n0, n1), array_bytes(&self->ends, n0, n1),
             array_bytes(&self->node_flags, n0, n1), array_bytes(&self->leaves, t0, l1),
             array_bytes(&self->leaf_ptrs, t0, l1), buffers, (long long)ARRAY_AT(self->graph_boundary, int64_t, g),
@@ -821,27 +977,27 @@ static PyObject *Recorder_close(Recorder *self, PyObject *arg) {
 static PyObject *Recorder_drop_open(Recorder *self, PyObject *unused) {
     size_t n_graphs = self->graph_node_start.count;
     if (self->graph_leaf_start.count != n_graphs || self->graph_buffer_start.count != n_graphs ||
+        self->graph_struct_start.count != n_graphs ||
         self->graph_tick_start.count != n_graphs || self->graph_boundary.count != n_graphs ||
         self->graph_same.count != n_graphs || self->graph_stats_start.count != n_graphs ||
         self->graph_capture_start.count != n_graphs || self->graph_capture_data_start.count != n_graphs) {
         reset_recorded(self); /* failed while closing a graph: nothing is whole */
         Py_RETURN_NONE;
     }
-    self->nodes.count = self->node_ptrs.count = self->graph_first_node;
-    self->starts.count = self->ends.count = self->node_flags.count = self->graph_first_node;
+    self->nodes.count = self->graph_first_struct;
+    self->node_ptrs.count = self->starts.count = self->ends.count = self->node_flags.count = self->graph_first_node;
     self->leaves.count = self->leaf_ptrs.count = self->graph_first_leaf;
     self->buffers.count = self->graph_first_buffer;
     self->tick_ns.count = self->tick_asked.count = self->graph_first_tick;
     self->stats.count = self->graph_first_stats;
     self->capture_records.count = self->graph_first_capture;
     self->capture_data.count = self->graph_first_capture_byte;
-    self->pending = -1;
-    set_clear(self);
+    open_graph(self);
     Py_RETURN_NONE;
 }
 
 static PyObject *Recorder_get_open_nodes(Recorder *self, void *closure) {
-    return PyLong_FromSize_t(self->nodes.count - self->graph_first_node);
+    return PyLong_FromSize_t(self->node_flags.count - self->graph_first_node);
 }
 
 static PyObject *Recorder_take_counted(Recorder *self, PyObject *unused) {
@@ -851,8 +1007,9 @@ static PyObject *Recorder_take_counted(Recorder *self, PyObject *unused) {
 }
 
 static PyObject *Recorder_discard(Recorder *self, PyObject *unused) {
+    /* Python never saw the previous graph: the next graph is new to it */
+    self->previous_nodes.count = self->previous_node_ptrs.count = 0;
     reset_recorded(self);
-    self->previous_nodes.count = 0; /* Python never saw it: the next graph is new to it */
     Py_RETURN_NONE;
 }
 
@@ -1029,6 +1186,8 @@ PyMODINIT_FUNC PyInit__native(void) {
         PyModule_AddObject(module, "ABORT_CALLBACK_ADDRESS", PyLong_FromVoidPtr((void *)ggml_viz_abort_callback)) < 0 ||
         PyModule_AddObject(module, "TIMING_FLOOR_CALLBACK_ADDRESS",
                            PyLong_FromVoidPtr((void *)ggml_viz_timing_floor_callback)) < 0 ||
+        PyModule_AddObject(module, "GRAPH_FLOOR_CALLBACK_ADDRESS",
+                           PyLong_FromVoidPtr((void *)ggml_viz_graph_floor_callback)) < 0 ||
         PyModule_AddIntConstant(module, "MODE_OFF", MODE_OFF) < 0 ||
         PyModule_AddIntConstant(module, "MODE_RECORD", MODE_RECORD) < 0 ||
         PyModule_AddIntConstant(module, "MODE_COUNT", MODE_COUNT) < 0 ||

@@ -69,8 +69,8 @@ class DecodeCall:
 # Closed graphs are written in batches: per graph, Python's bookkeeping costs several times
 # more in the pause between two llama_decode calls (cold caches) than in a run of them.
 # A crash loses the graphs of at most the last batch.
-GRAPHS_PER_WRITE = 16
-WRITE_INTERVAL_NS = 250_000_000
+GRAPHS_PER_WRITE = 32
+WRITE_INTERVAL_NS = 500_000_000
 
 
 @dataclass
@@ -165,12 +165,13 @@ class ContextTracer:
                 "computed them?): they keep graph times only; --timing sync times nodes on any backend"
             )
         taken = 0
-        for call in closed:
-            decode = call.decode
-            for ubatch, raw in enumerate(graphs[taken : call.graphs_closed]):
-                tokens = decode.tokens_of_ubatch(ubatch) if decode else {}
-                self.recording.write_graph(self, raw, decode, ubatch, tokens, call.end_ns, call.return_code)
-            taken = max(taken, call.graphs_closed)
+        with self.recording.graph_batch():
+            for call in closed:
+                decode = call.decode
+                for ubatch, raw in enumerate(graphs[taken : call.graphs_closed]):
+                    tokens = decode.tokens_of_ubatch(ubatch) if decode else {}
+                    self.recording.write_graph(self, raw, decode, ubatch, tokens, call.end_ns, call.return_code)
+                taken = max(taken, call.graphs_closed)
         if failure is not None:
             self.recorder.discard()
             self.recording.fail(failure)

@@ -79,16 +79,19 @@ class TensorCatalog:
         self._subop_ops = np.array(ops_with_subop(), dtype=np.int32)
 
     def decode(self, raw: RawGraph, graph_id: int, context_id: int) -> DecodedGraph:
-        new_tensors: dict[str, list[Any]] = {name: [] for name in _TENSOR_COLUMNS}
-        new_buffers: dict[str, list[Any]] = {name: [] for name in _BUFFER_COLUMNS}
+        # Decode graphs usually repeat the previous graph and its buffers: then nothing is
+        # new, and no row is built (empty mappings: RunWriter.append writes nothing for them).
+        new_buffers: dict[str, list[Any]] = {}
         buffer_ids = self._buffer_ids(raw.buffers, graph_id, context_id, new_buffers)
         shape = self._previous.get(context_id)
-        new_edges: dict[str, Any] = {"structure_id": []}
-        new_structure_nodes: dict[str, Any] = {"structure_id": []}
+        new_tensors: dict[str, list[Any]] = {}
+        new_edges: dict[str, Any] = {}
+        new_structure_nodes: dict[str, Any] = {}
         if raw.same_as_previous and shape is None:
             raise ValueError("a graph came as a repeat of one that was never decoded")
         if not raw.same_as_previous and (shape is None or shape.fingerprint != raw.fingerprint):
             # Not a rerun or an identical rebuild of the previous graph (as decode graphs are).
+            new_tensors = {name: [] for name in _TENSOR_COLUMNS}
             structs = tensor_structs(raw.leaves, raw.nodes)
             ptrs = np.concatenate([raw.leaf_ptrs, raw.node_ptrs]).astype(np.uint64)
             keyed = _description_keys(structs, self._subop_ops)
@@ -138,6 +141,8 @@ class TensorCatalog:
             key = (address, info)
             if key not in self._buffers:
                 self._buffers[key] = len(self._buffers)
+                if not new:
+                    new.update({name: [] for name in _BUFFER_COLUMNS})
                 # keys hold buffer addresses: this one may now mean another buffer
                 self._by_key.clear()
                 row = (

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -220,6 +222,21 @@ class Recording:
             say(f"no memory map for {path}: {error}")
         model_files[path] = entry
         self.writer.update_manifest(model_files=model_files)
+
+    @contextmanager
+    def graph_batch(self) -> Iterator[None]:
+        """Graphs written inside reach the journal in one write, when the batch ends."""
+        writer = self.writer
+        if writer is None:
+            yield
+            return
+        writer.journal_deferred = True
+        try:
+            yield
+        finally:
+            writer.journal_deferred = False
+            with self.lock:
+                self._guarded(writer.sync_journal)
 
     def write_graph(
         self,

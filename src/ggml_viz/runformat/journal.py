@@ -1,9 +1,10 @@
 """The graph journal: each graph's row and node times, on disk the moment it is recorded.
 
 Writing a graph's few rows to the Arrow streams costs far more, in the traced program's
-time, than the bytes are worth; so graphs are appended here, one `os.write` each, and
-moved to the streams in batches. A crash loses only graphs not yet journaled (see
-ContextTracer: at most the last quarter second's): the reader takes the graphs the
+time, than the bytes are worth; so graphs are appended here, one `os.write` per batch of
+graphs the recorder writes, and moved to the streams in larger batches. A crash loses only
+graphs not yet journaled (see ContextTracer: at most the last half second's): the reader
+takes the graphs the
 streams lack from the journal. Records are length-prefixed and
 checksummed, so a torn last record is recognized and left out. (JSON and raw arrays, not
 pickle: a run directory may come from someone else.)

@@ -62,7 +62,7 @@ def _is_taken(path: Path) -> bool:
 
 
 # Graphs journaled before they are written to the streams in one batch.
-GRAPHS_PER_BATCH = 32
+GRAPHS_PER_BATCH = 64
 
 
 class RunWriter:
@@ -85,12 +85,18 @@ class RunWriter:
         self.graphs_per_batch = GRAPHS_PER_BATCH
         self._pending_rows: list[dict[str, Any]] = []
         self._pending_times: list[tuple[np.ndarray, ...]] = []
+        self._unjournaled: list[bytes] = []  # journal records of graphs appended since the last sync
+        # Set by a caller appending several graphs at once: one journal write for all.
+        self.journal_deferred = False
         self._journal = journal.JournalWriter(run_dir / journal.JOURNAL_FILE)
         self._captures: Any = None
         write_manifest(run_dir, self.manifest)  # last: a run with a manifest has all its tables
 
     def append(self, table: str, columns: Mapping[str, Any]) -> None:
-        """Append rows given as one array per column; the columns must match the schema."""
+        """Append rows given as one array per column; the columns must match the schema
+        (an empty mapping: no rows)."""
+        if not columns:
+            return
         sink, stream, schema = self._tables[table]
         first = columns[schema.names[0]]
         if len(first) == 0:
@@ -101,14 +107,22 @@ class RunWriter:
         self.rows[table] += batch.num_rows
 
     def append_graph(self, row: dict[str, Any], node_times: Mapping[str, np.ndarray]) -> None:
-        """A graph's row and the times of its timed nodes: into the journal now (one write),
-        into the streams with the next batch."""
+        """A graph's row and the times of its timed nodes: into the journal now (while
+        journal_deferred: at the next sync_journal), into the streams with the next batch."""
         index, start, end = node_times["node_index"], node_times["start_ns"], node_times["end_ns"]
-        self._journal.append(journal.encode(row, index, start, end))
+        self._unjournaled.append(journal.encode(row, index, start, end))
+        if not self.journal_deferred:
+            self.sync_journal()
         self._pending_rows.append(row)
         self._pending_times.append((np.full(len(index), row["graph_id"], dtype=np.int32), index, start, end))
         if len(self._pending_rows) >= self.graphs_per_batch:
             self.flush_graphs()
+
+    def sync_journal(self) -> None:
+        """Journal the graphs appended since the last call: one write for all of them."""
+        if self._unjournaled:
+            self._journal.append(b"".join(self._unjournaled))
+            self._unjournaled = []
 
     def flush_graphs(self) -> None:
         """Move the journal's graphs to the streams: node times first, then the graph rows
@@ -121,7 +135,7 @@ class RunWriter:
         stream.write_batch(pa.RecordBatch.from_pylist(self._pending_rows, schema=schema))
         sink.flush()
         self.rows["graphs"] += len(self._pending_rows)
-        self._pending_rows, self._pending_times = [], []
+        self._pending_rows, self._pending_times, self._unjournaled = [], [], []
         self._journal.clear()
 
     def append_capture(self, data: bytes) -> int:
