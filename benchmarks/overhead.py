@@ -7,7 +7,9 @@ The default recorder times nodes inline (the graph runs in one piece; ggml's CPU
 reports each node it finishes). `native-op-sync` times nodes the other way: each node is
 computed alone and synchronized. `floor-op` is no recorder: a C callback that asks for
 every node and records nothing, so its ratio is what node-by-node computing costs by
-itself on this machine, the floor under `native-op-sync`.
+itself on this machine, the floor under `native-op-sync`. `floor-graph` is a C callback
+that declines every node and records nothing: what having an eval callback at all costs,
+the floor under `native-graph`.
 
     python benchmarks/overhead.py                 # all configurations, 7 pairs
     python benchmarks/overhead.py --pairs 11 --configs native-op python-op

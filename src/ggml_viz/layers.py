@@ -6,6 +6,7 @@ llama.cpp names weights after the GGUF (`blk.12.attn_q.weight`), activations wit
 
 from __future__ import annotations
 
+import functools
 import re
 
 _LAYER_PATTERNS = (
@@ -17,6 +18,7 @@ _LAYER_PATTERNS = (
 NO_LAYER = -1
 
 
+@functools.lru_cache(maxsize=16384)  # a model's names recur from graph to graph
 def layer_of(name: str) -> int:
     """The layer number in a tensor name, or NO_LAYER (-1) for tensors outside layers."""
     for pattern in _LAYER_PATTERNS:

@@ -102,6 +102,32 @@ def test_greedy_text_is_the_same_with_and_without_recording(tmp_path, model_path
     assert untraced == recorded_run.text
 
 
+def test_a_graph_shape_seen_before_keeps_its_structure(tmp_path, model_path, recorder):
+    # GIVEN one context generating from the same prompt twice: prompt graph, decode graphs, again
+    with ggml_viz.record(tmp_path / "twice.ggmlviz", recorder=recorder):
+        llm = load_model(model_path)
+        texts = []
+        for _ in range(2):
+            llm.reset()
+            texts.append(greedy(llm))
+    run = ggml_viz.open(tmp_path / "twice.ggmlviz")
+    graphs = run.graphs
+    # THEN the second prompt graph is known by the structure of the first, decode graphs too
+    prompts = graphs[graphs["phase"] == "prompt"]
+    assert texts[0] == texts[1] and len(prompts) == 2
+    assert prompts["structure_id"].nunique() == 1
+    assert graphs["structure_id"].nunique() == 2
+    # AND the second prompt's nodes are those of a prompt graph, its tokens its own
+    nodes = run.nodes
+    first, second = (nodes[nodes["graph_id"] == g].reset_index(drop=True) for g in prompts["graph_id"])
+    columns = ["op", "name", "ne0", "ne1", "ne2", "ne3"]
+    assert first[columns].equals(second[columns])
+    assert (second.loc[second["name"] == "inp_embd", "ne1"] == prompts["n_tokens"].iloc[1]).all()
+    tokens = run.tokens
+    assert (tokens[tokens["graph_id"] == prompts["graph_id"].iloc[1]]["pos"].tolist()
+            == list(range(prompts["n_tokens"].iloc[1])))  # fmt: skip
+
+
 def test_bounded_recording_keeps_whole_graphs_and_counts_the_rest(tmp_path, model_path, recorder):
     # GIVEN a bound that holds two graphs of about 1,086 nodes
     with ggml_viz.record(tmp_path / "bounded.ggmlviz", max_events=2500, recorder=recorder):

@@ -226,6 +226,18 @@ def test_graphs_in_the_journal_are_read_before_they_reach_the_streams(tmp_path):
     assert list(ggml_viz.open(tmp_path / "j.ggmlviz").graphs["graph_id"]) == list(range(6))
 
 
+def test_a_deferred_journal_takes_a_batch_of_graphs_in_one_write(tmp_path):
+    writer = write_synthetic_run(tmp_path / "b.ggmlviz", graphs=1, close=False)
+    journal = tmp_path / "b.ggmlviz" / "graphs.journal"
+    writer.journal_deferred = True
+    for graph_id in (1, 2, 3):
+        writer.append_graph(graph_row(graph_id), journal_times(graph_id))
+    assert journal.stat().st_size == 0  # not yet: a reader sees the graphs before the batch
+    assert list(ggml_viz.open(tmp_path / "b.ggmlviz").graphs["graph_id"]) == [0]
+    writer.sync_journal()
+    assert list(ggml_viz.open(tmp_path / "b.ggmlviz").graphs["graph_id"]) == [0, 1, 2, 3]
+
+
 def test_a_graph_both_in_the_streams_and_the_journal_counts_once(tmp_path):
     writer = write_synthetic_run(tmp_path / "d.ggmlviz", graphs=0, close=False)
     writer.append_graph(graph_row(0), journal_times(0))

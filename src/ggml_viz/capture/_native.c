@@ -965,10 +965,12 @@ static PyObject *Recorder_set_filters(Recorder *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* close(boundary_ns) -> graphs closed and not yet taken: the graph in flight ends here. */
+/* close(boundary_ns) -> graphs closed and not yet taken: the graph in flight ends here
+   (-1 once the recorder ran out of memory: Python writes what it closed before, and stops). */
 static PyObject *Recorder_close(Recorder *self, PyObject *arg) {
     long long boundary = PyLong_AsLongLong(arg);
     if (boundary == -1 && PyErr_Occurred()) return NULL;
+    if (self->out_of_memory) return PyLong_FromLong(-1);
     if (close_graph(self, boundary) != 0) return PyErr_NoMemory();
     return PyLong_FromSize_t(self->graph_node_start.count);
 }

@@ -35,7 +35,7 @@ class GraphRecorder(Protocol):
     def failure(self) -> str | None: ...
     @property
     def open_nodes(self) -> int: ...
-    def close_graph(self, boundary_ns: int) -> int: ...
+    def close_graph(self, boundary_ns: int) -> int: ...  # graphs waiting to be taken; -1 once failed
     def drop_open(self) -> None: ...
     @property
     def captures_skipped(self) -> tuple[int, int]: ...
@@ -93,7 +93,12 @@ class ContextTracer:
         self.context_id = context_id
         self.recorder = recorder
         self.settings: CaptureSettings = recording.settings
-        self.recorder.time_nodes = self.settings.detail == "op"
+        # What this tracer does: record, count (a keep-first bound was reached) or nothing.
+        # Kept here too: around each llama_decode the tracer reads it, and asking the
+        # recorder costs more there, with cold caches, than the answer is worth.
+        self._mode = Mode.RECORD
+        self._time_nodes = self.settings.detail == "op"
+        self.recorder.time_nodes = self._time_nodes
         self.token_text = TokenText(model)
         self.n_ubatch = max(n_ubatch, 1)
         self.decode: DecodeCall | None = None
@@ -108,19 +113,21 @@ class ContextTracer:
         return self.recorder.mode
 
     def begin_decode(self, batch: Any) -> None:
-        if self.mode is Mode.RECORD and self.recorder.open_nodes:  # a graph computed outside llama_decode
-            self._closed.append(ClosedDecode(None, 0, perf_counter_ns(), self.recorder.close_graph(perf_counter_ns())))
+        if self._mode is Mode.RECORD and self.recorder.open_nodes:  # a graph computed outside llama_decode
+            self._close_open_graph(None, 0, perf_counter_ns())
         decode = DecodeCall(self.n_decodes, perf_counter_ns(), read_batch(batch), self.n_ubatch)
         self.decode = decode
         self.n_decodes += 1
-        self.recorder.time_nodes = self._time_nodes_now(decode.phase)
+        time_nodes = self._time_nodes_now(decode)
+        if time_nodes != self._time_nodes:
+            self.recorder.time_nodes = self._time_nodes = time_nodes
 
-    def _time_nodes_now(self, phase: str) -> bool:
+    def _time_nodes_now(self, decode: DecodeCall) -> bool:
         """--detail and --sample: should the graphs of this call be timed node by node?"""
         if self.settings.detail == "graph":
             return False
         sample = self.settings.sample
-        if phase == "prompt":
+        if decode.phase == "prompt":
             self.n_prompt_decodes += 1
             return sample is None or self.n_prompt_decodes == 1
         self.n_decode_decodes += 1
@@ -129,23 +136,28 @@ class ContextTracer:
     def end_decode(self, return_code: int) -> None:
         """The decode call returned: close its graphs; write them with the next batch."""
         now = perf_counter_ns()
-        counted = self.recorder.take_counted()
-        if counted:
-            self.recording.count_dropped(counted)
-        if self.recorder.failure is not None:
-            self._write_closed(now)
-        elif self.mode is Mode.RECORD and self.decode is not None:
-            pending = self.recorder.close_graph(now)
-            self._closed.append(ClosedDecode(self.decode, return_code, now, pending))
-            if pending >= GRAPHS_PER_WRITE or now - self._last_write_ns >= WRITE_INTERVAL_NS:
-                self._write_closed(now)
-        self.decode = None
+        decode, self.decode = self.decode, None
+        if self._mode is Mode.COUNT:
+            counted = self.recorder.take_counted()
+            if counted:
+                self.recording.count_dropped(counted)
+        elif self._mode is Mode.RECORD and decode is not None:
+            pending = self._close_open_graph(decode, return_code, now)
+            if pending < 0 or pending >= GRAPHS_PER_WRITE or now - self._last_write_ns >= WRITE_INTERVAL_NS:
+                self._write_closed(now)  # a failed recorder: what it closed before failing, then stop
+
+    def _close_open_graph(self, decode: DecodeCall | None, return_code: int, now: int) -> int:
+        """Close the graph in flight; returns the graphs waiting to be written, -1 if the recorder failed."""
+        pending = self.recorder.close_graph(now)
+        if pending >= 0:
+            self._closed.append(ClosedDecode(decode, return_code, now, pending))
+        return pending
 
     def flush(self) -> None:
         """Write what is in flight (the recording is stopping)."""
         now = perf_counter_ns()
-        if self.mode is Mode.RECORD and self.recorder.open_nodes:
-            self._closed.append(ClosedDecode(self.decode, 0, now, self.recorder.close_graph(now)))
+        if self._mode is Mode.RECORD and self.recorder.open_nodes:
+            self._close_open_graph(self.decode, 0, now)
         self._write_closed(now)
 
     def _write_closed(self, now: int) -> None:
@@ -180,12 +192,12 @@ class ContextTracer:
         return [self.token_text(int(token)) if token >= 0 else "" for token in token_ids.tolist()]
 
     def count_only(self) -> None:
-        self.recorder.mode = Mode.COUNT
+        self._mode = self.recorder.mode = Mode.COUNT
         self.recorder.discard()
         self._closed = []
 
     def stop(self) -> None:
-        self.recorder.mode = Mode.OFF
+        self._mode = self.recorder.mode = Mode.OFF
         self.recorder.discard()
         self._closed = []
 

@@ -36,6 +36,9 @@ from .raw_graph import RawGraph
 # Descriptions remembered before the catalog starts afresh: keeps a long recording's
 # memory flat (a description seen again after that is stored again, with a new id).
 MAX_REMEMBERED = 200_000
+# Graph shapes remembered per context, newest first: prompt and decode graphs alternate
+# (each new prompt, then its decode graphs), so a shape often comes back after another.
+RECENT_SHAPES = 8
 _VIEW_ID = struct_module.Struct("<i")
 _NO_INDEX = np.zeros(0, dtype=np.int32)
 _NO_TIMES = np.zeros(0, dtype=np.int64)
@@ -72,7 +75,7 @@ class TensorCatalog:
         self._by_key: dict[bytes, int] = {}
         self._n_tensors = 0
         self._buffers: dict[tuple[int, BufferInfo], int] = {}
-        self._previous: dict[int, _GraphShape] = {}  # per context: the last graph decoded
+        self._recent: dict[int, list[_GraphShape]] = {}  # per context: the last shapes, newest first
         self._n_structures = 0
         self._last_buffers: tuple[dict[int, BufferInfo] | None, dict[int, int]] = (None, {})
         self._arange = np.arange(0, dtype=np.int32)
@@ -83,7 +86,8 @@ class TensorCatalog:
         # new, and no row is built (empty mappings: RunWriter.append writes nothing for them).
         new_buffers: dict[str, list[Any]] = {}
         buffer_ids = self._buffer_ids(raw.buffers, graph_id, context_id, new_buffers)
-        shape = self._previous.get(context_id)
+        recent = self._recent.setdefault(context_id, [])
+        shape = recent[0] if recent else None
         new_tensors: dict[str, list[Any]] = {}
         new_edges: dict[str, Any] = {}
         new_structure_nodes: dict[str, Any] = {}
@@ -91,13 +95,17 @@ class TensorCatalog:
             raise ValueError("a graph came as a repeat of one that was never decoded")
         if not raw.same_as_previous and (shape is None or shape.fingerprint != raw.fingerprint):
             # Not a rerun or an identical rebuild of the previous graph (as decode graphs are).
+            shape = _recall(recent, raw.fingerprint)
+        if shape is None:
             new_tensors = {name: [] for name in _TENSOR_COLUMNS}
             structs = tensor_structs(raw.leaves, raw.nodes)
             ptrs = np.concatenate([raw.leaf_ptrs, raw.node_ptrs]).astype(np.uint64)
             keyed = _description_keys(structs, self._subop_ops)
             bases = {address: info.base for address, info in raw.buffers.items()}
             ids = self._tensor_ids(structs, keyed, ptrs, buffer_ids, bases, new_tensors)
-            shape = self._previous[context_id] = _GraphShape(raw.fingerprint, ids, self._n_structures)
+            shape = _GraphShape(raw.fingerprint, ids, self._n_structures)
+            recent.insert(0, shape)
+            del recent[RECENT_SHAPES:]
             self._n_structures += 1
             new_edges = _edges(raw.nodes["src"], ptrs, ids, shape.structure_id)
             node_ids = ids[len(raw.leaves) :]
@@ -143,8 +151,11 @@ class TensorCatalog:
                 self._buffers[key] = len(self._buffers)
                 if not new:
                     new.update({name: [] for name in _BUFFER_COLUMNS})
-                # keys hold buffer addresses: this one may now mean another buffer
+                # keys hold buffer addresses: this one may now mean another buffer, and so
+                # may the shapes remembered from before it (but the latest, which repeats may name)
                 self._by_key.clear()
+                for recent in self._recent.values():
+                    del recent[1:]
                 row = (
                     self._buffers[key],
                     context_id,
@@ -207,6 +218,15 @@ class _GraphShape:
     fingerprint: tuple[bytes, ...]  # every copied struct and address, byte for byte
     ids: np.ndarray
     structure_id: int
+
+
+def _recall(recent: list[_GraphShape], fingerprint: tuple[bytes, ...]) -> _GraphShape | None:
+    """A remembered shape with this fingerprint, moved to the front; None if none."""
+    for index, shape in enumerate(recent):
+        if shape.fingerprint == fingerprint:
+            recent.insert(0, recent.pop(index))
+            return shape
+    return None
 
 
 def _description_keys(structs: np.ndarray, subop_ops: np.ndarray) -> np.ndarray:

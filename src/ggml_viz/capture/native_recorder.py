@@ -138,7 +138,7 @@ class NativeGraphRecorder:
         return int(self._recorder.captures_skipped), int(self._recorder.capture_bytes_skipped)
 
     def close_graph(self, boundary_ns: int) -> int:
-        """End the graph in flight; returns how many graphs wait to be taken."""
+        """End the graph in flight; returns how many graphs wait to be taken (-1 once failed)."""
         return int(self._recorder.close(boundary_ns))
 
     def drop_open(self) -> None:

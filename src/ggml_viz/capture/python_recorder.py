@@ -304,7 +304,9 @@ class PythonGraphRecorder:
         return len(self._node_ptrs)
 
     def close_graph(self, boundary_ns: int) -> int:
-        """End the graph in flight; returns how many graphs wait to be taken."""
+        """End the graph in flight; returns how many graphs wait to be taken (-1 once failed)."""
+        if self.failure is not None:
+            return -1
         self._close_graph(boundary_ns)
         return len(self._finished)
 
