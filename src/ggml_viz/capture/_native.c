@@ -754,6 +754,43 @@ static void array_free(Array *a) {
     a->count = a->capacity = 0;
 }
 
+/* Every growable array of a Recorder and its item size: init and dealloc both go by this list. */
+#define RECORDER_ARRAYS(X, r) \
+    X(r, nodes, r->tensor_size) \
+    X(r, leaves, r->tensor_size) \
+    X(r, node_ptrs, sizeof(uint64_t)) \
+    X(r, leaf_ptrs, sizeof(uint64_t)) \
+    X(r, starts, sizeof(int64_t)) \
+    X(r, ends, sizeof(int64_t)) \
+    X(r, node_flags, 1) \
+    X(r, tick_ns, sizeof(int64_t)) \
+    X(r, tick_asked, sizeof(uint32_t)) \
+    X(r, graph_tick_start, sizeof(size_t)) \
+    X(r, stats, sizeof(StatsRecord)) \
+    X(r, capture_records, sizeof(CaptureRecord)) \
+    X(r, capture_data, 1) \
+    X(r, graph_stats_start, sizeof(size_t)) \
+    X(r, graph_capture_start, sizeof(size_t)) \
+    X(r, graph_capture_data_start, sizeof(size_t)) \
+    X(r, graph_node_start, sizeof(size_t)) \
+    X(r, graph_leaf_start, sizeof(size_t)) \
+    X(r, graph_buffer_start, sizeof(size_t)) \
+    X(r, graph_boundary, sizeof(int64_t)) \
+    X(r, graph_same, 1) \
+    X(r, previous_nodes, r->tensor_size) \
+    X(r, previous_leaves, r->tensor_size) \
+    X(r, previous_node_ptrs, sizeof(uint64_t)) \
+    X(r, previous_leaf_ptrs, sizeof(uint64_t)) \
+    X(r, buffers, sizeof(BufferRecord)) \
+    X(r, graph_struct_start, sizeof(size_t)) \
+    X(r, leaf_end, sizeof(uint32_t)) \
+    X(r, buffer_end, sizeof(uint32_t)) \
+    X(r, previous_leaf_end, sizeof(uint32_t)) \
+    X(r, previous_buffer_end, sizeof(uint32_t)) \
+    X(r, previous_buffers, sizeof(uint64_t))
+#define ARRAY_INIT(r, field, item_size) array_init(&(r)->field, item_size);
+#define ARRAY_FREE(r, field, item_size) array_free(&(r)->field);
+
 static PyObject *array_bytes(Array *a, size_t from, size_t to) {
     return PyBytes_FromStringAndSize((const char *)a->items + from * a->item_size, (to - from) * a->item_size);
 }
@@ -787,38 +824,7 @@ static int Recorder_init(Recorder *self, PyObject *args, PyObject *kwargs) {
         PyErr_SetString(PyExc_ValueError, "tensor layout: the name lies past the struct");
         return -1;
     }
-    array_init(&self->nodes, self->tensor_size);
-    array_init(&self->leaves, self->tensor_size);
-    array_init(&self->node_ptrs, sizeof(uint64_t));
-    array_init(&self->leaf_ptrs, sizeof(uint64_t));
-    array_init(&self->starts, sizeof(int64_t));
-    array_init(&self->ends, sizeof(int64_t));
-    array_init(&self->node_flags, 1);
-    array_init(&self->tick_ns, sizeof(int64_t));
-    array_init(&self->tick_asked, sizeof(uint32_t));
-    array_init(&self->graph_tick_start, sizeof(size_t));
-    array_init(&self->stats, sizeof(StatsRecord));
-    array_init(&self->capture_records, sizeof(CaptureRecord));
-    array_init(&self->capture_data, 1);
-    array_init(&self->graph_stats_start, sizeof(size_t));
-    array_init(&self->graph_capture_start, sizeof(size_t));
-    array_init(&self->graph_capture_data_start, sizeof(size_t));
-    array_init(&self->graph_node_start, sizeof(size_t));
-    array_init(&self->graph_leaf_start, sizeof(size_t));
-    array_init(&self->graph_buffer_start, sizeof(size_t));
-    array_init(&self->graph_boundary, sizeof(int64_t));
-    array_init(&self->graph_same, 1);
-    array_init(&self->previous_nodes, self->tensor_size);
-    array_init(&self->previous_leaves, self->tensor_size);
-    array_init(&self->previous_node_ptrs, sizeof(uint64_t));
-    array_init(&self->previous_leaf_ptrs, sizeof(uint64_t));
-    array_init(&self->buffers, sizeof(BufferRecord));
-    array_init(&self->graph_struct_start, sizeof(size_t));
-    array_init(&self->leaf_end, sizeof(uint32_t));
-    array_init(&self->buffer_end, sizeof(uint32_t));
-    array_init(&self->previous_leaf_end, sizeof(uint32_t));
-    array_init(&self->previous_buffer_end, sizeof(uint32_t));
-    array_init(&self->previous_buffers, sizeof(uint64_t));
+    RECORDER_ARRAYS(ARRAY_INIT, self)
     if (set_grow(self) != 0) {
         PyErr_NoMemory();
         return -1;
@@ -830,16 +836,7 @@ static int Recorder_init(Recorder *self, PyObject *args, PyObject *kwargs) {
 }
 
 static void Recorder_dealloc(Recorder *self) {
-    Array *arrays[] = {&self->nodes, &self->leaves, &self->node_ptrs, &self->leaf_ptrs, &self->starts,
-                       &self->ends, &self->node_flags, &self->graph_node_start, &self->graph_leaf_start,
-                       &self->graph_buffer_start, &self->graph_boundary, &self->buffers, &self->graph_same,
-                       &self->previous_nodes, &self->previous_leaves, &self->previous_node_ptrs,
-                       &self->previous_leaf_ptrs, &self->tick_ns, &self->tick_asked, &self->graph_tick_start,
-                       &self->stats, &self->capture_records, &self->capture_data, &self->graph_stats_start,
-                       &self->graph_capture_start, &self->graph_capture_data_start, &self->graph_struct_start,
-                       &self->leaf_end, &self->buffer_end, &self->previous_leaf_end, &self->previous_buffer_end,
-                       &self->previous_buffers};
-    for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) array_free(arrays[i]);
+    RECORDER_ARRAYS(ARRAY_FREE, self)
     free(self->set_keys);
     free(self->set_kinds);
     free(self->previous_selection);
