@@ -151,8 +151,8 @@ class TensorCatalog:
                 self._buffers[key] = len(self._buffers)
                 if not new:
                     new.update({name: [] for name in _BUFFER_COLUMNS})
-                # keys hold buffer addresses: this one may now mean another buffer, and so
-                # may the shapes remembered from before it (but the latest, which repeats may name)
+                # keys hold buffer addresses: this one may now mean another buffer, and so may
+                # the shapes remembered before it (all but the latest, which a repeat names)
                 self._by_key.clear()
                 for recent in self._recent.values():
                     del recent[1:]
