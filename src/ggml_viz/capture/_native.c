@@ -669,7 +669,10 @@ static int on_ask(Recorder *r, uint64_t address) {
         if (alone && (*flags & NODE_SELECTED)) *flags |= NODE_TIMED;
         r->pending = (int64_t)index;
     }
-    *start = *end = now_ns();
+    /* The ask time matters where nodes are timed (inline timing starts a split at its last
+       ask), for answered nodes, and for a graph's first node (when the graph began): graph
+       detail reads the clock once per graph. */
+    *start = *end = (r->time_nodes || answer || index_in_graph == 0) ? now_ns() : 0;
     return answer ? 1 : 0;
 }
 
