@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..layers import layer_of
+from .. import layers
 from ..runformat.schema import NO_ID
 from .ggml_api import (
     TENSOR_SIZE,
@@ -26,12 +26,16 @@ from .ggml_api import (
     op_name,
     ops_with_subop,
     raw_bytes,
-    tensor_name,
     tensor_structs,
     type_block,
     type_name,
 )
 from .raw_graph import RawGraph
+
+try:  # the C twin of layers.layer_of (tests hold the two equal), many times faster a name
+    from ._native import layer_of
+except ImportError:  # pragma: no cover - exercised when the build failed
+    layer_of = layers.layer_of
 
 # Descriptions remembered before the catalog starts afresh: keeps a long recording's
 # memory flat (a description seen again after that is stored again, with a new id).
@@ -88,7 +92,7 @@ class TensorCatalog:
         buffer_ids = self._buffer_ids(raw.buffers, graph_id, context_id, new_buffers)
         recent = self._recent.setdefault(context_id, [])
         shape = recent[0] if recent else None
-        new_tensors: dict[str, list[Any]] = {}
+        new_tensors: dict[str, Any] = {}
         new_edges: dict[str, Any] = {}
         new_structure_nodes: dict[str, Any] = {}
         if raw.same_as_previous and shape is None:
@@ -97,7 +101,6 @@ class TensorCatalog:
             # Not a rerun or an identical rebuild of the previous graph (as decode graphs are).
             shape = _recall(recent, raw.fingerprint)
         if shape is None:
-            new_tensors = {name: [] for name in _TENSOR_COLUMNS}
             structs = tensor_structs(raw.leaves, raw.nodes)
             ptrs = np.concatenate([raw.leaf_ptrs, raw.node_ptrs]).astype(np.uint64)
             keyed = _description_keys(structs, self._subop_ops)
@@ -179,7 +182,7 @@ class TensorCatalog:
         ptrs: np.ndarray,
         buffer_ids: dict[int, int],
         buffer_bases: dict[int, int],
-        new: dict[str, list[Any]],
+        new: dict[str, Any],
     ) -> np.ndarray:
         if len(self._by_key) > MAX_REMEMBERED:
             self._by_key.clear()
@@ -246,40 +249,51 @@ def _describe(
     view_src_ids: list[int],
     buffer_ids: dict[int, int],
     buffer_bases: dict[int, int],
-    new: dict[str, list[Any]],
+    new: dict[str, Any],
 ) -> None:
-    """Append the descriptions of tensors seen for the first time, column by column."""
-    buffers = structs["buffer"].tolist()
-    names = [tensor_name(name) for name in structs["name"].tolist()]
-    ops = structs["op"].tolist()
-    types = structs["type"].tolist()
+    """The descriptions of tensors seen for the first time, column by column: numpy where
+    it can, since a process's first graphs bring thousands of them, in the program's time."""
+    ops = structs["op"].astype(np.int64)
+    op_base = _labels(ops, op_name)
+    op = op_base.copy()
+    with_subop = np.isin(ops, ops_with_subop())
+    if with_subop.any():
+        pairs = np.stack([ops[with_subop], structs["op_params"][with_subop, 0].astype(np.int64)], axis=1)
+        distinct, inverse = np.unique(pairs, axis=0, return_inverse=True)
+        op[with_subop] = np.array([op_desc(int(o), int(p)) for o, p in distinct], dtype=object)[inverse.ravel()]
+    types = structs["type"].astype(np.int64)
     ne = structs["ne"].astype(np.int64)
-    columns: dict[str, list[Any]] = {
-        "tensor_id": tensor_ids,
-        "name": names,
-        "op": [op_desc(op, first) for op, first in zip(ops, structs["op_params"][:, 0].tolist(), strict=True)],
-        "op_base": [op_name(op) for op in ops],
-        "type": [type_name(ggml_type) for ggml_type in types],
-        **{f"ne{dim}": ne[:, dim].tolist() for dim in range(4)},
-        "nbytes": _nbytes(types, ne, structs["nb"].astype(np.int64)).tolist(),
-        "flags": structs["flags"].tolist(),
-        "buffer_id": [buffer_ids.get(buffer, NO_ID) for buffer in buffers],
-        "buffer_offset": [
-            data - buffer_bases[buffer] if buffer in buffer_bases and data else NO_ID
-            for data, buffer in zip(structs["data"].tolist(), buffers, strict=True)
-        ],
-        "layer": [layer_of(name) for name in names],
-        "view_src_id": view_src_ids,
-        "view_offs": structs["view_offs"].astype(np.int64).tolist(),
-    }
-    for column in _TENSOR_COLUMNS:
-        new[column].extend(columns[column])
+    buffers, inverse = np.unique(structs["buffer"], return_inverse=True)
+    buffer_id = np.array([buffer_ids.get(int(b), NO_ID) for b in buffers], dtype=np.int32)[inverse]
+    base = np.array([buffer_bases.get(int(b), -1) for b in buffers], dtype=np.int64)[inverse]
+    data = structs["data"].astype(np.int64)
+    # as ggml_api.tensor_name reads a name (its C string ends at the NUL), written out: thousands of rows
+    names = [name.split(b"\0", 1)[0].decode("utf-8", "replace") for name in structs["name"].tolist()]
+    new.update(
+        {
+            "tensor_id": np.asarray(tensor_ids, dtype=np.int32),
+            "name": names,
+            "op": op,
+            "op_base": op_base,
+            "type": _labels(types, type_name),
+            **{f"ne{dim}": ne[:, dim] for dim in range(4)},
+            "nbytes": _nbytes(types.tolist(), ne, structs["nb"].astype(np.int64)),
+            "flags": structs["flags"].astype(np.int32),
+            "buffer_id": buffer_id,
+            "buffer_offset": np.where((base >= 0) & (data != 0), data - base, NO_ID),
+            "layer": np.array([layer_of(name) for name in names], dtype=np.int32),
+            "view_src_id": np.asarray(view_src_ids, dtype=np.int32),
+            "view_offs": structs["view_offs"].astype(np.int64),
+        }
+    )
 
 
-_TENSOR_COLUMNS = (
-    "tensor_id", "name", "op", "op_base", "type", "ne0", "ne1", "ne2", "ne3",
-    "nbytes", "flags", "buffer_id", "buffer_offset", "layer", "view_src_id", "view_offs",
-)  # fmt: skip
+def _labels(values: np.ndarray, label: Any) -> np.ndarray:
+    """label(value) for each value, asked once per distinct value."""
+    distinct, inverse = np.unique(values, return_inverse=True)
+    return np.array([label(int(value)) for value in distinct], dtype=object)[inverse]
+
+
 _BUFFER_COLUMNS = ("buffer_id", "context_id", "name", "buffer_type", "usage", "size", "base", "first_graph_id")
 
 
