@@ -88,6 +88,27 @@ def test_both_recorders_agree_when_a_graph_repeats_its_predecessor_part_way(tmp_
         assert getattr(native, table)[columns].equals(getattr(python, table)[columns]), f"{table} differ"
 
 
+def test_one_decode_call_of_several_ubatches_gives_a_graph_each(tmp_path, model_path, recorder):
+    # GIVEN a 24-token prompt that llama.cpp computes as three 8-token ubatches inside one
+    # llama_decode call: no pause between their graphs, and the third built in other memory
+    # than the second (no node pointer repeats), so the recorder must see where each begins
+    prompt = " ".join(["one two three four five six seven eight"] * 3)
+    with ggml_viz.record(tmp_path / "ubatches.ggmlviz", recorder=recorder):
+        greedy(load_model(model_path, n_batch=64, n_ubatch=8), prompt, n_predict=3)
+    run = ggml_viz.open(tmp_path / "ubatches.ggmlviz")
+    graphs = run.graphs
+    prompt_graphs = graphs[graphs["decode_index"] == 0]
+    # THEN one graph per ubatch, each with its own 8 tokens, nodes and times
+    assert list(prompt_graphs["ubatch_index"]) == [0, 1, 2]
+    assert list(prompt_graphs["n_tokens"]) == [8, 8, 8]
+    assert (graphs["n_nodes"] == graphs["n_nodes"].iloc[-1]).all()
+    tokens = run.tokens[run.tokens["graph_id"].isin(prompt_graphs["graph_id"])]
+    assert sorted(tokens["pos"]) == list(range(24))
+    assert (prompt_graphs["start_ns"].iloc[1:].to_numpy() >= prompt_graphs["end_ns"].iloc[:-1].to_numpy()).all()
+    timed = run.nodes[run.nodes["graph_id"].isin(prompt_graphs["graph_id"])].groupby("graph_id")["timed"].sum()
+    assert (timed > 1000).all()
+
+
 def test_a_wrong_expected_layout_refuses_cleanly(tmp_path, model_path, recorded_run, monkeypatch, capfd):
     # GIVEN a build that believes the name lies 8 bytes further than it does
     fields = {name: ggml_api.TENSOR_DTYPE.fields[name] for name in ggml_api.TENSOR_DTYPE.names}

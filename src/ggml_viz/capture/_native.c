@@ -129,6 +129,8 @@ typedef struct {
     size_t graph_first_node, graph_first_leaf, graph_first_buffer, graph_first_tick, graph_first_struct;
     Array leaf_end, buffer_end; /* per node, as previous_leaf_end and previous_buffer_end */
     int repeating;              /* it repeats the previous graph so far: nothing copied yet */
+    int32_t first_op;           /* its first node's op and name, to recognize the next graph */
+    char first_name[NAME_LEN];
     size_t graph_first_stats, graph_first_capture, graph_first_capture_byte;
     uint64_t *set_keys; /* open-addressing set of pointers seen in this graph */
     uint8_t *set_kinds; /* 0 empty, 1 node, 2 leaf, 3 buffer */
@@ -624,9 +626,21 @@ static bool answer_for(Recorder *r, const uint8_t *tensor, size_t index_in_graph
     return selected || fence;
 }
 
+/* Whether this node begins the next graph the way the graph in flight began: its first node's
+   op and (non-empty) name again. Within one llama_decode call llama.cpp computes one graph per
+   ubatch with no pause between them, and may build the next one in other memory, where no
+   node pointer repeats; a llama graph's first node (inp_embd) appears once in it. */
+static bool starts_next_graph(Recorder *r, const uint8_t *tensor) {
+    if (r->node_flags.count == r->graph_first_node || !r->first_name[0]) return false;
+    int32_t op;
+    memcpy(&op, tensor + r->op_offset, sizeof op);
+    return op == r->first_op && strncmp((const char *)tensor + r->name_offset, r->first_name, NAME_LEN) == 0;
+}
+
 /* Record a node the scheduler asks about; returns the answer, or -1 out of memory. */
 static int on_ask(Recorder *r, uint64_t address) {
     if (r->fail_after_nodes > 0 && (long long)r->node_flags.count >= r->fail_after_nodes) return -1;
+    if (starts_next_graph(r, (const uint8_t *)(uintptr_t)address) && close_graph(r, now_ns()) != 0) return -1;
     int repeat = check_repeat(r, address);
     if (repeat == 0 && set_find(r, address) == 1) { /* a node again: the next graph begins */
         if (close_graph(r, now_ns()) != 0) return -1;
@@ -656,6 +670,11 @@ static int on_ask(Recorder *r, uint64_t address) {
     if (!ptr || !flags || !start || !end) return -1;
     *ptr = address;
     *flags = 0;
+    if (index_in_graph == 0) {
+        memcpy(&r->first_op, tensor + r->op_offset, sizeof r->first_op);
+        memcpy(r->first_name, tensor + r->name_offset, NAME_LEN);
+        r->first_name[NAME_LEN - 1] = 0;
+    }
     bool answer = answer_for(r, tensor, index_in_graph, flags);
     /* Values are read after the node is computed: the scheduler must call back for it.
        Views (KV cache writes among them) share their source's bytes: not read again. */

@@ -56,6 +56,10 @@ def _strided(address: int, ggml_type: int, ne: np.ndarray, nb: np.ndarray) -> np
     return np.ndarray(shape, dtype=dtype, buffer=memory, strides=strides)
 
 
+_OP_OFFSET = field_bytes("op").start
+_NAME_OFFSET = field_bytes("name").start
+
+
 class _StructBuffer:
     """A growable array of copied ggml_tensor structs."""
 
@@ -123,6 +127,7 @@ class PythonGraphRecorder:
         self._buffers: dict[int, BufferInfo] = {}
         self._values: list[np.void] = []
         self._captures: list[Capture] = []
+        self._first: tuple[int, bytes] | None = None  # the first node's op and name, if it has one
         self._ticks: list[int] = []
         self._ticks_asked: list[int] = []
 
@@ -165,12 +170,15 @@ class PythonGraphRecorder:
                     self._read_values(self._node_ptrs[self._pending], self._pending)
                 self._pending = -1
             return True
-        if tensor in self._node_set:  # a node again: the scheduler began the next graph
+        if tensor in self._node_set or self._starts_next_graph(tensor):  # the scheduler began the next graph
             self._close_graph(perf_counter_ns())
         copied = self._nodes.copy_in(tensor)
         self._node_ptrs.append(tensor)
         self._node_set.add(tensor)
         self._known.add(tensor)
+        if len(self._node_ptrs) == 1:
+            name = bytes(copied["name"]).split(b"\0", 1)[0]
+            self._first = (int(copied["op"]), name) if name else None
         self._note_buffer(int(copied["buffer"]))
         for source in copied["src"].tolist():
             if source not in self._known:
@@ -266,6 +274,14 @@ class PythonGraphRecorder:
         # Described while the graph runs, when every buffer it uses is certainly alive.
         if buffer and buffer not in self._buffers:
             self._buffers[buffer] = buffer_info(buffer)
+
+    def _starts_next_graph(self, tensor: int) -> bool:
+        """This node begins the next graph the way the graph in flight began (its first node's
+        op and name again), as in _native.c: llama.cpp may build a ubatch's graph in other
+        memory, where no node pointer repeats."""
+        if self._first is None or ctypes.c_int32.from_address(tensor + _OP_OFFSET).value != self._first[0]:
+            return False
+        return ctypes.string_at(tensor + _NAME_OFFSET, 64).split(b"\0", 1)[0] == self._first[1]
 
     def _close_graph(self, boundary_ns: int) -> None:
         if not self._node_ptrs:
