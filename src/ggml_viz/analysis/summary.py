@@ -131,15 +131,15 @@ def summarize(run: Run, top: int = 10) -> dict[str, Any]:
         "dropped_events": int((manifest.get("counts") or {}).get("dropped_events", 0)),
         "untimed_graphs": int((manifest.get("counts") or {}).get("untimed_graphs", 0)),
         "timing": (manifest.get("capture") or {}).get("timing", "sync"),
-        "phases": _records(phase_stats(run)),
-        "time_by_op": _records(time_by_op(run).head(top)),
-        "top_layers": _records(time_by_layer(run).head(top)),
-        "top_tensors": _records(time_by_tensor(run).head(top)),
-        "time_by_component": _records(time_by_component(run)),
-        "memory_by_buffer": _records(memory_by_buffer(run)),
+        "phases": records(phase_stats(run)),
+        "time_by_op": records(time_by_op(run).head(top)),
+        "top_layers": records(time_by_layer(run).head(top)),
+        "top_tensors": records(time_by_tensor(run).head(top)),
+        "time_by_component": records(time_by_component(run)),
+        "memory_by_buffer": records(memory_by_buffer(run)),
         "weight_reads": weight_reads(run),
         "kv_cache": _kv_summary(run),
-        "throughput_by_op": _records(throughput_by_op(run).head(top)),
+        "throughput_by_op": records(throughput_by_op(run).head(top)),
         "findings": findings(run),
     }
 
@@ -153,11 +153,13 @@ def _kv_summary(run: Run) -> dict[str, Any]:
             "capacity": int(last["capacity"].max()), "fill": float(last["fill"].max())}  # fmt: skip
 
 
-def _records(table: pd.DataFrame) -> list[dict[str, Any]]:
-    return [{k: _plain(v) for k, v in row.items()} for row in table.to_dict(orient="records")]
+def records(table: pd.DataFrame) -> list[dict[str, Any]]:
+    """A table's rows as dicts of plain Python values (JSON and rich take them as they are)."""
+    return [{k: plain(v) for k, v in row.items()} for row in table.to_dict(orient="records")]
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
+    """A numpy scalar as the Python value it holds; anything else as it is."""
     if hasattr(value, "item"):
         return value.item()
     return value

@@ -21,7 +21,7 @@ import pandas as pd
 
 from ..analysis.graph_view import graph_view
 from ..analysis.memory import kv_cache_fill, live_bytes, occupancy, weight_reads_by_name
-from ..analysis.summary import summarize
+from ..analysis.summary import plain, records, summarize
 from ..layers import NO_LAYER
 from ..runformat.reader import Run, open_run
 from ..runformat.schema import NO_ID
@@ -288,7 +288,7 @@ class RunView:
             inf=("inf", "sum"), nodes=("node_index", "size"),
         )  # fmt: skip
         order = sorted(table.index, key=lambda layer: (layer == "none", layer if layer != "none" else 0))
-        return json_safe([{"layer": layer, **{k: _plain(v) for k, v in table.loc[layer].items()}} for layer in order])
+        return json_safe([{"layer": layer, **{k: plain(v) for k, v in table.loc[layer].items()}} for layer in order])
 
     # -- attention -------------------------------------------------------------------
 
@@ -483,10 +483,7 @@ class RunView:
             grouped = grouped.sort_values("time_ns", ascending=False).reset_index()
             if key == "layer":
                 grouped["layer"] = grouped["layer"].map(lambda layer: "none" if layer == NO_LAYER else int(layer))
-            return [
-                {k: (None if isinstance(v, float) and math.isnan(v) else _plain(v)) for k, v in row.items()}
-                for row in grouped.to_dict(orient="records")
-            ]
+            return json_safe(records(grouped))
 
         by_op, by_layer, by_tensor = table("op"), table("layer"), table("tensor")
         return {
@@ -595,7 +592,3 @@ def _describe_tensor(tensor: pd.Series, buffer_names: dict[int, str]) -> dict[st
         "buffer": buffer_names.get(buffer) if buffer != NO_ID else None,
         "buffer_offset": None if tensor["buffer_offset"] == NO_ID else int(tensor["buffer_offset"]),
     }  # fmt: skip
-
-
-def _plain(value: Any) -> Any:
-    return value.item() if hasattr(value, "item") else value
