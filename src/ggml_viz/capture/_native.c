@@ -325,16 +325,14 @@ static int note_buffer(Recorder *r, const uint8_t *tensor) {
     return describe_buffer(r, buffer);
 }
 
-static int copy_tensor(Recorder *r, Array *structs, Array *ptrs, uint64_t address, const uint8_t **copied) {
+static int copy_tensor(Recorder *r, Array *structs, uint64_t address, const uint8_t **copied) {
     uint8_t *slot = array_push(structs);
-    uint64_t *ptr = ptrs ? array_push(ptrs) : &address;
-    if (!slot || !ptr) return -1;
+    if (!slot) return -1;
     memcpy(slot, (const void *)(uintptr_t)address, r->tensor_size);
     /* A name is a C string: bytes after its NUL are stale, clear them. */
     uint8_t *name = slot + r->name_offset;
     size_t length = strnlen((const char *)name, NAME_LEN);
     if (length < NAME_LEN) memset(name + length, 0, NAME_LEN - length);
-    *ptr = address;
     *copied = slot;
     return 0;
 }
@@ -342,7 +340,9 @@ static int copy_tensor(Recorder *r, Array *structs, Array *ptrs, uint64_t addres
 static int copy_leaf(Recorder *r, uint64_t address) {
     if (!address || set_find(r, address)) return 0;
     const uint8_t *copied;
-    if (copy_tensor(r, &r->leaves, &r->leaf_ptrs, address, &copied) != 0) return -1;
+    uint64_t *ptr = array_push(&r->leaf_ptrs);
+    if (!ptr || copy_tensor(r, &r->leaves, address, &copied) != 0) return -1;
+    *ptr = address;
     if (set_add(r, address, 2) != 0) return -1;
     return note_buffer(r, copied);
 }
@@ -640,16 +640,16 @@ static bool starts_next_graph(Recorder *r, const uint8_t *tensor) {
 /* Record a node the scheduler asks about; returns the answer, or -1 out of memory. */
 static int on_ask(Recorder *r, uint64_t address) {
     if (r->fail_after_nodes > 0 && (long long)r->node_flags.count >= r->fail_after_nodes) return -1;
-    if (starts_next_graph(r, (const uint8_t *)(uintptr_t)address) && close_graph(r, now_ns()) != 0) return -1;
+    const uint8_t *tensor = (const uint8_t *)(uintptr_t)address; /* live; the copy once there is one */
+    if (starts_next_graph(r, tensor) && close_graph(r, now_ns()) != 0) return -1;
     int repeat = check_repeat(r, address);
     if (repeat == 0 && set_find(r, address) == 1) { /* a node again: the next graph begins */
         if (close_graph(r, now_ns()) != 0) return -1;
         repeat = check_repeat(r, address);
     }
     if (repeat < 0) return -1;
-    const uint8_t *tensor = (const uint8_t *)(uintptr_t)address;
     if (!repeat) {
-        if (copy_tensor(r, &r->nodes, NULL, address, &tensor) != 0) return -1;
+        if (copy_tensor(r, &r->nodes, address, &tensor) != 0) return -1;
         if (set_add(r, address, 1) != 0 || note_buffer(r, tensor) != 0) return -1;
         for (size_t i = 0; i < r->n_src; i++) {
             if (copy_leaf(r, field_u64(tensor, r->src_offset + 8 * i)) != 0) return -1;
