@@ -128,9 +128,10 @@ def test_a_graph_shape_seen_before_keeps_its_structure(tmp_path, model_path, rec
             == list(range(prompts["n_tokens"].iloc[1])))  # fmt: skip
 
 
-def test_bounded_recording_keeps_whole_graphs_and_counts_the_rest(tmp_path, model_path, recorder):
+@pytest.mark.parametrize("detail", ["op", "graph"])  # graph: the native recorder's decode graphs come as repeats
+def test_bounded_recording_keeps_whole_graphs_and_counts_the_rest(tmp_path, model_path, recorder, detail):
     # GIVEN a bound that holds two graphs of about 1,086 nodes
-    with ggml_viz.record(tmp_path / "bounded.ggmlviz", max_events=2500, recorder=recorder):
+    with ggml_viz.record(tmp_path / "bounded.ggmlviz", max_events=2500, recorder=recorder, detail=detail):
         text = greedy(load_model(model_path))
     # THEN the first two graphs are kept whole and the other three counted as dropped
     run = ggml_viz.open(tmp_path / "bounded.ggmlviz")

@@ -15,6 +15,7 @@ import pytest
 
 import ggml_viz
 from ggml_viz.capture import ggml_api
+from ggml_viz.capture.session import Recording
 
 from .conftest import RECORDERS
 from .smollm2 import greedy, load_model
@@ -62,16 +63,26 @@ def test_both_recorders_record_the_same_run(runs_by_recorder):
         assert left.equals(right), f"{table} differ"
 
 
-def test_both_recorders_agree_when_a_graph_repeats_its_predecessor_part_way(tmp_path, model_path):
+def test_both_recorders_agree_when_a_graph_repeats_its_predecessor_part_way(tmp_path, model_path, monkeypatch):
     # GIVEN a generation long enough for the KV cache to outgrow its first 256-cell view:
     # that decode graph repeats the previous one for its first nodes only (the native
-    # recorder compares such nodes instead of copying them, and copies from the change on)
+    # recorder compares such nodes instead of copying them, and copies from the change on);
+    # the graphs that repeat theirs whole are written in bulk, counted here
+    written_in_bulk = {name: 0 for name in RECORDERS}
+    write_repeats = Recording.write_repeats
+
+    def counting_write_repeats(self, tracer, repeats):
+        written_in_bulk[self.recorder_used] += len(repeats)
+        write_repeats(self, tracer, repeats)
+
+    monkeypatch.setattr(Recording, "write_repeats", counting_write_repeats)
     runs = {}
     for name in RECORDERS:
         with ggml_viz.record(tmp_path / f"{name}.ggmlviz", recorder=name, detail="graph"):
             greedy(load_model(model_path), n_predict=260)
         runs[name] = ggml_viz.open(tmp_path / f"{name}.ggmlviz")
     native, python = runs["native"], runs["python"]
+    assert written_in_bulk == {"native": len(native.graphs) - 3, "python": 0}  # all but the new structures
     # THEN such a graph is there: its structure is new, and its first nodes are the previous graph's
     graphs = native.graphs
     decode_after_decode = (graphs["phase"] == "decode") & (graphs["phase"].shift() == "decode")
@@ -83,7 +94,10 @@ def test_both_recorders_agree_when_a_graph_repeats_its_predecessor_part_way(tmp_
     assert same_rows.iloc[:10].all() and not same_rows.all()
     # AND both recorders describe every graph alike
     for table, columns in (("nodes", TIMELESS_NODE_COLUMNS), ("edges", ["graph_id", "node_index", "src_slot",
-                           "src_name", "src_ne0", "src_ne1", "src_view_offs"]), ("graphs", ["structure_id", "n_nodes"]),
+                           "src_name", "src_ne0", "src_ne1", "src_view_offs"]),
+                           ("graphs", ["graph_id", "decode_index", "ubatch_index", "structure_id", "n_nodes",
+                                       "n_tokens", "first_batch_index", "return_code", "phase", "detail"]),
+                           ("tokens", ["graph_id", "batch_index", "pos", "token_id", "seq_id", "output", "text"]),
                            ("buffers", ["buffer", "name", "usage", "size", "first_graph_id"])):  # fmt: skip
         assert getattr(native, table)[columns].equals(getattr(python, table)[columns]), f"{table} differ"
 
@@ -170,8 +184,8 @@ def test_graph_detail_records_structure_and_graph_times(tmp_path, model_path, re
     assert len(run.edges) == len(recorded_run.run.edges)
 
 
-def test_sampling_times_the_first_prompt_and_every_nth_decode_graph(tmp_path, model_path):
-    with ggml_viz.record(tmp_path / "sampled.ggmlviz", sample=3):
+def test_sampling_times_the_first_prompt_and_every_nth_decode_graph(tmp_path, model_path, recorder):
+    with ggml_viz.record(tmp_path / "sampled.ggmlviz", sample=3, recorder=recorder):
         greedy(load_model(model_path), n_predict=9)
     graphs = ggml_viz.open(tmp_path / "sampled.ggmlviz").graphs
     detail = dict(zip(graphs["graph_id"], graphs["detail"], strict=True))

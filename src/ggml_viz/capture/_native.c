@@ -80,6 +80,14 @@ typedef struct {
     uint8_t *items;
 } Array;
 
+/* One llama_decode call (index -1: graphs computed outside any), as the decode bracket saw it. */
+typedef struct {
+    int64_t index, start_ns, end_ns;
+    int32_t return_code, n_tokens, lowest_position;
+    uint32_t graphs_closed; /* graphs waiting to be taken once this call's graphs were closed */
+    uint64_t first_token;   /* where its tokens begin in the batch columns */
+} DecodeRecord;
+
 typedef struct {
     PyObject_HEAD
     /* tensor layout */
@@ -139,6 +147,16 @@ typedef struct {
     size_t previous_count, previous_capacity;
     int64_t pending; /* node waiting for its result callback, or -1 */
     uint64_t counted_nodes;
+    /* the decode bracket: what each llama_decode call fed, and which graphs it ran */
+    Py_ssize_t batch_offsets[5]; /* llama_batch: token, pos, n_seq_id, seq_id, logits */
+    int detail_graph;            /* never time nodes */
+    long long sample;            /* time the first prompt call and every sample-th other call (0: all) */
+    long long graphs_per_write, write_interval_ns;
+    long long n_decodes, n_prompt_decodes, n_other_decodes;
+    int decode_open;       /* the last record is a call still running */
+    int64_t last_take_ns;  /* when Python last took the graphs */
+    Array decodes;         /* DecodeRecord */
+    Array batch_tokens, batch_positions, batch_seq_ids, batch_outputs;
     int out_of_memory;
     long long fail_after_nodes; /* tests: act out of memory at this many nodes (0: never) */
 } Recorder;
@@ -763,6 +781,111 @@ static bool ggml_viz_graph_floor_callback(void *tensor, bool ask, void *user_dat
     return !ask;
 }
 
+/* ---- llama_batch ----------------------------------------------------------------------- */
+
+static int32_t batch_size(const uint8_t *batch) {
+    int32_t n;
+    memcpy(&n, batch, sizeof n);
+    return n < 0 ? 0 : n;
+}
+
+/* Copy a llama_batch's columns (offsets of its token, pos, n_seq_id, seq_id and logits
+   pointers): token ids, positions, each token's first sequence id, whether llama.cpp
+   computes its logits. What a pointer the batch leaves NULL gives is -1 (outputs: the last
+   token only, as llama.cpp does). Returns the lowest position (-1: no token). */
+static long long copy_batch(const uint8_t *batch, const Py_ssize_t *offsets, int32_t n, int32_t *token_out,
+                            int32_t *pos_out, int32_t *seq_out, uint8_t *output_out) {
+    const int32_t *token, *pos, *n_seq;
+    const int32_t *const *seq;
+    const int8_t *logits;
+    memcpy(&token, batch + offsets[0], sizeof token);
+    memcpy(&pos, batch + offsets[1], sizeof pos);
+    memcpy(&n_seq, batch + offsets[2], sizeof n_seq);
+    memcpy(&seq, batch + offsets[3], sizeof seq);
+    memcpy(&logits, batch + offsets[4], sizeof logits);
+    long long lowest = -1;
+    for (int32_t i = 0; i < n; i++) {
+        token_out[i] = token ? token[i] : -1;
+        pos_out[i] = pos ? pos[i] : -1;
+        if (i == 0 || pos_out[i] < lowest) lowest = pos_out[i];
+        seq_out[i] = (seq && n_seq && n_seq[i] > 0 && seq[i]) ? seq[i][0] : -1;
+        output_out[i] = logits ? logits[i] > 0 : i == n - 1;
+    }
+    return lowest;
+}
+
+/* ---- the decode bracket ------------------------------------------------------------------ */
+
+/* Around each llama_decode, Python calls begin_decode and end_decode, and nothing else: the
+   call's batch is copied, the nodes of its graphs are timed or not (--detail, --sample), its
+   graphs are closed and attributed to it, all here. In the pause between two calls of a
+   generation Python runs with cold caches, several times slower than C. */
+
+/* The graph in flight ends with the llama_decode call that ran it (none open: outside any). */
+static int close_decode(Recorder *r, int32_t return_code, int64_t now) {
+    size_t closed_before = r->graph_node_start.count;
+    if (close_graph(r, now) != 0) return -1;
+    DecodeRecord *record;
+    if (r->decode_open) {
+        record = &ARRAY_AT(r->decodes, DecodeRecord, r->decodes.count - 1);
+        r->decode_open = 0;
+    } else {
+        if (r->graph_node_start.count == closed_before) return 0; /* nothing ran outside a call */
+        record = array_push(&r->decodes);
+        if (!record) return -1;
+        memset(record, 0, sizeof *record);
+        record->index = -1;
+        record->lowest_position = -1;
+        record->first_token = r->batch_tokens.count;
+    }
+    record->end_ns = now;
+    record->return_code = return_code;
+    record->graphs_closed = (uint32_t)r->graph_node_start.count;
+    return 0;
+}
+
+/* Open a record for the call and copy its batch; returns its lowest position, or -2 out of memory. */
+static long long open_decode(Recorder *r, const uint8_t *batch, int32_t n, long long index, int64_t now) {
+    if ((r->decode_open || r->node_flags.count > r->graph_first_node) && close_decode(r, 0, now) != 0) return -2;
+    if (array_reserve(&r->batch_tokens, (size_t)n) != 0 || array_reserve(&r->batch_positions, (size_t)n) != 0 ||
+        array_reserve(&r->batch_seq_ids, (size_t)n) != 0 || array_reserve(&r->batch_outputs, (size_t)n) != 0) {
+        return -2;
+    }
+    DecodeRecord *record = array_push(&r->decodes);
+    if (!record) return -2;
+    size_t first = r->batch_tokens.count;
+    long long lowest = copy_batch(batch, r->batch_offsets, n, &ARRAY_AT(r->batch_tokens, int32_t, first),
+                                  &ARRAY_AT(r->batch_positions, int32_t, first),
+                                  &ARRAY_AT(r->batch_seq_ids, int32_t, first), &ARRAY_AT(r->batch_outputs, uint8_t, first));
+    r->batch_tokens.count += (size_t)n;
+    r->batch_positions.count += (size_t)n;
+    r->batch_seq_ids.count += (size_t)n;
+    r->batch_outputs.count += (size_t)n;
+    *record = (DecodeRecord){.index = index, .start_ns = now, .end_ns = now, .n_tokens = n,
+                             .lowest_position = (int32_t)lowest, .first_token = first};
+    r->decode_open = 1;
+    return lowest;
+}
+
+static long long lowest_position(const uint8_t *batch, const Py_ssize_t *offsets, int32_t n) {
+    const int32_t *pos;
+    memcpy(&pos, batch + offsets[1], sizeof pos);
+    long long lowest = -1;
+    for (int32_t i = 0; i < n; i++) {
+        long long p = pos ? pos[i] : -1;
+        if (i == 0 || p < lowest) lowest = p;
+    }
+    return lowest;
+}
+
+/* --detail and --sample: are the nodes of this call's graphs timed one by one? A call of
+   several tokens, or one starting a sequence, is a prompt call. */
+static int times_nodes(Recorder *r, int32_t n, long long lowest) {
+    if (r->detail_graph) return 0;
+    if (n > 0 && (n > 1 || lowest == 0)) return ++r->n_prompt_decodes == 1 || !r->sample;
+    return !r->sample || (r->n_other_decodes++ % r->sample) == 0;
+}
+
 /* ---- Python interface ---------------------------------------------------------------- */
 
 static void array_init(Array *a, size_t item_size) {
@@ -809,7 +932,12 @@ static void array_free(Array *a) {
     X(r, buffer_end, sizeof(uint32_t)) \
     X(r, previous_leaf_end, sizeof(uint32_t)) \
     X(r, previous_buffer_end, sizeof(uint32_t)) \
-    X(r, previous_buffers, sizeof(uint64_t))
+    X(r, previous_buffers, sizeof(uint64_t)) \
+    X(r, decodes, sizeof(DecodeRecord)) \
+    X(r, batch_tokens, sizeof(int32_t)) \
+    X(r, batch_positions, sizeof(int32_t)) \
+    X(r, batch_seq_ids, sizeof(int32_t)) \
+    X(r, batch_outputs, 1)
 #define ARRAY_INIT(r, field, item_size) array_init(&(r)->field, item_size);
 #define ARRAY_FREE(r, field, item_size) array_free(&(r)->field);
 
@@ -880,7 +1008,7 @@ static void reset_recorded(Recorder *r) {
 
 /* take(boundary_ns) -> list of graphs, each a tuple:
    (nodes, node_ptrs, starts, ends, flags, leaves, leaf_ptrs, buffers, boundary_ns, same, n_timed, end_ns,
-    tick_ns, tick_asked, stats, capture_records, capture_bytes)
+    tick_ns, tick_asked, stats, capture_records, capture_bytes, n_selected)
    where a graph that repeats the previous one (same) comes without its struct bytes. */
 static PyObject *Recorder_take(Recorder *self, PyObject *arg) {
     long long boundary = PyLong_AsLongLong(arg);
@@ -923,19 +1051,23 @@ static PyObject *Recorder_take(Recorder *self, PyObject *arg) {
         size_t s0 = same ? n1 : n0, t0 = same ? l1 : l0, u0 = same ? m1 : m0; /* empty ranges when same */
         /* What Python would otherwise compute with numpy: nodes timed alone, and when the
            graph ended (the last node's end if it ended a slice of its own making). */
-        long long n_timed = 0;
-        for (size_t i = n0; i < n1; i++) n_timed += (ARRAY_AT(self->node_flags, uint8_t, i) & NODE_TIMED) != 0;
+        long long n_timed = 0, n_selected = 0;
+        for (size_t i = n0; i < n1; i++) {
+            uint8_t flags = ARRAY_AT(self->node_flags, uint8_t, i);
+            n_timed += (flags & NODE_TIMED) != 0;
+            n_selected += (flags & NODE_SELECTED) != 0;
+        }
         int last_answered = n1 > n0 && (ARRAY_AT(self->node_flags, uint8_t, n1 - 1) & NODE_ANSWERED);
         long long end = last_answered ? ARRAY_AT(self->ends, int64_t, n1 - 1)
                                       : ARRAY_AT(self->graph_boundary, int64_t, g);
         PyObject *graph = Py_BuildValue(
-            "(NNNNNNNNLOLLNNNNN)", array_bytes(&self->nodes, u0, m1), array_bytes(&self->node_ptrs, s0, n1),
+            "(NNNNNNNNLOLLNNNNNL)", array_bytes(&self->nodes, u0, m1), array_bytes(&self->node_ptrs, s0, n1),
             array_bytes(&self->starts, n0, n1), array_bytes(&self->ends, n0, n1),
             array_bytes(&self->node_flags, n0, n1), array_bytes(&self->leaves, t0, l1),
             array_bytes(&self->leaf_ptrs, t0, l1), buffers, (long long)ARRAY_AT(self->graph_boundary, int64_t, g),
             same ? Py_True : Py_False, n_timed, end, array_bytes(&self->tick_ns, k0, k1),
             array_bytes(&self->tick_asked, k0, k1), array_bytes(&self->stats, v0, v1),
-            array_bytes(&self->capture_records, c0, c1), array_bytes(&self->capture_data, d0, d1));
+            array_bytes(&self->capture_records, c0, c1), array_bytes(&self->capture_data, d0, d1), n_selected);
         if (!graph) goto error;
         PyList_SET_ITEM(graphs, (Py_ssize_t)g, graph);
     }
@@ -994,6 +1126,100 @@ static PyObject *Recorder_close(Recorder *self, PyObject *arg) {
     return PyLong_FromSize_t(self->graph_node_start.count);
 }
 
+/* set_decode_rules(detail_graph, sample, graphs_per_write, write_interval_ns, batch_offsets) */
+static PyObject *Recorder_set_decode_rules(Recorder *self, PyObject *args) {
+    Py_ssize_t *o = self->batch_offsets;
+    if (!PyArg_ParseTuple(args, "pLLL(nnnnn)", &self->detail_graph, &self->sample, &self->graphs_per_write,
+                          &self->write_interval_ns, &o[0], &o[1], &o[2], &o[3], &o[4])) {
+        return NULL;
+    }
+    self->last_take_ns = now_ns();
+    Py_RETURN_NONE;
+}
+
+/* begin_decode(batch_address): llama_decode is about to run this llama_batch. */
+static PyObject *Recorder_begin_decode(Recorder *self, PyObject *arg) {
+    unsigned long long address = PyLong_AsUnsignedLongLong(arg);
+    if (address == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    const uint8_t *batch = (const uint8_t *)(uintptr_t)address;
+    int64_t now = now_ns();
+    int32_t n = batch_size(batch);
+    long long index = self->n_decodes++;
+    long long lowest;
+    if (self->mode == MODE_RECORD) {
+        lowest = open_decode(self, batch, n, index, now);
+        if (lowest == -2) { /* Python sees the flag at end_decode, writes what was closed, and stops */
+            self->out_of_memory = 1;
+            self->mode = MODE_OFF;
+            Py_RETURN_NONE;
+        }
+    } else {
+        lowest = lowest_position(batch, self->batch_offsets, n);
+    }
+    self->time_nodes = times_nodes(self, n, lowest);
+    Py_RETURN_NONE;
+}
+
+/* end_decode(return_code) -> 1 when the graphs waiting should be written now (enough of
+   them, or enough time since the last take), 0 if not, -1 once the recorder failed. */
+static PyObject *Recorder_end_decode(Recorder *self, PyObject *arg) {
+    long return_code = PyLong_AsLong(arg);
+    if (return_code == -1 && PyErr_Occurred()) return NULL;
+    int64_t now = now_ns();
+    if (!self->out_of_memory && self->mode == MODE_RECORD && close_decode(self, (int32_t)return_code, now) != 0) {
+        self->out_of_memory = 1;
+        self->mode = MODE_OFF;
+    }
+    if (self->out_of_memory) return PyLong_FromLong(-1);
+    self->decode_open = 0;
+    bool due = (long long)self->graph_node_start.count >= self->graphs_per_write ||
+               now - self->last_take_ns >= self->write_interval_ns;
+    return PyLong_FromLong(due);
+}
+
+/* take_decodes() -> (calls, token_ids, positions, seq_ids, outputs): the llama_decode calls
+   whose graphs were closed since the last take (one still running stays), each a tuple
+   (index, start_ns, end_ns, return_code, graphs_closed, n_tokens, lowest_position,
+   first_token), and their batches' columns as bytes (int32, int32, int32, uint8). */
+static PyObject *Recorder_take_decodes(Recorder *self, PyObject *unused) {
+    self->last_take_ns = now_ns();
+    size_t n_done = self->decodes.count - (self->decode_open ? 1 : 0);
+    size_t tokens_done = self->decode_open ? ARRAY_AT(self->decodes, DecodeRecord, n_done).first_token
+                                           : self->batch_tokens.count;
+    PyObject *calls = PyList_New((Py_ssize_t)n_done);
+    if (!calls) return NULL;
+    for (size_t i = 0; i < n_done; i++) {
+        DecodeRecord *d = &ARRAY_AT(self->decodes, DecodeRecord, i);
+        PyObject *call = Py_BuildValue("(LLLiIiiK)", (long long)d->index, (long long)d->start_ns, (long long)d->end_ns,
+                                       (int)d->return_code, (unsigned int)d->graphs_closed, (int)d->n_tokens,
+                                       (int)d->lowest_position, (unsigned long long)d->first_token);
+        if (!call) {
+            Py_DECREF(calls);
+            return NULL;
+        }
+        PyList_SET_ITEM(calls, (Py_ssize_t)i, call);
+    }
+    PyObject *result = Py_BuildValue("(NNNNN)", calls, array_bytes(&self->batch_tokens, 0, tokens_done),
+                                     array_bytes(&self->batch_positions, 0, tokens_done),
+                                     array_bytes(&self->batch_seq_ids, 0, tokens_done),
+                                     array_bytes(&self->batch_outputs, 0, tokens_done));
+    if (!result) return NULL;
+    /* keep the call still running, and its tokens, at the front */
+    Array *columns[4] = {&self->batch_tokens, &self->batch_positions, &self->batch_seq_ids, &self->batch_outputs};
+    for (int c = 0; c < 4; c++) {
+        Array *a = columns[c];
+        memmove(a->items, a->items + tokens_done * a->item_size, (a->count - tokens_done) * a->item_size);
+        a->count -= tokens_done;
+    }
+    if (self->decode_open) {
+        DecodeRecord running = ARRAY_AT(self->decodes, DecodeRecord, n_done);
+        running.first_token = 0;
+        ARRAY_AT(self->decodes, DecodeRecord, 0) = running;
+    }
+    self->decodes.count -= n_done;
+    return result;
+}
+
 /* drop_open(): forget the graph in flight (recording failed inside it), keep the closed ones. */
 static PyObject *Recorder_drop_open(Recorder *self, PyObject *unused) {
     size_t n_graphs = self->graph_node_start.count;
@@ -1030,6 +1256,8 @@ static PyObject *Recorder_take_counted(Recorder *self, PyObject *unused) {
 static PyObject *Recorder_discard(Recorder *self, PyObject *unused) {
     /* Python never saw the previous graph: the next graph is new to it */
     self->previous_nodes.count = self->previous_node_ptrs.count = 0;
+    self->decodes.count = self->decode_open = 0;
+    self->batch_tokens.count = self->batch_positions.count = self->batch_seq_ids.count = self->batch_outputs.count = 0;
     reset_recorded(self);
     Py_RETURN_NONE;
 }
@@ -1095,6 +1323,12 @@ static PyMethodDef Recorder_methods[] = {
     {"set_filters", (PyCFunction)Recorder_set_filters, METH_VARARGS,
      "set_filters(ops, layer_ranges, select_no_layer, name_patterns)"},
     {"take_counted", (PyCFunction)Recorder_take_counted, METH_NOARGS, "nodes counted (count mode) since last call"},
+    {"set_decode_rules", (PyCFunction)Recorder_set_decode_rules, METH_VARARGS,
+     "set_decode_rules(detail_graph, sample, graphs_per_write, write_interval_ns, batch_offsets)"},
+    {"begin_decode", (PyCFunction)Recorder_begin_decode, METH_O, "begin_decode(batch_address): a call begins"},
+    {"end_decode", (PyCFunction)Recorder_end_decode, METH_O,
+     "end_decode(return_code): the call returned; 1: write the graphs now, 0: not yet, -1: failed"},
+    {"take_decodes", (PyCFunction)Recorder_take_decodes, METH_NOARGS, "the calls closed since the last take"},
     {"discard", (PyCFunction)Recorder_discard, METH_NOARGS, "forget what was recorded since the last take"},
     {"set_values", (PyCFunction)Recorder_set_values, METH_VARARGS,
      "set_values(stats, capture_patterns, capture_budget, functions): read node outputs"},
@@ -1134,6 +1368,188 @@ static PyTypeObject RecorderType = {
     .tp_getset = Recorder_getset,
 };
 
+/* ---- tensor description ids ------------------------------------------------------------ */
+
+/* graph_decoder.TensorCatalog's memory of tensor descriptions: a struct's bytes (with what
+   does not describe the tensor cleared) and the id of the tensor a view looks into, each
+   given an id the first time it comes. A process's first graphs bring thousands of new
+   descriptions, in the traced program's time; a dict of 340-byte keys cost milliseconds. */
+typedef struct {
+    PyObject_HEAD
+    size_t struct_size; /* bytes of a description; the view source's id (int32) follows */
+    Array keys;         /* struct_size + 4 bytes per description */
+    Array ids, hashes;  /* int32 and uint64 per description */
+    uint32_t *slots;    /* open addressing: description index + 1; 0 is empty */
+    size_t n_slots;
+} DescriptionIds;
+
+static uint64_t hash_bytes(const uint8_t *data, size_t size) {
+    uint64_t h = 0x9e3779b97f4a7c15ULL ^ size, word;
+    size_t i = 0;
+    for (; i + 8 <= size; i += 8) {
+        memcpy(&word, data + i, 8);
+        h = (h ^ word) * 0xff51afd7ed558ccdULL;
+        h ^= h >> 32;
+    }
+    for (; i < size; i++) h = (h ^ data[i]) * 0x100000001b3ULL;
+    return h ^ (h >> 29);
+}
+
+static int ids_rehash(DescriptionIds *self, size_t n_slots) {
+    uint32_t *slots = calloc(n_slots, sizeof *slots);
+    if (!slots) return -1;
+    for (size_t k = 0; k < self->ids.count; k++) {
+        size_t i = (size_t)ARRAY_AT(self->hashes, uint64_t, k) & (n_slots - 1);
+        while (slots[i]) i = (i + 1) & (n_slots - 1);
+        slots[i] = (uint32_t)(k + 1);
+    }
+    free(self->slots);
+    self->slots = slots;
+    self->n_slots = n_slots;
+    return 0;
+}
+
+/* The id of `key` (struct_size + 4 bytes), given `*next_id` (then counted) if it is new. */
+static int ids_lookup(DescriptionIds *self, const uint8_t *key, int32_t *next_id, int32_t *id, bool *is_new) {
+    size_t key_size = self->keys.item_size;
+    uint64_t h = hash_bytes(key, key_size);
+    size_t i = (size_t)h & (self->n_slots - 1);
+    for (; self->slots[i]; i = (i + 1) & (self->n_slots - 1)) {
+        size_t k = self->slots[i] - 1;
+        if (ARRAY_AT(self->hashes, uint64_t, k) == h && !memcmp(self->keys.items + k * key_size, key, key_size)) {
+            *id = ARRAY_AT(self->ids, int32_t, k);
+            *is_new = false;
+            return 0;
+        }
+    }
+    uint8_t *stored = array_push(&self->keys);
+    int32_t *stored_id = array_push(&self->ids);
+    uint64_t *stored_hash = array_push(&self->hashes);
+    if (!stored || !stored_id || !stored_hash) return -1;
+    memcpy(stored, key, key_size);
+    *stored_id = *id = (*next_id)++;
+    *stored_hash = h;
+    self->slots[i] = (uint32_t)self->ids.count;
+    *is_new = true;
+    return (self->ids.count * 2 > self->n_slots) ? ids_rehash(self, self->n_slots * 2) : 0;
+}
+
+static int DescriptionIds_init(DescriptionIds *self, PyObject *args, PyObject *kwargs) {
+    Py_ssize_t struct_size;
+    if (!PyArg_ParseTuple(args, "n", &struct_size)) return -1;
+    if (struct_size <= 0) {
+        PyErr_SetString(PyExc_ValueError, "DescriptionIds: the struct size must be positive");
+        return -1;
+    }
+    self->struct_size = (size_t)struct_size;
+    array_init(&self->keys, (size_t)struct_size + 4);
+    array_init(&self->ids, sizeof(int32_t));
+    array_init(&self->hashes, sizeof(uint64_t));
+    if (ids_rehash(self, 4096) != 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+static void DescriptionIds_dealloc(DescriptionIds *self) {
+    array_free(&self->keys);
+    array_free(&self->ids);
+    array_free(&self->hashes);
+    free(self->slots);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* assign(structs, view_rows, next_id) -> (ids, new_rows, new_view_source_ids, next_id).
+   structs: n descriptions of struct_size bytes; view_rows: int64[n], the row of the tensor
+   each looks into (-1: not a view, or not in this graph). Rows go in order, so a view's
+   source (an earlier row) has its id before the view's key is made. ids: int32[n]; new_rows:
+   int32, the rows whose description was new (each distinct one once), with the id of the
+   tensor each looks into (-1: none). */
+static PyObject *DescriptionIds_assign(DescriptionIds *self, PyObject *args) {
+    Py_buffer structs, view_rows;
+    int next_id;
+    if (!PyArg_ParseTuple(args, "y*y*i", &structs, &view_rows, &next_id)) return NULL;
+    PyObject *result = NULL, *ids = NULL, *new_rows = NULL, *new_sources = NULL;
+    uint8_t *key = NULL;
+    size_t n = (size_t)structs.len / self->struct_size;
+    if ((size_t)structs.len != n * self->struct_size || (size_t)view_rows.len != n * sizeof(int64_t)) {
+        PyErr_SetString(PyExc_ValueError, "DescriptionIds.assign: sizes do not match");
+        goto done;
+    }
+    ids = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * 4));
+    new_rows = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * 4));
+    new_sources = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * 4));
+    key = malloc(self->keys.item_size);
+    if (!ids || !new_rows || !new_sources || !key) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        goto done;
+    }
+    int32_t *id_of = (int32_t *)PyBytes_AS_STRING(ids), *rows = (int32_t *)PyBytes_AS_STRING(new_rows);
+    int32_t *sources = (int32_t *)PyBytes_AS_STRING(new_sources);
+    const int64_t *view_row = view_rows.buf;
+    size_t n_new = 0;
+    for (size_t r = 0; r < n; r++) id_of[r] = -1;
+    for (size_t r = 0; r < n; r++) {
+        int64_t v = view_row[r];
+        int32_t source = (v >= 0 && (size_t)v < n) ? id_of[v] : -1;
+        memcpy(key, (const uint8_t *)structs.buf + r * self->struct_size, self->struct_size);
+        memcpy(key + self->struct_size, &source, 4);
+        bool is_new;
+        if (ids_lookup(self, key, &next_id, &id_of[r], &is_new) != 0) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        if (is_new) {
+            rows[n_new] = (int32_t)r;
+            sources[n_new++] = source;
+        }
+    }
+    if (_PyBytes_Resize(&new_rows, (Py_ssize_t)(n_new * 4)) == 0 &&
+        _PyBytes_Resize(&new_sources, (Py_ssize_t)(n_new * 4)) == 0) {
+        result = Py_BuildValue("(OOOi)", ids, new_rows, new_sources, next_id);
+    }
+done:
+    free(key);
+    Py_XDECREF(ids);
+    Py_XDECREF(new_rows);
+    Py_XDECREF(new_sources);
+    PyBuffer_Release(&structs);
+    PyBuffer_Release(&view_rows);
+    return result;
+}
+
+static PyObject *DescriptionIds_clear(DescriptionIds *self, PyObject *unused) {
+    self->keys.count = self->ids.count = self->hashes.count = 0;
+    memset(self->slots, 0, self->n_slots * sizeof *self->slots);
+    Py_RETURN_NONE;
+}
+
+static Py_ssize_t DescriptionIds_len(DescriptionIds *self) {
+    return (Py_ssize_t)self->ids.count;
+}
+
+static PyMethodDef DescriptionIds_methods[] = {
+    {"assign", (PyCFunction)DescriptionIds_assign, METH_VARARGS,
+     "assign(structs, view_rows, next_id) -> (ids, new_rows, new_view_source_ids, next_id)"},
+    {"clear", (PyCFunction)DescriptionIds_clear, METH_NOARGS, "forget every description"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods DescriptionIds_sequence = {.sq_length = (lenfunc)DescriptionIds_len};
+
+static PyTypeObject DescriptionIdsType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ggml_viz.capture._native.DescriptionIds",
+    .tp_doc = "Ids of tensor descriptions, given the first time each is seen",
+    .tp_basicsize = sizeof(DescriptionIds),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)DescriptionIds_init,
+    .tp_dealloc = (destructor)DescriptionIds_dealloc,
+    .tp_methods = DescriptionIds_methods,
+    .tp_as_sequence = &DescriptionIds_sequence,
+};
+
 static PyObject *native_layer_of(PyObject *module, PyObject *arg) {
     const char *name = PyUnicode_AsUTF8(arg);
     if (!name) return NULL;
@@ -1142,28 +1558,39 @@ static PyObject *native_layer_of(PyObject *module, PyObject *arg) {
     return PyLong_FromLongLong(layer_of(padded));
 }
 
+/* layers_of(names) -> int32 bytes: layer_of for each name of NAME_LEN bytes (a ggml_tensor's
+   name field, as copied: a C string, perhaps with stale bytes after its end). */
+static PyObject *native_layers_of(PyObject *module, PyObject *arg) {
+    Py_buffer names;
+    if (!PyArg_Parse(arg, "y*", &names)) return NULL;
+    size_t n = (size_t)names.len / NAME_LEN;
+    PyObject *layers = NULL;
+    if ((size_t)names.len != n * NAME_LEN) {
+        PyErr_SetString(PyExc_ValueError, "layers_of: names of 64 bytes each");
+    } else if ((layers = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * 4)))) {
+        int32_t *out = (int32_t *)PyBytes_AS_STRING(layers);
+        char padded[NAME_LEN + 1] = {0};
+        for (size_t i = 0; i < n; i++) {
+            memcpy(padded, (const char *)names.buf + i * NAME_LEN, NAME_LEN);
+            out[i] = (int32_t)layer_of(padded);
+        }
+    }
+    PyBuffer_Release(&names);
+    return layers;
+}
+
 /* read_batch(address, (token, pos, n_seq_id, seq_id, logits offsets)) -> (n_tokens,
    lowest position, token_id, pos, seq_id, output), the columns as bytes of int32, int32,
-   int32, uint8: a llama_batch, copied. What a pointer the batch leaves NULL gives is -1
-   (outputs: the last token only, as llama.cpp does). */
+   int32, uint8: a llama_batch, copied (see copy_batch). */
 static PyObject *native_read_batch(PyObject *module, PyObject *args) {
     unsigned long long address;
-    Py_ssize_t off_token, off_pos, off_n_seq, off_seq, off_logits;
-    if (!PyArg_ParseTuple(args, "K(nnnnn)", &address, &off_token, &off_pos, &off_n_seq, &off_seq, &off_logits)) {
+    Py_ssize_t offsets[5];
+    if (!PyArg_ParseTuple(args, "K(nnnnn)", &address, &offsets[0], &offsets[1], &offsets[2], &offsets[3],
+                          &offsets[4])) {
         return NULL;
     }
     const uint8_t *batch = (const uint8_t *)(uintptr_t)address;
-    int32_t n;
-    memcpy(&n, batch, sizeof n);
-    if (n < 0) n = 0;
-    const int32_t *token, *pos, *n_seq;
-    const int32_t *const *seq;
-    const int8_t *logits;
-    memcpy(&token, batch + off_token, sizeof token);
-    memcpy(&pos, batch + off_pos, sizeof pos);
-    memcpy(&n_seq, batch + off_n_seq, sizeof n_seq);
-    memcpy(&seq, batch + off_seq, sizeof seq);
-    memcpy(&logits, batch + off_logits, sizeof logits);
+    int32_t n = batch_size(batch);
     PyObject *columns[4] = {
         PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n * 4), PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n * 4),
         PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n * 4), PyBytes_FromStringAndSize(NULL, n)};
@@ -1171,23 +1598,15 @@ static PyObject *native_read_batch(PyObject *module, PyObject *args) {
         for (int i = 0; i < 4; i++) Py_XDECREF(columns[i]);
         return NULL;
     }
-    int32_t *token_out = (int32_t *)PyBytes_AS_STRING(columns[0]);
-    int32_t *pos_out = (int32_t *)PyBytes_AS_STRING(columns[1]);
-    int32_t *seq_out = (int32_t *)PyBytes_AS_STRING(columns[2]);
-    uint8_t *output_out = (uint8_t *)PyBytes_AS_STRING(columns[3]);
-    long long lowest = -1;
-    for (int32_t i = 0; i < n; i++) {
-        token_out[i] = token ? token[i] : -1;
-        pos_out[i] = pos ? pos[i] : -1;
-        if (i == 0 || pos_out[i] < lowest) lowest = pos_out[i];
-        seq_out[i] = (seq && n_seq && n_seq[i] > 0 && seq[i]) ? seq[i][0] : -1;
-        output_out[i] = logits ? logits[i] > 0 : i == n - 1;
-    }
+    long long lowest = copy_batch(batch, offsets, n, (int32_t *)PyBytes_AS_STRING(columns[0]),
+                                  (int32_t *)PyBytes_AS_STRING(columns[1]), (int32_t *)PyBytes_AS_STRING(columns[2]),
+                                  (uint8_t *)PyBytes_AS_STRING(columns[3]));
     return Py_BuildValue("(iLNNNN)", (int)n, lowest, columns[0], columns[1], columns[2], columns[3]);
 }
 
 static PyMethodDef module_methods[] = {
     {"layer_of", native_layer_of, METH_O, "the layer the native recorder reads in a tensor name"},
+    {"layers_of", native_layers_of, METH_O, "layers_of(names): layer_of for each 64-byte name, as int32 bytes"},
     {"read_batch", native_read_batch, METH_VARARGS, "read_batch(address, offsets): a llama_batch's columns"},
     {NULL, NULL, 0, NULL},
 };
@@ -1198,11 +1617,13 @@ static struct PyModuleDef native_module = {
 };
 
 PyMODINIT_FUNC PyInit__native(void) {
-    if (PyType_Ready(&RecorderType) < 0) return NULL;
+    if (PyType_Ready(&RecorderType) < 0 || PyType_Ready(&DescriptionIdsType) < 0) return NULL;
     PyObject *module = PyModule_Create(&native_module);
     if (!module) return NULL;
     Py_INCREF(&RecorderType);
+    Py_INCREF(&DescriptionIdsType);
     if (PyModule_AddObject(module, "Recorder", (PyObject *)&RecorderType) < 0 ||
+        PyModule_AddObject(module, "DescriptionIds", (PyObject *)&DescriptionIdsType) < 0 ||
         PyModule_AddObject(module, "CALLBACK_ADDRESS", PyLong_FromVoidPtr((void *)ggml_viz_eval_callback)) < 0 ||
         PyModule_AddObject(module, "ABORT_CALLBACK_ADDRESS", PyLong_FromVoidPtr((void *)ggml_viz_abort_callback)) < 0 ||
         PyModule_AddObject(module, "TIMING_FLOOR_CALLBACK_ADDRESS",

@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import ctypes
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from time import perf_counter_ns
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
 
+from .._errors import CaptureError
 from .inline_times import InlineClock
-from .llama_info import BatchCopy, TokenText, batch_arrays, read_batch
+from .llama_info import BatchCopy, TokenText, batch_arrays, batch_offsets, read_batch
 from .log import say_once
-from .raw_graph import Mode, RawGraph
+from .raw_graph import Mode, RawGraph, RepeatedGraph
 from .settings import CaptureSettings
 
 if TYPE_CHECKING:
+    from .native_recorder import NativeGraphRecorder
     from .session import Recording
 
 
@@ -39,7 +43,7 @@ class GraphRecorder(Protocol):
     def drop_open(self) -> None: ...
     @property
     def captures_skipped(self) -> tuple[int, int]: ...
-    def take_graphs(self, boundary_ns: int) -> list[RawGraph]: ...
+    def take_graphs(self, boundary_ns: int) -> Sequence[RawGraph | RepeatedGraph]: ...
     def take_counted(self) -> int: ...
     def discard(self) -> None: ...
 
@@ -81,6 +85,14 @@ class ClosedDecode:
     return_code: int
     end_ns: int
     graphs_closed: int  # graphs waiting in the recorder once this call's graphs were closed
+
+
+class GraphCall(NamedTuple):
+    """A repeated graph and the decode call that ran it, as ubatch number `ubatch`."""
+
+    graph: RepeatedGraph
+    call: ClosedDecode
+    ubatch: int
 
 
 class ContextTracer:
@@ -138,13 +150,16 @@ class ContextTracer:
         now = perf_counter_ns()
         decode, self.decode = self.decode, None
         if self._mode is Mode.COUNT:
-            counted = self.recorder.take_counted()
-            if counted:
-                self.recording.count_dropped(counted)
+            self._count_dropped()
         elif self._mode is Mode.RECORD and decode is not None:
             pending = self._close_open_graph(decode, return_code, now)
             if pending < 0 or pending >= GRAPHS_PER_WRITE or now - self._last_write_ns >= WRITE_INTERVAL_NS:
                 self._write_closed(now)  # a failed recorder: what it closed before failing, then stop
+
+    def _count_dropped(self) -> None:
+        counted = self.recorder.take_counted()
+        if counted:
+            self.recording.count_dropped(counted)
 
     def _close_open_graph(self, decode: DecodeCall | None, return_code: int, now: int) -> int:
         """Close the graph in flight; returns the graphs waiting to be written, -1 if the recorder failed."""
@@ -162,8 +177,7 @@ class ContextTracer:
 
     def _write_closed(self, now: int) -> None:
         """Take the closed graphs from the recorder and write each with its decode call."""
-        self._last_write_ns = now
-        closed, self._closed = self._closed, []
+        closed = self._take_closed(now)
         failure = self.recorder.failure
         if failure is not None:  # write the graphs closed before the failure, then stop
             self.recorder.drop_open()
@@ -177,16 +191,29 @@ class ContextTracer:
                 "computed them?): they keep graph times only; --timing sync times nodes on any backend"
             )
         taken = 0
+        repeats: list[GraphCall] = []  # written together, when a graph of another kind or the end comes
         with self.recording.graph_batch():
             for call in closed:
-                decode = call.decode
                 for ubatch, raw in enumerate(graphs[taken : call.graphs_closed]):
-                    tokens = decode.tokens_of_ubatch(ubatch) if decode else {}
-                    self.recording.write_graph(self, raw, decode, ubatch, tokens, call.end_ns, call.return_code)
+                    if isinstance(raw, RepeatedGraph):
+                        repeats.append(GraphCall(raw, call, ubatch))
+                        continue
+                    if repeats:
+                        self.recording.write_repeats(self, repeats)
+                        repeats = []
+                    self.recording.write_graph(self, raw, call, ubatch)
                 taken = max(taken, call.graphs_closed)
+            if repeats:
+                self.recording.write_repeats(self, repeats)
         if failure is not None:
             self.recorder.discard()
             self.recording.fail(failure)
+
+    def _take_closed(self, now: int) -> list[ClosedDecode]:
+        """The decode calls whose graphs are closed and not yet written."""
+        self._last_write_ns = now
+        closed, self._closed = self._closed, []
+        return closed
 
     def token_texts(self, token_ids: np.ndarray) -> list[str]:
         return [self.token_text(int(token)) if token >= 0 else "" for token in token_ids.tolist()]
@@ -208,3 +235,51 @@ def batch_phase(batch: BatchCopy) -> str:
     if n_tokens == 0:
         return "other"
     return "prompt" if n_tokens > 1 or lowest_position == 0 else "decode"
+
+
+class NativeContextTracer(ContextTracer):
+    """A ContextTracer whose decode bracket runs in the C extension (the Python one above is
+    its test oracle): around each llama_decode, one call into C before and one after; Python
+    runs only when GRAPHS_PER_WRITE graphs or WRITE_INTERVAL_NS have passed. Between two
+    calls of a generation Python runs with cold caches, several times slower than C."""
+
+    def __init__(
+        self, recording: Recording, context_id: int, model: int, n_ubatch: int, recorder: NativeGraphRecorder
+    ) -> None:
+        super().__init__(recording, context_id, model, n_ubatch, recorder)
+        offsets = batch_offsets()
+        if offsets is None:
+            raise CaptureError("llama-cpp-python declares llama_batch otherwise than expected")
+        native = recorder.native
+        native.set_decode_rules(
+            self.settings.detail == "graph", self.settings.sample or 0, GRAPHS_PER_WRITE, WRITE_INTERVAL_NS, offsets
+        )
+        self._begin, self._end, self._take_decodes = native.begin_decode, native.end_decode, native.take_decodes
+
+    def begin_decode(self, batch: Any) -> None:
+        self._begin(ctypes.addressof(batch))
+
+    def end_decode(self, return_code: int) -> None:
+        write_now = self._end(return_code)  # 1: enough graphs wait; -1: the recorder failed
+        if self._mode is Mode.RECORD:
+            if write_now:
+                self._write_closed(perf_counter_ns())
+        elif self._mode is Mode.COUNT:
+            self._count_dropped()
+
+    def flush(self) -> None:
+        self._end(0)  # the graph in flight ends with the call that runs it, if any
+        self._write_closed(perf_counter_ns())
+
+    def _take_closed(self, now: int) -> list[ClosedDecode]:
+        calls, token_ids, positions, seq_ids, outputs = self._take_decodes()
+        closed = []
+        for index, start_ns, end_ns, return_code, graphs_closed, n_tokens, lowest, first in calls:
+            decode = None
+            if index >= 0:
+                int32s = slice(4 * first, 4 * (first + n_tokens))
+                batch = (n_tokens, lowest, token_ids[int32s], positions[int32s], seq_ids[int32s],
+                         outputs[first : first + n_tokens])  # fmt: skip
+                decode = DecodeCall(index, start_ns, batch, self.n_ubatch)
+            closed.append(ClosedDecode(decode, return_code, end_ns, graphs_closed))
+        return closed

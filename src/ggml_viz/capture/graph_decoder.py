@@ -4,8 +4,9 @@ Tensor descriptions (name, op, type, shape, strides, buffer, view source) and bu
 get a small integer id the first time a recording sees them; later graphs refer to the
 ids. The work is vectorized: each copied struct, with the fields that do not describe
 the tensor cleared (data and source pointers, op parameters), is its own key; the keys
-are looked up in one dict, and only descriptions never seen before are decoded one by
-one. A view's key also holds its source's id, so views are resolved after their sources.
+are looked up in one table (DescriptionIds, in C), and only descriptions never seen
+before are decoded, column by column. A view's key also holds its source's id, so views
+are resolved after their sources.
 """
 
 from __future__ import annotations
@@ -32,10 +33,61 @@ from .ggml_api import (
 )
 from .raw_graph import RawGraph
 
-try:  # the C twin of layers.layer_of (tests hold the two equal), many times faster a name
-    from ._native import layer_of
+
+class PythonDescriptionIds:
+    """Ids of tensor descriptions, given the first time each is seen: the C extension's
+    DescriptionIds in Python (where the extension is missing, and as its test oracle).
+    A description is a struct's bytes (what does not describe the tensor cleared) and
+    the id of the tensor a view looks into."""
+
+    def __init__(self, struct_size: int) -> None:
+        self._struct_size = struct_size
+        self._ids: dict[bytes, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def clear(self) -> None:
+        self._ids.clear()
+
+    def assign(self, structs: Any, view_rows: Any, next_id: int) -> tuple[bytes, bytes, bytes, int]:
+        """(ids, new_rows, new_view_source_ids, next_id), as int32 bytes: see _native.c."""
+        keys = np.frombuffer(structs, np.uint8).reshape(-1, self._struct_size)
+        rows_of = np.frombuffer(view_rows, np.int64).tolist()
+        ids = [NO_ID] * len(rows_of)
+        new_rows: list[int] = []
+        new_sources: list[int] = []
+        for row, (key, view_row) in enumerate(zip(keys, rows_of, strict=True)):
+            source = ids[view_row] if 0 <= view_row < len(ids) else NO_ID
+            description = key.tobytes() + _VIEW_ID.pack(source)
+            tensor_id = self._ids.get(description)
+            if tensor_id is None:
+                tensor_id = self._ids[description] = next_id
+                next_id += 1
+                new_rows.append(row)
+                new_sources.append(source)
+            ids[row] = tensor_id
+        return (
+            np.array(ids, dtype=np.int32).tobytes(),
+            np.array(new_rows, dtype=np.int32).tobytes(),
+            np.array(new_sources, dtype=np.int32).tobytes(),
+            next_id,
+        )
+
+
+def python_layers_of(names: Any) -> bytes:
+    """The layer of each 64-byte name field (a C string), as int32 bytes: the C extension's
+    layers_of in Python."""
+    strings = (name.split(b"\0", 1)[0].decode("utf-8", "replace") for name in np.frombuffer(names, "S64").tolist())
+    return np.array([layers.layer_of(name) for name in strings], dtype=np.int32).tobytes()
+
+
+try:  # the C twins of python_layers_of and PythonDescriptionIds (tests hold them equal), many times faster
+    from ._native import DescriptionIds as _DescriptionIds
+    from ._native import layers_of
 except ImportError:  # pragma: no cover - exercised when the build failed
-    layer_of = layers.layer_of
+    layers_of = python_layers_of
+    _DescriptionIds = PythonDescriptionIds  # type: ignore[misc,assignment]
 
 # Descriptions remembered before the catalog starts afresh: keeps a long recording's
 # memory flat (a description seen again after that is stored again, with a new id).
@@ -68,15 +120,13 @@ class DecodedGraph:
     structure_id: int
     new_tensors: dict[str, list[Any]]
     new_buffers: dict[str, list[Any]]
-    n_nodes: int
-    start_ns: int
 
 
 class TensorCatalog:
     """Ids of every tensor description and buffer seen so far in one recording."""
 
     def __init__(self) -> None:
-        self._by_key: dict[bytes, int] = {}
+        self._descriptions = _DescriptionIds(TENSOR_SIZE)
         self._n_tensors = 0
         self._buffers: dict[tuple[int, BufferInfo], int] = {}
         self._recent: dict[int, list[_GraphShape]] = {}  # per context: the last shapes, newest first
@@ -133,9 +183,14 @@ class TensorCatalog:
             structure_id=shape.structure_id,
             new_tensors=new_tensors,
             new_buffers=new_buffers,
-            n_nodes=n,
-            start_ns=raw.graph_start_ns,
         )
+
+    def repeated_structure(self, context_id: int) -> int:
+        """The structure of a graph that repeats the graph decoded before it in its context."""
+        recent = self._recent.get(context_id)
+        if not recent:
+            raise ValueError("a graph came as a repeat of one that was never decoded")
+        return recent[0].structure_id
 
     def _node_indexes(self, n: int) -> np.ndarray:
         if len(self._arange) < n:
@@ -156,7 +211,7 @@ class TensorCatalog:
                     new.update({name: [] for name in _BUFFER_COLUMNS})
                 # keys hold buffer addresses: this one may now mean another buffer, and so may
                 # the shapes remembered before it (all but the latest, which a repeat names)
-                self._by_key.clear()
+                self._descriptions.clear()
                 for recent in self._recent.values():
                     del recent[1:]
                 row = (
@@ -184,34 +239,16 @@ class TensorCatalog:
         buffer_bases: dict[int, int],
         new: dict[str, Any],
     ) -> np.ndarray:
-        if len(self._by_key) > MAX_REMEMBERED:
-            self._by_key.clear()
-        keys = keyed.view(f"S{TENSOR_SIZE}").reshape(len(keyed)).tolist()
-        view_rows = _rows_of(structs["view_src"], ptrs).tolist()
-
-        ids = [
-            self._by_key.get(key, NO_ID) if view_row < 0 else NO_ID
-            for key, view_row in zip(keys, view_rows, strict=True)
-        ]
-        new_rows: list[int] = []
-        new_view_sources: list[int] = []
-        # Views in execution order: a view's source comes before it (leaves first).
-        for row in [row for row, view_row in enumerate(view_rows) if view_row >= 0 or ids[row] == NO_ID]:
-            view_row = view_rows[row]
-            if view_row >= 0:
-                keys[row] += _VIEW_ID.pack(ids[view_row])
-            tensor_id = self._by_key.get(keys[row], NO_ID)
-            if tensor_id == NO_ID:
-                tensor_id = self._by_key[keys[row]] = self._n_tensors
-                self._n_tensors += 1
-                new_rows.append(row)
-                new_view_sources.append(ids[view_row] if view_row >= 0 else NO_ID)
-            ids[row] = tensor_id
-        if new_rows:
-            _describe(
-                structs[new_rows], [ids[row] for row in new_rows], new_view_sources, buffer_ids, buffer_bases, new
-            )
-        return np.array(ids, dtype=np.int32)
+        if len(self._descriptions) > MAX_REMEMBERED:
+            self._descriptions.clear()
+        view_rows = _rows_of(structs["view_src"], ptrs)
+        ids, new_rows, new_view_sources, self._n_tensors = self._descriptions.assign(keyed, view_rows, self._n_tensors)
+        tensor_ids = np.frombuffer(ids, dtype=np.int32)
+        rows = np.frombuffer(new_rows, dtype=np.int32)
+        if len(rows):
+            sources = np.frombuffer(new_view_sources, dtype=np.int32)
+            _describe(structs[rows], tensor_ids[rows], sources, buffer_ids, buffer_bases, new)
+        return tensor_ids
 
 
 @dataclass
@@ -245,8 +282,8 @@ def _description_keys(structs: np.ndarray, subop_ops: np.ndarray) -> np.ndarray:
 
 def _describe(
     structs: np.ndarray,
-    tensor_ids: list[int],
-    view_src_ids: list[int],
+    tensor_ids: np.ndarray,
+    view_src_ids: np.ndarray,
     buffer_ids: dict[int, int],
     buffer_bases: dict[int, int],
     new: dict[str, Any],
@@ -277,11 +314,11 @@ def _describe(
             "op_base": op_base,
             "type": _labels(types, type_name),
             **{f"ne{dim}": ne[:, dim] for dim in range(4)},
-            "nbytes": _nbytes(types.tolist(), ne, structs["nb"].astype(np.int64)),
+            "nbytes": _nbytes(types, ne, structs["nb"].astype(np.int64)),
             "flags": structs["flags"].astype(np.int32),
             "buffer_id": buffer_id,
             "buffer_offset": np.where((base >= 0) & (data != 0), data - base, NO_ID),
-            "layer": np.array([layer_of(name) for name in names], dtype=np.int32),
+            "layer": np.frombuffer(layers_of(np.ascontiguousarray(structs["name"])), dtype=np.int32),
             "view_src_id": np.asarray(view_src_ids, dtype=np.int32),
             "view_offs": structs["view_offs"].astype(np.int64),
         }
@@ -309,9 +346,11 @@ def _rows_of(pointers: np.ndarray, ptrs: np.ndarray) -> np.ndarray:
     return rows
 
 
-def _nbytes(types: list[int], ne: np.ndarray, nb: np.ndarray) -> np.ndarray:
+def _nbytes(types: np.ndarray, ne: np.ndarray, nb: np.ndarray) -> np.ndarray:
     """ggml_nbytes, vectorized: the bytes each tensor spans, strides included (views may be sparse)."""
-    blocks = np.array([type_block(ggml_type) for ggml_type in types], dtype=np.int64).reshape(-1, 2)
+    distinct, inverse = np.unique(types, return_inverse=True)
+    blocks = np.array([type_block(int(ggml_type)) for ggml_type in distinct], dtype=np.int64).reshape(-1, 2)
+    blocks = blocks[inverse.ravel()]
     block_elements, block_bytes = blocks[:, 0], blocks[:, 1]
     rest = ((ne[:, 1:] - 1) * nb[:, 1:]).sum(axis=1)
     unblocked = block_bytes + (ne[:, 0] - 1) * nb[:, 0] + rest

@@ -136,6 +136,8 @@ class InlineClock:
     def apply(self, raw: RawGraph, tick_ns: np.ndarray, tick_asked: np.ndarray) -> RawGraph:
         selected = (raw.flags & NODE_SELECTED) != 0
         if not selected.any():  # not to be timed (graph detail, or sampled out)
+            if not (raw.same_as_previous or raw.fingerprint == self._fingerprint):
+                self._walk = None  # a graph that repeats this one must not take the older walk
             return raw
         if self._walk is None or not (raw.same_as_previous or raw.fingerprint == self._fingerprint):
             self._walk = node_walk(raw.nodes, raw.node_ptrs, raw.leaves, raw.leaf_ptrs)

@@ -94,7 +94,7 @@ BATCH_COLUMNS = (("token_id", np.int32), ("pos", np.int32), ("seq_id", np.int32)
 
 def read_batch(batch: Any) -> BatchCopy:
     """Copy a llama_batch, cheaply: this runs before every llama_decode."""
-    offsets = _batch_offsets()
+    offsets = batch_offsets()
     if _native is not None and offsets is not None and isinstance(batch, ctypes.Structure):
         return _native.read_batch(ctypes.addressof(batch), offsets)
     return read_batch_in_python(batch)
@@ -127,7 +127,7 @@ def read_batch_in_python(batch: Any) -> BatchCopy:
 
 
 @functools.cache
-def _batch_offsets() -> tuple[int, int, int, int, int] | None:
+def batch_offsets() -> tuple[int, int, int, int, int] | None:
     """Where llama_batch keeps its columns, as llama-cpp-python declares the struct."""
     batch_type = _lib().llama_batch
     names = ("token", "pos", "n_seq_id", "seq_id", "logits")

@@ -12,7 +12,7 @@ import numpy as np
 
 from .ggml_api import BUFFER_USAGE_NAMES, TENSOR_DTYPE, BufferInfo, address_of, field_bytes, libggml, tensor_name
 from .inline_times import InlineClock
-from .raw_graph import CAPTURE_DTYPE, VALUES_DTYPE, Capture, Mode, RawGraph
+from .raw_graph import CAPTURE_DTYPE, VALUES_DTYPE, Capture, Mode, RawGraph, RepeatedGraph
 from .settings import NodeSelection, ValueSettings
 
 try:
@@ -90,6 +90,11 @@ class NativeGraphRecorder:
         self._last_buffers: tuple[list[Any], dict[int, BufferInfo]] = ([], {})
 
     @property
+    def native(self) -> Any:
+        """The C recorder, for the decode bracket (NativeContextTracer)."""
+        return self._recorder
+
+    @property
     def mode(self) -> Mode:
         return Mode(self._recorder.mode)
 
@@ -114,9 +119,12 @@ class NativeGraphRecorder:
         self._chained = callback
         self._recorder.chain_abort(address_of(callback) if callback else 0, address_of(data) if data else 0)
 
-    def take_graphs(self, boundary_ns: int) -> list[RawGraph]:
-        graphs = []
+    def take_graphs(self, boundary_ns: int) -> list[RawGraph | RepeatedGraph]:
+        graphs: list[RawGraph | RepeatedGraph] = []
         for parts in self._recorder.take(boundary_ns):
+            if _plain_repeat(parts, self._last_buffers[0]):
+                graphs.append(RepeatedGraph(len(parts[2]) // 8, int.from_bytes(parts[2][:8], "little"), parts[11]))
+                continue
             if parts[7] != self._last_buffers[0]:  # buffers described otherwise than last time
                 self._last_buffers = (parts[7], _describe_buffers(parts[7]))
             raw = _raw_graph(parts, self._last_buffers[1])
@@ -174,6 +182,13 @@ def _describe_buffers(buffers: list[tuple[int, int, int, int, str, str]]) -> dic
         address: BufferInfo(name, buffer_type or "?", BUFFER_USAGE_NAMES.get(usage, "other"), size, base)
         for address, usage, size, base, name, buffer_type in buffers
     }
+
+
+def _plain_repeat(parts: tuple[Any, ...], last_buffers: list[Any]) -> bool:
+    """Whether what take() gives for a graph makes a RepeatedGraph: the previous graph
+    again, nothing selected for timing, no ticks, values or captures, the same buffers."""
+    same, n_timed, ticks, values, captures, n_selected = (parts[i] for i in (9, 10, 12, 14, 15, 17))
+    return bool(same and not (n_timed or n_selected or ticks or values or captures) and parts[7] == last_buffers)
 
 
 def _raw_graph(parts: tuple[Any, ...], buffers: dict[int, BufferInfo]) -> RawGraph:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import IntEnum
 from functools import cached_property
+from typing import NamedTuple
 
 import numpy as np
 
@@ -98,3 +99,14 @@ class RawGraph:
         if self.n_timed == self.n_nodes and self.n_nodes:
             return "op"
         return "selected" if self.n_timed else "graph"
+
+
+class RepeatedGraph(NamedTuple):
+    """A graph its recorder found identical to the one before it, struct for struct and
+    buffer for buffer, with no node timed alone and no output read (graph detail, or a
+    decode graph sampled out): all that is new about it is when it ran. Such graphs are
+    most of a generation's, and are written in bulk (Recording.write_repeats)."""
+
+    n_nodes: int
+    graph_start_ns: int  # asked about its first node
+    end_of_graph_ns: int  # its boundary (no node ended a slice of its own making)

@@ -20,13 +20,13 @@ from ..modelfile.layout import memory_map_rows, read_layout, sampled_hash
 from ..runformat.manifest import new_experiment_id, new_manifest
 from ..runformat.writer import RunWriter, prepare_run_dir, unique_run_dir
 from . import ggml_api, llama_hooks, llama_info
-from .context_tracer import ContextTracer, DecodeCall, GraphRecorder
+from .context_tracer import ClosedDecode, ContextTracer, GraphCall, GraphRecorder, NativeContextTracer
 from .graph_decoder import TensorCatalog
 from .log import say, say_once
 from .native_recorder import IMPORT_ERROR as NATIVE_IMPORT_ERROR
 from .native_recorder import NativeGraphRecorder, native_available
 from .python_recorder import PythonGraphRecorder
-from .raw_graph import Capture, Mode, RawGraph
+from .raw_graph import Capture, Mode, RawGraph, RepeatedGraph
 from .settings import CaptureSettings
 
 _active: Recording | None = None
@@ -166,7 +166,12 @@ class Recording:
                 recorder = self._new_recorder()
                 if self.writer is None:
                     self._open_writer(unique_run_dir(self.output))
-                tracer = ContextTracer(self, len(self.tracers), model, int(params.n_ubatch), recorder)
+                # the decode bracket in C where the native recorder runs and llama_batch is as expected
+                tracer: ContextTracer
+                if isinstance(recorder, NativeGraphRecorder) and llama_info.batch_offsets() is not None:
+                    tracer = NativeContextTracer(self, len(self.tracers), model, int(params.n_ubatch), recorder)
+                else:
+                    tracer = ContextTracer(self, len(self.tracers), model, int(params.n_ubatch), recorder)
             except (CaptureError, OSError) as error:
                 self.fail(str(error))
                 return None
@@ -238,37 +243,33 @@ class Recording:
             with self.lock:
                 self._guarded(writer.sync_journal)
 
-    def write_graph(
-        self,
-        tracer: ContextTracer,
-        raw: RawGraph,
-        decode: DecodeCall | None,
-        ubatch: int,
-        tokens: dict[str, np.ndarray],
-        decode_end_ns: int,
-        return_code: int,
-    ) -> None:
+    def write_graph(self, tracer: ContextTracer, raw: RawGraph, call: ClosedDecode, ubatch: int) -> None:
         with self.lock:
-            bound = self.settings.max_events
-            over_bound = bound is not None and self.n_events + raw.n_nodes > bound
-            if self.settings.policy == "keep-first" and (self.bound_reached or over_bound):
-                self.bound_reached = True  # keep the first graphs: none after the first one dropped
-                self.count_dropped(raw.n_nodes)
-                for other in self.tracers:
-                    other.count_only()
-                return
-            self._guarded(lambda: self._write_graph(tracer, raw, decode, ubatch, tokens, decode_end_ns, return_code))
+            if not self._dropped_by_bound(raw.n_nodes):
+                self._guarded(lambda: self._write_graph(tracer, raw, call, ubatch))
 
-    def _write_graph(
-        self,
-        tracer: ContextTracer,
-        raw: RawGraph,
-        decode: DecodeCall | None,
-        ubatch: int,
-        tokens: dict[str, np.ndarray],
-        decode_end_ns: int,
-        return_code: int,
-    ) -> None:
+    def write_repeats(self, tracer: ContextTracer, repeats: list[GraphCall]) -> None:
+        """Graphs that each repeat the graph written before them, in one go: no structure
+        to decode, and their rows go to the streams together."""
+        with self.lock:
+            kept = [repeat for repeat in repeats if not self._dropped_by_bound(repeat.graph.n_nodes)]
+            if kept:
+                self._guarded(lambda: self._write_repeats(tracer, kept))
+
+    def _dropped_by_bound(self, n_nodes: int) -> bool:
+        """keep-first: once a graph would pass the event bound, it and every later graph are
+        dropped (and counted)."""
+        bound = self.settings.max_events
+        over_bound = bound is not None and self.n_events + n_nodes > bound
+        if self.settings.policy != "keep-first" or not (self.bound_reached or over_bound):
+            return False
+        self.bound_reached = True
+        self.count_dropped(n_nodes)
+        for other in self.tracers:
+            other.count_only()
+        return True
+
+    def _write_graph(self, tracer: ContextTracer, raw: RawGraph, call: ClosedDecode, ubatch: int) -> None:
         assert self.writer is not None
         graph_id = self.n_graphs
         decoded = self.catalog.decode(raw, graph_id, tracer.context_id)
@@ -277,37 +278,28 @@ class Recording:
         writer.append("tensors", decoded.new_tensors)
         writer.append("structure_nodes", decoded.new_structure_nodes)
         writer.append("edges", decoded.new_edges)
-        n_tokens = len(tokens.get("token_id", ()))
-        row = {
-            "graph_id": graph_id,
-            "context_id": tracer.context_id,
-            "decode_index": decode.index if decode else -1,
-            "ubatch_index": ubatch,
-            "structure_id": decoded.structure_id,
-            "start_ns": decoded.start_ns,
-            "end_ns": raw.end_of_graph_ns,
-            "decode_start_ns": decode.start_ns if decode else -1,
-            "decode_end_ns": decode_end_ns if decode else -1,
-            "return_code": return_code,
-            "n_nodes": decoded.n_nodes,
-            "n_tokens": n_tokens,
-            "token_ids": tokens["token_id"].tolist() if n_tokens else [],
-            "token_positions": tokens["pos"].tolist() if n_tokens else [],
-            "token_seq_ids": tokens["seq_id"].tolist() if n_tokens else [],
-            "token_outputs": tokens["output"].tolist() if n_tokens else [],
-            "token_texts": tracer.token_texts(tokens["token_id"]) if n_tokens else [],
-            "first_batch_index": ubatch * tracer.n_ubatch,
-            "phase": decode.phase if decode else "other",
-            "detail": raw.detail,
-        }
+        row = _graph_row(tracer, graph_id, decoded.structure_id, raw, call, ubatch)
         writer.append_graph(row, decoded.node_times)
         if raw.values is not None and len(raw.values):
             writer.append("node_values", values_rows(graph_id, raw.values))
         for capture in raw.captures:
             self._write_capture(graph_id, capture)
-        self.n_graphs += 1
-        self.n_events += decoded.n_nodes
-        self.graph_sizes.append(decoded.n_nodes)
+        self._count_written([raw.n_nodes])
+
+    def _write_repeats(self, tracer: ContextTracer, repeats: list[GraphCall]) -> None:
+        assert self.writer is not None
+        structure_id = self.catalog.repeated_structure(tracer.context_id)
+        rows = [
+            _graph_row(tracer, self.n_graphs + index, structure_id, graph, call, ubatch)
+            for index, (graph, call, ubatch) in enumerate(repeats)
+        ]
+        self.writer.append_graph_rows(rows)
+        self._count_written([repeat.graph.n_nodes for repeat in repeats])
+
+    def _count_written(self, graph_sizes: list[int]) -> None:
+        self.n_graphs += len(graph_sizes)
+        self.n_events += sum(graph_sizes)
+        self.graph_sizes.extend(graph_sizes)
 
     def _write_capture(self, graph_id: int, capture: Capture) -> None:
         assert self.writer is not None
@@ -398,6 +390,43 @@ def values_rows(graph_id: int, values: np.ndarray) -> dict[str, Any]:
         "n": readable["n"], "nan": readable["nan"], "inf": readable["inf"], "min": readable["min"],
         "max": readable["max"], "mean": mean, "std": np.sqrt(variance), "mean_abs": mean_abs,
     }  # fmt: skip
+
+
+def _graph_row(
+    tracer: ContextTracer,
+    graph_id: int,
+    structure_id: int,
+    graph: RawGraph | RepeatedGraph,
+    call: ClosedDecode,
+    ubatch: int,
+) -> dict[str, Any]:
+    """A graph's row of the `graphs` table: when it ran, in which llama_decode call, on which tokens."""
+    decode = call.decode
+    tokens = decode.tokens_of_ubatch(ubatch) if decode else {}
+    n_tokens = len(tokens.get("token_id", ()))
+    detail = graph.detail if isinstance(graph, RawGraph) else "graph"
+    return {
+        "graph_id": graph_id,
+        "context_id": tracer.context_id,
+        "decode_index": decode.index if decode else -1,
+        "ubatch_index": ubatch,
+        "structure_id": structure_id,
+        "start_ns": graph.graph_start_ns,
+        "end_ns": graph.end_of_graph_ns,
+        "decode_start_ns": decode.start_ns if decode else -1,
+        "decode_end_ns": call.end_ns if decode else -1,
+        "return_code": call.return_code,
+        "n_nodes": graph.n_nodes,
+        "n_tokens": n_tokens,
+        "token_ids": tokens["token_id"].tolist() if n_tokens else [],
+        "token_positions": tokens["pos"].tolist() if n_tokens else [],
+        "token_seq_ids": tokens["seq_id"].tolist() if n_tokens else [],
+        "token_outputs": tokens["output"].tolist() if n_tokens else [],
+        "token_texts": tracer.token_texts(tokens["token_id"]) if n_tokens else [],
+        "first_batch_index": ubatch * tracer.n_ubatch,
+        "phase": decode.phase if decode else "other",
+        "detail": detail,
+    }
 
 
 def _safe(function: Any) -> Any:

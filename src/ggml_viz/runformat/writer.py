@@ -97,11 +97,16 @@ class RunWriter:
         (an empty mapping: no rows)."""
         if not columns:
             return
-        sink, stream, schema = self._tables[table]
+        schema = self._tables[table].schema
         first = columns[schema.names[0]]
         if len(first) == 0:
             return
-        batch = pa.record_batch([pa.array(columns[f.name], type=f.type) for f in schema], schema=schema)
+        self._write_batch(
+            table, pa.record_batch([pa.array(columns[f.name], type=f.type) for f in schema], schema=schema)
+        )
+
+    def _write_batch(self, table: str, batch: pa.RecordBatch) -> None:
+        sink, stream, _ = self._tables[table]
         stream.write_batch(batch)
         sink.flush()
         self.rows[table] += batch.num_rows
@@ -118,6 +123,13 @@ class RunWriter:
         if len(self._pending_rows) >= self.graphs_per_batch:
             self.flush_graphs()
 
+    def append_graph_rows(self, rows: list[dict[str, Any]]) -> None:
+        """Rows of graphs without node times, straight into the graphs stream in one batch
+        (after the journal's graphs, so that the stream keeps graph order)."""
+        if rows:
+            self.flush_graphs()
+            self._write_batch("graphs", pa.RecordBatch.from_pylist(rows, schema=self._tables["graphs"].schema))
+
     def sync_journal(self) -> None:
         """Journal the graphs appended since the last call: one write for all of them."""
         if self._unjournaled:
@@ -131,10 +143,9 @@ class RunWriter:
             return
         graph_id, index, start, end = (np.concatenate(parts) for parts in zip(*self._pending_times, strict=True))
         self.append("node_times", {"graph_id": graph_id, "node_index": index, "start_ns": start, "end_ns": end})
-        sink, stream, schema = self._tables["graphs"]
-        stream.write_batch(pa.RecordBatch.from_pylist(self._pending_rows, schema=schema))
-        sink.flush()
-        self.rows["graphs"] += len(self._pending_rows)
+        self._write_batch(
+            "graphs", pa.RecordBatch.from_pylist(self._pending_rows, schema=self._tables["graphs"].schema)
+        )
         self._pending_rows, self._pending_times, self._unjournaled = [], [], []
         self._journal.clear()
 
