@@ -133,6 +133,7 @@ typedef struct {
     Array previous_nodes, previous_leaves, previous_node_ptrs, previous_leaf_ptrs;
     Array previous_leaf_end, previous_buffer_end, previous_buffers;
     Array buffers;
+    Array taken_buffers; /* the buffers of the last graph take() gave, to recognize a plain repeat */
     /* the graph in flight */
     size_t graph_first_node, graph_first_leaf, graph_first_buffer, graph_first_tick, graph_first_struct;
     Array leaf_end, buffer_end; /* per node, as previous_leaf_end and previous_buffer_end */
@@ -937,7 +938,8 @@ static void array_free(Array *a) {
     X(r, batch_tokens, sizeof(int32_t)) \
     X(r, batch_positions, sizeof(int32_t)) \
     X(r, batch_seq_ids, sizeof(int32_t)) \
-    X(r, batch_outputs, 1)
+    X(r, batch_outputs, 1) \
+    X(r, taken_buffers, sizeof(BufferRecord))
 #define ARRAY_INIT(r, field, item_size) array_init(&(r)->field, item_size);
 #define ARRAY_FREE(r, field, item_size) array_free(&(r)->field);
 
@@ -1008,8 +1010,11 @@ static void reset_recorded(Recorder *r) {
 
 /* take(boundary_ns) -> list of graphs, each a tuple:
    (nodes, node_ptrs, starts, ends, flags, leaves, leaf_ptrs, buffers, boundary_ns, same, n_timed, end_ns,
-    tick_ns, tick_asked, stats, capture_records, capture_bytes, n_selected)
-   where a graph that repeats the previous one (same) comes without its struct bytes. */
+    tick_ns, tick_asked, stats, capture_records, capture_bytes)
+   where a graph that repeats the previous one (same) comes without its struct bytes; or, for
+   a plain repeat (the previous graph again, with the same buffers, no node selected for
+   timing, nothing read from its outputs: most decode graphs under --detail graph or
+   --sample), only (n_nodes, graph_start_ns, end_ns). */
 static PyObject *Recorder_take(Recorder *self, PyObject *arg) {
     long long boundary = PyLong_AsLongLong(arg);
     if (boundary == -1 && PyErr_Occurred()) return NULL;
@@ -1034,21 +1039,7 @@ static PyObject *Recorder_take(Recorder *self, PyObject *arg) {
         size_t c1 = g + 1 < n_graphs ? ARRAY_AT(self->graph_capture_start, size_t, g + 1) : self->capture_records.count;
         size_t d0 = ARRAY_AT(self->graph_capture_data_start, size_t, g);
         size_t d1 = g + 1 < n_graphs ? ARRAY_AT(self->graph_capture_data_start, size_t, g + 1) : self->capture_data.count;
-        PyObject *buffers = PyList_New((Py_ssize_t)(b1 - b0));
-        if (!buffers) goto error;
-        for (size_t b = b0; b < b1; b++) {
-            BufferRecord *record = &ARRAY_AT(self->buffers, BufferRecord, b);
-            PyObject *item = Py_BuildValue("(KLKKss)", (unsigned long long)record->address, (long long)record->usage,
-                                           (unsigned long long)record->size, (unsigned long long)record->base,
-                                           record->name, record->buffer_type);
-            if (!item) {
-                Py_DECREF(buffers);
-                goto error;
-            }
-            PyList_SET_ITEM(buffers, (Py_ssize_t)(b - b0), item);
-        }
         int same = ARRAY_AT(self->graph_same, uint8_t, g);
-        size_t s0 = same ? n1 : n0, t0 = same ? l1 : l0, u0 = same ? m1 : m0; /* empty ranges when same */
         /* What Python would otherwise compute with numpy: nodes timed alone, and when the
            graph ended (the last node's end if it ended a slice of its own making). */
         long long n_timed = 0, n_selected = 0;
@@ -1060,19 +1051,51 @@ static PyObject *Recorder_take(Recorder *self, PyObject *arg) {
         int last_answered = n1 > n0 && (ARRAY_AT(self->node_flags, uint8_t, n1 - 1) & NODE_ANSWERED);
         long long end = last_answered ? ARRAY_AT(self->ends, int64_t, n1 - 1)
                                       : ARRAY_AT(self->graph_boundary, int64_t, g);
-        PyObject *graph = Py_BuildValue(
-            "(NNNNNNNNLOLLNNNNNL)", array_bytes(&self->nodes, u0, m1), array_bytes(&self->node_ptrs, s0, n1),
-            array_bytes(&self->starts, n0, n1), array_bytes(&self->ends, n0, n1),
-            array_bytes(&self->node_flags, n0, n1), array_bytes(&self->leaves, t0, l1),
-            array_bytes(&self->leaf_ptrs, t0, l1), buffers, (long long)ARRAY_AT(self->graph_boundary, int64_t, g),
-            same ? Py_True : Py_False, n_timed, end, array_bytes(&self->tick_ns, k0, k1),
-            array_bytes(&self->tick_asked, k0, k1), array_bytes(&self->stats, v0, v1),
-            array_bytes(&self->capture_records, c0, c1), array_bytes(&self->capture_data, d0, d1), n_selected);
+        size_t buffer_bytes = (b1 - b0) * sizeof(BufferRecord);
+        const uint8_t *buffer_records = self->buffers.items + b0 * sizeof(BufferRecord);
+        bool same_buffers = self->taken_buffers.count == b1 - b0 &&
+                            !memcmp(self->taken_buffers.items, buffer_records, buffer_bytes);
+        if (!same_buffers) {
+            self->taken_buffers.count = 0;
+            if (array_reserve(&self->taken_buffers, b1 - b0) != 0) goto no_memory;
+            memcpy(self->taken_buffers.items, buffer_records, buffer_bytes);
+            self->taken_buffers.count = b1 - b0;
+        }
+        PyObject *graph;
+        if (same && same_buffers && !n_timed && !n_selected && k1 == k0 && v1 == v0 && c1 == c0) {
+            /* a plain repeat: the previous graph again, buffer for buffer, nothing timed or read */
+            graph = Py_BuildValue("(nLL)", (Py_ssize_t)(n1 - n0), (long long)ARRAY_AT(self->starts, int64_t, n0), end);
+        } else {
+            PyObject *buffers = PyList_New((Py_ssize_t)(b1 - b0));
+            if (!buffers) goto error;
+            for (size_t b = b0; b < b1; b++) {
+                BufferRecord *record = &ARRAY_AT(self->buffers, BufferRecord, b);
+                PyObject *item = Py_BuildValue("(KLKKss)", (unsigned long long)record->address,
+                                               (long long)record->usage, (unsigned long long)record->size,
+                                               (unsigned long long)record->base, record->name, record->buffer_type);
+                if (!item) {
+                    Py_DECREF(buffers);
+                    goto error;
+                }
+                PyList_SET_ITEM(buffers, (Py_ssize_t)(b - b0), item);
+            }
+            size_t s0 = same ? n1 : n0, t0 = same ? l1 : l0, u0 = same ? m1 : m0; /* empty ranges when same */
+            graph = Py_BuildValue(
+                "(NNNNNNNNLOLLNNNNN)", array_bytes(&self->nodes, u0, m1), array_bytes(&self->node_ptrs, s0, n1),
+                array_bytes(&self->starts, n0, n1), array_bytes(&self->ends, n0, n1),
+                array_bytes(&self->node_flags, n0, n1), array_bytes(&self->leaves, t0, l1),
+                array_bytes(&self->leaf_ptrs, t0, l1), buffers, (long long)ARRAY_AT(self->graph_boundary, int64_t, g),
+                same ? Py_True : Py_False, n_timed, end, array_bytes(&self->tick_ns, k0, k1),
+                array_bytes(&self->tick_asked, k0, k1), array_bytes(&self->stats, v0, v1),
+                array_bytes(&self->capture_records, c0, c1), array_bytes(&self->capture_data, d0, d1));
+        }
         if (!graph) goto error;
         PyList_SET_ITEM(graphs, (Py_ssize_t)g, graph);
     }
     reset_recorded(self);
     return graphs;
+no_memory:
+    PyErr_NoMemory();
 error:
     Py_DECREF(graphs);
     return NULL;
@@ -1256,7 +1279,7 @@ static PyObject *Recorder_take_counted(Recorder *self, PyObject *unused) {
 static PyObject *Recorder_discard(Recorder *self, PyObject *unused) {
     /* Python never saw the previous graph: the next graph is new to it */
     self->previous_nodes.count = self->previous_node_ptrs.count = 0;
-    self->decodes.count = self->decode_open = 0;
+    self->decodes.count = self->decode_open = self->taken_buffers.count = 0;
     self->batch_tokens.count = self->batch_positions.count = self->batch_seq_ids.count = self->batch_outputs.count = 0;
     reset_recorded(self);
     Py_RETURN_NONE;

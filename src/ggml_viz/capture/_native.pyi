@@ -42,8 +42,8 @@ class Recorder:
             bytes,
             bytes,
             bytes,
-            int,
         ]
+        | tuple[int, int, int]
     ]: ...
     def set_filters(
         self, ops: tuple[str, ...], layers: tuple[tuple[int, int], ...], no_layer: bool, names: tuple[str, ...], /

@@ -122,8 +122,8 @@ class NativeGraphRecorder:
     def take_graphs(self, boundary_ns: int) -> list[RawGraph | RepeatedGraph]:
         graphs: list[RawGraph | RepeatedGraph] = []
         for parts in self._recorder.take(boundary_ns):
-            if _plain_repeat(parts, self._last_buffers[0]):
-                graphs.append(RepeatedGraph(len(parts[2]) // 8, int.from_bytes(parts[2][:8], "little"), parts[11]))
+            if len(parts) == 3:  # a plain repeat
+                graphs.append(RepeatedGraph(*parts))
                 continue
             if parts[7] != self._last_buffers[0]:  # buffers described otherwise than last time
                 self._last_buffers = (parts[7], _describe_buffers(parts[7]))
@@ -182,13 +182,6 @@ def _describe_buffers(buffers: list[tuple[int, int, int, int, str, str]]) -> dic
         address: BufferInfo(name, buffer_type or "?", BUFFER_USAGE_NAMES.get(usage, "other"), size, base)
         for address, usage, size, base, name, buffer_type in buffers
     }
-
-
-def _plain_repeat(parts: tuple[Any, ...], last_buffers: list[Any]) -> bool:
-    """Whether what take() gives for a graph makes a RepeatedGraph: the previous graph
-    again, nothing selected for timing, no ticks, values or captures, the same buffers."""
-    same, n_timed, ticks, values, captures, n_selected = (parts[i] for i in (9, 10, 12, 14, 15, 17))
-    return bool(same and not (n_timed or n_selected or ticks or values or captures) and parts[7] == last_buffers)
 
 
 def _raw_graph(parts: tuple[Any, ...], buffers: dict[int, BufferInfo]) -> RawGraph:
