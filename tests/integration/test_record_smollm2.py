@@ -142,6 +142,18 @@ def test_bounded_recording_keeps_whole_graphs_and_counts_the_rest(tmp_path, mode
     assert text == greedy(load_model(model_path))
 
 
+def test_a_bound_reached_among_repeated_graphs_keeps_the_graphs_before_it(tmp_path, model_path, recorder):
+    # GIVEN graph detail, where the native recorder hands most decode graphs over as repeats,
+    # written several at once, and a bound that three graphs fill
+    with ggml_viz.record(tmp_path / "bounded.ggmlviz", max_events=3500, recorder=recorder, detail="graph"):
+        greedy(load_model(model_path))
+    # THEN the first three graphs are kept, the two after them dropped, as graph by graph
+    run = ggml_viz.open(tmp_path / "bounded.ggmlviz")
+    assert list(run.graphs["graph_id"]) == [0, 1, 2]
+    assert run.manifest["counts"]["dropped_graphs"] == 2
+    assert len(run.nodes) == run.graphs["n_nodes"].sum() <= 3500
+
+
 def test_a_failing_callback_stops_recording_but_not_inference(
     tmp_path, model_path, recorded_run, recorder, monkeypatch
 ):

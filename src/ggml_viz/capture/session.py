@@ -252,15 +252,20 @@ class Recording:
         """Graphs that each repeat the graph written before them, in one go: no structure
         to decode, and their rows go to the streams together."""
         with self.lock:
-            kept = [repeat for repeat in repeats if not self._dropped_by_bound(repeat.graph.n_nodes)]
+            kept: list[GraphCall] = []
+            kept_events = 0
+            for repeat in repeats:
+                if not self._dropped_by_bound(repeat.graph.n_nodes, kept_events):
+                    kept.append(repeat)
+                    kept_events += repeat.graph.n_nodes
             if kept:
                 self._guarded(lambda: self._write_repeats(tracer, kept))
 
-    def _dropped_by_bound(self, n_nodes: int) -> bool:
-        """keep-first: once a graph would pass the event bound, it and every later graph are
-        dropped (and counted)."""
+    def _dropped_by_bound(self, n_nodes: int, unwritten_events: int = 0) -> bool:
+        """keep-first: once a graph would pass the event bound (with the events of graphs
+        kept but not yet written), it and every later graph are dropped (and counted)."""
         bound = self.settings.max_events
-        over_bound = bound is not None and self.n_events + n_nodes > bound
+        over_bound = bound is not None and self.n_events + unwritten_events + n_nodes > bound
         if self.settings.policy != "keep-first" or not (self.bound_reached or over_bound):
             return False
         self.bound_reached = True
