@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 import ggml_viz
@@ -152,6 +154,25 @@ def test_a_bound_reached_among_repeated_graphs_keeps_the_graphs_before_it(tmp_pa
     assert list(run.graphs["graph_id"]) == [0, 1, 2]
     assert run.manifest["counts"]["dropped_graphs"] == 2
     assert len(run.nodes) == run.graphs["n_nodes"].sum() <= 3500
+
+
+def test_the_last_graphs_reach_the_run_while_the_program_idles(tmp_path, model_path, recorder):
+    # GIVEN a recording still running after a short generation (5 graphs: fewer than a write
+    # batch), and a program that then calls llama_decode no more, as a chat waiting for its user
+    path = tmp_path / "idle.ggmlviz"
+    recording = ggml_viz.record(path, recorder=recorder).start()
+    try:
+        llm = load_model(model_path)  # kept: freeing the context would write its graphs
+        greedy(llm, n_predict=5)
+        time.sleep(1.5)  # the idle writer looks every half second; graphs wait a half second at most
+        # THEN a reader of the unfinished run (as the live viewer) already sees every graph
+        live = ggml_viz.open(path)
+        assert live.manifest["status"] == "recording"
+    finally:
+        recording.stop()
+    del llm
+    assert list(live.graphs["graph_id"]) == list(ggml_viz.open(path).graphs["graph_id"]) == [0, 1, 2, 3, 4]
+    assert len(live.nodes) == len(ggml_viz.open(path).nodes)
 
 
 def test_a_failing_callback_stops_recording_but_not_inference(

@@ -119,12 +119,38 @@ class ContextTracer:
         self.n_decode_decodes = 0
         self._closed: list[ClosedDecode] = []  # decode calls whose graphs wait to be written
         self._last_write_ns = perf_counter_ns()
+        self._in_decode = False  # between begin_decode and end_decode: the recorder is in use
+        self._unwritten = False  # graphs were closed after the last write
 
     @property
     def mode(self) -> Mode:
         return self.recorder.mode
 
     def begin_decode(self, batch: Any) -> None:
+        # Under the recording's lock: its idle writer takes graphs from the recorder only
+        # while no call runs (write_if_idle).
+        with self.recording.lock:
+            self._in_decode = True
+            self._open_call(batch)
+
+    def end_decode(self, return_code: int) -> None:
+        """The decode call returned: close its graphs; write them with the next batch."""
+        with self.recording.lock:
+            self._in_decode = False
+            self._close_call(return_code)
+
+    def write_if_idle(self) -> None:
+        """The recording's idle writer, holding its lock: write the graphs that wait when no
+        llama_decode call runs and the last write is a batch interval old. A program that
+        stops decoding (a chat waiting for its user) then has its last graphs on disk, for a
+        live viewer, within about twice the interval."""
+        now = perf_counter_ns()
+        if self._in_decode or not self._unwritten or self._mode is not Mode.RECORD or self.recorder.open_nodes:
+            return
+        if now - self._last_write_ns >= WRITE_INTERVAL_NS:
+            self._write_closed(now)
+
+    def _open_call(self, batch: Any) -> None:
         if self._mode is Mode.RECORD and self.recorder.open_nodes:  # a graph computed outside llama_decode
             self._close_open_graph(None, 0, perf_counter_ns())
         decode = DecodeCall(self.n_decodes, perf_counter_ns(), read_batch(batch), self.n_ubatch)
@@ -145,14 +171,14 @@ class ContextTracer:
         self.n_decode_decodes += 1
         return sample is None or (self.n_decode_decodes - 1) % sample == 0
 
-    def end_decode(self, return_code: int) -> None:
-        """The decode call returned: close its graphs; write them with the next batch."""
+    def _close_call(self, return_code: int) -> None:
         now = perf_counter_ns()
         decode, self.decode = self.decode, None
         if self._mode is Mode.COUNT:
             self._count_dropped()
         elif self._mode is Mode.RECORD and decode is not None:
             pending = self._close_open_graph(decode, return_code, now)
+            self._unwritten = True
             if pending < 0 or pending >= GRAPHS_PER_WRITE or now - self._last_write_ns >= WRITE_INTERVAL_NS:
                 self._write_closed(now)  # a failed recorder: what it closed before failing, then stop
 
@@ -177,7 +203,8 @@ class ContextTracer:
 
     def _write_closed(self, now: int) -> None:
         """Take the closed graphs from the recorder and write each with its decode call."""
-        closed = self._take_closed(now)
+        self._last_write_ns, self._unwritten = now, False
+        closed = self._take_closed()
         failure = self.recorder.failure
         if failure is not None:  # write the graphs closed before the failure, then stop
             self.recorder.drop_open()
@@ -209,9 +236,8 @@ class ContextTracer:
             self.recorder.discard()
             self.recording.fail(failure)
 
-    def _take_closed(self, now: int) -> list[ClosedDecode]:
+    def _take_closed(self) -> list[ClosedDecode]:
         """The decode calls whose graphs are closed and not yet written."""
-        self._last_write_ns = now
         closed, self._closed = self._closed, []
         return closed
 
@@ -256,12 +282,13 @@ class NativeContextTracer(ContextTracer):
         )
         self._begin, self._end, self._take_decodes = native.begin_decode, native.end_decode, native.take_decodes
 
-    def begin_decode(self, batch: Any) -> None:
+    def _open_call(self, batch: Any) -> None:
         self._begin(ctypes.addressof(batch))
 
-    def end_decode(self, return_code: int) -> None:
+    def _close_call(self, return_code: int) -> None:
         write_now = self._end(return_code)  # 1: enough graphs wait; -1: the recorder failed
         if self._mode is Mode.RECORD:
+            self._unwritten = True
             if write_now:
                 self._write_closed(perf_counter_ns())
         elif self._mode is Mode.COUNT:
@@ -271,7 +298,7 @@ class NativeContextTracer(ContextTracer):
         self._end(0)  # the graph in flight ends with the call that runs it, if any
         self._write_closed(perf_counter_ns())
 
-    def _take_closed(self, now: int) -> list[ClosedDecode]:
+    def _take_closed(self) -> list[ClosedDecode]:
         calls, token_ids, positions, seq_ids, outputs = self._take_decodes()
         closed = []
         for index, start_ns, end_ns, return_code, graphs_closed, n_tokens, lowest, first in calls:

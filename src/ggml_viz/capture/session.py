@@ -20,7 +20,14 @@ from ..modelfile.layout import memory_map_rows, read_layout, sampled_hash
 from ..runformat.manifest import new_experiment_id, new_manifest
 from ..runformat.writer import RunWriter, prepare_run_dir, unique_run_dir
 from . import ggml_api, llama_hooks, llama_info
-from .context_tracer import ClosedDecode, ContextTracer, GraphCall, GraphRecorder, NativeContextTracer
+from .context_tracer import (
+    WRITE_INTERVAL_NS,
+    ClosedDecode,
+    ContextTracer,
+    GraphCall,
+    GraphRecorder,
+    NativeContextTracer,
+)
 from .graph_decoder import TensorCatalog
 from .log import say, say_once
 from .native_recorder import IMPORT_ERROR as NATIVE_IMPORT_ERROR
@@ -74,6 +81,8 @@ class Recording:
         self.graph_sizes: list[int] = []  # nodes of each written graph, by graph id (keep-last bound)
         self.recorder_used: str | None = None
         self.model_paths: dict[int, str] = {}
+        self._idle_writer: threading.Thread | None = None  # started with the first context
+        self._stopping = threading.Event()
         if not lazy:
             self._open_writer(prepare_run_dir(self.output, overwrite=overwrite))
 
@@ -107,6 +116,9 @@ class Recording:
 
     def stop(self) -> None:
         global _active
+        self._stopping.set()
+        if self._idle_writer is not None:
+            self._idle_writer.join()
         with self.lock:
             for tracer in self.tracers:
                 self.flush_tracer(tracer)
@@ -176,6 +188,11 @@ class Recording:
                 self.fail(str(error))
                 return None
             self.tracers.append(tracer)
+            if self._idle_writer is None:
+                self._idle_writer = threading.Thread(
+                    target=self._write_when_idle, name="ggml-viz idle writer", daemon=True
+                )
+                self._idle_writer.start()
         params.cb_eval = recorder.callback
         params.cb_eval_user_data = recorder.user_data
         return tracer
@@ -193,6 +210,14 @@ class Recording:
             )
         self.recorder_used = "python"
         return PythonGraphRecorder(selection, inline_timing, self.settings.values)
+
+    def _write_when_idle(self) -> None:
+        """The idle writer: a program that stops calling llama_decode has its last graphs
+        written within about two batch intervals (else they would wait for its next call)."""
+        while not self._stopping.wait(WRITE_INTERVAL_NS / 1e9):
+            with self.lock:
+                for tracer in self.tracers:
+                    self._guarded(tracer.write_if_idle)
 
     def context_created(self, tracer: ContextTracer, ctx: int, params: Any, model: int) -> None:
         def describe() -> None:
