@@ -39,6 +39,7 @@ enum { MODE_OFF = 0, MODE_RECORD = 1, MODE_COUNT = 2 };
 enum { MAX_OPS = 32, MAX_NAMES = 32, MAX_LAYER_RANGES = 64, NAME_LEN = 64 };
 enum { NODE_ANSWERED = 1, NODE_TIMED = 2, NODE_SELECTED = 4, NODE_VALUES = 8, NODE_CAPTURE = 16 };
 enum { MAX_CAPTURES = 16, TYPE_F32 = 0, TYPE_F16 = 1 };
+enum { BATCH_TOKENS, BATCH_POSITIONS, BATCH_SEQ_IDS, BATCH_OUTPUTS, BATCH_COLUMNS }; /* int32 x3, uint8 */
 
 typedef const char *(*name_fn)(const void *);
 typedef int (*usage_fn)(const void *);
@@ -157,7 +158,7 @@ typedef struct {
     int decode_open;       /* the last record is a call still running */
     int64_t last_take_ns;  /* when Python last took the graphs */
     Array decodes;         /* DecodeRecord */
-    Array batch_tokens, batch_positions, batch_seq_ids, batch_outputs;
+    Array batch[BATCH_COLUMNS]; /* the calls' batches, column by column */
     int out_of_memory;
     long long fail_after_nodes; /* tests: act out of memory at this many nodes (0: never) */
 } Recorder;
@@ -858,7 +859,7 @@ static int close_decode(Recorder *r, int32_t return_code, int64_t now) {
         memset(record, 0, sizeof *record);
         record->index = -1;
         record->lowest_position = -1;
-        record->first_token = r->batch_tokens.count;
+        record->first_token = r->batch[BATCH_TOKENS].count;
     }
     record->end_ns = now;
     record->return_code = return_code;
@@ -869,20 +870,17 @@ static int close_decode(Recorder *r, int32_t return_code, int64_t now) {
 /* Open a record for the call and copy its batch; returns its lowest position, or -2 out of memory. */
 static long long open_decode(Recorder *r, const uint8_t *batch, int32_t n, long long index, int64_t now) {
     if ((r->decode_open || r->node_flags.count > r->graph_first_node) && close_decode(r, 0, now) != 0) return -2;
-    if (array_reserve(&r->batch_tokens, (size_t)n) != 0 || array_reserve(&r->batch_positions, (size_t)n) != 0 ||
-        array_reserve(&r->batch_seq_ids, (size_t)n) != 0 || array_reserve(&r->batch_outputs, (size_t)n) != 0) {
-        return -2;
+    for (int c = 0; c < BATCH_COLUMNS; c++) {
+        if (array_reserve(&r->batch[c], (size_t)n) != 0) return -2;
     }
     DecodeRecord *record = array_push(&r->decodes);
     if (!record) return -2;
-    size_t first = r->batch_tokens.count;
-    long long lowest = copy_batch(batch, r->batch_offsets, n, &ARRAY_AT(r->batch_tokens, int32_t, first),
-                                  &ARRAY_AT(r->batch_positions, int32_t, first),
-                                  &ARRAY_AT(r->batch_seq_ids, int32_t, first), &ARRAY_AT(r->batch_outputs, uint8_t, first));
-    r->batch_tokens.count += (size_t)n;
-    r->batch_positions.count += (size_t)n;
-    r->batch_seq_ids.count += (size_t)n;
-    r->batch_outputs.count += (size_t)n;
+    size_t first = r->batch[BATCH_TOKENS].count;
+    long long lowest = copy_batch(batch, r->batch_offsets, n, &ARRAY_AT(r->batch[BATCH_TOKENS], int32_t, first),
+                                  &ARRAY_AT(r->batch[BATCH_POSITIONS], int32_t, first),
+                                  &ARRAY_AT(r->batch[BATCH_SEQ_IDS], int32_t, first),
+                                  &ARRAY_AT(r->batch[BATCH_OUTPUTS], uint8_t, first));
+    for (int c = 0; c < BATCH_COLUMNS; c++) r->batch[c].count += (size_t)n;
     *record = (DecodeRecord){.index = index, .start_ns = now, .end_ns = now, .n_tokens = n,
                              .lowest_position = (int32_t)lowest, .first_token = first};
     r->decode_open = 1;
@@ -956,10 +954,10 @@ static void array_free(Array *a) {
     X(r, previous_buffer_end, sizeof(uint32_t)) \
     X(r, previous_buffers, sizeof(uint64_t)) \
     X(r, decodes, sizeof(DecodeRecord)) \
-    X(r, batch_tokens, sizeof(int32_t)) \
-    X(r, batch_positions, sizeof(int32_t)) \
-    X(r, batch_seq_ids, sizeof(int32_t)) \
-    X(r, batch_outputs, 1) \
+    X(r, batch[BATCH_TOKENS], sizeof(int32_t)) \
+    X(r, batch[BATCH_POSITIONS], sizeof(int32_t)) \
+    X(r, batch[BATCH_SEQ_IDS], sizeof(int32_t)) \
+    X(r, batch[BATCH_OUTPUTS], 1) \
     X(r, taken_buffers, sizeof(BufferRecord))
 #define ARRAY_INIT(r, field, item_size) array_init(&(r)->field, item_size);
 #define ARRAY_FREE(r, field, item_size) array_free(&(r)->field);
@@ -1229,7 +1227,7 @@ static PyObject *Recorder_take_decodes(Recorder *self, PyObject *unused) {
     self->last_take_ns = now_ns();
     size_t n_done = self->decodes.count - (self->decode_open ? 1 : 0);
     size_t tokens_done = self->decode_open ? ARRAY_AT(self->decodes, DecodeRecord, n_done).first_token
-                                           : self->batch_tokens.count;
+                                           : self->batch[BATCH_TOKENS].count;
     PyObject *calls = PyList_New((Py_ssize_t)n_done);
     if (!calls) return NULL;
     for (size_t i = 0; i < n_done; i++) {
@@ -1243,15 +1241,15 @@ static PyObject *Recorder_take_decodes(Recorder *self, PyObject *unused) {
         }
         PyList_SET_ITEM(calls, (Py_ssize_t)i, call);
     }
-    PyObject *result = Py_BuildValue("(NNNNN)", calls, array_bytes(&self->batch_tokens, 0, tokens_done),
-                                     array_bytes(&self->batch_positions, 0, tokens_done),
-                                     array_bytes(&self->batch_seq_ids, 0, tokens_done),
-                                     array_bytes(&self->batch_outputs, 0, tokens_done));
+    Array *batch = self->batch;
+    PyObject *result = Py_BuildValue("(NNNNN)", calls, array_bytes(&batch[BATCH_TOKENS], 0, tokens_done),
+                                     array_bytes(&batch[BATCH_POSITIONS], 0, tokens_done),
+                                     array_bytes(&batch[BATCH_SEQ_IDS], 0, tokens_done),
+                                     array_bytes(&batch[BATCH_OUTPUTS], 0, tokens_done));
     if (!result) return NULL;
     /* keep the call still running, and its tokens, at the front */
-    Array *columns[4] = {&self->batch_tokens, &self->batch_positions, &self->batch_seq_ids, &self->batch_outputs};
-    for (int c = 0; c < 4; c++) {
-        Array *a = columns[c];
+    for (int c = 0; c < BATCH_COLUMNS; c++) {
+        Array *a = &batch[c];
         memmove(a->items, a->items + tokens_done * a->item_size, (a->count - tokens_done) * a->item_size);
         a->count -= tokens_done;
     }
@@ -1301,7 +1299,7 @@ static PyObject *Recorder_discard(Recorder *self, PyObject *unused) {
     /* Python never saw the previous graph: the next graph is new to it */
     self->previous_nodes.count = self->previous_node_ptrs.count = 0;
     self->decodes.count = self->decode_open = self->taken_buffers.count = 0;
-    self->batch_tokens.count = self->batch_positions.count = self->batch_seq_ids.count = self->batch_outputs.count = 0;
+    for (int c = 0; c < BATCH_COLUMNS; c++) self->batch[c].count = 0;
     reset_recorded(self);
     Py_RETURN_NONE;
 }

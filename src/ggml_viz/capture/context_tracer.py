@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
 
-from .._errors import CaptureError
 from .inline_times import InlineClock
 from .llama_info import BatchCopy, TokenText, batch_arrays, batch_offsets, read_batch
 from .log import say_once
@@ -96,7 +95,9 @@ class GraphCall(NamedTuple):
 
 
 class ContextTracer:
-    """Records the graphs one llama context computes."""
+    """Records the graphs one llama context computes: what both decode brackets share.
+    PythonContextTracer keeps the books of each llama_decode call in Python (the Python
+    recorder's, and the oracle), NativeContextTracer in the C extension."""
 
     def __init__(
         self, recording: Recording, context_id: int, model: int, n_ubatch: int, recorder: GraphRecorder
@@ -109,15 +110,9 @@ class ContextTracer:
         # Kept here too: around each llama_decode the tracer reads it, and asking the
         # recorder costs more there, with cold caches, than the answer is worth.
         self._mode = Mode.RECORD
-        self._time_nodes = self.settings.detail == "op"
-        self.recorder.time_nodes = self._time_nodes
+        self.recorder.time_nodes = self.settings.detail == "op"
         self.token_text = TokenText(model)
         self.n_ubatch = max(n_ubatch, 1)
-        self.decode: DecodeCall | None = None
-        self.n_decodes = 0
-        self.n_prompt_decodes = 0
-        self.n_decode_decodes = 0
-        self._closed: list[ClosedDecode] = []  # decode calls whose graphs wait to be written
         self._last_write_ns = perf_counter_ns()
         self._in_decode = False  # between begin_decode and end_decode: the recorder is in use
         self._unwritten = False  # graphs were closed after the last write
@@ -150,56 +145,26 @@ class ContextTracer:
         if now - self._last_write_ns >= WRITE_INTERVAL_NS:
             self._write_closed(now)
 
-    def _open_call(self, batch: Any) -> None:
-        if self._mode is Mode.RECORD and self.recorder.open_nodes:  # a graph computed outside llama_decode
-            self._close_open_graph(None, 0, perf_counter_ns())
-        decode = DecodeCall(self.n_decodes, perf_counter_ns(), read_batch(batch), self.n_ubatch)
-        self.decode = decode
-        self.n_decodes += 1
-        time_nodes = self._time_nodes_now(decode)
-        if time_nodes != self._time_nodes:
-            self.recorder.time_nodes = self._time_nodes = time_nodes
+    def flush(self) -> None:
+        """Write what is in flight (the recording is stopping)."""
+        raise NotImplementedError
 
-    def _time_nodes_now(self, decode: DecodeCall) -> bool:
-        """--detail and --sample: should the graphs of this call be timed node by node?"""
-        if self.settings.detail == "graph":
-            return False
-        sample = self.settings.sample
-        if decode.phase == "prompt":
-            self.n_prompt_decodes += 1
-            return sample is None or self.n_prompt_decodes == 1
-        self.n_decode_decodes += 1
-        return sample is None or (self.n_decode_decodes - 1) % sample == 0
+    def _open_call(self, batch: Any) -> None:
+        """A llama_decode call begins with this batch."""
+        raise NotImplementedError
 
     def _close_call(self, return_code: int) -> None:
-        now = perf_counter_ns()
-        decode, self.decode = self.decode, None
-        if self._mode is Mode.COUNT:
-            self._count_dropped()
-        elif self._mode is Mode.RECORD and decode is not None:
-            pending = self._close_open_graph(decode, return_code, now)
-            self._unwritten = True
-            if pending < 0 or pending >= GRAPHS_PER_WRITE or now - self._last_write_ns >= WRITE_INTERVAL_NS:
-                self._write_closed(now)  # a failed recorder: what it closed before failing, then stop
+        """The call returned: close its graphs, and write them if a batch is due."""
+        raise NotImplementedError
+
+    def _take_closed(self) -> list[ClosedDecode]:
+        """The decode calls whose graphs are closed and not yet written (none are kept after)."""
+        raise NotImplementedError
 
     def _count_dropped(self) -> None:
         counted = self.recorder.take_counted()
         if counted:
             self.recording.count_dropped(counted)
-
-    def _close_open_graph(self, decode: DecodeCall | None, return_code: int, now: int) -> int:
-        """Close the graph in flight; returns the graphs waiting to be written, -1 if the recorder failed."""
-        pending = self.recorder.close_graph(now)
-        if pending >= 0:
-            self._closed.append(ClosedDecode(decode, return_code, now, pending))
-        return pending
-
-    def flush(self) -> None:
-        """Write what is in flight (the recording is stopping)."""
-        now = perf_counter_ns()
-        if self._mode is Mode.RECORD and self.recorder.open_nodes:
-            self._close_open_graph(self.decode, 0, now)
-        self._write_closed(now)
 
     def _write_closed(self, now: int) -> None:
         """Take the closed graphs from the recorder and write each with its decode call."""
@@ -236,23 +201,83 @@ class ContextTracer:
             self.recorder.discard()
             self.recording.fail(failure)
 
-    def _take_closed(self) -> list[ClosedDecode]:
-        """The decode calls whose graphs are closed and not yet written."""
-        closed, self._closed = self._closed, []
-        return closed
-
     def token_texts(self, token_ids: np.ndarray) -> list[str]:
         return [self.token_text(int(token)) if token >= 0 else "" for token in token_ids.tolist()]
 
     def count_only(self) -> None:
         self._mode = self.recorder.mode = Mode.COUNT
         self.recorder.discard()
-        self._closed = []
+        self._take_closed()
 
     def stop(self) -> None:
         self._mode = self.recorder.mode = Mode.OFF
         self.recorder.discard()
-        self._closed = []
+        self._take_closed()
+
+
+class PythonContextTracer(ContextTracer):
+    """The decode bracket in Python: with the Python recorder, and as the oracle of the C one."""
+
+    def __init__(
+        self, recording: Recording, context_id: int, model: int, n_ubatch: int, recorder: GraphRecorder
+    ) -> None:
+        super().__init__(recording, context_id, model, n_ubatch, recorder)
+        self._time_nodes = self.settings.detail == "op"  # as the recorder was last told
+        self.decode: DecodeCall | None = None
+        self.n_decodes = 0
+        self.n_prompt_decodes = 0
+        self.n_decode_decodes = 0
+        self._closed: list[ClosedDecode] = []  # decode calls whose graphs wait to be written
+
+    def _open_call(self, batch: Any) -> None:
+        if self._mode is Mode.RECORD and self.recorder.open_nodes:  # a graph computed outside llama_decode
+            self._close_open_graph(None, 0, perf_counter_ns())
+        decode = DecodeCall(self.n_decodes, perf_counter_ns(), read_batch(batch), self.n_ubatch)
+        self.decode = decode
+        self.n_decodes += 1
+        time_nodes = self._time_nodes_now(decode)
+        if time_nodes != self._time_nodes:
+            self.recorder.time_nodes = self._time_nodes = time_nodes
+
+    def _time_nodes_now(self, decode: DecodeCall) -> bool:
+        """--detail and --sample: should the graphs of this call be timed node by node?"""
+        if self.settings.detail == "graph":
+            return False
+        sample = self.settings.sample
+        if decode.phase == "prompt":
+            self.n_prompt_decodes += 1
+            return sample is None or self.n_prompt_decodes == 1
+        self.n_decode_decodes += 1
+        return sample is None or (self.n_decode_decodes - 1) % sample == 0
+
+    def _close_call(self, return_code: int) -> None:
+        now = perf_counter_ns()
+        decode, self.decode = self.decode, None
+        if self._mode is Mode.COUNT:
+            self._count_dropped()
+        elif self._mode is Mode.RECORD and decode is not None:
+            pending = self._close_open_graph(decode, return_code, now)
+            self._unwritten = True
+            if pending < 0 or pending >= GRAPHS_PER_WRITE or now - self._last_write_ns >= WRITE_INTERVAL_NS:
+                self._write_closed(now)  # a failed recorder: what it closed before failing, then stop
+
+    def _close_open_graph(self, decode: DecodeCall | None, return_code: int, now: int) -> int:
+        """Close the graph in flight; returns the graphs waiting to be written, -1 if the recorder failed."""
+        pending = self.recorder.close_graph(now)
+        if pending >= 0:
+            self._closed.append(ClosedDecode(decode, return_code, now, pending))
+        return pending
+
+    def flush(self) -> None:
+        """Write what is in flight (the recording is stopping)."""
+        now = perf_counter_ns()
+        if self._mode is Mode.RECORD and self.recorder.open_nodes:
+            self._close_open_graph(self.decode, 0, now)
+        self._write_closed(now)
+
+    def _take_closed(self) -> list[ClosedDecode]:
+        closed, self._closed = self._closed, []
+        return closed
 
 
 def batch_phase(batch: BatchCopy) -> str:
@@ -264,8 +289,8 @@ def batch_phase(batch: BatchCopy) -> str:
 
 
 class NativeContextTracer(ContextTracer):
-    """A ContextTracer whose decode bracket runs in the C extension (the Python one above is
-    its test oracle): around each llama_decode, one call into C before and one after; Python
+    """The decode bracket in the C extension (PythonContextTracer is its test oracle):
+    around each llama_decode, one call into C before and one after; Python
     runs only when GRAPHS_PER_WRITE graphs or WRITE_INTERVAL_NS have passed. Between two
     calls of a generation Python runs with cold caches, several times slower than C."""
 
@@ -274,8 +299,7 @@ class NativeContextTracer(ContextTracer):
     ) -> None:
         super().__init__(recording, context_id, model, n_ubatch, recorder)
         offsets = batch_offsets()
-        if offsets is None:
-            raise CaptureError("llama-cpp-python declares llama_batch otherwise than expected")
+        assert offsets is not None, "attach chooses this tracer only for a llama_batch laid out as expected"
         native = recorder.native
         native.set_decode_rules(
             self.settings.detail == "graph", self.settings.sample or 0, GRAPHS_PER_WRITE, WRITE_INTERVAL_NS, offsets

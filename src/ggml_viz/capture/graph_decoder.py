@@ -27,6 +27,7 @@ from .ggml_api import (
     op_name,
     ops_with_subop,
     raw_bytes,
+    tensor_name,
     tensor_structs,
     type_block,
     type_name,
@@ -78,8 +79,8 @@ class PythonDescriptionIds:
 def python_layers_of(names: Any) -> bytes:
     """The layer of each 64-byte name field (a C string), as int32 bytes: the C extension's
     layers_of in Python."""
-    strings = (name.split(b"\0", 1)[0].decode("utf-8", "replace") for name in np.frombuffer(names, "S64").tolist())
-    return np.array([layers.layer_of(name) for name in strings], dtype=np.int32).tobytes()
+    fields = np.frombuffer(names, "S64").tolist()
+    return np.array([layers.layer_of(tensor_name(field)) for field in fields], dtype=np.int32).tobytes()
 
 
 try:  # the C twins of python_layers_of and PythonDescriptionIds (tests hold them equal), many times faster

@@ -110,3 +110,8 @@ class RepeatedGraph(NamedTuple):
     n_nodes: int
     graph_start_ns: int  # asked about its first node
     end_of_graph_ns: int  # its boundary (no node ended a slice of its own making)
+
+    @property
+    def detail(self) -> str:
+        """As RawGraph.detail: no node timed alone."""
+        return "graph"

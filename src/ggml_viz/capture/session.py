@@ -27,6 +27,7 @@ from .context_tracer import (
     GraphCall,
     GraphRecorder,
     NativeContextTracer,
+    PythonContextTracer,
 )
 from .graph_decoder import TensorCatalog
 from .log import say, say_once
@@ -183,7 +184,7 @@ class Recording:
                 if isinstance(recorder, NativeGraphRecorder) and llama_info.batch_offsets() is not None:
                     tracer = NativeContextTracer(self, len(self.tracers), model, int(params.n_ubatch), recorder)
                 else:
-                    tracer = ContextTracer(self, len(self.tracers), model, int(params.n_ubatch), recorder)
+                    tracer = PythonContextTracer(self, len(self.tracers), model, int(params.n_ubatch), recorder)
             except (CaptureError, OSError) as error:
                 self.fail(str(error))
                 return None
@@ -434,7 +435,6 @@ def _graph_row(
     decode = call.decode
     tokens = decode.tokens_of_ubatch(ubatch) if decode else {}
     n_tokens = len(tokens.get("token_id", ()))
-    detail = graph.detail if isinstance(graph, RawGraph) else "graph"
     return {
         "graph_id": graph_id,
         "context_id": tracer.context_id,
@@ -455,7 +455,7 @@ def _graph_row(
         "token_texts": tracer.token_texts(tokens["token_id"]) if n_tokens else [],
         "first_batch_index": ubatch * tracer.n_ubatch,
         "phase": decode.phase if decode else "other",
-        "detail": detail,
+        "detail": graph.detail,
     }
 
 
