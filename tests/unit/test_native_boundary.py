@@ -108,6 +108,7 @@ def test_the_native_decode_bracket_copies_each_batch_and_samples_calls():
 
     from ggml_viz.capture.llama_info import batch_offsets, read_batch_in_python
     from ggml_viz.capture.native_recorder import NativeGraphRecorder
+    from ggml_viz.capture.raw_graph import DECODE_DTYPE
 
     # GIVEN the C decode bracket with --sample 3, and a prompt call then seven decode calls
     recorder = NativeGraphRecorder().native
@@ -120,14 +121,16 @@ def test_the_native_decode_bracket_copies_each_batch_and_samples_calls():
             timed.append(recorder.time_nodes)
             write_now.append(recorder.end_decode(0))
         recorder.begin_decode(ctypes.addressof(batches[1]))  # a call still running when Python takes
-        calls, token_ids, positions, seq_ids, outputs = recorder.take_decodes()
+        record = recorder.take_decodes()
+        calls = np.frombuffer(record.calls, DECODE_DTYPE).tolist()
+        token_ids, positions, seq_ids, outputs = record.token_ids, record.positions, record.seq_ids, record.outputs
         # THEN the first prompt call and the 1st, 4th and 7th decode calls time their nodes
         assert timed == [1, 1, 0, 0, 1, 0, 0, 1]
         assert write_now == [0] * 8  # no graph ran: nothing to write
         # AND each finished call comes with its index, token count and a copy of its batch,
         # the same as the Python reading of it
-        assert [call[0] for call in calls] == list(range(8)) and [call[5] for call in calls] == [4] + [1] * 7
-        for (_, start, end, _, _, n, lowest, first), batch in zip(calls, batches, strict=True):
+        assert [call[0] for call in calls] == list(range(8)) and [call[4] for call in calls] == [4] + [1] * 7
+        for (_, start, end, _, n, lowest, _, first), batch in zip(calls, batches, strict=True):
             expected = read_batch_in_python(batch)
             assert (n, lowest) == expected[:2] and start <= end
             int32s = slice(4 * first, 4 * (first + n))
@@ -135,8 +138,9 @@ def test_the_native_decode_bracket_copies_each_batch_and_samples_calls():
             assert outputs[first : first + n] == expected[5]
         # AND the running call stays for the next take, with its tokens
         recorder.end_decode(0)
-        calls, token_ids, *_ = recorder.take_decodes()
-        assert [call[0] for call in calls] == [8] and np.frombuffer(token_ids, np.int32).tolist() == [20]
+        record = recorder.take_decodes()
+        calls = np.frombuffer(record.calls, DECODE_DTYPE)
+        assert calls["index"].tolist() == [8] and np.frombuffer(record.token_ids, np.int32).tolist() == [20]
     finally:
         for batch in batches:
             llama_cpp.llama_batch_free(batch)

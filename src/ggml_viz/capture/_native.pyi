@@ -8,6 +8,47 @@ MODE_OFF: Final[int]
 MODE_RECORD: Final[int]
 MODE_COUNT: Final[int]
 NODE_TIMED: Final[int]
+BUFFER_RECORD_SIZE: Final[int]
+DECODE_RECORD_SIZE: Final[int]
+STATS_RECORD_SIZE: Final[int]
+CAPTURE_RECORD_SIZE: Final[int]
+
+class GraphRecord(tuple[object, ...]):
+    """One graph taken from the recorder (parts as bytes; see native/recorder.h)."""
+
+    nodes: bytes
+    node_ptrs: bytes
+    starts: bytes
+    ends: bytes
+    flags: bytes
+    leaves: bytes
+    leaf_ptrs: bytes
+    buffers: bytes
+    tick_ns: bytes
+    tick_asked: bytes
+    stats: bytes
+    capture_records: bytes
+    capture_bytes: bytes
+    boundary_ns: int
+    same: bool
+    n_timed: int
+    end_ns: int
+
+class RepeatRecord(tuple[int, int, int]):
+    """A graph that repeats the one before it, with its buffers, nothing timed or read."""
+
+    n_nodes: int
+    start_ns: int
+    end_ns: int
+
+class DecodesRecord(tuple[bytes, bytes, bytes, bytes, bytes]):
+    """The llama_decode calls closed since the last take (DecodeRecord bytes) and their tokens."""
+
+    calls: bytes
+    token_ids: bytes
+    positions: bytes
+    seq_ids: bytes
+    outputs: bytes
 
 class Recorder:
     mode: int
@@ -21,30 +62,7 @@ class Recorder:
     capture_bytes_skipped: int
     capture_budget: int
     def __init__(self, layout: tuple[int, ...], functions: tuple[int, ...]) -> None: ...
-    def take(
-        self, boundary_ns: int, /
-    ) -> list[
-        tuple[
-            bytes,
-            bytes,
-            bytes,
-            bytes,
-            bytes,
-            bytes,
-            bytes,
-            list[tuple[int, int, int, int, str, str]],
-            int,
-            bool,
-            int,
-            int,
-            bytes,
-            bytes,
-            bytes,
-            bytes,
-            bytes,
-        ]
-        | tuple[int, int, int]
-    ]: ...
+    def take(self, boundary_ns: int, /) -> list[GraphRecord | RepeatRecord]: ...
     def set_filters(
         self, ops: tuple[str, ...], layers: tuple[tuple[int, int], ...], no_layer: bool, names: tuple[str, ...], /
     ) -> None: ...
@@ -67,9 +85,7 @@ class Recorder:
     ) -> None: ...
     def begin_decode(self, batch_address: int, /) -> None: ...
     def end_decode(self, return_code: int, /) -> int: ...
-    def take_decodes(
-        self,
-    ) -> tuple[list[tuple[int, int, int, int, int, int, int, int]], bytes, bytes, bytes, bytes]: ...
+    def take_decodes(self) -> DecodesRecord: ...
 
 class DescriptionIds:
     def __init__(self, struct_size: int, /) -> None: ...

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from time import perf_counter_ns
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 import numpy as np
 
 from .inline_times import InlineClock
-from .llama_info import BatchCopy, TokenText, batch_arrays, batch_offsets, read_batch
+from .llama_info import BatchCopy, batch_arrays, batch_offsets, read_batch
 from .log import say_once
 from .raw_graph import Mode, RawGraph, RepeatedGraph
 from .settings import CaptureSettings
@@ -100,7 +100,12 @@ class ContextTracer:
     recorder's, and the oracle), NativeContextTracer in the C extension."""
 
     def __init__(
-        self, recording: Recording, context_id: int, model: int, n_ubatch: int, recorder: GraphRecorder
+        self,
+        recording: Recording,
+        context_id: int,
+        token_text: Callable[[int], str],
+        n_ubatch: int,
+        recorder: GraphRecorder,
     ) -> None:
         self.recording = recording
         self.context_id = context_id
@@ -111,7 +116,7 @@ class ContextTracer:
         # recorder costs more there, with cold caches, than the answer is worth.
         self._mode = Mode.RECORD
         self.recorder.time_nodes = self.settings.detail == "op"
-        self.token_text = TokenText(model)
+        self.token_text = token_text  # token id -> its text piece
         self.n_ubatch = max(n_ubatch, 1)
         self._last_write_ns = perf_counter_ns()
         self._in_decode = False  # between begin_decode and end_decode: the recorder is in use
@@ -219,9 +224,14 @@ class PythonContextTracer(ContextTracer):
     """The decode bracket in Python: with the Python recorder, and as the oracle of the C one."""
 
     def __init__(
-        self, recording: Recording, context_id: int, model: int, n_ubatch: int, recorder: GraphRecorder
+        self,
+        recording: Recording,
+        context_id: int,
+        token_text: Callable[[int], str],
+        n_ubatch: int,
+        recorder: GraphRecorder,
     ) -> None:
-        super().__init__(recording, context_id, model, n_ubatch, recorder)
+        super().__init__(recording, context_id, token_text, n_ubatch, recorder)
         self._time_nodes = self.settings.detail == "op"  # as the recorder was last told
         self.decode: DecodeCall | None = None
         self.n_decodes = 0
@@ -295,9 +305,14 @@ class NativeContextTracer(ContextTracer):
     calls of a generation Python runs with cold caches, several times slower than C."""
 
     def __init__(
-        self, recording: Recording, context_id: int, model: int, n_ubatch: int, recorder: NativeGraphRecorder
+        self,
+        recording: Recording,
+        context_id: int,
+        token_text: Callable[[int], str],
+        n_ubatch: int,
+        recorder: NativeGraphRecorder,
     ) -> None:
-        super().__init__(recording, context_id, model, n_ubatch, recorder)
+        super().__init__(recording, context_id, token_text, n_ubatch, recorder)
         offsets = batch_offsets()
         assert offsets is not None, "attach chooses this tracer only for a llama_batch laid out as expected"
         native = recorder.native
@@ -323,14 +338,15 @@ class NativeContextTracer(ContextTracer):
         self._write_closed(perf_counter_ns())
 
     def _take_closed(self) -> list[ClosedDecode]:
-        calls, token_ids, positions, seq_ids, outputs = self._take_decodes()
-        closed = []
-        for index, start_ns, end_ns, return_code, graphs_closed, n_tokens, lowest, first in calls:
-            decode = None
-            if index >= 0:
-                int32s = slice(4 * first, 4 * (first + n_tokens))
-                batch = (n_tokens, lowest, token_ids[int32s], positions[int32s], seq_ids[int32s],
-                         outputs[first : first + n_tokens])  # fmt: skip
-                decode = DecodeCall(index, start_ns, batch, self.n_ubatch)
-            closed.append(ClosedDecode(decode, return_code, end_ns, graphs_closed))
-        return closed
+        return closed_decodes(self._take_decodes(), self.n_ubatch)
+
+
+def closed_decodes(record: Any, n_ubatch: int) -> list[ClosedDecode]:
+    """The ClosedDecodes of a DecodesRecord (from the C recorder, or a native program's spool)."""
+    from .native_recorder import decode_calls
+
+    closed = []
+    for index, start_ns, end_ns, return_code, graphs_closed, batch in decode_calls(record):
+        decode = DecodeCall(index, start_ns, batch, n_ubatch) if batch is not None else None
+        closed.append(ClosedDecode(decode, return_code, end_ns, graphs_closed))
+    return closed

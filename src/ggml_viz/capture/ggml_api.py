@@ -119,17 +119,35 @@ def _declare(lib: ctypes.CDLL, name: str, restype: object, *argtypes: object) ->
     function.argtypes = list(argtypes)
 
 
+_library_path: str | None = None  # another libggml-base than llama-cpp-python's (use_library)
+
+
+def use_library(path: str) -> None:
+    """Read op and type names from this libggml-base (a native program's own) from now on:
+    op numbers change between ggml versions."""
+    global _library_path
+    if path == _library_path:
+        return
+    _library_path = path
+    for cached in (libggml, op_name, type_name, type_block, op_desc, ops_with_subop, cpu_walk_ops):
+        cached.cache_clear()
+
+
 @functools.cache
 def libggml() -> ctypes.CDLL:
-    """libggml-base from the llama-cpp-python installation, with its symbols declared."""
-    try:
-        import llama_cpp
-    except ImportError as error:
-        raise CaptureError(f"llama-cpp-python is not installed ({error}); pip install llama-cpp-python") from None
-    lib_dir = pathlib.Path(llama_cpp.__file__).parent / "lib"
-    candidates = sorted(lib_dir.glob("libggml-base.*")) + sorted(lib_dir.glob("ggml-base.*"))
-    if not candidates:
-        raise CaptureError(f"libggml-base was not found in {lib_dir}")
+    """libggml-base from the llama-cpp-python installation (or the one use_library names),
+    with its symbols declared."""
+    if _library_path is not None:
+        candidates = [pathlib.Path(_library_path)]
+    else:
+        try:
+            import llama_cpp
+        except ImportError as error:
+            raise CaptureError(f"llama-cpp-python is not installed ({error}); pip install llama-cpp-python") from None
+        lib_dir = pathlib.Path(llama_cpp.__file__).parent / "lib"
+        candidates = sorted(lib_dir.glob("libggml-base.*")) + sorted(lib_dir.glob("ggml-base.*"))
+        if not candidates:
+            raise CaptureError(f"libggml-base was not found in {lib_dir}")
     lib = ctypes.CDLL(str(candidates[0]))
     p, i32, sz = ctypes.c_void_p, ctypes.c_int32, ctypes.c_size_t
     _declare(lib, "ggml_tensor_overhead", sz)

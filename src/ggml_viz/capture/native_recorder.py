@@ -6,13 +6,23 @@ once and records with the Python recorder instead.
 from __future__ import annotations
 
 from dataclasses import replace
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from .ggml_api import BUFFER_USAGE_NAMES, TENSOR_DTYPE, BufferInfo, address_of, field_bytes, libggml, tensor_name
 from .inline_times import InlineClock
-from .raw_graph import CAPTURE_DTYPE, VALUES_DTYPE, Capture, Mode, RawGraph, RepeatedGraph
+from .raw_graph import (
+    BUFFER_DTYPE,
+    CAPTURE_DTYPE,
+    DECODE_DTYPE,
+    VALUES_DTYPE,
+    Capture,
+    Mode,
+    RawGraph,
+    RepeatedGraph,
+)
 from .settings import NodeSelection, ValueSettings
 
 try:
@@ -22,6 +32,11 @@ except ImportError as error:  # pragma: no cover - exercised when the build fail
     IMPORT_ERROR: str | None = str(error)
 else:
     IMPORT_ERROR = None
+    # The records' layouts come from C: the dtypes that read them must agree.
+    for _dtype, _size in ((BUFFER_DTYPE, "BUFFER_RECORD_SIZE"), (DECODE_DTYPE, "DECODE_RECORD_SIZE"),
+                          (VALUES_DTYPE, "STATS_RECORD_SIZE"), (CAPTURE_DTYPE, "CAPTURE_RECORD_SIZE")):  # fmt: skip
+        if _dtype.itemsize != getattr(_native, _size):
+            raise ImportError(f"ggml_viz.capture._native's {_size} is {getattr(_native, _size)}, not {_dtype.itemsize}")
 
 
 def native_available() -> bool:
@@ -80,14 +95,12 @@ class NativeGraphRecorder:
         self.inline_timing = inline_timing
         self.abort_callback = llama_cpp.ggml_abort_callback(_native.ABORT_CALLBACK_ADDRESS)
         self._chained: Any = None  # the program's abort callback, kept alive while chained
-        self.clock = InlineClock()
+        self.reader = GraphRecordReader(inline_timing)
+        self.clock = self.reader.clock
         values = values or ValueSettings()
         self.values = values
         if values.wanted:
             self._recorder.set_values(values.stats, values.captures, values.capture_bytes, value_functions())
-        # The buffers as the recorder last described them, and as BufferInfo: the decoder
-        # recognizes an unchanged dict by identity.
-        self._last_buffers: tuple[list[Any], dict[int, BufferInfo]] = ([], {})
 
     @property
     def native(self) -> Any:
@@ -120,21 +133,7 @@ class NativeGraphRecorder:
         self._recorder.chain_abort(address_of(callback) if callback else 0, address_of(data) if data else 0)
 
     def take_graphs(self, boundary_ns: int) -> list[RawGraph | RepeatedGraph]:
-        graphs: list[RawGraph | RepeatedGraph] = []
-        for parts in self._recorder.take(boundary_ns):
-            if len(parts) == 3:  # a plain repeat
-                graphs.append(RepeatedGraph(*parts))
-                continue
-            if parts[7] != self._last_buffers[0]:  # buffers described otherwise than last time
-                self._last_buffers = (parts[7], _describe_buffers(parts[7]))
-            raw = _raw_graph(parts, self._last_buffers[1])
-            if len(parts[14]) or len(parts[15]):
-                raw = replace(raw, values=np.frombuffer(parts[14], VALUES_DTYPE).copy(),
-                              captures=_captures(parts[15], parts[16]))  # fmt: skip
-            if self.inline_timing:
-                raw = self.clock.apply(raw, np.frombuffer(parts[12], np.int64), np.frombuffer(parts[13], np.uint32))
-            graphs.append(raw)
-        return graphs
+        return self.reader.graphs(self._recorder.take(boundary_ns))
 
     @property
     def open_nodes(self) -> int:
@@ -168,6 +167,51 @@ def value_functions() -> tuple[int, int, int, int]:
     )
 
 
+class GraphRecordReader:
+    """Turns the C recorder's graph records (GraphRecord, RepeatRecord, or the same fields
+    read back from a native program's spool) into RawGraph and RepeatedGraph."""
+
+    def __init__(self, inline_timing: bool) -> None:
+        self.inline_timing = inline_timing
+        self.clock = InlineClock()
+        # The buffers as the recorder last described them, and as BufferInfo: the decoder
+        # recognizes an unchanged dict by identity.
+        self._last_buffers: tuple[bytes, dict[int, BufferInfo]] = (b"", {})
+
+    def graphs(self, records: Sequence[Any]) -> list[RawGraph | RepeatedGraph]:
+        graphs: list[RawGraph | RepeatedGraph] = []
+        for record in records:
+            if not hasattr(record, "nodes"):  # a RepeatRecord: a plain repeat
+                graphs.append(RepeatedGraph(record.n_nodes, record.start_ns, record.end_ns))
+                continue
+            if record.buffers != self._last_buffers[0]:  # buffers described otherwise than last time
+                self._last_buffers = (record.buffers, _describe_buffers(record.buffers))
+            raw = _raw_graph(record, self._last_buffers[1])
+            if len(record.stats) or len(record.capture_records):
+                raw = replace(raw, values=np.frombuffer(record.stats, VALUES_DTYPE).copy(),
+                              captures=_captures(record.capture_records, record.capture_bytes))  # fmt: skip
+            if self.inline_timing:
+                raw = self.clock.apply(raw, np.frombuffer(record.tick_ns, np.int64),
+                                       np.frombuffer(record.tick_asked, np.uint32))  # fmt: skip
+            graphs.append(raw)
+        return graphs
+
+
+def decode_calls(record: Any) -> list[tuple[int, int, int, int, int, tuple[Any, ...] | None]]:
+    """The llama_decode calls of a DecodesRecord: (index, start_ns, end_ns, return_code,
+    graphs_closed, batch), batch as llama_info.BatchCopy (None: graphs outside any call)."""
+    calls = []
+    for call in np.frombuffer(record.calls, DECODE_DTYPE).tolist():
+        index, start_ns, end_ns, return_code, n_tokens, lowest, graphs_closed, first = call
+        batch = None
+        if index >= 0:
+            int32s = slice(4 * first, 4 * (first + n_tokens))
+            batch = (n_tokens, lowest, record.token_ids[int32s], record.positions[int32s], record.seq_ids[int32s],
+                     record.outputs[first : first + n_tokens])  # fmt: skip
+        calls.append((index, start_ns, end_ns, return_code, graphs_closed, batch))
+    return calls
+
+
 def _captures(records: bytes, data: bytes) -> list[Capture]:
     return [
         Capture(int(r["node"]), tensor_name(bytes(r["name"])), int(r["type"]),
@@ -177,28 +221,29 @@ def _captures(records: bytes, data: bytes) -> list[Capture]:
     ]  # fmt: skip
 
 
-def _describe_buffers(buffers: list[tuple[int, int, int, int, str, str]]) -> dict[int, BufferInfo]:
+def _describe_buffers(records: bytes) -> dict[int, BufferInfo]:
     return {
-        address: BufferInfo(name, buffer_type or "?", BUFFER_USAGE_NAMES.get(usage, "other"), size, base)
-        for address, usage, size, base, name, buffer_type in buffers
-    }
+        int(b["address"]): BufferInfo(tensor_name(b["name"]), tensor_name(b["buffer_type"]) or "?",
+                                      BUFFER_USAGE_NAMES.get(int(b["usage"]), "other"), int(b["size"]), int(b["base"]))
+        for b in np.frombuffer(records, BUFFER_DTYPE)
+    }  # fmt: skip
 
 
-def _raw_graph(parts: tuple[Any, ...], buffers: dict[int, BufferInfo]) -> RawGraph:
-    """A RawGraph from what _native.Recorder.take gives for one graph."""
-    nodes, node_ptrs, starts, ends, flags, leaves, leaf_ptrs, _, boundary_ns, same, n_timed, end_ns = parts[:12]
+def _raw_graph(record: Any, buffers: dict[int, BufferInfo]) -> RawGraph:
+    """A RawGraph from a GraphRecord."""
+    nodes, leaves, node_ptrs, leaf_ptrs = record.nodes, record.leaves, record.node_ptrs, record.leaf_ptrs
     return RawGraph(
         node_ptrs=np.frombuffer(node_ptrs, dtype=np.uint64),
         nodes=np.frombuffer(nodes, dtype=TENSOR_DTYPE),
-        start_ns=np.frombuffer(starts, dtype=np.int64),
-        end_ns=np.frombuffer(ends, dtype=np.int64),
-        flags=np.frombuffer(flags, dtype=np.uint8),
+        start_ns=np.frombuffer(record.starts, dtype=np.int64),
+        end_ns=np.frombuffer(record.ends, dtype=np.int64),
+        flags=np.frombuffer(record.flags, dtype=np.uint8),
         leaf_ptrs=np.frombuffer(leaf_ptrs, dtype=np.uint64),
         leaves=np.frombuffer(leaves, dtype=TENSOR_DTYPE),
         buffers=buffers,
-        boundary_ns=boundary_ns,
+        boundary_ns=record.boundary_ns,
         fingerprint=(nodes, leaves, node_ptrs, leaf_ptrs),  # no copy: the bytes the recorder made
-        same_as_previous=same,
-        n_timed=n_timed,
-        end_of_graph_ns=end_ns,
+        same_as_previous=bool(record.same),
+        n_timed=record.n_timed,
+        end_of_graph_ns=record.end_ns,
     )

@@ -28,6 +28,15 @@ VALUES_DTYPE = np.dtype(
     [("node", "<u4"), ("readable", "<u4"), ("n", "<i8"), ("nan", "<i8"), ("inf", "<i8"), ("min", "<f8"),
      ("max", "<f8"), ("sum", "<f8"), ("sum_squares", "<f8"), ("sum_abs", "<f8")]
 )  # fmt: skip
+# A buffer a graph used, as the native recorder's BufferRecord lays it out.
+BUFFER_DTYPE = np.dtype(
+    [("address", "<u8"), ("usage", "<i8"), ("size", "<u8"), ("base", "<u8"), ("name", "S64"), ("buffer_type", "S64")]
+)
+# A llama_decode call, as the native recorder's DecodeRecord lays it out.
+DECODE_DTYPE = np.dtype(
+    [("index", "<i8"), ("start_ns", "<i8"), ("end_ns", "<i8"), ("return_code", "<i4"), ("n_tokens", "<i4"),
+     ("lowest_position", "<i4"), ("graphs_closed", "<u4"), ("first_token", "<u8")]
+)  # fmt: skip
 # --capture, as the native recorder's CaptureRecord lays it out.
 CAPTURE_DTYPE = np.dtype(
     [("node", "<u4"), ("type", "<i4"), ("ne", "<i8", (4,)), ("offset", "<u8"), ("nbytes", "<u8"), ("name", "S64")]

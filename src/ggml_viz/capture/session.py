@@ -181,10 +181,11 @@ class Recording:
                     self._open_writer(unique_run_dir(self.output))
                 # the decode bracket in C where the native recorder runs and llama_batch is as expected
                 tracer: ContextTracer
+                token_text = llama_info.TokenText(model)
                 if isinstance(recorder, NativeGraphRecorder) and llama_info.batch_offsets() is not None:
-                    tracer = NativeContextTracer(self, len(self.tracers), model, int(params.n_ubatch), recorder)
+                    tracer = NativeContextTracer(self, len(self.tracers), token_text, int(params.n_ubatch), recorder)
                 else:
-                    tracer = PythonContextTracer(self, len(self.tracers), model, int(params.n_ubatch), recorder)
+                    tracer = PythonContextTracer(self, len(self.tracers), token_text, int(params.n_ubatch), recorder)
             except (CaptureError, OSError) as error:
                 self.fail(str(error))
                 return None

@@ -15,10 +15,12 @@ from .._errors import CommandError, GgmlVizError
 from .._version import __version__
 from .base import Command
 from .bench import BenchCommand
+from .collect import CollectCommand
 from .diff import DiffCommand
 from .export import ExportCommand
 from .memmap import MemmapCommand
 from .numerics import NumericsCommand
+from .preload_path import PreloadPathCommand
 from .query import QueryCommand
 from .record import RecordCommand
 from .run import RunCommand
@@ -28,7 +30,7 @@ from .view import ViewCommand
 
 COMMANDS: list[type[Command]] = [
     RecordCommand, RunCommand, SummaryCommand, ViewCommand, ExportCommand, QueryCommand, DiffCommand, BenchCommand,
-    NumericsCommand, MemmapCommand, ValidateCommand,
+    NumericsCommand, MemmapCommand, ValidateCommand, CollectCommand, PreloadPathCommand,
 ]  # fmt: skip
 
 

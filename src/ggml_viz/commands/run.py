@@ -4,26 +4,32 @@ import argparse
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from .._errors import CaptureError, CommandError
-from ..capture.settings import CaptureSettings, selection_from
+from ..capture.native_program import ProgramKind, describe_exit, program_kind, run_native
+from ..capture.settings import settings_from_environment
 from ..runformat.reader import open_run
 from ..runformat.writer import prepare_run_dir
 from .base import Command
-from .common import add_capture_arguments, capture_environment, capture_options, print_short_summary
+from .common import add_capture_arguments, capture_environment, print_short_summary
 from .record import default_output
 
 
 class RunCommand(Command):
-    """Run a program that uses llama-cpp-python and record it, without changing its code.
+    """Run a program that computes with ggml and record it, without changing it.
 
-    Same as setting GGML_VIZ_OUTPUT yourself. The program must run in the Python
-    environment where ggml-viz is installed (its start-up hook does the recording).
+    Python programs using llama-cpp-python are recorded by ggml-viz's start-up hook (the
+    program must run in the Python environment where ggml-viz is installed); native programs
+    (llama-server, llama-cli, llama-bench, whisper.cpp, anything linked to ggml's shared
+    libraries) by a preload library, collected into the run while they run. The exit status
+    is the program's.
 
     example:
       ggml-viz run -o chat.ggmlviz -- python app.py --prompt "hello"
-      ggml-viz run --detail graph -o cheap.ggmlviz -- python server.py
+      ggml-viz run -o server.ggmlviz -- llama-server -m model.gguf -np 2
+      ggml-viz run --detail graph -o bench.ggmlviz -- llama-bench -m model.gguf
     """
 
     name = "run"
@@ -42,27 +48,41 @@ class RunCommand(Command):
         if shutil.which(program[0]) is None and not Path(program[0]).exists():
             raise CommandError(f"program not found: {program[0]}")
         output = Path(args.output or default_output()).absolute()
-        prepare_run_dir(output, overwrite=args.force)  # clear errors now, not inside the program
-        output.rmdir()  # the program's recorder creates it when a context appears
+        capture_env = capture_environment(args)
         try:
-            CaptureSettings(**{k: v for k, v in capture_options(args).items() if k in ("detail", "policy", "recorder")})
-            selection_from(args.ops, args.layers, args.names)
+            settings = settings_from_environment(capture_env)
         except CaptureError as error:
             raise CommandError(str(error)) from None
+        prepare_run_dir(output, overwrite=args.force)  # clear errors now, not inside the program
         env = {k: v for k, v in os.environ.items() if not k.startswith("GGML_VIZ_")}
-        env.update(capture_environment(args), GGML_VIZ_OUTPUT=str(output))
+        env.update(capture_env, GGML_VIZ_OUTPUT=str(output))
         if args.verbose:
             env["GGML_VIZ_VERBOSE"] = "1"
+        kind = program_kind(program[0])
         try:
-            exit_code = subprocess.call(program, env=env)
+            if kind is ProgramKind.PYTHON:
+                output.rmdir()  # the program's recorder creates it when a context appears
+                exit_code = subprocess.call(program, env=env)
+            elif kind is ProgramKind.STATIC:
+                output.rmdir()
+                print(
+                    f"ggml-viz: {program[0]} loads no ggml shared library (linked statically, or no ggml at all): "
+                    "nothing can be recorded; it runs untraced",
+                    file=sys.stderr,
+                )
+                return subprocess.call(program, env=env)
+            else:
+                exit_code = run_native(program, output, settings, env, verbose=args.verbose)
         except OSError as error:
             raise CommandError(f"cannot run {program[0]}: {error.strerror or error}", exit_code=1) from None
+        except CaptureError as error:
+            raise CommandError(str(error)) from None
         if output.exists():
-            print(f"run written to {output}")
+            print(f"run written to {output} (the program's {describe_exit(exit_code)})")
             print_short_summary(open_run(output))
         else:
             print(
-                "ggml-viz: no run was written: the program created no llama context, or it ran in a "
-                "Python environment without ggml-viz"
+                "ggml-viz: no run was written: the program computed no ggml graph (or, for Python, created no "
+                "llama context or ran in a Python environment without ggml-viz)"
             )
         return exit_code

@@ -35,8 +35,15 @@ from .schema import (
 
 
 def open_run(path: str | os.PathLike[str]) -> Run:
-    """Open the run at `path` (a `NAME.ggmlviz` directory); RunFormatError if it is not one."""
-    return Run(Path(path))
+    """Open the run at `path` (a `NAME.ggmlviz` directory); RunFormatError if it is not one.
+    A run that holds only the spool a native program left (recorded with LD_PRELOAD, without
+    `ggml-viz run`) is collected into the columnar run first."""
+    run_dir = Path(path)
+    if not (run_dir / MANIFEST_FILE).exists() and (run_dir / "spool").is_dir():
+        from ..capture.collector import collect_spooled_run  # the one step back into capture
+
+        collect_spooled_run(run_dir)
+    return Run(run_dir)
 
 
 class Run:

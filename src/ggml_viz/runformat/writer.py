@@ -57,8 +57,13 @@ def unique_run_dir(path: str | os.PathLike[str]) -> Path:
     return candidate
 
 
+# A native program recorded without `ggml-viz run` leaves only this folder (its spool):
+# the run is written beside it.
+SPOOL_DIR = "spool"
+
+
 def _is_taken(path: Path) -> bool:
-    return path.exists() and (not path.is_dir() or any(path.iterdir()))
+    return path.exists() and (not path.is_dir() or any(child.name != SPOOL_DIR for child in path.iterdir()))
 
 
 # Graphs journaled before they are written to the streams in one batch.

@@ -1,0 +1,232 @@
+"""The collector: turns a native program's spool (what the preload library wrote) into the run.
+
+`ggml-viz run -- llama-server ...` collects while the program runs, so a live viewer follows
+it; a spool left by `LD_PRELOAD=... GGML_VIZ_OUTPUT=...` without the wrapper is collected by
+the first ggml-viz command that opens the run (`collect_spooled_run`). Either way the run is
+written by the same Recording, context tracers and graph decoder as a Python program's: the
+spool's records are the ones the Python extension hands over.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .._errors import GgmlVizError, RunFormatError
+from ..runformat.schema import MANIFEST_FILE
+from . import ggml_api
+from .context_tracer import ClosedDecode, ContextTracer, closed_decodes
+from .log import say
+from .native_recorder import GraphRecordReader
+from .raw_graph import Mode, RawGraph, RepeatedGraph
+from .session import Recording
+from .settings import CaptureSettings, settings_from_environment
+from .spool import CONTEXT, END, FAILED, SPOOL_DIR, START, TAKE, DecodesRecord, Frame, SpoolReader, spool_files
+
+
+class SpoolRecorder:
+    """A GraphRecorder whose graphs come from spool frames: the recording itself happened in
+    the traced process, in C."""
+
+    callback = None
+    abort_callback = None
+    user_data = None
+    open_nodes = 0
+    failure: str | None = None
+
+    def __init__(self, inline_timing: bool) -> None:
+        self.mode = Mode.RECORD
+        self.time_nodes = True
+        self.inline_timing = inline_timing
+        self.reader = GraphRecordReader(inline_timing)
+        self.clock = self.reader.clock
+        self.captures_skipped = (0, 0)
+        self.records: list[Any] = []
+
+    def take_graphs(self, boundary_ns: int) -> list[RawGraph | RepeatedGraph]:
+        records, self.records = self.records, []
+        return self.reader.graphs(records)
+
+    def close_graph(self, boundary_ns: int) -> int:
+        return len(self.records)
+
+    def chain_abort(self, callback: Any, data: Any) -> None:
+        """The program's abort callback is chained in the traced process."""
+
+    def drop_open(self) -> None:
+        """No graph is in flight here: frames hold closed graphs only."""
+
+    def take_counted(self) -> int:
+        return 0
+
+    def discard(self) -> None:
+        self.records = []
+
+
+class SpoolContextTracer(ContextTracer):
+    """A context of a native program: each SPOOL_TAKE frame is one write of its graphs."""
+
+    def __init__(self, recording: Recording, context_id: int, n_ubatch: int, inline_timing: bool) -> None:
+        self.texts: dict[int, str] = {}
+        self.spool_recorder = SpoolRecorder(inline_timing)
+        super().__init__(recording, context_id, lambda token: self.texts.get(token, ""), n_ubatch,
+                         self.spool_recorder)  # fmt: skip
+        self._decodes: DecodesRecord | None = None
+
+    def write_take(self, decodes: DecodesRecord, texts: dict[int, str], graphs: list[Any]) -> None:
+        if self._mode is not Mode.RECORD:
+            return
+        self.texts.update(texts)
+        self._decodes = decodes
+        self.spool_recorder.records = graphs
+        self._write_closed(time.perf_counter_ns())
+
+    def _take_closed(self) -> list[ClosedDecode]:
+        decodes, self._decodes = self._decodes, None
+        return closed_decodes(decodes, self.n_ubatch) if decodes is not None else []
+
+    def flush(self) -> None:
+        """Everything was written as its frame came."""
+
+
+class SpoolCollector:
+    """Reads a run's spool files as they grow and writes what they hold into the run."""
+
+    def __init__(self, recording: Recording) -> None:
+        self.recording = recording
+        self.readers: dict[Path, SpoolReader] = {}
+        self.tracers: dict[tuple[Path, int], SpoolContextTracer] = {}
+        self.started = False
+        self.inline_timing = recording.settings.timing == "inline"
+        self.ended = 0  # processes whose spool says they ended
+        self.programs: list[dict[str, Any]] = []
+
+    @property
+    def run_dir(self) -> Path:
+        return self.recording.output
+
+    def poll(self) -> int:
+        """Read and write what the spools gained since the last call; returns the frames read."""
+        n_frames = 0
+        for path in spool_files(self.run_dir):
+            reader = self.readers.setdefault(path, SpoolReader(path))
+            for frame in reader.read_new():
+                n_frames += 1
+                with self.recording.lock:
+                    self._apply(path, frame)
+        return n_frames
+
+    def _apply(self, path: Path, frame: Frame) -> None:
+        handlers: dict[int, Callable[[Path, Frame], None]] = {
+            START: self._start, CONTEXT: self._context, TAKE: self._take, FAILED: self._failed, END: self._end,
+        }  # fmt: skip
+        handlers[frame.kind](path, frame)
+
+    def _start(self, path: Path, frame: Frame) -> None:
+        info = frame.json()
+        self.started = True
+        library = info.get("ggml_library")
+        if library and os.path.exists(library) and not self.programs:
+            ggml_api.use_library(library)  # the program's own op and type names
+        self.programs.append({key: info.get(key) for key in ("pid", "argv", "ggml_library", "llama_library")})
+        writer = self.recording.writer
+        assert writer is not None
+        versions = {**writer.manifest["versions"], "llama_cpp_system_info": info.get("system_info"),
+                    "ggml": {"version": info.get("ggml_version"), "commit": info.get("ggml_commit")}}  # fmt: skip
+        program = {**self.programs[0], "processes": self.programs, "exit_status": None}
+        capture = {**writer.manifest["capture"], "recorder": "native-preload"}
+        self.inline_timing = info.get("timing") == "inline"
+        if self.inline_timing and not info.get("inline_timing_available", True):
+            say("this program's ggml has no CPU backend functions to time nodes inline: graph times only")
+        writer.update_manifest(versions=versions, program=program, capture=capture)
+
+    def _context(self, path: Path, frame: Frame) -> None:
+        info = frame.json()
+        recording = self.recording
+        writer = recording.writer
+        assert writer is not None
+        context_id = len(recording.tracers)
+        tracer = SpoolContextTracer(recording, context_id, int(info.get("n_ubatch") or 1), self.inline_timing)
+        recording.tracers.append(tracer)
+        self.tracers[(path, frame.context_id)] = tracer
+        files = [file for file in (info.get("model") or info).get("files", []) if file]
+        model = info.get("model")
+        if model is not None:
+            path_of_model = files[0] if files else None
+            model = {"path": path_of_model,
+                     "file_size": os.path.getsize(path_of_model) if path_of_model and os.path.exists(path_of_model)
+                     else None,
+                     **{key: value for key, value in model.items() if key != "files"}}  # fmt: skip
+        context = {"context_id": context_id, **{k: v for k, v in info.items() if k not in ("context_id", "model")},
+                   "model": model}  # fmt: skip
+        context.pop("files", None)
+        writer.update_manifest(contexts=[*writer.manifest["contexts"], context], model=writer.manifest["model"] or model)
+        for file in files:
+            recording._store_memory_map(file)
+        if recording.verbose:
+            say(f"recording context {context_id} of {path.stem} ({(model or {}).get('description', 'ggml')})")
+
+    def _take(self, path: Path, frame: Frame) -> None:
+        tracer = self.tracers.get((path, frame.context_id))
+        if tracer is None:
+            raise RunFormatError(f"{path}: graphs of a context the spool never described ({frame.context_id})")
+        take = frame.take()
+        tracer.write_take(take.decodes, take.token_texts, take.graphs)
+
+    def _failed(self, path: Path, frame: Frame) -> None:
+        self.recording.fail(f"in pid {path.stem}: {frame.payload.decode('utf-8', 'replace')}")
+
+    def _end(self, path: Path, frame: Frame) -> None:
+        info = frame.json()
+        self.ended += 1
+        skipped = (int(info.get("captures_skipped", 0)), int(info.get("capture_bytes_skipped", 0)))
+        for (spool, _), tracer in self.tracers.items():
+            if spool == path:
+                tracer.spool_recorder.captures_skipped = skipped
+                break
+
+    def finish(self, exit_status: int | None) -> None:
+        """The program has ended: read what is left and close the run (complete when every
+        process closed its spool, incomplete otherwise)."""
+        try:
+            self.poll()
+        except (GgmlVizError, OSError) as error:
+            self.recording.fail(f"reading the spool failed: {error}")
+        writer = self.recording.writer
+        if writer is not None and "program" in writer.manifest:
+            writer.update_manifest(program={**writer.manifest["program"], "exit_status": exit_status})
+        cut_short = sum(reader.unread_bytes for reader in self.readers.values())
+        if not self.recording.tracers and self.recording.failed is None:
+            self.recording.fail("the program computed no graph with ggml")
+        elif self.started and self.ended < len(self.readers) and self.recording.failed is None:
+            how = f"killed by signal {-exit_status}" if exit_status is not None and exit_status < 0 else "ended"
+            self.recording.fail(
+                f"the program {how} before closing its recording: graphs of its last half second may be missing"
+                + (f" ({cut_short} bytes of a frame cut short)" if cut_short else "")
+            )
+        self.recording.stop()
+        if self.recording.failed is None:
+            shutil.rmtree(self.run_dir / SPOOL_DIR, ignore_errors=True)
+
+
+def collect_spooled_run(run_dir: Path) -> None:
+    """Turn a run that only holds a native program's spool (recorded with LD_PRELOAD, without
+    `ggml-viz run`) into the columnar run. Called by open_run; once done, the spool is gone."""
+    if (run_dir / MANIFEST_FILE).exists() or not spool_files(run_dir):
+        return
+    say(f"collecting the spool in {run_dir} into the run")
+    recording = Recording(run_dir, settings=settings_of_spool(run_dir))
+    SpoolCollector(recording).finish(exit_status=None)
+
+
+def settings_of_spool(run_dir: Path) -> CaptureSettings:
+    """The settings the program recorded with: the GGML_VIZ_* environment its START frame keeps."""
+    for path in spool_files(run_dir):
+        for frame in SpoolReader(path).read_new()[:1]:
+            if frame.kind == START:
+                return settings_from_environment(frame.json().get("environment") or {})
+    return CaptureSettings()

@@ -1,0 +1,51 @@
+/*
+ * The spool: how the preload library hands a native program's records to ggml-viz.
+ *
+ * One append-only file per traced process, `RUN/spool/PID.spool`. It starts with the 8
+ * bytes SPOOL_MAGIC; then frames, each written with one write() so that a process that
+ * dies leaves whole frames behind it and at most one cut short at the end:
+ *
+ *   SpoolFrameHeader (16 bytes) | payload (size bytes) | SPOOL_TRAILER (uint32)
+ *
+ * Frames (all numbers little-endian):
+ *   SPOOL_START    JSON: the process (pid, argv), the libraries it loaded, ggml's version, settings
+ *   SPOOL_CONTEXT  JSON: a context (llama's, or a ggml scheduler's) and its model
+ *   SPOOL_TAKE     binary, what one take of a context's recorder gave (see below)
+ *   SPOOL_FAILED   text: why recording stopped (inference went on untraced)
+ *   SPOOL_END      JSON: the process is exiting; counts
+ *
+ * SPOOL_TAKE payload:
+ *   uint64 n_calls, n_tokens, n_graphs, text_bytes
+ *   DecodeRecord[n_calls]
+ *   int32 token_id[n_tokens], int32 pos[n_tokens], int32 seq_id[n_tokens], uint8 output[n_tokens]
+ *   uint32 text_length[n_tokens], then text_bytes bytes: each token's text piece, in order
+ *   per graph: SpoolGraphHeader, then its GRAPH_PARTS parts' bytes, in recorder.h's order
+ *
+ * ggml_viz/capture/spool.py reads it; the layouts are checked against _native's sizes.
+ */
+#ifndef GGML_VIZ_SPOOL_H
+#define GGML_VIZ_SPOOL_H
+
+#include <stdint.h>
+
+#include "recorder.h"
+
+#define SPOOL_MAGIC "GGVZSPL1"
+#define SPOOL_TRAILER 0x454d4147u /* "GAME" read as bytes: a frame's last four */
+
+enum { SPOOL_START = 1, SPOOL_CONTEXT = 2, SPOOL_TAKE = 3, SPOOL_FAILED = 4, SPOOL_END = 5 };
+
+typedef struct {
+    uint32_t kind;
+    uint32_t context_id;
+    uint64_t size; /* payload bytes */
+} SpoolFrameHeader;
+
+typedef struct {
+    uint32_t plain_repeat, same;
+    uint64_t n_nodes;
+    int64_t start_ns, end_ns, boundary_ns, n_timed;
+    uint64_t part_sizes[GRAPH_PARTS];
+} SpoolGraphHeader;
+
+#endif

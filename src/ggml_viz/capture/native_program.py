@@ -1,0 +1,115 @@
+"""Recording a native program (llama-server, llama-cli, whisper.cpp, anyone's ggml code):
+the preload library goes in with LD_PRELOAD, the collector turns its spool into the run
+while the program runs, and the program's exit status comes back unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import signal
+import subprocess
+import time
+from enum import Enum
+from pathlib import Path
+from types import FrameType
+
+from .._errors import CaptureError
+from .collector import SpoolCollector
+from .session import Recording
+from .settings import CaptureSettings
+
+PRELOAD_LIBRARY = Path(__file__).with_name("libggml_viz_preload.so")
+COLLECT_INTERVAL_S = 0.1
+
+
+class ProgramKind(Enum):
+    PYTHON = "python"  # recorded by the start-up hook, through llama-cpp-python
+    NATIVE = "native"  # loads ggml's shared libraries: recorded by the preload library
+    STATIC = "static"  # an executable that loads no ggml library: nothing to interpose
+    UNKNOWN = "unknown"  # a script or wrapper: try the preload library; its children may load ggml
+
+
+def preload_path() -> Path:
+    """The preload library (CaptureError if this installation was built without it)."""
+    if not PRELOAD_LIBRARY.exists():
+        raise CaptureError(
+            f"the preload library for native programs is missing ({PRELOAD_LIBRARY}): reinstall ggml-viz with a C "
+            "compiler to record native programs"
+        )
+    return PRELOAD_LIBRARY
+
+
+def program_kind(executable: str) -> ProgramKind:
+    """What kind of program `executable` (a path or a name on PATH) is."""
+    path = shutil.which(executable) or executable
+    if re.match(r"python[0-9.]*$", Path(path).name):
+        return ProgramKind.PYTHON
+    try:
+        with open(path, "rb") as file:
+            head = file.read(256)
+    except OSError:
+        return ProgramKind.UNKNOWN
+    if head.startswith(b"#!"):
+        interpreter = head[2:].split(b"\n", 1)[0].decode(errors="replace")
+        return ProgramKind.PYTHON if re.search(r"python[0-9.]*\b", interpreter) else ProgramKind.UNKNOWN
+    if not head.startswith(b"\x7fELF"):
+        return ProgramKind.UNKNOWN
+    return ProgramKind.NATIVE if _loads_ggml(path) else ProgramKind.STATIC
+
+
+def _loads_ggml(path: str) -> bool:
+    """Whether the dynamic loader would bring a ggml or llama shared library into `path`."""
+    try:
+        listed = subprocess.run(["ldd", path], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return True  # cannot tell: let the preload library find out
+    return bool(re.search(r"\blib(ggml|llama|whisper)[\w.-]*\.so", listed))
+
+
+def run_native(program: list[str], run_dir: Path, settings: CaptureSettings, env: dict[str, str],
+               verbose: bool = False) -> int:  # fmt: skip
+    """Run `program` with the preload library, collecting its spool into `run_dir` as it runs.
+    Returns the program's exit status (128 + N when a signal N ended it, as a shell says)."""
+    recording = Recording(run_dir, settings=settings, verbose=verbose)
+    collector = SpoolCollector(recording)
+    preloaded = " ".join(filter(None, [str(preload_path()), env.get("LD_PRELOAD")]))
+    process = subprocess.Popen(program, env={**env, "LD_PRELOAD": preloaded, "GGML_VIZ_OUTPUT": str(run_dir)})
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        """Ctrl-C and kill reach the program, which ends the way it chooses; we collect to the end."""
+        try:
+            process.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        while process.poll() is None:
+            _collect(collector)
+            time.sleep(COLLECT_INTERVAL_S)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    exit_status = process.wait()
+    collector.finish(exit_status)
+    if not collector.started:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return exit_status if exit_status >= 0 else 128 - exit_status
+
+
+def _collect(collector: SpoolCollector) -> None:
+    """One pass of the collector; a failure stops recording, never the program."""
+    if collector.recording.failed is not None:
+        return
+    try:
+        collector.poll()
+    except Exception as error:  # noqa: BLE001 - the program goes on whatever the collector meets
+        collector.recording.fail(f"collecting the spool failed: {error}")
+
+
+def describe_exit(status: int) -> str:
+    if status > 128 and status - 128 in signal.Signals._value2member_map_:
+        return f"ended by {signal.Signals(status - 128).name}"
+    return f"exit status {status}"
+

@@ -1,0 +1,80 @@
+/*
+ * A ggml program that is not llama.cpp, for the tests: y = relu(W x + b), computed through a
+ * backend scheduler on the CPU, three times with new inputs. It declares the few ggml
+ * functions it calls itself (ggml's headers are not installed with llama-cpp-python).
+ * Prints the sum of y after each compute, so a test can check the program's own output.
+ */
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+struct ggml_init_params {
+    size_t mem_size;
+    void *mem_buffer;
+    bool no_alloc;
+};
+void *ggml_init(struct ggml_init_params params);
+void ggml_free(void *ctx);
+size_t ggml_tensor_overhead(void);
+size_t ggml_graph_overhead(void);
+void *ggml_new_tensor_2d(void *ctx, int type, int64_t ne0, int64_t ne1);
+void *ggml_set_name(void *tensor, const char *name);
+void *ggml_mul_mat(void *ctx, void *a, void *b);
+void *ggml_add(void *ctx, void *a, void *b);
+void *ggml_relu(void *ctx, void *a);
+void *ggml_new_graph(void *ctx);
+void ggml_build_forward_expand(void *graph, void *tensor);
+void *ggml_backend_cpu_init(void);
+void ggml_backend_cpu_set_n_threads(void *backend, int n_threads);
+void ggml_backend_free(void *backend);
+void *ggml_backend_alloc_ctx_tensors(void *ctx, void *backend);
+void ggml_backend_buffer_free(void *buffer);
+void ggml_backend_tensor_set(void *tensor, const void *data, size_t offset, size_t size);
+void ggml_backend_tensor_get(const void *tensor, void *data, size_t offset, size_t size);
+void *ggml_backend_sched_new(void **backends, void **bufts, int n_backends, size_t graph_size, bool parallel,
+                             bool op_offload);
+void ggml_backend_sched_free(void *sched);
+int ggml_backend_sched_graph_compute(void *sched, void *graph);
+void ggml_backend_sched_reset(void *sched);
+
+enum { F32 = 0, IN = 64, OUT = 32, COLUMNS = 4, RUNS = 3 };
+
+int main(void) {
+    void *weights = ggml_init((struct ggml_init_params){8 * ggml_tensor_overhead(), NULL, true});
+    void *w = ggml_set_name(ggml_new_tensor_2d(weights, F32, IN, OUT), "layer.weight");
+    void *b = ggml_set_name(ggml_new_tensor_2d(weights, F32, OUT, 1), "layer.bias");
+    void *x = ggml_set_name(ggml_new_tensor_2d(weights, F32, IN, COLUMNS), "input");
+    void *backend = ggml_backend_cpu_init();
+    ggml_backend_cpu_set_n_threads(backend, 2);
+    void *buffer = ggml_backend_alloc_ctx_tensors(weights, backend);
+    static float w_data[IN * OUT], b_data[OUT], x_data[IN * COLUMNS], y_data[OUT * COLUMNS];
+    for (int i = 0; i < IN * OUT; i++) w_data[i] = (float)((i * 7) % 13 - 6) / 10.0f;
+    for (int i = 0; i < OUT; i++) b_data[i] = (float)(i % 5) / 10.0f;
+    ggml_backend_tensor_set(w, w_data, 0, sizeof w_data);
+    ggml_backend_tensor_set(b, b_data, 0, sizeof b_data);
+
+    void *graph_ctx = ggml_init((struct ggml_init_params){16 * ggml_tensor_overhead() + ggml_graph_overhead(), NULL, true});
+    void *product = ggml_set_name(ggml_mul_mat(graph_ctx, w, x), "product");
+    void *sum = ggml_set_name(ggml_add(graph_ctx, product, b), "sum");
+    void *y = ggml_set_name(ggml_relu(graph_ctx, sum), "output");
+    void *graph = ggml_new_graph(graph_ctx);
+    ggml_build_forward_expand(graph, y);
+    void *sched = ggml_backend_sched_new(&backend, NULL, 1, 64, false, true);
+    for (int run = 0; run < RUNS; run++) {
+        for (int i = 0; i < IN * COLUMNS; i++) x_data[i] = (float)((i + run) % 11 - 5) / 10.0f;
+        ggml_backend_tensor_set(x, x_data, 0, sizeof x_data);
+        if (ggml_backend_sched_graph_compute(sched, graph) != 0) return 1;
+        ggml_backend_tensor_get(y, y_data, 0, sizeof y_data);
+        double total = 0;
+        for (int i = 0; i < OUT * COLUMNS; i++) total += y_data[i];
+        printf("run %d: sum %.4f\n", run, total);
+        ggml_backend_sched_reset(sched);
+    }
+    ggml_backend_sched_free(sched);
+    ggml_free(graph_ctx);
+    ggml_backend_buffer_free(buffer);
+    ggml_backend_free(backend);
+    ggml_free(weights);
+    return 0;
+}
