@@ -3,11 +3,15 @@
  * backend scheduler on the CPU, three times with new inputs. It declares the few ggml
  * functions it calls itself (ggml's headers are not installed with llama-cpp-python).
  * Prints the sum of y after each compute, so a test can check the program's own output.
+ *
+ *   plain_ggml_program [RUNS [PAUSE_MS]]   (3 runs, no pause by default)
  */
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
 
 struct ggml_init_params {
     size_t mem_size;
@@ -38,9 +42,11 @@ void ggml_backend_sched_free(void *sched);
 int ggml_backend_sched_graph_compute(void *sched, void *graph);
 void ggml_backend_sched_reset(void *sched);
 
-enum { F32 = 0, IN = 64, OUT = 32, COLUMNS = 4, RUNS = 3 };
+enum { F32 = 0, IN = 64, OUT = 32, COLUMNS = 4 };
 
-int main(void) {
+int main(int argc, char **argv) {
+    int runs = argc > 1 ? atoi(argv[1]) : 3;
+    long pause_ms = argc > 2 ? atol(argv[2]) : 0;
     void *weights = ggml_init((struct ggml_init_params){8 * ggml_tensor_overhead(), NULL, true});
     void *w = ggml_set_name(ggml_new_tensor_2d(weights, F32, IN, OUT), "layer.weight");
     void *b = ggml_set_name(ggml_new_tensor_2d(weights, F32, OUT, 1), "layer.bias");
@@ -61,7 +67,7 @@ int main(void) {
     void *graph = ggml_new_graph(graph_ctx);
     ggml_build_forward_expand(graph, y);
     void *sched = ggml_backend_sched_new(&backend, NULL, 1, 64, false, true);
-    for (int run = 0; run < RUNS; run++) {
+    for (int run = 0; run < runs; run++) {
         for (int i = 0; i < IN * COLUMNS; i++) x_data[i] = (float)((i + run) % 11 - 5) / 10.0f;
         ggml_backend_tensor_set(x, x_data, 0, sizeof x_data);
         if (ggml_backend_sched_graph_compute(sched, graph) != 0) return 1;
@@ -69,7 +75,9 @@ int main(void) {
         double total = 0;
         for (int i = 0; i < OUT * COLUMNS; i++) total += y_data[i];
         printf("run %d: sum %.4f\n", run, total);
+        fflush(stdout);
         ggml_backend_sched_reset(sched);
+        if (pause_ms) nanosleep(&(struct timespec){pause_ms / 1000, (pause_ms % 1000) * 1000000L}, NULL);
     }
     ggml_backend_sched_free(sched);
     ggml_free(graph_ctx);

@@ -32,9 +32,9 @@ class SpoolRecorder:
     """A GraphRecorder whose graphs come from spool frames: the recording itself happened in
     the traced process, in C."""
 
-    callback = None
-    abort_callback = None
-    user_data = None
+    callback: Any = None
+    abort_callback: Any = None
+    user_data: int | None = None
     open_nodes = 0
     failure: str | None = None
 
@@ -164,7 +164,9 @@ class SpoolCollector:
         context = {"context_id": context_id, **{k: v for k, v in info.items() if k not in ("context_id", "model")},
                    "model": model}  # fmt: skip
         context.pop("files", None)
-        writer.update_manifest(contexts=[*writer.manifest["contexts"], context], model=writer.manifest["model"] or model)
+        writer.update_manifest(
+            contexts=[*writer.manifest["contexts"], context], model=writer.manifest["model"] or model
+        )
         for file in files:
             recording._store_memory_map(file)
         if recording.verbose:
@@ -200,6 +202,9 @@ class SpoolCollector:
         if writer is not None and "program" in writer.manifest:
             writer.update_manifest(program={**writer.manifest["program"], "exit_status": exit_status})
         cut_short = sum(reader.unread_bytes for reader in self.readers.values())
+        damage = [reader.damage for reader in self.readers.values() if reader.damage]
+        if damage and self.recording.failed is None:
+            self.recording.fail(f"the spool is damaged ({'; '.join(damage)}): the graphs after that are lost")
         if not self.recording.tracers and self.recording.failed is None:
             self.recording.fail("the program computed no graph with ggml")
         elif self.started and self.ended < len(self.readers) and self.recording.failed is None:

@@ -291,11 +291,18 @@ class PythonContextTracer(ContextTracer):
 
 
 def batch_phase(batch: BatchCopy) -> str:
-    """`prompt` for a batch of several tokens or one starting a sequence, else `decode`."""
+    """`decode` for a decode step: each token alone in its sequence, past the sequence's
+    start, its logits computed (a server's slots step together so, one token each);
+    `prompt` for a batch that starts a sequence or feeds several tokens of one (a server
+    step that mixes a prompt with other slots' decoding is a prompt step); `other` for none."""
     n_tokens, lowest_position = batch[0], batch[1]
     if n_tokens == 0:
         return "other"
-    return "prompt" if n_tokens > 1 or lowest_position == 0 else "decode"
+    if n_tokens == 1:
+        return "prompt" if lowest_position == 0 else "decode"
+    outputs, seq_ids = np.frombuffer(batch[5], np.bool_), np.frombuffer(batch[4], np.int32)
+    one_step = lowest_position > 0 and n_tokens <= 256 and outputs.all() and len(np.unique(seq_ids)) == n_tokens
+    return "decode" if one_step else "prompt"
 
 
 class NativeContextTracer(ContextTracer):

@@ -112,4 +112,3 @@ def describe_exit(status: int) -> str:
     if status > 128 and status - 128 in signal.Signals._value2member_map_:
         return f"ended by {signal.Signals(status - 128).name}"
     return f"exit status {status}"
-

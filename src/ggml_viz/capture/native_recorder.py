@@ -5,8 +5,8 @@ once and records with the Python recorder instead.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np

@@ -1,12 +1,19 @@
-"""What to record and how: one settings object for the API, the CLI and the environment."""
+"""What to record and how: one settings object for the API, the CLI and the environment.
+
+Every setting is declared once, as a row of CAPTURE_SETTINGS; the options of `ggml-viz
+record` and `run`, the GGML_VIZ_* variables, the keyword arguments of ggml_viz.record and
+the README's table of variables are all made from those rows.
+"""
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from .._errors import CaptureError
 
@@ -14,6 +21,7 @@ RECORDERS = ("native", "python")
 DETAILS = ("op", "graph")
 TIMINGS = ("inline", "sync")
 POLICIES = ("keep-first", "keep-last")
+VALUE_MODES = ("off", "stats")
 _RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
 
 
@@ -93,10 +101,11 @@ def parse_ops(text: str | None) -> tuple[str, ...]:
 
 
 def parse_names(values: list[str] | str | None) -> tuple[str, ...]:
+    """'attn*,ffn_*' or ['attn*', 'ffn_*'] -> ('attn*', 'ffn_*'): each item may hold several, comma-separated."""
     if values is None:
         return ()
-    items = values.split(",") if isinstance(values, str) else values
-    return tuple(item.strip() for item in items if item.strip())
+    items = [values] if isinstance(values, str) else values
+    return tuple(name.strip() for item in items for name in item.split(",") if name.strip())
 
 
 def parse_layers(text: str | None) -> tuple[tuple[tuple[int, int], ...], bool]:
@@ -126,37 +135,233 @@ def selection_from(ops: str | None, layers: str | None, names: list[str] | str |
 
 
 def settings_from_environment(env: Mapping[str, str] | None = None) -> CaptureSettings:
-    """GGML_VIZ_RECORDER, _DETAIL, _TIMING, _SAMPLE, _OPS, _LAYERS, _NAMES, _MAX_EVENTS, _POLICY, _VALUES,
-    _CAPTURE, _CAPTURE_BYTES."""
+    """The settings the GGML_VIZ_* variables of CAPTURE_SETTINGS give (os.environ by default)."""
     env = os.environ if env is None else env
-
-    def number(name: str) -> int | None:
-        text = env.get(name, "").strip()
-        if not text:
-            return None
-        try:
-            return int(text)
-        except ValueError:
-            raise CaptureError(f"{name}={text!r} is not a whole number") from None
-
-    return CaptureSettings(
-        recorder=env.get("GGML_VIZ_RECORDER", "native").strip() or "native",
-        detail=env.get("GGML_VIZ_DETAIL", "op").strip() or "op",
-        timing=env.get("GGML_VIZ_TIMING", "inline").strip() or "inline",
-        sample=number("GGML_VIZ_SAMPLE"),
-        selection=selection_from(env.get("GGML_VIZ_OPS"), env.get("GGML_VIZ_LAYERS"), env.get("GGML_VIZ_NAMES")),
-        max_events=number("GGML_VIZ_MAX_EVENTS"),
-        policy=env.get("GGML_VIZ_POLICY", "keep-first").strip() or "keep-first",
-        values=values_from(env.get("GGML_VIZ_VALUES"), env.get("GGML_VIZ_CAPTURE"), number("GGML_VIZ_CAPTURE_BYTES")),
+    return settings_from_options(
+        {setting.key: setting.from_text(env[setting.env]) for setting in CAPTURE_SETTINGS if setting.env in env}
     )
 
 
 def values_from(values: str | None, captures: list[str] | str | None, capture_bytes: int | None) -> ValueSettings:
     mode = (values or "off").strip() or "off"
-    if mode not in ("off", "stats"):
-        raise CaptureError(f"unknown values {mode!r}; choose one of off, stats")
+    if mode not in VALUE_MODES:
+        raise CaptureError(f"unknown values {mode!r}; choose one of {', '.join(VALUE_MODES)}")
     return ValueSettings(
         stats=mode == "stats",
         captures=parse_names(captures),
         capture_bytes=DEFAULT_CAPTURE_BYTES if capture_bytes is None else capture_bytes,
     )
+
+
+# The settings as data: one row per setting, from which everything else is made.
+
+Kind = Literal["choice", "count", "number", "list"]
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One capture setting: keyword `key` of ggml_viz.record, option --key-name, variable GGML_VIZ_KEY."""
+
+    key: str
+    # choice: one of `choices`; count: a whole number of 1 or more; number: a whole number;
+    # list: comma-separated items (several options, or a sequence in the API, add up)
+    kind: Kind
+    default: str | None  # None: not given (every node, no bound, ...)
+    help: str  # the option's --help
+    doc: str  # the README's text (markdown)
+    choices: tuple[str, ...] = ()
+    metavar: str | None = None  # the value's name in --help
+    example: str | None = None  # the value the README shows; choices or metavar when None
+    repeatable: bool = False  # the option may be given several times
+
+    @property
+    def env(self) -> str:
+        return "GGML_VIZ_" + self.key.upper()
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.key.replace("_", "-")
+
+    @property
+    def annotation(self) -> str:
+        return {"choice": "str", "count": "int | None", "number": "int | None"}.get(
+            self.kind, "str | Sequence[str] | None"
+        )
+
+    def from_text(self, text: str) -> Any:
+        """A GGML_VIZ_* variable's text as the keyword argument's value."""
+        if self.kind == "choice":
+            return text.strip() or self.default
+        if self.kind in ("count", "number"):
+            text = text.strip()
+            if not text:
+                return None
+            try:
+                return int(text)
+            except ValueError:
+                raise CaptureError(f"{self.env}={text!r} is not a whole number") from None
+        return text
+
+    def to_text(self, value: Any) -> str:
+        """A keyword argument's value as the GGML_VIZ_* variable's text."""
+        if self.kind == "list" and not isinstance(value, str):
+            return ",".join(value)  # several options, or a sequence
+        return str(value)
+
+
+_MIB = DEFAULT_CAPTURE_BYTES // 2**20
+
+CAPTURE_SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "detail", "choice", "op", choices=DETAILS,
+        help="op: time every node (default); graph: structure and graph times only",
+        doc="`op` (default): time every node on its own; `graph`: structure and graph times only",
+    ),
+    Setting(
+        "timing", "choice", "inline", choices=TIMINGS,
+        help="inline: graphs run whole, node times from the CPU backend (default, near-free); "
+        "sync: each node computed alone and synchronized (exact, any backend, slower)",
+        doc="how nodes are timed: `inline` (default, the graph runs whole) or `sync` (each node alone); "
+        'see "What is measured, and how"',
+    ),
+    Setting(
+        "sample", "count", None, metavar="N",
+        help="time nodes on every N-th decode graph and the first prompt graph only",
+        doc="time nodes on every N-th decode graph and the first prompt graph; graph detail otherwise",
+    ),
+    Setting(
+        "ops", "list", None, metavar="OPS", example="MUL_MAT,ROPE",
+        help="time only these ops on their own, e.g. MUL_MAT,ROPE",
+        doc="time only these ops on their own (specific `SWIGLU` or base `GLU` names)",
+    ),
+    Setting(
+        "layers", "list", None, metavar="LAYERS", example="0-3,29,none",
+        help="... only nodes of these layers, e.g. 0-3,29,none",
+        doc="… only nodes of these layers (`none`: nodes outside any layer)",
+    ),
+    Setting(
+        "names", "list", None, metavar="GLOB", example="attn*,ffn_*", repeatable=True,
+        help="... only nodes whose name matches (repeatable)",
+        doc="… only nodes whose tensor name matches one of these globs",
+    ),
+    Setting(
+        "max_events", "count", None, metavar="N",
+        help="keep at most N node events (whole graphs)",
+        doc="keep at most N node events, whole graphs; the rest are counted as dropped",
+    ),
+    Setting(
+        "policy", "choice", "keep-first", choices=POLICIES,
+        help="which graphs --max-events keeps (default: keep-first)",
+        doc="which graphs the bound keeps (default `keep-first`)",
+    ),
+    Setting(
+        "values", "choice", "off", choices=VALUE_MODES,
+        help="stats: min, max, mean, std, NaN/Inf counts of every node's output (nodes computed alone)",
+        doc="`stats`: statistics of every node's output (see \"Tensor values\"); `off` (default)",
+    ),
+    Setting(
+        "capture", "list", None, metavar="GLOB", example="GLOB,…", repeatable=True,
+        help="store the whole output of nodes whose name matches (repeatable), e.g. 'kq_soft_max-*'",
+        doc="store the whole output of nodes whose name matches one of these globs (`kq_soft_max-*`)",
+    ),
+    Setting(
+        "capture_bytes", "number", None, metavar="N",
+        help=f"at most N bytes of captures (default {_MIB} MiB)",
+        doc=f"at most N bytes of captures per run (default {_MIB} MiB)",
+    ),
+    Setting(
+        "recorder", "choice", "native", choices=RECORDERS,
+        help="native (C extension, default) or python (slower, for comparison)",
+        doc="the recorder (default `native`; `python` is the slower reference)",
+    ),
+)  # fmt: skip
+_BY_KEY = {setting.key: setting for setting in CAPTURE_SETTINGS}
+
+
+@dataclass(frozen=True)
+class HookVariable:
+    """A variable of the start-up hook that is not a capture setting (the README's table shows them first)."""
+
+    name: str
+    value: str
+    option: str  # the `ggml-viz run` option that sets it (markdown), or ""
+    doc: str
+
+    @property
+    def env(self) -> str:
+        return "GGML_VIZ_" + self.name
+
+
+HOOK_VARIABLES: tuple[HookVariable, ...] = (
+    HookVariable(
+        "OUTPUT", "PATH", "`-o`",
+        "record every llama context the program creates into `PATH` (a taken name gets `-1`, `-2`, …)",
+    ),
+    HookVariable("DISABLE", "1", "", "turn it off"),
+    HookVariable("VERBOSE", "1", "`-v`", "say what is attached and where the run goes"),
+)  # fmt: skip
+
+
+def environment_names() -> tuple[str, ...]:
+    """The GGML_VIZ_* variables a recorder reads its capture settings from (a native program's too)."""
+    return tuple(setting.env for setting in CAPTURE_SETTINGS)
+
+
+def check_keys(options: Mapping[str, Any]) -> None:
+    """Refuse a keyword that is no capture setting, naming the ones there are."""
+    for key in options:
+        if key not in _BY_KEY:
+            close = difflib.get_close_matches(key, _BY_KEY, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise TypeError(f"unknown capture setting {key!r}{hint}; the settings are {', '.join(_BY_KEY)}")
+
+
+def settings_from_options(options: Mapping[str, Any]) -> CaptureSettings:
+    """CaptureSettings from keyword arguments of ggml_viz.record (missing ones take their defaults)."""
+    check_keys(options)
+    given = {setting.key: options.get(setting.key, setting.default) for setting in CAPTURE_SETTINGS}
+    for setting in CAPTURE_SETTINGS:
+        value = given[setting.key]
+        if setting.kind == "list" and value is not None and not isinstance(value, str):
+            given[setting.key] = ",".join(value)  # a sequence of items
+    return CaptureSettings(
+        recorder=given["recorder"],
+        detail=given["detail"],
+        timing=given["timing"],
+        sample=given["sample"],
+        selection=selection_from(given["ops"], given["layers"], given["names"]),
+        max_events=given["max_events"],
+        policy=given["policy"],
+        values=values_from(given["values"], given["capture"], given["capture_bytes"]),
+    )
+
+
+def environment_from_options(options: Mapping[str, Any]) -> dict[str, str]:
+    """Keyword arguments of ggml_viz.record as GGML_VIZ_* variables (those given, not None)."""
+    check_keys(options)
+    return {_BY_KEY[key].env: _BY_KEY[key].to_text(value) for key, value in options.items() if value is not None}
+
+
+def keyword_parameters() -> list[inspect.Parameter]:
+    """The settings as keyword-only parameters (for ggml_viz.record's signature)."""
+    return [
+        inspect.Parameter(setting.key, inspect.Parameter.KEYWORD_ONLY, default=setting.default,
+                          annotation=setting.annotation)
+        for setting in CAPTURE_SETTINGS
+    ]  # fmt: skip
+
+
+def settings_docstring(indent: str = "    ") -> str:
+    """One line per setting, `key: doc`, for ggml_viz.record's docstring."""
+    return "".join(f"{indent}{setting.key}: {setting.doc}\n" for setting in CAPTURE_SETTINGS)
+
+
+def settings_markdown_table() -> str:
+    """The README's table of GGML_VIZ_* variables (tests/unit/test_settings_table.py compares the two)."""
+    rows = ["| variable | `ggml-viz run` option | effect |", "|---|---|---|"]
+    rows += [f"| `{var.env}={var.value}` | {var.option or '—'} | {var.doc} |" for var in HOOK_VARIABLES]
+    for setting in CAPTURE_SETTINGS:
+        value = setting.example or "\\|".join(setting.choices) or setting.metavar
+        option = f"`{setting.flag}`" + (" (repeatable)" if setting.repeatable else "")
+        rows.append(f"| `{setting.env}={value}` | {option} | {setting.doc} |")
+    return "\n".join(rows) + "\n"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import struct
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -21,10 +22,11 @@ from .._errors import RunFormatError
 from .raw_graph import DECODE_DTYPE
 
 MAGIC = b"GGVZSPL1"
-TRAILER = 0x454D4147
 START, CONTEXT, TAKE, FAILED, END = 1, 2, 3, 4, 5
+KINDS = (START, CONTEXT, TAKE, FAILED, END)
+MAX_FRAME_BYTES = 1 << 34  # no take is this large: a size past it is damage
 FRAME_HEADER = struct.Struct("<IIQ")
-TRAILER_BYTES = 4
+TRAILER_BYTES = 4  # the payload's CRC-32
 SPOOL_DIR = "spool"
 SPOOL_SUFFIX = ".spool"
 # The parts of a graph, in native/recorder.h's order (GRAPH_PART_NAMES).
@@ -100,15 +102,19 @@ class Frame(NamedTuple):
 
 @dataclass
 class SpoolReader:
-    """Reads one spool file from where it left off."""
+    """Reads one spool file from where it left off. A frame whose checksum is wrong stops the
+    reading there (`damage` says where): the frames before it are kept."""
 
     path: Path
     offset: int = 0  # bytes read so far
+    damage: str | None = None
     _started: bool = False  # the magic was read
     _pending: bytes = field(default=b"", repr=False)
 
     def read_new(self) -> list[Frame]:
-        """The whole frames written since the last call (RunFormatError: not a spool, or damaged)."""
+        """The whole frames written since the last call (RunFormatError: not a spool at all)."""
+        if self.damage is not None:
+            return []
         with open(self.path, "rb") as spool:
             spool.seek(self.offset)
             data = self._pending + spool.read()
@@ -125,14 +131,19 @@ class SpoolReader:
         while len(data) - position >= FRAME_HEADER.size:
             kind, context_id, size = FRAME_HEADER.unpack_from(data, position)
             end = position + FRAME_HEADER.size + size
+            if kind not in KINDS or size > MAX_FRAME_BYTES:
+                self.damage = f"{self.path.name}: a damaged frame header at byte {self.offset - len(data) + position}"
+                break
             if len(data) < end + TRAILER_BYTES:
                 break  # being written, or cut short by the program's death
-            (trailer,) = struct.unpack_from("<I", data, end)
-            if trailer != TRAILER or kind not in (START, CONTEXT, TAKE, FAILED, END):
-                raise RunFormatError(f"{self.path}: damaged frame at byte {self.offset - len(data) + position}")
-            frames.append(Frame(kind, context_id, data[position + FRAME_HEADER.size : end]))
+            payload = data[position + FRAME_HEADER.size : end]
+            (checksum,) = struct.unpack_from("<I", data, end)
+            if checksum != zlib.crc32(payload):
+                self.damage = f"{self.path.name}: a damaged frame at byte {self.offset - len(data) + position}"
+                break
+            frames.append(Frame(kind, context_id, payload))
             position = end + TRAILER_BYTES
-        self._pending = data[position:]
+        self._pending = data[position:] if self.damage is None else b""
         return frames
 
     @property
@@ -177,12 +188,12 @@ def parse_take(payload: bytes) -> Take:
             if header["plain_repeat"]:
                 graphs.append(RepeatRecord(int(header["n_nodes"]), int(header["start_ns"]), int(header["end_ns"])))
                 continue
-            parts = []
-            for size in header["part_sizes"].tolist():
-                parts.append(_cut(payload, position, size))
+            parts: dict[str, bytes] = {}
+            for name, size in zip(GRAPH_PARTS, header["part_sizes"].tolist(), strict=True):
+                parts[name] = _cut(payload, position, size)
                 position += size
-            graphs.append(GraphRecord(*parts, int(header["boundary_ns"]), bool(header["same"]),
-                                      int(header["n_timed"]), int(header["end_ns"])))  # fmt: skip
+            graphs.append(GraphRecord(**parts, boundary_ns=int(header["boundary_ns"]), same=bool(header["same"]),
+                                      n_timed=int(header["n_timed"]), end_ns=int(header["end_ns"])))  # fmt: skip
     except struct.error as error:
         raise RunFormatError(f"a damaged spool frame: {error}") from None
     if position != len(payload):

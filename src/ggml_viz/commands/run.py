@@ -63,15 +63,7 @@ class RunCommand(Command):
             if kind is ProgramKind.PYTHON:
                 output.rmdir()  # the program's recorder creates it when a context appears
                 exit_code = subprocess.call(program, env=env)
-            elif kind is ProgramKind.STATIC:
-                output.rmdir()
-                print(
-                    f"ggml-viz: {program[0]} loads no ggml shared library (linked statically, or no ggml at all): "
-                    "nothing can be recorded; it runs untraced",
-                    file=sys.stderr,
-                )
-                return subprocess.call(program, env=env)
-            else:
+            else:  # a shell or a wrapper may start a ggml program: the preload library goes in anyway
                 exit_code = run_native(program, output, settings, env, verbose=args.verbose)
         except OSError as error:
             raise CommandError(f"cannot run {program[0]}: {error.strerror or error}", exit_code=1) from None
@@ -80,9 +72,16 @@ class RunCommand(Command):
         if output.exists():
             print(f"run written to {output} (the program's {describe_exit(exit_code)})")
             print_short_summary(open_run(output))
+        elif kind is ProgramKind.STATIC:
+            print(
+                f"ggml-viz: no run was written: {program[0]} loads no ggml shared library (ggml linked statically, "
+                "or no ggml at all), so there was nothing to interpose",
+                file=sys.stderr,
+            )
         else:
             print(
-                "ggml-viz: no run was written: the program computed no ggml graph (or, for Python, created no "
-                "llama context or ran in a Python environment without ggml-viz)"
+                "ggml-viz: no run was written: the program computed no ggml graph (a Python program: it created no "
+                "llama context, or ran in a Python environment without ggml-viz)",
+                file=sys.stderr,
             )
         return exit_code

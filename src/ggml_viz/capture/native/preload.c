@@ -230,10 +230,26 @@ static void json_string(Array *t, const char *s) {
 
 static void stop_recording(const char *reason);
 
+/* CRC-32 as zlib computes it (the reader checks each frame with zlib.crc32). */
+static uint32_t crc32_of(const void *data, size_t size) {
+    static uint32_t table[256];
+    if (!table[1]) {
+        for (uint32_t i = 0; i < 256; i++) {
+            uint32_t c = i;
+            for (int k = 0; k < 8; k++) c = c & 1 ? 0xedb88320u ^ (c >> 1) : c >> 1;
+            table[i] = c;
+        }
+    }
+    uint32_t crc = 0xffffffffu;
+    const uint8_t *bytes = data;
+    for (size_t i = 0; i < size; i++) crc = table[(crc ^ bytes[i]) & 0xff] ^ (crc >> 8);
+    return crc ^ 0xffffffffu;
+}
+
 /* One frame, in one write (under state.lock): a process that dies leaves whole frames. */
 static int write_frame(uint32_t kind, uint32_t context_id, const void *payload, size_t size) {
     SpoolFrameHeader header = {kind, context_id, size};
-    uint32_t trailer = SPOOL_TRAILER;
+    uint32_t trailer = crc32_of(payload, size);
     struct iovec parts[3] = {{&header, sizeof header}, {(void *)payload, size}, {&trailer, sizeof trailer}};
     size_t total = sizeof header + size + sizeof trailer, written = 0;
     if (state.spool < 0) return -1;

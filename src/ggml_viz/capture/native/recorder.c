@@ -737,22 +737,35 @@ static long long open_decode(Recorder *r, const uint8_t *batch, int32_t n, long 
     return lowest;
 }
 
-static long long lowest_position(const uint8_t *batch, const size_t *offsets, int32_t n) {
-    const int32_t *pos;
+/* Whether a llama_batch holds a prompt, as context_tracer.batch_phase says: a decode step
+   has each token alone in its sequence, past the sequence's start, with its logits computed
+   (a server's slots step together so); a batch that starts a sequence, or holds several
+   tokens of one, or does not compute every token's logits, holds a prompt. */
+static bool is_prompt_batch(const uint8_t *batch, const size_t *offsets, int32_t n) {
+    if (!batch || n <= 0) return false;
+    const int32_t *pos, *n_seq;
+    const int32_t *const *seq;
+    const int8_t *logits;
     memcpy(&pos, batch + offsets[1], sizeof pos);
-    long long lowest = -1;
+    memcpy(&n_seq, batch + offsets[2], sizeof n_seq);
+    memcpy(&seq, batch + offsets[3], sizeof seq);
+    memcpy(&logits, batch + offsets[4], sizeof logits);
+    if (n == 1) return pos && pos[0] == 0;
+    if (!pos || !logits || n > 256) return true;
     for (int32_t i = 0; i < n; i++) {
-        long long p = pos ? pos[i] : -1;
-        if (i == 0 || p < lowest) lowest = p;
+        if (logits[i] <= 0 || pos[i] <= 0) return true;
+        int32_t s = (seq && n_seq && n_seq[i] > 0 && seq[i]) ? seq[i][0] : -1;
+        for (int32_t j = 0; j < i; j++) {
+            if (s == ((seq && n_seq && n_seq[j] > 0 && seq[j]) ? seq[j][0] : -1)) return true;
+        }
     }
-    return lowest;
+    return false;
 }
 
-/* --detail and --sample: are the nodes of this call's graphs timed one by one? A call of
-   several tokens, or one starting a sequence, is a prompt call. */
-static int times_nodes(Recorder *r, int32_t n, long long lowest) {
+/* --detail and --sample: are the nodes of this call's graphs timed one by one? */
+static int times_nodes(Recorder *r, bool prompt) {
     if (r->detail_graph) return 0;
-    if (n > 0 && (n > 1 || lowest == 0)) return ++r->n_prompt_decodes == 1 || !r->sample;
+    if (prompt) return ++r->n_prompt_decodes == 1 || !r->sample;
     return !r->sample || (r->n_other_decodes++ % r->sample) == 0;
 }
 void array_init(Array *a, size_t item_size) {
@@ -916,18 +929,12 @@ void recorder_begin_decode(Recorder *r, const uint8_t *batch) {
     int64_t now = now_ns();
     int32_t n = batch ? batch_size(batch) : 0;
     long long index = r->n_decodes++;
-    long long lowest;
-    if (r->mode == MODE_RECORD) {
-        lowest = open_decode(r, batch, n, index, now);
-        if (lowest == -2) { /* the owner sees the flag at end_decode, writes what was closed, and stops */
-            r->out_of_memory = 1;
-            r->mode = MODE_OFF;
-            return;
-        }
-    } else {
-        lowest = batch ? lowest_position(batch, r->batch_offsets, n) : -1;
+    if (r->mode == MODE_RECORD && open_decode(r, batch, n, index, now) == -2) {
+        r->out_of_memory = 1; /* the owner sees the flag at end_decode, writes what was closed, and stops */
+        r->mode = MODE_OFF;
+        return;
     }
-    r->time_nodes = times_nodes(r, n, lowest);
+    r->time_nodes = times_nodes(r, is_prompt_batch(batch, r->batch_offsets, n));
 }
 
 int recorder_end_decode(Recorder *r, int32_t return_code) {

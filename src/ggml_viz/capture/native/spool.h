@@ -5,7 +5,7 @@
  * bytes SPOOL_MAGIC; then frames, each written with one write() so that a process that
  * dies leaves whole frames behind it and at most one cut short at the end:
  *
- *   SpoolFrameHeader (16 bytes) | payload (size bytes) | SPOOL_TRAILER (uint32)
+ *   SpoolFrameHeader (16 bytes) | payload (size bytes) | CRC-32 of the payload (uint32, zlib's)
  *
  * Frames (all numbers little-endian):
  *   SPOOL_START    JSON: the process (pid, argv), the libraries it loaded, ggml's version, settings
@@ -31,7 +31,6 @@
 #include "recorder.h"
 
 #define SPOOL_MAGIC "GGVZSPL1"
-#define SPOOL_TRAILER 0x454d4147u /* "GAME" read as bytes: a frame's last four */
 
 enum { SPOOL_START = 1, SPOOL_CONTEXT = 2, SPOOL_TAKE = 3, SPOOL_FAILED = 4, SPOOL_END = 5 };
 

@@ -1,0 +1,99 @@
+"""What recording a native program costs: llama.cpp's own llama-bench and llama-completion on
+SmolLM2-135M, 2 threads, untraced and under `ggml-viz run` (op detail, inline timing: the
+defaults), alternating, in fresh processes.
+
+The figures are the programs' own: llama-bench's tokens/s for its text-generation test
+(`-n 64`, its own repetitions averaged), and llama-completion's eval rate from its
+performance report (64 generated tokens). The traced figure includes everything
+`ggml-viz run` does meanwhile on the same 2 cores: the preload library recording, and the
+collector reading the spool and writing the run. Prints each pair and the median
+untraced/traced rate ratio (above 1: recording slows the program).
+
+    python benchmarks/native_overhead.py                 # both programs, 7 pairs
+    python benchmarks/native_overhead.py --pairs 11 --programs llama-bench
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+THREADS = 2
+N_GENERATE = 64
+PROMPT = "The history of the printing press begins in the fifteenth century, when the"
+
+
+def model_path() -> str:
+    from ggml_viz.modelfile.locate import default_model_path
+
+    return str(default_model_path())
+
+
+def tool(name: str) -> str:
+    path = Path(sys.executable).parent / name
+    if not path.exists():
+        sys.exit(f"{path} is missing: `make setup` builds llama.cpp's own programs")
+    return str(path)
+
+
+def commands(model: str) -> dict[str, list[str]]:
+    return {
+        "llama-bench": [tool("llama-bench"), "-m", model, "-p", "0", "-n", str(N_GENERATE), "-r", "3",
+                        "-t", str(THREADS), "-o", "json"],
+        "llama-completion": [tool("llama-completion"), "-m", model, "-p", PROMPT, "-n", str(N_GENERATE),
+                             "--temp", "0", "--ignore-eos", "-no-cnv", "-t", str(THREADS), "-c", "512"],
+    }  # fmt: skip
+
+
+def tokens_per_second(program: str, completed: subprocess.CompletedProcess) -> float:
+    """The program's own generation rate."""
+    if completed.returncode != 0:
+        raise RuntimeError(f"{program} failed ({completed.returncode}): {completed.stderr[-2000:]}")
+    if program == "llama-bench":
+        results, _ = json.JSONDecoder().raw_decode(completed.stdout.lstrip())
+        return float(next(result["avg_ts"] for result in results if result["n_gen"] > 0))
+    # llama_perf_context_print: "eval time = X ms / N runs ( ... ms per token, R tokens per second)"
+    match = re.search(r"\beval time =.*?([\d.]+) tokens per second", completed.stderr)
+    if not match:
+        raise RuntimeError(f"no eval rate in llama-completion's output: {completed.stderr[-2000:]}")
+    return float(match.group(1))
+
+
+def run_pair(program: str, command: list[str], folder: Path, index: int) -> tuple[float, float]:
+    untraced = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    output = folder / f"{program}-{index}.ggmlviz"
+    traced = subprocess.run(
+        [sys.executable, "-m", "ggml_viz", "run", "-o", str(output), "--", *command],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    return tokens_per_second(program, untraced), tokens_per_second(program, traced)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pairs", type=int, default=7)
+    parser.add_argument("--programs", nargs="+", default=["llama-bench", "llama-completion"])
+    args = parser.parse_args()
+    model = model_path()
+    all_commands = commands(model)
+    with tempfile.TemporaryDirectory() as folder:
+        for program in args.programs:
+            ratios = []
+            print(f"{program}: {' '.join(all_commands[program][1:])}")
+            for index in range(args.pairs):
+                untraced, traced = run_pair(program, all_commands[program], Path(folder), index)
+                ratios.append(untraced / traced)
+                print(f"  pair {index + 1}: untraced {untraced:7.1f} tok/s   traced {traced:7.1f} tok/s   "
+                      f"ratio {untraced / traced:.3f}")  # fmt: skip
+            print(f"{program}: median untraced/traced {statistics.median(ratios):.3f} over {args.pairs} pairs "
+                  f"(min {min(ratios):.3f}, max {max(ratios):.3f})")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

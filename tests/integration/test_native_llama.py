@@ -1,0 +1,223 @@
+"""llama.cpp's own programs, recorded unchanged through the preload library: llama-completion
+beside llama-cpp-python, llama-server answering the openai client, llama-bench."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+import ggml_viz
+
+from .native import llama_tool, untraced
+from .smollm2 import ggml_viz_cli
+
+pytestmark = pytest.mark.model
+
+PROMPT = "The capital of France is"
+N_PREDICT = 8
+
+
+def tokens_of(run, phase: str):
+    """The tokens the graphs of one phase (prompt, decode) processed, in order."""
+    tokens = run.tokens.merge(run.graphs[["graph_id", "phase", "start_ns"]], on="graph_id")
+    return tokens[tokens.phase == phase].sort_values(["start_ns", "batch_index"])
+
+
+def completion_command(model_path: Path, n_predict: int = N_PREDICT) -> list[str]:
+    return [str(llama_tool("llama-completion")), "-m", str(model_path), "-p", PROMPT, "-n", str(n_predict),
+            "--temp", "0", "--ignore-eos", "-no-cnv", "--no-warmup", "-t", "2", "-c", "512", "-fa", "off"]  # fmt: skip
+
+
+def test_llama_completion_records_the_graphs_llama_cpp_python_runs(tmp_path, model_path):
+    # GIVEN the same model, prompt and greedy settings through llama-completion and llama-cpp-python
+    output = tmp_path / "completion.ggmlviz"
+    expected = untraced(completion_command(model_path))
+    # WHEN ggml-viz runs llama-completion
+    result = ggml_viz_cli("run", "-o", str(output), "--", *completion_command(model_path))
+    assert result.returncode == 0, result.stderr
+    # THEN the program says what it says untraced (greedy: the same text)
+    assert expected.stdout.strip() and expected.stdout.strip() in result.stdout
+    native = ggml_viz.open(output)
+    assert native.status == "complete", native.manifest["incomplete_reason"]
+    with ggml_viz.record(tmp_path / "python.ggmlviz"):
+        from llama_cpp import Llama
+
+        llm = Llama(str(model_path), n_ctx=512, n_threads=2, verbose=False)
+        llm(PROMPT, max_tokens=N_PREDICT, temperature=0.0)
+        del llm
+    python = ggml_viz.open(tmp_path / "python.ggmlviz")
+    # AND both ran one prompt graph and the same decode graphs: the same node count and op sequence
+    assert native.graphs.phase.tolist() == python.graphs.phase.tolist()
+    assert native.graphs.n_nodes.tolist() == python.graphs.n_nodes.tolist()
+    last = {name: run.graphs.graph_id.iloc[-1] for name, run in (("native", native), ("python", python))}
+    ops = {name: run.nodes[run.nodes.graph_id == last[name]].op.tolist() for name, run in
+           (("native", native), ("python", python))}  # fmt: skip
+    assert ops["native"] == ops["python"]
+    # AND the prompt's tokens are the same tokens, with their text
+    prompt = {name: tokens_of(run, "prompt") for name, run in (("native", native), ("python", python))}
+    assert prompt["native"].token_id.tolist() == prompt["python"].token_id.tolist()
+    assert "".join(prompt["native"].text).strip().endswith(PROMPT)
+    # AND the nodes carry real time, the weights their file offsets
+    assert native.nodes.timed.all() and native.nodes.duration_ns.sum() > 0
+    assert ggml_viz_cli("validate", str(output)).returncode == 0
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _wait_for_server(port: int, process: subprocess.Popen, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"the server ended early ({process.returncode})")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
+                if answer.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.25)
+    raise AssertionError("the server did not become ready")
+
+
+def _start_server(output: Path, model_path: Path) -> tuple[subprocess.Popen, int]:
+    port = _free_port()
+    command = [str(llama_tool("llama-server")), "-m", str(model_path), "--host", "127.0.0.1", "--port", str(port),
+               "-np", "2", "-c", "2048", "-t", "2", "--no-warmup"]  # fmt: skip
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ggml_viz", "run", "-o", str(output), "--", *command],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    _wait_for_server(port, process)
+    return process, port
+
+
+def _ask(port: int, question: str, stream: bool = False) -> tuple[str, int]:
+    """One chat request through the openai client: the answer, and how many tokens the server
+    fed to llama.cpp for it (the prompt tokens it computed, not those it had cached, and each
+    generated token but the last, which is never fed back)."""
+    import openai
+
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", timeout=120)
+    request = {"model": "smollm2", "messages": [{"role": "user", "content": question}], "max_tokens": 12,
+               "temperature": 0}  # fmt: skip
+    if not stream:
+        answer = client.chat.completions.create(**request)
+        text, timings = answer.choices[0].message.content or "", (answer.model_extra or {})["timings"]
+    else:
+        pieces, timings = [], {}
+        for chunk in client.chat.completions.create(**request, stream=True):
+            if chunk.choices and chunk.choices[0].delta.content:
+                pieces.append(chunk.choices[0].delta.content)
+            timings = (chunk.model_extra or {}).get("timings") or timings
+        text = "".join(pieces)
+    return text, timings["prompt_n"] + timings["predicted_n"] - 1
+
+
+QUESTIONS = ["What is the capital of France?", "Name a primary color.", "Count to three.", "What is 2 + 2?"]
+
+
+def test_llama_server_answering_the_openai_client_is_recorded(tmp_path, model_path):
+    # GIVEN llama-server with two slots under ggml-viz run
+    output = tmp_path / "server.ggmlviz"
+    server, port = _start_server(output, model_path)
+    try:
+        # WHEN the openai client asks four questions: two at once, then one streamed, then one more
+        asked_ns = time.monotonic_ns()  # the recorder's clock: what the server ran before is its own
+        with ThreadPoolExecutor(2) as pool:
+            answers = list(pool.map(lambda question: _ask(port, question), QUESTIONS[:2]))
+        answers.append(_ask(port, QUESTIONS[2], stream=True))
+        answers.append(_ask(port, QUESTIONS[3]))
+        # AND Ctrl-C reaches the wrapper
+        server.send_signal(signal.SIGINT)
+        stdout, stderr = server.communicate(timeout=120)
+    finally:
+        if server.poll() is None:
+            server.kill()
+    # THEN the run is complete
+    run = ggml_viz.open(output)
+    assert run.status == "complete", (run.manifest["incomplete_reason"], stderr[-3000:])
+    assert "run written to" in stdout
+    graphs = run.graphs
+    # AND it holds every token the server fed, in prompt graphs and decode graphs of both slots
+    for_requests = run.tokens[run.tokens.graph_id.isin(graphs[graphs.start_ns >= asked_ns].graph_id)]
+    assert len(for_requests) == sum(fed for _, fed in answers)
+    assert set(graphs.phase) == {"prompt", "decode"} and set(run.tokens.seq_id) == {0, 1}
+    # AND the text of each answer, token by token, in its slot's sequence (all but its last
+    # token, never fed back: here, all but its last word)
+    tokens = run.tokens.merge(graphs[["graph_id", "start_ns"]], on="graph_id").sort_values(["start_ns", "batch_index"])
+    sequences = ["".join(tokens[tokens.seq_id == seq].text) for seq in (0, 1)]
+    for answer, _ in answers:
+        fed = answer.rsplit(maxsplit=1)[0]
+        assert any(fed in sequence for sequence in sequences), (answer, sequences)
+    # AND real node times, and weights mapped to the model file
+    assert run.nodes.timed.any() and run.nodes.duration_ns.sum() > 0
+    assert run.manifest["model"]["path"] == str(model_path.resolve())
+    assert ggml_viz_cli("validate", str(output)).returncode == 0
+
+
+def test_a_killed_server_keeps_every_graph_closed_before_the_kill(tmp_path, model_path):
+    # GIVEN llama-server under ggml-viz run, after two answers and a pause
+    output = tmp_path / "killed.ggmlviz"
+    server, port = _start_server(output, model_path)
+    try:
+        asked_ns = time.monotonic_ns()
+        answers = [_ask(port, question) for question in QUESTIONS[:2]]
+        time.sleep(1.5)
+        # WHEN the server is killed outright
+        spool = next((output / "spool").glob("*.spool"))
+        server_pid = int(spool.stem)
+        subprocess.run(["kill", "-9", str(server_pid)], check=True)
+        stdout, _ = server.communicate(timeout=120)
+    finally:
+        if server.poll() is None:
+            server.kill()
+    # THEN the wrapper reports the signal, the run is incomplete and holds both answers' graphs
+    assert server.returncode == 128 + signal.SIGKILL
+    run = ggml_viz.open(output)
+    assert run.status == "incomplete" and "killed by signal 9" in run.manifest["incomplete_reason"]
+    graphs = run.graphs[run.graphs.start_ns >= asked_ns]
+    assert run.tokens.graph_id.isin(graphs.graph_id).sum() == sum(fed for _, fed in answers)
+    assert (graphs.phase == "prompt").sum() == 2
+
+
+def test_llama_bench_gets_a_per_op_breakdown_of_pp_and_tg(tmp_path, model_path):
+    # GIVEN llama-bench's prompt-processing and text-generation tests
+    output = tmp_path / "bench.ggmlviz"
+    command = [str(llama_tool("llama-bench")), "-m", str(model_path), "-p", "16", "-n", "16", "-r", "3", "-t", "2",
+               "-o", "json"]  # fmt: skip
+    # WHEN ggml-viz runs it
+    result = ggml_viz_cli("run", "-o", str(output), "--", *command)
+    assert result.returncode == 0, result.stderr
+    figures, _ = json.JSONDecoder().raw_decode(result.stdout.lstrip())
+    run = ggml_viz.open(output)
+    graphs = run.graphs
+    # THEN its pp graphs hold 16 tokens; its tg graphs one, the first of each run at position 0
+    # (it starts a sequence: a prompt), the others decode steps
+    prompt = graphs[graphs.phase == "prompt"]
+    assert set(prompt.n_tokens) == {1, 16} and set(graphs[graphs.phase == "decode"].n_tokens) == {1}
+    first_tokens = run.tokens[run.tokens.graph_id.isin(prompt[prompt.n_tokens == 1].graph_id)]
+    assert set(first_tokens.pos) == {0}
+    # AND each phase has its time by op, matrix multiplication first
+    nodes = run.nodes.merge(graphs[["graph_id", "phase"]], on="graph_id")
+    by_op = nodes.groupby(["phase", "op"]).duration_ns.sum()
+    for phase in ("prompt", "decode"):
+        assert by_op[phase].idxmax() == "MUL_MAT"
+    # AND the generation rate the run shows is within the spread of llama-bench's own
+    tg = next(figure for figure in figures if figure["n_gen"] > 0)
+    decode = graphs[graphs.phase == "decode"]
+    recorded = len(decode) / ((decode.end_ns - decode.start_ns).sum() / 1e9)
+    spread = max(3 * tg["stddev_ts"], 0.15 * tg["avg_ts"])
+    assert abs(recorded - tg["avg_ts"]) <= spread, (recorded, tg["avg_ts"], tg["stddev_ts"])
