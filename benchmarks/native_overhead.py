@@ -3,11 +3,12 @@ SmolLM2-135M, 2 threads, untraced and under `ggml-viz run` (op detail, inline ti
 defaults), alternating, in fresh processes.
 
 The figures are the programs' own: llama-bench's tokens/s for its text-generation test
-(`-n 64`, its own repetitions averaged), and llama-completion's eval rate from its
+(`-n 64`, its own 5 repetitions averaged), and llama-completion's eval rate from its
 performance report (64 generated tokens). The traced figure includes everything
 `ggml-viz run` does meanwhile on the same 2 cores: the preload library recording, and the
-collector reading the spool and writing the run. Prints each pair and the median
-untraced/traced rate ratio (above 1: recording slows the program).
+collector reading the spool and writing the run (on CPU time the program leaves). Each
+pair runs both, in alternating order. Prints each pair and the median untraced/traced rate
+ratio (above 1: recording slows the program).
 
     python benchmarks/native_overhead.py                 # both programs, 7 pairs
     python benchmarks/native_overhead.py --pairs 11 --programs llama-bench
@@ -44,7 +45,7 @@ def tool(name: str) -> str:
 
 def commands(model: str) -> dict[str, list[str]]:
     return {
-        "llama-bench": [tool("llama-bench"), "-m", model, "-p", "0", "-n", str(N_GENERATE), "-r", "3",
+        "llama-bench": [tool("llama-bench"), "-m", model, "-p", "0", "-n", str(N_GENERATE), "-r", "5",
                         "-t", str(THREADS), "-o", "json"],
         "llama-completion": [tool("llama-completion"), "-m", model, "-p", PROMPT, "-n", str(N_GENERATE),
                              "--temp", "0", "--ignore-eos", "-no-cnv", "-t", str(THREADS), "-c", "512"],
@@ -66,13 +67,13 @@ def tokens_per_second(program: str, completed: subprocess.CompletedProcess) -> f
 
 
 def run_pair(program: str, command: list[str], folder: Path, index: int) -> tuple[float, float]:
-    untraced = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    """One untraced and one traced run, in alternating order from pair to pair (drift cancels)."""
     output = folder / f"{program}-{index}.ggmlviz"
-    traced = subprocess.run(
-        [sys.executable, "-m", "ggml_viz", "run", "-o", str(output), "--", *command],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    return tokens_per_second(program, untraced), tokens_per_second(program, traced)
+    traced_command = [sys.executable, "-m", "ggml_viz", "run", "-o", str(output), "--", *command]
+    results = {}
+    for name, argv in sorted({"untraced": command, "traced": traced_command}.items(), reverse=index % 2 == 0):
+        results[name] = tokens_per_second(program, subprocess.run(argv, capture_output=True, text=True, timeout=600))
+    return results["untraced"], results["traced"]
 
 
 def main() -> None:

@@ -13,12 +13,14 @@ callback when the context is made.
 
 from __future__ import annotations
 
+import inspect
 import os
-from collections.abc import Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ._errors import CaptureError, GgmlVizError, RunFormatError
 from ._version import __version__
+from .capture.settings import keyword_parameters, settings_docstring, settings_from_options
 
 if TYPE_CHECKING:
     from .capture.session import Recording
@@ -30,61 +32,40 @@ __all__ = ["CaptureError", "GgmlVizError", "RunFormatError", "__version__", "ope
 def record(
     output: str | os.PathLike[str],
     *,
-    detail: str = "op",
-    timing: str = "inline",
-    sample: int | None = None,
-    ops: str | Sequence[str] | None = None,
-    layers: str | None = None,
-    names: str | Sequence[str] | None = None,
-    max_events: int | None = None,
-    policy: str = "keep-first",
-    recorder: str = "native",
-    values: str = "off",
-    capture: str | Sequence[str] | None = None,
-    capture_bytes: int | None = None,
     metadata: dict[str, Any] | None = None,
     overwrite: bool = False,
     verbose: bool = False,
+    **settings: Any,
 ) -> Recording:
     """Record every llama context created inside the `with` block into the run `output`.
 
-    detail: "op" times every node on its own; "graph" records structure and graph times only.
-    timing: how nodes are timed. "inline" (default): each graph runs in one piece, as
-        untraced, and the CPU backend's per-node callback gives the times (thread 0's view);
-        "sync": each timed node is computed alone and synchronized (exact boundaries, any
-        backend, slower: every node becomes its own compute call).
-    sample: time nodes on every N-th decode graph and the first prompt graph only.
-    ops, layers, names: time only matching nodes on their own ("MUL_MAT,ROPE", "0-3,29,none",
-        "attn*"); the others are recorded as structure.
-    max_events, policy: keep at most this many node events, whole graphs, the first
-        ("keep-first") or the last ("keep-last"); the rest are counted as dropped.
-    recorder: "native" (C extension, the default) or "python".
-    values: "stats" reads every node's output after it is computed (min, max, mean, std,
-        mean |x|, NaN and Inf counts; each node is then computed alone).
-    capture: name globs ("kq_soft_max-*") of nodes whose whole output is stored, at most
-        capture_bytes (default 64 MiB) per run; `run.captured(graph, node)` reads one back.
     metadata: stored in the manifest under "generation" (prompt, sampling settings, ...).
     overwrite: replace an existing run at `output`.
+    verbose: say what is attached and where the run goes.
+
+    The other keyword arguments are the capture settings, the same as the options of
+    `ggml-viz record` and the GGML_VIZ_* variables (ggml_viz.capture.settings.CAPTURE_SETTINGS);
+    ops, layers, names and capture take comma-separated text or a sequence of items. An
+    unknown one raises TypeError.
     """
     from .capture.session import Recording
-    from .capture.settings import CaptureSettings, selection_from, values_from
 
-    op_list = ops if isinstance(ops, str) or ops is None else ",".join(ops)
-    settings = CaptureSettings(
-        recorder=recorder,
-        detail=detail,
-        timing=timing,
-        sample=sample,
-        selection=selection_from(
-            op_list, layers, list(names) if names is not None and not isinstance(names, str) else names
-        ),
-        max_events=max_events,
-        policy=policy,
-        values=values_from(
-            values, capture if isinstance(capture, str) or capture is None else list(capture), capture_bytes
-        ),  # fmt: skip
-    )
-    return Recording(output, settings=settings, metadata=metadata, overwrite=overwrite, verbose=verbose)
+    return Recording(output, settings=settings_from_options(settings), metadata=metadata, overwrite=overwrite,
+                     verbose=verbose)  # fmt: skip
+
+
+def _describe_settings(function: Callable[..., Any]) -> None:
+    """Give `function` (taking **settings) the capture settings in its signature and docstring, for help()."""
+    signature = inspect.signature(function)
+    parameters = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    first_keyword = next(i for i, p in enumerate(parameters) if p.kind is inspect.Parameter.KEYWORD_ONLY)
+    parameters[first_keyword:first_keyword] = keyword_parameters()
+    function.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+    if function.__doc__:
+        function.__doc__ += "\n    The capture settings:\n" + settings_docstring()
+
+
+_describe_settings(record)
 
 
 def open(path: str | os.PathLike[str]) -> Run:  # noqa: A001 - mirrors the builtin on purpose

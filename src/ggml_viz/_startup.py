@@ -4,18 +4,10 @@ The .pth line imports this module only when GGML_VIZ_OUTPUT is set. Even then
 llama_cpp is not imported here: an import hook starts the recording right after the
 program itself imports `llama_cpp.llama_cpp`, so programs that never use it pay nothing.
 
-Environment variables:
-  GGML_VIZ_OUTPUT=run.ggmlviz  where to write the run (a taken name gets -1, -2, ...)
-  GGML_VIZ_DISABLE=1           turn recording off
-  GGML_VIZ_VERBOSE=1           say what is attached and where the run goes
-  GGML_VIZ_DETAIL=op|graph     time every node (op), or record structure and graph times only
-  GGML_VIZ_SAMPLE=N            time nodes on every N-th decode graph and the first prompt graph
-  GGML_VIZ_OPS=MUL_MAT,ROPE    time only these ops on their own (others: structure)
-  GGML_VIZ_LAYERS=0-3,29,none  ... only nodes of these layers ("none": outside layers)
-  GGML_VIZ_NAMES='attn*,ffn_*' ... only nodes whose names match these globs
-  GGML_VIZ_MAX_EVENTS=N        keep at most N node events (whole graphs)
-  GGML_VIZ_POLICY=keep-first|keep-last   which graphs the bound keeps
-  GGML_VIZ_RECORDER=native|python        the recorder (native is the default)
+The variables it reads are declared once, in ggml_viz.capture.settings: the hook's own
+(HOOK_VARIABLES: GGML_VIZ_OUTPUT, _DISABLE, _VERBOSE) and the capture settings
+(CAPTURE_SETTINGS, read by settings_from_environment). README.md's table, made from the
+same rows, lists them all.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ beside llama-cpp-python, llama-server answering the openai client, llama-bench."
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -221,3 +222,23 @@ def test_llama_bench_gets_a_per_op_breakdown_of_pp_and_tg(tmp_path, model_path):
     recorded = len(decode) / ((decode.end_ns - decode.start_ns).sum() / 1e9)
     spread = max(3 * tg["stddev_ts"], 0.15 * tg["avg_ts"])
     assert abs(recorded - tg["avg_ts"]) <= spread, (recorded, tg["avg_ts"], tg["stddev_ts"])
+
+
+def test_a_python_program_with_the_preload_library_too_is_recorded_once(tmp_path, model_path):
+    # GIVEN a llama-cpp-python program run with the preload library and GGML_VIZ_OUTPUT by hand
+    script = tmp_path / "app.py"
+    script.write_text(
+        "import sys\nfrom llama_cpp import Llama\n"
+        "llm = Llama(model_path=sys.argv[1], n_ctx=256, n_threads=2, verbose=False)\n"
+        "llm(sys.argv[2], max_tokens=3, temperature=0.0)\n"
+    )
+    output = tmp_path / "app.ggmlviz"
+    preload = ggml_viz_cli("preload-path").stdout.strip()
+    env = {**os.environ, "LD_PRELOAD": preload, "GGML_VIZ_OUTPUT": str(output)}
+    # WHEN it runs
+    result = subprocess.run([sys.executable, str(script), str(model_path), PROMPT], env=env, timeout=300)
+    # THEN the start-up hook recorded it, once: the preload library stood aside (no spool)
+    assert result.returncode == 0
+    run = ggml_viz.open(output)
+    assert len(run.graphs) == 3 and run.manifest["capture"]["recorder"] == "native"
+    assert not (output / "spool").exists() and not list(tmp_path.glob("app-*.ggmlviz"))

@@ -160,3 +160,19 @@ def test_a_spool_cut_short_or_damaged_keeps_the_frames_before(tmp_path, plain_pr
     run = ggml_viz.open(damaged)
     assert run.status == "incomplete" and "the spool is damaged" in run.manifest["incomplete_reason"]
     assert 0 < len(run.graphs) < 40
+
+
+def test_the_programs_own_callbacks_keep_being_called(tmp_path, plain_program):
+    # GIVEN a program with an abort callback on its CPU backend and an eval callback on its
+    # scheduler, which count their calls
+    command = [str(plain_program), "4", "0", "callbacks"]
+    expected = untraced(command)
+    assert "abort calls 12, eval asks 12" in expected.stdout  # one per node
+    output = tmp_path / "callbacks.ggmlviz"
+    # WHEN ggml-viz records it (its eval callback and abort callback installed in their place)
+    result = ggml_viz_cli("run", "-o", str(output), "--", *command)
+    # THEN the program's callbacks are called as often as without ggml-viz, and the run is whole
+    assert result.returncode == 0, result.stderr
+    assert expected.stdout in result.stdout
+    run = ggml_viz.open(output)
+    assert len(run.graphs) == 4 and run.nodes.timed.all()

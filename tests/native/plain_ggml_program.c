@@ -4,7 +4,11 @@
  * functions it calls itself (ggml's headers are not installed with llama-cpp-python).
  * Prints the sum of y after each compute, so a test can check the program's own output.
  *
- *   plain_ggml_program [RUNS [PAUSE_MS]]   (3 runs, no pause by default)
+ *   plain_ggml_program [RUNS [PAUSE_MS [callbacks]]]   (3 runs, no pause by default)
+ *
+ * With `callbacks` it sets an abort callback on its CPU backend and an eval callback on its
+ * scheduler of its own, which count their calls (printed at the end): a profiler must keep
+ * calling them.
  */
 #include <stdbool.h>
 #include <stddef.h>
@@ -41,12 +45,30 @@ void *ggml_backend_sched_new(void **backends, void **bufts, int n_backends, size
 void ggml_backend_sched_free(void *sched);
 int ggml_backend_sched_graph_compute(void *sched, void *graph);
 void ggml_backend_sched_reset(void *sched);
+void ggml_backend_cpu_set_abort_callback(void *backend, bool (*callback)(void *), void *data);
+void ggml_backend_sched_set_eval_callback(void *sched, bool (*callback)(void *, bool, void *), void *data);
+
+static int abort_calls, eval_asks;
+
+static bool count_abort(void *data) {
+    (void)data;
+    abort_calls++;
+    return false;
+}
+
+static bool count_eval(void *tensor, bool ask, void *data) {
+    (void)tensor;
+    (void)data;
+    eval_asks += ask;
+    return !ask; /* no node's result is wanted */
+}
 
 enum { F32 = 0, IN = 64, OUT = 32, COLUMNS = 4 };
 
 int main(int argc, char **argv) {
     int runs = argc > 1 ? atoi(argv[1]) : 3;
     long pause_ms = argc > 2 ? atol(argv[2]) : 0;
+    bool callbacks = argc > 3 && argv[3][0] == 'c';
     void *weights = ggml_init((struct ggml_init_params){8 * ggml_tensor_overhead(), NULL, true});
     void *w = ggml_set_name(ggml_new_tensor_2d(weights, F32, IN, OUT), "layer.weight");
     void *b = ggml_set_name(ggml_new_tensor_2d(weights, F32, OUT, 1), "layer.bias");
@@ -67,6 +89,10 @@ int main(int argc, char **argv) {
     void *graph = ggml_new_graph(graph_ctx);
     ggml_build_forward_expand(graph, y);
     void *sched = ggml_backend_sched_new(&backend, NULL, 1, 64, false, true);
+    if (callbacks) {
+        ggml_backend_cpu_set_abort_callback(backend, count_abort, NULL);
+        ggml_backend_sched_set_eval_callback(sched, count_eval, NULL);
+    }
     for (int run = 0; run < runs; run++) {
         for (int i = 0; i < IN * COLUMNS; i++) x_data[i] = (float)((i + run) % 11 - 5) / 10.0f;
         ggml_backend_tensor_set(x, x_data, 0, sizeof x_data);
@@ -79,6 +105,7 @@ int main(int argc, char **argv) {
         ggml_backend_sched_reset(sched);
         if (pause_ms) nanosleep(&(struct timespec){pause_ms / 1000, (pause_ms % 1000) * 1000000L}, NULL);
     }
+    if (callbacks) printf("abort calls %d, eval asks %d\n", abort_calls, eval_asks);
     ggml_backend_sched_free(sched);
     ggml_free(graph_ctx);
     ggml_backend_buffer_free(buffer);

@@ -144,3 +144,16 @@ def test_the_native_decode_bracket_copies_each_batch_and_samples_calls():
     finally:
         for batch in batches:
             llama_cpp.llama_batch_free(batch)
+
+
+def test_the_preload_library_reads_the_settings_the_table_declares_for_it():
+    import ctypes
+
+    from ggml_viz.capture.native_program import preload_path
+    from ggml_viz.capture.settings import preload_environment_names
+
+    # GIVEN the preload library's own list of the variables it reads (it holds no Python)
+    library = ctypes.CDLL(str(preload_path()))
+    declared_in_c = ctypes.string_at(ctypes.addressof(ctypes.c_char.in_dll(library, "ggml_viz_preload_settings")))
+    # THEN it is the settings table's list for native programs, name for name
+    assert tuple(declared_in_c.decode().split(",")) == preload_environment_names()

@@ -9,6 +9,7 @@ from ggml_viz.capture.settings import (
     CaptureSettings,
     ValueSettings,
     parse_layers,
+    parse_names,
     selection_from,
     settings_from_environment,
 )
@@ -23,6 +24,12 @@ def test_layer_ranges_parse():
 def test_bad_layer_ranges_are_refused(text):
     with pytest.raises(CaptureError, match="layers"):
         parse_layers(text)
+
+
+def test_names_are_comma_separated_in_text_and_in_lists():
+    assert parse_names("attn*, ffn_*,") == ("attn*", "ffn_*")
+    assert parse_names(["attn*,ffn_*", " kq-3 "]) == ("attn*", "ffn_*", "kq-3")
+    assert parse_names(None) == parse_names([]) == ()
 
 
 def test_selection_combines_filters():

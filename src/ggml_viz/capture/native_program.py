@@ -5,6 +5,7 @@ while the program runs, and the program's exit status comes back unchanged.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import signal
@@ -42,7 +43,7 @@ def preload_path() -> Path:
 
 def program_kind(executable: str) -> ProgramKind:
     """What kind of program `executable` (a path or a name on PATH) is."""
-    path = shutil.which(executable) or executable
+    path = os.path.realpath(shutil.which(executable) or executable)
     if re.match(r"python[0-9.]*$", Path(path).name):
         return ProgramKind.PYTHON
     try:
@@ -75,6 +76,7 @@ def run_native(program: list[str], run_dir: Path, settings: CaptureSettings, env
     collector = SpoolCollector(recording)
     preloaded = " ".join(filter(None, [str(preload_path()), env.get("LD_PRELOAD")]))
     process = subprocess.Popen(program, env={**env, "LD_PRELOAD": preloaded, "GGML_VIZ_OUTPUT": str(run_dir)})
+    _yield_to_the_program()
 
     def forward(signum: int, frame: FrameType | None) -> None:
         """Ctrl-C and kill reach the program, which ends the way it chooses; we collect to the end."""
@@ -96,6 +98,17 @@ def run_native(program: list[str], run_dir: Path, settings: CaptureSettings, env
     if not collector.started:
         shutil.rmtree(run_dir, ignore_errors=True)
     return exit_status if exit_status >= 0 else 128 - exit_status
+
+
+def _yield_to_the_program() -> None:
+    """The collector runs only on CPU time the program leaves (the program, started first,
+    keeps its own priority). ggml's threads wait for each other spinning at every node: a
+    collector taking a core from one of them while they compute would stall each node, not
+    just take its share. The spool waits on disk meanwhile; nothing is lost."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        os.nice(19)
 
 
 def _collect(collector: SpoolCollector) -> None:

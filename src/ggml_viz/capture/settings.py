@@ -295,11 +295,28 @@ class HookVariable:
 HOOK_VARIABLES: tuple[HookVariable, ...] = (
     HookVariable(
         "OUTPUT", "PATH", "`-o`",
-        "record every llama context the program creates into `PATH` (a taken name gets `-1`, `-2`, …)",
+        "record the program into `PATH`: every llama context it creates, every graph a native one computes"
+        " (a Python program's taken name gets `-1`, `-2`, …)",
     ),
     HookVariable("DISABLE", "1", "", "turn it off"),
     HookVariable("VERBOSE", "1", "`-v`", "say what is attached and where the run goes"),
+    HookVariable(
+        "SPOOL", "PATH", "",
+        "native programs: the preload library's spool goes to `PATH` rather than `OUTPUT/spool/PID.spool`",
+    ),
 )  # fmt: skip
+
+# Applied where the run is written (the bound), or choosing the Python recorder: a native
+# program's preload library does not read them.
+WRITER_SETTINGS = ("max_events", "policy", "recorder")
+
+
+def preload_environment_names() -> tuple[str, ...]:
+    """The GGML_VIZ_* variables the preload library reads in a native program (its C list,
+    `ggml_viz_preload_settings`, is tested equal to this)."""
+    return tuple(var.env for var in HOOK_VARIABLES) + tuple(
+        setting.env for setting in CAPTURE_SETTINGS if setting.key not in WRITER_SETTINGS
+    )
 
 
 def environment_names() -> tuple[str, ...]:

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from .._errors import CommandError
 from ..analysis.summary import summarize
+from ..capture.settings import CAPTURE_SETTINGS, Setting, environment_from_options
 from ..runformat.reader import Run
 
 if TYPE_CHECKING:
@@ -29,54 +30,25 @@ def positive_int(text: str) -> int:
 
 
 def add_capture_arguments(parser: argparse.ArgumentParser) -> None:
-    """What to record: the options `record` and `run` share (and GGML_VIZ_* variables mirror)."""
+    """What to record: the options `record` and `run` share, one per row of CAPTURE_SETTINGS."""
     group = parser.add_argument_group("what to record")
-    group.add_argument(
-        "--detail",
-        choices=("op", "graph"),
-        default="op",
-        help="op: time every node (default); graph: structure and graph times only",
-    )
-    group.add_argument(
-        "--timing",
-        choices=("inline", "sync"),
-        default="inline",
-        help="inline: graphs run whole, node times from the CPU backend (default, near-free); "
-        "sync: each node computed alone and synchronized (exact, any backend, slower)",
-    )
-    group.add_argument(
-        "--sample",
-        type=positive_int,
-        metavar="N",
-        help="time nodes on every N-th decode graph and the first prompt graph only",
-    )
-    group.add_argument("--ops", metavar="OPS", help="time only these ops on their own, e.g. MUL_MAT,ROPE")
-    group.add_argument("--layers", metavar="LAYERS", help="... only nodes of these layers, e.g. 0-3,29,none")
-    group.add_argument(
-        "--names", action="append", metavar="GLOB", help="... only nodes whose name matches (repeatable)"
-    )
-    group.add_argument("--max-events", type=positive_int, metavar="N", help="keep at most N node events (whole graphs)")
-    group.add_argument(
-        "--policy",
-        choices=("keep-first", "keep-last"),
-        default="keep-first",
-        help="which graphs --max-events keeps (default: keep-first)",
-    )
-    group.add_argument(
-        "--values",
-        choices=("off", "stats"),
-        default="off",
-        help="stats: min, max, mean, std, NaN/Inf counts of every node's output (nodes computed alone)",
-    )
-    group.add_argument(
-        "--capture",
-        action="append",
-        metavar="GLOB",
-        help="store the whole output of nodes whose name matches (repeatable), e.g. 'kq_soft_max-*'",
-    )
-    group.add_argument("--capture-bytes", type=int, metavar="N", help="at most N bytes of captures (default 64 MiB)")
-    group.add_argument("--recorder", choices=("native", "python"), default="native",
-                       help="native (C extension, default) or python (slower, for comparison)")  # fmt: skip
+    for setting in CAPTURE_SETTINGS:
+        group.add_argument(setting.flag, **_argument_keywords(setting))
+
+
+def _argument_keywords(setting: Setting) -> dict[str, Any]:
+    keywords: dict[str, Any] = {"help": setting.help}
+    if setting.kind == "choice":
+        keywords.update(choices=setting.choices, default=setting.default)
+    else:
+        keywords["metavar"] = setting.metavar
+    if setting.kind == "count":
+        keywords["type"] = positive_int
+    elif setting.kind == "number":
+        keywords["type"] = int
+    if setting.repeatable:
+        keywords["action"] = "append"
+    return keywords
 
 
 def add_view_arguments(parser: argparse.ArgumentParser) -> None:
@@ -109,32 +81,12 @@ def start_viewer(path: Path, args: argparse.Namespace, *, live: bool) -> Viewer:
 
 def capture_options(args: argparse.Namespace) -> dict[str, Any]:
     """The options of add_capture_arguments as keyword arguments of ggml_viz.record."""
-    return {
-        "detail": args.detail,
-        "timing": args.timing,
-        "sample": args.sample,
-        "ops": args.ops,
-        "layers": args.layers,
-        "names": args.names,
-        "max_events": args.max_events,
-        "policy": args.policy,
-        "recorder": args.recorder,
-        "values": args.values,
-        "capture": args.capture,
-        "capture_bytes": args.capture_bytes,
-    }
+    return {setting.key: getattr(args, setting.key) for setting in CAPTURE_SETTINGS}
 
 
 def capture_environment(args: argparse.Namespace) -> dict[str, str]:
     """The same options as GGML_VIZ_* environment variables (for a program run under `run`)."""
-    names = {"detail": "DETAIL", "timing": "TIMING", "sample": "SAMPLE", "ops": "OPS", "layers": "LAYERS",
-             "names": "NAMES", "max_events": "MAX_EVENTS", "policy": "POLICY", "recorder": "RECORDER",
-             "values": "VALUES", "capture": "CAPTURE", "capture_bytes": "CAPTURE_BYTES"}  # fmt: skip
-    env = {}
-    for option, value in capture_options(args).items():
-        if value is not None:
-            env[f"GGML_VIZ_{names[option]}"] = ",".join(value) if isinstance(value, list) else str(value)
-    return env
+    return environment_from_options(capture_options(args))
 
 
 def format_ms(ns: float) -> str:

@@ -41,6 +41,7 @@ class RecordCommand(Command):
       ggml-viz record -m ~/models/llama-3.2-1b.Q4_K_M.gguf -t 8 -c 2048 -o llama.ggmlviz
       ggml-viz record -n 256 --sample 8 --max-events 200000 -o long.ggmlviz
       ggml-viz record --ops MUL_MAT --layers 0-3 -o matmuls.ggmlviz
+      ggml-viz record --ignore-eos -n 64 -o exactly-64.ggmlviz
     """
 
     name = "record"
@@ -55,6 +56,11 @@ class RecordCommand(Command):
         parser.add_argument("-c", "--ctx-size", type=positive_int, default=512, help="context size (default: 512)")
         parser.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
         parser.add_argument("--temp", type=float, default=0.0, help="temperature; 0 is greedy (default: 0)")
+        parser.add_argument(
+            "--ignore-eos",
+            action="store_true",
+            help="never sample end-of-text (or any end-of-generation token): generate exactly -n tokens",
+        )
         parser.add_argument("-o", "--output", default=None, help="run directory to write (default: run-DATE.ggmlviz)")
         parser.add_argument("-f", "--force", action="store_true", help="replace the output run if it exists")
         parser.add_argument("--view", action="store_true", help="show the run in the web viewer while it records")
@@ -69,6 +75,7 @@ class RecordCommand(Command):
             "n_predict": args.n_predict,
             "seed": args.seed,
             "temperature": args.temp,
+            "ignore_eos": args.ignore_eos,
             "n_ctx": args.ctx_size,
             "n_threads": args.threads,
         }
@@ -120,10 +127,35 @@ def _generate(model_path: Path, args: argparse.Namespace, console: Console) -> s
     with progress:
         task = progress.add_task("generate", total=args.n_predict)
         stream: Any = llm.create_completion(
-            args.prompt, max_tokens=args.n_predict, temperature=args.temp, seed=args.seed, stream=True
+            args.prompt,
+            max_tokens=args.n_predict,
+            temperature=args.temp,
+            seed=args.seed,
+            stream=True,
+            logits_processor=_ban_end_of_generation(llm) if args.ignore_eos else None,
         )
         for chunk in stream:
             pieces.append(chunk["choices"][0]["text"])
             progress.advance(task)
     del llm
     return "".join(pieces)
+
+
+def _ban_end_of_generation(llm: Any) -> Any:
+    """A logits processor that makes every end-of-generation token unsamplable.
+
+    llama-cpp-python has no ignore_eos: its completion stops at the first token that the
+    vocabulary calls end-of-generation (EOS, EOT, <|im_end|>, ...), so those tokens get a logit
+    of -inf and are never sampled, greedy or not.
+    """
+    import llama_cpp
+    import numpy as np
+
+    vocab = llama_cpp.llama_model_get_vocab(llm.model)
+    banned = np.array([t for t in range(llm.n_vocab()) if llama_cpp.llama_vocab_is_eog(vocab, t)], dtype=np.intc)
+
+    def ban(input_ids: Any, scores: Any) -> Any:
+        scores[banned] = -np.inf
+        return scores
+
+    return llama_cpp.LogitsProcessorList([ban])

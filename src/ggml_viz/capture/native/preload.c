@@ -34,6 +34,7 @@
 #define _GNU_SOURCE
 #endif
 #include <dlfcn.h>
+#include <link.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -51,12 +52,13 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
-/* The environment this library reads: ggml_viz.capture.settings declares each (a test
-   compares the lists). MAX_EVENTS and POLICY are applied where the run is written. */
+/* The environment this library reads: ggml_viz.capture.settings declares each, and
+   preload_environment_names() is tested equal to this list. MAX_EVENTS and POLICY are
+   applied where the run is written. */
 EXPORT const char ggml_viz_preload_settings[] =
-    "GGML_VIZ_OUTPUT,GGML_VIZ_DISABLE,GGML_VIZ_VERBOSE,GGML_VIZ_DETAIL,GGML_VIZ_TIMING,GGML_VIZ_SAMPLE,"
-    "GGML_VIZ_OPS,GGML_VIZ_LAYERS,GGML_VIZ_NAMES,GGML_VIZ_VALUES,GGML_VIZ_CAPTURE,GGML_VIZ_CAPTURE_BYTES,"
-    "GGML_VIZ_SPOOL";
+    "GGML_VIZ_OUTPUT,GGML_VIZ_DISABLE,GGML_VIZ_VERBOSE,GGML_VIZ_SPOOL,GGML_VIZ_DETAIL,GGML_VIZ_TIMING,"
+    "GGML_VIZ_SAMPLE,GGML_VIZ_OPS,GGML_VIZ_LAYERS,GGML_VIZ_NAMES,GGML_VIZ_VALUES,GGML_VIZ_CAPTURE,"
+    "GGML_VIZ_CAPTURE_BYTES";
 
 /* ---- what we call, declared here (no ggml or llama header is needed to build this) ----- */
 
@@ -132,10 +134,58 @@ typedef int32_t (*batch_add_embd_fn)(void *, int32_t, struct llama_embd_abi);
 typedef bool (*batch_set_pos_fn)(void *, int32_t, const int32_t *);
 typedef bool (*batch_set_output_fn)(void *, int32_t, bool);
 
+/* What we interpose (defined below). */
+EXPORT int ggml_backend_sched_graph_compute(void *sched, void *graph);
+EXPORT int ggml_backend_sched_graph_compute_async(void *sched, void *graph);
+EXPORT void ggml_backend_sched_set_eval_callback(void *sched, eval_fn callback, void *user_data);
+EXPORT void ggml_backend_sched_free(void *sched);
+EXPORT void ggml_backend_cpu_set_abort_callback(void *backend, abort_fn callback, void *data);
+EXPORT void llama_free(void *ctx);
+EXPORT void llama_set_abort_callback(void *ctx, abort_fn callback, void *data);
+EXPORT void *gguf_init_from_file(const char *fname, struct gguf_init_params_abi params);
+EXPORT void llama_batch_ext_free(void *batch);
+EXPORT void llama_batch_ext_clear(void *batch);
+EXPORT int32_t llama_batch_ext_add(void *batch, int32_t seq_id);
+EXPORT int32_t llama_batch_ext_add_token(void *batch, int32_t seq_id, int32_t token);
+EXPORT int32_t llama_batch_ext_add_embd(void *batch, int32_t seq_id, struct llama_embd_abi embd);
+EXPORT bool llama_batch_ext_set_pos(void *batch, int32_t index, const int32_t *pos);
+EXPORT bool llama_batch_ext_set_output_logits(void *batch, int32_t index, bool value);
+EXPORT bool llama_batch_ext_set_output_embd(void *batch, int32_t index, bool value);
+
+/* A library loaded where RTLD_NEXT can see it, and the symbol's address there. */
+typedef struct {
+    const char *name;
+    void *ours, *found;
+} SymbolSearch;
+
+static int search_library(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size;
+    SymbolSearch *search = data;
+    if (search->found || !info->dlpi_name || !info->dlpi_name[0]) return search->found != NULL;
+    void *handle = dlopen(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD);
+    if (!handle) return 0;
+    void *symbol = dlsym(handle, search->name); /* the library's own scope: it and its dependencies */
+    if (symbol && symbol != search->ours) search->found = symbol;
+    dlclose(handle);
+    return search->found != NULL;
+}
+
+/* The original of a function we interpose. RTLD_NEXT finds it in a program linked to ggml;
+   where ggml was loaded into a local scope (dlopen(RTLD_LOCAL), as Python's ctypes does) the
+   libraries' calls between each other still reach us first, and the original is found in
+   whichever loaded library defines it. */
+static void *find_original(const char *name, void *ours) {
+    void *found = dlsym(RTLD_NEXT, name);
+    if (found && found != ours) return found;
+    SymbolSearch search = {name, ours, NULL};
+    dl_iterate_phdr(search_library, &search);
+    return search.found;
+}
+
 /* The originals of what we interpose, looked up on first use. */
 #define ORIGINAL(name, type)                                          \
     static type original_##name;                                     \
-    if (!original_##name) original_##name = (type)dlsym(RTLD_NEXT, #name)
+    if (!original_##name) original_##name = (type)find_original(#name, (void *)name)
 
 /* ---- state -------------------------------------------------------------------------------- */
 
@@ -155,6 +205,16 @@ typedef struct {
     void *abort_set[MAX_CPU_BACKENDS]; /* CPU backends whose abort callback is ours */
     Array frame;           /* the frame being built */
 } Entry;
+
+/* A callback the program set (an eval callback on a scheduler, an abort callback on a llama
+   context or a CPU backend), remembered to be called from ours even when it was set before
+   we saw the scheduler or context compute. */
+enum { EVAL_ON_SCHEDULER = 1, ABORT_ON_CONTEXT, ABORT_ON_BACKEND, MAX_CALLBACKS = 128 };
+typedef struct {
+    int kind;
+    void *key;
+    void *function, *data;
+} ProgramCallback;
 
 /* What llama.cpp's own programs add to a llama_batch_ext, seen where they add it. */
 typedef struct {
@@ -182,10 +242,8 @@ static struct {
     int64_t ranges[MAX_LAYER_RANGES][2];
     pthread_t idle_writer;
     int idle_writer_started, stopping;
-    /* the program's eval callbacks, per scheduler, set before we saw a graph of it */
-    void *callback_sched[MAX_ENTRIES];
-    eval_fn callback_fn[MAX_ENTRIES];
-    void *callback_data[MAX_ENTRIES];
+    /* the program's own callbacks, kept to be called from ours (ProgramCallback) */
+    ProgramCallback callbacks[MAX_CALLBACKS];
 } state = {.once = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER, .spool = -1};
 
 /* The llama call in progress on this thread, if any. */
@@ -199,6 +257,23 @@ static void say(const char *format, ...) {
     vsnprintf(line, sizeof line, format, args);
     va_end(args);
     fprintf(stderr, "ggml-viz: %s\n", line);
+}
+
+/* Remember (state.lock held) or recall the program's callback of this kind on `key`. */
+static void remember_callback(int kind, void *key, void *function, void *data) {
+    ProgramCallback *slot = NULL;
+    for (int i = 0; i < MAX_CALLBACKS && !slot; i++) {
+        ProgramCallback *c = &state.callbacks[i];
+        if ((c->kind == kind && c->key == key) || !c->kind) slot = c;
+    }
+    if (slot) *slot = (ProgramCallback){kind, key, function, data};
+}
+
+static const ProgramCallback *recall_callback(int kind, void *key) {
+    for (int i = 0; i < MAX_CALLBACKS && state.callbacks[i].kind; i++) {
+        if (state.callbacks[i].kind == kind && state.callbacks[i].key == key) return &state.callbacks[i];
+    }
+    return NULL;
 }
 
 /* ---- growable text, for JSON -------------------------------------------------------------- */
@@ -685,12 +760,14 @@ static Entry *entry_for(void *owner, int is_llama) {
                                                           state.n_captures, state.capture_bytes, &values);
                 if (problem) say("values are not recorded: %s", problem);
             }
-            for (int i = 0; i < MAX_ENTRIES; i++) { /* a callback the program set before */
-                if (state.callback_sched[i] == owner) {
-                    made->chained_eval = state.callback_fn[i];
-                    made->chained_data = state.callback_data[i];
-                }
+            /* callbacks the program set before: called from ours */
+            const ProgramCallback *eval = recall_callback(EVAL_ON_SCHEDULER, owner);
+            const ProgramCallback *abort = recall_callback(ABORT_ON_CONTEXT, owner);
+            if (eval && !is_llama) {
+                made->chained_eval = (eval_fn)eval->function;
+                made->chained_data = eval->data;
             }
+            if (abort && is_llama) recorder_chain_abort(r, (abort_fn)abort->function, abort->data);
             state.entries[state.n_entries++] = made;
             found = made;
         } else if (made) {
@@ -869,6 +946,12 @@ static void install_callbacks(Entry *e, void *sched) {
             if (!e->abort_set[k] && free_slot < 0) free_slot = k;
         }
         if (known || free_slot < 0) continue;
+        pthread_mutex_lock(&state.lock);
+        const ProgramCallback *theirs = recall_callback(ABORT_ON_BACKEND, backend);
+        if (theirs && !e->recorder.chained_abort) {
+            recorder_chain_abort(&e->recorder, (abort_fn)theirs->function, theirs->data);
+        }
+        pthread_mutex_unlock(&state.lock);
         original_ggml_backend_cpu_set_abort_callback(backend, recorder_abort_callback, &e->recorder);
         e->abort_set[free_slot] = backend;
     }
@@ -877,6 +960,23 @@ static void install_callbacks(Entry *e, void *sched) {
 /* ---- interposed: ggml's scheduler --------------------------------------------------------- */
 
 typedef int (*compute_fn)(void *, void *);
+
+/* The bracket around a call that computes graphs (a llama call with its batch, or a plain
+   ggml program's graph without one): the entry is held for the call, its graphs closed at
+   its end, and written when a write is due. */
+static void begin_call(Entry *e, const void *batch) {
+    pthread_mutex_lock(&e->lock);
+    e->in_call = 1;
+    recorder_begin_decode(&e->recorder, batch);
+}
+
+static void end_call(Entry *e, int32_t status) {
+    int due = recorder_end_decode(&e->recorder, status);
+    e->in_call = 0;
+    e->unwritten = 1;
+    if (due) write_entry(e);
+    pthread_mutex_unlock(&e->lock);
+}
 
 /* A graph computed through the scheduler: inside a llama call, part of it; else (a plain ggml
    program) a call of its own, without tokens. */
@@ -893,18 +993,12 @@ static int compute_graph(compute_fn original, void *sched, void *graph) {
     }
     e = entry_for(sched, 0);
     if (!e) return original(sched, graph);
-    pthread_mutex_lock(&e->lock);
-    e->in_call = 1;
-    recorder_begin_decode(&e->recorder, NULL);
+    begin_call(e, NULL);
     install_callbacks(e, sched);
     compute_depth++;
     int status = original(sched, graph);
     compute_depth--;
-    int due = recorder_end_decode(&e->recorder, status);
-    e->in_call = 0;
-    e->unwritten = 1;
-    if (due) write_entry(e);
-    pthread_mutex_unlock(&e->lock);
+    end_call(e, status);
     return status;
 }
 
@@ -923,15 +1017,7 @@ EXPORT void ggml_backend_sched_set_eval_callback(void *sched, eval_fn callback, 
     if (callback != preload_eval_callback && active()) {
         /* the program's own: kept, and called from ours once we compute with this scheduler */
         pthread_mutex_lock(&state.lock);
-        int slot = -1;
-        for (int i = 0; i < MAX_ENTRIES && slot < 0; i++) {
-            if (state.callback_sched[i] == sched || !state.callback_sched[i]) slot = i;
-        }
-        if (slot >= 0) {
-            state.callback_sched[slot] = sched;
-            state.callback_fn[slot] = callback;
-            state.callback_data[slot] = user_data;
-        }
+        remember_callback(EVAL_ON_SCHEDULER, sched, (void *)callback, user_data);
         for (int i = 0; i < state.n_entries; i++) {
             Entry *e = state.entries[i];
             if (e->live && (e->owner == sched || e == call_entry)) {
@@ -958,15 +1044,19 @@ EXPORT void ggml_backend_sched_free(void *sched) {
 EXPORT void ggml_backend_cpu_set_abort_callback(void *backend, abort_fn callback, void *data) {
     ORIGINAL(ggml_backend_cpu_set_abort_callback, set_abort_fn);
     if (!original_ggml_backend_cpu_set_abort_callback) return;
-    if (callback != recorder_abort_callback && state.enabled) {
-        for (int i = 0; i < state.n_entries; i++) { /* ours stays, and calls the program's */
-            Entry *e = state.entries[i];
+    if (callback != recorder_abort_callback && active()) {
+        pthread_mutex_lock(&state.lock);
+        remember_callback(ABORT_ON_BACKEND, backend, (void *)callback, data);
+        Entry *ours = NULL;
+        for (int i = 0; i < state.n_entries && !ours; i++) {
             for (int k = 0; k < MAX_CPU_BACKENDS; k++) {
-                if (e->live && e->abort_set[k] == backend) {
-                    recorder_chain_abort(&e->recorder, callback, data);
-                    return;
-                }
+                if (state.entries[i]->live && state.entries[i]->abort_set[k] == backend) ours = state.entries[i];
             }
+        }
+        pthread_mutex_unlock(&state.lock);
+        if (ours) { /* ours stays, and calls the program's */
+            recorder_chain_abort(&ours->recorder, callback, data);
+            return;
         }
     }
     original_ggml_backend_cpu_set_abort_callback(backend, callback, data);
@@ -979,19 +1069,13 @@ static int32_t llama_call(void *ctx, const llama_batch_abi *batch, int32_t (*com
                           const void *argument) {
     Entry *e = active() && !call_entry ? entry_for(ctx, 1) : NULL;
     if (!e) return compute(ctx, argument);
-    pthread_mutex_lock(&e->lock);
-    e->in_call = 1;
-    recorder_begin_decode(&e->recorder, (const uint8_t *)batch);
+    begin_call(e, batch);
     call_entry = e;
     int32_t status = compute(ctx, argument);
     call_entry = NULL;
     /* llama.cpp's own eval timer runs until the next synchronize: stop it before our bookkeeping */
     if (api.synchronize) api.synchronize(ctx);
-    int due = recorder_end_decode(&e->recorder, status);
-    e->in_call = 0;
-    e->unwritten = 1;
-    if (due) write_entry(e);
-    pthread_mutex_unlock(&e->lock);
+    end_call(e, status);
     return status;
 }
 
@@ -1007,13 +1091,13 @@ static int32_t call_encode(void *ctx, const void *batch) {
 }
 
 EXPORT int32_t llama_decode(void *ctx, llama_batch_abi batch) {
-    if (!decode_original) decode_original = (batch_call_fn)dlsym(RTLD_NEXT, "llama_decode");
+    if (!decode_original) decode_original = (batch_call_fn)find_original("llama_decode", (void *)llama_decode);
     if (!decode_original) return -1;
     return llama_call(ctx, &batch, call_decode, &batch);
 }
 
 EXPORT int32_t llama_encode(void *ctx, llama_batch_abi batch) {
-    if (!encode_original) encode_original = (batch_call_fn)dlsym(RTLD_NEXT, "llama_encode");
+    if (!encode_original) encode_original = (batch_call_fn)find_original("llama_encode", (void *)llama_encode);
     if (!encode_original) return -1;
     return llama_call(ctx, &batch, call_encode, &batch);
 }
@@ -1033,7 +1117,10 @@ EXPORT void llama_set_abort_callback(void *ctx, abort_fn callback, void *data) {
     ORIGINAL(llama_set_abort_callback, set_abort_fn);
     if (!original_llama_set_abort_callback) return;
     original_llama_set_abort_callback(ctx, callback, data);
-    if (!state.enabled) return;
+    if (!active()) return;
+    pthread_mutex_lock(&state.lock);
+    remember_callback(ABORT_ON_CONTEXT, ctx, (void *)callback, data);
+    pthread_mutex_unlock(&state.lock);
     for (int i = 0; i < state.n_entries; i++) { /* put ours back, calling the program's */
         Entry *e = state.entries[i];
         if (!e->live || !e->is_llama || e->owner != ctx) continue;
@@ -1188,7 +1275,7 @@ static int32_t call_process(void *ctx, const void *batch) {
 }
 
 EXPORT int32_t llama_process(void *ctx, int type, void *batch) {
-    if (!process_original) process_original = (process_fn)dlsym(RTLD_NEXT, "llama_process");
+    if (!process_original) process_original = (process_fn)find_original("llama_process", (void *)llama_process);
     if (!process_original) return -1;
     process_type = type;
     if (!active()) return process_original(ctx, type, batch);
