@@ -4,7 +4,7 @@ defaults), alternating, in fresh processes.
 
 The figures are the programs' own: llama-bench's tokens/s for its text-generation test
 (`-n 64`, its own 5 repetitions averaged), and llama-completion's eval rate from its
-performance report (64 generated tokens). The traced figure includes everything
+performance report (256 generated tokens). The traced figure includes everything
 `ggml-viz run` does meanwhile on the same 2 cores: the preload library recording, and the
 collector reading the spool and writing the run (on CPU time the program leaves). Each
 pair runs both, in alternating order. Prints each pair and the median untraced/traced rate
@@ -26,7 +26,8 @@ import tempfile
 from pathlib import Path
 
 THREADS = 2
-N_GENERATE = 64
+N_GENERATE = 64  # llama-bench tg64, 5 repetitions
+N_COMPLETE = 256  # llama-completion: one generation, long enough for its own eval timer to settle
 PROMPT = "The history of the printing press begins in the fifteenth century, when the"
 
 
@@ -47,7 +48,7 @@ def commands(model: str) -> dict[str, list[str]]:
     return {
         "llama-bench": [tool("llama-bench"), "-m", model, "-p", "0", "-n", str(N_GENERATE), "-r", "5",
                         "-t", str(THREADS), "-o", "json"],
-        "llama-completion": [tool("llama-completion"), "-m", model, "-p", PROMPT, "-n", str(N_GENERATE),
+        "llama-completion": [tool("llama-completion"), "-m", model, "-p", PROMPT, "-n", str(N_COMPLETE),
                              "--temp", "0", "--ignore-eos", "-no-cnv", "-t", str(THREADS), "-c", "512"],
     }  # fmt: skip
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import GgmlVizError, RunFormatError
+from ..modelfile.layout import read_layout
 from ..runformat.schema import MANIFEST_FILE
 from . import ggml_api
 from .context_tracer import ClosedDecode, ContextTracer, closed_decodes
@@ -156,7 +157,7 @@ class SpoolCollector:
         files = [file for file in (info.get("model") or info).get("files", []) if file]
         model = info.get("model")
         if model is not None:
-            path_of_model = files[0] if files else None
+            path_of_model = model_file(files, model.get("tensor_bytes"))
             model = {"path": path_of_model,
                      "file_size": os.path.getsize(path_of_model) if path_of_model and os.path.exists(path_of_model)
                      else None,
@@ -168,7 +169,7 @@ class SpoolCollector:
             contexts=[*writer.manifest["contexts"], context], model=writer.manifest["model"] or model
         )
         for file in files:
-            recording._store_memory_map(file)
+            recording.store_memory_map(file)
         if recording.verbose:
             say(f"recording context {context_id} of {path.stem} ({(model or {}).get('description', 'ggml')})")
 
@@ -216,6 +217,21 @@ class SpoolCollector:
         self.recording.stop()
         if self.recording.failed is None:
             shutil.rmtree(self.run_dir / SPOOL_DIR, ignore_errors=True)
+
+
+def model_file(files: list[str], tensor_bytes: int | None) -> str | None:
+    """Which of the GGUF files a process opened holds a model: the one whose tensors add up
+    to the model's tensor bytes (llama_model_size), so a draft model beside the main one, or
+    a vocabulary file opened first, is not mistaken for it."""
+    sizes: dict[str, int] = {}
+    for file in files:
+        try:
+            sizes[file] = sum(tensor.nbytes for tensor in read_layout(file).tensors)
+        except (GgmlVizError, OSError):
+            continue
+    if not sizes:
+        return files[0] if files else None
+    return min(sizes, key=lambda file: abs(sizes[file] - (tensor_bytes or 0)))
 
 
 def collect_spooled_run(run_dir: Path) -> None:

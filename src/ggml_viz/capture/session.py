@@ -229,13 +229,13 @@ class Recording:
             contexts = [*self.writer.manifest["contexts"], context]
             self.writer.update_manifest(contexts=contexts, model=self.writer.manifest["model"] or model_info)
             if model_info["path"]:
-                self._store_memory_map(model_info["path"])
+                self.store_memory_map(model_info["path"])
             if self.verbose:
                 say(f"recording context {tracer.context_id} ({model_info['description']}, n_ctx {context['n_ctx']})")
 
         self._guarded(describe)
 
-    def _store_memory_map(self, path: str) -> None:
+    def store_memory_map(self, path: str) -> None:
         """The model file's byte layout, once per file: which bytes each weight read comes from."""
         assert self.writer is not None
         model_files = dict(self.writer.manifest.get("model_files") or {})

@@ -676,9 +676,8 @@ static void write_start_frame(void) {
 
 /* ---- contexts ----------------------------------------------------------------------------- */
 
-/* A model's file: the GGUF file whose mapping holds its weights (mmap), else the first opened. */
-static void add_model_file(Array *t, void *model) {
-    (void)model;
+/* The GGUF files the process opened so far (the collector finds which one is the model's). */
+static void add_model_files(Array *t) {
     pthread_mutex_lock(&state.lock);
     text_add(t, ",\"files\":[");
     for (int i = 0; i < state.n_files; i++) {
@@ -721,11 +720,11 @@ static void describe_context(Entry *e) {
                      (unsigned long long)(api.model_size ? api.model_size(model) : 0),
                      api.model_n_ctx_train ? api.model_n_ctx_train(model) : -1,
                      api.model_n_embd ? api.model_n_embd(model) : -1);
-            add_model_file(&t, model);
+            add_model_files(&t);
             text_add(&t, "}");
         }
     } else {
-        add_model_file(&t, NULL);
+        add_model_files(&t);
     }
     text_add(&t, "}");
     spool_frame(SPOOL_CONTEXT, (uint32_t)e->context_id, t.items, t.count);
