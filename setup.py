@@ -35,7 +35,7 @@ class BuildWithPreloadLibrary(build_ext):
         super().run()
         try:
             objects = self.compiler.compile(
-                [f"{NATIVE}/preload.c", f"{NATIVE}/recorder.c"],
+                [f"{NATIVE}/{name}.c" for name in ("preload", "preload_setup", "preload_spool", "recorder")],
                 output_dir=self.build_temp,
                 extra_preargs=[*C_FLAGS, "-fPIC", "-fvisibility=hidden", "-Wall"],
             )

@@ -1,0 +1,208 @@
+/* The preload library, part 2: finding the program's ggml, checking that it lays out
+   ggml_tensor as the recorder reads it, and reading the GGML_VIZ_* settings. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "preload.h"
+
+Api api;
+
+/* ---- finding the program's ggml ---------------------------------------------------------- */
+
+#define FIND(field, name) (*(void **)&api.field = dlsym(RTLD_DEFAULT, name))
+
+int find_functions(void) {
+    FIND(tensor_overhead, "ggml_tensor_overhead");
+    FIND(init, "ggml_init");
+    FIND(free, "ggml_free");
+    FIND(new_tensor_2d, "ggml_new_tensor_2d");
+    FIND(view_1d, "ggml_view_1d");
+    FIND(add, "ggml_add");
+    FIND(set_name, "ggml_set_name");
+    FIND(get_name, "ggml_get_name");
+    FIND(nbytes, "ggml_nbytes");
+    FIND(is_contiguous, "ggml_is_contiguous");
+    FIND(buffer_is_host, "ggml_backend_buffer_is_host");
+    FIND(fp16_to_fp32, "ggml_fp16_to_fp32");
+    FIND(version, "ggml_version");
+    FIND(commit, "ggml_commit");
+    FIND(sched_n_backends, "ggml_backend_sched_get_n_backends");
+    FIND(sched_backend, "ggml_backend_sched_get_backend");
+    FIND(is_cpu, "ggml_backend_is_cpu");
+    FIND(recorder.buffer_name, "ggml_backend_buffer_name");
+    FIND(recorder.buffer_usage, "ggml_backend_buffer_get_usage");
+    FIND(recorder.buffer_size, "ggml_backend_buffer_get_size");
+    FIND(recorder.buffer_base, "ggml_backend_buffer_get_base");
+    FIND(recorder.buffer_type, "ggml_backend_buffer_get_type");
+    FIND(recorder.buft_name, "ggml_backend_buft_name");
+    FIND(recorder.op_desc, "ggml_op_desc");
+    FIND(recorder.op_name, "ggml_op_name");
+    FIND(get_model, "llama_get_model");
+    FIND(model_vocab, "llama_model_get_vocab");
+    FIND(token_to_piece, "llama_token_to_piece");
+    FIND(model_desc, "llama_model_desc");
+    FIND(meta_val_str, "llama_model_meta_val_str");
+    FIND(n_ctx, "llama_n_ctx");
+    FIND(n_batch, "llama_n_batch");
+    FIND(n_ubatch, "llama_n_ubatch");
+    FIND(n_seq_max, "llama_n_seq_max");
+    FIND(n_threads, "llama_n_threads");
+    FIND(n_threads_batch, "llama_n_threads_batch");
+    FIND(model_n_layer, "llama_model_n_layer");
+    FIND(model_n_ctx_train, "llama_model_n_ctx_train");
+    FIND(model_n_embd, "llama_model_n_embd");
+    FIND(model_n_params, "llama_model_n_params");
+    FIND(model_size, "llama_model_size");
+    FIND(system_info, "llama_print_system_info");
+    FIND(synchronize, "llama_synchronize");
+    void *needed[] = {api.tensor_overhead, api.init, api.free, api.new_tensor_2d, api.view_1d, api.add,
+                      api.set_name, api.get_name, api.nbytes, api.recorder.buffer_name, api.recorder.buffer_usage,
+                      api.recorder.buffer_size, api.recorder.buffer_base, api.recorder.buffer_type,
+                      api.recorder.buft_name, api.recorder.op_desc, api.recorder.op_name};
+    for (size_t i = 0; i < sizeof needed / sizeof needed[0]; i++) {
+        if (!needed[i]) return -1;
+    }
+    return 0;
+}
+
+int64_t i64_at(const void *tensor, size_t offset) {
+    int64_t value;
+    memcpy(&value, (const char *)tensor + offset, sizeof value);
+    return value;
+}
+
+/* Whether the loaded ggml lays ggml_tensor out as the recorder reads it, checked on tensors
+   ggml itself builds (as ggml_api.check_tensor_layout does in Python); NULL if so. */
+const char *check_layout(const TensorLayout *l) {
+    static char problem[256];
+    size_t overhead = api.tensor_overhead();
+    if (overhead != l->tensor_size + 32) {
+        snprintf(problem, sizeof problem, "this ggml lays out ggml_tensor in %zu bytes, ggml-viz expects %zu",
+                 overhead - 32, l->tensor_size);
+        return problem;
+    }
+    void *ctx = api.init((struct ggml_init_params_abi){16 * overhead, NULL, true});
+    if (!ctx) return "ggml_init failed while checking the tensor layout";
+    void *base = api.new_tensor_2d(ctx, 3 /* Q4_1 */, 64, 3);
+    void *other = api.new_tensor_2d(ctx, 0 /* F32 */, 7, 5);
+    api.set_name(other, "ggml_viz_probe");
+    void *view = api.view_1d(ctx, other, 7, 28);
+    void *total = api.add(ctx, view, view);
+    int32_t base_type, other_type, op;
+    memcpy(&base_type, (char *)base + l->type_offset, 4);
+    memcpy(&other_type, (char *)other + l->type_offset, 4);
+    memcpy(&op, (char *)total + l->op_offset, 4);
+    const char *op_name = api.recorder.op_name(op);
+    const char *wrong = NULL;
+    if (base_type != 3 || other_type != 0) wrong = "type";
+    else if (i64_at(other, l->ne_offset) != 7 || i64_at(other, l->ne_offset + 8) != 5 ||
+             i64_at(other, l->ne_offset + 16) != 1)
+        wrong = "ne";
+    else if ((size_t)i64_at(base, l->nb_offset + 8) * 3 != api.nbytes(base)) wrong = "nb";
+    else if (!op_name || strcmp(op_name, "ADD") != 0) wrong = "op";
+    else if (i64_at(total, l->src_offset) != (int64_t)(uintptr_t)view ||
+             i64_at(total, l->src_offset + 8) != (int64_t)(uintptr_t)view)
+        wrong = "src";
+    else if (i64_at(view, l->view_src_offset) != (int64_t)(uintptr_t)other || i64_at(view, l->view_src_offset + 8) != 28)
+        wrong = "view_src";
+    else if (strcmp((char *)other + l->name_offset, "ggml_viz_probe") != 0 ||
+             api.get_name(other) != (char *)other + l->name_offset)
+        wrong = "name";
+    api.free(ctx);
+    if (!wrong) return NULL;
+    snprintf(problem, sizeof problem, "field '%s' of ggml_tensor is not where ggml-viz expects it", wrong);
+    return problem;
+}
+
+/* ---- settings from the environment --------------------------------------------------------- */
+
+const char *env(const char *name) {
+    const char *value = getenv(name);
+    return value && *value ? value : NULL;
+}
+
+bool env_flag(const char *name) {
+    const char *value = env(name);
+    return value && (!strcmp(value, "1") || !strcasecmp(value, "true") || !strcasecmp(value, "yes") ||
+                     !strcasecmp(value, "on"));
+}
+
+/* Split a comma list into at most `limit` trimmed items (upper-cased for ops). */
+int split_list(const char *text, char **items, int limit, bool upper) {
+    int n = 0;
+    char *copy = strdup(text ? text : ""), *save = NULL;
+    for (char *item = strtok_r(copy, ",", &save); item && n < limit; item = strtok_r(NULL, ",", &save)) {
+        while (*item == ' ') item++;
+        size_t length = strlen(item);
+        while (length && item[length - 1] == ' ') item[--length] = 0;
+        if (!length) continue;
+        if (upper) {
+            for (char *c = item; *c; c++) *c = (char)(*c >= 'a' && *c <= 'z' ? *c - 32 : *c);
+        }
+        items[n++] = strdup(item);
+    }
+    free(copy);
+    return n;
+}
+
+bool whole_number(const char *text, long long *value) {
+    char *end;
+    errno = 0;
+    *value = strtoll(text, &end, 10);
+    return !errno && end != text && *end == 0;
+}
+
+/* The GGML_VIZ_* capture settings; NULL, or what is wrong (ggml-viz run checked them already). */
+const char *read_settings(void) {
+    static char problem[256];
+    const char *detail = env("GGML_VIZ_DETAIL"), *timing = env("GGML_VIZ_TIMING"), *values = env("GGML_VIZ_VALUES");
+    if (detail && strcmp(detail, "op") && strcmp(detail, "graph")) return "GGML_VIZ_DETAIL: choose op or graph";
+    if (timing && strcmp(timing, "inline") && strcmp(timing, "sync")) return "GGML_VIZ_TIMING: choose inline or sync";
+    if (values && strcmp(values, "off") && strcmp(values, "stats")) return "GGML_VIZ_VALUES: choose off or stats";
+    state.detail_graph = detail && !strcmp(detail, "graph");
+    state.sync_timing = timing && !strcmp(timing, "sync");
+    state.values_stats = values && !strcmp(values, "stats");
+    state.capture_bytes = 64LL << 20;
+    const char *sample = env("GGML_VIZ_SAMPLE"), *capture_bytes = env("GGML_VIZ_CAPTURE_BYTES");
+    if (sample && (!whole_number(sample, &state.sample) || state.sample < 1)) {
+        return "GGML_VIZ_SAMPLE: a whole number, 1 or more";
+    }
+    if (capture_bytes && (!whole_number(capture_bytes, &state.capture_bytes) || state.capture_bytes < 0)) {
+        return "GGML_VIZ_CAPTURE_BYTES: a whole number of bytes";
+    }
+    state.n_ops = split_list(env("GGML_VIZ_OPS"), state.ops, MAX_OPS, true);
+    state.n_names = split_list(env("GGML_VIZ_NAMES"), state.names, MAX_NAMES, false);
+    state.n_captures = split_list(env("GGML_VIZ_CAPTURE"), state.captures, MAX_CAPTURES, false);
+    char *layers[MAX_LAYER_RANGES];
+    int n_layers = split_list(env("GGML_VIZ_LAYERS"), layers, MAX_LAYER_RANGES, false);
+    for (int i = 0; i < n_layers; i++) {
+        long long low, high;
+        char *dash = strchr(layers[i], '-');
+        if (!strcasecmp(layers[i], "none")) {
+            state.no_layer = 1;
+        } else if (dash) {
+            *dash = 0;
+            if (!whole_number(layers[i], &low) || !whole_number(dash + 1, &high) || high < low) {
+                snprintf(problem, sizeof problem, "GGML_VIZ_LAYERS: %s-%s is not a layer range", layers[i], dash + 1);
+                return problem;
+            }
+            state.ranges[state.n_ranges][0] = low;
+            state.ranges[state.n_ranges++][1] = high;
+        } else if (whole_number(layers[i], &low)) {
+            state.ranges[state.n_ranges][0] = state.ranges[state.n_ranges][1] = low;
+            state.n_ranges++;
+        } else {
+            snprintf(problem, sizeof problem, "GGML_VIZ_LAYERS: %s is not a layer, a range or 'none'", layers[i]);
+            return problem;
+        }
+    }
+    return NULL;
+}
+

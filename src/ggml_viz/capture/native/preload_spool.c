@@ -1,0 +1,325 @@
+/* The preload library, part 3: what it writes to the spool (its layout: spool.h). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "preload.h"
+
+/* ---- growable text, for JSON -------------------------------------------------------------- */
+
+static void text_add(Array *t, const char *format, ...) {
+    va_list args;
+    va_start(args, format);
+    int n = vsnprintf(NULL, 0, format, args);
+    va_end(args);
+    if (n < 0 || array_reserve(t, (size_t)n + 1) != 0) return;
+    va_start(args, format);
+    vsnprintf((char *)t->items + t->count, (size_t)n + 1, format, args);
+    va_end(args);
+    t->count += (size_t)n;
+}
+
+static void json_string(Array *t, const char *s) {
+    text_add(t, "\"");
+    for (; s && *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') text_add(t, "\\%c", c);
+        else if (c < 0x20) text_add(t, "\\u%04x", c);
+        else text_add(t, "%c", c);
+    }
+    text_add(t, "\"");
+}
+
+/* ---- the spool ---------------------------------------------------------------------------- */
+
+
+/* CRC-32 as zlib computes it (the reader checks each frame with zlib.crc32). */
+static uint32_t crc32_of(const void *data, size_t size) {
+    static uint32_t table[256];
+    if (!table[1]) {
+        for (uint32_t i = 0; i < 256; i++) {
+            uint32_t c = i;
+            for (int k = 0; k < 8; k++) c = c & 1 ? 0xedb88320u ^ (c >> 1) : c >> 1;
+            table[i] = c;
+        }
+    }
+    uint32_t crc = 0xffffffffu;
+    const uint8_t *bytes = data;
+    for (size_t i = 0; i < size; i++) crc = table[(crc ^ bytes[i]) & 0xff] ^ (crc >> 8);
+    return crc ^ 0xffffffffu;
+}
+
+/* One frame, in one write (under state.lock): a process that dies leaves whole frames. */
+static int write_frame(uint32_t kind, uint32_t context_id, const void *payload, size_t size) {
+    SpoolFrameHeader header = {kind, context_id, size};
+    uint32_t trailer = crc32_of(payload, size);
+    struct iovec parts[3] = {{&header, sizeof header}, {(void *)payload, size}, {&trailer, sizeof trailer}};
+    size_t total = sizeof header + size + sizeof trailer, written = 0;
+    if (state.spool < 0) return -1;
+    while (written < total) {
+        ssize_t n = writev(state.spool, parts, 3);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return -1;
+        written += (size_t)n;
+        /* a short write: go on from where it stopped */
+        for (int i = 0; i < 3; i++) {
+            size_t step = (size_t)n < parts[i].iov_len ? (size_t)n : parts[i].iov_len;
+            parts[i].iov_base = (char *)parts[i].iov_base + step;
+            parts[i].iov_len -= step;
+            n -= (ssize_t)step;
+        }
+    }
+    return 0;
+}
+
+void spool_frame(uint32_t kind, uint32_t context_id, const void *payload, size_t size) {
+    pthread_mutex_lock(&state.lock);
+    int failed = state.enabled && write_frame(kind, context_id, payload, size) != 0;
+    int error = errno;
+    pthread_mutex_unlock(&state.lock);
+    if (failed) {
+        char reason[4400];
+        snprintf(reason, sizeof reason, "writing the spool %s failed: %s", state.spool_path, strerror(error));
+        stop_recording(reason);
+    }
+}
+
+/* Recording stops for good; the spool says why (if it still can), the program runs on. */
+void stop_recording(const char *reason) {
+    pthread_mutex_lock(&state.lock);
+    int was_enabled = state.enabled;
+    state.enabled = 0;
+    if (was_enabled) {
+        write_frame(SPOOL_FAILED, 0, reason, strlen(reason));
+        for (int i = 0; i < state.n_entries; i++) state.entries[i]->recorder.mode = MODE_OFF;
+    }
+    pthread_mutex_unlock(&state.lock);
+    if (was_enabled) say("recording stopped: %s; the program goes on untraced", reason);
+}
+
+int open_spool(const char *output) {
+    const char *path = env("GGML_VIZ_SPOOL");
+    if (path) {
+        snprintf(state.spool_path, sizeof state.spool_path, "%s", path);
+    } else {
+        char folder[4000];
+        snprintf(folder, sizeof folder, "%s", output);
+        if (mkdir(folder, 0755) != 0 && errno != EEXIST) return -1;
+        snprintf(folder, sizeof folder, "%s/spool", output);
+        if (mkdir(folder, 0755) != 0 && errno != EEXIST) return -1;
+        snprintf(state.spool_path, sizeof state.spool_path, "%s/%d.spool", folder, (int)getpid());
+    }
+    state.spool = open(state.spool_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (state.spool < 0) return -1;
+    if (write(state.spool, SPOOL_MAGIC, 8) != 8) return -1;
+    return 0;
+}
+
+void add_library_of(Array *t, const char *key, void *function) {
+    Dl_info info;
+    text_add(t, ",\"%s\":", key);
+    if (function && dladdr(function, &info) && info.dli_fname) json_string(t, info.dli_fname);
+    else text_add(t, "null");
+}
+
+void write_start_frame(void) {
+    Array t;
+    array_init(&t, 1);
+    text_add(&t, "{\"pid\":%d,\"start_ns\":%lld,\"argv\":[", (int)getpid(), (long long)now_ns());
+    FILE *cmdline = fopen("/proc/self/cmdline", "rb");
+    if (cmdline) {
+        char argument[4096];
+        int c, length = 0, first = 1;
+        while ((c = fgetc(cmdline)) != EOF) {
+            if (c && length < (int)sizeof argument - 1) argument[length++] = (char)c;
+            if (!c) {
+                argument[length] = 0;
+                text_add(&t, first ? "" : ",");
+                json_string(&t, argument);
+                first = 0;
+                length = 0;
+            }
+        }
+        fclose(cmdline);
+    }
+    text_add(&t, "]");
+    add_library_of(&t, "ggml_library", (void *)api.recorder.op_name);
+    add_library_of(&t, "llama_library", (void *)api.get_model);
+    text_add(&t, ",\"ggml_version\":");
+    json_string(&t, api.version ? api.version() : NULL);
+    text_add(&t, ",\"ggml_commit\":");
+    json_string(&t, api.commit ? api.commit() : NULL);
+    text_add(&t, ",\"system_info\":");
+    json_string(&t, api.system_info ? api.system_info() : NULL);
+    text_add(&t, ",\"timing\":\"%s\",\"inline_timing_available\":%s,\"environment\":{",
+             state.sync_timing ? "sync" : "inline", api.is_cpu ? "true" : "false");
+    char *names[32];
+    int n_names = split_list(ggml_viz_preload_settings, names, 32, false), n_set = 0;
+    for (int i = 0; i < n_names; i++) { /* the settings as given, for the run's manifest */
+        const char *value = env(names[i]);
+        if (value) {
+            text_add(&t, n_set++ ? "," : "");
+            json_string(&t, names[i]);
+            text_add(&t, ":");
+            json_string(&t, value);
+        }
+        free(names[i]);
+    }
+    text_add(&t, "}}");
+    spool_frame(SPOOL_START, 0, t.items, t.count);
+    array_free(&t);
+}
+
+/* ---- contexts ----------------------------------------------------------------------------- */
+
+/* The GGUF files the process opened so far (the collector finds which one is the model's). */
+static void add_model_files(Array *t) {
+    pthread_mutex_lock(&state.lock);
+    text_add(t, ",\"files\":[");
+    for (int i = 0; i < state.n_files; i++) {
+        text_add(t, i ? "," : "");
+        json_string(t, state.files[i]);
+    }
+    text_add(t, "]");
+    pthread_mutex_unlock(&state.lock);
+}
+
+static void add_meta(Array *t, const void *model, const char *key, const char *field) {
+    char value[256];
+    text_add(t, ",\"%s\":", field);
+    if (api.meta_val_str && api.meta_val_str(model, key, value, sizeof value) >= 0) json_string(t, value);
+    else text_add(t, "null");
+}
+
+void describe_context(Entry *e) {
+    Array t;
+    array_init(&t, 1);
+    text_add(&t, "{\"context_id\":%d,\"kind\":\"%s\"", e->context_id, e->is_llama ? "llama" : "ggml");
+    void *ctx = e->owner;
+    if (e->is_llama) {
+        text_add(&t, ",\"n_ctx\":%u,\"n_batch\":%u,\"n_ubatch\":%u,\"n_seq_max\":%u", api.n_ctx ? api.n_ctx(ctx) : 0,
+                 api.n_batch ? api.n_batch(ctx) : 0, api.n_ubatch ? api.n_ubatch(ctx) : 0,
+                 api.n_seq_max ? api.n_seq_max(ctx) : 0);
+        text_add(&t, ",\"n_threads\":%d,\"n_threads_batch\":%d", api.n_threads ? api.n_threads(ctx) : -1,
+                 api.n_threads_batch ? api.n_threads_batch(ctx) : -1);
+        void *model = api.get_model ? api.get_model(ctx) : NULL;
+        if (model) {
+            char description[256] = "";
+            if (api.model_desc) api.model_desc(model, description, sizeof description);
+            text_add(&t, ",\"model\":{\"description\":");
+            json_string(&t, description);
+            add_meta(&t, model, "general.architecture", "architecture");
+            add_meta(&t, model, "general.name", "name");
+            text_add(&t, ",\"layers\":%d,\"parameters\":%llu,\"tensor_bytes\":%llu,\"n_ctx_train\":%d,\"n_embd\":%d",
+                     api.model_n_layer ? api.model_n_layer(model) : -1,
+                     (unsigned long long)(api.model_n_params ? api.model_n_params(model) : 0),
+                     (unsigned long long)(api.model_size ? api.model_size(model) : 0),
+                     api.model_n_ctx_train ? api.model_n_ctx_train(model) : -1,
+                     api.model_n_embd ? api.model_n_embd(model) : -1);
+            add_model_files(&t);
+            text_add(&t, "}");
+        }
+    } else {
+        add_model_files(&t);
+    }
+    text_add(&t, "}");
+    spool_frame(SPOOL_CONTEXT, (uint32_t)e->context_id, t.items, t.count);
+    array_free(&t);
+}
+
+/* ---- taking and writing --------------------------------------------------------------------- */
+
+static void frame_add(Array *frame, const void *data, size_t size) {
+    if (size && array_reserve(frame, size) == 0) {
+        memcpy(frame->items + frame->count, data, size);
+        frame->count += size;
+    }
+}
+
+/* Take what a context's recorder holds and write it as one frame (e->lock held). */
+void write_entry(Entry *e) {
+    Recorder *r = &e->recorder;
+    int failed = r->out_of_memory;
+    if (failed) recorder_drop_open(r);
+    DecodesTake decodes;
+    recorder_decodes_view(r, &decodes);
+    long long n_graphs = recorder_take_begin(r, now_ns());
+    if (n_graphs < 0) {
+        recorder_discard(r);
+        stop_recording("the recorder ran out of memory");
+        return;
+    }
+    Array *frame = &e->frame;
+    frame->count = 0;
+    uint64_t counts[4] = {decodes.n_calls, decodes.n_tokens, (uint64_t)n_graphs, 0};
+    size_t counts_at = frame->count;
+    frame_add(frame, counts, sizeof counts);
+    frame_add(frame, decodes.calls, decodes.n_calls * sizeof(DecodeRecord));
+    for (int c = 0; c < BATCH_COLUMNS; c++) frame_add(frame, decodes.columns[c].data, decodes.columns[c].size);
+    /* each token's text, read now, while its model lives */
+    const int32_t *tokens = decodes.columns[BATCH_TOKENS].data;
+    const void *vocab = NULL;
+    if (e->is_llama && api.get_model && api.model_vocab && api.token_to_piece) {
+        void *model = api.get_model(e->owner);
+        vocab = model ? api.model_vocab(model) : NULL;
+    }
+    size_t lengths_at = frame->count;
+    if (array_reserve(frame, decodes.n_tokens * 4) == 0) {
+        memset(frame->items + frame->count, 0, decodes.n_tokens * 4);
+        frame->count += decodes.n_tokens * 4;
+    }
+    uint64_t text_bytes = 0;
+    for (size_t i = 0; vocab && i < decodes.n_tokens; i++) {
+        char piece[256];
+        int32_t length = tokens[i] >= 0 ? api.token_to_piece(vocab, tokens[i], piece, sizeof piece, 0, true) : 0;
+        if (length < 0) length = 0;
+        frame_add(frame, piece, (size_t)length);
+        uint32_t stored = (uint32_t)length;
+        memcpy(frame->items + lengths_at + 4 * i, &stored, 4);
+        text_bytes += (uint64_t)length;
+    }
+    for (long long g = 0; g < n_graphs; g++) {
+        GraphTake taken;
+        if (recorder_take_graph(r, (size_t)g, &taken) != 0) {
+            failed = 1;
+            break;
+        }
+        SpoolGraphHeader header = {(uint32_t)taken.plain_repeat, (uint32_t)taken.same, taken.n_nodes,
+                                   taken.start_ns, taken.end_ns, taken.boundary_ns, taken.n_timed, {0}};
+        for (int p = 0; p < GRAPH_PARTS; p++) header.part_sizes[p] = taken.parts[p].size;
+        frame_add(frame, &header, sizeof header);
+        for (int p = 0; p < GRAPH_PARTS; p++) frame_add(frame, taken.parts[p].data, taken.parts[p].size);
+    }
+    counts[3] = text_bytes;
+    memcpy(frame->items + counts_at, counts, sizeof counts);
+    recorder_take_end(r);
+    recorder_decodes_done(r);
+    e->unwritten = 0;
+    if (!failed) spool_frame(SPOOL_TAKE, (uint32_t)e->context_id, frame->items, frame->count);
+    if (failed) stop_recording("the recorder ran out of memory");
+}
+
+/* The process is exiting: what it recorded, in all. */
+void write_end_frame(void) {
+    Array t;
+    array_init(&t, 1);
+    long long skipped = 0, skipped_bytes = 0;
+    for (int i = 0; i < state.n_entries; i++) {
+        skipped += state.entries[i]->recorder.captures_skipped;
+        skipped_bytes += state.entries[i]->recorder.capture_bytes_skipped;
+    }
+    text_add(&t, "{\"end_ns\":%lld,\"contexts\":%d,\"captures_skipped\":%lld,\"capture_bytes_skipped\":%lld}",
+             (long long)now_ns(), state.n_entries, skipped, skipped_bytes);
+    spool_frame(SPOOL_END, 0, t.items, t.count);
+    array_free(&t);
+}
