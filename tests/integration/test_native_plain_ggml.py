@@ -176,3 +176,16 @@ def test_the_programs_own_callbacks_keep_being_called(tmp_path, plain_program):
     assert expected.stdout in result.stdout
     run = ggml_viz.open(output)
     assert len(run.graphs) == 4 and run.nodes.timed.all()
+
+
+def test_the_event_bound_keeps_the_first_graphs_and_counts_the_rest(tmp_path, plain_program):
+    # GIVEN a program computing five graphs of three nodes, 0.6 s apart (so the graphs reach the
+    # spool in frames of their own), under a bound of seven node events
+    output = tmp_path / "bounded.ggmlviz"
+    result = ggml_viz_cli("run", "--max-events", "7", "-o", str(output), "--", str(plain_program), "5", "600")
+    assert result.returncode == 0, result.stderr
+    # THEN the run keeps the first two whole graphs and counts the three it dropped
+    run = ggml_viz.open(output)
+    assert len(run.graphs) == 2 and len(run.nodes) == 6
+    counts = run.manifest["counts"]
+    assert (counts["dropped_graphs"], counts["dropped_events"]) == (3, 9)

@@ -79,6 +79,10 @@ class SpoolContextTracer(ContextTracer):
         self._decodes: DecodesRecord | None = None
 
     def write_take(self, decodes: DecodesRecord, texts: dict[int, str], graphs: list[Any]) -> None:
+        if self._mode is Mode.COUNT:  # past a keep-first bound: the graphs are counted as dropped
+            for graph in graphs:
+                self.recording.count_dropped(graph.n_nodes if hasattr(graph, "n_nodes") else len(graph.starts) // 8)
+            return
         if self._mode is not Mode.RECORD:
             return
         self.texts.update(texts)
