@@ -242,3 +242,23 @@ def test_a_python_program_with_the_preload_library_too_is_recorded_once(tmp_path
     run = ggml_viz.open(output)
     assert len(run.graphs) == 3 and run.manifest["capture"]["recorder"] == "native"
     assert not (output / "spool").exists() and not list(tmp_path.glob("app-*.ggmlviz"))
+
+
+def test_a_running_server_can_be_read_while_it_runs(tmp_path, model_path):
+    # GIVEN llama-server under ggml-viz run, after one answer
+    output = tmp_path / "live.ggmlviz"
+    server, port = _start_server(output, model_path)
+    try:
+        _, fed = _ask(port, QUESTIONS[0])
+        # WHEN the run is read while the server still runs, as `ggml-viz view --live` reads it
+        deadline, tokens = time.monotonic() + 10, 0
+        while time.monotonic() < deadline and tokens < fed:
+            run = ggml_viz.open(output)
+            tokens = len(run.tokens)
+            time.sleep(0.2)
+        # THEN the answer's graphs are there within seconds, and the run says it is being recorded
+        assert server.poll() is None
+        assert tokens >= fed and run.status == "recording"
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.communicate(timeout=120)
