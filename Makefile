@@ -68,7 +68,20 @@ system-packages:
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium graphviz >/dev/null; } || \
 		echo "Chromium or Graphviz is missing (apt-get install chromium graphviz): their tests will be skipped"
 
-test: setup system-packages lint
+# llama.cpp's own vocabulary-only GGUF files (19 architectures), a test corpus of real model
+# files: taken once per machine from the llama-cpp-python sdist, kept outside the checkout.
+LLAMA_VOCABS := $(GGML_VIZ_CACHE)/llama-vocab-$(LLAMA_CPP_VERSION)
+
+$(LLAMA_VOCABS): | $(PY)
+	@echo "Extracting llama.cpp's vocabulary GGUF files from the llama-cpp-python $(LLAMA_CPP_VERSION) sdist into $@"
+	rm -rf $@.partial && mkdir -p $@.partial
+	$(PY) -m pip download --quiet --no-deps --no-binary :all: -d $@.partial llama-cpp-python==$(LLAMA_CPP_VERSION)
+	tar -xzf $@.partial/llama_cpp_python-*.tar.gz -C $@.partial --wildcards '*/vendor/llama.cpp/models/ggml-vocab-*.gguf'
+	find $@.partial -name 'ggml-vocab-*.gguf' -exec mv {} $@.partial/ \;
+	rm -rf $@.partial/llama_cpp_python-*
+	mv $@.partial $@
+
+test: setup system-packages lint $(LLAMA_VOCABS)
 	$(PY) -m pytest --cov --cov-report=term
 
 lint:

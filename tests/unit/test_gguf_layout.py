@@ -242,3 +242,67 @@ def _valid_template(tmp_path) -> bytes:
         write_small_model(tmp_path / "template.gguf")
         _TEMPLATE["small"] = (tmp_path / "template.gguf").read_bytes()
     return _TEMPLATE["small"]
+
+
+def _vocab_files() -> list:
+    """llama.cpp's own vocabulary-only GGUF files (19 architectures, no tensors), as `make test`
+    extracts them from the llama-cpp-python sdist."""
+    import os
+    from pathlib import Path
+
+    folder = Path(os.environ.get("GGML_VIZ_VOCAB_FILES", Path.home() / ".cache/ggml-viz/llama-vocab-0.3.36"))
+    return sorted(folder.glob("ggml-vocab-*.gguf"))
+
+
+def _require_vocab_files() -> list:
+    import os
+
+    files = _vocab_files()
+    if not files:
+        message = "llama.cpp's vocabulary GGUF files are missing (`make test` extracts them)"
+        if os.environ.get("GGML_VIZ_REQUIRE_NATIVE_TOOLS"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return files
+
+
+def test_llama_cpps_own_vocabulary_files_are_read_as_gguf_reads_them():
+    # GIVEN the vocabulary-only files llama.cpp ships (their data offset may lie past their end)
+    files = _require_vocab_files()
+    assert len(files) >= 19
+    for path in files:
+        # WHEN each is read
+        layout = read_layout(path)
+        # THEN it is read, its regions tiling the file
+        assert layout.tensors == [] and layout.problems == [], path.name
+        assert layout.regions[-1].end == path.stat().st_size
+        # AND where gguf's reader is quick enough for a test (it builds a field per vocabulary
+        # entry: 19 s for a 262k vocabulary), with gguf's data offset and metadata
+        if path.stat().st_size < 2_000_000:
+            reader = GGUFReader(path)
+            assert layout.data_offset == reader.data_offset, path.name
+            assert len(reader.tensors) == 0
+            assert set(layout.metadata) == {name for name in reader.fields if not name.startswith("GGUF.")}
+
+
+def test_a_cut_vocabulary_file_is_read_exactly_when_gguf_reads_it():
+    # GIVEN one of llama.cpp's vocabulary files cut at many lengths
+    original = min(_require_vocab_files(), key=lambda path: path.stat().st_size).read_bytes()
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as folder:
+        cut = Path(folder) / "cut.gguf"
+        for length in [*range(0, len(original), max(1, len(original) // 25)), len(original) - 1, len(original)]:
+            cut.write_bytes(original[:length])
+            # WHEN both readers read it
+            try:
+                theirs = GGUFReader(cut).data_offset
+            except Exception:  # noqa: BLE001 - gguf-py raises several kinds
+                theirs = None
+            try:
+                ours = read_layout(cut).data_offset
+            except ModelFileError:
+                ours = None
+            # THEN ggml-viz reads what gguf reads, at the same offset, and refuses the rest
+            assert ours == theirs, length

@@ -209,7 +209,9 @@ class _Parser:
         infos = [self.tensor_info(index) for index in range(n_tensors)]
         infos_end = self.position
         data_offset = -(-infos_end // alignment) * alignment
-        if data_offset > self.file_size:
+        # A file without tensors (llama.cpp's vocabulary-only files) may end before its
+        # aligned data offset: there is no data to find there. With tensors, it may not.
+        if data_offset > self.file_size and n_tensors:
             raise self.fail(f"tensor data would start at byte {data_offset}, past the end of the file")
         tensors, problems = self.place_tensors(infos, data_offset, alignment)
         regions = [
@@ -217,8 +219,8 @@ class _Parser:
             Region("metadata", header_end, metadata_end),
             Region("tensor_infos", metadata_end, infos_end),
         ]
-        if data_offset > infos_end:
-            regions.append(Region("padding", infos_end, data_offset))
+        if min(data_offset, self.file_size) > infos_end:
+            regions.append(Region("padding", infos_end, min(data_offset, self.file_size)))
         covered = data_offset
         for tensor in tensors:
             if tensor.start > covered:
