@@ -167,3 +167,16 @@ def test_memmap_command(tmp_path, model_path):
     bad.write_bytes(b"GGUF" + bytes(4))
     result = ggml_viz_cli("memmap", str(bad))
     assert result.returncode == 1 and "not a valid GGUF file" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_views_write_no_bytes_in_the_statistics(recorded_run):
+    from ggml_viz.ui.data import RunView
+
+    # GIVEN a real run's statistics by op
+    by_op = {row["op"]: row for row in RunView("r0", recorded_run.path).statistics["by_op"]}
+    # THEN views, reshapes and permutes, which only look at their source's bytes, write none
+    views = [op for op in ("VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE") if op in by_op]
+    assert views and all(by_op[op]["bytes"] == 0 for op in views)
+    # AND the ops that compute write their outputs
+    assert by_op["MUL_MAT"]["bytes"] > 0 and by_op["ADD"]["bytes"] > 0
+    assert abs(sum(row["bytes_share"] for row in by_op.values()) - 1.0) < 1e-9

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..analysis.flops import VIEW_OPS
 from ..analysis.graph_view import graph_view
 from ..analysis.memory import kv_cache_fill, live_bytes, occupancy, weight_reads_by_name
 from ..analysis.summary import plain, records, summarize
@@ -457,8 +458,10 @@ class RunView:
     def statistics(self) -> dict[str, Any]:
         timed = self.ev_timed
         duration = np.where(timed, self.ev_end - self.ev_start, 0).astype(np.int64)
-        nbytes = self.tensors.set_index("tensor_id")["nbytes"].reindex(range(len(self.tensor_op))).fillna(0)
-        out_bytes = nbytes.to_numpy(np.int64)[self.ev_tensor] if len(self.ev_tensor) else np.zeros(0, np.int64)
+        by_id = self.tensors.set_index("tensor_id").reindex(range(len(self.tensor_op)))
+        # A view (VIEW, RESHAPE, PERMUTE, TRANSPOSE) writes nothing: its bytes are its source's.
+        written = by_id["nbytes"].fillna(0).where(~by_id["op_base"].isin(VIEW_OPS), 0)
+        out_bytes = written.to_numpy(np.int64)[self.ev_tensor] if len(self.ev_tensor) else np.zeros(0, np.int64)
         frame = pd.DataFrame(
             {
                 "op": np.asarray(self.ops, dtype=object)[self.ev_op] if len(self.ev_op) else [],
