@@ -306,3 +306,36 @@ def test_captured_attention_renders_with_token_labels(page, tmp_path, model_path
         page.wait_for_selector("[data-testid=activation-chart]")
         page.wait_for_timeout(200)
         assert colored_pixels(page, "[data-testid=activation-chart]") > 200
+
+
+def test_the_report_and_the_server_answer_the_same_event_queries(browser, served_run, tmp_path):
+    from ggml_viz.commands import main
+    from ggml_viz.ui.data import EventFilter, RunView
+
+    # GIVEN a run's offline report, and the server's view of the same run
+    _, run = served_run
+    report = tmp_path / "side-by-side.html"
+    assert main(["export", str(run.path), "-o", str(report)]) == 0
+    view = RunView("r0", run.path)
+    weights = run.memory_map[run.memory_map.kind == "tensor"].sort_values("start")
+    middle = weights.iloc[len(weights) // 2]
+    layer = int(view.ev_layer[view.ev_layer >= 0][0])
+    queries = [
+        {"op": "MUL_MAT"},
+        {"name": "ffn"},
+        {"layer": layer},
+        {"file_lo": int(middle.start), "file_hi": int(middle.end)},  # one weight's bytes
+        {"file_lo": int(weights.start.iloc[0]), "file_hi": int(weights.end.iloc[len(weights) // 3])},
+        {"op": "MUL_MAT", "file_lo": int(weights.start.iloc[0]), "file_hi": int(weights.end.iloc[-1])},
+    ]
+    page = browser.new_page()
+    page.goto(report.as_uri())
+    page.wait_for_selector("body[data-ready='1']")
+    for query in queries:
+        # WHEN both answer the same query
+        served = view.events(EventFilter(**query), 0, 50)
+        offline = page.evaluate("(q) => window.ggmlViz.api('runs/r0/events', {...q, offset: 0, limit: 50})", query)
+        # THEN they give the same events
+        assert offline["total"] == served["total"] > 0, query
+        assert [row["event"] for row in offline["rows"]] == [row["event"] for row in served["rows"]], query
+    page.close()

@@ -63,6 +63,10 @@ def report_answers(view: RunView, graph_id: int) -> dict[str, Any]:
     rows = [view.event_row(int(event)) for event in shown]
     answers["events"] = {key: [row[key] for row in rows] for key in rows[0]} if rows else {}
     answers["events"].pop("event", None)
+    if rows:  # for the file-region filter: the weights each event's node reads, by file range
+        ranges, reads = view.weight_file_reads(shown)
+        answers["weight_ranges"] = ranges
+        answers["events"]["weights"] = reads
     return answers
 
 

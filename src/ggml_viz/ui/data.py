@@ -532,11 +532,31 @@ class RunView:
         """Events whose node reads a weight with file bytes in [lo, hi)."""
         regions = self.run.memory_map
         weights = regions[(regions["kind"] == "tensor") & (regions["end"] > lo) & (regions["start"] < hi)]
-        tensor_ids = self.tensors.loc[self.tensors["name"].isin(weights["name"]), "tensor_id"]
-        edges = self.run.raw("edges")
-        readers = edges[edges["src_tensor_id"].isin(tensor_ids)][["structure_id", "node_index"]].drop_duplicates()
+        readers = self._weight_readers(weights["name"])
         reader_keys = _event_key(readers["structure_id"].to_numpy(np.int32), readers["node_index"].to_numpy(np.int32))
         return np.isin(_event_key(self.ev_structure, self.ev_node), reader_keys)
+
+    def _weight_readers(self, names: Any) -> pd.DataFrame:
+        """(structure_id, node_index, name) of each node that reads a weight of these names."""
+        tensors = self.tensors.loc[self.tensors["name"].isin(names), ["tensor_id", "name"]]
+        edges = self.run.raw("edges").merge(tensors, left_on="src_tensor_id", right_on="tensor_id")
+        return edges[["structure_id", "node_index", "name"]].drop_duplicates()
+
+    def weight_file_reads(self, events: np.ndarray) -> tuple[dict[str, list[int]], list[list[int]]]:
+        """For an offline report's file-region filter: the file ranges of the weights the run
+        reads ({"start", "end"}) and, per event, the indexes of those its node reads (the same
+        rule as _reads_file_range)."""
+        regions = self.run.memory_map
+        weights = regions[regions["kind"] == "tensor"].reset_index(drop=True)
+        index_of = {name: i for i, name in enumerate(weights["name"])}
+        readers = self._weight_readers(weights["name"])
+        by_node: dict[int, list[int]] = {}
+        keys = _event_key(readers["structure_id"].to_numpy(np.int32), readers["node_index"].to_numpy(np.int32))
+        for key, name in zip(keys.tolist(), readers["name"].tolist(), strict=True):
+            by_node.setdefault(key, []).append(index_of[name])
+        event_keys = _event_key(self.ev_structure[events], self.ev_node[events]).tolist()
+        ranges = {"start": weights["start"].astype(int).tolist(), "end": weights["end"].astype(int).tolist()}
+        return ranges, [by_node.get(key, []) for key in event_keys]
 
     def event_row(self, event: int) -> dict[str, Any]:
         tensor = int(self.ev_tensor[event])

@@ -38,7 +38,8 @@ function embeddedAnswer(path, query) {
   if ((match = part.match(/^graph\/(\d+)$/))) return answers[`graph/${match[1]}/${query.layer ?? ""}`] || missing();
   if ((match = part.match(/^occupancy\/(\d+)$/))) return answers[`occupancy/${match[1]}`] || missing();
   const events = answers.events, n = events.graph_id.length;
-  const row = (i) => Object.fromEntries(Object.keys(events).map((key) => [key, events[key][i]]).concat([["event", i]]));
+  const columns = Object.keys(events).filter((key) => key !== "weights"); // weights: the filter's, not a row's
+  const row = (i) => Object.fromEntries(columns.map((key) => [key, events[key][i]]).concat([["event", i]]));
   if ((match = part.match(/^event\/(\d+)$/))) return Number(match[1]) < n ? row(Number(match[1])) : missing();
   if (part === "node") {
     for (let i = 0; i < n; i++) if (events.graph_id[i] === Number(query.graph) && events.node_index[i] === Number(query.index)) {
@@ -50,6 +51,10 @@ function embeddedAnswer(path, query) {
   if (part === "search" || part === "events") {
     const name = String(query.name || query.q || "").toLowerCase(), layer = query.layer === undefined || query.layer === "" ? null : Number(query.layer);
     const t0 = query.t0 === undefined || query.t0 === "" ? null : Number(query.t0), t1 = query.t1 === undefined || query.t1 === "" ? null : Number(query.t1);
+    // the file-region filter, as the server applies it: nodes reading a weight whose file bytes meet [lo, hi)
+    const lo = query.file_lo === undefined || query.file_lo === "" ? null : Number(query.file_lo), hi = Number(query.file_hi);
+    const ranges = answers.weight_ranges || { start: [], end: [] };
+    const readsRange = (i) => (events.weights?.[i] || []).some((w) => ranges.end[w] > lo && ranges.start[w] < hi);
     const hits = [];
     for (let i = 0; i < n; i++) {
       if (query.op && events.op[i] !== query.op) continue;
@@ -57,6 +62,7 @@ function embeddedAnswer(path, query) {
       if (layer !== null && events.layer[i] !== layer) continue;
       if (t0 !== null && (events.start_ns[i] === null || events.start_ns[i] + events.duration_ns[i] <= t0)) continue;
       if (t1 !== null && (events.start_ns[i] === null || events.start_ns[i] >= t1)) continue;
+      if (lo !== null && !readsRange(i)) continue;
       hits.push(i);
     }
     if (part === "search") return { hits: hits.slice(0, 200).map(row) };
@@ -182,6 +188,7 @@ const state = {
   rendered: {},
 };
 window.ggmlViz = state; // for the tests and the curious
+state.api = api; // the answers as the page gets them: the server's, or the report's own
 
 const TABS = ["overview", "timeline", "graph", "memory", "stats", "events", "attention"];
 
