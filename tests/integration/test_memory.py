@@ -180,3 +180,25 @@ def test_views_write_no_bytes_in_the_statistics(recorded_run):
     # AND the ops that compute write their outputs
     assert by_op["MUL_MAT"]["bytes"] > 0 and by_op["ADD"]["bytes"] > 0
     assert abs(sum(row["bytes_share"] for row in by_op.values()) - 1.0) < 1e-9
+
+
+def test_bytes_read_are_the_rows_a_get_rows_gathers_and_nothing_for_views(recorded_run):
+    from ggml_viz.analysis.summary import weight_reads
+
+    run = recorded_run.run
+    edges = run.edges.merge(run.graphs[["graph_id", "n_tokens", "phase"]], on="graph_id")
+    nodes = run.nodes[["graph_id", "node_index", "op"]]
+    edges = edges.merge(nodes, on=["graph_id", "node_index"])
+    # GIVEN the token embedding: a table of one row per vocabulary entry
+    layout = read_layout(run.manifest["model"]["path"])
+    table = layout.tensor("token_embd.weight")
+    row_bytes = table.nbytes // table.shape[1]
+    # THEN its GET_ROWS reads one row per token of the graph's batch
+    gathers = edges[(edges.op == "GET_ROWS") & (edges.src_name == "token_embd.weight")]
+    assert len(gathers) == len(run.graphs)
+    assert (gathers.src_bytes_read == gathers.n_tokens * row_bytes).all()
+    # AND views read nothing
+    assert (edges.loc[edges.op.isin(["VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE"]), "src_bytes_read"] == 0).all()
+    # AND a decode step reads each weight of the file once, whole, and the embedding tied to the
+    # output once more for its one row: the memory traffic of a step is the model's size, not more
+    assert weight_reads(run)["weight_bytes_per_graph"] == sum(t.nbytes for t in layout.tensors) + row_bytes

@@ -13,12 +13,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..runformat.memory_sources import VIEW_OPS
 from ..runformat.reader import Run
 from .summary import timed_nodes
 
 FLOPS_PER_ELEMENT = {"ADD": 1, "MUL": 1, "SUB": 1, "DIV": 1, "SCALE": 1, "RMS_NORM": 3, "NORM": 3, "SOFT_MAX": 5,
                      "ROPE": 3, "GLU": 5, "UNARY": 5}  # fmt: skip
-VIEW_OPS = ("NONE", "VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE")
 
 
 def node_costs(run: Run) -> pd.DataFrame:

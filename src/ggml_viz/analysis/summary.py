@@ -85,7 +85,7 @@ def weight_reads(run: Run) -> dict[str, Any]:
     """Bytes of weights the graphs read, and how much of them came from the file mapping."""
     edges = run.edges
     disk = edges[edges["memory"] == "disk"]
-    per_graph = disk.groupby("graph_id")["src_nbytes"].sum()
+    per_graph = disk.groupby("graph_id")["src_bytes_read"].sum()  # the bytes really read: GET_ROWS its rows
     return {
         "weight_bytes_per_graph": int(per_graph.median()) if len(per_graph) else 0,
         "weights_read": int(disk["src_tensor_id"].nunique()),

@@ -52,6 +52,33 @@ def buffer_seen_times(
     )
 
 
+# Ops that do no work: their output is a view of their source's bytes, which they neither read nor write.
+VIEW_OPS = ("NONE", "VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE")
+
+
+def bytes_read(raw_edges: pd.DataFrame, structure_nodes: pd.DataFrame, tensors: pd.DataFrame) -> pd.Series:
+    """The bytes of its source each edge really reads (per row of `raw_edges`): a source's
+    whole bytes, except that a view reads nothing, and GET_ROWS reads of its table (source 0)
+    only the rows it gathers: one per id, each the table's row size (a token embedding: the
+    batch's tokens' rows, not the whole vocabulary). MUL_MAT_ID still counts every expert
+    (which were selected is not recorded)."""
+    description = tensors.set_index("tensor_id")
+    node_tensor = structure_nodes.set_index(["structure_id", "node_index"])["tensor_id"]
+    keys = pd.MultiIndex.from_frame(raw_edges[["structure_id", "node_index"]])
+    node = description.reindex(node_tensor.reindex(keys).to_numpy())
+    source = description.reindex(raw_edges["src_tensor_id"].to_numpy())
+    whole = source["nbytes"].fillna(0).to_numpy(dtype="float64")
+    op = node["op_base"].to_numpy(dtype=object)
+    gathered = (op == "GET_ROWS") & (raw_edges["src_slot"].to_numpy() == 0)
+    rows = (source["ne1"] * source["ne2"] * source["ne3"]).to_numpy(dtype="float64")
+    ids = (node["ne1"] * node["ne2"] * node["ne3"]).to_numpy(dtype="float64")
+    with_rows = gathered & (rows > 0)
+    read = whole.copy()
+    read[with_rows] = whole[with_rows] / rows[with_rows] * ids[with_rows]
+    read[pd.Series(op).isin(VIEW_OPS).to_numpy()] = 0
+    return pd.Series(read.round().astype("int64"), index=raw_edges.index)
+
+
 def edge_memory(edges: pd.DataFrame, memory_map: pd.DataFrame, model_paths: dict[int, Any]) -> pd.DataFrame:
     """Add memory, file_offset, file_end, mmap and buffer_offset to `edges` (already joined
     with the source's description: src_name, src_buffer, src_buffer_name, src_usage, ...)."""

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from .._errors import RunFormatError
 from . import journal
 from .manifest import STATUS_INCOMPLETE, STATUS_RECORDING
-from .memory_sources import buffer_kinds, buffer_seen_times, edge_memory
+from .memory_sources import buffer_kinds, buffer_seen_times, bytes_read, edge_memory
 from .schema import (
     CAPTURES_FILE,
     FORMAT_NAME,
@@ -122,6 +122,9 @@ class Run:
         sources = self.tensors.rename(columns=lambda c: f"src_{c}" if c != "tensor_id" else "src_tensor_id")
         sources = sources.rename(columns={"src_buffer_usage": "src_usage"})
         graphs = graphs[["graph_id", "context_id", "structure_id"]]
+        raw_edges = raw_edges.assign(
+            src_bytes_read=bytes_read(raw_edges, self.raw("structure_nodes"), self.raw("tensors"))
+        )
         edges = graphs.merge(raw_edges, on="structure_id").merge(sources, on="src_tensor_id", how="left")
         model_paths = {c["context_id"]: (c.get("model") or {}).get("path") for c in self.manifest.get("contexts", [])}
         edges = edge_memory(edges, self.memory_map, model_paths)

@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..analysis.flops import VIEW_OPS
 from ..analysis.graph_view import graph_view
 from ..analysis.memory import kv_cache_fill, live_bytes, occupancy, weight_reads_by_name
 from ..analysis.summary import plain, records, summarize
 from ..layers import NO_LAYER
+from ..runformat.memory_sources import VIEW_OPS
 from ..runformat.reader import Run, open_run
 from ..runformat.schema import NO_ID
 
