@@ -202,3 +202,23 @@ def test_bytes_read_are_the_rows_a_get_rows_gathers_and_nothing_for_views(record
     # AND a decode step reads each weight of the file once, whole, and the embedding tied to the
     # output once more for its one row: the memory traffic of a step is the model's size, not more
     assert weight_reads(run)["weight_bytes_per_graph"] == sum(t.nbytes for t in layout.tensors) + row_bytes
+
+
+def test_the_bytes_an_embedding_lookup_moves_are_its_rows_ids_and_output(recorded_run):
+    from ggml_viz.analysis.flops import node_costs
+
+    run = recorded_run.run
+    layout = read_layout(run.manifest["model"]["path"])
+    table = layout.tensor("token_embd.weight")
+    row_bytes, n_embd = table.nbytes // table.shape[1], table.shape[0]
+    # GIVEN each graph's embedding lookup (the GET_ROWS reading the token embedding)
+    lookups = run.edges[run.edges.src_name == "token_embd.weight"].merge(
+        run.nodes[["graph_id", "node_index", "op"]], on=["graph_id", "node_index"]
+    )
+    lookups = lookups[lookups.op == "GET_ROWS"].merge(run.raw("graphs")[["graph_id", "n_tokens"]],
+                                                      on="graph_id")  # fmt: skip
+    costs = node_costs(run).set_index(["structure_id", "node_index"])["bytes"]
+    # THEN per token it moves one row of the table read, one int32 id read, one f32 embedding written
+    moved = costs.loc[list(zip(lookups.structure_id, lookups.node_index, strict=True))].to_numpy()
+    assert len(moved) == len(run.graphs)
+    assert (moved == lookups.n_tokens.to_numpy() * (row_bytes + 4 + 4 * n_embd)).all()

@@ -3,8 +3,9 @@
 Counts follow the usual conventions and are estimates for element-wise ops:
 MUL_MAT 2·K·N·M (a multiply and an add per term), ADD/MUL/SCALE one per output element,
 RMS_NORM and NORM three, SOFT_MAX five (max, subtract, exp, sum, divide), ROPE three,
-GLU/UNARY (SWIGLU, SILU, GELU) five. Bytes moved: every source's bytes read plus the
-output's bytes written (a lower bound: caches may read some twice, or not at all).
+GLU/UNARY (SWIGLU, SILU, GELU) five. Bytes moved: the bytes each source is really read for
+(edges' src_bytes_read: GET_ROWS the rows it gathers) plus the output's bytes written (a
+lower bound: caches may read some twice, or not at all).
 Ops that only move or view data (GET_ROWS, CPY, CONT, SET_ROWS, VIEW, ...) do no FLOPs.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..runformat.memory_sources import VIEW_OPS
+from ..runformat.memory_sources import VIEW_OPS, bytes_read
 from ..runformat.reader import Run
 from .summary import timed_nodes
 
@@ -25,8 +26,10 @@ def node_costs(run: Run) -> pd.DataFrame:
     """Per node of each graph structure: op, flops and bytes moved."""
     tensors = run.raw("tensors").set_index("tensor_id")
     nodes = run.raw("structure_nodes").join(tensors[["op_base", "ne0", "ne1", "ne2", "ne3", "nbytes"]], on="tensor_id")
-    edges = run.raw("edges").join(tensors[["ne0", "nbytes"]], on="src_tensor_id")
-    read = edges.groupby(["structure_id", "node_index"])["nbytes"].sum()
+    raw_edges = run.raw("edges")
+    edges = raw_edges.assign(read=bytes_read(raw_edges, run.raw("structure_nodes"), run.raw("tensors")))
+    edges = edges.join(tensors[["ne0"]], on="src_tensor_id")
+    read = edges.groupby(["structure_id", "node_index"])["read"].sum()
     k = edges[edges["src_slot"] == 0].set_index(["structure_id", "node_index"])["ne0"]
     keys = pd.MultiIndex.from_frame(nodes[["structure_id", "node_index"]])
     elements = (nodes["ne0"] * nodes["ne1"] * nodes["ne2"] * nodes["ne3"]).to_numpy(np.float64)
