@@ -128,7 +128,7 @@ def _preload_by_hand(program: list[str], output, **env_extra) -> subprocess.Comp
 def test_a_spool_left_without_the_wrapper_is_collected_by_the_first_command(tmp_path, plain_program):
     # GIVEN a program recorded with LD_PRELOAD alone (a service, a container)
     output = tmp_path / "service.ggmlviz"
-    assert _preload_by_hand([str(plain_program), "5"], output).returncode == 0
+    assert _preload_by_hand([str(plain_program), "5"], output, GGML_VIZ_DETAIL="graph").returncode == 0
     assert list(output.glob("spool/*.spool")) and not (output / "manifest.json").exists()
     # WHEN a ggml-viz command opens the run
     summary = ggml_viz_cli("summary", str(output))
@@ -137,6 +137,8 @@ def test_a_spool_left_without_the_wrapper_is_collected_by_the_first_command(tmp_
     run = ggml_viz.open(output)
     assert run.status == "complete" and len(run.graphs) == 5
     assert not (output / "spool").exists()
+    # AND with the settings it ran with, as its spool keeps them
+    assert run.manifest["capture"]["detail"] == "graph" and not run.nodes.timed.any()
 
 
 def test_a_spool_cut_short_or_damaged_keeps_the_frames_before(tmp_path, plain_program):

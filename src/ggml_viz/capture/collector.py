@@ -26,7 +26,19 @@ from .native_recorder import GraphRecordReader
 from .raw_graph import Mode, RawGraph, RepeatedGraph
 from .session import Recording
 from .settings import CaptureSettings, settings_from_environment
-from .spool import CONTEXT, END, FAILED, SPOOL_DIR, START, TAKE, DecodesRecord, Frame, SpoolReader, spool_files
+from .spool import (
+    CONTEXT,
+    END,
+    FAILED,
+    SPOOL_DIR,
+    START,
+    TAKE,
+    DecodesRecord,
+    Frame,
+    SpoolReader,
+    first_frame,
+    spool_files,
+)
 
 
 class SpoolRecorder:
@@ -158,17 +170,14 @@ class SpoolCollector:
         tracer = SpoolContextTracer(recording, context_id, int(info.get("n_ubatch") or 1), self.inline_timing)
         recording.tracers.append(tracer)
         self.tracers[(path, frame.context_id)] = tracer
-        files = [file for file in (info.get("model") or info).get("files", []) if file]
-        model = info.get("model")
+        model = info.pop("model", None)
+        files = [file for file in (model or info).pop("files", []) if file]
         if model is not None:
             path_of_model = model_file(files, model.get("tensor_bytes"))
-            model = {"path": path_of_model,
-                     "file_size": os.path.getsize(path_of_model) if path_of_model and os.path.exists(path_of_model)
-                     else None,
-                     **{key: value for key, value in model.items() if key != "files"}}  # fmt: skip
-        context = {"context_id": context_id, **{k: v for k, v in info.items() if k not in ("context_id", "model")},
-                   "model": model}  # fmt: skip
-        context.pop("files", None)
+            size = os.path.getsize(path_of_model) if path_of_model and os.path.exists(path_of_model) else None
+            model = {"path": path_of_model, "file_size": size, **model}
+        info.pop("context_id", None)
+        context = {"context_id": context_id, **info, "model": model}
         writer.update_manifest(
             contexts=[*writer.manifest["contexts"], context], model=writer.manifest["model"] or model
         )
@@ -251,7 +260,7 @@ def collect_spooled_run(run_dir: Path) -> None:
 def settings_of_spool(run_dir: Path) -> CaptureSettings:
     """The settings the program recorded with: the GGML_VIZ_* environment its START frame keeps."""
     for path in spool_files(run_dir):
-        for frame in SpoolReader(path).read_new()[:1]:
-            if frame.kind == START:
-                return settings_from_environment(frame.json().get("environment") or {})
+        frame = first_frame(path)
+        if frame is not None and frame.kind == START:
+            return settings_from_environment(frame.json().get("environment") or {})
     return CaptureSettings()

@@ -152,6 +152,22 @@ class SpoolReader:
         return len(self._pending)
 
 
+def first_frame(path: Path) -> Frame | None:
+    """A spool's first frame (its START), read alone: not the whole spool. None if it is not
+    there whole and sound."""
+    with open(path, "rb") as spool:
+        head = spool.read(len(MAGIC) + FRAME_HEADER.size)
+        if len(head) < len(MAGIC) + FRAME_HEADER.size or head[: len(MAGIC)] != MAGIC:
+            return None
+        kind, context_id, size = FRAME_HEADER.unpack_from(head, len(MAGIC))
+        if kind not in KINDS or size > MAX_FRAME_BYTES:
+            return None
+        rest = spool.read(size + TRAILER_BYTES)
+    if len(rest) < size + TRAILER_BYTES or struct.unpack_from("<I", rest, size)[0] != zlib.crc32(rest[:size]):
+        return None
+    return Frame(kind, context_id, rest[:size])
+
+
 def spool_files(run_dir: Path) -> list[Path]:
     """The spool files of a run (one per traced process), oldest first."""
     folder = run_dir / SPOOL_DIR
