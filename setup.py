@@ -35,7 +35,7 @@ class BuildWithPreloadLibrary(build_ext):
         super().run()
         try:
             objects = self.compiler.compile(
-                [f"{NATIVE}/{name}.c" for name in ("preload", "preload_setup", "preload_spool", "recorder")],
+                [f"{NATIVE}/{name}.c" for name in ("preload", "preload_setup", "preload_spool", "recorder", "got_hook")],
                 output_dir=self.build_temp,
                 extra_preargs=[*C_FLAGS, "-fPIC", "-fvisibility=hidden", "-Wall"],
             )
@@ -52,10 +52,10 @@ class BuildWithPreloadLibrary(build_ext):
 
 native_recorder = Extension(
     "ggml_viz.capture._native",
-    sources=["src/ggml_viz/capture/_native.c", f"{NATIVE}/recorder.c"],
-    depends=[f"{NATIVE}/recorder.h"],
+    sources=["src/ggml_viz/capture/_native.c", f"{NATIVE}/recorder.c", f"{NATIVE}/got_hook.c"],
+    depends=[f"{NATIVE}/recorder.h", f"{NATIVE}/got_hook.h"],
     extra_compile_args=C_FLAGS,
-    libraries=["m"],
+    libraries=["m", "dl"],
     optional=True,
 )
 

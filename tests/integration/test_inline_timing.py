@@ -51,6 +51,18 @@ def test_inline_intervals_tile_each_graph(inline_and_sync):
         assert graph["start_ns"] < start[0] and end[-1] == graph["end_ns"]
         # ... inside the llama_decode call that ran it
         assert graph["decode_start_ns"] <= start[0] and end[-1] <= graph["decode_end_ns"]
+        # Each node ends at the barrier after it: its wait for the other thread is seen,
+        # and part of its interval (none for nodes without work of their own)
+        wait = group["wait_ns"].to_numpy(np.int64)
+        assert (wait >= 0).all() and (wait <= end - start).all()
+    works = nodes["duration_ns"] > 0
+    assert (nodes.loc[works, "wait_ns"] > 0).mean() > 0.5  # 2 threads rarely finish a node together
+    assert (nodes.loc[~works, "wait_ns"] == 0).all()
+
+
+def test_sync_timing_sees_no_wait_apart(inline_and_sync):
+    # Sync timing computes each node alone: its interval holds its stragglers, not told apart
+    assert inline_and_sync[0]["sync"].nodes["wait_ns"].isna().all()
 
 
 def test_inline_views_and_fused_nodes_take_no_time(inline_and_sync):

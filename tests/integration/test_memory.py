@@ -204,6 +204,34 @@ def test_bytes_read_are_the_rows_a_get_rows_gathers_and_nothing_for_views(record
     assert weight_reads(run)["weight_bytes_per_graph"] == sum(t.nbytes for t in layout.tensors) + row_bytes
 
 
+def test_the_disk_track_shows_the_exact_rows_each_lookup_read(recorded_run):
+    from ggml_viz.analysis.memory import gathered_rows
+    from ggml_viz.ui.data import RunView
+
+    run = recorded_run.run
+    reader = GGUFReader(run.manifest["model"]["path"])
+    table = next(t for t in reader.tensors if t.name == "token_embd.weight")
+    row_bytes = int(table.n_bytes) // int(table.shape[1])
+    # GIVEN the tokens the run fed (each graph's batch), counted by id
+    fed = run.tokens.groupby("token_id").size()
+    # THEN the rows gathered are those tokens' rows, each as often as it was fed ...
+    rows = gathered_rows(run)
+    assert set(rows.name) == {"token_embd.weight"}
+    assert rows.set_index("row")["reads"].sort_index().equals(fed.sort_index().rename("reads"))
+    # ... at its exact bytes in the file, as gguf's reader places the table
+    file_start = int(table.data_offset)  # gguf's reader gives it from the file's start
+    assert (rows.start == file_start + rows.row * row_bytes).all() and (rows.end - rows.start == row_bytes).all()
+    # AND the memory view's disk track carries them, and the table's row count and bytes
+    disk = RunView("r0", recorded_run.path).disk_track["files"][0]
+    assert sorted(disk["rows"]["start"]) == disk["rows"]["start"] == sorted(rows.start.tolist())
+    regions = disk["regions"]
+    embedding = regions["name"].index("token_embd.weight")
+    assert regions["rows_read"][embedding] == len(fed)
+    assert regions["row_bytes_read"][embedding] == len(fed) * row_bytes
+    others = [i for i, kind in enumerate(regions["kind"]) if kind == "tensor" and i != embedding]
+    assert all(regions["rows_read"][i] == -1 for i in others)
+
+
 def test_the_bytes_an_embedding_lookup_moves_are_its_rows_ids_and_output(recorded_run):
     from ggml_viz.analysis.flops import node_costs
 

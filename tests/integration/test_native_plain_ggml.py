@@ -50,6 +50,31 @@ def test_a_plain_ggml_program_is_recorded_graph_by_graph(tmp_path, plain_program
     assert not (output / "spool").exists()
 
 
+def test_a_nodes_wait_for_its_stragglers_is_charged_to_it(tmp_path, plain_program):
+    # GIVEN the plain program with a node that thread 0 finishes at once while thread 1
+    # sleeps 30 ms in it (a straggler), followed by a RELU
+    output = tmp_path / "straggler.ggmlviz"
+    expected = untraced([str(plain_program), "3", "0", "-", "30"])
+    # WHEN ggml-viz runs it
+    result = ggml_viz_cli("run", "-o", str(output), "--", str(plain_program), "3", "0", "-", "30")
+    assert result.returncode == 0, result.stderr
+    assert expected.stdout in result.stdout
+    nodes = ggml_viz.open(output).nodes
+    assert nodes.groupby("graph_id").name.apply(list).tolist() == [["product", "sum", "straggler", "output"]] * 3
+    straggler, relu = nodes[nodes.name == "straggler"], nodes[nodes.name == "output"]
+    # THEN the straggler's node holds the wait for its slow thread, as its wait
+    assert (straggler.wait_ns >= 29_000_000).all(), straggler.wait_ns.tolist()
+    assert (straggler.duration_ns >= straggler.wait_ns).all()
+    assert (straggler.duration_ns - straggler.wait_ns < 10_000_000).all()  # thread 0's own work is short
+    # AND the node after it does not (ggml's abort callback fires before the barrier: a
+    # node timed by it alone would hold the wait of the node before)
+    assert (relu.duration_ns < 10_000_000).all(), relu.duration_ns.tolist()
+    # AND the nodes tile each graph: each starts where the one before it ended
+    for _, graph in nodes.groupby("graph_id"):
+        assert (graph.start_ns.to_numpy()[1:] == graph.end_ns.to_numpy()[:-1]).all()
+        assert (graph.wait_ns.notna()).all() and (graph.wait_ns <= graph.duration_ns).all()
+
+
 def test_the_exit_status_is_the_programs(tmp_path):
     result = ggml_viz_cli("run", "-o", str(tmp_path / "x.ggmlviz"), "--", "sh", "-c", "exit 3")
     assert result.returncode == 3

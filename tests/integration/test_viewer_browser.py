@@ -101,6 +101,18 @@ def colored_pixels(page, selector: str) -> int:
     )
 
 
+def shown_nulls(page, selector: str) -> list[str]:
+    """The tags of elements showing the text "null": a value left out (`cond ? h(...) : null`)
+    that the DOM wrote as text."""
+    return page.eval_on_selector(
+        selector,
+        """root => { const found = [], walk = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+           while (walk.nextNode())
+             if (walk.currentNode.textContent.trim() === 'null') found.push(walk.currentNode.parentElement.tagName);
+           return found; }""",
+    )
+
+
 def test_each_view_shows_the_run(page, served_run, screenshots):
     viewer, run = served_run
     open_view(page, viewer.url, "overview")
@@ -141,6 +153,7 @@ def test_each_view_shows_the_run(page, served_run, screenshots):
     page.wait_for_selector("[data-testid=findings] li")
     assert "MUL_MAT" in page.inner_text("[data-testid=findings]")
     assert page.locator("[data-testid=stats-layer] tr").count() == 32  # header, 30 layers, nodes outside
+    assert shown_nulls(page, "#view-stats") == []  # no --values stats: no chart, and no "null" in its place
     page.screenshot(path=str(screenshots / "statistics.png"))
 
     page.click("#tabs button[data-tab=events]")
@@ -184,6 +197,7 @@ def test_clicking_a_node_shows_its_details_and_its_place_in_the_graph(page, serv
     sources = page.locator("[data-testid=sources] tr")
     assert sources.count() >= 3  # header and two sources
     assert "file @" in page.inner_text("[data-testid=sources]")  # a weight, read from the model file
+    assert shown_nulls(page, "body") == []  # no --values stats: nothing, not "null", where they would be
     page.click("text=show in graph")
     page.wait_for_selector("[data-testid=graph-svg] g.item.selected")
 

@@ -4,11 +4,15 @@
  * functions it calls itself (ggml's headers are not installed with llama-cpp-python).
  * Prints the sum of y after each compute, so a test can check the program's own output.
  *
- *   plain_ggml_program [RUNS [PAUSE_MS [callbacks]]]   (3 runs, no pause by default)
+ *   plain_ggml_program [RUNS [PAUSE_MS [callbacks|- [STRAGGLE_MS]]]]   (3 runs, no pause by default)
  *
  * With `callbacks` it sets an abort callback on its CPU backend and an eval callback on its
  * scheduler of its own, which count their calls (printed at the end): a profiler must keep
  * calling them.
+ *
+ * With STRAGGLE_MS, a custom op between the ADD and the RELU copies its input on thread 0
+ * while thread 1 sleeps that long: a node with a known straggler, whose wait a profiler
+ * must charge to it (and not to the RELU after it).
  */
 #include <stdbool.h>
 #include <stddef.h>
@@ -31,6 +35,9 @@ void *ggml_set_name(void *tensor, const char *name);
 void *ggml_mul_mat(void *ctx, void *a, void *b);
 void *ggml_add(void *ctx, void *a, void *b);
 void *ggml_relu(void *ctx, void *a);
+float *ggml_get_data_f32(const void *tensor);
+void *ggml_map_custom1(void *ctx, void *a, void (*fun)(void *, const void *, int, int, void *), int n_tasks,
+                       void *userdata);
 void *ggml_new_graph(void *ctx);
 void ggml_build_forward_expand(void *graph, void *tensor);
 void *ggml_backend_cpu_init(void);
@@ -65,10 +72,24 @@ static bool count_eval(void *tensor, bool ask, void *data) {
 
 enum { F32 = 0, IN = 64, OUT = 32, COLUMNS = 4 };
 
+static long straggle_ms;
+static void straggle(void *dst, const void *a, int ith, int nth, void *userdata) {
+    (void)nth;
+    (void)userdata;
+    if (ith == 0) {
+        const float *from = ggml_get_data_f32(a);
+        float *to = ggml_get_data_f32(dst);
+        for (int i = 0; i < OUT * COLUMNS; i++) to[i] = from[i];
+    } else {
+        nanosleep(&(struct timespec){straggle_ms / 1000, (straggle_ms % 1000) * 1000000L}, NULL);
+    }
+}
+
 int main(int argc, char **argv) {
     int runs = argc > 1 ? atoi(argv[1]) : 3;
     long pause_ms = argc > 2 ? atol(argv[2]) : 0;
     bool callbacks = argc > 3 && argv[3][0] == 'c';
+    straggle_ms = argc > 4 ? atol(argv[4]) : 0;
     void *weights = ggml_init((struct ggml_init_params){8 * ggml_tensor_overhead(), NULL, true});
     void *w = ggml_set_name(ggml_new_tensor_2d(weights, F32, IN, OUT), "layer.weight");
     void *b = ggml_set_name(ggml_new_tensor_2d(weights, F32, OUT, 1), "layer.bias");
@@ -85,6 +106,7 @@ int main(int argc, char **argv) {
     void *graph_ctx = ggml_init((struct ggml_init_params){16 * ggml_tensor_overhead() + ggml_graph_overhead(), NULL, true});
     void *product = ggml_set_name(ggml_mul_mat(graph_ctx, w, x), "product");
     void *sum = ggml_set_name(ggml_add(graph_ctx, product, b), "sum");
+    if (straggle_ms) sum = ggml_set_name(ggml_map_custom1(graph_ctx, sum, straggle, 2, NULL), "straggler");
     void *y = ggml_set_name(ggml_relu(graph_ctx, sum), "output");
     void *graph = ggml_new_graph(graph_ctx);
     ggml_build_forward_expand(graph, y);

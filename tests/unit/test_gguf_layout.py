@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 from ggml_viz._errors import ModelFileError
 from ggml_viz.modelfile.layout import category_of, read_layout
 
+from ..vocab_files import require_vocab_files
+
 
 def write_small_model(path, *, alignment: int | None = None) -> None:
     """A tiny llama-like GGUF written with gguf's own writer."""
@@ -244,31 +246,9 @@ def _valid_template(tmp_path) -> bytes:
     return _TEMPLATE["small"]
 
 
-def _vocab_files() -> list:
-    """llama.cpp's own vocabulary-only GGUF files (19 architectures, no tensors), as `make test`
-    extracts them from the llama-cpp-python sdist."""
-    import os
-    from pathlib import Path
-
-    folder = Path(os.environ.get("GGML_VIZ_VOCAB_FILES", Path.home() / ".cache/ggml-viz/llama-vocab-0.3.36"))
-    return sorted(folder.glob("ggml-vocab-*.gguf"))
-
-
-def _require_vocab_files() -> list:
-    import os
-
-    files = _vocab_files()
-    if not files:
-        message = "llama.cpp's vocabulary GGUF files are missing (`make test` extracts them)"
-        if os.environ.get("GGML_VIZ_REQUIRE_NATIVE_TOOLS"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return files
-
-
 def test_llama_cpps_own_vocabulary_files_are_read_as_gguf_reads_them():
     # GIVEN the vocabulary-only files llama.cpp ships (their data offset may lie past their end)
-    files = _require_vocab_files()
+    files = require_vocab_files()
     assert len(files) >= 19
     for path in files:
         # WHEN each is read
@@ -287,7 +267,7 @@ def test_llama_cpps_own_vocabulary_files_are_read_as_gguf_reads_them():
 
 def test_a_cut_vocabulary_file_is_read_exactly_when_gguf_reads_it():
     # GIVEN one of llama.cpp's vocabulary files cut at many lengths
-    original = min(_require_vocab_files(), key=lambda path: path.stat().st_size).read_bytes()
+    original = min(require_vocab_files(), key=lambda path: path.stat().st_size).read_bytes()
     import tempfile
     from pathlib import Path
 

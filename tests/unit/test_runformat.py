@@ -38,7 +38,8 @@ def write_synthetic_run(path, *, graphs=2, nodes_per_graph=3, close=True, experi
     )  # fmt: skip
     index = np.arange(nodes_per_graph, dtype=np.int32)
     writer.append("structure_nodes", {"structure_id": np.zeros(nodes_per_graph, np.int32), "node_index": index,
-                                      "tensor_id": index + 1})  # fmt: skip
+                                      "tensor_id": index + 1,
+                                      "layer": np.zeros(nodes_per_graph, np.int32)})  # fmt: skip
     writer.append("edges", {"structure_id": np.zeros(nodes_per_graph, np.int32), "node_index": index,
                             "src_slot": np.zeros(nodes_per_graph, np.int8),
                             "src_tensor_id": np.zeros(nodes_per_graph, np.int32)})  # fmt: skip
@@ -47,7 +48,7 @@ def write_synthetic_run(path, *, graphs=2, nodes_per_graph=3, close=True, experi
         writer.append(
             "node_times",
             {"graph_id": np.full(nodes_per_graph, graph), "node_index": index, "start_ns": start + index * 100,
-             "end_ns": start + index * 100 + 50},
+             "end_ns": start + index * 100 + 50, "wait_ns": np.full(nodes_per_graph, 10)},
         )  # fmt: skip
         row = {"graph_id": graph, "context_id": 0, "decode_index": graph, "ubatch_index": 0, "structure_id": 0,
                "start_ns": start, "end_ns": start + nodes_per_graph * 100, "decode_start_ns": start - 10,
@@ -206,6 +207,7 @@ def journal_times(graph_id: int) -> dict:
         "node_index": index,
         "start_ns": 1000 * graph_id + index * 100,
         "end_ns": 1000 * graph_id + index * 100 + 50,
+        "wait_ns": np.array([5, -1, 0], dtype=np.int64),
     }
 
 
@@ -219,6 +221,9 @@ def test_graphs_in_the_journal_are_read_before_they_reach_the_streams(tmp_path):
     assert list(run.graphs["graph_id"]) == list(range(7))
     assert (run.nodes.groupby("graph_id")["timed"].sum() == 3).all()
     assert list(run.tokens["text"].iloc[1:]) == ["é"] * 6
+    # each node's wait, from streams and journal alike: -1 (not seen) reads as <NA>
+    waits = run.nodes[run.nodes.graph_id > 0].groupby("graph_id")["wait_ns"].apply(lambda w: w.tolist())
+    assert all(str(w) == "[5, <NA>, 0]" for w in waits), waits
     # WHEN the last record is torn by a crash
     journal = tmp_path / "j.ggmlviz" / "graphs.journal"
     journal.write_bytes(journal.read_bytes()[:-9])
@@ -254,3 +259,14 @@ def test_a_closed_run_has_no_journal(tmp_path):
     writer.close()
     assert not (tmp_path / "c.ggmlviz" / "graphs.journal").exists()
     assert list(ggml_viz.open(tmp_path / "c.ggmlviz").graphs["graph_id"]) == [0]
+
+
+def test_a_run_written_before_node_waits_existed_reads_them_as_unknown(tmp_path):
+    import pyarrow.parquet as pq
+
+    write_synthetic_run(tmp_path / "old.ggmlviz")
+    times_file = tmp_path / "old.ggmlviz" / "node_times.parquet"
+    table = pq.read_table(times_file)
+    pq.write_table(table.drop_columns(["wait_ns"]).replace_schema_metadata(table.schema.metadata), times_file)
+    nodes = ggml_viz.open(tmp_path / "old.ggmlviz").nodes
+    assert nodes["timed"].all() and nodes["wait_ns"].isna().all()

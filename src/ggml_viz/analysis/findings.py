@@ -59,12 +59,18 @@ def _time_findings(run: Run) -> list[str]:
         )
     reads = weight_reads(run)
     decode = run.graphs[run.graphs["phase"] == "decode"]
-    if reads.get("weight_bytes_per_graph") and len(decode):
+    step_bytes = reads.get("weight_bytes_per_decode_step")
+    if step_bytes and len(decode):
         seconds = float((decode["end_ns"] - decode["start_ns"]).median()) / 1e9
         if seconds > 0:
+            experts = (
+                " (at most: every expert of a mixture counted, which ones a token selected is not recorded)"
+                if reads.get("all_experts_counted")
+                else ""
+            )
             said.append(
-                f"Each decode step reads {reads['weight_bytes_per_graph'] / 2**20:,.1f} MiB of weights: "
-                f"{reads['weight_bytes_per_graph'] / seconds / 1e9:,.2f} GB/s at the median step, the memory "
+                f"Each decode step reads {step_bytes / 2**20:,.1f} MiB of weights{experts}: "
+                f"{step_bytes / seconds / 1e9:,.2f} GB/s at the median step, the memory "
                 "traffic that bounds decode speed."
             )
     return said

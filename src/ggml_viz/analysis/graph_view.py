@@ -40,13 +40,14 @@ def graph_view(
     layer: int | None,
     graph_id: int,
 ) -> dict[str, Any]:
-    """Items (boxes) and links of one graph structure: collapsed (`layer` None) or one layer open."""
+    """Items (boxes) and links of one graph structure: collapsed (`layer` None) or one layer
+    open. `nodes` are the structure's rows of `structure_nodes`, with each node's layer."""
     described = tensors.set_index("tensor_id")
     node_tensor = dict(zip(nodes["node_index"].tolist(), nodes["tensor_id"].tolist(), strict=True))
     producer = {tensor: index for index, tensor in node_tensor.items()}  # tensor id -> node index
     layer_of_node = {
-        index: int(described.at[tensor, "layer"]) if described.at[tensor, "layer"] != NO_LAYER else None
-        for index, tensor in node_tensor.items()
+        index: int(value) if value != NO_LAYER else None
+        for index, value in zip(nodes["node_index"].tolist(), nodes["layer"].tolist(), strict=True)
     }
     layers = sorted({value for value in layer_of_node.values() if value is not None})
     items: dict[str, dict[str, Any]] = {}

@@ -154,3 +154,54 @@ def weight_reads_by_name(run: Run) -> pd.DataFrame:
         name=weights.reindex(edges["src_tensor_id"]).to_numpy()
     )
     return per_edge.groupby("name")[["reads", "read_ns"]].sum()
+
+
+_INPUT_FLAG = 1  # GGML_TENSOR_FLAG_INPUT: the program sets it before each compute
+
+
+def gathered_rows(run: Run) -> pd.DataFrame:
+    """The rows of model-file tables that GET_ROWS nodes gathered, one row per (table, row)
+    with how many times it was gathered, its file bytes [start, end) and the table's name.
+
+    Only where the rows are known: a GET_ROWS whose ids are a graph input holding one id per
+    token of the graph's batch (how llama.cpp looks up token embeddings, in every model it
+    builds) gathers the batch's token ids. Other lookups (ids computed in the graph, a
+    program without tokens) are left out: which rows they read is not recorded."""
+    columns = ["name", "row", "start", "end", "reads"]
+    tensors = run.raw("tensors").set_index("tensor_id")
+    memory_map = run.memory_map
+    in_file = memory_map[memory_map["kind"] == "tensor"].drop_duplicates("name").set_index("name")
+    edges = run.raw("edges")
+    nodes = run.raw("structure_nodes")[["structure_id", "node_index", "tensor_id"]]
+    lookups = nodes[tensors["op_base"].reindex(nodes["tensor_id"]).to_numpy() == "GET_ROWS"]
+    if lookups.empty or in_file.empty:
+        return pd.DataFrame(columns=columns)
+    sources = edges.pivot_table(index=["structure_id", "node_index"], columns="src_slot", values="src_tensor_id",
+                                aggfunc="first")  # fmt: skip
+    lookups = lookups.join(sources, on=["structure_id", "node_index"])
+    if 0 not in lookups or 1 not in lookups:
+        return pd.DataFrame(columns=columns)
+    table = tensors.reindex(lookups[0].to_numpy())
+    ids = tensors.reindex(lookups[1].to_numpy())
+    n_ids = (ids["ne0"] * ids["ne1"] * ids["ne2"] * ids["ne3"]).to_numpy()
+    known = (
+        table["name"].isin(in_file.index).to_numpy()
+        & ((ids["flags"].fillna(0).astype(int) & _INPUT_FLAG) != 0).to_numpy()
+        & (ids["type"] == "i32").to_numpy()
+    )
+    lookups = lookups.assign(table=table["name"].to_numpy(), n_ids=n_ids)[known]
+    graphs = run.raw("graphs")[["graph_id", "structure_id", "n_tokens"]]
+    graphs = graphs.merge(lookups[["structure_id", "table", "n_ids"]], on="structure_id")
+    graphs = graphs[graphs["n_tokens"] == graphs["n_ids"]]  # one id per token of the batch
+    tokens = run.tokens[["graph_id", "token_id"]].merge(graphs[["graph_id", "table"]], on="graph_id")
+    if tokens.empty:
+        return pd.DataFrame(columns=columns)
+    rows = tokens.groupby(["table", "token_id"]).size().rename("reads").reset_index()
+    rows = rows.rename(columns={"table": "name", "token_id": "row"})
+    described = tensors.drop_duplicates("name").set_index("name").reindex(rows["name"])
+    n_rows = (described["ne1"] * described["ne2"] * described["ne3"]).to_numpy()
+    row_bytes = described["nbytes"].to_numpy() // np.maximum(n_rows, 1)
+    start = in_file["start"].reindex(rows["name"]).to_numpy() + rows["row"].to_numpy() * row_bytes
+    rows = rows.assign(start=start.astype(np.int64), end=(start + row_bytes).astype(np.int64))
+    inside = (rows["row"] >= 0) & (rows["row"] < n_rows)  # an id past the table would be no row of it
+    return rows.loc[inside, columns].reset_index(drop=True)

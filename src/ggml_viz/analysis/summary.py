@@ -62,11 +62,27 @@ def time_by_tensor(run: Run) -> pd.DataFrame:
 
 def _time_by(nodes: pd.DataFrame, key: str) -> pd.DataFrame:
     table = nodes.groupby(key, dropna=False).agg(
-        count=("duration_ns", "size"), time_ns=("duration_ns", "sum"), mean_ns=("duration_ns", "mean")
+        count=("duration_ns", "size"),
+        time_ns=("duration_ns", "sum"),
+        mean_ns=("duration_ns", "mean"),
+        wait_ns=("wait_ns", "sum"),  # of the time, waiting for other threads (where seen)
     )
     total = table["time_ns"].sum()
     table["share"] = table["time_ns"] / total if total else 0.0
     return table.sort_values("time_ns", ascending=False).reset_index()
+
+
+def node_waits(nodes: pd.DataFrame) -> dict[str, Any]:
+    """How much of the timed nodes' time was thread 0 waiting at the barrier after them for
+    the other threads, and for how many nodes that barrier was seen (inline timing)."""
+    timed = nodes[nodes["timed"]]
+    seen = timed["wait_ns"].notna()
+    return {
+        "seen": int(seen.sum()),
+        "not_seen": int((~seen).sum()),
+        "wait_ns": int(timed["wait_ns"].sum()),
+        "time_ns": int(timed["duration_ns"].sum()),
+    }
 
 
 def memory_by_buffer(run: Run) -> pd.DataFrame:
@@ -86,8 +102,15 @@ def weight_reads(run: Run) -> dict[str, Any]:
     edges = run.edges
     disk = edges[edges["memory"] == "disk"]
     per_graph = disk.groupby("graph_id")["src_bytes_read"].sum()  # the bytes really read: GET_ROWS its rows
+    decode_graphs = run.graphs.loc[run.graphs["phase"] == "decode", "graph_id"]
+    per_step = per_graph[per_graph.index.isin(decode_graphs)]
+    ops = run.nodes.set_index(["graph_id", "node_index"])["op_base"]
+    readers = ops.reindex(pd.MultiIndex.from_frame(disk[["graph_id", "node_index"]]))
     return {
         "weight_bytes_per_graph": int(per_graph.median()) if len(per_graph) else 0,
+        "weight_bytes_per_decode_step": int(per_step.median()) if len(per_step) else 0,
+        # MUL_MAT_ID counts every expert's slice: which experts a token selected is not recorded
+        "all_experts_counted": bool((readers == "MUL_MAT_ID").any()),
         "weights_read": int(disk["src_tensor_id"].nunique()),
         "weights_from_mmap": bool(disk["mmap"].all()) if len(disk) else False,
         "weight_edges_resolved_to_file": float((edges.loc[edges["src_usage"] == "weights", "memory"] == "disk").mean())
@@ -131,6 +154,7 @@ def summarize(run: Run, top: int = 10) -> dict[str, Any]:
         "dropped_events": int((manifest.get("counts") or {}).get("dropped_events", 0)),
         "untimed_graphs": int((manifest.get("counts") or {}).get("untimed_graphs", 0)),
         "timing": (manifest.get("capture") or {}).get("timing", "sync"),
+        "node_waits": node_waits(nodes),
         "phases": records(phase_stats(run)),
         "time_by_op": records(time_by_op(run).head(top)),
         "top_layers": records(time_by_layer(run).head(top)),

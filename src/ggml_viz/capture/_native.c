@@ -38,6 +38,7 @@ static PyStructSequence_Field graph_record_fields[] = {
     {"buffers", "BufferRecord per buffer the graph used"},
     {"tick_ns", "inline timing: when thread 0 finished a node"},
     {"tick_asked", "nodes asked by then, uint32"},
+    {"tick_barrier_ns", "when thread 0 left the barrier after the node, int64 ns (0: not seen)"},
     {"stats", "StatsRecord per node read (--values stats)"},
     {"capture_records", "CaptureRecord per node copied (--capture)"},
     {"capture_bytes", "the copies"},
@@ -605,7 +606,13 @@ static PyObject *native_read_batch(PyObject *module, PyObject *args) {
     return Py_BuildValue("(iLNNNN)", (int)n, lowest, columns[0], columns[1], columns[2], columns[3]);
 }
 
+static PyObject *native_hook_barriers(PyObject *module, PyObject *unused) {
+    return PyLong_FromLong(recorder_hook_barriers());
+}
+
 static PyMethodDef module_methods[] = {
+    {"hook_barriers", native_hook_barriers, METH_NOARGS,
+     "route the loaded ggml's barrier through the recorder (node ends); slots redirected, -1 on failure"},
     {"layer_of", native_layer_of, METH_O, "the layer the native recorder reads in a tensor name"},
     {"layers_of", native_layers_of, METH_O, "layers_of(names): layer_of for each 64-byte name, as int32 bytes"},
     {"read_batch", native_read_batch, METH_VARARGS, "read_batch(address, offsets): a llama_batch's columns"},

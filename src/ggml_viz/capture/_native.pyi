@@ -26,6 +26,7 @@ class GraphRecord(tuple[object, ...]):
     buffers: bytes
     tick_ns: bytes
     tick_asked: bytes
+    tick_barrier_ns: bytes
     stats: bytes
     capture_records: bytes
     capture_bytes: bytes
@@ -94,6 +95,7 @@ class DescriptionIds:
     def clear(self) -> None: ...
 
 def layer_of(name: str, /) -> int: ...
+def hook_barriers() -> int: ...
 def layers_of(names: object, /) -> bytes: ...
 def read_batch(
     address: int, offsets: tuple[int, int, int, int, int], /

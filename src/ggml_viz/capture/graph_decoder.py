@@ -115,7 +115,7 @@ _NOT_DESCRIPTIVE = [
 class DecodedGraph:
     """Rows for each table, as column arrays, ready for RunWriter.append."""
 
-    node_times: dict[str, Any]  # node_index, start_ns, end_ns of the nodes timed on their own
+    node_times: dict[str, Any]  # node_index, start_ns, end_ns, wait_ns of the nodes timed on their own
     new_structure_nodes: dict[str, Any]  # the nodes of a structure not seen before (else empty)
     new_edges: dict[str, Any]  # and its wiring
     structure_id: int
@@ -167,16 +167,20 @@ class TensorCatalog:
                 "structure_id": np.full(len(node_ids), shape.structure_id, dtype=np.int32),
                 "node_index": np.arange(len(node_ids), dtype=np.int32),
                 "tensor_id": node_ids,
+                "layer": _node_layers(structs, raw.nodes["src"], ptrs, len(raw.leaves), raw.buffers),
             }
         assert shape is not None
         n = raw.n_nodes
+        wait_ns = raw.wait_ns if raw.wait_ns is not None else np.full(n, -1, dtype=np.int64)
         if raw.n_timed == n:
-            node_times = {"node_index": self._node_indexes(n), "start_ns": raw.start_ns, "end_ns": raw.end_ns}
+            node_times = {"node_index": self._node_indexes(n), "start_ns": raw.start_ns, "end_ns": raw.end_ns,
+                          "wait_ns": wait_ns}  # fmt: skip
         elif raw.n_timed == 0:
-            node_times = {"node_index": _NO_INDEX, "start_ns": _NO_TIMES, "end_ns": _NO_TIMES}
+            node_times = {"node_index": _NO_INDEX, "start_ns": _NO_TIMES, "end_ns": _NO_TIMES, "wait_ns": _NO_TIMES}
         else:
             index = np.flatnonzero(raw.timed).astype(np.int32)
-            node_times = {"node_index": index, "start_ns": raw.start_ns[index], "end_ns": raw.end_ns[index]}
+            node_times = {"node_index": index, "start_ns": raw.start_ns[index], "end_ns": raw.end_ns[index],
+                          "wait_ns": wait_ns[index]}  # fmt: skip
         return DecodedGraph(
             node_times=node_times,
             new_structure_nodes=new_structure_nodes,
@@ -359,6 +363,33 @@ def _nbytes(types: np.ndarray, ne: np.ndarray, nb: np.ndarray) -> np.ndarray:
     nbytes = np.where(block_elements == 1, unblocked, blocked)
     nbytes[(ne <= 0).any(axis=1)] = 0
     return nbytes
+
+
+def _node_layers(
+    structs: np.ndarray, sources: np.ndarray, ptrs: np.ndarray, n_leaves: int, buffers: dict[int, BufferInfo]
+) -> np.ndarray:
+    """Each node's layer, inferred from the graph (layers.node_layers): from the leaves each
+    node reads (`blk.N.` weights, per-layer caches) and its neighbours; names are hints."""
+    node_index, slot = np.nonzero(sources)
+    rows = _rows_of(sources[node_index, slot], ptrs)
+    leaf = (rows >= 0) & (rows < n_leaves)
+    leaf_rows, which = np.unique(rows[leaf], return_inverse=True)
+    weights_buffers = {address for address, info in buffers.items() if info.usage == "weights"}
+    names = [tensor_name(field) for field in structs["name"][leaf_rows].tolist()]
+    in_weights = [int(address) in weights_buffers for address in structs["buffer"][leaf_rows].tolist()]
+    classes, leaf_layers = layers.leaf_classes(names, in_weights)
+    edge_class = np.full(len(rows), layers.LEAF_OTHER, dtype=np.int32)
+    edge_layer = np.full(len(rows), layers.NO_LAYER, dtype=np.int32)
+    edge_class[leaf] = classes[which.ravel()]
+    edge_layer[leaf] = leaf_layers[which.ravel()]
+    wiring = layers.Wiring(
+        hints=np.frombuffer(layers_of(np.ascontiguousarray(structs["name"][n_leaves:])), dtype=np.int32),
+        edge_node=node_index,
+        edge_source=np.where(rows >= n_leaves, rows - n_leaves, -1),
+        edge_leaf_class=edge_class,
+        edge_leaf_layer=edge_layer,
+    )
+    return layers.node_layers(wiring)
 
 
 def _edges(sources: np.ndarray, ptrs: np.ndarray, ids: np.ndarray, structure_id: int) -> dict[str, np.ndarray]:

@@ -10,10 +10,16 @@ before computing it).
 
 Ticks map to nodes by the CPU backend's walk: it skips ops that do no work (views,
 reshapes, permutes, transposes) and runs an RMS_NORM followed by the MUL of its result
-as one fused node (one tick). A node's interval runs from the previous tick of its
-split (or from when its split started computing) to its own tick: thread 0's share of
-the node plus its wait at the barrier before it. Nodes without work, and the second
-node of a fused pair, get a zero-length interval where the work before them ended.
+as one fused node (one tick). After its tick thread 0
+waits at ggml's barrier for the other threads to finish the node; the recorder routes
+ggml_barrier through itself (recorder_hook_barriers) and notes when thread 0 leaves the
+first barrier after each tick. A node's interval runs from the end of the node before it
+in its split (or from when its split started computing) to that barrier: its work and
+the wait for its own stragglers, the wait (`wait_ns`) noted apart. Where the barrier was
+not seen (the pure-Python recorder, a ggml whose barrier cannot be reached), a node ends
+at its tick, its wait is unknown (-1), and the next node's interval holds it. Nodes
+without work, and the second node of a fused pair, get a zero-length interval where the
+work before them ended, and no wait.
 
 If the ticks do not match the walk (another backend computed a split, or ggml changed
 its walk), the graph keeps its graph-level time and no node times: never a guess.
@@ -91,6 +97,7 @@ class TickPlan:
     start_from: np.ndarray
     end_from: np.ndarray
     split_last_asked: np.ndarray  # per split, the node asked last before it computed
+    ticked: np.ndarray  # bool per node: it has a tick of its own
 
 
 def plan_ticks(walk: NodeWalk, tick_asked: np.ndarray) -> TickPlan | None:
@@ -118,7 +125,9 @@ def plan_ticks(walk: NodeWalk, tick_asked: np.ndarray) -> TickPlan | None:
         start_from = np.where(after_work, n_splits + np.maximum(previous, 0), split_of)
         end_from = start_from.copy()
         end_from[ticking] = n_splits + np.arange(len(ticking))
-        return TickPlan(start_from, end_from, split_ends - 1)
+        ticked = np.zeros(n, dtype=bool)
+        ticked[ticking] = True
+        return TickPlan(start_from, end_from, split_ends - 1, ticked)
     return None
 
 
@@ -133,7 +142,8 @@ class InlineClock:
         self._plan_key: bytes | None = None
         self.mismatches = 0  # graphs that were to be timed but whose ticks did not fit
 
-    def apply(self, raw: RawGraph, tick_ns: np.ndarray, tick_asked: np.ndarray) -> RawGraph:
+    def apply(self, raw: RawGraph, tick_ns: np.ndarray, tick_asked: np.ndarray,
+              tick_barrier_ns: np.ndarray | None = None) -> RawGraph:  # fmt: skip
         selected = (raw.flags & NODE_SELECTED) != 0
         if not selected.any():  # not to be timed (graph detail, or sampled out)
             if not (raw.same_as_previous or raw.fingerprint == self._fingerprint):
@@ -151,9 +161,19 @@ class InlineClock:
         if plan is None:
             self.mismatches += 1
             return replace(raw, flags=raw.flags & ~np.uint8(NODE_SELECTED), n_timed=0, end_of_graph_ns=raw.boundary_ns)
-        times = np.concatenate((raw.start_ns[plan.split_last_asked], tick_ns))
+        # A node ends when its barrier let thread 0 go (every thread had finished it); where
+        # that barrier was not seen, at its tick (the wait for its stragglers then falls
+        # into the next node's interval).
+        seen = tick_barrier_ns > 0 if tick_barrier_ns is not None else np.zeros(len(tick_ns), dtype=bool)
+        node_end = np.where(seen, tick_barrier_ns, tick_ns) if tick_barrier_ns is not None else tick_ns
+        n_splits = len(plan.split_last_asked)
+        times = np.concatenate((raw.start_ns[plan.split_last_asked], node_end))
+        # Per node, thread 0's wait for the others after its tick: 0 for nodes without a
+        # tick (no work, or fused into the one before), -1 where the barrier was not seen.
+        waits = np.concatenate((np.zeros(n_splits, dtype=np.int64), np.where(seen, node_end - tick_ns, -1)))
         return replace(
             raw, start_ns=times[plan.start_from], end_ns=times[plan.end_from],
+            wait_ns=np.where(plan.ticked, waits[plan.end_from], 0),
             flags=raw.flags | (selected * np.uint8(NODE_TIMED)).astype(np.uint8),
-            n_timed=int(selected.sum()), end_of_graph_ns=int(tick_ns[-1]),
+            n_timed=int(selected.sum()), end_of_graph_ns=int(node_end[-1]),
         )  # fmt: skip

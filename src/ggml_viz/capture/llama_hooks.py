@@ -106,6 +106,7 @@ def _install_abort_callback(ctx: Any, tracer: Any, params: Any) -> None:
         _originals.get("llama_set_abort_callback") or sys.modules["llama_cpp.llama_cpp"].llama_set_abort_callback
     )
     set_abort(ctx, recorder.abort_callback, recorder.user_data)
+    recorder.hook_barriers()  # the barrier that ends each node: the wait for its stragglers
 
 
 def _wrap_set_abort_callback(original: Callable[..., Any], recording: Recording) -> Callable[..., Any]:

@@ -132,6 +132,10 @@ class NativeGraphRecorder:
         self._chained = callback
         self._recorder.chain_abort(address_of(callback) if callback else 0, address_of(data) if data else 0)
 
+    def hook_barriers(self) -> None:
+        """See each node's end: ggml's barrier after it, routed through the recorder."""
+        _native.hook_barriers()
+
     def take_graphs(self, boundary_ns: int) -> list[RawGraph | RepeatedGraph]:
         return self.reader.graphs(self._recorder.take(boundary_ns))
 
@@ -192,7 +196,8 @@ class GraphRecordReader:
                               captures=_captures(record.capture_records, record.capture_bytes))  # fmt: skip
             if self.inline_timing:
                 raw = self.clock.apply(raw, np.frombuffer(record.tick_ns, np.int64),
-                                       np.frombuffer(record.tick_asked, np.uint32))  # fmt: skip
+                                       np.frombuffer(record.tick_asked, np.uint32),
+                                       np.frombuffer(record.tick_barrier_ns, np.int64))  # fmt: skip
             graphs.append(raw)
         return graphs
 

@@ -149,6 +149,9 @@ class PythonGraphRecorder:
         """Call the program's abort callback from ours (None: no longer)."""
         self._chained, self._chained_data = callback, data
 
+    def hook_barriers(self) -> None:
+        """Node ends are not seen without the native recorder: a node's wait stays unknown."""
+
     def _on_eval(self, tensor: int, ask: bool, _user_data: Any) -> bool:
         try:
             return self._record(tensor, ask)

@@ -80,6 +80,9 @@ class RawGraph:
     n_timed: int = -1  # nodes timed alone (-1: count them from the flags)
     end_of_graph_ns: int = -1  # its last node's end, or boundary_ns if that node ended no slice (-1: work it out)
     graph_start_ns: int = -1  # when the scheduler began it: asked about its first node (-1: work it out)
+    # int64 per node, inline timing: how long of its interval thread 0 waited for the other
+    # threads to finish it (-1: not seen); None where not measured (sync timing).
+    wait_ns: np.ndarray | None = None
     values: np.ndarray | None = None  # VALUES_DTYPE, --values stats: one row per node read
     captures: list[Capture] = field(default_factory=list)  # --capture: whole outputs
 

@@ -21,7 +21,7 @@ import numpy as np
 from .._errors import RunFormatError
 from .raw_graph import DECODE_DTYPE
 
-MAGIC = b"GGVZSPL1"
+MAGIC = b"GGVZSPL2"
 START, CONTEXT, TAKE, FAILED, END = 1, 2, 3, 4, 5
 KINDS = (START, CONTEXT, TAKE, FAILED, END)
 MAX_FRAME_BYTES = 1 << 34  # no take is this large: a size past it is damage
@@ -31,7 +31,7 @@ SPOOL_DIR = "spool"
 SPOOL_SUFFIX = ".spool"
 # The parts of a graph, in native/recorder.h's order (GRAPH_PART_NAMES).
 GRAPH_PARTS = ("nodes", "node_ptrs", "starts", "ends", "flags", "leaves", "leaf_ptrs", "buffers", "tick_ns",
-               "tick_asked", "stats", "capture_records", "capture_bytes")  # fmt: skip
+               "tick_asked", "tick_barrier_ns", "stats", "capture_records", "capture_bytes")  # fmt: skip
 GRAPH_HEADER_DTYPE = np.dtype(
     [("plain_repeat", "<u4"), ("same", "<u4"), ("n_nodes", "<u8"), ("start_ns", "<i8"), ("end_ns", "<i8"),
      ("boundary_ns", "<i8"), ("n_timed", "<i8"), ("part_sizes", "<u8", (len(GRAPH_PARTS),))]
@@ -52,6 +52,7 @@ class GraphRecord(NamedTuple):
     buffers: bytes
     tick_ns: bytes
     tick_asked: bytes
+    tick_barrier_ns: bytes
     stats: bytes
     capture_records: bytes
     capture_bytes: bytes

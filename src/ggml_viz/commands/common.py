@@ -129,6 +129,19 @@ def render_summary(summary: dict[str, Any], console: Console, short: bool = Fals
         )
         + (f"   timing: {summary['timing']}" if summary["timed_node_events"] else "")
     )
+    waits = summary.get("node_waits") or {}
+    if summary["timed_node_events"] and summary["timing"] == "inline":
+        if waits.get("seen"):
+            share = waits["wait_ns"] / waits["time_ns"] if waits["time_ns"] else 0.0
+            console.print(
+                f"node time: each node's work and its wait for the other threads at the barrier after it "
+                f"({share:.1%} of node time waiting)"
+            )
+        if waits.get("not_seen"):
+            console.print(
+                f"[yellow]{waits['not_seen']:,} nodes' ends were not seen (ggml's barrier could not be reached): "
+                "each of their times holds the wait for the stragglers of the node before it[/]"
+            )
     if summary["untimed_graphs"]:
         console.print(
             f"[yellow]{summary['untimed_graphs']:,} graphs to be timed inline kept graph times only "
@@ -140,7 +153,7 @@ def render_summary(summary: dict[str, Any], console: Console, short: bool = Fals
                        f"{row['tokens_per_s']:,.1f}")  # fmt: skip
     console.print(phases)
     if summary["timed_node_events"]:
-        console.print(_time_table("time by op", "op", summary["time_by_op"]))
+        console.print(_time_table("time by op", "op", summary["time_by_op"], bool(waits.get("seen"))))
         if not short:
             console.print(_time_table("top layers", "layer", summary["top_layers"]))
             console.print(_time_table("top tensors", "name", summary["top_tensors"]))
@@ -185,9 +198,11 @@ def _throughput_table(rows: list[dict[str, Any]]) -> Table:
     return table
 
 
-def _time_table(title: str, key: str, rows: list[dict[str, Any]]) -> Table:
-    table = Table(key, "count", "time", "share", "mean", title=title, title_justify="left")
+def _time_table(title: str, key: str, rows: list[dict[str, Any]], waits: bool = False) -> Table:
+    """Time per key; with waits, the part of it spent waiting for the other threads."""
+    table = Table(key, "count", "time", "share", "mean", *(["of it, waiting"] if waits else []), title=title,
+                  title_justify="left")  # fmt: skip
     for row in rows:
         table.add_row(str(row[key]), f"{row['count']:,}", format_ms(row["time_ns"]), f"{row['share']:.1%}",
-                      f"{row['mean_ns'] / 1e3:,.1f} µs")  # fmt: skip
+                      f"{row['mean_ns'] / 1e3:,.1f} µs", *([format_ms(row["wait_ns"])] if waits else []))  # fmt: skip
     return table

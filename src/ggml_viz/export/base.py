@@ -44,6 +44,7 @@ def timed_events(run: Run) -> pd.DataFrame:
             "context_id": nodes["context_id"].to_numpy(np.int64),
             "start_ns": nodes["start_ns"].to_numpy(np.int64),
             "end_ns": nodes["end_ns"].to_numpy(np.int64),
+            "wait_ns": nodes["wait_ns"].fillna(-1).to_numpy(np.int64),  # -1: not seen
             "name": nodes["name"].to_numpy(object),
             "op": nodes["op"].to_numpy(object),
             "type": nodes["type"].to_numpy(object),

@@ -78,6 +78,7 @@ def _node_args(row: Any) -> dict[str, Any]:
         "type": row.type,
         "shape": row.shape,
         "layer": None if row.layer == NO_ID else int(row.layer),
+        "waiting for other threads (us)": None if row.wait_ns < 0 else row.wait_ns / 1000.0,
         "output buffer": row.buffer,
         "reads from the model file": row.reads or None,
         "graph": int(row.graph_id),

@@ -9,8 +9,9 @@ streams lack from the journal. Records are length-prefixed and
 checksummed, so a torn last record is recognized and left out. (JSON and raw arrays, not
 pickle: a run directory may come from someone else.)
 
-Record: b"GVJ1", u32 JSON length, u32 timed nodes n, the graph row as JSON, node_index
-int32[n], start_ns int64[n], end_ns int64[n], u32 CRC-32 of everything before it.
+Record: b"GVJ2", u32 JSON length, u32 timed nodes n, the graph row as JSON, node_index
+int32[n], start_ns int64[n], end_ns int64[n], wait_ns int64[n] (-1: not seen), u32 CRC-32
+of everything before it. (b"GVJ1" records, from older versions, have no wait_ns.)
 """
 
 from __future__ import annotations
@@ -19,22 +20,26 @@ import json
 import os
 import struct
 import zlib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-MAGIC = b"GVJ1"
+MAGIC = b"GVJ2"
+_MAGIC_WITHOUT_WAITS = b"GVJ1"
 _HEAD = struct.Struct("<4sII")
 _CRC = struct.Struct("<I")
+_TIMES = (("node_index", "<i4"), ("start_ns", "<i8"), ("end_ns", "<i8"), ("wait_ns", "<i8"))
 JOURNAL_FILE = "graphs.journal"
 
 
-def encode(row: dict[str, Any], node_index: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray) -> bytes:
+def encode(row: dict[str, Any], times: Mapping[str, np.ndarray]) -> bytes:
+    """A graph's record: its row, and its node times (node_index, start_ns, end_ns, wait_ns)."""
     text = json.dumps(row, separators=(",", ":")).encode()
-    body = _HEAD.pack(MAGIC, len(text), len(node_index)) + text
-    if len(node_index):
-        body += node_index.astype("<i4").tobytes() + start_ns.astype("<i8").tobytes() + end_ns.astype("<i8").tobytes()
+    body = _HEAD.pack(MAGIC, len(text), len(times["node_index"])) + text
+    if len(times["node_index"]):
+        body += b"".join(times[column].astype(dtype).tobytes() for column, dtype in _TIMES)
     return body + _CRC.pack(zlib.crc32(body))
 
 
@@ -69,8 +74,9 @@ def read(path: Path) -> list[tuple[dict[str, Any], dict[str, np.ndarray]]]:
     position = 0
     while position + _HEAD.size <= len(data):
         magic, text_length, n_times = _HEAD.unpack_from(data, position)
-        end = position + _HEAD.size + text_length + n_times * 20
-        if magic != MAGIC or end + _CRC.size > len(data):
+        columns = _TIMES if magic == MAGIC else _TIMES[:-1]
+        end = position + _HEAD.size + text_length + n_times * sum(np.dtype(dtype).itemsize for _, dtype in columns)
+        if magic not in (MAGIC, _MAGIC_WITHOUT_WAITS) or end + _CRC.size > len(data):
             break
         if _CRC.unpack_from(data, end)[0] != zlib.crc32(data[position:end]):
             break
@@ -80,9 +86,11 @@ def read(path: Path) -> list[tuple[dict[str, Any], dict[str, np.ndarray]]]:
             row = json.loads(data[text_start:times_start])
         except ValueError:
             break
-        node_index = np.frombuffer(data, "<i4", n_times, times_start)
-        start_ns = np.frombuffer(data, "<i8", n_times, times_start + 4 * n_times)
-        end_ns = np.frombuffer(data, "<i8", n_times, times_start + 12 * n_times)
-        records.append((row, {"node_index": node_index, "start_ns": start_ns, "end_ns": end_ns}))
+        times = {}
+        for column, dtype in columns:
+            times[column] = np.frombuffer(data, dtype, n_times, times_start)
+            times_start += n_times * np.dtype(dtype).itemsize
+        times.setdefault("wait_ns", np.full(n_times, -1, dtype=np.int64))
+        records.append((row, times))
         position = end + _CRC.size
     return records

@@ -21,17 +21,20 @@ from .manifest import STATUS_INCOMPLETE, STATUS_RECORDING
 from .memory_sources import buffer_kinds, buffer_seen_times, bytes_read, edge_memory
 from .schema import (
     CAPTURES_FILE,
+    DERIVED_COLUMNS,
     FORMAT_NAME,
     GRAPH_TABLES,
     MANIFEST_FILE,
     META_EXPERIMENT_ID,
     NO_ID,
+    OPTIONAL_COLUMNS,
     OPTIONAL_TABLES,
     PARQUET_SUFFIX,
     READER_SUPPORTED_VERSIONS,
     STREAM_SUFFIX,
     TABLES,
 )
+from .structure_layers import structure_layers
 
 
 def open_run(path: str | os.PathLike[str]) -> Run:
@@ -54,6 +57,7 @@ class Run:
         self.manifest = _load_manifest(path)
         self.experiment_id: str = self.manifest["experiment_id"]
         self._raw: dict[str, pa.Table] = {table: self._read_table(table) for table in TABLES}
+        self._derive_node_layers()
         self._drop_unfinished_graphs()
         self._add_journaled_graphs()
         self.manifest["status"] = _effective_status(self.manifest)
@@ -90,14 +94,16 @@ class Run:
 
     @cached_property
     def nodes(self) -> pd.DataFrame:
-        """One row per executed node: its times (<NA> unless timed on its own) and its
-        tensor's description."""
+        """One row per executed node: its times (<NA> unless timed on its own), its layer
+        (inferred from the graph; <NA> outside layers) and its tensor's description (with
+        the layer its name suggests as `name_layer`)."""
         graphs = self.raw("graphs")[["graph_id", "structure_id"]]
         nodes = graphs.merge(self.raw("structure_nodes"), on="structure_id").drop(columns="structure_id")
-        times = self.raw("node_times").astype({"start_ns": "Int64", "end_ns": "Int64"})
+        times = self.raw("node_times").astype({"start_ns": "Int64", "end_ns": "Int64", "wait_ns": "Int64"})
         nodes = nodes.merge(times, on=["graph_id", "node_index"], how="left")
         nodes["timed"] = nodes["start_ns"].notna()
-        nodes = nodes.merge(self.tensors, on="tensor_id", how="left")
+        nodes["layer"] = nodes["layer"].where(nodes["layer"] != NO_ID).astype("Int32")
+        nodes = nodes.merge(self.tensors.rename(columns={"layer": "name_layer"}), on="tensor_id", how="left")
         nodes["duration_ns"] = nodes["end_ns"] - nodes["start_ns"]
         columns = ["graph_id", "node_index", "start_ns", "end_ns", "tensor_id", "timed"]
         nodes = nodes[columns + [c for c in nodes.columns if c not in columns]]
@@ -208,7 +214,9 @@ class Run:
             if row.get("graph_id") in known:
                 continue
             rows.append(row)
-            times.append({"graph_id": np.full(len(node_times["node_index"]), row["graph_id"], np.int32), **node_times})
+            waits = np.ma.masked_less(node_times.pop("wait_ns"), 0)
+            times.append({"graph_id": np.full(len(node_times["node_index"]), row["graph_id"], np.int32), **node_times,
+                          "wait_ns": pa.array(waits, type=pa.int64())})  # fmt: skip
         if not rows:
             return
         try:
@@ -220,6 +228,15 @@ class Run:
             raise RunFormatError(f"{self.path}: the graph journal is damaged ({error})") from None
         self._raw["graphs"] = pa.concat_tables([self._raw["graphs"], graphs])
         self._raw["node_times"] = pa.concat_tables([self._raw["node_times"], node_times])
+
+    def _derive_node_layers(self) -> None:
+        """A run written before structure_nodes held each node's layer: infer it here, from
+        the run's own structures (the rule the recorder follows), once per structure."""
+        nodes = self._raw["structure_nodes"]
+        if "layer" in nodes.schema.names:
+            return
+        layer = structure_layers(nodes.to_pandas(), self.raw("edges"), self.raw("tensors"), self.raw("buffers"))
+        self._raw["structure_nodes"] = nodes.append_column(TABLES["structure_nodes"].field("layer"), pa.array(layer))
 
     def _read_table(self, table: str) -> pa.Table:
         parquet_path = self.path / (table + PARQUET_SUFFIX)
@@ -238,7 +255,11 @@ class Run:
                 f"{self.path}: table '{table}' belongs to experiment {found or '?'} but the manifest "
                 f"says {self.experiment_id}; the directory mixes files of different recordings"
             )
-        missing = set(TABLES[table].names) - set(data.schema.names)
+        for column in OPTIONAL_COLUMNS.get(table, ()):
+            if column not in data.schema.names:  # a run from before the column existed
+                field = TABLES[table].field(column)
+                data = data.append_column(field, pa.nulls(len(data), field.type))
+        missing = set(TABLES[table].names) - set(data.schema.names) - set(DERIVED_COLUMNS.get(table, ()))
         if missing:
             raise RunFormatError(f"{self.path}: table '{table}' lacks columns {sorted(missing)}")
         return data

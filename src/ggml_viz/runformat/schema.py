@@ -15,8 +15,10 @@ from __future__ import annotations
 import pyarrow as pa
 
 FORMAT_NAME = "ggml-viz-run"
-FORMAT_VERSION = 1
-READER_SUPPORTED_VERSIONS = (1,)
+# 2: a node's layer is structure_nodes.layer (inferred from the graph), no longer its
+# tensor's (a name hint); node_times.wait_ns. Version 1 runs are read (both computed).
+FORMAT_VERSION = 2
+READER_SUPPORTED_VERSIONS = (1, 2)
 
 MANIFEST_FILE = "manifest.json"
 STREAM_SUFFIX = ".arrows"
@@ -70,7 +72,7 @@ TABLES: dict[str, pa.Schema] = {
             ("flags", pa.int32()),  # ggml tensor flags (input, output, param, loss)
             ("buffer_id", pa.int32()),
             ("buffer_offset", pa.int64()),  # where its data starts inside that buffer (-1: no buffer)
-            ("layer", pa.int32()),
+            ("layer", pa.int32()),  # the name's hint (blk.N., -N, _lN); a node's own layer is in structure_nodes
             ("view_src_id", pa.int32()),
             ("view_offs", pa.int64()),
         ]
@@ -80,6 +82,7 @@ TABLES: dict[str, pa.Schema] = {
             ("structure_id", pa.int32()),  # graphs with the same structure share these rows
             ("node_index", pa.int32()),  # execution order, 0 .. n_nodes-1
             ("tensor_id", pa.int32()),
+            ("layer", pa.int32()),  # the node's layer, inferred from the graph (layers.node_layers)
         ]
     ),
     "node_times": pa.schema(
@@ -88,6 +91,9 @@ TABLES: dict[str, pa.Schema] = {
             ("node_index", pa.int32()),
             ("start_ns", pa.int64()),  # the node's own compute began ...
             ("end_ns", pa.int64()),  # ... and ended (only nodes computed and timed alone)
+            # inline timing: of that interval, thread 0's wait at the barrier for the other
+            # threads to finish the node (null: not seen, or sync timing)
+            ("wait_ns", pa.int64()),
         ]
     ),
     "edges": pa.schema(
@@ -162,6 +168,10 @@ TABLES: dict[str, pa.Schema] = {
 
 # Tables a run of an earlier ggml-viz may lack (read as empty).
 OPTIONAL_TABLES = ("node_values", "captures")
+# Columns a run of an earlier ggml-viz may lack (read as nulls).
+OPTIONAL_COLUMNS = {"node_times": ("wait_ns",)}
+# Columns a run of an earlier ggml-viz may lack, which the reader then computes from the others.
+DERIVED_COLUMNS = {"structure_nodes": ("layer",)}
 CAPTURES_FILE = "captures.bin"
 
 # Tables whose rows belong to one graph (filtered together by graph_id).

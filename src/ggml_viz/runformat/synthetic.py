@@ -78,7 +78,8 @@ def write_synthetic_run(path: str | Path, *, graphs: int, layers: int, seed: int
     )  # fmt: skip
     node_index = np.arange(n_nodes, dtype=np.int32)
     writer.append("structure_nodes", {"structure_id": np.zeros(n_nodes, np.int32), "node_index": node_index,
-                                      "tensor_id": node_index + n_weights})  # fmt: skip
+                                      "tensor_id": node_index + n_weights,
+                                      "layer": np.array(layer_of[n_weights:], np.int32)})  # fmt: skip
     edge_nodes, edge_sources, edge_slots = [], [], []
     weight_id = {name: i for i, name in enumerate(weight_names)}
     for index, weight in enumerate(weights_read):
@@ -106,7 +107,7 @@ def write_synthetic_run(path: str | Path, *, graphs: int, layers: int, seed: int
              "token_ids": [graph % 50_000], "token_positions": [graph], "token_seq_ids": [0],
              "token_outputs": [True], "token_texts": [f" t{graph}"], "first_batch_index": 0,
              "phase": "prompt" if graph == 0 else "decode", "detail": "op"},
-            {"node_index": node_index, "start_ns": starts, "end_ns": ends},
+            {"node_index": node_index, "start_ns": starts, "end_ns": ends, "wait_ns": durations // 20},
         )  # fmt: skip
         clock = int(ends[-1]) + 200_000
     writer.update_manifest(model={"name": "synthetic", "description": f"synthetic {layers}-layer model",

@@ -119,12 +119,13 @@ class RunWriter:
     def append_graph(self, row: dict[str, Any], node_times: Mapping[str, np.ndarray]) -> None:
         """A graph's row and the times of its timed nodes: into the journal now (while
         journal_deferred: at the next sync_journal), into the streams with the next batch."""
-        index, start, end = node_times["node_index"], node_times["start_ns"], node_times["end_ns"]
-        self._unjournaled.append(journal.encode(row, index, start, end))
+        index = node_times["node_index"]
+        self._unjournaled.append(journal.encode(row, node_times))
         if not self.journal_deferred:
             self.sync_journal()
         self._pending_rows.append(row)
-        self._pending_times.append((np.full(len(index), row["graph_id"], dtype=np.int32), index, start, end))
+        self._pending_times.append((np.full(len(index), row["graph_id"], dtype=np.int32), index,
+                                    node_times["start_ns"], node_times["end_ns"], node_times["wait_ns"]))  # fmt: skip
         if len(self._pending_rows) >= self.graphs_per_batch:
             self.flush_graphs()
 
@@ -146,8 +147,9 @@ class RunWriter:
         that make them count, then an empty journal."""
         if not self._pending_rows:
             return
-        graph_id, index, start, end = (np.concatenate(parts) for parts in zip(*self._pending_times, strict=True))
-        self.append("node_times", {"graph_id": graph_id, "node_index": index, "start_ns": start, "end_ns": end})
+        graph_id, index, start, end, wait = (np.concatenate(parts) for parts in zip(*self._pending_times, strict=True))
+        self.append("node_times", {"graph_id": graph_id, "node_index": index, "start_ns": start, "end_ns": end,
+                                   "wait_ns": np.ma.masked_less(wait, 0)})  # fmt: skip
         self._write_batch(
             "graphs", pa.RecordBatch.from_pylist(self._pending_rows, schema=self._tables["graphs"].schema)
         )

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ..analysis.graph_view import graph_view
-from ..analysis.memory import kv_cache_fill, live_bytes, occupancy, weight_reads_by_name
+from ..analysis.memory import gathered_rows, kv_cache_fill, live_bytes, occupancy, weight_reads_by_name
 from ..analysis.summary import plain, records, summarize
 from ..layers import NO_LAYER
 from ..runformat.memory_sources import VIEW_OPS
@@ -70,8 +70,6 @@ class RunView:
         op_code = {op: code for code, op in enumerate(self.ops)}
         self.tensor_op = np.zeros(n_tensors, dtype=np.int16)
         self.tensor_op[tensors["tensor_id"].to_numpy()] = [op_code.get(op, 0) for op in tensors["op"]]
-        self.tensor_layer = np.full(n_tensors, NO_LAYER, dtype=np.int32)
-        self.tensor_layer[tensors["tensor_id"].to_numpy()] = tensors["layer"].to_numpy()
         self.tensor_names = np.empty(n_tensors, dtype=object)
         self.tensor_names[tensors["tensor_id"].to_numpy()] = tensors["name"].to_numpy()
 
@@ -85,10 +83,11 @@ class RunView:
         self.ev_context = events["context_id"].to_numpy(np.int32)
         self.ev_tensor = events["tensor_id"].to_numpy(np.int32)
         self.ev_op = self.tensor_op[self.ev_tensor] if n_tensors else np.zeros(len(events), np.int16)
-        self.ev_layer = self.tensor_layer[self.ev_tensor] if n_tensors else np.zeros(len(events), np.int32)
+        self.ev_layer = events["layer"].to_numpy(np.int32)  # the node's layer, inferred from its graph
         times = run.raw("node_times")
         start = np.full(len(events), -1, dtype=np.int64)
         end = np.full(len(events), -1, dtype=np.int64)
+        wait = np.full(len(events), -1, dtype=np.int64)  # -1: not seen
         self.ev_key = _event_key(self.ev_graph, self.ev_node)  # sorted: events are in (graph, node) order
         if len(times) and len(events):
             key = self.ev_key
@@ -97,7 +96,8 @@ class RunView:
             found = (position < len(key)) & (key[np.minimum(position, len(key) - 1)] == time_key)
             start[position[found]] = times["start_ns"].to_numpy()[found] - self.origin_ns
             end[position[found]] = times["end_ns"].to_numpy()[found] - self.origin_ns
-        self.ev_start, self.ev_end = start, end
+            wait[position[found]] = times["wait_ns"].fillna(-1).to_numpy(np.int64)[found]
+        self.ev_start, self.ev_end, self.ev_wait = start, end, wait
         self.ev_timed = start >= 0
         self._prepare_lanes()
 
@@ -249,6 +249,7 @@ class RunView:
         }  # fmt: skip
         if tensor is not None:
             details.update(_describe_tensor(tensor, self._buffer_names))
+        details["layer"] = None if self.ev_layer[event] == NO_LAYER else int(self.ev_layer[event])  # from the graph
         sources = []
         for row in self.run.edges_of(graph_id, node_index).itertuples():
             memory = row.memory
@@ -383,10 +384,15 @@ class RunView:
         if memory_map.empty:
             return {"files": []}
         reads = weight_reads_by_name(self.run)
+        rows = gathered_rows(self.run)  # the exact rows of tables that lookups read
+        rows_per_table = rows.groupby("name").agg(rows=("row", "size"), row_bytes=("end", "sum"))
+        rows_per_table["row_bytes"] -= rows.groupby("name")["start"].sum()
         files = []
         for model_path, regions in memory_map.groupby("model_path", sort=False):
             regions = regions.sort_values("start")
             per_name = reads.reindex(regions["name"]).fillna(0)
+            gathered = rows_per_table.reindex(regions["name"].where(regions["kind"] == "tensor")).fillna(-1)
+            file_rows = rows[rows["name"].isin(regions["name"])].sort_values("start")
             files.append(
                 {
                     "path": model_path,
@@ -401,6 +407,13 @@ class RunView:
                         "category": regions["category"].tolist(),
                         "reads": per_name["reads"].astype(np.int64).tolist(),
                         "read_ns": per_name["read_ns"].astype(np.int64).tolist(),
+                        # a table read by row lookups: how many of its rows, and their bytes (-1: not one)
+                        "rows_read": gathered["rows"].astype(np.int64).tolist(),
+                        "row_bytes_read": gathered["row_bytes"].astype(np.int64).tolist(),
+                    },
+                    # each row a lookup read, by its exact file bytes
+                    "rows": {
+                        column: file_rows[column].astype(np.int64).tolist() for column in ("start", "end", "reads")
                     },
                 }
             )
@@ -468,6 +481,7 @@ class RunView:
                 "layer": self.ev_layer,
                 "tensor": self.tensor_names[self.ev_tensor] if len(self.ev_tensor) else [],
                 "duration": duration,
+                "wait": np.where(timed, np.maximum(self.ev_wait, 0), 0),
                 "bytes": out_bytes,
                 "timed": timed,
             }
@@ -477,8 +491,8 @@ class RunView:
 
         def table(key: str) -> list[dict[str, Any]]:
             grouped = frame.groupby(key).agg(
-                count=("duration", "size"), time_ns=("duration", "sum"), bytes=("bytes", "sum"),
-                timed=("timed", "sum"),
+                count=("duration", "size"), time_ns=("duration", "sum"), wait_ns=("wait", "sum"),
+                bytes=("bytes", "sum"), timed=("timed", "sum"),
             )  # fmt: skip
             grouped["mean_ns"] = grouped["time_ns"] / grouped["timed"].where(grouped["timed"] > 0)
             grouped["time_share"] = grouped["time_ns"] / total_time if total_time else 0.0
@@ -568,6 +582,7 @@ class RunView:
             "node_index": int(self.ev_node[event]),
             "start_ns": int(self.ev_start[event]) if timed else None,
             "duration_ns": int(self.ev_end[event] - self.ev_start[event]) if timed else None,
+            "wait_ns": int(self.ev_wait[event]) if timed and self.ev_wait[event] >= 0 else None,
             "op": self.ops[int(self.ev_op[event])],
             "name": self.tensor_names[tensor] if row is not None else "",
             "layer": None if self.ev_layer[event] == NO_LAYER else int(self.ev_layer[event]),
@@ -611,7 +626,6 @@ def _describe_tensor(tensor: pd.Series, buffer_names: dict[int, str]) -> dict[st
     return {
         "name": tensor["name"], "op": tensor["op"], "op_base": tensor["op_base"], "type": tensor["type"],
         "shape": _shape(tensor["ne0"], tensor["ne1"], tensor["ne2"], tensor["ne3"]), "nbytes": int(tensor["nbytes"]),
-        "layer": None if tensor["layer"] == NO_LAYER else int(tensor["layer"]),
         "buffer": buffer_names.get(buffer) if buffer != NO_ID else None,
         "buffer_offset": None if tensor["buffer_offset"] == NO_ID else int(tensor["buffer_offset"]),
     }  # fmt: skip

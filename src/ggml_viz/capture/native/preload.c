@@ -340,6 +340,7 @@ static void install_callbacks(Entry *e, void *sched) {
         pthread_mutex_unlock(&state.lock);
         original_ggml_backend_cpu_set_abort_callback(backend, recorder_abort_callback, &e->recorder);
         e->abort_set[free_slot] = backend;
+        recorder_hook_barriers(); /* the barrier that ends each node: the wait for its stragglers */
     }
 }
 

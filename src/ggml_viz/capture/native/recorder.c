@@ -4,6 +4,8 @@
 #endif
 #include "recorder.h"
 
+#include "got_hook.h"
+
 #include <fnmatch.h>
 #include <math.h>
 #include <stdlib.h>
@@ -615,21 +617,71 @@ bool recorder_eval_callback(void *tensor, bool ask, void *user_data) {
 
 /* Inline timing: the CPU backend's thread 0 calls this after each node it computes (not
    after views, which it skips, and once for nodes it fuses), before the barrier that
-   ends the node. It always runs on the thread that called llama_decode. */
+   ends the node. It always runs on the thread that called llama_decode. The barrier
+   that follows, on this thread, is the node's end (recorder_barrier_passed). */
+static __thread Recorder *barrier_recorder; /* the tick waiting for its barrier, on this thread */
+static __thread size_t barrier_tick;
+
 bool recorder_abort_callback(void *user_data) {
     Recorder *r = (Recorder *)user_data;
     if (r->mode == MODE_RECORD && r->inline_timing && r->time_nodes) {
         int64_t *tick = array_push(&r->tick_ns);
         uint32_t *asked = array_push(&r->tick_asked);
-        if (!tick || !asked) {
+        int64_t *barrier = array_push(&r->tick_barrier_ns);
+        if (!tick || !asked || !barrier) {
             r->out_of_memory = 1;
             r->mode = MODE_OFF;
         } else {
             *tick = now_ns();
             *asked = (uint32_t)(r->node_flags.count - r->graph_first_node);
+            *barrier = 0;
+            barrier_recorder = r;
+            barrier_tick = r->tick_ns.count - 1;
         }
     }
     return r->chained_abort ? r->chained_abort(r->chained_abort_data) : false;
+}
+
+/* Called right after every ggml_barrier returns, on the thread that called it. The first
+   one after a tick on the ticking thread is the barrier ending that node: every thread
+   finished it then. Barriers inside an op (a matrix multiplication converting its input
+   first) come before the op's tick, and other threads never tick: neither is taken. */
+void recorder_barrier_passed(void) {
+    Recorder *r = barrier_recorder;
+    if (!r) return;
+    barrier_recorder = NULL;
+    if (barrier_tick < r->tick_barrier_ns.count) ARRAY_AT(r->tick_barrier_ns, int64_t, barrier_tick) = now_ns();
+}
+
+/* Every ggml_barrier call passes through one of these (recorder_hook_barriers): one per
+   library defining a ggml_barrier of its own (ggml-cpu; its variants when several load). */
+typedef void (*barrier_fn)(void *threadpool);
+enum { MAX_BARRIER_LIBRARIES = 4 };
+static barrier_fn barrier_originals[MAX_BARRIER_LIBRARIES];
+#define BARRIER_TRAMPOLINE(i)                          \
+    static void barrier_##i(void *threadpool) {        \
+        barrier_originals[i](threadpool);              \
+        recorder_barrier_passed();                     \
+    }
+BARRIER_TRAMPOLINE(0)
+BARRIER_TRAMPOLINE(1)
+BARRIER_TRAMPOLINE(2)
+BARRIER_TRAMPOLINE(3)
+static barrier_fn const barrier_trampolines[MAX_BARRIER_LIBRARIES] = {barrier_0, barrier_1, barrier_2, barrier_3};
+
+static void *barrier_replacement(void *original, void *context) {
+    (void)context;
+    for (int i = 0; i < MAX_BARRIER_LIBRARIES; i++) {
+        if (!barrier_originals[i]) barrier_originals[i] = (barrier_fn)original;
+        if (barrier_originals[i] == (barrier_fn)original) return (void *)barrier_trampolines[i];
+    }
+    return NULL;
+}
+
+int recorder_hook_barriers(void) {
+    int failed = 0;
+    int hooked = got_hook("ggml_barrier", barrier_replacement, NULL, &failed);
+    return failed ? -1 : hooked;
 }
 
 /* The floor of per-node timing, for benchmarks: a callback that takes the time and asks
@@ -790,6 +842,7 @@ void array_free(Array *a) {
     X(r, node_flags, 1) \
     X(r, tick_ns, sizeof(int64_t)) \
     X(r, tick_asked, sizeof(uint32_t)) \
+    X(r, tick_barrier_ns, sizeof(int64_t)) \
     X(r, graph_tick_start, sizeof(size_t)) \
     X(r, stats, sizeof(StatsRecord)) \
     X(r, capture_records, sizeof(CaptureRecord)) \
@@ -824,7 +877,7 @@ void array_free(Array *a) {
 static void reset_recorded(Recorder *r) {
     r->nodes.count = r->leaves.count = r->node_ptrs.count = r->leaf_ptrs.count = 0;
     r->starts.count = r->ends.count = r->node_flags.count = 0;
-    r->tick_ns.count = r->tick_asked.count = r->graph_tick_start.count = 0;
+    r->tick_ns.count = r->tick_asked.count = r->tick_barrier_ns.count = r->graph_tick_start.count = 0;
     r->stats.count = r->capture_records.count = r->capture_data.count = 0;
     r->graph_stats_start.count = r->graph_capture_start.count = r->graph_capture_data_start.count = 0;
     r->graph_node_start.count = r->graph_struct_start.count = r->graph_leaf_start.count = 0;
@@ -850,6 +903,7 @@ int recorder_init(Recorder *r, const TensorLayout *layout, const GgmlFunctions *
 }
 
 void recorder_free(Recorder *r) {
+    if (barrier_recorder == r) barrier_recorder = NULL;
     RECORDER_ARRAYS(ARRAY_FREE, r)
     free(r->set_keys);
     free(r->set_kinds);
@@ -1011,6 +1065,7 @@ int recorder_take_graph(Recorder *r, size_t g, GraphTake *out) {
     out->parts[PART_BUFFERS] = buffers;
     out->parts[PART_TICK_NS] = bytes_of(&r->tick_ns, k0, k1);
     out->parts[PART_TICK_ASKED] = bytes_of(&r->tick_asked, k0, k1);
+    out->parts[PART_TICK_BARRIER_NS] = bytes_of(&r->tick_barrier_ns, k0, k1);
     out->parts[PART_STATS] = bytes_of(&r->stats, v0, v1);
     out->parts[PART_CAPTURE_RECORDS] = bytes_of(&r->capture_records, c0, c1);
     out->parts[PART_CAPTURE_BYTES] = bytes_of(&r->capture_data, d0, d1);
@@ -1072,7 +1127,7 @@ void recorder_drop_open(Recorder *r) {
     r->node_ptrs.count = r->starts.count = r->ends.count = r->node_flags.count = r->graph_first_node;
     r->leaves.count = r->leaf_ptrs.count = r->graph_first_leaf;
     r->buffers.count = r->graph_first_buffer;
-    r->tick_ns.count = r->tick_asked.count = r->graph_first_tick;
+    r->tick_ns.count = r->tick_asked.count = r->tick_barrier_ns.count = r->graph_first_tick;
     r->stats.count = r->graph_first_stats;
     r->capture_records.count = r->graph_first_capture;
     r->capture_data.count = r->graph_first_capture_byte;

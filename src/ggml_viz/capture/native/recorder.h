@@ -139,7 +139,9 @@ typedef struct {
     int64_t layer_ranges[MAX_LAYER_RANGES][2];
     /* what has been recorded since the last take */
     Array nodes, node_ptrs, starts, ends, node_flags;
-    Array tick_ns, tick_asked; /* inline timing: when thread 0 finished a node, nodes asked by then */
+    /* inline timing, per tick: when thread 0 finished a node, how many nodes were asked by
+       then, and when thread 0 left the barrier after it (0: not seen; see recorder_hook_barriers) */
+    Array tick_ns, tick_asked, tick_barrier_ns;
     Array leaves, leaf_ptrs;
     Array graph_node_start, graph_leaf_start, graph_buffer_start, graph_tick_start, graph_boundary, graph_same;
     Array graph_stats_start, graph_capture_start, graph_capture_data_start;
@@ -187,11 +189,11 @@ typedef struct {
 /* The parts of a taken graph, in this order (GRAPH_PART_NAMES gives their names). */
 enum {
     PART_NODES, PART_NODE_PTRS, PART_STARTS, PART_ENDS, PART_FLAGS, PART_LEAVES, PART_LEAF_PTRS, PART_BUFFERS,
-    PART_TICK_NS, PART_TICK_ASKED, PART_STATS, PART_CAPTURE_RECORDS, PART_CAPTURE_BYTES, GRAPH_PARTS
+    PART_TICK_NS, PART_TICK_ASKED, PART_TICK_BARRIER_NS, PART_STATS, PART_CAPTURE_RECORDS, PART_CAPTURE_BYTES, GRAPH_PARTS
 };
 #define GRAPH_PART_NAMES                                                                                    \
     "nodes", "node_ptrs", "starts", "ends", "flags", "leaves", "leaf_ptrs", "buffers", "tick_ns", "tick_asked", \
-        "stats", "capture_records", "capture_bytes"
+        "tick_barrier_ns", "stats", "capture_records", "capture_bytes"
 
 /* One graph as take gives it. A plain repeat (the previous graph again, with the same
    buffers, no node selected for timing, nothing read from its outputs: most decode graphs
@@ -231,6 +233,13 @@ void recorder_chain_abort(Recorder *r, abort_fn function, void *data);
 /* The callbacks handed to ggml (user_data: the Recorder). */
 bool recorder_eval_callback(void *tensor, bool ask, void *user_data);
 bool recorder_abort_callback(void *user_data);
+
+/* Node ends: route every loaded library's calls of ggml_barrier through the recorder, so
+   the barrier ending each inline-timed node is seen (recorder_barrier_passed). ggml-cpu
+   calls its own ggml_barrier through its PLT. Returns how many call slots go through us
+   (0: none found, so node ends are not seen), -1 if some could not be redirected. */
+int recorder_hook_barriers(void);
+void recorder_barrier_passed(void);
 bool recorder_timing_floor_callback(void *tensor, bool ask, void *user_data);
 bool recorder_graph_floor_callback(void *tensor, bool ask, void *user_data);
 

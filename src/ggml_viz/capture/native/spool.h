@@ -30,7 +30,7 @@
 
 #include "recorder.h"
 
-#define SPOOL_MAGIC "GGVZSPL1"
+#define SPOOL_MAGIC "GGVZSPL2"
 
 enum { SPOOL_START = 1, SPOOL_CONTEXT = 2, SPOOL_TAKE = 3, SPOOL_FAILED = 4, SPOOL_END = 5 };
 

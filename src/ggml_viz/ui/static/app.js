@@ -89,6 +89,13 @@ function h(tag, attrs = {}, ...children) {
   return el;
 }
 
+// An element's children set (setChildren) or added to (addChildren) as h() takes them: a part
+// left out (`cond ? h(...) : null`) adds nothing, where the DOM's own replaceChildren and
+// append would write the text "null" into the page.
+const present = (children) => children.flat().filter((child) => child !== null && child !== undefined && child !== false);
+function setChildren(el, ...children) { el.replaceChildren(...present(children)); }
+function addChildren(el, ...children) { el.append(...present(children)); }
+
 const svgNS = "http://www.w3.org/2000/svg";
 function s(tag, attrs = {}, ...children) {
   const el = document.createElementNS(svgNS, tag);
@@ -153,7 +160,7 @@ const tooltip = {
   el: document.getElementById("tooltip"),
   show(x, y, title, lines = [], arrow = false) {
     const el = this.el;
-    el.replaceChildren(h("div", { class: "t-title", text: title }), ...lines.map((line) => h("div", { text: line })));
+    setChildren(el, h("div", { class: "t-title", text: title }), ...lines.map((line) => h("div", { text: line })));
     el.classList.toggle("arrow", arrow);
     el.hidden = false;
     const width = el.offsetWidth, height = el.offsetHeight;
@@ -232,7 +239,7 @@ async function start() {
     listing = await api("runs");
   } catch (error) {
     document.getElementById("view-runs").hidden = false;
-    document.getElementById("view-runs").replaceChildren(h("div", { class: "empty",
+    setChildren(document.getElementById("view-runs"), h("div", { class: "empty",
       text: "This viewer needs the URL that `ggml-viz view` printed (it carries the access token). " + error.message }));
     return;
   }
@@ -242,7 +249,7 @@ async function start() {
   if (state.runs.length === 0) {
     const runs = document.getElementById("view-runs");
     runs.hidden = false;
-    runs.replaceChildren(h("div", { class: "empty", "data-testid": "waiting",
+    setChildren(runs, h("div", { class: "empty", "data-testid": "waiting",
       text: state.live ? "Waiting for the recording to start…" : "No run here." }));
     if (state.live) setTimeout(start, 1000);
     return;
@@ -260,7 +267,7 @@ function renderRunList() {
   const compareButton = h("button", { class: "btn", text: "compare the two ticked runs", disabled: true, "data-testid": "compare",
     onclick: () => renderComparison([...picked]) });
   const open = (run) => { document.getElementById("tabs").hidden = false; openRun(run.run_id); };
-  section.replaceChildren(h("h2", { text: "Runs" }), h("table", { class: "runs-table", "data-testid": "runs" },
+  setChildren(section, h("h2", { text: "Runs" }), h("table", { class: "runs-table", "data-testid": "runs" },
     h("tr", {}, ["", "run", "status", "model", "graphs", "created"].map((c) => h("th", { text: c }))),
     state.runs.map((run) => {
       const tick = h("input", { type: "checkbox", "data-run": run.run_id, onclick: (event) => event.stopPropagation(),
@@ -276,7 +283,7 @@ async function renderComparison([a, b]) {
   const name = (id) => (state.runs.find((r) => r.run_id === id) || {}).name || id;
   const table = (headers, rows) => h("div", { class: "table-wrap" }, h("table", {}, h("tr", {}, headers.map((c) => h("th", { text: c }))),
     ...rows.map((cells) => h("tr", {}, cells.map((c) => h("td", { text: c }))))));
-  holder.replaceChildren(
+  setChildren(holder,
     h("h2", { text: `A: ${name(a)}  ·  B: ${name(b)}` }),
     h("h3", { text: "settings that differ" }),
     Object.keys(result.settings_that_differ).length
@@ -328,11 +335,11 @@ function eventRow(event) {
 
 async function showDetails(panel, graphId, nodeIndex) {
   state.selected = { graph_id: graphId, node_index: nodeIndex };
-  panel.replaceChildren(h("div", { class: "muted", text: "loading…" }));
+  setChildren(panel, h("div", { class: "muted", text: "loading…" }));
   let node;
-  try { node = await nodeDetails(graphId, nodeIndex); } catch (error) { panel.replaceChildren(h("div", { text: error.message })); return; }
+  try { node = await nodeDetails(graphId, nodeIndex); } catch (error) { setChildren(panel, h("div", { text: error.message })); return; }
   const duration = node.start_ns === null ? null : node.end_ns - node.start_ns;
-  panel.replaceChildren(
+  setChildren(panel,
     h("h2", { "data-testid": "details-name", text: node.name }),
     h("dl", { class: "kv", "data-testid": "details" },
       kv("op", node.op + (node.op_base && node.op_base !== node.op ? ` (${node.op_base})` : "")),
@@ -374,7 +381,7 @@ function renderOverview() {
   const barsCanvas = h("canvas", { "data-testid": "graph-bars" });
   barsCanvas.style.width = "100%";
   barsCanvas.style.height = "140px";
-  section.replaceChildren(
+  setChildren(section,
     h("div", { class: "grid" },
       h("div", { class: "card", "data-testid": "model-card" }, h("h3", { text: "model" }),
         h("div", { class: "big", text: model.name || model.description || "?" }),
@@ -459,7 +466,7 @@ const timeline = {
     const results = h("select", { "data-testid": "search-results", hidden: true });
     search.addEventListener("change", async () => {
       const { hits } = await api(`runs/${state.runId}/search`, { q: search.value });
-      results.replaceChildren(h("option", { text: `${hits.length} hits` }), ...hits.map((hit) =>
+      setChildren(results, h("option", { text: `${hits.length} hits` }), ...hits.map((hit) =>
         h("option", { value: hit.event, text: `${hit.name} · ${hit.op} · graph ${hit.graph_id} · ${fmtNs(hit.duration_ns)}` })));
       results.hidden = false;
       results.hits = hits;
@@ -471,7 +478,7 @@ const timeline = {
       this.select(hit.graph_id, hit.node_index);
     });
     section.classList.add("fill");
-    section.replaceChildren(
+    setChildren(section,
       h("div", { class: "toolbar" }, search, results,
         h("button", { class: "btn", text: "−", title: "zoom out (S)", onclick: () => this.zoom(1.6) }),
         h("button", { class: "btn", text: "+", title: "zoom in (W)", onclick: () => this.zoom(1 / 1.6) }),
@@ -706,7 +713,7 @@ const timeline = {
       const token = (this.hoverToken = {});
       const row = await eventRow(hit.event).catch(() => null);
       if (this.hoverToken !== token || !row) return;
-      tooltip.show(event.clientX, event.clientY, row.name, [`${row.op} · ${row.type} ${row.shape}`, `${fmtNs(row.duration_ns)} · layer ${row.layer === null ? "none" : row.layer} · graph ${row.graph_id}`]);
+      tooltip.show(event.clientX, event.clientY, row.name, [`${row.op} · ${row.type} ${row.shape}`, `${fmtNs(row.duration_ns)}${row.wait_ns ? ` (${fmtNs(row.wait_ns)} waiting for other threads)` : ""} · layer ${row.layer === null ? "none" : row.layer} · graph ${row.graph_id}`]);
     }
   },
 
@@ -745,17 +752,17 @@ async function renderGraph() {
   const panel = h("div", { class: "side", "data-testid": "graph-details" }, h("div", { class: "muted", text: "Click a layer to open it, a node for its details." }));
   const crumbs = h("div", { class: "crumbs" });
   const colorBy = h("select", { "data-testid": "graph-color" }, h("option", { value: "time", text: "color by time" }), h("option", { value: "op", text: "color by op" }));
-  section.replaceChildren(h("div", { class: "toolbar" }, crumbs, colorBy, legend(state.overview.ops)), h("div", { class: "split" }, list, area, panel));
+  setChildren(section, h("div", { class: "toolbar" }, crumbs, colorBy, legend(state.overview.ops)), h("div", { class: "split" }, list, area, panel));
   const shown = graphs.slice(0, 5000);
   for (const g of shown) {
-    list.append(h("div", { dataset: { graph: g.graph_id }, title: g.label, onclick: () => load(g.graph_id, null) },
+    addChildren(list, h("div", { dataset: { graph: g.graph_id }, title: g.label, onclick: () => load(g.graph_id, null) },
       `${g.graph_id} · ${g.phase} · ${fmtNs(g.duration_ns)} · `, JSON.stringify(g.label.slice(0, 24))));
   }
   let current = null;
   async function load(graphId, layer, nodeIndex) {
     current = await api(`runs/${state.runId}/graph/${graphId}`, { layer: layer === null || layer === undefined ? "" : layer });
     for (const row of list.children) row.classList.toggle("active", Number(row.dataset.graph) === graphId);
-    crumbs.replaceChildren(h("span", { text: `graph ${graphId}` }), h("a", { text: "all layers", "data-testid": "all-layers", onclick: () => load(graphId, null) }),
+    setChildren(crumbs, h("span", { text: `graph ${graphId}` }), h("a", { text: "all layers", "data-testid": "all-layers", onclick: () => load(graphId, null) }),
       ...(layer === null || layer === undefined ? [] : [h("span", { text: `› layer ${layer}` })]));
     draw(nodeIndex);
     state.graphShown = { graph_id: graphId, layer };
@@ -813,7 +820,7 @@ async function renderGraph() {
       group.addEventListener("mouseleave", () => tooltip.hide());
       svg.append(group);
     }
-    area.replaceChildren(svg);
+    setChildren(area, svg);
     if (nodeIndex !== undefined) {
       const el = svg.querySelector(".item.selected");
       if (el) el.scrollIntoView({ block: "center", inline: "center" });
@@ -834,20 +841,20 @@ async function renderMemory() {
   const data = await api(`runs/${state.runId}/memory`);
   const upper = h("div", { class: "upper" });
   const lower = h("div", { class: "lower" });
-  section.replaceChildren(h("div", { class: "memory" }, upper, lower));
+  setChildren(section, h("div", { class: "memory" }, upper, lower));
   const log = eventLog(lower, { compact: true });
   const files = data.disk.files;
   const colorBy = h("select", { "data-testid": "disk-color" }, h("option", { value: "read_ns", text: "color by read time" }), h("option", { value: "reads", text: "color by reads" }));
   const fullScreen = h("button", { class: "btn", text: "one row per layer", "data-testid": "disk-rows" });
   const selection = h("span", { class: "muted", "data-testid": "disk-selection", text: "drag across the file to filter the events below" });
-  upper.append(h("div", { class: "track-title" }, h("h2", { text: "DISK · the model file by byte offset" }), colorBy, fullScreen, selection));
-  if (!files.length) upper.append(h("div", { class: "empty", text: "This run holds no model-file map." }));
+  addChildren(upper, h("div", { class: "track-title" }, h("h2", { text: "DISK · the model file by byte offset" }), colorBy, fullScreen, selection));
+  if (!files.length) addChildren(upper, h("div", { class: "empty", text: "This run holds no model-file map." }));
   const diskHolder = h("div");
-  upper.append(diskHolder);
+  addChildren(upper, diskHolder);
   let rows = false;
   const drawDisk = () => {
-    diskHolder.replaceChildren();
-    for (const file of files) diskHolder.append(h("div", { class: "muted", text: `${file.path} · ${fmtBytes(file.size)}` }),
+    setChildren(diskHolder);
+    for (const file of files) addChildren(diskHolder, h("div", { class: "muted", text: `${file.path} · ${fmtBytes(file.size)}` }),
       rows ? diskRows(file, colorBy.value, log, selection) : diskStrip(file, colorBy.value, log, selection));
   };
   colorBy.addEventListener("change", drawDisk);
@@ -855,9 +862,9 @@ async function renderMemory() {
   drawDisk();
 
   const buffers = data.buffers;
-  upper.append(h("div", { class: "track-title" }, h("h2", { text: "BUFFERS · runtime memory" })));
+  addChildren(upper, h("div", { class: "track-title" }, h("h2", { text: "BUFFERS · runtime memory" })));
   const maxSize = Math.max(1, ...buffers.buffers.map((b) => b.size));
-  upper.append(h("div", { class: "card", "data-testid": "buffer-list" }, buffers.buffers.map((b) =>
+  addChildren(upper, h("div", { class: "card", "data-testid": "buffer-list" }, buffers.buffers.map((b) =>
     hbar(`${b.kind} · ${b.name}`, b.size / maxSize, fmtBytes(b.size), { weights: "#4e79a7", kv_cache: "#b07aa1", compute: "#59a14f", output: "#edc948" }[b.kind] || "#79706e")),
     buffers.has_output_buffer ? null : h("div", { class: "muted", text: "No separate output buffer: this backend keeps the logits outside the graph's buffers." })));
   const kv = buffers.kv_cache;
@@ -866,7 +873,7 @@ async function renderMemory() {
     canvas.style.width = "100%";
     canvas.style.height = Math.min(200, kv.layers.length * 5 + 10) + "px";
     const most = Math.max(1, ...kv.used.flat());
-    upper.append(h("h3", { text: `KV cache: cells in use per layer (rows) over the graphs (columns): up to ${most} of ${kv.capacity} (color scaled to ${most})` }), canvas);
+    addChildren(upper, h("h3", { text: `KV cache: cells in use per layer (rows) over the graphs (columns): up to ${most} of ${kv.capacity} (color scaled to ${most})` }), canvas);
     drawKv(canvas, kv);
   }
   const bars = state.overview.graph_bars;
@@ -876,7 +883,7 @@ async function renderMemory() {
   const occCanvas = h("canvas", { "data-testid": "occupancy" });
   occCanvas.style.width = "100%";
   occCanvas.style.height = "220px";
-  upper.append(h("div", { class: "track-title" }, h("h3", { text: "compute buffer: each intermediate's bytes (y: offset) while it lives (x: node index)" }), graphChoice), occCanvas);
+  addChildren(upper, h("div", { class: "track-title" }, h("h3", { text: "compute buffer: each intermediate's bytes (y: offset) while it lives (x: node index)" }), graphChoice), occCanvas);
   const drawOcc = async () => drawOccupancy(occCanvas, await api(`runs/${state.runId}/occupancy/${graphChoice.value}`));
   graphChoice.addEventListener("change", drawOcc);
   if (graphChoice.options.length) { graphChoice.selectedIndex = Math.min(1, graphChoice.options.length - 1); drawOcc(); }
@@ -906,7 +913,7 @@ function diskStrip(file, colorBy, log, selectionLabel) {
   const r = file.regions;
   const wrap = h("div", { class: "strip-wrap" });
   const canvas = h("canvas", { "data-testid": "disk-strip" });
-  wrap.append(canvas);
+  addChildren(wrap, canvas);
   requestAnimationFrame(() => {
     const { xs, canvasWidth } = segmentLayout(r.start, r.end, wrap.clientWidth || 1000);
     canvas.style.width = canvasWidth + "px";
@@ -919,6 +926,7 @@ function diskStrip(file, colorBy, log, selectionLabel) {
         ctx.fillStyle = regionColor(r, i, colorBy, max);
         ctx.fillRect(xs[i], 0, Math.max(1, xs[i + 1] - xs[i] - 1), height);
       }
+      paintRows(ctx, height, file.rows, r, xs);
       if (selected) {
         ctx.fillStyle = "#6cb6ff44"; ctx.strokeStyle = "#6cb6ff"; ctx.lineWidth = 2;
         ctx.fillRect(selected[0], 0, selected[1] - selected[0], height);
@@ -934,6 +942,20 @@ function diskStrip(file, colorBy, log, selectionLabel) {
     });
   });
   return wrap;
+}
+
+// The rows that lookups (token embeddings) read, at their exact file bytes: a white tick in
+// the lower half of their table's segment, each at least a pixel wide.
+function paintRows(ctx, height, rows, r, xs) {
+  if (!rows || !rows.start.length) return;
+  ctx.fillStyle = "#ffffffd0";
+  let i = 0;
+  for (let k = 0; k < rows.start.length; k++) {
+    while (i < r.start.length - 1 && r.end[i] <= rows.start[k]) i++;
+    const span = Math.max(1, r.end[i] - r.start[i]), width = xs[i + 1] - xs[i];
+    const x0 = xs[i] + ((rows.start[k] - r.start[i]) / span) * width, x1 = xs[i] + ((rows.end[k] - r.start[i]) / span) * width;
+    ctx.fillRect(x0, height * 0.55, Math.max(1, x1 - x0), height * 0.45);
+  }
 }
 
 // Regions i0..i1 selected: the event log beneath shows the nodes reading those bytes.
@@ -963,7 +985,7 @@ function diskRows(file, colorBy, log, selectionLabel) {
       canvas.style.height = "18px";
       const row = h("div", { class: "hbar" }, h("span", { class: "label", text: label }), canvas);
       row.style.gridTemplateColumns = "100px 1fr";
-      holder.append(row);
+      addChildren(holder, row);
       const sub = { start: members.map((i) => r.start[i]), end: members.map((i) => r.end[i]) };
       const { xs } = segmentLayout(sub.start, sub.end, width);
       const scale = width / xs[xs.length - 1];
@@ -990,7 +1012,8 @@ function bindSegments(canvas, r, indexAt, onSelect) {
       `${r.kind[i]}${r.type[i] ? " · " + r.type[i] : ""} · ${fmtBytes(size)}`,
       `file bytes ${fmtInt(r.start[i])} – ${fmtInt(r.end[i])}`,
       `layer ${r.layer[i] >= 0 ? r.layer[i] : "none"}${r.category[i] ? " · " + r.category[i] : ""}`,
-      r.kind[i] === "tensor" ? `${fmtInt(r.reads[i])} reads · ${fmtNs(r.read_ns[i])} of reading nodes` : ""], true);
+      r.kind[i] === "tensor" ? `${fmtInt(r.reads[i])} reads · ${fmtNs(r.read_ns[i])} of reading nodes` : "",
+      r.rows_read && r.rows_read[i] >= 0 ? `looked up by row: ${fmtInt(r.rows_read[i])} rows read (${fmtBytes(r.row_bytes_read[i])}, white ticks)` : ""], true);
     // the lens: this canvas's pixels around the cursor, enlarged 4x
     const ratio = canvas.width / rect.width;
     const ctx = lens.getContext("2d");
@@ -1073,7 +1096,7 @@ function drawOccupancy(canvas, occ) {
 async function renderStats() {
   const section = document.getElementById("view-stats");
   const stats = await api(`runs/${state.runId}/stats`);
-  section.replaceChildren(
+  setChildren(section,
     h("div", { class: "card", "data-testid": "findings" }, h("h2", { text: "Where the time goes" }),
       h("ul", { class: "findings" }, stats.findings.map((text) => h("li", { text })))),
     stats.activation_by_layer.length ? activationChart(stats.activation_by_layer) : null,
@@ -1118,7 +1141,7 @@ async function renderAttention() {
   const index = await api(`runs/${state.runId}/attention-index`);
   const graphs = Object.keys(index.graphs);
   if (!graphs.length) {
-    section.replaceChildren(h("div", { class: "empty", "data-testid": "attention-empty", text: index.flash_attention
+    setChildren(section, h("div", { class: "empty", "data-testid": "attention-empty", text: index.flash_attention
       ? "This run used flash attention: no softmax node exists to capture. Record with flash attention off (Llama(..., flash_attn=False)) and --capture 'kq_soft_max-*' to see attention."
       : "No attention captured. Record with --capture 'kq_soft_max-*' (and --capture-bytes if needed) to see each layer's and head's attention here." }));
     return;
@@ -1127,7 +1150,7 @@ async function renderAttention() {
   const layerSelect = h("select", { "data-testid": "attention-layer" });
   const headSelect = h("select", { "data-testid": "attention-head" }, Array.from({ length: index.heads }, (_, i) => h("option", { value: i, text: `head ${i}` })));
   const holder = h("div", { "data-testid": "attention-map" });
-  const fillLayers = () => layerSelect.replaceChildren(...index.graphs[graphSelect.value].map((l) => h("option", { value: l, text: `layer ${l}` })));
+  const fillLayers = () => setChildren(layerSelect, ...index.graphs[graphSelect.value].map((l) => h("option", { value: l, text: `layer ${l}` })));
   const draw = async () => {
     const data = await api(`runs/${state.runId}/attention`, { graph: graphSelect.value, layer: layerSelect.value, head: headSelect.value });
     const cell = Math.max(6, Math.min(28, Math.floor(900 / Math.max(1, data.key_labels.length))));
@@ -1139,7 +1162,7 @@ async function renderAttention() {
       const label = h("span", { text: JSON.stringify(t).slice(1, -1) }); label.style.width = cell + "px"; return label; }));
     const queryLabels = h("div", { class: "attention-queries", "data-testid": "attention-queries" }, data.query_labels.map((t) => {
       const label = h("div", { text: JSON.stringify(t).slice(1, -1) }); label.style.height = cell + "px"; return label; }));
-    holder.replaceChildren(h("div", { class: "muted", text: `graph ${data.graph_id}, layer ${data.layer}, head ${data.head}: rows are the graph's tokens (queries), columns the KV cells (keys) by position` }),
+    setChildren(holder, h("div", { class: "muted", text: `graph ${data.graph_id}, layer ${data.layer}, head ${data.head}: rows are the graph's tokens (queries), columns the KV cells (keys) by position` }),
       h("div", { class: "attention-grid" }, h("div"), keyLabels, queryLabels, canvas));
     const { ctx } = setupCanvas(canvas);
     for (let q = 0; q < nQ; q++) for (let k = 0; k < nK; k++) {
@@ -1156,14 +1179,16 @@ async function renderAttention() {
   };
   graphSelect.addEventListener("change", () => { fillLayers(); draw(); });
   for (const select of [layerSelect, headSelect]) select.addEventListener("change", draw);
-  section.replaceChildren(h("div", { class: "toolbar" }, graphSelect, layerSelect, headSelect), holder);
+  setChildren(section, h("div", { class: "toolbar" }, graphSelect, layerSelect, headSelect), holder);
   fillLayers();
   await draw();
 }
 
 function sortableTable(rows, key, testid) {
+  // "of it, waiting": the part of the time thread 0 waited at the barrier for the other
+  // threads to finish these nodes (their stragglers), included in the time.
   const columns = [[key, key, (v) => v], ["count", "events", fmtInt], ["time_ns", "time", fmtNs], ["time_share", "share of time", fmtPct],
-    ["mean_ns", "mean", fmtNs], ["bytes", "bytes written", fmtBytes], ["bytes_share", "share of bytes", fmtPct]];
+    ["wait_ns", "of it, waiting", fmtNs], ["mean_ns", "mean", fmtNs], ["bytes", "bytes written", fmtBytes], ["bytes_share", "share of bytes", fmtPct]];
   let sortKey = "time_ns", ascending = false;
   const table = h("table", { "data-testid": testid });
   const render = () => {
@@ -1172,7 +1197,7 @@ function sortableTable(rows, key, testid) {
       const order = typeof x === "number" && typeof y === "number" ? x - y : String(x).localeCompare(String(y), undefined, { numeric: true });
       return ascending ? order : -order;
     });
-    table.replaceChildren(
+    setChildren(table,
       h("tr", {}, columns.map(([name, label]) => h("th", { class: (name === sortKey ? "sorted" + (ascending ? " asc" : "") : "") + (name === key ? "" : " num"), text: label,
         onclick: () => { if (sortKey === name) ascending = !ascending; else { sortKey = name; ascending = name === key; } render(); } }))),
       ...sorted.map((row) => h("tr", {}, columns.map(([name, , format]) => h("td", { class: name === key ? "" : "num", text: format(row[name]) })))));
@@ -1185,7 +1210,8 @@ function sortableTable(rows, key, testid) {
 
 const ROW_H_PX = 22, PAGE = 200;
 const EVENT_COLUMNS = [["graph_id", "graph", "70px", fmtInt, true], ["node_index", "node", "60px", fmtInt, true],
-  ["start_ns", "start", "100px", fmtNs, true], ["duration_ns", "time", "90px", fmtNs, true], ["op", "op", "110px", (v) => v],
+  ["start_ns", "start", "100px", fmtNs, true], ["duration_ns", "time", "90px", fmtNs, true],
+  ["wait_ns", "waiting", "80px", (v) => (v === null ? "—" : fmtNs(v)), true], ["op", "op", "110px", (v) => v],
   ["name", "name", "minmax(200px, 2fr)", (v) => v], ["layer", "layer", "60px", (v) => (v === null ? "—" : v), true],
   ["type", "type", "60px", (v) => v], ["shape", "shape", "minmax(120px, 1fr)", (v) => v]];
 
@@ -1206,7 +1232,7 @@ function eventLog(container, { compact = false } = {}) {
   const spacer = h("div");
   const body = h("div", { class: "vtable", "data-testid": "event-table" }, head, spacer);
   const detailPanel = h("div", { class: "side", "data-testid": "event-details" }, h("div", { class: "muted", text: "Click an event for its details." }));
-  container.append(h("div", { class: "toolbar" }, compact ? h("strong", { text: "events" }) : null, opSelect, nameInput, layerInput, fromInput, toInput, clear, count),
+  addChildren(container, h("div", { class: "toolbar" }, compact ? h("strong", { text: "events" }) : null, opSelect, nameInput, layerInput, fromInput, toInput, clear, count),
     h("div", { class: "split" }, body, compact ? null : detailPanel));
   let total = 0, pages = new Map(), generation = 0, selectedEvent = null;
   const query = () => ({ ...filter, op: opSelect.value, name: nameInput.value, layer: layerInput.value,
@@ -1242,7 +1268,7 @@ function eventLog(container, { compact = false } = {}) {
         } }, EVENT_COLUMNS.map(([name, , , format, numeric]) => h("div", { class: "cell" + (numeric ? " num" : ""), text: format(row[name]) })));
         el.style.gridTemplateColumns = grid;
         el.style.top = (28 + i * ROW_H_PX) + "px";
-        body.append(el);
+        addChildren(body, el);
         rowsShown.set(i, el);
       });
     }
@@ -1270,7 +1296,7 @@ function eventLog(container, { compact = false } = {}) {
 function renderEventsTab() {
   const section = document.getElementById("view-events");
   section.classList.add("fill");
-  section.replaceChildren();
+  setChildren(section);
   const log = eventLog(section);
   if (state.fileRange) log.setFilter({ file_lo: state.fileRange[0], file_hi: state.fileRange[1] });
 }
