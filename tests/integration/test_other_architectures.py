@@ -179,3 +179,43 @@ def test_every_node_inside_a_layer_has_that_layer(recording):
     # names without a layer (gemma3's RMS_NORM `norm` before ffn_post_norm)
     # THEN each is given the layer it lies in
     assert layer_checks(recording.run.nodes) == []
+
+
+@pytest.mark.parametrize("phase", ["prompt", "decode"])
+def test_the_collapsed_graph_view_is_a_chain_of_layer_boxes(model, recording, phase):
+    from ggml_viz.analysis.graph_view import graph_view_of
+
+    run = recording.run
+    graph_id = int(run.graphs.loc[run.graphs["phase"] == phase, "graph_id"].iloc[0])
+    view = graph_view_of(run, graph_id, None)
+    # THEN one box per layer, in order, each holding its layer's nodes in one piece ...
+    boxes = [item for item in view["items"] if item["kind"] == "layer"]
+    assert [box["layer"] for box in boxes] == list(range(model.n_layers))
+    nodes = run.nodes[run.nodes["graph_id"] == graph_id]
+    for box in boxes:
+        members = nodes.loc[nodes["layer"] == box["layer"], "node_index"]
+        assert box["n_nodes"] == len(members) == members.max() - members.min() + 1
+    # ... each feeding the next one only
+    box_links = {(link["from"], link["to"]) for link in view["links"] if {link["from"][0], link["to"][0]} == {"L"}}
+    assert box_links == {(f"L{layer}", f"L{layer + 1}") for layer in range(model.n_layers - 1)}
+
+
+def test_components_come_from_the_weights_a_node_reads(model, recording):
+    from ggml_viz.analysis.components import node_components
+
+    run = recording.run
+    nodes = run.nodes[run.nodes["graph_id"] == run.graphs["graph_id"].iloc[-1]]
+    parts = node_components(run, nodes)
+    edges = run.edges[run.edges["graph_id"] == nodes["graph_id"].iloc[0]]
+    # GIVEN each node that reads a layer's attention or FFN matrix (some of them unnamed:
+    # node_N, the attention output projection)
+    for kind, component in (("attn_output", "attention"), ("attn_q", "attention"), ("ffn_down", "ffn")):
+        readers = edges.loc[edges["src_name"].str.contains(rf"\.{kind}\.weight$"), "node_index"]
+        assert len(readers) == model.n_layers
+        # THEN it is in that component, whatever its name
+        assert (parts[nodes["node_index"].isin(readers)] == component).all(), kind
+    # AND inside layers nothing is left to "other" (gemma3's unnamed scaling of Q is attention)
+    inside = nodes["layer"].notna()
+    assert (parts[inside] != "other").all(), nodes.loc[inside & (parts == "other"), ["name", "op"]]
+    # AND the output head is output, tied to the embedding or not
+    assert parts[nodes["name"] == "result_output"].tolist() == ["output"]

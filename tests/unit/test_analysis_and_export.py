@@ -8,7 +8,7 @@ import pytest
 
 import ggml_viz
 from ggml_viz._errors import CommandError
-from ggml_viz.analysis.components import component_of
+from ggml_viz.analysis.components import component_of, component_of_weight
 from ggml_viz.analysis.findings import findings
 from ggml_viz.analysis.flops import node_costs, throughput_by_op
 from ggml_viz.export import exporter_for
@@ -49,6 +49,17 @@ def test_findings_name_the_costliest_tensor_and_components(run):
 )  # fmt: skip
 def test_components(name, component):
     assert component_of(name) == component
+
+
+@pytest.mark.parametrize(
+    ("weight", "component"),
+    [("blk.3.attn_output.weight", "attention"), ("blk.0.attn_q.bias", "attention"), ("blk.7.ffn_down.weight", "ffn"),
+     ("blk.1.attn_q_norm.weight", "norm"), ("blk.2.post_ffw_norm.weight", "norm"), ("output.weight", "output"),
+     ("token_embd.weight", "embedding"), ("enc.blk.0.ffn_up.weight", "ffn"), ("rope_freqs.weight", None),
+     ("cache_k_l0", None)],
+)  # fmt: skip
+def test_a_weights_component_comes_from_its_gguf_name(weight, component):
+    assert component_of_weight(weight) == component
 
 
 def test_exporters_are_found_by_name_or_longest_ending():

@@ -1,11 +1,20 @@
-"""What part of a transformer block a node belongs to, read from its tensor name
-(llama.cpp's graph-building names: `Qcur-3`, `kq_soft_max-3`, `ffn_up-3`, `attn_norm-3`, ...)."""
+"""What part of a transformer block each node belongs to: input, norm, attention, ffn,
+output or other.
+
+From the graph first: a node that reads a model weight takes the part GGUF's name for
+that weight says (`blk.N.attn_q.weight`: attention; `blk.N.ffn_down.weight`: ffn;
+`blk.N.attn_norm.weight`: norm; `token_embd`: input; `output`: output), the same names
+for every architecture (gguf-py's TENSOR_NAMES). Else its name, where llama.cpp's
+graph-building names say (`Qcur-3`, `kq_soft_max-3`, `ffn_up-3`, `attn_norm-3`). Else
+the part of the node it reads first (an unnamed scaling of Q is attention)."""
 
 from __future__ import annotations
 
 import re
 
 import pandas as pd
+
+from ..runformat.reader import Run
 
 COMPONENTS = ("input", "norm", "attention", "ffn", "output", "other")
 
@@ -16,14 +25,36 @@ _RULES = (
     ("output", re.compile(r"^(result_output|output)")),
     ("input", re.compile(r"^(inp_|embd|token_embd)")),
 )
+# GGUF's weight names, past their `blk.N.` (or `enc.blk.N.`, ...) prefix
+_WEIGHT_RULES = (
+    ("norm", re.compile(r"norm")),
+    ("attention", re.compile(r"^(attn|cross_attn|self_attn)")),
+    ("ffn", re.compile(r"^ffn")),
+    ("embedding", re.compile(r"^token_embd")),  # input where it is looked up; output where tied to it
+    ("output", re.compile(r"^output")),
+)
+_WEIGHT = re.compile(r"^(?:.*\.)?blk\.\d+\.(?P<rest>.+)$")
 
 
 def component_of(name: str) -> str:
-    """input, norm, attention, ffn, output or other."""
+    """input, norm, attention, ffn, output or other, from a node's name."""
     for component, pattern in _RULES:
         if pattern.search(name):
             return component
     return "other"
+
+
+def component_of_weight(name: str) -> str | None:
+    """The part a model weight serves, from its GGUF name (None: a tensor of no part;
+    "embedding": the token embedding, input or output by the node reading it)."""
+    if not name.endswith((".weight", ".bias")):
+        return None
+    match = _WEIGHT.match(name)
+    rest = match.group("rest") if match else name
+    for component, pattern in _WEIGHT_RULES:
+        if pattern.search(rest):
+            return component
+    return None
 
 
 def components(names: pd.Series) -> pd.Series:
@@ -31,3 +62,44 @@ def components(names: pd.Series) -> pd.Series:
     unique = names.drop_duplicates()
     mapping = dict(zip(unique, [component_of(str(name)) for name in unique], strict=True))
     return names.map(mapping)
+
+
+def node_components(run: Run, nodes: pd.DataFrame) -> pd.Series:
+    """The component of each of `nodes` (rows of run.nodes: graph_id, node_index), from
+    the graph: the weight it reads, else its name, else the node it reads first."""
+    per_structure = _structure_components(run)
+    graphs = run.raw("graphs")[["graph_id", "structure_id"]]
+    keyed = nodes[["graph_id", "node_index"]].merge(graphs, on="graph_id", how="left")
+    keyed = keyed.merge(per_structure, on=["structure_id", "node_index"], how="left")
+    return pd.Series(keyed["component"].fillna("other").to_numpy(), index=nodes.index, name="component")
+
+
+def _structure_components(run: Run) -> pd.DataFrame:
+    tensors = run.raw("tensors").set_index("tensor_id")
+    structure = run.raw("structure_nodes").sort_values(["structure_id", "node_index"])
+    edges = run.raw("edges").sort_values(["structure_id", "node_index", "src_slot"])
+    leaf_names = tensors["name"].where(tensors["op"] == "NONE")
+    lookup = tensors["op_base"] == "GET_ROWS"
+    weight_part = {tensor: component_of_weight(str(name)) for tensor, name in leaf_names.dropna().items()}
+    name_part = components(tensors["name"].astype(str))
+    rows = []
+    for structure_id, nodes in structure.groupby("structure_id", sort=False):
+        node_of = dict(zip(nodes["tensor_id"].tolist(), nodes["node_index"].tolist(), strict=True))
+        reads: dict[int, list[int]] = {}
+        wiring = edges[edges["structure_id"] == structure_id]
+        for node, source in zip(wiring["node_index"].tolist(), wiring["src_tensor_id"].tolist(), strict=True):
+            reads.setdefault(node, []).append(source)
+        part: dict[int, str] = {}
+        for node, tensor in zip(nodes["node_index"].tolist(), nodes["tensor_id"].tolist(), strict=True):
+            sources = reads.get(node, [])
+            from_weight = next((weight_part[s] for s in sources if weight_part.get(s)), None)
+            if from_weight == "embedding":  # a lookup of the token embedding, or the output tied to it
+                from_weight = "input" if lookup.get(tensor, False) else "output"
+            from_source = (part.get(node_of[s], "other") for s in sources if s in node_of)
+            named = name_part.get(tensor, "other")
+            part[node] = from_weight or (named if named != "other" else next(from_source, "other"))
+        rows.append(pd.DataFrame({"structure_id": structure_id, "node_index": list(part),
+                                  "component": list(part.values())}))  # fmt: skip
+    if not rows:
+        return pd.DataFrame(columns=["structure_id", "node_index", "component"])
+    return pd.concat(rows, ignore_index=True)

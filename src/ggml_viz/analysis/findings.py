@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from ..runformat.reader import Run
-from .components import components
+from .components import node_components
 from .summary import phase_stats, timed_nodes, weight_reads
 
 _LAYER_SUFFIX = re.compile(r"-\d+(?=$|[\s(])")
@@ -46,7 +46,7 @@ def _time_findings(run: Run) -> list[str]:
         top = kinds.groupby(["op", "kind"])["duration_ns"].sum().sort_values(ascending=False)
         (op, kind), time = next(iter(top.items()))
         said.append(f"{op} in {kind} takes {time / total:.0%} of {phase} node time.")
-        by_component = part.groupby(components(part["name"]))["duration_ns"].sum().sort_values(ascending=False)
+        by_component = part.groupby(node_components(run, part))["duration_ns"].sum().sort_values(ascending=False)
         shares = ", ".join(f"{name} {value / total:.0%}" for name, value in by_component.head(4).items())
         said.append(f"By component ({phase}): {shares}.")
     said.extend(_growth_with_context(run, nodes))

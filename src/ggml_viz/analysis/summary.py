@@ -50,10 +50,10 @@ def time_by_layer(run: Run) -> pd.DataFrame:
 
 def time_by_component(run: Run) -> pd.DataFrame:
     """Node time by transformer component: input, norm, attention, ffn, output, other."""
-    from .components import components
+    from .components import node_components
 
     nodes = timed_nodes(run)
-    return _time_by(nodes.assign(component=components(nodes["name"])), "component")
+    return _time_by(nodes.assign(component=node_components(run, nodes)), "component")
 
 
 def time_by_tensor(run: Run) -> pd.DataFrame:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..analysis.components import components
+from ..analysis.components import node_components
 from ..analysis.summary import timed_nodes
 from ..runformat.reader import Run
 from .base import Exporter, ExportOptions
@@ -27,7 +27,7 @@ class SpeedscopeExporter(Exporter):
         stacks = pd.DataFrame(
             {
                 "layer": nodes["layer"].map(layer_label),
-                "component": components(nodes["name"]),
+                "component": node_components(run, nodes),
                 "op": nodes["op"],
                 "tensor": nodes["name"],
                 "time": nodes["duration_ns"].astype("int64"),
