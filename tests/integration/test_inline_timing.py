@@ -82,13 +82,22 @@ def test_inline_views_and_fused_nodes_take_no_time(inline_and_sync):
 
 def test_inline_and_sync_agree_where_the_time_goes(inline_and_sync):
     runs, _ = inline_and_sync
-    shares = {}
+    typical = {}
     for timing, run in runs.items():
-        by_op = run.nodes.groupby("op_base")["duration_ns"].sum()
-        by_op["RMS_NORM"] += by_op.pop("MUL")  # what inline timing sees as one fused node
-        shares[timing] = by_op / by_op.sum()
-    assert shares["inline"].idxmax() == shares["sync"].idxmax() == "MUL_MAT"
-    assert abs(shares["inline"]["MUL_MAT"] - shares["sync"]["MUL_MAT"]) < 0.15
+        nodes = run.nodes[run.nodes["graph_id"].isin(run.graphs.loc[run.graphs["phase"] == "decode", "graph_id"])]
+        by_op = nodes.groupby("op_base")["duration_ns"].sum()
+        assert by_op.idxmax() == "MUL_MAT", timing
+        # each matrix multiplication's typical time over the decode steps (medians: a step
+        # where the machine took a thread away does not count)
+        matmuls = nodes[nodes["op_base"] == "MUL_MAT"]
+        typical[timing] = matmuls.groupby("node_index")["duration_ns"].median()
+    # Sync timing computes each node alone, each a compute call of its own: that call's cost
+    # (some µs, more on a busy machine) swells every node, the small ops many times over. The
+    # biggest matrix multiplications take about the same time both ways: never much less in
+    # sync (inline would then be charging them other nodes' time), at most that call's cost more.
+    big = typical["inline"] >= typical["inline"].quantile(0.75)
+    ratio = (typical["sync"][big] / typical["inline"][big]).median()
+    assert 0.8 < ratio < 1.5, ratio
 
 
 def test_the_programs_abort_callback_still_runs(tmp_path, model_path, recorded_run):

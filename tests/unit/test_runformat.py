@@ -6,6 +6,7 @@ import json
 import os
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pytest
 
@@ -13,6 +14,7 @@ import ggml_viz
 from ggml_viz._errors import CaptureError, RunFormatError
 from ggml_viz.runformat.manifest import new_manifest
 from ggml_viz.runformat.schema import FORMAT_VERSION, TABLES
+from ggml_viz.runformat.totals import TOTALS_SCHEMAS
 from ggml_viz.runformat.writer import RunWriter, prepare_run_dir, unique_run_dir
 
 
@@ -67,10 +69,11 @@ def test_a_closed_run_reads_back_joined(tmp_path):
     write_synthetic_run(tmp_path / "a.ggmlviz")
     # WHEN it is opened
     run = ggml_viz.open(tmp_path / "a.ggmlviz")
-    # THEN every table is Parquet and the joins give readable columns
+    # THEN every table is Parquet, with the node totals beside them, and the joins give
+    # readable columns
     assert run.status == "complete"
     assert sorted(p.name for p in (tmp_path / "a.ggmlviz").iterdir()) == sorted(
-        ["manifest.json", *(f"{t}.parquet" for t in TABLES)]
+        ["manifest.json", *(f"{t}.parquet" for t in [*TABLES, *TOTALS_SCHEMAS])]
     )
     assert list(run.nodes.columns[:6]) == ["graph_id", "node_index", "start_ns", "end_ns", "tensor_id", "timed"]
     for column in ("op", "name", "type", "ne0", "ne1", "ne2", "ne3", "nbytes", "layer", "buffer", "duration_ns"):
@@ -270,3 +273,81 @@ def test_a_run_written_before_node_waits_existed_reads_them_as_unknown(tmp_path)
     pq.write_table(table.drop_columns(["wait_ns"]).replace_schema_metadata(table.schema.metadata), times_file)
     nodes = ggml_viz.open(tmp_path / "old.ggmlviz").nodes
     assert nodes["timed"].all() and nodes["wait_ns"].isna().all()
+
+
+def _totals_from_events(run) -> dict:
+    nodes = run.nodes[run.nodes["timed"]].merge(run.graphs[["graph_id", "phase", "structure_id"]], on="graph_id")
+    grouped = nodes.groupby(["phase", "structure_id", "node_index"]).agg(
+        timed=("duration_ns", "size"), time_ns=("duration_ns", "sum"), wait_ns=("wait_ns", "sum")
+    )
+    return {key: (int(row.timed), int(row.time_ns), int(row.wait_ns)) for key, row in grouped.iterrows()}
+
+
+def _totals_stored(run) -> dict:
+    totals = run.node_totals[run.node_totals["timed"] > 0].set_index(["phase", "structure_id", "node_index"])
+    # a node whose wait was never seen has no wait total (null), where pandas sums nothing to 0
+    return {key: (int(row.timed), int(row.time_ns), 0 if pd.isna(row.wait_ns) else int(row.wait_ns))
+            for key, row in totals.iterrows()}  # fmt: skip
+
+
+def test_node_totals_sum_the_node_events_of_closed_and_running_runs(tmp_path):
+    # GIVEN a closed run (its totals written with it) and one still recording, some of its
+    # graphs only in the journal
+    write_synthetic_run(tmp_path / "closed.ggmlviz", graphs=3)
+    assert (tmp_path / "closed.ggmlviz" / "node_totals.parquet").exists()
+    writer = write_synthetic_run(tmp_path / "open.ggmlviz", graphs=2, close=False)
+    writer.graphs_per_batch = 100
+    for graph_id in (2, 3):
+        writer.append_graph(graph_row(graph_id), journal_times(graph_id))
+    for name in ("closed", "open"):
+        run = ggml_viz.open(tmp_path / f"{name}.ggmlviz")
+        # THEN the totals are the sums over the node events, graph for graph
+        assert _totals_stored(run) == _totals_from_events(run), name
+        assert run.node_totals["graphs"].sum() == len(run.nodes)
+        per_graph = run.nodes[run.nodes["timed"]].groupby(["graph_id", "op"])["duration_ns"].sum()
+        stored = run.graph_op_totals.set_index(["graph_id", "op"])["time_ns"]
+        assert stored.sort_index().tolist() == per_graph.sort_index().tolist(), name
+    assert not (tmp_path / "open.ggmlviz" / "node_totals.parquet").exists()  # a running run's change: not stored
+
+
+def test_a_closed_run_without_totals_gets_them_on_first_open(tmp_path):
+    # GIVEN a run closed by a ggml-viz that wrote no totals
+    write_synthetic_run(tmp_path / "old.ggmlviz", graphs=3)
+    for name in TOTALS_SCHEMAS:
+        (tmp_path / "old.ggmlviz" / f"{name}.parquet").unlink()
+    # WHEN it is read: THEN its totals are computed from the events, and stored for next time
+    run = ggml_viz.open(tmp_path / "old.ggmlviz")
+    assert _totals_stored(run) == _totals_from_events(run)
+    assert all((tmp_path / "old.ggmlviz" / f"{name}.parquet").exists() for name in TOTALS_SCHEMAS)
+    assert _totals_stored(ggml_viz.open(tmp_path / "old.ggmlviz")) == _totals_from_events(run)
+
+
+def test_the_node_events_of_some_graphs_are_read_alone(tmp_path):
+    write_synthetic_run(tmp_path / "w.ggmlviz", graphs=5)
+    run = ggml_viz.open(tmp_path / "w.ggmlviz")
+    window = run.nodes_of([1, 3])
+    assert "node_times" not in run._raw  # read from the file's row groups, not the whole table
+    everything = run.nodes[run.nodes["graph_id"].isin([1, 3])].reset_index(drop=True)
+    assert window.equals(everything)
+
+
+def test_a_long_recording_rolls_its_streams_and_reads_them_as_one(tmp_path, monkeypatch):
+    from ggml_viz.runformat import writer as writer_module
+
+    # GIVEN streams that roll to a new segment every 5 rows
+    monkeypatch.setattr(writer_module, "ROLL_ROWS", 5)
+    writer = write_synthetic_run(tmp_path / "r.ggmlviz", graphs=0, close=False)
+    writer.graphs_per_batch = 1
+    for graph_id in range(6):  # 3 timed nodes per graph: a new node_times segment every other graph
+        writer.append_graph(graph_row(graph_id), journal_times(graph_id))
+    segments = sorted(p.name for p in (tmp_path / "r.ggmlviz").glob("node_times*.arrows"))
+    assert len(segments) >= 3 and "node_times.1.arrows" in segments
+    # THEN a reader sees every row while it records ...
+    live = ggml_viz.open(tmp_path / "r.ggmlviz")
+    assert len(live.raw("node_times")) == 18 and list(live.graphs["graph_id"]) == list(range(6))
+    # ... and closing makes one Parquet file of them, the segments gone
+    writer.close()
+    closed = ggml_viz.open(tmp_path / "r.ggmlviz")
+    assert len(closed.raw("node_times")) == 18
+    assert not list((tmp_path / "r.ggmlviz").glob("*.arrows"))
+    assert _totals_stored(closed) == _totals_from_events(closed)

@@ -3,6 +3,8 @@ keeps it safe (Host, Origin, token, paths, headers, bind address)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from starlette.testclient import TestClient
 
@@ -10,6 +12,7 @@ from ggml_viz._errors import CommandError
 from ggml_viz.runformat.synthetic import write_synthetic_run
 from ggml_viz.ui.app import RunRegistry, create_app
 from ggml_viz.ui.data import DETAIL_LIMIT, EventFilter, RunView
+from ggml_viz.ui.inline import module_order
 from ggml_viz.ui.server import make_viewer, remote_warning
 
 PORT = 8765
@@ -58,6 +61,26 @@ def test_the_page_and_the_api_answer(client):
     memory = get(client, "/api/runs/r0/memory").json()
     regions = memory["disk"]["files"][0]["regions"]
     assert regions["reads"][regions["name"].index("blk.0.attn_q.weight")] == 40  # read once per graph
+
+
+def test_every_module_of_the_page_is_served_as_javascript(client):
+    for path in module_order():
+        response = client.get(f"/static/{path}")
+        assert response.status_code == 200, path
+        assert response.headers["content-type"].startswith("text/javascript"), path
+    assert client.get("/static/app.css").headers["content-type"].startswith("text/css")
+    for path in ["/static/js/nothing.js", "/static/js/..%2f..%2fapp.py", "/static/js/%2e%2e/inline.py", "/static/js"]:
+        assert client.get(path).status_code == 404, path
+
+
+def test_the_package_ships_every_file_of_the_page():
+    tomllib = pytest.importorskip("tomllib")
+    root = Path(__file__).parents[2]
+    globs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["ggml_viz"]
+    package = root / "src" / "ggml_viz"
+    shipped = {path for pattern in globs for path in package.glob(pattern) if path.is_file()}
+    page = {path for path in (package / "ui" / "static").rglob("*") if path.is_file()}
+    assert page - shipped == set()
 
 
 def test_bad_arguments_get_one_clear_error(client):

@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 
 from ..runformat.reader import Run
-from .summary import backends, phase_stats, timed_nodes
+from .summary import backends, phase_stats, timed_totals
 
 
 def settings(run: Run) -> dict[str, Any]:
@@ -40,10 +40,10 @@ def settings(run: Run) -> dict[str, Any]:
 
 def per_graph_time(run: Run, key: str) -> pd.DataFrame:
     """Mean node time per graph of each phase, by `key` (op, layer or name)."""
-    nodes = timed_nodes(run).merge(run.graphs[["graph_id", "phase"]], on="graph_id")
-    nodes = nodes.assign(layer=nodes["layer"].astype("object").where(nodes["layer"].notna(), "none"))
+    totals = timed_totals(run)
+    totals = totals.assign(layer=totals["layer"].astype("object").where(totals["layer"].notna(), "none"))
     graphs = run.graphs.groupby("phase").size()
-    total = nodes.groupby(["phase", key])["duration_ns"].sum().reset_index()
+    total = totals.groupby(["phase", key])["time_ns"].sum().rename("duration_ns").reset_index()
     total["per_graph_ns"] = total["duration_ns"] / total["phase"].map(graphs)
     return total[["phase", key, "per_graph_ns"]]
 

@@ -67,14 +67,15 @@ def components(names: pd.Series) -> pd.Series:
 def node_components(run: Run, nodes: pd.DataFrame) -> pd.Series:
     """The component of each of `nodes` (rows of run.nodes: graph_id, node_index), from
     the graph: the weight it reads, else its name, else the node it reads first."""
-    per_structure = _structure_components(run)
+    per_structure = structure_components(run)
     graphs = run.raw("graphs")[["graph_id", "structure_id"]]
     keyed = nodes[["graph_id", "node_index"]].merge(graphs, on="graph_id", how="left")
     keyed = keyed.merge(per_structure, on=["structure_id", "node_index"], how="left")
     return pd.Series(keyed["component"].fillna("other").to_numpy(), index=nodes.index, name="component")
 
 
-def _structure_components(run: Run) -> pd.DataFrame:
+def structure_components(run: Run) -> pd.DataFrame:
+    """Per (structure_id, node_index): the node's component (see node_components)."""
     tensors = run.raw("tensors").set_index("tensor_id")
     structure = run.raw("structure_nodes").sort_values(["structure_id", "node_index"])
     edges = run.raw("edges").sort_values(["structure_id", "node_index", "src_slot"])

@@ -5,11 +5,10 @@ from __future__ import annotations
 import re
 
 import numpy as np
-import pandas as pd
 
 from ..runformat.reader import Run
-from .components import node_components
-from .summary import phase_stats, timed_nodes, weight_reads
+from .components import structure_components
+from .summary import phase_stats, timed_totals, weight_reads
 
 _LAYER_SUFFIX = re.compile(r"-\d+(?=$|[\s(])")
 
@@ -25,31 +24,32 @@ def _non_finite(run: Run) -> list[str]:
     if bad.empty:
         return []
     first = bad.sort_values(["graph_id", "node_index"]).iloc[0]
-    name = run.nodes.set_index(["graph_id", "node_index"]).loc[(first["graph_id"], first["node_index"]), "name"]
+    node = run.nodes_of(int(first["graph_id"]))
+    name = node.loc[node["node_index"] == first["node_index"], "name"].iloc[0]
     return [f"{len(bad):,} node outputs hold NaN or Inf values; the first is {name} (graph {first['graph_id']}, "
             f"node {first['node_index']}): `ggml-viz numerics` says what it read."]  # fmt: skip
 
 
 def _time_findings(run: Run) -> list[str]:
-    nodes = timed_nodes(run)
-    if nodes.empty:
+    totals = timed_totals(run)
+    if totals.empty:
         return ["No node was timed on its own in this run (graph detail): only graph times are known."]
-    nodes = nodes.merge(run.graphs[["graph_id", "phase"]], on="graph_id")
+    totals = totals.merge(structure_components(run), on=["structure_id", "node_index"], how="left")
     said = []
     for phase in ("decode", "prompt"):
-        part = nodes[nodes["phase"] == phase]
+        part = totals[totals["phase"] == phase]
         if part.empty:
             continue
-        total = part["duration_ns"].sum()
+        total = part["time_ns"].sum()
         # the same tensor in every layer ("ffn_out" for ffn_out-0 … ffn_out-29)
         kinds = part.assign(kind=part["name"].str.replace(_LAYER_SUFFIX, "", regex=True))
-        top = kinds.groupby(["op", "kind"])["duration_ns"].sum().sort_values(ascending=False)
+        top = kinds.groupby(["op", "kind"])["time_ns"].sum().sort_values(ascending=False)
         (op, kind), time = next(iter(top.items()))
         said.append(f"{op} in {kind} takes {time / total:.0%} of {phase} node time.")
-        by_component = part.groupby(node_components(run, part))["duration_ns"].sum().sort_values(ascending=False)
+        by_component = part.groupby(part["component"].fillna("other"))["time_ns"].sum().sort_values(ascending=False)
         shares = ", ".join(f"{name} {value / total:.0%}" for name, value in by_component.head(4).items())
         said.append(f"By component ({phase}): {shares}.")
-    said.extend(_growth_with_context(run, nodes))
+    said.extend(_growth_with_context(run))
     phases = phase_stats(run).set_index("phase")
     if {"prompt", "decode"} <= set(phases.index) and phases.loc["decode", "tokens_per_s"]:
         ratio = phases.loc["prompt", "tokens_per_s"] / phases.loc["decode", "tokens_per_s"]
@@ -76,14 +76,15 @@ def _time_findings(run: Run) -> list[str]:
     return said
 
 
-def _growth_with_context(run: Run, nodes: pd.DataFrame) -> list[str]:
+def _growth_with_context(run: Run) -> list[str]:
     """Ops whose time per decode step grows with the context (attention over more cells)."""
-    decode = nodes[nodes["phase"] == "decode"]
+    decode = run.graphs.loc[run.graphs["phase"] == "decode", "graph_id"]
     positions = run.tokens.groupby("graph_id")["pos"].max()
-    if decode["graph_id"].nunique() < 8:
+    per_graph = run.graph_op_totals.rename(columns={"time_ns": "duration_ns"})
+    per_graph = per_graph[per_graph["graph_id"].isin(decode)]
+    if per_graph["graph_id"].nunique() < 8:
         return []
     said = []
-    per_graph = decode.groupby(["op", "graph_id"])["duration_ns"].sum().reset_index()
     for op, group in per_graph.groupby("op"):
         context = positions.reindex(group["graph_id"]).to_numpy(np.float64)
         time = group["duration_ns"].to_numpy(np.float64)

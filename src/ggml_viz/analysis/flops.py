@@ -16,7 +16,7 @@ import pandas as pd
 
 from ..runformat.memory_sources import VIEW_OPS, bytes_read
 from ..runformat.reader import Run
-from .summary import timed_nodes
+from .summary import timed_totals
 
 FLOPS_PER_ELEMENT = {"ADD": 1, "MUL": 1, "SUB": 1, "DIV": 1, "SCALE": 1, "RMS_NORM": 3, "NORM": 3, "SOFT_MAX": 5,
                      "ROPE": 3, "GLU": 5, "UNARY": 5}  # fmt: skip
@@ -47,10 +47,10 @@ def throughput_by_op(run: Run) -> pd.DataFrame:
     """Per op over the timed node events: time, GFLOP, GB moved, achieved GFLOP/s and GB/s,
     and arithmetic intensity (FLOPs per byte)."""
     costs = node_costs(run)
-    nodes = timed_nodes(run)[["graph_id", "node_index", "op", "duration_ns"]]
-    structure = run.raw("graphs")[["graph_id", "structure_id"]]
-    events = nodes.merge(structure, on="graph_id").merge(costs.drop(columns="op"), on=["structure_id", "node_index"])
-    table = events.groupby("op").agg(time_ns=("duration_ns", "sum"), flops=("flops", "sum"), bytes=("bytes", "sum"))
+    totals = timed_totals(run)[["structure_id", "node_index", "op", "timed", "time_ns"]]
+    events = totals.merge(costs.drop(columns="op"), on=["structure_id", "node_index"])
+    events = events.assign(flops=events["flops"] * events["timed"], bytes=events["bytes"] * events["timed"])
+    table = events.groupby("op").agg(time_ns=("time_ns", "sum"), flops=("flops", "sum"), bytes=("bytes", "sum"))
     seconds = table["time_ns"].astype(np.float64) / 1e9
     table["gflop_per_s"] = (table["flops"] / 1e9 / seconds).where(seconds > 0)
     table["gb_per_s"] = (table["bytes"] / 1e9 / seconds).where(seconds > 0)

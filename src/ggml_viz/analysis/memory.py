@@ -25,7 +25,7 @@ def occupancy(run: Run, graph_id: int) -> pd.DataFrame:
     index if nothing does); the tensor occupies [start, end) from `first_node` through
     `last_node`.
     """
-    nodes = run.nodes[run.nodes["graph_id"] == graph_id]
+    nodes = run.nodes_of(graph_id)
     written = nodes[(nodes["buffer_kind"] == "compute") & nodes["view_src_id"].isna()]
     # Each node's storage owner: itself, or for views the tensor they view (followed to the end).
     owner = dict(zip(nodes["tensor_id"], nodes["tensor_id"], strict=True))
@@ -35,7 +35,7 @@ def occupancy(run: Run, graph_id: int) -> pd.DataFrame:
         while pd.notna(view_of.get(owner[tensor_id])) and seen < 16:
             owner[tensor_id] = int(view_of[owner[tensor_id]])
             seen += 1
-    edges = run.edges[run.edges["graph_id"] == graph_id]
+    edges = run.edges_of(graph_id)
     reads = pd.DataFrame(
         {"tensor_id": edges["src_tensor_id"].map(lambda t: owner.get(t, t)), "reader": edges["node_index"]}
     )
@@ -135,21 +135,15 @@ def bytes_in_use(run: Run) -> pd.DataFrame:
 
 def weight_reads_by_name(run: Run) -> pd.DataFrame:
     """Per weight, by name: how many node reads of it the run made (`reads`) and the time of
-    the timed nodes that read it (`read_ns`)."""
+    the timed nodes that read it (`read_ns`), from the node totals (not the events)."""
     tensors = run.raw("tensors")
     weights = tensors.loc[tensors["op"] == "NONE"].set_index("tensor_id")["name"]
     edges = run.raw("edges")
     edges = edges[edges["src_tensor_id"].isin(weights.index)]
-    graphs = run.raw("graphs")[["graph_id", "structure_id"]]
-    graphs_per_structure = graphs.groupby("structure_id").size().rename("reads")
-    times = run.raw("node_times").merge(graphs, on="graph_id")
-    node_time = (
-        (times["end_ns"] - times["start_ns"])
-        .groupby([times["structure_id"], times["node_index"]])
-        .sum()
-        .rename("read_ns")
+    totals = run.node_totals.groupby(["structure_id", "node_index"])[["graphs", "time_ns"]].sum()
+    per_edge = edges.join(totals, on=["structure_id", "node_index"]).rename(
+        columns={"graphs": "reads", "time_ns": "read_ns"}
     )
-    per_edge = edges.join(graphs_per_structure, on="structure_id").join(node_time, on=["structure_id", "node_index"])
     per_edge = per_edge.fillna({"reads": 0, "read_ns": 0}).assign(
         name=weights.reindex(edges["src_tensor_id"]).to_numpy()
     )

@@ -1,43 +1,121 @@
-"""SQL over a run (DuckDB): the reader's tables registered as views."""
+"""SQL over runs (DuckDB): the reader's tables as views, over one run or many at once.
+
+The views over node events (`nodes`, `edges`) are DuckDB views over the runs' Parquet files
+(or, for a run still recording, its streams read as Arrow), joined with the small tables
+(graphs, structures, tensor descriptions) inside DuckDB: a query over an hour of a server
+streams, in bounded memory, instead of materializing the events. Each row names its `run`
+(the run directory's name): a folder of runs from several servers or hosts reads as one
+dataset, and the same Parquet files are what a user takes to another engine.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from .._errors import GgmlVizError
 from ..runformat.reader import Run
+from ..runformat.schema import OPTIONAL_COLUMNS, PARQUET_SUFFIX
+from ..runformat.totals import connect
 
 TABLE_DOCS = {
-    "graphs": "one row per computed graph: graph_id, context_id, phase, start_ns, end_ns, n_nodes, n_tokens, ...",
-    "nodes": "one row per node event: graph_id, node_index, start_ns, end_ns, duration_ns, timed, name, op, type, "
-    "ne0..ne3, nbytes, layer, buffer_name, buffer_kind, ...",
-    "edges": "one row per (node, source): graph_id, node_index, src_slot, src_name, src_op, src_usage, memory "
-    "(disk|buffer), file_offset, buffer_offset, ...",
-    "tokens": "one row per token of each graph's batch: graph_id, batch_index, pos, token_id, text",
-    "buffers": "backend buffers: buffer, name, kind, usage, size, first_seen_ns, last_seen_ns",
-    "tensors": "each distinct tensor description once",
-    "memory_map": "the model file's regions: kind, name, start, end, type, layer, category",
-    "raw_*": "the stored tables as they are (raw_graphs, raw_node_times, raw_structure_nodes, raw_edges, ...)",
+    "graphs": "one row per computed graph: run, graph_id, context_id, phase, start_ns, end_ns, n_nodes, n_tokens, ...",
+    "nodes": "one row per node event: run, graph_id, node_index, start_ns, end_ns, duration_ns, wait_ns, timed, "
+    "name, op, type, ne0..ne3, nbytes, layer, buffer_name, buffer_kind, ...",
+    "edges": "one row per (node, source): run, graph_id, node_index, src_slot, src_name, src_op, src_usage, memory "
+    "(disk|buffer), file_offset, buffer_offset, src_bytes_read, ...",
+    "tokens": "one row per token of each graph's batch: run, graph_id, batch_index, pos, token_id, text",
+    "buffers": "backend buffers: run, buffer, name, kind, usage, size, first_seen_ns, last_seen_ns",
+    "tensors": "each distinct tensor description once (per run)",
+    "memory_map": "the model file's regions: run, kind, name, start, end, type, layer, category",
+    "node_totals": "per (run, phase, structure_id, node_index): graphs, timed events, time_ns, wait_ns, name, op, ...",
+    "raw_*": "the stored tables as they are, with run (raw_graphs, raw_node_times, raw_structure_nodes, "
+    "raw_edges, ...)",
 }
-VIEWS = ("graphs", "nodes", "edges", "tokens", "buffers", "tensors", "memory_map")
+SMALL_VIEWS = ("graphs", "tokens", "buffers", "tensors", "memory_map", "node_totals")
 RAW = ("graphs", "node_times", "structure_nodes", "edges", "tensors", "buffers", "memory_map")
+VIEWS = (*SMALL_VIEWS, "nodes", "edges")
+
+_NODES_SQL = """
+    select g.run, g.graph_id, s.node_index, t.start_ns, t.end_ns, s.tensor_id, t.start_ns is not null as timed,
+           t.wait_ns, case when s.layer >= 0 then s.layer end as layer,
+           d.* exclude (run, tensor_id, layer), d.layer as name_layer, t.end_ns - t.start_ns as duration_ns
+    from raw_graphs_{i} g
+    join raw_structure_nodes_{i} s using (structure_id)
+    left join raw_node_times_{i} t on t.graph_id = g.graph_id and t.node_index = s.node_index
+    left join tensors_{i} d on d.tensor_id = s.tensor_id
+"""
+_EDGES_SQL = """
+    select g.run, g.graph_id, e.* exclude (run)
+    from raw_graphs_{i} g join structure_edges_{i} e using (structure_id)
+"""
 
 
-def run_query(run: Run, sql: str) -> pd.DataFrame:
+def run_query(runs: Run | Sequence[Run], sql: str) -> pd.DataFrame:
+    """The result of `sql` over the views of one run or several (as one dataset)."""
     import duckdb
 
-    connection = duckdb.connect()
+    runs = [runs] if isinstance(runs, Run) else list(runs)
+    connection = connect()
     try:
-        for name in VIEWS:
-            connection.register(name, _plain(getattr(run, name)))
-        for name in RAW:
-            connection.register(f"raw_{name}", run.raw(name))
+        register_runs(connection, runs)
         try:
             return connection.execute(sql).fetchdf()
         except duckdb.Error as error:
             raise GgmlVizError(f"the query failed: {str(error).splitlines()[0]}") from None
     finally:
         connection.close()
+
+
+def register_runs(connection: Any, runs: Sequence[Run]) -> None:
+    """Create every view (see TABLE_DOCS) in `connection`, over all of `runs`."""
+    names = _run_names(runs)
+    for i, (run, name) in enumerate(zip(runs, names, strict=True)):
+        for table in RAW:
+            _raw_view(connection, run, table, f"raw_{table}_{i}", name)
+        for view in SMALL_VIEWS:
+            connection.register(f"_{view}_{i}", _plain(getattr(run, view)))
+            connection.execute(f"create view {view}_{i} as select '{_quoted(name)}' as run, * from _{view}_{i}")
+        edges = run.structure_edges.assign(run=name)
+        connection.register(f"structure_edges_{i}", _plain(edges))
+        connection.execute(f"create view nodes_{i} as {_NODES_SQL.format(i=i)}")
+        connection.execute(f"create view edges_{i} as {_EDGES_SQL.format(i=i)}")
+    for view in (*VIEWS, *(f"raw_{table}" for table in RAW)):
+        union = " union all by name ".join(f"select * from {view}_{i}" for i in range(len(runs)))
+        connection.execute(f"create view {view} as {union}")
+
+
+def _raw_view(connection: Any, run: Run, table: str, view: str, name: str) -> None:
+    """A stored table as a view with its run's name: over its Parquet file where there is one
+    (DuckDB reads what a query needs), else over the table as the reader gives it (a run
+    still recording; graphs and structures, as the reader completes them)."""
+    import pyarrow.parquet as pq
+
+    parquet = run.path / (table + PARQUET_SUFFIX)
+    if parquet.exists() and table not in ("graphs", "structure_nodes"):
+        present = set(pq.read_schema(parquet).names)
+        missing = [f"null::bigint as {column}" for column in OPTIONAL_COLUMNS.get(table, ()) if column not in present]
+        source = f"(select *{''.join(', ' + m for m in missing)} from read_parquet('{_quoted(str(parquet))}'))"
+    else:
+        connection.register(f"_{view}", run.arrow(table))
+        source = f"_{view}"
+    connection.execute(f"create view {view} as select '{_quoted(name)}' as run, * from {source}")
+
+
+def _run_names(runs: Sequence[Run]) -> list[str]:
+    """Each run's directory name, made unique where two runs share one."""
+    names: list[str] = []
+    for run in runs:
+        name = Path(run.path).name
+        names.append(name if name not in names else f"{name} ({run.experiment_id[:8]})")
+    return names
+
+
+def _quoted(text: str) -> str:
+    return text.replace("'", "''")
 
 
 def _plain(table: pd.DataFrame) -> pd.DataFrame:

@@ -38,50 +38,59 @@ def phase_stats(run: Run) -> pd.DataFrame:
     return stats.reset_index()
 
 
+def timed_totals(run: Run) -> pd.DataFrame:
+    """run.node_totals where something was timed: per (phase, structure, node), `timed`
+    events of `time_ns` in all, `wait_ns` of it waiting, with the node's description."""
+    totals = run.node_totals
+    return totals[totals["timed"] > 0]
+
+
 def time_by_op(run: Run) -> pd.DataFrame:
-    return _time_by(timed_nodes(run), "op")
+    return _time_by(timed_totals(run), "op")
 
 
 def time_by_layer(run: Run) -> pd.DataFrame:
-    nodes = timed_nodes(run).copy()
-    nodes["layer"] = nodes["layer"].astype("object").where(nodes["layer"].notna(), "none")
-    return _time_by(nodes, "layer")
+    totals = timed_totals(run).copy()
+    totals["layer"] = totals["layer"].astype("object").where(totals["layer"].notna(), "none")
+    return _time_by(totals, "layer")
 
 
 def time_by_component(run: Run) -> pd.DataFrame:
     """Node time by transformer component: input, norm, attention, ffn, output, other."""
-    from .components import node_components
+    from .components import structure_components
 
-    nodes = timed_nodes(run)
-    return _time_by(nodes.assign(component=node_components(run, nodes)), "component")
+    totals = timed_totals(run).merge(structure_components(run), on=["structure_id", "node_index"], how="left")
+    return _time_by(totals.fillna({"component": "other"}), "component")
 
 
 def time_by_tensor(run: Run) -> pd.DataFrame:
-    return _time_by(timed_nodes(run), "name")
+    return _time_by(timed_totals(run), "name")
 
 
-def _time_by(nodes: pd.DataFrame, key: str) -> pd.DataFrame:
-    table = nodes.groupby(key, dropna=False).agg(
-        count=("duration_ns", "size"),
-        time_ns=("duration_ns", "sum"),
-        mean_ns=("duration_ns", "mean"),
+def _time_by(totals: pd.DataFrame, key: str) -> pd.DataFrame:
+    """Per key, over node totals: timed events (`count`), their time, mean and wait."""
+    table = totals.groupby(key, dropna=False).agg(
+        count=("timed", "sum"),
+        time_ns=("time_ns", "sum"),
         wait_ns=("wait_ns", "sum"),  # of the time, waiting for other threads (where seen)
     )
+    table["mean_ns"] = table["time_ns"] / table["count"]
     total = table["time_ns"].sum()
     table["share"] = table["time_ns"] / total if total else 0.0
+    table = table[["count", "time_ns", "mean_ns", "wait_ns", "share"]]
     return table.sort_values("time_ns", ascending=False).reset_index()
 
 
-def node_waits(nodes: pd.DataFrame) -> dict[str, Any]:
+def node_waits(run: Run) -> dict[str, Any]:
     """How much of the timed nodes' time was thread 0 waiting at the barrier after them for
     the other threads, and for how many nodes that barrier was seen (inline timing)."""
-    timed = nodes[nodes["timed"]]
-    seen = timed["wait_ns"].notna()
+    totals = run.node_totals
+    seen = int(totals["waits_seen"].sum())
     return {
-        "seen": int(seen.sum()),
-        "not_seen": int((~seen).sum()),
-        "wait_ns": int(timed["wait_ns"].sum()),
-        "time_ns": int(timed["duration_ns"].sum()),
+        "seen": seen,
+        "not_seen": int(totals["timed"].sum()) - seen,
+        "wait_ns": int(totals["wait_ns"].sum()),
+        "time_ns": int(totals["time_ns"].sum()),
     }
 
 
@@ -98,24 +107,29 @@ def memory_by_buffer(run: Run) -> pd.DataFrame:
 
 
 def weight_reads(run: Run) -> dict[str, Any]:
-    """Bytes of weights the graphs read, and how much of them came from the file mapping."""
-    edges = run.edges
+    """Bytes of weights the graphs read, and how much of them came from the file mapping.
+    Graphs of one structure read the same weights: each structure is described once."""
+    graphs = run.raw("graphs")
+    edges = run.structure_edges
     disk = edges[edges["memory"] == "disk"]
-    per_graph = disk.groupby("graph_id")["src_bytes_read"].sum()  # the bytes really read: GET_ROWS its rows
-    decode_graphs = run.graphs.loc[run.graphs["phase"] == "decode", "graph_id"]
-    per_step = per_graph[per_graph.index.isin(decode_graphs)]
-    ops = run.nodes.set_index(["graph_id", "node_index"])["op_base"]
-    readers = ops.reindex(pd.MultiIndex.from_frame(disk[["graph_id", "node_index"]]))
+    per_structure = disk.groupby("structure_id")["src_bytes_read"].sum()  # the bytes really read: GET_ROWS its rows
+    per_graph = graphs["structure_id"].map(per_structure).fillna(0).astype("int64")
+    per_step = per_graph[(graphs["phase"] == "decode").to_numpy()]
+    has_disk = graphs["structure_id"].isin(per_structure.index).to_numpy()
+    ops = run.raw("tensors").set_index("tensor_id")["op_base"]
+    node_tensor = run.raw("structure_nodes").set_index(["structure_id", "node_index"])["tensor_id"]
+    readers = ops.reindex(node_tensor.reindex(pd.MultiIndex.from_frame(disk[["structure_id", "node_index"]])))
+    weights = edges[edges["src_usage"] == "weights"]
     return {
-        "weight_bytes_per_graph": int(per_graph.median()) if len(per_graph) else 0,
-        "weight_bytes_per_decode_step": int(per_step.median()) if len(per_step) else 0,
+        "weight_bytes_per_graph": int(per_graph[has_disk].median()) if has_disk.any() else 0,
+        "weight_bytes_per_decode_step": int(per_step[has_disk[(graphs["phase"] == "decode").to_numpy()]].median())
+        if (has_disk & (graphs["phase"] == "decode").to_numpy()).any()
+        else 0,
         # MUL_MAT_ID counts every expert's slice: which experts a token selected is not recorded
-        "all_experts_counted": bool((readers == "MUL_MAT_ID").any()),
+        "all_experts_counted": bool((readers.to_numpy() == "MUL_MAT_ID").any()),
         "weights_read": int(disk["src_tensor_id"].nunique()),
         "weights_from_mmap": bool(disk["mmap"].all()) if len(disk) else False,
-        "weight_edges_resolved_to_file": float((edges.loc[edges["src_usage"] == "weights", "memory"] == "disk").mean())
-        if (edges["src_usage"] == "weights").any()
-        else 0.0,
+        "weight_edges_resolved_to_file": float((weights["memory"] == "disk").mean()) if len(weights) else 0.0,
     }
 
 
@@ -135,7 +149,7 @@ def summarize(run: Run, top: int = 10) -> dict[str, Any]:
     prompt_graphs = run.graphs[run.graphs["phase"] == "prompt"]["graph_id"]
     prompt_text = "".join(tokens[tokens["graph_id"].isin(prompt_graphs)]["text"])
     generation = manifest.get("generation") or {}
-    nodes = run.nodes
+    totals = run.node_totals
     return {
         "run": str(run.path),
         "experiment_id": run.experiment_id,
@@ -148,13 +162,13 @@ def summarize(run: Run, top: int = 10) -> dict[str, Any]:
         "generated_text": generation.get("generated_text"),
         "backends": backends(run),
         "graphs": int(len(run.graphs)),
-        "node_events": int(len(nodes)),
-        "timed_node_events": int(nodes["timed"].sum()),
+        "node_events": int(totals["graphs"].sum()),  # each graph runs each node of its structure once
+        "timed_node_events": int(totals["timed"].sum()),
         "dropped_graphs": int((manifest.get("counts") or {}).get("dropped_graphs", 0)),
         "dropped_events": int((manifest.get("counts") or {}).get("dropped_events", 0)),
         "untimed_graphs": int((manifest.get("counts") or {}).get("untimed_graphs", 0)),
         "timing": (manifest.get("capture") or {}).get("timing", "sync"),
-        "node_waits": node_waits(nodes),
+        "node_waits": node_waits(run),
         "phases": records(phase_stats(run)),
         "time_by_op": records(time_by_op(run).head(top)),
         "top_layers": records(time_by_layer(run).head(top)),

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -23,6 +24,7 @@ class ExportCommand(Command):
 
     example:
       ggml-viz export france.ggmlviz -o france.pftrace             # open in ui.perfetto.dev
+      ggml-viz export server.ggmlviz -o hour.pftrace --graphs 5000-5199   # a window of a long run
       ggml-viz export france.ggmlviz -o france.json                # chrome://tracing
       ggml-viz export france.ggmlviz -o tables/ --format parquet
       ggml-viz export france.ggmlviz -o layer3.svg --graph 1 --layer 3
@@ -40,7 +42,17 @@ class ExportCommand(Command):
         parser.add_argument("--layer", type=int, help="graph pictures: draw this layer's nodes (default: layers)")
         parser.add_argument("--tensors", action="append", metavar="GLOB",
                             help="npz, safetensors: which captured tensors (repeatable; default: all)")  # fmt: skip
-        parser.add_argument("--list", action="store_true", help="list the formats and exit")
+        parser.add_argument(
+            "--graphs",
+            metavar="FIRST-LAST",
+            help="event exports: only these graphs (ids, inclusive; a long run's window)",
+        )
+        parser.add_argument(
+            "--time",
+            metavar="FROM-TO",
+            help="event exports: only graphs meeting this window (ms after the run's start)",
+        )
+        parser.add_argument("--list", action="store_true", help="list the formats and exit")  # fmt: skip
 
     def run(self, args: argparse.Namespace) -> int:
         from ..export import EXPORTERS, ExportOptions, exporter_for
@@ -72,8 +84,25 @@ class ExportCommand(Command):
                 graph_id=args.graph,
                 layer=args.layer,
                 tensors=tuple(args.tensors or ()),
+                graphs=_window(args.graphs, "--graphs", int),
+                time_ms=_window(args.time, "--time", float),
                 progress=lambda done, total: progress.update(task, completed=done, total=total or None),
+                notice=lambda text: console.print(f"[yellow]{text}[/]", highlight=False),
             )
             said = exporter.export(run, output, options)
         print(f"wrote {exporter.name}: {said}")
         return 0
+
+
+def _window(text: str | None, option: str, number: type) -> tuple[Any, Any] | None:
+    """FIRST-LAST (or FROM-TO) as two numbers, the first not after the second."""
+    if text is None:
+        return None
+    first, dash, last = text.partition("-")
+    try:
+        window = (number(first), number(last)) if dash else None
+    except ValueError:
+        window = None
+    if window is None or window[0] > window[1] or window[0] < 0:
+        raise CommandError(f"{option} takes FIRST-LAST, two numbers with FIRST <= LAST (got {text!r})")
+    return window

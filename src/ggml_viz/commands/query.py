@@ -3,46 +3,51 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
 from .._errors import CommandError
 from ..analysis.sql import TABLE_DOCS, run_query
-from ..runformat.reader import open_run
+from ..runformat.reader import Run, open_run
+from ..runformat.schema import MANIFEST_FILE
 from .base import Command
 
 
 class QueryCommand(Command):
-    """Ask a run anything in SQL (DuckDB), over the reader's tables as views.
+    """Ask a run, or a folder of runs, anything in SQL (DuckDB), over the reader's tables as views.
 
     Views: graphs, nodes, edges, tokens, buffers, tensors, memory_map (joined and described,
-    as `ggml_viz.open` gives them) and raw_graphs, raw_node_times, raw_structure_nodes,
-    raw_edges, raw_tensors, raw_buffers (as stored). `--tables` lists their columns.
+    as `ggml_viz.open` gives them), node_totals, and raw_graphs, raw_node_times,
+    raw_structure_nodes, raw_edges, raw_tensors, raw_buffers (as stored). Every row names its
+    `run`. Views over node events stream from the runs' Parquet files: runs of any length.
+    `--tables` lists the views.
 
     example:
       ggml-viz query france.ggmlviz "select op, sum(duration_ns)/1e6 ms from nodes group by op order by ms desc"
       ggml-viz query france.ggmlviz "select layer, sum(duration_ns) from nodes where op = 'MUL_MAT' group by 1" -o csv
+      ggml-viz query servers/ "select run, phase, count(*) graphs from graphs group by all"   # every run in servers/
     """
 
     name = "query"
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("run", help="run directory (NAME.ggmlviz)")
+        parser.add_argument("run", help="run directory (NAME.ggmlviz), or a folder of them (read as one dataset)")
         parser.add_argument("sql", nargs="?", help="the query")
         parser.add_argument("-o", "--output", choices=("table", "csv", "json"), default="table",
                             help="output: a table (default), CSV or JSON records")  # fmt: skip
         parser.add_argument("--tables", action="store_true", help="list the views and their columns")
 
     def run(self, args: argparse.Namespace) -> int:
-        run = open_run(args.run)
+        runs = open_runs(Path(args.run))
         if args.tables:
             for name, doc in TABLE_DOCS.items():
                 print(f"{name}: {doc}")
             return 0
         if not args.sql:
             raise CommandError("give a query (or --tables)")
-        result = run_query(run, args.sql)
+        result = run_query(runs, args.sql)
         if args.output == "csv":
             result.to_csv(sys.stdout, index=False)
         elif args.output == "json":
@@ -53,3 +58,13 @@ class QueryCommand(Command):
                 table.add_row(*["" if value is None else str(value) for value in row])
             Console().print(table)
         return 0
+
+
+def open_runs(path: Path) -> list[Run]:
+    """The run at `path`, or every run in the folder `path` (a folder holding runs)."""
+    if (path / MANIFEST_FILE).exists() or (path / "spool").is_dir() or not path.is_dir():
+        return [open_run(path)]
+    found = sorted(child for child in path.iterdir() if (child / MANIFEST_FILE).exists())
+    if not found:
+        raise CommandError(f"{path} is neither a run nor a folder of runs (NAME.ggmlviz folders with a manifest)")
+    return [open_run(child) for child in found]

@@ -3,7 +3,7 @@ trace arguments (name, op, type, shape, layer, where the node's sources live).""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -13,13 +13,41 @@ import pandas as pd
 
 from ..runformat.reader import Run
 
+# Node events are read and written this many graphs at a time: an export of any length
+# holds one chunk of events in memory, not the run.
+CHUNK_GRAPHS = 2_000
+
 
 @dataclass(frozen=True)
 class ExportOptions:
     graph_id: int | None = None  # graph pictures: which graph (default: the first decode graph)
     layer: int | None = None  # graph pictures: one layer open (default: layers collapsed)
     tensors: tuple[str, ...] = ()  # tensor dumps: name globs of the captured tensors to write (default: all)
+    graphs: tuple[int, int] | None = None  # event exports: only graphs FIRST..LAST (ids, inclusive)
+    time_ms: tuple[float, float] | None = None  # ... only graphs meeting [FROM, TO) ms after the run's start
     progress: Callable[[int, int], None] = field(default=lambda done, total: None)  # long exports report here
+    notice: Callable[[str], None] = field(default=lambda text: None)  # said while exporting (a trace too big)
+
+
+def window_graphs(run: Run, options: ExportOptions) -> pd.DataFrame:
+    """The rows of run.graphs an export covers: all, or those in its graph or time window."""
+    graphs = run.graphs
+    if options.graphs is not None:
+        first, last = options.graphs
+        graphs = graphs[(graphs["graph_id"] >= first) & (graphs["graph_id"] <= last)]
+    if options.time_ms is not None and len(run.graphs):
+        origin = int(run.graphs["start_ns"].min())
+        t0, t1 = (origin + int(ms * 1e6) for ms in options.time_ms)
+        graphs = graphs[(graphs["end_ns"] > t0) & (graphs["start_ns"] < t1)]
+    return graphs
+
+
+def timed_event_chunks(run: Run, graph_ids: Iterable[int]) -> Iterator[pd.DataFrame]:
+    """timed_events, CHUNK_GRAPHS graphs at a time (each chunk in time order)."""
+    ids = sorted(int(g) for g in graph_ids)
+    chunk = CHUNK_GRAPHS
+    for first in range(0, len(ids), chunk):
+        yield _timed_events(run, run.nodes_of(ids[first : first + chunk]))
 
 
 class Exporter:
@@ -33,9 +61,13 @@ class Exporter:
         raise NotImplementedError
 
 
-def timed_events(run: Run) -> pd.DataFrame:
-    """Timed node events in time order, with their graph's context and the trace arguments."""
-    nodes = run.nodes
+def timed_events(run: Run, graph_ids: Iterable[int] | None = None) -> pd.DataFrame:
+    """Timed node events in time order (of some graphs, or all), with their graph's context
+    and the trace arguments."""
+    return _timed_events(run, run.nodes if graph_ids is None else run.nodes_of(list(graph_ids)))
+
+
+def _timed_events(run: Run, nodes: pd.DataFrame) -> pd.DataFrame:
     nodes = nodes[nodes["timed"]].merge(run.graphs[["graph_id", "context_id"]], on="graph_id")
     events = pd.DataFrame(
         {

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ import numpy as np
 
 from ..runformat.reader import Run
 from ..ui.data import RunView, json_safe
+from ..ui.inline import inline_modules
 from .base import Exporter, ExportOptions
 from .graphs import default_graph
 
@@ -60,7 +62,7 @@ def report_answers(view: RunView, graph_id: int) -> dict[str, Any]:
     for layer in collapsed["layers"]:
         answers[f"graph/{graph_id}/{layer}"] = view.graph(graph_id, layer)
     shown = np.arange(min(len(view.ev_graph), EVENT_LIMIT))
-    rows = [view.event_row(int(event)) for event in shown]
+    rows: list[Mapping[str, Any]] = [view.event_row(int(event)) for event in shown]
     answers["events"] = {key: [row[key] for row in rows] for key in rows[0]} if rows else {}
     answers["events"].pop("event", None)
     if rows:  # for the file-region filter: the weights each event's node reads, by file range
@@ -76,9 +78,9 @@ def report_html(view: RunView, graph_id: int) -> str:
     body = page[page.index("<body>") + len("<body>") : page.index("</body>")]
     data = json.dumps(json_safe({"answers": report_answers(view, graph_id)}), separators=(",", ":"), allow_nan=False)
     data = data.replace("<", "\\u003c")  # nothing inside can end the script element
-    script = static.joinpath("app.js").read_text(encoding="utf-8")
+    script = inline_modules()  # the page's ES modules, as one script
     if re.search(r"</script", script, re.IGNORECASE):  # pragma: no cover - guards the inlining below
-        raise ValueError("app.js contains '</script'")
+        raise ValueError("the viewer's script contains '</script'")
     return (
         '<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">\n'

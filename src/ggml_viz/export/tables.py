@@ -1,19 +1,43 @@
-"""The reader's tables as CSV or Parquet files, one per table, in a folder."""
+"""The reader's tables as CSV or Parquet files, one per table, in a folder.
+
+The tables of node events (`nodes`, `edges`: one row per node, or per node and source, of
+every graph) are written a chunk of graphs at a time, so an export of any length holds one
+chunk in memory; the others are small. A graph or time window limits all of them to its
+graphs."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from ..runformat.reader import Run
-from .base import Exporter, ExportOptions
+from . import base
+from .base import Exporter, ExportOptions, window_graphs
 
 TABLE_NAMES = ("graphs", "nodes", "edges", "tokens", "buffers", "tensors", "memory_map")
+PER_GRAPH = ("graphs", "tokens")  # small tables, one row per graph or token: cut to the window
 
 
-def reader_tables(run: Run) -> dict[str, pd.DataFrame]:
-    return {name: getattr(run, name) for name in TABLE_NAMES}
+def reader_tables(run: Run, options: ExportOptions) -> Iterator[tuple[str, Iterator[pd.DataFrame]]]:
+    """Each table, as the chunks to write one after the other."""
+    graphs = window_graphs(run, options)
+    ids = sorted(graphs["graph_id"].tolist())
+    chunks = [ids[first : first + base.CHUNK_GRAPHS] for first in range(0, len(ids), base.CHUNK_GRAPHS)]
+    for name in TABLE_NAMES:
+        if name == "nodes":
+            yield name, (run.nodes_of(chunk) for chunk in chunks)
+        elif name == "edges":
+            yield name, (run.edges_of_graphs(chunk) for chunk in chunks)
+        elif name in PER_GRAPH:
+            table = getattr(run, name)
+            yield name, iter([table[table["graph_id"].isin(ids)]])
+        else:
+            yield name, iter([getattr(run, name)])
 
 
 class _TablesExporter(Exporter):
@@ -22,13 +46,14 @@ class _TablesExporter(Exporter):
     def export(self, run: Run, output: Path, options: ExportOptions) -> str:
         output.mkdir(parents=True, exist_ok=True)
         written = []
-        for done, (name, table) in enumerate(reader_tables(run).items()):
-            self.write(table, output / f"{name}{self.suffix}")
-            written.append(f"{name} ({len(table):,} rows)")
+        for done, (name, chunks) in enumerate(reader_tables(run, options)):
+            rows = self.write(chunks, output / f"{name}{self.suffix}")
+            written.append(f"{name} ({rows:,} rows)")
             options.progress(done + 1, len(TABLE_NAMES))
         return f"{output}/: " + ", ".join(written)
 
-    def write(self, table: pd.DataFrame, path: Path) -> None:
+    def write(self, chunks: Iterator[pd.DataFrame], path: Path) -> int:
+        """Write the chunks as one file; returns the rows written."""
         raise NotImplementedError
 
 
@@ -38,8 +63,14 @@ class CsvExporter(_TablesExporter):
     summary = "the reader's tables (graphs, nodes, edges, tokens, buffers, tensors, memory_map) as CSV files"
     suffix = ".csv"
 
-    def write(self, table: pd.DataFrame, path: Path) -> None:
-        table.to_csv(path, index=False)
+    def write(self, chunks: Iterator[pd.DataFrame], path: Path) -> int:
+        rows, started = 0, False
+        for chunk in chunks:
+            chunk.to_csv(path, index=False, mode="a" if started else "w", header=not started)
+            rows, started = rows + len(chunk), True
+        if not started:  # a window without graphs
+            path.write_text("")
+        return rows
 
 
 class ParquetExporter(_TablesExporter):
@@ -48,5 +79,19 @@ class ParquetExporter(_TablesExporter):
     summary = "the reader's tables, joined and described, as Parquet files"
     suffix = ".parquet"
 
-    def write(self, table: pd.DataFrame, path: Path) -> None:
-        table.to_parquet(path, index=False)
+    def write(self, chunks: Iterator[pd.DataFrame], path: Path) -> int:
+        rows = 0
+        writer: Any = None
+        try:
+            for chunk in chunks:
+                if writer is None:
+                    table = pa.Table.from_pandas(chunk, preserve_index=False)
+                    writer = pq.ParquetWriter(path, table.schema, compression="zstd")
+                else:  # later chunks take the first one's column types
+                    table = pa.Table.from_pandas(chunk, schema=writer.schema, preserve_index=False)
+                writer.write_table(table)
+                rows += len(chunk)
+        finally:
+            if writer is not None:
+                writer.close()
+        return rows

@@ -12,18 +12,22 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from ..analysis.memory import bytes_in_use, kv_cache_fill
 from ..analysis.summary import backends
 from ..runformat.reader import Run
 from ..runformat.schema import NO_ID
-from .base import Exporter, ExportOptions, timed_events
+from . import base
+from .base import Exporter, ExportOptions, timed_event_chunks, timed_events, window_graphs
 
 CHROME_EVENT_WARNING = 1_000_000  # chrome://tracing struggles above this
+PERFETTO_UI_LIMIT = 2 * 2**30  # bytes: ui.perfetto.dev's in-browser trace processor tops out near here
 
 
-def graph_slices(run: Run) -> list[dict[str, Any]]:
-    graphs = run.graphs
+def graph_slices(run: Run, graphs: pd.DataFrame) -> list[dict[str, Any]]:
+    """One slice per graph of `graphs` (rows of run.graphs), in time order."""
+    graphs = graphs.sort_values("start_ns")
     tokens = run.tokens.groupby("graph_id")["text"].agg("".join)
     return [
         {
@@ -47,17 +51,22 @@ def graph_slices(run: Run) -> list[dict[str, Any]]:
     ]
 
 
-def counters(run: Run) -> list[tuple[str, int, float]]:
-    """(counter name, time ns, value) samples, one per graph."""
-    samples = [
-        (f"{row.kind} bytes in use", int(row.start_ns), float(row.bytes)) for row in bytes_in_use(run).itertuples()
-    ]
+def counters(run: Run, graphs: pd.DataFrame) -> list[tuple[str, int, float]]:
+    """(counter name, time ns, value) samples, one per graph of `graphs`."""
+    in_use = bytes_in_use(run)
+    in_use = in_use[in_use["graph_id"].isin(graphs["graph_id"])]
+    samples = [(f"{row.kind} bytes in use", int(row.start_ns), float(row.bytes)) for row in in_use.itertuples()]
     fill = kv_cache_fill(run)
+    fill = fill[fill["graph_id"].isin(graphs["graph_id"])] if not fill.empty else fill
     if not fill.empty:
         starts = run.graphs.set_index("graph_id")["start_ns"]
         for graph_id, used in fill.groupby("graph_id")["used"].max().items():
             samples.append(("KV cache cells in use", int(starts[graph_id]), float(used)))
     return samples
+
+
+def _window_note(run: Run, graphs: pd.DataFrame) -> str:
+    return "" if len(graphs) == len(run.graphs) else f" (graphs {graphs['graph_id'].min()}-{graphs['graph_id'].max()})"
 
 
 def _context_names(run: Run) -> dict[int, str]:
@@ -92,53 +101,51 @@ class ChromeJsonExporter(Exporter):
     summary = "Chrome trace events (chrome://tracing, Perfetto's legacy JSON import)"
 
     def export(self, run: Run, output: Path, options: ExportOptions) -> str:
-        events = timed_events(run)
+        graphs = window_graphs(run, options)
         origin = int(run.graphs["start_ns"].min()) if len(run.graphs) else 0
         us = lambda ns: (int(ns) - origin) / 1000.0  # noqa: E731 - microseconds from the run's start
-        trace: list[dict[str, Any]] = []
-        for context_id, name in _context_names(run).items():
-            trace.append({"ph": "M", "name": "process_name", "pid": context_id, "tid": 0, "args": {"name": name}})
-            trace.append({"ph": "M", "name": "thread_name", "pid": context_id, "tid": 1, "args": {"name": "graphs"}})
-        for graph in graph_slices(run):
-            trace.append(
-                {
-                    "ph": "X",
-                    "name": f"graph {graph['graph_id']} ({graph['phase']})",
-                    "cat": "graph",
-                    "pid": graph["context_id"],
-                    "tid": 1,
-                    "ts": us(graph["start_ns"]),
-                    "dur": (graph["end_ns"] - graph["start_ns"]) / 1000.0,
-                    "args": {"tokens": graph["tokens"], "nodes": graph["n_nodes"]},
-                }
-            )
-        total = len(events)
-        for done, row in enumerate(events.itertuples(index=False)):
-            trace.append(
-                {
-                    "ph": "X",
-                    "name": row.op,
-                    "cat": "node",
-                    "pid": int(row.context_id),
-                    "tid": 1,
-                    "ts": us(row.start_ns),
-                    "dur": (row.end_ns - row.start_ns) / 1000.0,
-                    "args": _node_args(row),
-                }
-            )
-            if done % 100_000 == 0:
-                options.progress(done, total)
-        for counter, time_ns, value in counters(run):
-            trace.append({"ph": "C", "name": counter, "pid": 0, "tid": 0, "ts": us(time_ns), "args": {"value": value}})
+        total = int(graphs["n_nodes"].sum())
+        written = 0
         with open(output, "w", encoding="utf-8") as file:
-            json.dump({"traceEvents": trace, "displayTimeUnit": "ns"}, file, separators=(",", ":"))
+            first = True
+
+            def write(events: list[dict[str, Any]]) -> None:  # the events array, a piece at a time
+                nonlocal first
+                for event in events:
+                    file.write(("" if first else ",") + json.dumps(event, separators=(",", ":")))
+                    first = False
+
+            file.write('{"displayTimeUnit":"ns","traceEvents":[')
+            for context_id, name in _context_names(run).items():
+                write([{"ph": "M", "name": "process_name", "pid": context_id, "tid": 0, "args": {"name": name}},
+                       {"ph": "M", "name": "thread_name", "pid": context_id, "tid": 1,
+                        "args": {"name": "graphs"}}])  # fmt: skip
+            write([
+                {"ph": "X", "name": f"graph {graph['graph_id']} ({graph['phase']})", "cat": "graph",
+                 "pid": graph["context_id"], "tid": 1, "ts": us(graph["start_ns"]),
+                 "dur": (graph["end_ns"] - graph["start_ns"]) / 1000.0,
+                 "args": {"tokens": graph["tokens"], "nodes": graph["n_nodes"]}}
+                for graph in graph_slices(run, graphs)
+            ])  # fmt: skip
+            for events in timed_event_chunks(run, graphs["graph_id"]):
+                write([
+                    {"ph": "X", "name": row.op, "cat": "node", "pid": int(row.context_id), "tid": 1,
+                     "ts": us(row.start_ns), "dur": (row.end_ns - row.start_ns) / 1000.0, "args": _node_args(row)}
+                    for row in events.itertuples(index=False)
+                ])  # fmt: skip
+                written += len(events)
+                options.progress(written, total)
+            write([{"ph": "C", "name": counter, "pid": 0, "tid": 0, "ts": us(time_ns), "args": {"value": value}}
+                   for counter, time_ns, value in counters(run, graphs)])  # fmt: skip
+            file.write("]}")
         options.progress(total, total)
         warning = (
             f" — over {CHROME_EVENT_WARNING:,} events: chrome://tracing may not cope; the Perfetto export will"
-            if total > CHROME_EVENT_WARNING
+            if written > CHROME_EVENT_WARNING
             else ""
         )
-        return f"{total:,} node events and {len(run.graphs):,} graphs as Chrome trace events{warning}"
+        window = _window_note(run, graphs)
+        return f"{written:,} node events and {len(graphs):,} graphs{window} as Chrome trace events{warning}"
 
 
 class PerfettoExporter(Exporter):
@@ -149,8 +156,10 @@ class PerfettoExporter(Exporter):
     def export(self, run: Run, output: Path, options: ExportOptions) -> str:
         from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
-        events = timed_events(run)
+        graphs = window_graphs(run, options)
         sequence = 0x6767  # one writer: every packet on one trusted sequence
+        # A trace file is a sequence of packets: Trace messages serialized one after the other
+        # read as one. The trace goes out a chunk of graphs at a time, in bounded memory.
         trace = pb.Trace()
         track_of: dict[int, int] = {}
         for position, (context_id, name) in enumerate(sorted(_context_names(run).items())):
@@ -160,7 +169,7 @@ class PerfettoExporter(Exporter):
             packet.track_descriptor.uuid = uuid
             packet.track_descriptor.name = name
         counter_tracks: dict[str, int] = {}
-        samples = counters(run)
+        samples = counters(run, graphs)
         for counter in sorted({sample[0] for sample in samples}):
             uuid = 5000 + len(counter_tracks)
             counter_tracks[counter] = uuid
@@ -191,25 +200,50 @@ class PerfettoExporter(Exporter):
                     annotation.string_value = str(value)
 
         begin, end = pb.TrackEvent.Type.TYPE_SLICE_BEGIN, pb.TrackEvent.Type.TYPE_SLICE_END
-        # Graph slices with their nodes nested: per graph, begin, nodes in time order, end.
-        by_graph = dict(tuple(events.groupby("graph_id", sort=False)))
-        total = len(events)
-        done = 0
-        for graph in sorted(graph_slices(run), key=lambda g: g["start_ns"]):
-            track = track_of[graph["context_id"]]
-            annotate(
-                slice_event(graph["start_ns"], track, begin, f"graph {graph['graph_id']} ({graph['phase']})"),
-                {"tokens": graph["tokens"], "nodes": graph["n_nodes"]},
-            )
-            nodes = by_graph.get(graph["graph_id"])
-            if nodes is not None:
-                for row in nodes.itertuples(index=False):
-                    annotate(slice_event(row.start_ns, track, begin, row.op), _node_args(row))
-                    slice_event(row.end_ns, track, end)
-                done += len(nodes)
+        slices = graph_slices(run, graphs)
+        total = int(graphs["n_nodes"].sum())
+        done = size = 0
+        warned = False
+        with open(output, "wb") as file:
+            # Graph slices with their nodes nested: per graph, begin, nodes in time order, end.
+            for first in range(0, len(slices), base.CHUNK_GRAPHS):
+                chunk = slices[first : first + base.CHUNK_GRAPHS]
+                events = timed_events(run, [graph["graph_id"] for graph in chunk])
+                by_graph = dict(tuple(events.groupby("graph_id", sort=False)))
+                for graph in chunk:
+                    track = track_of[graph["context_id"]]
+                    annotate(
+                        slice_event(graph["start_ns"], track, begin, f"graph {graph['graph_id']} ({graph['phase']})"),
+                        {"tokens": graph["tokens"], "nodes": graph["n_nodes"]},
+                    )
+                    nodes = by_graph.get(graph["graph_id"])
+                    if nodes is not None:
+                        for row in nodes.itertuples(index=False):
+                            annotate(slice_event(row.start_ns, track, begin, row.op), _node_args(row))
+                            slice_event(row.end_ns, track, end)
+                    slice_event(graph["end_ns"], track, end)
+                done += len(events)
+                size += file.write(trace.SerializeToString())
+                trace.Clear()
                 options.progress(done, total)
-            slice_event(graph["end_ns"], track, end)
-        for counter, time_ns, value in samples:
-            slice_event(time_ns, counter_tracks[counter], pb.TrackEvent.Type.TYPE_COUNTER).double_counter_value = value
-        output.write_bytes(trace.SerializeToString())
-        return f"{total:,} node events and {len(run.graphs):,} graphs as a Perfetto trace"
+                expected = size / max(done, 1) * total
+                if not warned and expected > PERFETTO_UI_LIMIT:
+                    warned = True
+                    options.notice(_too_big(graphs, expected))
+            for counter, time_ns, value in samples:
+                counter_event = slice_event(time_ns, counter_tracks[counter], pb.TrackEvent.Type.TYPE_COUNTER)
+                counter_event.double_counter_value = value
+            size += file.write(trace.SerializeToString())
+        window = _window_note(run, graphs)
+        big = f"; {_too_big(graphs, size)}" if size > PERFETTO_UI_LIMIT else ""
+        return f"{done:,} node events and {len(graphs):,} graphs{window} as a Perfetto trace ({size:,} bytes){big}"
+
+
+def _too_big(graphs: pd.DataFrame, size: float) -> str:
+    """What to say of a trace past what Perfetto's UI opens, with a window that fits."""
+    per_graph = size / max(len(graphs), 1)
+    fits = max(1, int(PERFETTO_UI_LIMIT * 0.8 / per_graph))
+    first = int(graphs["graph_id"].min()) if len(graphs) else 0
+    return (f"about {size / 2**30:,.1f} GiB: Perfetto's UI opens traces up to about 2 GiB (trace_processor "
+            f"reads larger ones); export a window, such as --graphs {first}-{first + fits - 1} "
+            f"({fits:,} graphs)")  # fmt: skip

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 
 from .._errors import RunFormatError
 from . import journal
-from .manifest import STATUS_INCOMPLETE, STATUS_RECORDING
+from .manifest import STATUS_COMPLETE, STATUS_INCOMPLETE, STATUS_RECORDING
 from .memory_sources import buffer_kinds, buffer_seen_times, bytes_read, edge_memory
 from .schema import (
     CAPTURES_FILE,
@@ -31,10 +31,11 @@ from .schema import (
     OPTIONAL_TABLES,
     PARQUET_SUFFIX,
     READER_SUPPORTED_VERSIONS,
-    STREAM_SUFFIX,
     TABLES,
+    stream_segments,
 )
 from .structure_layers import structure_layers
+from .totals import GRAPH_OP_TOTALS, NODE_TOTALS, compute_totals, connect, read_totals, write_totals
 
 
 def open_run(path: str | os.PathLike[str]) -> Run:
@@ -56,10 +57,14 @@ class Run:
         self.path = path
         self.manifest = _load_manifest(path)
         self.experiment_id: str = self.manifest["experiment_id"]
-        self._raw: dict[str, pa.Table] = {table: self._read_table(table) for table in TABLES}
-        self._derive_node_layers()
-        self._drop_unfinished_graphs()
-        self._add_journaled_graphs()
+        for table in TABLES:  # every table there and this recording's: checked now, read when asked for
+            self._check_schema(table)
+        # Tables are read when first asked for: the node times of a long run are most of
+        # its bytes, and a summary or a window of the timeline never reads them whole.
+        self._raw: dict[str, pa.Table] = {}
+        self._pandas: dict[str, pd.DataFrame] = {}  # raw()'s conversions, made once
+        self._journaled = [record for record in journal.read(self.path / journal.JOURNAL_FILE)]
+        self._raw["graphs"] = self._graphs_with_journal()
         self.manifest["status"] = _effective_status(self.manifest)
 
     def __repr__(self) -> str:
@@ -70,8 +75,88 @@ class Run:
         return str(self.manifest["status"])
 
     def raw(self, table: str) -> pd.DataFrame:
-        """A table exactly as stored (ids, no joins)."""
-        return self._raw[table].to_pandas()
+        """A table exactly as stored (ids, no joins): a copy, the caller's to change."""
+        if table not in self._pandas:
+            self._pandas[table] = self.arrow(table).to_pandas()
+        return self._pandas[table].copy()
+
+    def arrow(self, table: str) -> pa.Table:
+        """A table as stored, as Arrow (read on first use): only the rows of graphs that
+        finished, with the graphs still in the journal of a run being recorded."""
+        if table not in self._raw:
+            data = self._read_table(table)
+            if table == "structure_nodes":
+                data = self._with_node_layers(data)
+            if table in GRAPH_TABLES:
+                finished = self._raw["graphs"].column("graph_id")
+                keep = pc.is_in(data.column("graph_id"), value_set=finished)
+                if not pc.all(keep).as_py():  # rows of the graph a crash interrupted
+                    data = data.filter(keep)
+            if table == "node_times":
+                data = pa.concat_tables([data, self._journaled_node_times()])
+            self._raw[table] = data
+        return self._raw[table]
+
+    @cached_property
+    def node_totals(self) -> pd.DataFrame:
+        """Per (phase, structure_id, node_index): the timed events, their time and wait
+        summed, with the node's description (name, op, layer, ...) and how many graphs ran
+        that structure in that phase. Every aggregate over node events is one over these
+        rows (see runformat/totals.py): stored with a closed run, else computed streaming."""
+        totals = self._totals()[NODE_TOTALS].to_pandas()
+        graphs = self.raw("graphs").groupby(["phase", "structure_id"]).size().rename("graphs").reset_index()
+        structure = self.raw("structure_nodes")
+        totals = graphs.merge(structure, on="structure_id").merge(
+            totals, on=["phase", "structure_id", "node_index"], how="left"
+        )
+        totals = totals.fillna({"timed": 0, "time_ns": 0, "waits_seen": 0}).astype(
+            {"timed": "int64", "time_ns": "int64", "waits_seen": "int64"}
+        )
+        totals["wait_ns"] = totals["wait_ns"].astype("Int64")
+        totals["layer"] = totals["layer"].where(totals["layer"] != NO_ID).astype("Int32")
+        described = self.tensors.rename(columns={"layer": "name_layer"})
+        return totals.merge(described, on="tensor_id", how="left").sort_values(
+            ["phase", "structure_id", "node_index"], ignore_index=True
+        )
+
+    @cached_property
+    def graph_op_totals(self) -> pd.DataFrame:
+        """Per graph and op: the time of its timed nodes (per-step questions, such as an op
+        whose time grows with the context)."""
+        return self._totals()[GRAPH_OP_TOTALS].to_pandas()
+
+    def totals_table(self, name: str) -> pa.Table:
+        """A totals table (NODE_TOTALS or GRAPH_OP_TOTALS) as Arrow, as stored."""
+        return self._totals()[name]
+
+    def _totals(self) -> dict[str, pa.Table]:
+        if "totals" not in self.__dict__:
+            stored = read_totals(self.path, self.experiment_id) if self.status == STATUS_COMPLETE else None
+            self.__dict__["totals"] = stored or self._compute_totals()
+        return self.__dict__["totals"]
+
+    def _compute_totals(self) -> dict[str, pa.Table]:
+        """The totals by DuckDB, streaming the node times (a Parquet file, or the stream and
+        journal of a run still recording); a closed run of an older ggml-viz keeps them."""
+        connection = connect()
+        try:
+            parquet = self.path / ("node_times" + PARQUET_SUFFIX)
+            if parquet.exists() and "node_times" not in self._raw:
+                escaped = str(parquet).replace("'", "''")
+                connection.execute(f"create view node_times as select * from read_parquet('{escaped}')")
+            else:
+                connection.register("node_times", self.arrow("node_times"))
+            for table in ("graphs", "structure_nodes", "tensors"):
+                connection.register(table, self.arrow(table))
+            totals = compute_totals(connection)
+        finally:
+            connection.close()
+        if self.status == STATUS_COMPLETE:
+            try:  # an older run, upgraded: next time it opens without reading its events
+                write_totals(self.path, totals, self.experiment_id)
+            except OSError:
+                pass  # a read-only run is read the slow way each time
+        return totals
 
     @cached_property
     def graphs(self) -> pd.DataFrame:
@@ -97,9 +182,37 @@ class Run:
         """One row per executed node: its times (<NA> unless timed on its own), its layer
         (inferred from the graph; <NA> outside layers) and its tensor's description (with
         the layer its name suggests as `name_layer`)."""
-        graphs = self.raw("graphs")[["graph_id", "structure_id"]]
-        nodes = graphs.merge(self.raw("structure_nodes"), on="structure_id").drop(columns="structure_id")
-        times = self.raw("node_times").astype({"start_ns": "Int64", "end_ns": "Int64", "wait_ns": "Int64"})
+        return self._describe_nodes(self.raw("graphs"), self.raw("node_times"))
+
+    def nodes_of(self, graph_ids: Any) -> pd.DataFrame:
+        """The rows of `nodes` for some graphs, reading only their node times (a window of
+        a long run reads the row groups it overlaps)."""
+        wanted = sorted({int(g) for g in np.atleast_1d(graph_ids)})
+        graphs = self.raw("graphs")
+        graphs = graphs[graphs["graph_id"].isin(wanted)]
+        return self._describe_nodes(graphs, self.node_times_of(wanted))
+
+    def node_times_of(self, graph_ids: list[int]) -> pd.DataFrame:
+        """The stored node times of some graphs (their row groups only, once closed)."""
+        if not graph_ids:
+            return TABLES["node_times"].empty_table().to_pandas()
+        parquet = self.path / ("node_times" + PARQUET_SUFFIX)
+        if "node_times" in self._raw or not parquet.exists():
+            times = self.arrow("node_times")
+            wanted = pc.is_in(times.column("graph_id"), value_set=pa.array(graph_ids, pa.int32()))
+            return times.filter(wanted).to_pandas()
+        # a range: Parquet's row-group statistics skip the groups outside it; then the ids
+        data = pq.read_table(parquet, filters=[("graph_id", ">=", min(graph_ids)), ("graph_id", "<=", max(graph_ids))])
+        data = data.filter(pc.is_in(data.column("graph_id"), value_set=pa.array(graph_ids, pa.int32())))
+        for column in OPTIONAL_COLUMNS["node_times"]:
+            if column not in data.schema.names:
+                data = data.append_column(TABLES["node_times"].field(column), pa.nulls(len(data), pa.int64()))
+        return data.to_pandas()
+
+    def _describe_nodes(self, graphs: pd.DataFrame, node_times: pd.DataFrame) -> pd.DataFrame:
+        nodes = graphs[["graph_id", "structure_id"]].merge(self.raw("structure_nodes"), on="structure_id")
+        nodes = nodes.drop(columns="structure_id")
+        times = node_times.astype({"start_ns": "Int64", "end_ns": "Int64", "wait_ns": "Int64"})
         nodes = nodes.merge(times, on=["graph_id", "node_index"], how="left")
         nodes["timed"] = nodes["start_ns"].notna()
         nodes["layer"] = nodes["layer"].where(nodes["layer"] != NO_ID).astype("Int32")
@@ -113,6 +226,20 @@ class Run:
     def edges(self) -> pd.DataFrame:
         """One row per (node, source): the graph's edges, sources described."""
         return self._describe_edges(self.raw("graphs"), self.raw("edges"))
+
+    @cached_property
+    def structure_edges(self) -> pd.DataFrame:
+        """`edges` once per graph structure rather than per graph (every graph of a structure
+        reads the same sources): structure_id in place of graph_id."""
+        graphs = self.raw("graphs").drop_duplicates("structure_id")
+        return self._describe_edges(graphs, self.raw("edges")).drop(columns="graph_id")
+
+    def edges_of_graphs(self, graph_ids: Any) -> pd.DataFrame:
+        """The rows of `edges` for some graphs, without building them all."""
+        graphs = self.raw("graphs")
+        graphs = graphs[graphs["graph_id"].isin([int(g) for g in np.atleast_1d(graph_ids)])]
+        edges = self.raw("edges")
+        return self._describe_edges(graphs, edges[edges["structure_id"].isin(graphs["structure_id"])])
 
     def edges_of(self, graph_id: int, node_index: int | None = None) -> pd.DataFrame:
         """The rows of `edges` for one graph (or one node of it), without building them all."""
@@ -141,7 +268,7 @@ class Run:
         """--values stats: per node event, statistics of its output (min, max, mean, std,
         mean_abs over the finite values; counts of NaN and Inf), with the node's name and op."""
         values = self.raw("node_values")
-        nodes = self.nodes[["graph_id", "node_index", "name", "op", "layer"]]
+        nodes = self.nodes_of(values["graph_id"].unique())[["graph_id", "node_index", "name", "op", "layer"]]
         return values.merge(nodes, on=["graph_id", "node_index"], how="left").sort_values(
             ["graph_id", "node_index"], ignore_index=True
         )
@@ -187,81 +314,112 @@ class Run:
         """One row per token of each graph's batch (stored as lists on the graph's row)."""
         columns = {"token_ids": "token_id", "token_positions": "pos", "token_seq_ids": "seq_id",
                    "token_outputs": "output", "token_texts": "text"}  # fmt: skip
-        graphs = self.raw("graphs")
-        tokens = graphs[["graph_id", "first_batch_index", *columns]].explode(list(columns), ignore_index=True)
-        tokens = tokens.dropna(subset=["token_ids"]).rename(columns=columns)
-        tokens["batch_index"] = tokens["first_batch_index"] + tokens.groupby("graph_id").cumcount()
+        graphs = self.arrow("graphs")
+        lists = graphs.column("token_ids").combine_chunks()
+        graph_of = pc.list_parent_indices(lists).to_numpy()  # each token's graph row
+        starts = np.concatenate(([0], np.cumsum(pc.list_value_length(lists).fill_null(0).to_numpy())))
+        tokens = pd.DataFrame({
+            "graph_id": graphs.column("graph_id").to_numpy()[graph_of],
+            "batch_index": graphs.column("first_batch_index").to_numpy()[graph_of]
+            + (np.arange(len(graph_of)) - starts[graph_of]),
+            **{name: pc.list_flatten(graphs.column(stored).combine_chunks()).to_numpy(zero_copy_only=False)
+               for stored, name in columns.items()},
+        })  # fmt: skip
         types = {"graph_id": "int32", "batch_index": "int32", "pos": "int32", "token_id": "int32",
                  "seq_id": "int32", "output": "bool", "text": "str"}  # fmt: skip
         tokens = tokens[list(types)].astype(types)
         return tokens.sort_values(["graph_id", "batch_index"], ignore_index=True)
 
-    def _drop_unfinished_graphs(self) -> None:
-        """A graph's row is written after its structure and node times: rows of a graph
-        without one are from the graph a crash interrupted, and are left out."""
-        finished = self._raw["graphs"].column("graph_id")
-        for table in GRAPH_TABLES:
-            data = self._raw[table]
-            keep = pc.is_in(data.column("graph_id"), value_set=finished)
-            if not pc.all(keep).as_py():
-                self._raw[table] = data.filter(keep)
-
-    def _add_journaled_graphs(self) -> None:
-        """A run still open, or cut short, keeps its latest graphs in the journal."""
-        known = set(self._raw["graphs"].column("graph_id").to_pylist())
-        rows, times = [], []
-        for row, node_times in journal.read(self.path / journal.JOURNAL_FILE):
-            if row.get("graph_id") in known:
-                continue
-            rows.append(row)
-            waits = np.ma.masked_less(node_times.pop("wait_ns"), 0)
-            times.append({"graph_id": np.full(len(node_times["node_index"]), row["graph_id"], np.int32), **node_times,
-                          "wait_ns": pa.array(waits, type=pa.int64())})  # fmt: skip
+    def _graphs_with_journal(self) -> pa.Table:
+        """The graphs table, with the graphs a run still open (or cut short) keeps only in
+        its journal."""
+        graphs = self._read_table("graphs")
+        known = set(graphs.column("graph_id").to_pylist())
+        rows = [row for row, _ in self._journaled if row.get("graph_id") not in known]
         if not rows:
-            return
+            return graphs
         try:
-            graphs = pa.Table.from_pylist(rows, schema=self._raw["graphs"].schema)
-            node_times = pa.Table.from_pylist([], schema=self._raw["node_times"].schema)
-            for part in times:
-                node_times = pa.concat_tables([node_times, pa.table(part, schema=self._raw["node_times"].schema)])
+            return pa.concat_tables([graphs, pa.Table.from_pylist(rows, schema=graphs.schema)])
         except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError, TypeError) as error:
             raise RunFormatError(f"{self.path}: the graph journal is damaged ({error})") from None
-        self._raw["graphs"] = pa.concat_tables([self._raw["graphs"], graphs])
-        self._raw["node_times"] = pa.concat_tables([self._raw["node_times"], node_times])
 
-    def _derive_node_layers(self) -> None:
+    def _journaled_node_times(self) -> pa.Table:
+        schema = TABLES["node_times"]
+        known = set(self._read_table("graphs").column("graph_id").to_pylist())
+        parts = [schema.empty_table()]
+        for row, times in self._journaled:
+            if row.get("graph_id") in known:
+                continue
+            waits = np.ma.masked_less(times["wait_ns"], 0)
+            columns = {"graph_id": np.full(len(times["node_index"]), row["graph_id"], np.int32),
+                       "node_index": times["node_index"], "start_ns": times["start_ns"], "end_ns": times["end_ns"],
+                       "wait_ns": pa.array(waits, type=pa.int64())}  # fmt: skip
+            try:
+                parts.append(pa.table(columns, schema=schema))
+            except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError, TypeError) as error:
+                raise RunFormatError(f"{self.path}: the graph journal is damaged ({error})") from None
+        return pa.concat_tables(parts)
+
+    def _with_node_layers(self, nodes: pa.Table) -> pa.Table:
         """A run written before structure_nodes held each node's layer: infer it here, from
         the run's own structures (the rule the recorder follows), once per structure."""
-        nodes = self._raw["structure_nodes"]
         if "layer" in nodes.schema.names:
-            return
+            return nodes
         layer = structure_layers(nodes.to_pandas(), self.raw("edges"), self.raw("tensors"), self.raw("buffers"))
-        self._raw["structure_nodes"] = nodes.append_column(TABLES["structure_nodes"].field("layer"), pa.array(layer))
+        return nodes.append_column(TABLES["structure_nodes"].field("layer"), pa.array(layer))
 
-    def _read_table(self, table: str) -> pa.Table:
-        parquet_path = self.path / (table + PARQUET_SUFFIX)
-        stream_path = self.path / (table + STREAM_SUFFIX)
-        if parquet_path.exists():
-            data = pq.read_table(parquet_path)
-        elif stream_path.exists():
-            data = _read_stream_tolerantly(stream_path, table)
-        elif table in OPTIONAL_TABLES:  # a run from before the table existed
-            return TABLES[table].empty_table()
-        else:
-            raise RunFormatError(f"{self.path} has no '{table}' table: the run is damaged or not a ggml-viz run")
-        found = (data.schema.metadata or {}).get(META_EXPERIMENT_ID, b"").decode()
+    def _table_files(self, table: str) -> list[Path]:
+        """Where a table is stored: its Parquet file, or the stream segments of a run not
+        closed; none for an optional table the run does not have; RunFormatError if missing."""
+        parquet = self.path / (table + PARQUET_SUFFIX)
+        if parquet.exists():
+            return [parquet]
+        segments = stream_segments(self.path, table)
+        if segments or table in OPTIONAL_TABLES:  # an optional table: from before it existed
+            return segments
+        raise RunFormatError(f"{self.path} has no '{table}' table: the run is damaged or not a ggml-viz run")
+
+    def _check_schema(self, table: str) -> None:
+        """The table is this recording's and has the columns this reader needs (its schema
+        alone is read)."""
+        files = self._table_files(table)
+        if not files:
+            return
+        path = files[0]
+        try:
+            if path.suffix == PARQUET_SUFFIX:
+                schema = pq.read_schema(path)
+            else:
+                with pa.OSFile(str(path), "rb") as source:
+                    schema = pa.ipc.open_stream(source).schema
+        except (pa.ArrowInvalid, OSError) as error:
+            raise RunFormatError(f"{path} cannot be read as a table: {error}") from None
+        found = (schema.metadata or {}).get(META_EXPERIMENT_ID, b"").decode()
         if found != self.experiment_id:
             raise RunFormatError(
                 f"{self.path}: table '{table}' belongs to experiment {found or '?'} but the manifest "
                 f"says {self.experiment_id}; the directory mixes files of different recordings"
             )
+        optional = set(OPTIONAL_COLUMNS.get(table, ())) | set(DERIVED_COLUMNS.get(table, ()))
+        missing = set(TABLES[table].names) - set(schema.names) - optional
+        if missing:
+            raise RunFormatError(f"{self.path}: table '{table}' lacks columns {sorted(missing)}")
+
+    def _read_table(self, table: str) -> pa.Table:
+        files = self._table_files(table)
+        if not files:
+            return TABLES[table].empty_table()
+        try:
+            if files[0].suffix == PARQUET_SUFFIX:
+                data = pq.read_table(files[0])
+            else:
+                data = pa.concat_tables([_read_stream_tolerantly(path, table) for path in files])
+        except (pa.ArrowInvalid, OSError) as error:
+            raise RunFormatError(f"{files[0]} cannot be read as a table: {error}") from None
         for column in OPTIONAL_COLUMNS.get(table, ()):
             if column not in data.schema.names:  # a run from before the column existed
                 field = TABLES[table].field(column)
                 data = data.append_column(field, pa.nulls(len(data), field.type))
-        missing = set(TABLES[table].names) - set(data.schema.names) - set(DERIVED_COLUMNS.get(table, ()))
-        if missing:
-            raise RunFormatError(f"{self.path}: table '{table}' lacks columns {sorted(missing)}")
         return data
 
 

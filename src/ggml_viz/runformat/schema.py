@@ -12,6 +12,8 @@ timed nodes (`node_times`) are written. See docs/run-format.md.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow as pa
 
 FORMAT_NAME = "ggml-viz-run"
@@ -187,3 +189,20 @@ def table_schema(table: str, experiment_id: str) -> pa.Schema:
             META_TABLE: table.encode(),
         }
     )
+
+
+def stream_segment_name(table: str, segment: int) -> str:
+    """A recording table's stream file: `node_times.arrows`, then (rolled) `node_times.1.arrows`, ..."""
+    return f"{table}{STREAM_SUFFIX}" if segment == 0 else f"{table}.{segment}{STREAM_SUFFIX}"
+
+
+def stream_segments(run_dir: Path, table: str) -> list[Path]:
+    """A recording table's stream segments, in order (none once the run is closed)."""
+    found = []
+    for path in run_dir.glob(f"{table}*{STREAM_SUFFIX}"):
+        middle = path.name[len(table) : -len(STREAM_SUFFIX)]
+        if middle == "":
+            found.append((0, path))
+        elif middle[0] == "." and middle[1:].isdigit():
+            found.append((int(middle[1:]), path))
+    return [path for _, path in sorted(found)]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -22,7 +23,21 @@ import pyarrow.parquet as pq
 from .._errors import CaptureError
 from . import journal
 from .manifest import STATUS_COMPLETE, STATUS_INCOMPLETE, new_manifest, utc_now, write_manifest
-from .schema import CAPTURES_FILE, GRAPH_TABLES, MANIFEST_FILE, PARQUET_SUFFIX, STREAM_SUFFIX, TABLES, table_schema
+from .schema import (
+    CAPTURES_FILE,
+    GRAPH_TABLES,
+    MANIFEST_FILE,
+    PARQUET_SUFFIX,
+    TABLES,
+    stream_segment_name,
+    stream_segments,
+    table_schema,
+)
+from .totals import totals_of_parquet_run, write_totals
+
+PARQUET_ROW_GROUP = 1 << 17  # rows: a window of a long run reads the row groups it overlaps
+ROLL_ROWS = 1 << 23  # a stream segment holds at most this many rows (256 MiB of node times) ...
+ROLL_SECONDS = 600.0  # ... and is at most this old: then the table goes on in a new segment
 
 
 def prepare_run_dir(path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
@@ -80,13 +95,7 @@ class RunWriter:
         self.rows: dict[str, int] = {table: 0 for table in TABLES}
         self._tables: dict[str, _OpenTable] = {}
         for table in TABLES:
-            sink = pa.OSFile(str(run_dir / (table + STREAM_SUFFIX)), "wb")
-            schema = table_schema(table, experiment_id)
-            stream = pa.ipc.new_stream(sink, schema)
-            # An empty batch puts the schema on disk now: a reader can open the stream at once.
-            stream.write_batch(pa.record_batch([pa.array([], type=f.type) for f in schema], schema=schema))
-            sink.flush()
-            self._tables[table] = _OpenTable(sink, stream, schema)
+            self._tables[table] = self._open_segment(table, 0)
         self.graphs_per_batch = GRAPHS_PER_BATCH
         self._pending_rows: list[dict[str, Any]] = []
         self._pending_times: list[tuple[np.ndarray, ...]] = []
@@ -110,11 +119,28 @@ class RunWriter:
             table, pa.record_batch([pa.array(columns[f.name], type=f.type) for f in schema], schema=schema)
         )
 
-    def _write_batch(self, table: str, batch: pa.RecordBatch) -> None:
-        sink, stream, _ = self._tables[table]
-        stream.write_batch(batch)
+    def _open_segment(self, table: str, segment: int) -> _OpenTable:
+        sink = pa.OSFile(str(self.run_dir / stream_segment_name(table, segment)), "wb")
+        schema = table_schema(table, self.experiment_id)
+        stream = pa.ipc.new_stream(sink, schema)
+        # An empty batch puts the schema on disk now: a reader can open the stream at once.
+        stream.write_batch(pa.record_batch([pa.array([], type=f.type) for f in schema], schema=schema))
         sink.flush()
+        return _OpenTable(sink, stream, schema, segment, 0, time.monotonic())
+
+    def _write_batch(self, table: str, batch: pa.RecordBatch) -> None:
+        open_table = self._tables[table]
+        open_table.stream.write_batch(batch)
+        open_table.sink.flush()
         self.rows[table] += batch.num_rows
+        rows = open_table.rows + batch.num_rows
+        self._tables[table] = open_table._replace(rows=rows)
+        # Roll to a new segment by size or age: no stream of a long recording grows without
+        # bound, and a live reader rereads only the segment still growing.
+        if rows >= ROLL_ROWS or time.monotonic() - open_table.opened > ROLL_SECONDS:
+            open_table.stream.close()
+            open_table.sink.close()
+            self._tables[table] = self._open_segment(table, open_table.segment + 1)
 
     def append_graph(self, row: dict[str, Any], node_times: Mapping[str, np.ndarray]) -> None:
         """A graph's row and the times of its timed nodes: into the journal now (while
@@ -176,14 +202,15 @@ class RunWriter:
         self._journal.close(remove=True)
         if self._captures is not None:
             self._captures.close()
-        for sink, stream, _ in self._tables.values():
-            stream.close()
-            sink.close()
+        for open_table in self._tables.values():
+            open_table.stream.close()
+            open_table.sink.close()
         self._tables.clear()
         if complete:
             for table in TABLES:
                 kept = _stream_to_parquet(self.run_dir, table, keep_graphs)
                 self.rows[table] = kept
+            write_totals(self.run_dir, totals_of_parquet_run(self.run_dir), self.experiment_id)
         self.manifest["finished"] = utc_now()
         self.manifest["status"] = STATUS_COMPLETE if complete else STATUS_INCOMPLETE
         self.manifest["incomplete_reason"] = reason
@@ -195,17 +222,41 @@ class _OpenTable(NamedTuple):
     sink: pa.NativeFile
     stream: pa.ipc.RecordBatchStreamWriter
     schema: pa.Schema  # kept: building a schema per append costs more than the append
+    segment: int  # which stream segment of the table (see stream_segment_name)
+    rows: int  # rows in this segment
+    opened: float  # when it was opened (time.monotonic)
 
 
 def _stream_to_parquet(run_dir: Path, table: str, keep_graphs: set[int] | None) -> int:
-    stream_path = run_dir / (table + STREAM_SUFFIX)
+    """The table's stream as one Parquet file, batch by batch (bounded memory at any length),
+    in row groups of about PARQUET_ROW_GROUP rows; returns the rows kept."""
     parquet_path = run_dir / (table + PARQUET_SUFFIX)
     partial = run_dir / (table + PARQUET_SUFFIX + ".partial")
-    with pa.OSFile(str(stream_path), "rb") as source:
-        data = pa.ipc.open_stream(source).read_all()
-    if keep_graphs is not None and table in GRAPH_TABLES:
-        data = data.filter(pc.is_in(data.column("graph_id"), value_set=pa.array(sorted(keep_graphs), pa.int32())))
-    pq.write_table(data, partial, compression="zstd")
+    keep = pa.array(sorted(keep_graphs), pa.int32()) if keep_graphs is not None and table in GRAPH_TABLES else None
+    segments = stream_segments(run_dir, table)
+    rows = 0
+    with pq.ParquetWriter(partial, _stream_schema(segments[0]), compression="zstd") as parquet:
+        pending: list[pa.RecordBatch] = []
+        pending_rows = 0
+        for segment in segments:
+            with pa.OSFile(str(segment), "rb") as source:
+                reader = pa.ipc.open_stream(source)
+                for batch in reader:
+                    if keep is not None:
+                        batch = batch.filter(pc.is_in(batch.column("graph_id"), value_set=keep))
+                    pending.append(batch)
+                    pending_rows += batch.num_rows
+                    if pending_rows >= PARQUET_ROW_GROUP:
+                        parquet.write_table(pa.Table.from_batches(pending, parquet.schema), row_group_size=pending_rows)
+                        rows, pending, pending_rows = rows + pending_rows, [], 0
+        parquet.write_table(pa.Table.from_batches(pending, parquet.schema), row_group_size=max(pending_rows, 1))
+        rows += pending_rows
     os.replace(partial, parquet_path)
-    stream_path.unlink()
-    return data.num_rows
+    for segment in segments:
+        segment.unlink()
+    return rows
+
+
+def _stream_schema(path: Path) -> pa.Schema:
+    with pa.OSFile(str(path), "rb") as source:
+        return pa.ipc.open_stream(source).schema

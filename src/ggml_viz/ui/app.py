@@ -13,7 +13,7 @@ import threading
 import time
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -23,9 +23,18 @@ from starlette.routing import Route
 from .._errors import GgmlVizError
 from ..runformat.schema import MANIFEST_FILE
 from .data import EventFilter, RunView, json_safe
+from .payloads import (
+    ComparisonPayload,
+    GraphListPayload,
+    LiveUpdate,
+    MemoryPayload,
+    RunListEntry,
+    RunsPayload,
+    SearchPayload,
+)
 from .security import Guard
 
-STATIC_FILES = {"app.js": "text/javascript", "app.css": "text/css", "index.html": "text/html"}
+MEDIA_TYPES = {".js": "text/javascript", ".css": "text/css", ".html": "text/html"}
 LIVE_POLL_SECONDS = 0.5
 
 
@@ -88,8 +97,8 @@ class RunRegistry:
                 if len(runs) == 1:
                     raise
 
-    def listing(self) -> list[dict[str, Any]]:
-        runs = []
+    def listing(self) -> list[RunListEntry]:
+        runs: list[RunListEntry] = []
         for run_id, path in self.scan().items():
             try:
                 manifest = json.loads((path / MANIFEST_FILE).read_text())
@@ -115,6 +124,8 @@ def files_signature(path: Path) -> tuple[Any, ...]:
 def create_app(registry: RunRegistry, *, host: str, port: int, token: str) -> tuple[Starlette, Guard]:
     """The app, wrapped in its Guard (whose address the caller may update once bound)."""
 
+    assets = static_assets()
+
     def view_of(request: Request) -> RunView:
         try:
             return registry.view(request.path_params["run_id"])
@@ -126,12 +137,13 @@ def create_app(registry: RunRegistry, *, host: str, port: int, token: str) -> tu
 
     def asset(request: Request) -> Response:
         name = request.path_params["name"]
-        if name not in STATIC_FILES or name == "index.html":
+        if name not in assets:
             return _text(404, "not found")
         return _static(name)
 
     def runs(request: Request) -> Response:
-        return _json({"runs": registry.listing(), "live": registry.live})
+        answer: RunsPayload = {"runs": registry.listing(), "live": registry.live}
+        return _json(answer)
 
     def comparison(request: Request) -> Response:
         from ..analysis.compare import compare
@@ -141,7 +153,7 @@ def create_app(registry: RunRegistry, *, host: str, port: int, token: str) -> tu
             left, right = registry.view(a), registry.view(b)
         except KeyError:
             raise _NotFound("no such run") from None
-        return _json(compare(left.run, right.run))
+        return _json(cast(ComparisonPayload, compare(left.run, right.run)))
 
     def overview(request: Request) -> Response:
         return _json(view_of(request).overview)
@@ -168,10 +180,12 @@ def create_app(registry: RunRegistry, *, host: str, port: int, token: str) -> tu
         return _json(view.event_row(index))
 
     def search(request: Request) -> Response:
-        return _json({"hits": view_of(request).search(request.query_params.get("q", "")[:200])})
+        answer: SearchPayload = {"hits": view_of(request).search(request.query_params.get("q", "")[:200])}
+        return _json(answer)
 
     def graph_list(request: Request) -> Response:
-        return _json({"graphs": view_of(request).graph_list()})
+        answer: GraphListPayload = {"graphs": view_of(request).graph_list()}
+        return _json(answer)
 
     def graph(request: Request) -> Response:
         view = view_of(request)
@@ -185,7 +199,8 @@ def create_app(registry: RunRegistry, *, host: str, port: int, token: str) -> tu
 
     def memory(request: Request) -> Response:
         view = view_of(request)
-        return _json({"disk": view.disk_track, "buffers": view.buffer_track})
+        answer: MemoryPayload = {"disk": view.disk_track, "buffers": view.buffer_track}
+        return _json(answer)
 
     def compute_occupancy(request: Request) -> Response:
         view = view_of(request)
@@ -234,7 +249,8 @@ def create_app(registry: RunRegistry, *, host: str, port: int, token: str) -> tu
                 now = (len(view.graphs), view.run.status)
                 if now != last:
                     last = now
-                    yield f"data: {json.dumps({'graphs': now[0], 'status': now[1]})}\n\n"
+                    update: LiveUpdate = {"graphs": now[0], "status": now[1]}
+                    yield f"data: {json.dumps(update)}\n\n"
                 else:
                     yield ": still here\n\n"
                 if await request.is_disconnected():
@@ -246,7 +262,7 @@ def create_app(registry: RunRegistry, *, host: str, port: int, token: str) -> tu
     prefix = "/api/runs/{run_id:str}"
     routes = [
         Route("/", page),
-        Route("/static/{name:str}", asset),
+        Route("/static/{name:path}", asset),
         Route("/api/runs", runs),
         Route("/api/compare", comparison),
         Route(f"{prefix}/overview", overview),
@@ -313,6 +329,22 @@ def _text(status: int, message: str) -> Response:
     return Response(message, status_code=status, media_type="text/plain")
 
 
+def static_assets() -> set[str]:
+    """The files the page may load, by path under static/: the style and the script modules
+    (`app.js`, the entry, and `js/`). A request for any other path, index.html included, is
+    not found: nothing outside this list is ever read."""
+    found: set[str] = set()
+    pending = [("", resources.files("ggml_viz.ui").joinpath("static"))]
+    while pending:
+        prefix, folder = pending.pop()
+        for entry in folder.iterdir():
+            if entry.is_dir():
+                pending.append((f"{prefix}{entry.name}/", entry))
+            elif Path(entry.name).suffix in (".js", ".css"):
+                found.add(prefix + entry.name)
+    return found
+
+
 def _static(name: str) -> Response:
-    body = resources.files("ggml_viz.ui").joinpath("static", name).read_bytes()
-    return Response(body, media_type=STATIC_FILES[name])
+    body = resources.files("ggml_viz.ui").joinpath("static", *name.split("/")).read_bytes()
+    return Response(body, media_type=MEDIA_TYPES[Path(name).suffix])

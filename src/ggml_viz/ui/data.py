@@ -10,14 +10,17 @@ to the run's first graph.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..analysis.graph_view import graph_view
 from ..analysis.memory import gathered_rows, kv_cache_fill, live_bytes, occupancy, weight_reads_by_name
@@ -26,8 +29,38 @@ from ..layers import NO_LAYER
 from ..runformat.memory_sources import VIEW_OPS
 from ..runformat.reader import Run, open_run
 from ..runformat.schema import NO_ID
+from ..runformat.totals import GRAPH_OP_TOTALS
+from .payloads import (
+    AttentionIndexPayload,
+    AttentionPayload,
+    BufferTrack,
+    DiskFile,
+    DiskTrack,
+    EventRow,
+    EventsPayload,
+    GraphListEntry,
+    GraphPayload,
+    KvFill,
+    LaneBars,
+    LayerActivation,
+    NodeBars,
+    NodePayload,
+    NodeValues,
+    OccupancyPayload,
+    OverviewPayload,
+    PixelColumns,
+    RowsRead,
+    RunSummary,
+    StatsPayload,
+    TimelineGraphs,
+    TimelineLane,
+    TimelinePayload,
+)
 
 DETAIL_LIMIT = 4000  # a window holding more node bars than this is summed per pixel column
+WINDOW_EVENT_LIMIT = 400_000  # a window over more node events is drawn from per-graph op totals
+EVENT_CHUNK_GRAPHS = 256  # graphs whose node times a timeline window reads together
+OVERVIEW_BINS = 16_384  # time bins of a run's whole-run timeline (see _overview_bins)
 EVENT_PAGE_LIMIT = 500
 SEARCH_LIMIT = 200
 
@@ -45,8 +78,26 @@ class EventFilter:
     file_hi: int | None = None
 
 
+class _LoadedOnUse:
+    """An array of RunView with one entry per node event: every event is loaded (see
+    RunView._load_events) the first time one of them is read."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, view: Any, owner: type | None = None) -> Any:
+        if view is None:
+            return self
+        view._load_events()
+        return view.__dict__[self.name]
+
+
 class RunView:
     """One run, ready for the UI."""
+
+    ev_graph, ev_node, ev_structure, ev_context = _LoadedOnUse(), _LoadedOnUse(), _LoadedOnUse(), _LoadedOnUse()
+    ev_tensor, ev_layer, ev_op, ev_key = _LoadedOnUse(), _LoadedOnUse(), _LoadedOnUse(), _LoadedOnUse()
+    ev_start, ev_end, ev_wait, ev_timed = _LoadedOnUse(), _LoadedOnUse(), _LoadedOnUse(), _LoadedOnUse()
 
     def __init__(self, run_id: str, path: Path) -> None:
         self.run_id = run_id
@@ -73,55 +124,69 @@ class RunView:
         self.tensor_names = np.empty(n_tensors, dtype=object)
         self.tensor_names[tensors["tensor_id"].to_numpy()] = tensors["name"].to_numpy()
 
-        # Node events, in (graph, node) order: graphs x their structure's nodes.
+        # Node events are numbered in (graph, node) order: a graph's events start where the
+        # graphs before it end. Each structure's nodes as arrays: a window of graphs is
+        # described without building every event of the run.
         structure = run.raw("structure_nodes").sort_values(["structure_id", "node_index"], ignore_index=True)
+        self.structure = structure
+        sizes = structure.groupby("structure_id").size()
+        first = np.concatenate(([0], np.cumsum(sizes.to_numpy())))
+        self.structure_first = pd.Series(first[:-1], index=sizes.index)  # a structure's first row in `structure`
+        per_graph = graphs["structure_id"].map(sizes).fillna(0).to_numpy(np.int64)
+        self.graph_first_event = np.concatenate(([0], np.cumsum(per_graph)))
+        self.n_events = int(self.graph_first_event[-1])
+        self._prepare_lanes()
+
+    def _load_events(self) -> None:
+        """Every node event as flat arrays (the event log's filters and search): built on
+        first use; the timeline and the statistics do without."""
+        run, graphs, structure = self.run, self.graphs, self.structure
         events = graphs[["graph_id", "structure_id", "context_id"]].merge(structure, on="structure_id")
         events = events.sort_values(["graph_id", "node_index"], ignore_index=True)
-        self.ev_graph = events["graph_id"].to_numpy(np.int32)
-        self.ev_node = events["node_index"].to_numpy(np.int32)
-        self.ev_structure = events["structure_id"].to_numpy(np.int32)
-        self.ev_context = events["context_id"].to_numpy(np.int32)
-        self.ev_tensor = events["tensor_id"].to_numpy(np.int32)
-        self.ev_op = self.tensor_op[self.ev_tensor] if n_tensors else np.zeros(len(events), np.int16)
-        self.ev_layer = events["layer"].to_numpy(np.int32)  # the node's layer, inferred from its graph
+        arrays: dict[str, np.ndarray] = {
+            "ev_graph": events["graph_id"].to_numpy(np.int32),
+            "ev_node": events["node_index"].to_numpy(np.int32),
+            "ev_structure": events["structure_id"].to_numpy(np.int32),
+            "ev_context": events["context_id"].to_numpy(np.int32),
+            "ev_tensor": events["tensor_id"].to_numpy(np.int32),
+            "ev_layer": events["layer"].to_numpy(np.int32),  # the node's layer, inferred from its graph
+        }
+        no_ops = np.zeros(len(events), np.int16)
+        arrays["ev_op"] = self.tensor_op[arrays["ev_tensor"]] if len(self.tensor_op) else no_ops
         times = run.raw("node_times")
         start = np.full(len(events), -1, dtype=np.int64)
         end = np.full(len(events), -1, dtype=np.int64)
         wait = np.full(len(events), -1, dtype=np.int64)  # -1: not seen
-        self.ev_key = _event_key(self.ev_graph, self.ev_node)  # sorted: events are in (graph, node) order
+        key = _event_key(arrays["ev_graph"], arrays["ev_node"])  # sorted: events are in (graph, node) order
         if len(times) and len(events):
-            key = self.ev_key
             time_key = _event_key(times["graph_id"].to_numpy(np.int32), times["node_index"].to_numpy(np.int32))
             position = np.searchsorted(key, time_key)
             found = (position < len(key)) & (key[np.minimum(position, len(key) - 1)] == time_key)
             start[position[found]] = times["start_ns"].to_numpy()[found] - self.origin_ns
             end[position[found]] = times["end_ns"].to_numpy()[found] - self.origin_ns
             wait[position[found]] = times["wait_ns"].fillna(-1).to_numpy(np.int64)[found]
-        self.ev_start, self.ev_end, self.ev_wait = start, end, wait
-        self.ev_timed = start >= 0
-        self._prepare_lanes()
+        arrays.update(ev_key=key, ev_start=start, ev_end=end, ev_wait=wait, ev_timed=start >= 0)
+        self.__dict__.update(arrays)
 
     def _prepare_lanes(self) -> None:
-        """Per context, timed node events sorted by start (they tile or nest, never cross)."""
+        """Per context, its graphs in time order (their node events are read per window)."""
         self.lanes: list[dict[str, Any]] = []
         contexts = sorted(set(self.graphs["context_id"].tolist()))
         backends = self._context_backends()
         for context in contexts:
-            graph_rows = self.graphs[self.graphs["context_id"] == context]
-            timed = np.flatnonzero(self.ev_timed & (self.ev_context == context))
-            order = timed[np.argsort(self.ev_start[timed], kind="stable")]
+            rows = np.flatnonzero(self.graphs["context_id"].to_numpy() == context)
+            rows = rows[np.argsort(self.graphs["start_ns"].to_numpy()[rows], kind="stable")]
+            graph_end = self.graphs["end_ns"].to_numpy(np.int64)[rows] - self.origin_ns
             self.lanes.append(
                 {
                     "context_id": int(context),
                     "label": f"context {context} · {backends.get(context, '?')}",
-                    "graph_start": graph_rows["start_ns"].to_numpy(np.int64) - self.origin_ns,
-                    "graph_end": graph_rows["end_ns"].to_numpy(np.int64) - self.origin_ns,
-                    "graph_id": graph_rows["graph_id"].to_numpy(np.int32),
-                    "events": order,
-                    "start": self.ev_start[order],
-                    "end": self.ev_end[order],
-                    # Running maximum of ends: a window query finds every bar that reaches into it.
-                    "end_max": np.maximum.accumulate(self.ev_end[order]) if len(order) else order.astype(np.int64),
+                    "graph_row": rows,
+                    "graph_start": self.graphs["start_ns"].to_numpy(np.int64)[rows] - self.origin_ns,
+                    "graph_end": graph_end,
+                    # Running maximum of ends: a window finds every graph that reaches into it.
+                    "graph_end_max": np.maximum.accumulate(graph_end) if len(rows) else graph_end,
+                    "graph_id": self.graphs["graph_id"].to_numpy(np.int32)[rows],
                 }
             )
 
@@ -148,14 +213,14 @@ class RunView:
     # -- overview --------------------------------------------------------------------
 
     @cached_property
-    def overview(self) -> dict[str, Any]:
+    def overview(self) -> OverviewPayload:
         summary = summarize(self.run)
         manifest = self.run.manifest
         graphs = self.graphs
         return {
             "run_id": self.run_id,
             "name": self.path.name,
-            "summary": summary,
+            "summary": cast(RunSummary, summary),
             "capture": manifest.get("capture"),
             "versions": manifest.get("versions"),
             "duration_ns": self.duration_ns,
@@ -171,38 +236,45 @@ class RunView:
 
     # -- timeline --------------------------------------------------------------------
 
-    def timeline(self, t0: int, t1: int, width: int) -> dict[str, Any]:
+    def timeline(self, t0: int, t1: int, width: int) -> TimelinePayload:
         """Graph and node bars meeting [t0, t1), for a canvas `width` pixels wide."""
         width = max(1, min(int(width), 8192))
         t1 = max(t1, t0 + 1)
         ns_per_px = (t1 - t0) / width
-        lanes = []
+        lanes: list[TimelineLane] = []
         for lane in self.lanes:
-            g0 = np.searchsorted(lane["graph_end"], t0, side="right") if len(lane["graph_end"]) else 0
+            g0 = np.searchsorted(lane["graph_end_max"], t0, side="right") if len(lane["graph_end"]) else 0
             g1 = np.searchsorted(lane["graph_start"], t1, side="left") if len(lane["graph_start"]) else 0
             graph_slice = slice(int(g0), int(max(g0, g1)))
             graph_ids = lane["graph_id"][graph_slice]
-            graph_bars = {
+            graph_bars: TimelineGraphs = {
                 "start": lane["graph_start"][graph_slice].tolist(),
                 "end": lane["graph_end"][graph_slice].tolist(),
                 "graph_id": graph_ids.tolist(),
                 "label": [self.graph_labels[row] for row in self.graph_rows(graph_ids).tolist()],
                 "phase": self.graphs["phase"].to_numpy()[self.graph_rows(graph_ids)].tolist(),
             }
+            rows = lane["graph_row"][graph_slice]
             lanes.append(
-                {"label": lane["label"], "graphs": graph_bars, **self._node_bars(lane, t0, t1, width, ns_per_px)}
+                {"label": lane["label"], "graphs": graph_bars, **self._node_bars(rows, t0, t1, width, ns_per_px)}
             )
         return {"t0": t0, "t1": t1, "width": width, "ops": self.ops, "lanes": lanes}
 
-    def _node_bars(self, lane: dict[str, Any], t0: int, t1: int, width: int, ns_per_px: float) -> dict[str, Any]:
-        start, end = lane["start"], lane["end"]
-        lo = int(np.searchsorted(lane["end_max"], t0, side="right"))
-        hi = int(np.searchsorted(start, t1, side="left"))
-        hi = max(lo, hi)
-        events = lane["events"][lo:hi]
-        s, e = start[lo:hi], end[lo:hi]
-        if hi - lo <= DETAIL_LIMIT:
-            return {"nodes": _bars(events, s, e, self.ev_op), "columns": _no_columns()}
+    def _node_bars(self, rows: np.ndarray, t0: int, t1: int, width: int, ns_per_px: float) -> LaneBars:
+        """The node bars of the graphs at `rows` meeting [t0, t1): each node, or (more than
+        DETAIL_LIMIT of them) the wide ones with the rest summed per pixel column; a window
+        over more than WINDOW_EVENT_LIMIT node events is summed per pixel column from each
+        graph's time per op, without reading its events."""
+        n_events = int((self.graph_first_event[rows + 1] - self.graph_first_event[rows]).sum())
+        if n_events > WINDOW_EVENT_LIMIT:
+            return {"nodes": _no_bars(), "columns": self._columns_from_graph_totals(rows, t0, t1, width, ns_per_px)}
+        events, s, e, ops = self._timed_events_of(rows)
+        meets = (e > t0) & (s < t1) | ((e == s) & (s >= t0) & (s < t1))
+        order = np.flatnonzero(meets)
+        order = order[np.argsort(s[order], kind="stable")]
+        events, s, e, ops = events[order], s[order], e[order], ops[order]
+        if len(events) <= DETAIL_LIMIT:
+            return {"nodes": _bars(events, s, e, ops), "columns": _no_columns()}
         # Wide enough to see: its own bar (the widest DETAIL_LIMIT); the rest summed per pixel.
         wide = (e - s) >= 2 * ns_per_px
         wide_index = np.flatnonzero(wide)
@@ -212,44 +284,149 @@ class RunView:
             wide = np.zeros(len(s), dtype=bool)
             wide[wide_index] = True
         narrow = ~wide
-        ops = self.ev_op[events[narrow]].astype(np.int64)
         ns, ne = np.maximum(s[narrow], t0), np.minimum(e[narrow], t1)
         column = np.clip(((ns - t0) / ns_per_px).astype(np.int64), 0, width - 1)
+        return {
+            "nodes": _bars(events[wide], s[wide], e[wide], ops[wide]),
+            "columns": self._columns(column, ops[narrow].astype(np.int64), (ne - ns).astype(np.float64), width,
+                                     ns_per_px),
+        }  # fmt: skip
+
+    def _columns(self, column: np.ndarray, ops: np.ndarray, busy_ns: np.ndarray, width: int, ns_per_px: float
+                 ) -> PixelColumns:  # fmt: skip
+        """Per pixel column with work in it: the op that kept it busiest, and how busy it was."""
         n_ops = len(self.ops)
-        busy = np.bincount(column * n_ops + ops, weights=(ne - ns).astype(np.float64), minlength=width * n_ops)
-        busy = busy.reshape(width, n_ops)
+        busy = np.bincount(column * n_ops + ops, weights=busy_ns, minlength=width * n_ops).reshape(width, n_ops)
         total = busy.sum(axis=1)
         used = np.flatnonzero(total > 0)
         return {
-            "nodes": _bars(events[wide], s[wide], e[wide], self.ev_op),
-            "columns": {
-                "px": used.tolist(),
-                "op": busy[used].argmax(axis=1).tolist(),
-                "fill": np.minimum(total[used] / ns_per_px, 1.0).round(3).tolist(),
-            },
+            "px": used.tolist(),
+            "op": busy[used].argmax(axis=1).tolist(),
+            "fill": np.minimum(total[used] / ns_per_px, 1.0).round(3).tolist(),
         }
+
+    def _columns_from_graph_totals(self, rows: np.ndarray, t0: int, t1: int, width: int, ns_per_px: float
+                                   ) -> PixelColumns:  # fmt: skip
+        """Pixel columns from each graph's time per op (graph_op_totals), spread evenly over
+        the columns the graph spans: the zoomed-out timeline of a long run. A window wider
+        than a few of the run's OVERVIEW_BINS is drawn from those bins instead (computed
+        once), so a whole-run view costs the same at any length."""
+        bins = self._overview_bins
+        bin_ns = bins["bin_ns"]
+        if ns_per_px >= 4 * bin_ns:
+            first, last = int(t0 // bin_ns), int(min(np.ceil(t1 / bin_ns), OVERVIEW_BINS))
+            busy = bins["by_lane"][self._lane_of_rows(rows)][first:last]
+            column = np.clip(((np.arange(first, last) * bin_ns - t0) / ns_per_px).astype(np.int64), 0, width - 1)
+            cells = np.nonzero(busy)
+            return self._columns(column[cells[0]], cells[1].astype(np.int64), busy[cells], width, ns_per_px)
+        column, ops, busy_ns = self._spread(rows, t0, t1, ns_per_px, width)
+        return self._columns(column, ops, busy_ns, width, ns_per_px)
+
+    def _spread(self, rows: np.ndarray, t0: int, t1: int, ns_per_px: float, width: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+        """Each (graph, op) time of the graphs at `rows`, spread evenly over the columns
+        [t0, t1) at ns_per_px that the graph spans: (column, op, busy ns) per piece."""
+        totals = self._graph_op_time
+        in_window = np.zeros(len(self.graphs), dtype=bool)
+        in_window[rows] = True
+        lo, hi = np.searchsorted(totals["row"], [rows.min(), rows.max() + 1]) if len(rows) else (0, 0)
+        picked = np.arange(lo, hi)[in_window[totals["row"][lo:hi]]]
+        row, op, time_ns = totals["row"][picked], totals["op"][picked], totals["time_ns"][picked]
+        start = np.maximum(self.graphs["start_ns"].to_numpy(np.int64)[row] - self.origin_ns, t0)
+        end = np.minimum(self.graphs["end_ns"].to_numpy(np.int64)[row] - self.origin_ns, t1)
+        first = np.clip(((start - t0) / ns_per_px).astype(np.int64), 0, width - 1)
+        last = np.clip(((np.maximum(end, start + 1) - 1 - t0) / ns_per_px).astype(np.int64), 0, width - 1)
+        span = last - first + 1
+        repeat = np.repeat(np.arange(len(row)), span)  # each (graph, op) once per column it spans
+        column = first[repeat] + (np.arange(len(repeat)) - np.repeat(np.cumsum(span) - span, span))
+        return column, op[repeat].astype(np.int64), (time_ns / span)[repeat]
+
+    def _lane_of_rows(self, rows: np.ndarray) -> int:
+        return int(self.graphs["context_id"].to_numpy()[rows[0]]) if len(rows) else 0
+
+    @cached_property
+    def _overview_bins(self) -> dict[str, Any]:
+        """The multi-resolution index's coarse level: per context, the run cut into
+        OVERVIEW_BINS equal spans of time, each op's busy time in each."""
+        bin_ns = max(1.0, self.duration_ns / OVERVIEW_BINS)
+        by_lane = {}
+        for lane in self.lanes:
+            column, ops, busy_ns = self._spread(lane["graph_row"], 0, self.duration_ns, bin_ns, OVERVIEW_BINS)
+            n_ops = len(self.ops)
+            busy = np.bincount(column * n_ops + ops, weights=busy_ns, minlength=OVERVIEW_BINS * n_ops)
+            by_lane[lane["context_id"]] = busy.reshape(OVERVIEW_BINS, n_ops)
+        return {"bin_ns": bin_ns, "by_lane": by_lane}
+
+    @cached_property
+    def _graph_op_time(self) -> dict[str, np.ndarray]:
+        totals = self.run.totals_table(GRAPH_OP_TOTALS)
+        op = pc.index_in(totals.column("op"), value_set=pa.array(self.ops, pa.string()))
+        row = self.graph_rows(totals.column("graph_id").to_numpy())
+        order = np.argsort(row, kind="stable")  # by graph row: a window's graphs are one slice
+        return {
+            "row": row[order],
+            "op": op.fill_null(0).to_numpy().astype(np.int64)[order],
+            "time_ns": totals.column("time_ns").to_numpy().astype(np.float64)[order],
+        }
+
+    def _timed_events_of(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The timed node events of the graphs at `rows`: event numbers, start, end, op."""
+        if "ev_start" in self.__dict__:  # every event is loaded already
+            events = np.concatenate([np.arange(self.graph_first_event[r], self.graph_first_event[r + 1])
+                                     for r in rows.tolist()] or [np.zeros(0, np.int64)])  # fmt: skip
+            events = events[self.ev_timed[events]]
+            return events, self.ev_start[events], self.ev_end[events], self.ev_op[events]
+        parts = [self._chunk_events(chunk) for chunk in np.unique(rows // EVENT_CHUNK_GRAPHS).tolist()]
+        events, start, end, ops, row = (np.concatenate(column) for column in zip(*parts, strict=True))
+        keep = np.isin(row, rows)
+        return events[keep], start[keep], end[keep], ops[keep]
+
+    @functools.lru_cache(maxsize=32)  # noqa: B019 - one RunView per open run; a pan reuses its chunks
+    def _chunk_events(self, chunk: int) -> tuple[np.ndarray, ...]:
+        """The timed events of graph rows [chunk * EVENT_CHUNK_GRAPHS, ...): event numbers,
+        start, end, op and graph row, read from the run's node times for those graphs."""
+        rows = np.arange(chunk * EVENT_CHUNK_GRAPHS, min((chunk + 1) * EVENT_CHUNK_GRAPHS, len(self.graphs)))
+        times = self.run.node_times_of(self.graphs["graph_id"].to_numpy()[rows].tolist())
+        row = self.graph_rows(times["graph_id"].to_numpy())
+        node = times["node_index"].to_numpy(np.int64)
+        structure = self.graphs["structure_id"].to_numpy()[row]
+        first_of_structure = self.structure_first.reindex(structure).to_numpy(np.int64)
+        tensor = self.structure["tensor_id"].to_numpy()[first_of_structure + node]
+        return (
+            self.graph_first_event[row] + node,
+            times["start_ns"].to_numpy(np.int64) - self.origin_ns,
+            times["end_ns"].to_numpy(np.int64) - self.origin_ns,
+            self.tensor_op[tensor] if len(self.tensor_op) else np.zeros(len(row), np.int16),
+            row,
+        )
 
     # -- one node --------------------------------------------------------------------
 
     def event_index(self, graph_id: int, node_index: int) -> int | None:
-        key = self.ev_key
-        wanted = _event_key(np.array([graph_id], np.int32), np.array([node_index], np.int32))[0]
-        position = int(np.searchsorted(key, wanted))
-        return position if position < len(key) and key[position] == wanted else None
+        row = int(self.graph_rows(np.array([graph_id]))[0])
+        if row >= len(self.graphs) or int(self.graphs["graph_id"].iloc[row]) != graph_id:
+            return None
+        first, after = int(self.graph_first_event[row]), int(self.graph_first_event[row + 1])
+        return first + node_index if 0 <= node_index < after - first else None
 
-    def node(self, event: int) -> dict[str, Any]:
-        """Everything about one node event, with each source and where its bytes live."""
-        tensor = self.tensors.iloc[int(self.ev_tensor[event])] if len(self.tensors) else None
-        graph_id, node_index = int(self.ev_graph[event]), int(self.ev_node[event])
+    def node(self, event: int) -> NodePayload:
+        """Everything about one node event, with each source and where its bytes live (read
+        from its graph alone)."""
+        row = int(np.searchsorted(self.graph_first_event, event, side="right")) - 1
+        graph_id, node_index = int(self.graphs["graph_id"].iloc[row]), event - int(self.graph_first_event[row])
+        node = self.run.nodes_of(graph_id)
+        node = node[node["node_index"] == node_index].iloc[0]
+        timed = bool(node["timed"])
         details: dict[str, Any] = {
             "event": int(event), "graph_id": graph_id, "node_index": node_index,
-            "start_ns": int(self.ev_start[event]) if self.ev_timed[event] else None,
-            "end_ns": int(self.ev_end[event]) if self.ev_timed[event] else None,
-            "tokens": self.graph_labels[int(self.graph_rows(np.array([graph_id]))[0])],
+            "start_ns": int(node["start_ns"]) - self.origin_ns if timed else None,
+            "end_ns": int(node["end_ns"]) - self.origin_ns if timed else None,
+            "tokens": self.graph_labels[row],
         }  # fmt: skip
+        tensor = self.tensors.iloc[int(node["tensor_id"])] if len(self.tensors) else None
         if tensor is not None:
             details.update(_describe_tensor(tensor, self._buffer_names))
-        details["layer"] = None if self.ev_layer[event] == NO_LAYER else int(self.ev_layer[event])  # from the graph
+        details["layer"] = None if pd.isna(node["layer"]) else int(node["layer"])  # from the graph
         sources = []
         for row in self.run.edges_of(graph_id, node_index).itertuples():
             memory = row.memory
@@ -265,13 +442,13 @@ class RunView:
             )  # fmt: skip
         details["sources"] = sources
         details["values"] = self._values_of(graph_id, node_index)
-        return details
+        return cast(NodePayload, details)
 
     @cached_property
     def _values(self) -> pd.DataFrame:
         return self.run.raw("node_values").set_index(["graph_id", "node_index"]).sort_index()
 
-    def _values_of(self, graph_id: int, node_index: int) -> dict[str, Any] | None:
+    def _values_of(self, graph_id: int, node_index: int) -> NodeValues | None:
         """--values stats of one node event, if the run has them."""
         if (graph_id, node_index) not in self._values.index:
             return None
@@ -279,7 +456,7 @@ class RunView:
         return json_safe({column: row[column].item() for column in self._values.columns})
 
     @cached_property
-    def activation_by_layer(self) -> list[dict[str, Any]]:
+    def activation_by_layer(self) -> list[LayerActivation]:
         """--values stats per layer: the range of its nodes' outputs, their mean |x|, non-finite counts."""
         values = self.run.values
         if values.empty:
@@ -295,7 +472,7 @@ class RunView:
     # -- attention -------------------------------------------------------------------
 
     @cached_property
-    def attention_index(self) -> dict[str, Any]:
+    def attention_index(self) -> AttentionIndexPayload:
         """The captured softmax tensors (kq_soft_max-L): per graph, the layers, and the heads."""
         captures = self.run.captures
         softmax = captures[captures["name"].str.match(r"^kq_soft_max-\d+$")]
@@ -307,7 +484,7 @@ class RunView:
         return {"graphs": {str(g): sorted(layers) for g, layers in graphs.items()}, "heads": heads,
                 "flash_attention": flash}  # fmt: skip
 
-    def attention(self, graph_id: int, layer: int, head: int) -> dict[str, Any]:
+    def attention(self, graph_id: int, layer: int, head: int) -> AttentionPayload:
         """One head's attention in one graph: queries (the graph's tokens) × keys (KV cells)."""
         captures = self.run.captures
         rows = captures[(captures["graph_id"] == graph_id) & (captures["name"] == f"kq_soft_max-{layer}")]
@@ -337,7 +514,7 @@ class RunView:
         buffers = self.run.raw("buffers")
         return dict(zip(buffers["buffer_id"].tolist(), buffers["name"].tolist(), strict=True))
 
-    def search(self, query: str) -> list[dict[str, Any]]:
+    def search(self, query: str) -> list[EventRow]:
         """Node events whose tensor name or op contains `query` (case-insensitive), first ones first."""
         query = query.strip().lower()
         if not query or not len(self.tensors):
@@ -350,7 +527,7 @@ class RunView:
 
     # -- graphs ----------------------------------------------------------------------
 
-    def graph_list(self) -> list[dict[str, Any]]:
+    def graph_list(self) -> list[GraphListEntry]:
         graphs = self.graphs
         return [
             {"graph_id": int(g), "phase": p, "n_nodes": int(n), "duration_ns": int(e - s), "label": label}
@@ -360,7 +537,7 @@ class RunView:
             )
         ]  # fmt: skip
 
-    def graph(self, graph_id: int, layer: int | None) -> dict[str, Any]:
+    def graph(self, graph_id: int, layer: int | None) -> GraphPayload:
         rows = self.graphs[self.graphs["graph_id"] == graph_id]
         if rows.empty:
             raise KeyError(graph_id)
@@ -372,12 +549,12 @@ class RunView:
         in_graph = self.ev_graph == graph_id
         durations = np.where(self.ev_timed[in_graph], self.ev_end[in_graph] - self.ev_start[in_graph], -1)
         duration_by_node = dict(zip(self.ev_node[in_graph].tolist(), durations.tolist(), strict=True))
-        return graph_view(nodes, edges, self.tensors, duration_by_node, layer, graph_id)
+        return cast(GraphPayload, graph_view(nodes, edges, self.tensors, duration_by_node, layer, graph_id))
 
     # -- memory ----------------------------------------------------------------------
 
     @cached_property
-    def disk_track(self) -> dict[str, Any]:
+    def disk_track(self) -> DiskTrack:
         """The model file by byte offset: every region, and per weight how often and how
         long the run's nodes read it."""
         memory_map = self.run.memory_map
@@ -387,7 +564,7 @@ class RunView:
         rows = gathered_rows(self.run)  # the exact rows of tables that lookups read
         rows_per_table = rows.groupby("name").agg(rows=("row", "size"), row_bytes=("end", "sum"))
         rows_per_table["row_bytes"] -= rows.groupby("name")["start"].sum()
-        files = []
+        files: list[DiskFile] = []
         for model_path, regions in memory_map.groupby("model_path", sort=False):
             regions = regions.sort_values("start")
             per_name = reads.reindex(regions["name"]).fillna(0)
@@ -412,19 +589,20 @@ class RunView:
                         "row_bytes_read": gathered["row_bytes"].astype(np.int64).tolist(),
                     },
                     # each row a lookup read, by its exact file bytes
-                    "rows": {
-                        column: file_rows[column].astype(np.int64).tolist() for column in ("start", "end", "reads")
-                    },
+                    "rows": cast(
+                        RowsRead,
+                        {column: file_rows[column].astype(np.int64).tolist() for column in ("start", "end", "reads")},
+                    ),
                 }
             )
         return {"files": files}
 
     @cached_property
-    def buffer_track(self) -> dict[str, Any]:
+    def buffer_track(self) -> BufferTrack:
         """Runtime buffers: each buffer, the KV cache's fill per layer over the graphs."""
         buffers = self.run.buffers
         fill = kv_cache_fill(self.run)
-        kv: dict[str, Any] = {"layers": [], "graph_id": [], "used": []}
+        kv: KvFill = {"layers": [], "graph_id": [], "used": []}
         if not fill.empty:
             pivot = fill.pivot_table(index="graph_id", columns="layer", values="used", aggfunc="max")
             kv = {
@@ -449,7 +627,7 @@ class RunView:
             "has_output_buffer": bool((buffers["kind"] == "output").any()),
         }
 
-    def compute_occupancy(self, graph_id: int) -> dict[str, Any]:
+    def compute_occupancy(self, graph_id: int) -> OccupancyPayload:
         """One graph's compute buffer: each intermediate's byte range and live node interval."""
         table = occupancy(self.run, graph_id)
         live = live_bytes(table)
@@ -468,30 +646,29 @@ class RunView:
     # -- statistics ------------------------------------------------------------------
 
     @cached_property
-    def statistics(self) -> dict[str, Any]:
-        timed = self.ev_timed
-        duration = np.where(timed, self.ev_end - self.ev_start, 0).astype(np.int64)
-        by_id = self.tensors.set_index("tensor_id").reindex(range(len(self.tensor_op)))
+    def statistics(self) -> StatsPayload:
+        """By op, layer and tensor, from the run's node totals (never its events)."""
+        totals = self.run.node_totals
         # A view (VIEW, RESHAPE, PERMUTE, TRANSPOSE) writes nothing: its bytes are its source's.
-        written = by_id["nbytes"].fillna(0).where(~by_id["op_base"].isin(VIEW_OPS), 0)
-        out_bytes = written.to_numpy(np.int64)[self.ev_tensor] if len(self.ev_tensor) else np.zeros(0, np.int64)
+        written = totals["nbytes"].fillna(0).where(~totals["op_base"].isin(VIEW_OPS), 0).astype(np.int64)
         frame = pd.DataFrame(
             {
-                "op": np.asarray(self.ops, dtype=object)[self.ev_op] if len(self.ev_op) else [],
-                "layer": self.ev_layer,
-                "tensor": self.tensor_names[self.ev_tensor] if len(self.ev_tensor) else [],
-                "duration": duration,
-                "wait": np.where(timed, np.maximum(self.ev_wait, 0), 0),
-                "bytes": out_bytes,
-                "timed": timed,
+                "op": totals["op"].to_numpy(object),
+                "layer": totals["layer"].fillna(NO_LAYER).astype(np.int64).to_numpy(),
+                "tensor": totals["name"].to_numpy(object),
+                "count": totals["graphs"].to_numpy(np.int64),  # node events
+                "duration": totals["time_ns"].to_numpy(np.int64),
+                "wait": totals["wait_ns"].fillna(0).to_numpy(np.int64),
+                "bytes": (written * totals["graphs"]).to_numpy(np.int64),
+                "timed": totals["timed"].to_numpy(np.int64),
             }
         )
-        total_time = int(duration.sum())
-        total_bytes = int(out_bytes.sum())
+        total_time = int(frame["duration"].sum())
+        total_bytes = int(frame["bytes"].sum())
 
-        def table(key: str) -> list[dict[str, Any]]:
+        def table(key: str) -> list[Any]:  # rows of OpStats, LayerStats or TensorStats
             grouped = frame.groupby(key).agg(
-                count=("duration", "size"), time_ns=("duration", "sum"), wait_ns=("wait", "sum"),
+                count=("count", "sum"), time_ns=("duration", "sum"), wait_ns=("wait", "sum"),
                 bytes=("bytes", "sum"), timed=("timed", "sum"),
             )  # fmt: skip
             grouped["mean_ns"] = grouped["time_ns"] / grouped["timed"].where(grouped["timed"] > 0)
@@ -514,7 +691,7 @@ class RunView:
 
     # -- event log -------------------------------------------------------------------
 
-    def events(self, where: EventFilter, offset: int, limit: int) -> dict[str, Any]:
+    def events(self, where: EventFilter, offset: int, limit: int) -> EventsPayload:
         mask_index = self._filtered(where)
         limit = max(0, min(limit, EVENT_PAGE_LIMIT))
         page = mask_index[offset : offset + limit]
@@ -572,7 +749,7 @@ class RunView:
         ranges = {"start": weights["start"].astype(int).tolist(), "end": weights["end"].astype(int).tolist()}
         return ranges, [by_node.get(key, []) for key in event_keys]
 
-    def event_row(self, event: int) -> dict[str, Any]:
+    def event_row(self, event: int) -> EventRow:
         tensor = int(self.ev_tensor[event])
         row = self.tensors.iloc[tensor] if tensor < len(self.tensors) else None
         timed = bool(self.ev_timed[event])
@@ -606,11 +783,15 @@ def _event_key(graph_or_structure: np.ndarray, node_index: np.ndarray) -> np.nda
     return (graph_or_structure.astype(np.int64) << 32) | node_index.astype(np.int64)
 
 
-def _bars(events: np.ndarray, start: np.ndarray, end: np.ndarray, ev_op: np.ndarray) -> dict[str, list[int]]:
-    return {"start": start.tolist(), "end": end.tolist(), "op": ev_op[events].tolist(), "event": events.tolist()}
+def _no_bars() -> NodeBars:
+    return _bars(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
 
 
-def _no_columns() -> dict[str, list[Any]]:
+def _bars(events: np.ndarray, start: np.ndarray, end: np.ndarray, ops: np.ndarray) -> NodeBars:
+    return {"start": start.tolist(), "end": end.tolist(), "op": ops.tolist(), "event": events.tolist()}
+
+
+def _no_columns() -> PixelColumns:
     return {"px": [], "op": [], "fill": []}
 
 

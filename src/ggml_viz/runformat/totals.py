@@ -1,0 +1,125 @@
+"""What every view needs at a glance, without reading the node events: their totals.
+
+A run of an hour of a busy server holds some 250 million node events, but few distinct
+graph structures. Every aggregate the summary and the viewer's statistics show (time by
+op, layer, tensor, component; waits; FLOPs per op) is a sum over node events grouped by
+something a node's structure fixes, so it is a sum over `node_totals`: per (phase,
+structure, node) the timed events, their time and their wait. The time of each op in each
+graph (`graph_op_totals`) answers per-step questions (does an op's time grow with the
+context?). Both are computed by DuckDB, streaming the node times (bounded memory at any
+length), when a run is closed, and stored beside its tables; a run without them (recording
+still, cut short, or from an older ggml-viz) has them computed the same way when read.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .schema import FORMAT_VERSION, META_EXPERIMENT_ID, META_FORMAT_VERSION, META_TABLE, PARQUET_SUFFIX
+
+NODE_TOTALS = "node_totals"
+GRAPH_OP_TOTALS = "graph_op_totals"
+TOTALS_SCHEMAS = {
+    NODE_TOTALS: pa.schema(
+        [
+            ("phase", pa.string()),
+            ("structure_id", pa.int32()),
+            ("node_index", pa.int32()),
+            ("timed", pa.int64()),  # node events timed (one per graph of this structure and phase, when timed)
+            ("time_ns", pa.int64()),  # their time, summed
+            ("wait_ns", pa.int64()),  # the part of it waiting for other threads (where seen)
+            ("waits_seen", pa.int64()),  # events whose wait was seen
+        ]
+    ),
+    GRAPH_OP_TOTALS: pa.schema(
+        [
+            ("graph_id", pa.int32()),
+            ("op", pa.string()),  # the specific op (tensors.op)
+            ("time_ns", pa.int64()),
+        ]
+    ),
+}
+# Memory DuckDB may use for the aggregation before it spills to disk: the reader's bound.
+DUCKDB_MEMORY = "1GB"
+
+_NODE_TOTALS_SQL = """
+    select g.phase, g.structure_id, t.node_index, count(*) as timed,
+           sum(t.end_ns - t.start_ns) as time_ns, sum(t.wait_ns) as wait_ns, count(t.wait_ns) as waits_seen
+    from node_times t join graphs g using (graph_id)
+    group by all
+"""
+_GRAPH_OP_TOTALS_SQL = """
+    select t.graph_id, d.op, sum(t.end_ns - t.start_ns) as time_ns
+    from node_times t
+    join graphs g using (graph_id)
+    join structure_nodes s on s.structure_id = g.structure_id and s.node_index = t.node_index
+    join tensors d on d.tensor_id = s.tensor_id
+    group by all
+"""
+
+
+def connect() -> Any:
+    """A DuckDB connection held to the reader's memory bound, spilling to a temporary folder."""
+    import duckdb
+
+    connection = duckdb.connect()
+    connection.execute(f"set memory_limit = '{DUCKDB_MEMORY}'")
+    connection.execute(f"set temp_directory = '{Path(tempfile.gettempdir()) / 'ggml-viz-duckdb'}'")
+    connection.execute("set preserve_insertion_order = false")
+    connection.execute("set enable_progress_bar = false")
+    return connection
+
+
+def compute_totals(connection: Any) -> dict[str, pa.Table]:
+    """Both totals, from a connection where `node_times`, `graphs`, `structure_nodes` and
+    `tensors` are tables or views."""
+    totals = {}
+    for name, sql, order in ((NODE_TOTALS, _NODE_TOTALS_SQL, ["phase", "structure_id", "node_index"]),
+                             (GRAPH_OP_TOTALS, _GRAPH_OP_TOTALS_SQL, ["graph_id", "op"])):  # fmt: skip
+        table = connection.sql(sql).to_arrow_table().cast(TOTALS_SCHEMAS[name])
+        totals[name] = table.sort_by([(column, "ascending") for column in order])
+    return totals
+
+
+def totals_of_parquet_run(run_dir: Path) -> dict[str, pa.Table]:
+    """The totals of a closed run, straight from its Parquet files."""
+    connection = connect()
+    try:
+        for table in ("node_times", "graphs", "structure_nodes", "tensors"):
+            path = str(run_dir / f"{table}{PARQUET_SUFFIX}").replace("'", "''")
+            connection.execute(f"create view {table} as select * from read_parquet('{path}')")
+        return compute_totals(connection)
+    finally:
+        connection.close()
+
+
+def write_totals(run_dir: Path, totals: dict[str, pa.Table], experiment_id: str) -> None:
+    """Store the totals beside the run's tables, stamped as they are (each file whole or not
+    at all)."""
+    for name, table in totals.items():
+        path = run_dir / f"{name}{PARQUET_SUFFIX}"
+        partial = run_dir / f"{name}{PARQUET_SUFFIX}.partial"
+        metadata = {META_EXPERIMENT_ID: experiment_id.encode(), META_FORMAT_VERSION: str(FORMAT_VERSION).encode(),
+                    META_TABLE: name.encode()}  # fmt: skip
+        pq.write_table(table.replace_schema_metadata(metadata), partial, compression="zstd")
+        os.replace(partial, path)
+
+
+def read_totals(run_dir: Path, experiment_id: str) -> dict[str, pa.Table] | None:
+    """The totals stored with a run, if both are there and are this recording's."""
+    totals = {}
+    for name, schema in TOTALS_SCHEMAS.items():
+        path = run_dir / f"{name}{PARQUET_SUFFIX}"
+        if not path.exists():
+            return None
+        table = pq.read_table(path)
+        if (table.schema.metadata or {}).get(META_EXPERIMENT_ID, b"").decode() != experiment_id:
+            return None
+        totals[name] = table.select(schema.names).cast(schema)
+    return totals

@@ -1,0 +1,476 @@
+// The viewer's API: one fetch helper per endpoint, and the JSON each one returns. The
+// typedefs below mirror src/ggml_viz/ui/payloads.py name for name (the server's TypedDicts,
+// which mypy checks and a test compares with the server's answers): change both together.
+// Columnar records hold one list per field, all of one length. Times are nanoseconds from
+// the run's first graph.
+
+import { offlineAnswer } from "./offline.js";
+
+// -- the run list, live updates and comparison
+/**
+ * @typedef {Object} RunListEntry
+ * @property {string} run_id
+ * @property {string} name
+ * @property {?string} status "recording", "complete", "incomplete"
+ * @property {?string} created
+ * @property {?string} model
+ * @property {?number} graphs
+ *
+ * @typedef {Object} RunsPayload
+ * @property {RunListEntry[]} runs
+ * @property {boolean} live
+ *
+ * @typedef {Object} LiveUpdate
+ * @property {number} graphs
+ * @property {string} status
+ *
+ * @typedef {Object} SettingPair
+ * @property {*} a
+ * @property {*} b
+ *
+ * @typedef {Object} PhaseSpeeds tokens per second; a side without the phase has no entry
+ * @property {number} [a]
+ * @property {number} [b]
+ *
+ * @typedef {Object} TimeDelta per graph; keyed by one of op, layer, name
+ * @property {string} phase
+ * @property {number} a_ns
+ * @property {number} b_ns
+ * @property {number} delta_ns
+ * @property {?number} ratio
+ * @property {string} [op]
+ * @property {string} [layer]
+ * @property {string} [name]
+ *
+ * @typedef {Object} ComparisonPayload
+ * @property {string} a
+ * @property {string} b
+ * @property {Object<string, SettingPair>} settings_that_differ
+ * @property {Object<string, PhaseSpeeds>} tokens_per_s by phase
+ * @property {Object<string, TimeDelta[]>} per_graph_time_by by "op", "layer", "name"
+ */
+
+// -- overview
+/**
+ * @typedef {Object} NodeWaits
+ * @property {number} seen
+ * @property {number} not_seen
+ * @property {number} wait_ns
+ * @property {number} time_ns
+ *
+ * @typedef {Object} PhaseRow
+ * @property {string} phase
+ * @property {number} graphs
+ * @property {number} tokens
+ * @property {number} time_ns
+ * @property {?number} tokens_per_s
+ *
+ * @typedef {Object} TimeRow OpTime, LayerTime, TensorTime, ComponentTime: these and their key
+ * @property {number} count
+ * @property {number} time_ns
+ * @property {?number} mean_ns
+ * @property {number} wait_ns
+ * @property {number} share
+ * @typedef {TimeRow & {op: string}} OpTime
+ * @typedef {TimeRow & {layer: (number|string)}} LayerTime layer "none": outside layers
+ * @typedef {TimeRow & {name: string}} TensorTime
+ * @typedef {TimeRow & {component: string}} ComponentTime
+ *
+ * @typedef {Object} BufferKindRow
+ * @property {string} kind
+ * @property {number} buffers
+ * @property {number} bytes
+ * @property {string} names
+ * @property {number} peak_bytes
+ *
+ * @typedef {Object} WeightReads
+ * @property {number} weight_bytes_per_graph
+ * @property {number} weight_bytes_per_decode_step
+ * @property {boolean} all_experts_counted
+ * @property {number} weights_read
+ * @property {boolean} weights_from_mmap
+ * @property {?number} weight_edges_resolved_to_file
+ *
+ * @typedef {Object} KvSummary
+ * @property {number} layers
+ * @property {number} [used]
+ * @property {number} [capacity]
+ * @property {number} [fill]
+ *
+ * @typedef {Object} OpThroughput
+ * @property {string} op
+ * @property {number} time_ns
+ * @property {number} flops
+ * @property {number} bytes
+ * @property {?number} gflop_per_s
+ * @property {?number} gb_per_s
+ * @property {?number} flops_per_byte
+ *
+ * @typedef {Object} RunSummary what `ggml-viz summary` shows
+ * @property {string} run
+ * @property {string} experiment_id
+ * @property {string} status
+ * @property {?string} incomplete_reason
+ * @property {?string} created
+ * @property {?Object} model the manifest's own section (name, description, architecture, layers, parameters, path)
+ * @property {?Object[]} contexts
+ * @property {?string} prompt
+ * @property {?string} generated_text
+ * @property {string[]} backends
+ * @property {number} graphs
+ * @property {number} node_events
+ * @property {number} timed_node_events
+ * @property {number} dropped_graphs
+ * @property {number} dropped_events
+ * @property {number} untimed_graphs
+ * @property {string} timing
+ * @property {NodeWaits} node_waits
+ * @property {PhaseRow[]} phases
+ * @property {OpTime[]} time_by_op
+ * @property {LayerTime[]} top_layers
+ * @property {TensorTime[]} top_tensors
+ * @property {ComponentTime[]} time_by_component
+ * @property {BufferKindRow[]} memory_by_buffer
+ * @property {WeightReads} weight_reads
+ * @property {KvSummary} kv_cache
+ * @property {OpThroughput[]} throughput_by_op
+ * @property {string[]} findings
+ *
+ * @typedef {Object} GraphBars one entry per graph
+ * @property {number[]} graph_id
+ * @property {number[]} duration_ns
+ * @property {string[]} phase
+ * @property {number[]} n_tokens
+ * @property {string[]} text
+ *
+ * @typedef {Object} OverviewPayload
+ * @property {string} run_id
+ * @property {string} name
+ * @property {RunSummary} summary
+ * @property {?Object} capture the manifest's capture settings
+ * @property {?Object} versions
+ * @property {number} duration_ns
+ * @property {string[]} ops every op of the run: bars index into it, colors follow it
+ * @property {GraphBars} graph_bars
+ */
+
+// -- timeline
+/**
+ * @typedef {Object} TimelineGraphs
+ * @property {number[]} start
+ * @property {number[]} end
+ * @property {number[]} graph_id
+ * @property {string[]} label
+ * @property {string[]} phase
+ *
+ * @typedef {Object} NodeBars
+ * @property {number[]} start
+ * @property {number[]} end
+ * @property {number[]} op index into TimelinePayload.ops
+ * @property {number[]} event
+ *
+ * @typedef {Object} PixelColumns nodes narrower than a pixel, summed per pixel column
+ * @property {number[]} px column of the window t0..t1, 0..width-1
+ * @property {number[]} op
+ * @property {number[]} fill 0..1
+ *
+ * @typedef {Object} TimelineLane
+ * @property {string} label
+ * @property {TimelineGraphs} graphs
+ * @property {NodeBars} nodes
+ * @property {PixelColumns} columns
+ *
+ * @typedef {Object} TimelinePayload
+ * @property {number} t0
+ * @property {number} t1
+ * @property {number} width
+ * @property {string[]} ops
+ * @property {TimelineLane[]} lanes one per context
+ */
+
+// -- nodes and events
+/**
+ * @typedef {Object} NodeSource
+ * @property {number} slot
+ * @property {string} name
+ * @property {string} op
+ * @property {string} type
+ * @property {string} shape
+ * @property {number} nbytes
+ * @property {string} usage
+ * @property {string} memory "disk" (the model file), "buffer", ...
+ * @property {?string} buffer
+ * @property {?number} file_offset
+ * @property {?number} buffer_offset
+ *
+ * @typedef {Object} NodeValues --values stats of a node's output
+ * @property {number} n
+ * @property {number} nan
+ * @property {number} inf
+ * @property {?number} min
+ * @property {?number} max
+ * @property {?number} mean
+ * @property {?number} std
+ * @property {?number} mean_abs
+ *
+ * @typedef {Object} NodePayload
+ * @property {number} event
+ * @property {number} graph_id
+ * @property {number} node_index
+ * @property {?number} start_ns null: not timed
+ * @property {?number} end_ns
+ * @property {string} tokens
+ * @property {string} name
+ * @property {string} op
+ * @property {string} op_base
+ * @property {string} type
+ * @property {string} shape
+ * @property {number} nbytes
+ * @property {?string} buffer
+ * @property {?number} buffer_offset
+ * @property {?number} layer
+ * @property {NodeSource[]} sources
+ * @property {?NodeValues} values
+ *
+ * @typedef {Object} EventRow
+ * @property {number} event
+ * @property {number} graph_id
+ * @property {number} node_index
+ * @property {?number} start_ns
+ * @property {?number} duration_ns
+ * @property {?number} wait_ns of the time, waiting at the barrier for other threads
+ * @property {string} op
+ * @property {string} name
+ * @property {?number} layer
+ * @property {string} type
+ * @property {string} shape
+ *
+ * @typedef {Object} EventsPayload
+ * @property {number} total
+ * @property {number} offset
+ * @property {EventRow[]} rows
+ *
+ * @typedef {Object} SearchPayload
+ * @property {EventRow[]} hits
+ */
+
+// -- graphs
+/**
+ * @typedef {Object} GraphListEntry
+ * @property {number} graph_id
+ * @property {string} phase
+ * @property {number} n_nodes
+ * @property {number} duration_ns
+ * @property {string} label
+ *
+ * @typedef {Object} GraphListPayload
+ * @property {GraphListEntry[]} graphs
+ *
+ * @typedef {Object} GraphItem
+ * @property {string} id "n12" a node, "L3" a collapsed layer, "t7" a leaf tensor
+ * @property {string} kind "node", "layer", "weight", "kv", "input", "external"
+ * @property {?number} layer
+ * @property {string} name
+ * @property {string} op
+ * @property {number} duration_ns -1: not timed
+ * @property {number} x column
+ * @property {number} y row
+ * @property {number} band columns of the leaves' band
+ * @property {number} [node_index] nodes
+ * @property {string} [type] nodes and leaves
+ * @property {string} [shape]
+ * @property {number} [n_nodes] layers
+ * @property {number} [n_weights]
+ * @property {boolean} [reads_kv]
+ * @property {number} [n_inputs]
+ *
+ * @typedef {Object} GraphLink
+ * @property {string} from
+ * @property {string} to
+ * @property {string} label
+ * @property {number} count
+ *
+ * @typedef {Object} GraphPayload
+ * @property {number} graph_id
+ * @property {?number} layer null: every layer collapsed
+ * @property {number[]} layers
+ * @property {GraphItem[]} items
+ * @property {GraphLink[]} links
+ * @property {number} columns
+ * @property {number} rows
+ */
+
+// -- memory
+/**
+ * @typedef {Object} DiskRegions the model file's regions, in file order
+ * @property {string[]} kind "tensor", "header", "padding", ...
+ * @property {string[]} name
+ * @property {number[]} start
+ * @property {number[]} end
+ * @property {number[]} layer -1: none
+ * @property {string[]} type
+ * @property {string[]} category
+ * @property {number[]} reads
+ * @property {number[]} read_ns
+ * @property {number[]} rows_read -1: not a table read by row lookups
+ * @property {number[]} row_bytes_read
+ *
+ * @typedef {Object} RowsRead each row a lookup read, by its file bytes
+ * @property {number[]} start
+ * @property {number[]} end
+ * @property {number[]} reads
+ *
+ * @typedef {Object} DiskFile
+ * @property {string} path
+ * @property {number} size
+ * @property {DiskRegions} regions
+ * @property {RowsRead} rows
+ *
+ * @typedef {Object} DiskTrack
+ * @property {DiskFile[]} files
+ *
+ * @typedef {Object} BufferEntry
+ * @property {number} buffer
+ * @property {string} name
+ * @property {string} kind "weights", "kv_cache", "compute", "output", ...
+ * @property {string} usage
+ * @property {number} size
+ * @property {number} context_id
+ *
+ * @typedef {Object} KvFill
+ * @property {number[]} layers
+ * @property {number[]} graph_id
+ * @property {number[][]} used [graph][layer]: cells in use
+ * @property {number} [capacity] absent without a KV cache
+ *
+ * @typedef {Object} BufferTrack
+ * @property {BufferEntry[]} buffers
+ * @property {KvFill} kv_cache
+ * @property {boolean} has_output_buffer
+ *
+ * @typedef {Object} MemoryPayload
+ * @property {DiskTrack} disk
+ * @property {BufferTrack} buffers
+ *
+ * @typedef {Object} OccupancyTensors
+ * @property {string[]} name
+ * @property {string[]} op
+ * @property {number[]} start byte offset in the compute buffer
+ * @property {number[]} end
+ * @property {number[]} first_node
+ * @property {number[]} last_node
+ *
+ * @typedef {Object} OccupancyPayload
+ * @property {number} graph_id
+ * @property {number} n_nodes
+ * @property {OccupancyTensors} tensors
+ * @property {number[]} live_bytes after each node
+ * @property {number} peak_bytes
+ */
+
+// -- statistics and attention
+/**
+ * @typedef {Object} StatsRow OpStats, LayerStats, TensorStats: these and their key
+ * @property {number} count
+ * @property {number} time_ns
+ * @property {number} wait_ns
+ * @property {number} bytes written
+ * @property {number} timed
+ * @property {?number} mean_ns
+ * @property {number} time_share
+ * @property {number} bytes_share
+ * @typedef {StatsRow & {op: string}} OpStats
+ * @typedef {StatsRow & {layer: (number|string)}} LayerStats
+ * @typedef {StatsRow & {tensor: string}} TensorStats
+ *
+ * @typedef {Object} LayerActivation
+ * @property {(number|string)} layer
+ * @property {?number} min
+ * @property {?number} max
+ * @property {?number} mean_abs
+ * @property {number} nan
+ * @property {number} inf
+ * @property {number} nodes
+ *
+ * @typedef {Object} StatsPayload
+ * @property {number} total_time_ns
+ * @property {OpStats[]} by_op
+ * @property {LayerStats[]} by_layer
+ * @property {TensorStats[]} by_tensor the top 500
+ * @property {string[]} findings
+ * @property {LayerActivation[]} activation_by_layer empty without --values stats
+ *
+ * @typedef {Object} AttentionIndexPayload
+ * @property {Object<string, number[]>} graphs graph id -> layers with captured attention
+ * @property {number} heads
+ * @property {boolean} flash_attention
+ *
+ * @typedef {Object} AttentionPayload
+ * @property {number} graph_id
+ * @property {number} layer
+ * @property {number} head
+ * @property {number} heads
+ * @property {string[]} query_labels
+ * @property {number[]} query_positions
+ * @property {string[]} key_labels
+ * @property {number[][]} weights [query][key]
+ */
+
+let token = "";
+let embedded = null;
+
+// Where the answers come from: the server (with the page's access token), or a report's
+// embedded answers ({answers}).
+export function configure(options) {
+  token = options.token ?? "";
+  embedded = options.embedded ?? null;
+}
+export const isOffline = () => embedded !== null;
+
+// A query as a URL's search part: empty values left out.
+export function queryString(query) {
+  const qs = new URLSearchParams();
+  for (const [key, value] of Object.entries(query)) if (value !== undefined && value !== null && value !== "") qs.set(key, value);
+  return qs.toString() ? "?" + qs : "";
+}
+
+// Any endpoint by its path under /api/ (the tests call it too).
+export async function api(path, query = {}) {
+  if (embedded) return offlineAnswer(embedded.answers, path, query);
+  const response = await fetch(`/api/${path}${queryString(query)}`, { headers: { "X-GGML-Viz-Token": token } });
+  if (!response.ok) throw new Error(`${response.status}: ${await response.text()}`);
+  return response.json();
+}
+
+/** @returns {Promise<RunsPayload>} */
+export const getRuns = () => api("runs");
+/** @returns {Promise<ComparisonPayload>} */
+export const getComparison = (a, b) => api("compare", { a, b });
+/** @returns {Promise<OverviewPayload>} */
+export const getOverview = (runId) => api(`runs/${runId}/overview`);
+/** @returns {Promise<TimelinePayload>} */
+export const getTimeline = (runId, t0, t1, width) => api(`runs/${runId}/timeline`, { t0, t1, width });
+/** @returns {Promise<NodePayload>} */
+export const getNode = (runId, graphId, nodeIndex) => api(`runs/${runId}/node`, { graph: graphId, index: nodeIndex });
+/** @returns {Promise<EventRow>} */
+export const getEvent = (runId, event) => api(`runs/${runId}/event/${event}`);
+/** @returns {Promise<SearchPayload>} */
+export const getSearch = (runId, text) => api(`runs/${runId}/search`, { q: text });
+/** @returns {Promise<EventsPayload>} query: op, name, layer, t0, t1, file_lo, file_hi, offset, limit */
+export const getEvents = (runId, query) => api(`runs/${runId}/events`, query);
+/** @returns {Promise<GraphListPayload>} */
+export const getGraphList = (runId) => api(`runs/${runId}/graphs`);
+/** @returns {Promise<GraphPayload>} layer null: every layer collapsed */
+export const getGraph = (runId, graphId, layer) => api(`runs/${runId}/graph/${graphId}`, { layer: layer ?? "" });
+/** @returns {Promise<MemoryPayload>} */
+export const getMemory = (runId) => api(`runs/${runId}/memory`);
+/** @returns {Promise<OccupancyPayload>} */
+export const getOccupancy = (runId, graphId) => api(`runs/${runId}/occupancy/${graphId}`);
+/** @returns {Promise<StatsPayload>} */
+export const getStats = (runId) => api(`runs/${runId}/stats`);
+/** @returns {Promise<AttentionIndexPayload>} */
+export const getAttentionIndex = (runId) => api(`runs/${runId}/attention-index`);
+/** @returns {Promise<AttentionPayload>} */
+export const getAttention = (runId, graph, layer, head) => api(`runs/${runId}/attention`, { graph, layer, head });
+// The live stream's URL (server-sent events of LiveUpdate; EventSource sends no headers, so the token rides along).
+export const liveUrl = (runId) => `/api/runs/${runId}/live?token=${encodeURIComponent(token)}`;

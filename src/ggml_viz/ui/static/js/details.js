@@ -1,0 +1,63 @@
+// One node's details, shared by the timeline, the graph and the event log: its op, type,
+// shape, time, layer and buffer, its --values stats, and every source with where its bytes
+// live; buttons to show it in the graph and in the timeline.
+
+import { getEvent, getNode } from "./api.js";
+import { h, setChildren } from "./dom.js";
+import { fmtBytes, fmtInt, fmtNs, fmtNum } from "./format.js";
+import { showInGraph, showInTimeline, state } from "./store.js";
+import { kv } from "./widgets.js";
+
+const nodes = new Map(), events = new Map(); // answers by run, kept: a node's details never change
+
+export function nodeDetails(graphId, nodeIndex) {
+  const key = `${state.runId}:${graphId}:${nodeIndex}`;
+  if (!nodes.has(key)) nodes.set(key, getNode(state.runId, graphId, nodeIndex));
+  return nodes.get(key);
+}
+
+export function eventRow(event) {
+  const key = `${state.runId}:${event}`;
+  if (!events.has(key)) events.set(key, getEvent(state.runId, event));
+  return events.get(key);
+}
+
+// Where a source's bytes live: "file @ offset", or "buffer @ offset".
+export function sourcePlace(src) {
+  if (src.memory === "disk") return `file @ ${fmtInt(src.file_offset)}`;
+  return `${src.buffer || "?"}${src.buffer_offset === null ? "" : " @ " + fmtInt(src.buffer_offset)}`;
+}
+
+export async function showDetails(panel, graphId, nodeIndex) {
+  state.selected = { graph_id: graphId, node_index: nodeIndex };
+  setChildren(panel, h("div", { class: "muted", text: "loading…" }));
+  let node;
+  try { node = await nodeDetails(graphId, nodeIndex); } catch (error) { setChildren(panel, h("div", { text: error.message })); return; }
+  const duration = node.start_ns === null ? null : node.end_ns - node.start_ns;
+  const values = node.values;
+  setChildren(panel,
+    h("h2", { "data-testid": "details-name", text: node.name }),
+    h("dl", { class: "kv", "data-testid": "details" },
+      kv("op", node.op + (node.op_base && node.op_base !== node.op ? ` (${node.op_base})` : "")),
+      kv("type", node.type), kv("shape", node.shape), kv("bytes", fmtBytes(node.nbytes)),
+      kv("time", duration === null ? "not timed" : fmtNs(duration)),
+      kv("starts at", node.start_ns === null ? "—" : fmtNs(node.start_ns)),
+      kv("layer", node.layer === null ? "none" : node.layer),
+      kv("graph", `${node.graph_id}, node ${node.node_index}`), kv("tokens", JSON.stringify(node.tokens)),
+      kv("buffer", node.buffer === null ? "—" : `${node.buffer} @ ${fmtInt(node.buffer_offset)}`)),
+    values ? h("h3", { text: "output values (--values stats)" }) : null,
+    values ? h("dl", { class: "kv", "data-testid": "node-values" },
+      kv("min … max", `${fmtNum(values.min)} … ${fmtNum(values.max)}`),
+      kv("mean ± std", `${fmtNum(values.mean)} ± ${fmtNum(values.std)}`), kv("mean |x|", fmtNum(values.mean_abs)),
+      kv("NaN / Inf", `${fmtInt(values.nan)} / ${fmtInt(values.inf)}`)) : null,
+    h("h3", { text: "sources" }),
+    h("table", { "data-testid": "sources" },
+      h("tr", {}, ["#", "name", "shape", "type", "lives in"].map((c) => h("th", { text: c }))),
+      node.sources.map((src) => h("tr", {},
+        h("td", { text: src.slot }), h("td", { text: src.name }), h("td", { text: src.shape }), h("td", { text: src.type }),
+        h("td", { text: sourcePlace(src) })))),
+    h("div", { class: "toolbar" },
+      h("button", { class: "btn", text: "show in graph", onclick: () => showInGraph({ graph_id: graphId, node_index: nodeIndex, layer: node.layer }) }),
+      h("button", { class: "btn", text: "show in timeline", onclick: () => showInTimeline(node.start_ns, node.end_ns) })),
+  );
+}

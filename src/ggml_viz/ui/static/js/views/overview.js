@@ -1,0 +1,77 @@
+// Overview: the model, speed, capture settings, prompt and generated text; one bar per graph
+// over the run (click: that graph in the graph view); time by op and by layer, memory by
+// buffer kind.
+
+import { PHASE_COLORS, opColor } from "../colors.js";
+import { h, setChildren } from "../dom.js";
+import { fmtBytes, fmtInt, fmtNs } from "../format.js";
+import { showInGraph, state } from "../store.js";
+import { hbar, kv, setupCanvas, sizedCanvas, swatch, tooltip } from "../widgets.js";
+
+export function render(section) {
+  const o = state.overview, sm = o.summary, model = sm.model || {};
+  const phases = Object.fromEntries((sm.phases || []).map((p) => [p.phase, p]));
+  const capture = o.capture || {};
+  const maxOp = Math.max(1, ...sm.time_by_op.map((r) => r.time_ns));
+  const maxLayer = Math.max(1, ...sm.top_layers.map((r) => r.time_ns));
+  const maxMem = Math.max(1, ...sm.memory_by_buffer.map((r) => r.bytes));
+  const barsCanvas = sizedCanvas("graph-bars", "100%", "140px");
+  setChildren(section,
+    h("div", { class: "grid" },
+      h("div", { class: "card", "data-testid": "model-card" }, h("h3", { text: "model" }),
+        h("div", { class: "big", text: model.name || model.description || "?" }),
+        h("dl", { class: "kv" }, kv("architecture", model.architecture), kv("layers", model.layers),
+          kv("parameters", model.parameters ? (model.parameters / 1e6).toFixed(1) + " M" : "?"), kv("file", model.path),
+          kv("backends", (sm.backends || []).join(", ")))),
+      h("div", { class: "card", "data-testid": "speed-card" }, h("h3", { text: "speed" }),
+        h("div", { class: "big" }, phases.decode ? `${phases.decode.tokens_per_s.toFixed(1)} tok/s decode` : "—"),
+        h("dl", { class: "kv" },
+          kv("prompt", phases.prompt ? `${phases.prompt.tokens_per_s.toFixed(1)} tok/s, ${phases.prompt.tokens} tokens, ${fmtNs(phases.prompt.time_ns)}` : "—"),
+          kv("decode", phases.decode ? `${phases.decode.tokens} tokens in ${fmtNs(phases.decode.time_ns)}` : "—"),
+          kv("graphs", fmtInt(sm.graphs)), kv("node events", `${fmtInt(sm.node_events)} (${fmtInt(sm.timed_node_events)} timed)`),
+          kv("status", sm.status + (sm.incomplete_reason ? ": " + sm.incomplete_reason : "")))),
+      h("div", { class: "card" }, h("h3", { text: "settings" }),
+        h("dl", { class: "kv" }, kv("recorder", capture.recorder), kv("detail", capture.detail), kv("timing", capture.timing),
+          kv("sample", capture.sample || "every graph"), kv("max events", capture.max_events || "no bound"),
+          kv("dropped", `${fmtInt(sm.dropped_graphs)} graphs / ${fmtInt(sm.dropped_events)} events`))),
+      h("div", { class: "card" }, h("h3", { text: "prompt" }), h("div", { class: "text-block", "data-testid": "prompt", text: sm.prompt || "" }),
+        h("h3", { text: "generated" }), h("div", { class: "text-block", text: sm.generated_text || "" }))),
+    h("div", { class: "card" }, h("h3", { text: "one bar per graph (token) over the run" }), barsCanvas,
+      h("div", { class: "legend" }, h("span", {}, swatch(PHASE_COLORS.prompt), "prompt"), h("span", {}, swatch(PHASE_COLORS.decode), "decode"))),
+    h("div", { class: "grid" },
+      h("div", { class: "card", "data-testid": "time-by-op" }, h("h3", { text: "time by op" }),
+        sm.time_by_op.map((r) => hbar(r.op, r.time_ns / maxOp, fmtNs(r.time_ns), opColor(r.op, o.ops)))),
+      h("div", { class: "card" }, h("h3", { text: "time by layer (top)" }),
+        sm.top_layers.map((r) => hbar(r.layer === "none" ? "outside layers" : "layer " + r.layer, r.time_ns / maxLayer, fmtNs(r.time_ns), "#76b7b2"))),
+      h("div", { class: "card", "data-testid": "memory-by-kind" }, h("h3", { text: "memory by buffer kind" }),
+        sm.memory_by_buffer.map((r) => hbar(r.kind, r.bytes / maxMem, fmtBytes(r.bytes), "#b07aa1")))),
+  );
+  drawGraphBars(barsCanvas, o.graph_bars);
+}
+
+// The bar under x of a canvas `width` wide holding n bars (-1: none).
+export const barAt = (x, width, n) => { const i = Math.floor((x / width) * n); return i >= 0 && i < n ? i : -1; };
+
+function drawGraphBars(canvas, bars) {
+  const { ctx, width, height } = setupCanvas(canvas);
+  ctx.clearRect(0, 0, width, height);
+  const n = bars.graph_id.length;
+  if (n) {
+    const max = Math.max(...bars.duration_ns);
+    const step = width / n;
+    for (let i = 0; i < n; i++) {
+      const barHeight = (bars.duration_ns[i] / max) * (height - 4);
+      ctx.fillStyle = bars.phase[i] === "prompt" ? PHASE_COLORS.prompt : PHASE_COLORS.decode;
+      ctx.fillRect(i * step, height - barHeight, Math.max(1, step - (step > 3 ? 1 : 0)), barHeight);
+    }
+  }
+  const hit = (event) => { const rect = canvas.getBoundingClientRect(); return barAt(event.clientX - rect.left, rect.width, n); };
+  canvas.onmousemove = (event) => {
+    const i = hit(event);
+    if (i < 0) return tooltip.hide();
+    tooltip.show(event.clientX, event.clientY, `graph ${bars.graph_id[i]} · ${bars.phase[i]}`,
+      [fmtNs(bars.duration_ns[i]) + `, ${bars.n_tokens[i]} tokens`, JSON.stringify(bars.text[i].slice(0, 80))]);
+  };
+  canvas.onmouseleave = () => tooltip.hide();
+  canvas.onclick = (event) => { const i = hit(event); if (i >= 0) showInGraph({ graph_id: bars.graph_id[i] }); };
+}

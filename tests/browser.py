@@ -1,0 +1,44 @@
+"""Debian's Chromium, driven by Playwright, for the tests of the viewer's page."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+DEBIAN_CHROMIUM = "/usr/bin/chromium"
+CHROMIUM = DEBIAN_CHROMIUM if Path(DEBIAN_CHROMIUM).exists() else (shutil.which("chromium") or DEBIAN_CHROMIUM)
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]  # fmt: skip
+
+
+@contextlib.contextmanager
+def chromium() -> Iterator[Any]:
+    """A Chromium browser; the test is skipped where none is installed (it fails instead
+    with GGML_VIZ_REQUIRE_BROWSER=1, as CI sets)."""
+    if not Path(CHROMIUM).exists():
+        message = f"Chromium is not installed ({CHROMIUM}); `.ci/run` installs Debian's chromium"
+        if os.environ.get("GGML_VIZ_REQUIRE_BROWSER"):
+            pytest.fail(message)
+        pytest.skip(message)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def collect_errors(page: Any) -> list[str]:
+    """The page's uncaught errors and console errors, as they happen."""
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    return errors
