@@ -333,7 +333,7 @@ def test_the_report_and_the_server_answer_the_same_event_queries(browser, served
     view = RunView("r0", run.path)
     weights = run.memory_map[run.memory_map.kind == "tensor"].sort_values("start")
     middle = weights.iloc[len(weights) // 2]
-    layer = int(view.ev_layer[view.ev_layer >= 0][0])
+    layer = int(view.structure.loc[view.structure["layer"] >= 0, "layer"].iloc[0])
     queries = [
         {"op": "MUL_MAT"},
         {"name": "ffn"},

@@ -351,3 +351,38 @@ def test_a_long_recording_rolls_its_streams_and_reads_them_as_one(tmp_path, monk
     assert len(closed.raw("node_times")) == 18
     assert not list((tmp_path / "r.ggmlviz").glob("*.arrows"))
     assert _totals_stored(closed) == _totals_from_events(closed)
+
+
+def test_a_live_view_of_a_rolled_recording_rereads_only_its_newest_segment(tmp_path, monkeypatch):
+    from ggml_viz.runformat import reader as reader_module
+    from ggml_viz.runformat import writer as writer_module
+
+    monkeypatch.setattr(writer_module, "ROLL_ROWS", 5)
+    monkeypatch.setattr(reader_module, "SEGMENT_TOTALS", {})
+    writer = write_synthetic_run(tmp_path / "live.ggmlviz", graphs=0, close=False)
+    writer.graphs_per_batch = 1
+    for graph_id in range(4):
+        writer.append_graph(graph_row(graph_id), journal_times(graph_id))
+    # GIVEN a reader of the run while it records: its totals are its segments' summed
+    first = ggml_viz.open(tmp_path / "live.ggmlviz")
+    assert _totals_stored(first) == _totals_from_events(first)
+    kept = dict(reader_module.SEGMENT_TOTALS)
+    assert kept  # the finished segments' totals are kept
+    # WHEN more graphs arrive and the run is opened again
+    for graph_id in range(4, 7):
+        writer.append_graph(graph_row(graph_id), journal_times(graph_id))
+    reads = []
+    original = reader_module._read_stream_tolerantly
+    monkeypatch.setattr(reader_module, "_read_stream_tolerantly",
+                        lambda path, table: reads.append(path.name) or original(path, table))  # fmt: skip
+    again = ggml_viz.open(tmp_path / "live.ggmlviz")
+    totals = _totals_stored(again)
+    # THEN the segments already summed are not read again, and the totals are whole
+    node_segments = [name for name in reads if name.startswith("node_times")]
+    assert len(node_segments) < len(list((tmp_path / "live.ggmlviz").glob("node_times*.arrows")))
+    monkeypatch.setattr(reader_module, "_read_stream_tolerantly", original)
+    assert totals == _totals_from_events(ggml_viz.open(tmp_path / "live.ggmlviz"))
+    # AND a window of graphs reads the segments holding them
+    window = again.nodes_of([5])
+    assert window["graph_id"].unique().tolist() == [5] and window["timed"].sum() == 3
+    writer.close()

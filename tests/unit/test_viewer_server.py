@@ -94,7 +94,7 @@ def test_bad_arguments_get_one_clear_error(client):
 
 def test_a_wide_window_is_summed_per_pixel_and_a_narrow_one_is_exact(run_path):
     view = RunView("r0", run_path)
-    assert len(view.ev_graph) == 40 * (6 * 19 + 2)
+    assert view.n_events == 40 * (6 * 19 + 2)
     whole = view.timeline(0, view.duration_ns, 300)
     lane = whole["lanes"][0]
     assert len(lane["graphs"]["start"]) == 40

@@ -6,6 +6,7 @@ failure is said once, the run is closed as incomplete, and inference goes on.
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 from collections.abc import Iterator
@@ -120,9 +121,21 @@ class Recording:
         self._stopping.set()
         if self._idle_writer is not None:
             self._idle_writer.join()
+        # Contexts and models the program dropped but that wait in reference cycles are freed
+        # now, each context's graphs written by the llama_free hook while its model lives;
+        # then no collection may free a model while the graphs left are written (their
+        # token texts read its vocabulary).
+        gc.collect()
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            with self.lock:
+                for tracer in self.tracers:
+                    self.flush_tracer(tracer)
+        finally:
+            if collecting:
+                gc.enable()
         with self.lock:
-            for tracer in self.tracers:
-                self.flush_tracer(tracer)
             llama_hooks.uninstall(self)
             if _active is self:
                 _active = None

@@ -32,7 +32,7 @@ CSP = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'
 
 def report_answers(view: RunView, graph_id: int) -> dict[str, Any]:
     overview = view.overview
-    n_timed = int(view.ev_timed.sum())
+    n_timed = view.n_timed
     width = 1_000_000 if n_timed <= EVENT_LIMIT else 4000  # every node its own bar, or per-pixel sums
     answers: dict[str, Any] = {
         "runs": {
@@ -61,8 +61,8 @@ def report_answers(view: RunView, graph_id: int) -> dict[str, Any]:
     answers[f"graph/{graph_id}/"] = collapsed
     for layer in collapsed["layers"]:
         answers[f"graph/{graph_id}/{layer}"] = view.graph(graph_id, layer)
-    shown = np.arange(min(len(view.ev_graph), EVENT_LIMIT))
-    rows: list[Mapping[str, Any]] = [view.event_row(int(event)) for event in shown]
+    shown = np.arange(min(view.n_events, EVENT_LIMIT))
+    rows: list[Mapping[str, Any]] = list(view.event_rows(shown))
     answers["events"] = {key: [row[key] for row in rows] for key in rows[0]} if rows else {}
     answers["events"].pop("event", None)
     if rows:  # for the file-region filter: the weights each event's node reads, by file range

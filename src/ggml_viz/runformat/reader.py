@@ -35,7 +35,7 @@ from .schema import (
     stream_segments,
 )
 from .structure_layers import structure_layers
-from .totals import GRAPH_OP_TOTALS, NODE_TOTALS, compute_totals, connect, read_totals, write_totals
+from .totals import GRAPH_OP_TOTALS, NODE_TOTALS, compute_totals, connect, merge_totals, read_totals, write_totals
 
 
 def open_run(path: str | os.PathLike[str]) -> Run:
@@ -138,17 +138,14 @@ class Run:
     def _compute_totals(self) -> dict[str, pa.Table]:
         """The totals by DuckDB, streaming the node times (a Parquet file, or the stream and
         journal of a run still recording); a closed run of an older ggml-viz keeps them."""
+        parquet = self.path / ("node_times" + PARQUET_SUFFIX)
+        if not parquet.exists():  # still recording (or cut short): its stream segments
+            return self._totals_of_segments()
         connection = connect()
         try:
-            parquet = self.path / ("node_times" + PARQUET_SUFFIX)
-            if parquet.exists() and "node_times" not in self._raw:
-                escaped = str(parquet).replace("'", "''")
-                connection.execute(f"create view node_times as select * from read_parquet('{escaped}')")
-            else:
-                connection.register("node_times", self.arrow("node_times"))
-            for table in ("graphs", "structure_nodes", "tensors"):
-                connection.register(table, self.arrow(table))
-            totals = compute_totals(connection)
+            escaped = str(parquet).replace("'", "''")
+            connection.execute(f"create view node_times as select * from read_parquet('{escaped}')")
+            totals = self._totals_over(connection)
         finally:
             connection.close()
         if self.status == STATUS_COMPLETE:
@@ -157,6 +154,41 @@ class Run:
             except OSError:
                 pass  # a read-only run is read the slow way each time
         return totals
+
+    def _totals_over(self, connection: Any) -> dict[str, pa.Table]:
+        for table in ("graphs", "structure_nodes", "tensors"):
+            connection.register(table, self.arrow(table))
+        return compute_totals(connection)
+
+    def _totals_of_segments(self) -> dict[str, pa.Table]:
+        """The totals of a run being recorded: each stream segment's, summed with its
+        journal's. A segment whose graphs have all finished does not change any more: its
+        totals are kept (SEGMENT_TOTALS), so a live view rereads only what is new."""
+        finished = pa.array(sorted(self.arrow("graphs").column("graph_id").to_pylist()), pa.int32())
+        parts = []
+        for segment in stream_segments(self.path, "node_times"):
+            stat = segment.stat()
+            key = (str(segment), stat.st_size, stat.st_mtime_ns, self.experiment_id)
+            part = SEGMENT_TOTALS.get(key)
+            if part is None:
+                times = _with_optional_columns(_read_stream_tolerantly(segment, "node_times"), "node_times")
+                done = pc.is_in(times.column("graph_id"), value_set=finished)
+                part = self._totals_of_times(times.filter(done))
+                if pc.all(done).as_py() is not False:  # none of its graphs still to come
+                    SEGMENT_TOTALS[key] = part
+                    while len(SEGMENT_TOTALS) > SEGMENT_TOTALS_KEPT:
+                        SEGMENT_TOTALS.pop(next(iter(SEGMENT_TOTALS)))
+            parts.append(part)
+        parts.append(self._totals_of_times(self._journaled_node_times()))
+        return merge_totals(parts)
+
+    def _totals_of_times(self, times: pa.Table) -> dict[str, pa.Table]:
+        connection = connect()
+        try:
+            connection.register("node_times", times)
+            return self._totals_over(connection)
+        finally:
+            connection.close()
 
     @cached_property
     def graphs(self) -> pd.DataFrame:
@@ -197,17 +229,59 @@ class Run:
         if not graph_ids:
             return TABLES["node_times"].empty_table().to_pandas()
         parquet = self.path / ("node_times" + PARQUET_SUFFIX)
-        if "node_times" in self._raw or not parquet.exists():
+        if "node_times" not in self._raw and not parquet.exists():
+            return self._node_times_of_segments(graph_ids)
+        if "node_times" in self._raw:
             times = self.arrow("node_times")
             wanted = pc.is_in(times.column("graph_id"), value_set=pa.array(graph_ids, pa.int32()))
             return times.filter(wanted).to_pandas()
-        # a range: Parquet's row-group statistics skip the groups outside it; then the ids
-        data = pq.read_table(parquet, filters=[("graph_id", ">=", min(graph_ids)), ("graph_id", "<=", max(graph_ids))])
+        return self._node_times_of_row_groups(parquet, graph_ids)
+
+    def _node_times_of_row_groups(self, parquet: Path, graph_ids: list[int]) -> pd.DataFrame:
+        """The node times of some graphs of a closed run: only the Parquet row groups whose
+        graph ids (from the footer's statistics, read once) can hold them."""
+        if "_row_groups" not in self.__dict__:
+            file = pq.ParquetFile(parquet)
+            column = file.schema_arrow.get_field_index("graph_id")
+            spans = []
+            for index in range(file.metadata.num_row_groups):
+                stats = file.metadata.row_group(index).column(column).statistics
+                spans.append((stats.min, stats.max) if stats is not None and stats.has_min_max else (None, None))
+            self.__dict__["_row_groups"] = (file, spans)
+        file, spans = self.__dict__["_row_groups"]
+        lo, hi = min(graph_ids), max(graph_ids)
+        groups = [i for i, (first, last) in enumerate(spans) if first is None or (first <= hi and last >= lo)]
+        data = file.read_row_groups(groups) if groups else file.schema_arrow.empty_table()
         data = data.filter(pc.is_in(data.column("graph_id"), value_set=pa.array(graph_ids, pa.int32())))
-        for column in OPTIONAL_COLUMNS["node_times"]:
-            if column not in data.schema.names:
-                data = data.append_column(TABLES["node_times"].field(column), pa.nulls(len(data), pa.int64()))
-        return data.to_pandas()
+        return _with_optional_columns(data, "node_times").to_pandas()
+
+    def _node_times_of_segments(self, graph_ids: list[int]) -> pd.DataFrame:
+        """node_times_of a run being recorded: the stream segments that hold those graphs
+        (each segment's graph-id span is kept once read), and the journal."""
+        wanted = pa.array(graph_ids, pa.int32())
+        lo, hi = min(graph_ids), max(graph_ids)
+        finished = self.arrow("graphs").column("graph_id")
+        parts = []
+        for segment in stream_segments(self.path, "node_times"):
+            stat = segment.stat()
+            key = (str(segment), stat.st_size, stat.st_mtime_ns, self.experiment_id)
+            span = SEGMENT_SPANS.get(key)
+            if span is not None and (span[1] < lo or span[0] > hi):
+                continue
+            times = _with_optional_columns(_read_stream_tolerantly(segment, "node_times"), "node_times")
+            if len(times):
+                SEGMENT_SPANS[key] = (
+                    pc.min(times.column("graph_id")).as_py(),
+                    pc.max(times.column("graph_id")).as_py(),
+                )
+                while len(SEGMENT_SPANS) > SEGMENT_TOTALS_KEPT:
+                    SEGMENT_SPANS.pop(next(iter(SEGMENT_SPANS)))
+            keep = pc.and_(pc.is_in(times.column("graph_id"), value_set=wanted),
+                           pc.is_in(times.column("graph_id"), value_set=finished))  # fmt: skip
+            parts.append(times.filter(keep))
+        journaled = self._journaled_node_times()
+        parts.append(journaled.filter(pc.is_in(journaled.column("graph_id"), value_set=wanted)))
+        return pa.concat_tables(parts).to_pandas()
 
     def _describe_nodes(self, graphs: pd.DataFrame, node_times: pd.DataFrame) -> pd.DataFrame:
         nodes = graphs[["graph_id", "structure_id"]].merge(self.raw("structure_nodes"), on="structure_id")
@@ -416,11 +490,24 @@ class Run:
                 data = pa.concat_tables([_read_stream_tolerantly(path, table) for path in files])
         except (pa.ArrowInvalid, OSError) as error:
             raise RunFormatError(f"{files[0]} cannot be read as a table: {error}") from None
-        for column in OPTIONAL_COLUMNS.get(table, ()):
-            if column not in data.schema.names:  # a run from before the column existed
-                field = TABLES[table].field(column)
-                data = data.append_column(field, pa.nulls(len(data), field.type))
-        return data
+        return _with_optional_columns(data, table)
+
+
+# Totals of finished stream segments of runs being recorded, by (file, size, mtime, run):
+# a live viewer re-opening a growing run sums them with the newest segment's.
+SEGMENT_TOTALS: dict[tuple[str, int, int, str], dict[str, pa.Table]] = {}
+SEGMENT_TOTALS_KEPT = 256
+SEGMENT_SPANS: dict[tuple[str, int, int, str], tuple[int, int]] = {}  # the graph ids a segment holds
+
+
+def _with_optional_columns(data: pa.Table, table: str) -> pa.Table:
+    """A table as an older ggml-viz or an older segment wrote it, with the columns added
+    since as nulls."""
+    for column in OPTIONAL_COLUMNS.get(table, ()):
+        if column not in data.schema.names:
+            field = TABLES[table].field(column)
+            data = data.append_column(field, pa.nulls(len(data), field.type))
+    return data
 
 
 def decode_tensor(data: bytes, ggml_type: str, shape: tuple[int, ...]) -> np.ndarray:

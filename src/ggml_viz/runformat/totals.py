@@ -123,3 +123,20 @@ def read_totals(run_dir: Path, experiment_id: str) -> dict[str, pa.Table] | None
             return None
         totals[name] = table.select(schema.names).cast(schema)
     return totals
+
+
+_KEYS = {NODE_TOTALS: ["phase", "structure_id", "node_index"], GRAPH_OP_TOTALS: ["graph_id", "op"]}
+
+
+def merge_totals(parts: list[dict[str, pa.Table]]) -> dict[str, pa.Table]:
+    """Totals of several parts of a run (its stream segments, its journal) as the totals of
+    the whole: sums of sums (a wait total stays null where no part saw a wait)."""
+    merged = {}
+    for name, schema in TOTALS_SCHEMAS.items():
+        keys = _KEYS[name]
+        values = [column for column in schema.names if column not in keys]
+        table = pa.concat_tables([part[name].cast(schema) for part in parts] or [schema.empty_table()])
+        summed = table.group_by(keys).aggregate([(column, "sum") for column in values])
+        summed = summed.rename_columns([column.removesuffix("_sum") for column in summed.column_names])
+        merged[name] = summed.select(schema.names).cast(schema).sort_by([(key, "ascending") for key in keys])
+    return merged

@@ -175,7 +175,7 @@ def create_app(registry: RunRegistry, *, host: str, port: int, token: str) -> tu
     def event(request: Request) -> Response:
         view = view_of(request)
         index = int(request.path_params["event"])
-        if not 0 <= index < len(view.ev_graph):
+        if not 0 <= index < view.n_events:
             raise _NotFound("no such event")
         return _json(view.event_row(index))
 

@@ -1,11 +1,16 @@
 """What the web UI shows, computed on the server from one run.
 
-`RunView` loads a run once into flat numpy arrays (one entry per node event) and answers
-the UI's questions from them: a timeline window at the browser's pixel width (level of
-detail: nodes narrower than a pixel are summed per pixel column, so the browser never
-holds a million bars), one node's details, a graph's layout, the memory tracks, the
-statistics and pages of the event log. Times go to the browser in nanoseconds relative
-to the run's first graph.
+`RunView` opens a run and keeps what is small (graphs, tensor descriptions, each graph
+structure's nodes) and answers the UI's questions without building the run's node events:
+a node event is numbered by its graph's first event plus its index in the graph, and its
+description comes from its structure. A timeline window reads the node times of the
+graphs in view (a few Parquet row groups, cached a chunk of graphs at a time), and a
+window over many graphs is drawn from the stored per-graph op totals or, for the whole
+run, from time bins computed once (nodes narrower than a pixel are summed per pixel
+column, so the browser never holds a million bars). The statistics come from the node
+totals; the event log's filters from each node's place in its structure, with the times
+of the graphs a time window meets. Times go to the browser in nanoseconds relative to the
+run's first graph.
 """
 
 from __future__ import annotations
@@ -78,32 +83,14 @@ class EventFilter:
     file_hi: int | None = None
 
 
-class _LoadedOnUse:
-    """An array of RunView with one entry per node event: every event is loaded (see
-    RunView._load_events) the first time one of them is read."""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    def __get__(self, view: Any, owner: type | None = None) -> Any:
-        if view is None:
-            return self
-        view._load_events()
-        return view.__dict__[self.name]
-
-
 class RunView:
     """One run, ready for the UI."""
-
-    ev_graph, ev_node, ev_structure, ev_context = _LoadedOnUse(), _LoadedOnUse(), _LoadedOnUse(), _LoadedOnUse()
-    ev_tensor, ev_layer, ev_op, ev_key = _LoadedOnUse(), _LoadedOnUse(), _LoadedOnUse(), _LoadedOnUse()
-    ev_start, ev_end, ev_wait, ev_timed = _LoadedOnUse(), _LoadedOnUse(), _LoadedOnUse(), _LoadedOnUse()
 
     def __init__(self, run_id: str, path: Path) -> None:
         self.run_id = run_id
         self.path = path
         self.run: Run = open_run(path)
-        self._filter_cache: tuple[EventFilter, np.ndarray] | None = None
+        self._filter_cache: tuple[EventFilter, tuple[np.ndarray, np.ndarray, Any]] | None = None
         self._prepare()
 
     # -- loading ---------------------------------------------------------------------
@@ -137,37 +124,6 @@ class RunView:
         self.n_events = int(self.graph_first_event[-1])
         self._prepare_lanes()
 
-    def _load_events(self) -> None:
-        """Every node event as flat arrays (the event log's filters and search): built on
-        first use; the timeline and the statistics do without."""
-        run, graphs, structure = self.run, self.graphs, self.structure
-        events = graphs[["graph_id", "structure_id", "context_id"]].merge(structure, on="structure_id")
-        events = events.sort_values(["graph_id", "node_index"], ignore_index=True)
-        arrays: dict[str, np.ndarray] = {
-            "ev_graph": events["graph_id"].to_numpy(np.int32),
-            "ev_node": events["node_index"].to_numpy(np.int32),
-            "ev_structure": events["structure_id"].to_numpy(np.int32),
-            "ev_context": events["context_id"].to_numpy(np.int32),
-            "ev_tensor": events["tensor_id"].to_numpy(np.int32),
-            "ev_layer": events["layer"].to_numpy(np.int32),  # the node's layer, inferred from its graph
-        }
-        no_ops = np.zeros(len(events), np.int16)
-        arrays["ev_op"] = self.tensor_op[arrays["ev_tensor"]] if len(self.tensor_op) else no_ops
-        times = run.raw("node_times")
-        start = np.full(len(events), -1, dtype=np.int64)
-        end = np.full(len(events), -1, dtype=np.int64)
-        wait = np.full(len(events), -1, dtype=np.int64)  # -1: not seen
-        key = _event_key(arrays["ev_graph"], arrays["ev_node"])  # sorted: events are in (graph, node) order
-        if len(times) and len(events):
-            time_key = _event_key(times["graph_id"].to_numpy(np.int32), times["node_index"].to_numpy(np.int32))
-            position = np.searchsorted(key, time_key)
-            found = (position < len(key)) & (key[np.minimum(position, len(key) - 1)] == time_key)
-            start[position[found]] = times["start_ns"].to_numpy()[found] - self.origin_ns
-            end[position[found]] = times["end_ns"].to_numpy()[found] - self.origin_ns
-            wait[position[found]] = times["wait_ns"].fillna(-1).to_numpy(np.int64)[found]
-        arrays.update(ev_key=key, ev_start=start, ev_end=end, ev_wait=wait, ev_timed=start >= 0)
-        self.__dict__.update(arrays)
-
     def _prepare_lanes(self) -> None:
         """Per context, its graphs in time order (their node events are read per window)."""
         self.lanes: list[dict[str, Any]] = []
@@ -198,6 +154,11 @@ class RunView:
     def graph_rows(self, graph_ids: np.ndarray) -> np.ndarray:
         """Row positions in `graphs` (sorted by graph_id; ids need not start at 0 or be dense)."""
         return np.searchsorted(self.graphs["graph_id"].to_numpy(), graph_ids)
+
+    @property
+    def n_timed(self) -> int:
+        """Node events timed on their own."""
+        return int(self.run.node_totals["timed"].sum())
 
     @property
     def duration_ns(self) -> int:
@@ -371,20 +332,22 @@ class RunView:
 
     def _timed_events_of(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The timed node events of the graphs at `rows`: event numbers, start, end, op."""
-        if "ev_start" in self.__dict__:  # every event is loaded already
-            events = np.concatenate([np.arange(self.graph_first_event[r], self.graph_first_event[r + 1])
-                                     for r in rows.tolist()] or [np.zeros(0, np.int64)])  # fmt: skip
-            events = events[self.ev_timed[events]]
-            return events, self.ev_start[events], self.ev_end[events], self.ev_op[events]
-        parts = [self._chunk_events(chunk) for chunk in np.unique(rows // EVENT_CHUNK_GRAPHS).tolist()]
-        events, start, end, ops, row = (np.concatenate(column) for column in zip(*parts, strict=True))
+        events, start, end, ops, row, _ = self._chunk_events_of(rows)
         keep = np.isin(row, rows)
         return events[keep], start[keep], end[keep], ops[keep]
+
+    def _chunk_events_of(self, rows: np.ndarray) -> tuple[np.ndarray, ...]:
+        """_chunk_events of every chunk holding one of the graph rows, joined."""
+        parts = [self._chunk_events(chunk) for chunk in np.unique(rows // EVENT_CHUNK_GRAPHS).tolist()]
+        if not parts:
+            return tuple(np.zeros(0, np.int64) for _ in range(6))
+        return tuple(np.concatenate(column) for column in zip(*parts, strict=True))
 
     @functools.lru_cache(maxsize=32)  # noqa: B019 - one RunView per open run; a pan reuses its chunks
     def _chunk_events(self, chunk: int) -> tuple[np.ndarray, ...]:
         """The timed events of graph rows [chunk * EVENT_CHUNK_GRAPHS, ...): event numbers,
-        start, end, op and graph row, read from the run's node times for those graphs."""
+        start, end, op, graph row and wait (-1: not seen), read from the run's node times for
+        those graphs."""
         rows = np.arange(chunk * EVENT_CHUNK_GRAPHS, min((chunk + 1) * EVENT_CHUNK_GRAPHS, len(self.graphs)))
         times = self.run.node_times_of(self.graphs["graph_id"].to_numpy()[rows].tolist())
         row = self.graph_rows(times["graph_id"].to_numpy())
@@ -398,6 +361,7 @@ class RunView:
             times["end_ns"].to_numpy(np.int64) - self.origin_ns,
             self.tensor_op[tensor] if len(self.tensor_op) else np.zeros(len(row), np.int16),
             row,
+            times["wait_ns"].fillna(-1).to_numpy(np.int64),
         )
 
     # -- one node --------------------------------------------------------------------
@@ -521,9 +485,18 @@ class RunView:
             return []
         names = self.tensors["name"].str.lower()
         ops = self.tensors["op"].str.lower()
-        matching = self.tensors.loc[names.str.contains(query, regex=False) | ops.str.contains(query, regex=False)]
-        hits = np.flatnonzero(np.isin(self.ev_tensor, matching["tensor_id"].to_numpy()) & self.ev_timed)
-        return [self.event_row(int(event)) for event in hits[:SEARCH_LIMIT]]
+        matching = names.str.contains(query, regex=False) | ops.str.contains(query, regex=False)
+        tensor_ok = np.zeros(len(self.tensor_op), dtype=bool)
+        tensor_ok[self.tensors.loc[matching, "tensor_id"].to_numpy()] = True
+        passing = self._passing_nodes(tensor_ok, None, None)
+        hits: list[int] = []
+        for rows in np.array_split(np.arange(len(self.graphs)), max(1, len(self.graphs) // EVENT_CHUNK_GRAPHS)):
+            events, *_ = self._chunk_events_of(rows)
+            structure_node = self._event_structure_node(events)
+            hits += events[passing[structure_node]].tolist()[: SEARCH_LIMIT - len(hits)]
+            if len(hits) >= SEARCH_LIMIT:
+                break
+        return self.event_rows(np.array(hits, dtype=np.int64))
 
     # -- graphs ----------------------------------------------------------------------
 
@@ -546,9 +519,11 @@ class RunView:
         nodes = nodes[nodes["structure_id"] == structure_id].sort_values("node_index")
         edges = self.run.raw("edges")
         edges = edges[edges["structure_id"] == structure_id]
-        in_graph = self.ev_graph == graph_id
-        durations = np.where(self.ev_timed[in_graph], self.ev_end[in_graph] - self.ev_start[in_graph], -1)
-        duration_by_node = dict(zip(self.ev_node[in_graph].tolist(), durations.tolist(), strict=True))
+        row = self.graph_rows(np.array([graph_id]))
+        events, start, end, _ = self._timed_events_of(row)
+        nodes_timed = events - self.graph_first_event[row[0]]
+        duration_by_node = {node: -1 for node in nodes["node_index"].tolist()}
+        duration_by_node.update(zip(nodes_timed.tolist(), (end - start).tolist(), strict=True))
         return cast(GraphPayload, graph_view(nodes, edges, self.tensors, duration_by_node, layer, graph_id))
 
     # -- memory ----------------------------------------------------------------------
@@ -692,40 +667,102 @@ class RunView:
     # -- event log -------------------------------------------------------------------
 
     def events(self, where: EventFilter, offset: int, limit: int) -> EventsPayload:
-        mask_index = self._filtered(where)
+        """A page of the node events passing the filters, in (graph, node) order. Filters of
+        op, name, layer and file region depend on a node's place in its structure alone;
+        a time window also reads the times of the graphs at its edges: never every event."""
+        counts, rows, events_of = self._filtered(where)
+        total = int(counts.sum())
         limit = max(0, min(limit, EVENT_PAGE_LIMIT))
-        page = mask_index[offset : offset + limit]
-        return {"total": int(len(mask_index)), "offset": offset, "rows": [self.event_row(int(e)) for e in page]}
+        before = np.cumsum(counts) - counts
+        page: list[int] = []
+        position = int(np.searchsorted(before, offset, side="right")) - 1 if len(rows) else 0
+        while len(page) < limit and 0 <= position < len(rows):
+            skip = max(0, offset - int(before[position])) if not page else 0
+            page += events_of(int(rows[position]))[skip : skip + limit - len(page)].tolist()
+            position += 1
+        return {"total": total, "offset": offset, "rows": self.event_rows(np.array(page, dtype=np.int64))}
 
-    def _filtered(self, where: EventFilter) -> np.ndarray:
+    def _filtered(self, where: EventFilter) -> tuple[np.ndarray, np.ndarray, Any]:
+        """For the graphs that may hold events passing `where`: how many do (per graph), the
+        graphs' rows, and a function giving a graph row's passing event numbers."""
         if self._filter_cache is not None and self._filter_cache[0] == where:
             return self._filter_cache[1]
-        mask = np.ones(len(self.ev_graph), dtype=bool)
+        tensor_ok = np.ones(len(self.tensor_op), dtype=bool)
         if where.op:
-            codes = [code for code, op in enumerate(self.ops) if op == where.op.upper()]
-            mask &= np.isin(self.ev_op, codes)
+            tensor_ok &= np.isin(self.tensor_op, [code for code, op in enumerate(self.ops) if op == where.op.upper()])
         if where.name:
             names = self.tensors["name"].str.lower().str.contains(where.name.lower(), regex=False)
-            mask &= np.isin(self.ev_tensor, self.tensors.loc[names, "tensor_id"].to_numpy())
-        if where.layer is not None:
-            mask &= self.ev_layer == where.layer
-        if where.t0 is not None:
-            mask &= self.ev_timed & (self.ev_end > where.t0)
-        if where.t1 is not None:
-            mask &= self.ev_timed & (self.ev_start < where.t1)
+            named = np.zeros(len(self.tensor_op), dtype=bool)
+            named[self.tensors.loc[names, "tensor_id"].to_numpy()] = True
+            tensor_ok &= named
+        readers = None
         if where.file_lo is not None and where.file_hi is not None:
-            mask &= self._reads_file_range(where.file_lo, where.file_hi)
-        index = np.flatnonzero(mask)
-        self._filter_cache = (where, index)
-        return index
+            regions = self.run.memory_map
+            weights = regions[(regions["kind"] == "tensor") & (regions["end"] > where.file_lo)
+                              & (regions["start"] < where.file_hi)]  # fmt: skip
+            readers = self._weight_readers(weights["name"])
+        passing = self._passing_nodes(tensor_ok, where.layer, readers)
+        structure = self.graphs["structure_id"].to_numpy()
+        per_structure = np.bincount(self._structure_of_row, weights=passing, minlength=1)
+        rows = np.arange(len(self.graphs))
+        timed_window = where.t0 is not None or where.t1 is not None
+        t0 = where.t0 if where.t0 is not None else -(1 << 62)
+        t1 = where.t1 if where.t1 is not None else 1 << 62
+        if timed_window:  # graphs meeting the window; their events must be timed and meet it too
+            start = self.graphs["start_ns"].to_numpy(np.int64) - self.origin_ns
+            end = self.graphs["end_ns"].to_numpy(np.int64) - self.origin_ns
+            rows = rows[(end > t0) & (start < t1)]
 
-    def _reads_file_range(self, lo: int, hi: int) -> np.ndarray:
-        """Events whose node reads a weight with file bytes in [lo, hi)."""
-        regions = self.run.memory_map
-        weights = regions[(regions["kind"] == "tensor") & (regions["end"] > lo) & (regions["start"] < hi)]
-        readers = self._weight_readers(weights["name"])
-        reader_keys = _event_key(readers["structure_id"].to_numpy(np.int32), readers["node_index"].to_numpy(np.int32))
-        return np.isin(_event_key(self.ev_structure, self.ev_node), reader_keys)
+        def events_of(row: int) -> np.ndarray:
+            first = int(self.graph_first_event[row])
+            if not timed_window:
+                nodes = np.flatnonzero(passing[self._structure_rows(structure[row])])
+                return first + nodes
+            events, start, end, *_ = self._chunk_events(row // EVENT_CHUNK_GRAPHS)
+            mine = (events >= first) & (events < self.graph_first_event[row + 1]) & (end > t0) & (start < t1)
+            events = events[mine]
+            return events[passing[self._event_structure_node(events)]]
+
+        counts = per_structure[structure[rows]] if not timed_window else np.array(
+            [len(events_of(int(row))) for row in rows], dtype=np.int64)  # fmt: skip
+        result: tuple[np.ndarray, np.ndarray, Any] = (counts.astype(np.int64), rows, events_of)
+        self._filter_cache = (where, result)
+        return result
+
+    def _passing_nodes(self, tensor_ok: np.ndarray, layer: int | None, readers: pd.DataFrame | None) -> np.ndarray:
+        """Per row of `structure` (a node of a structure): whether it passes the filters that
+        depend on the node alone."""
+        tensor = self.structure["tensor_id"].to_numpy()
+        passing = tensor_ok[tensor] if len(tensor_ok) else np.zeros(len(tensor), dtype=bool)
+        if layer is not None:
+            passing &= self.structure["layer"].to_numpy() == layer
+        if readers is not None:
+            keys = _event_key(self.structure["structure_id"].to_numpy(np.int32),
+                              self.structure["node_index"].to_numpy(np.int32))  # fmt: skip
+            wanted = _event_key(readers["structure_id"].to_numpy(np.int32), readers["node_index"].to_numpy(np.int32))
+            passing &= np.isin(keys, wanted)
+        return passing
+
+    def _structure_rows(self, structure_id: int) -> slice:
+        """The rows of `structure` holding one structure's nodes (in node order)."""
+        first = int(self.structure_first[structure_id])
+        return slice(first, first + int(self._structure_size[structure_id]))
+
+    @cached_property
+    def _structure_size(self) -> pd.Series:
+        return self.structure.groupby("structure_id").size()
+
+    @cached_property
+    def _structure_of_row(self) -> np.ndarray:
+        """Per row of `structure`, its structure id (for counting passing nodes per structure)."""
+        return self.structure["structure_id"].to_numpy(np.int64)
+
+    def _event_structure_node(self, events: np.ndarray) -> np.ndarray:
+        """Each event's row in `structure` (its structure's node)."""
+        row = np.searchsorted(self.graph_first_event, events, side="right") - 1
+        node = events - self.graph_first_event[row]
+        first = self.structure_first.reindex(self.graphs["structure_id"].to_numpy()[row]).to_numpy(np.int64)
+        return first + node
 
     def _weight_readers(self, names: Any) -> pd.DataFrame:
         """(structure_id, node_index, name) of each node that reads a weight of these names."""
@@ -745,27 +782,44 @@ class RunView:
         keys = _event_key(readers["structure_id"].to_numpy(np.int32), readers["node_index"].to_numpy(np.int32))
         for key, name in zip(keys.tolist(), readers["name"].tolist(), strict=True):
             by_node.setdefault(key, []).append(index_of[name])
-        event_keys = _event_key(self.ev_structure[events], self.ev_node[events]).tolist()
+        at = self._event_structure_node(np.asarray(events, dtype=np.int64))
+        event_keys = _event_key(self.structure["structure_id"].to_numpy(np.int32)[at],
+                                self.structure["node_index"].to_numpy(np.int32)[at]).tolist()  # fmt: skip
         ranges = {"start": weights["start"].astype(int).tolist(), "end": weights["end"].astype(int).tolist()}
         return ranges, [by_node.get(key, []) for key in event_keys]
 
     def event_row(self, event: int) -> EventRow:
-        tensor = int(self.ev_tensor[event])
-        row = self.tensors.iloc[tensor] if tensor < len(self.tensors) else None
-        timed = bool(self.ev_timed[event])
-        return {
-            "event": event,
-            "graph_id": int(self.ev_graph[event]),
-            "node_index": int(self.ev_node[event]),
-            "start_ns": int(self.ev_start[event]) if timed else None,
-            "duration_ns": int(self.ev_end[event] - self.ev_start[event]) if timed else None,
-            "wait_ns": int(self.ev_wait[event]) if timed and self.ev_wait[event] >= 0 else None,
-            "op": self.ops[int(self.ev_op[event])],
-            "name": self.tensor_names[tensor] if row is not None else "",
-            "layer": None if self.ev_layer[event] == NO_LAYER else int(self.ev_layer[event]),
-            "type": row["type"] if row is not None else "",
-            "shape": _shape(row["ne0"], row["ne1"], row["ne2"], row["ne3"]) if row is not None else "",
-        }
+        return self.event_rows(np.array([event], dtype=np.int64))[0]
+
+    def event_rows(self, events: np.ndarray) -> list[EventRow]:
+        """The event log's rows for these event numbers (in one pass)."""
+        events = np.asarray(events, dtype=np.int64)
+        at = self._event_structure_node(events)
+        graph_row = np.searchsorted(self.graph_first_event, events, side="right") - 1
+        tensor = self.structure["tensor_id"].to_numpy()[at]
+        layer = self.structure["layer"].to_numpy()[at]
+        node = self.structure["node_index"].to_numpy()[at]
+        timed_events, start, end, _, _, wait = self._chunk_events_of(np.unique(graph_row))
+        found = np.minimum(np.searchsorted(timed_events, events), max(len(timed_events) - 1, 0))
+        timed = (timed_events[found] == events) if len(timed_events) else np.zeros(len(events), dtype=bool)
+        described = self.tensors.set_index("tensor_id").reindex(tensor)
+        rows: list[EventRow] = []
+        for i, event in enumerate(events.tolist()):
+            j, known = int(found[i]), bool(timed[i])
+            rows.append({
+                "event": event,
+                "graph_id": int(self.graphs["graph_id"].iat[int(graph_row[i])]),
+                "node_index": int(node[i]),
+                "start_ns": int(start[j]) if known else None,
+                "duration_ns": int(end[j] - start[j]) if known else None,
+                "wait_ns": int(wait[j]) if known and wait[j] >= 0 else None,
+                "op": self.ops[int(self.tensor_op[tensor[i]])] if len(self.tensor_op) else "",
+                "name": str(self.tensor_names[tensor[i]]) if len(self.tensor_names) else "",
+                "layer": None if layer[i] == NO_LAYER else int(layer[i]),
+                "type": str(described["type"].iat[i]),
+                "shape": _shape(*(described[f"ne{d}"].iat[i] for d in range(4))),
+            })  # fmt: skip
+        return rows
 
 
 def json_safe(value: Any) -> Any:
