@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,30 +15,18 @@ import pytest
 import ggml_viz
 from ggml_viz.ui.server import make_viewer
 
+from ..browser import chromium
 from .smollm2 import greedy, load_model
 
 pytestmark = [pytest.mark.model, pytest.mark.browser]
 
-DEBIAN_CHROMIUM = "/usr/bin/chromium"
-CHROMIUM = DEBIAN_CHROMIUM if Path(DEBIAN_CHROMIUM).exists() else (shutil.which("chromium") or DEBIAN_CHROMIUM)
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]  # fmt: skip
 VIEWS = ["overview", "timeline", "graph", "memory", "stats", "events"]
 
 
 @pytest.fixture(scope="module")
 def browser():
-    if not Path(CHROMIUM).exists():
-        message = f"Chromium is not installed ({CHROMIUM}); `.ci/run` installs Debian's chromium"
-        if os.environ.get("GGML_VIZ_REQUIRE_BROWSER"):
-            pytest.fail(message)
-        pytest.skip(message)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
+    with chromium() as launched:
+        yield launched
 
 
 @pytest.fixture(scope="module")

@@ -47,7 +47,7 @@ def expected(view: RunView, where: EventFilter) -> list[tuple[int, int]]:
 def test_every_page_is_the_events_filtering_all_of_them_gives(view, where, chunk, monkeypatch):
     monkeypatch.setattr(data, "EVENT_CHUNK_GRAPHS", chunk)
     view._filter_cache = None
-    view._chunk_events.cache_clear()
+    view._chunks.clear()
     wanted = expected(view, where)
     got: list[tuple[int, int]] = []
     offset = 0

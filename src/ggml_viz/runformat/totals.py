@@ -46,7 +46,7 @@ TOTALS_SCHEMAS = {
     ),
 }
 # Memory DuckDB may use for the aggregation before it spills to disk: the reader's bound.
-DUCKDB_MEMORY = "1GB"
+DUCKDB_MEMORY = "768MB"
 
 _NODE_TOTALS_SQL = """
     select g.phase, g.structure_id, t.node_index, count(*) as timed,

@@ -15,7 +15,6 @@ run's first graph.
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 from functools import cached_property
@@ -65,6 +64,7 @@ from .payloads import (
 DETAIL_LIMIT = 4000  # a window holding more node bars than this is summed per pixel column
 WINDOW_EVENT_LIMIT = 400_000  # a window over more node events is drawn from per-graph op totals
 EVENT_CHUNK_GRAPHS = 256  # graphs whose node times a timeline window reads together
+CHUNKS_KEPT = 32  # chunks of node times a RunView keeps
 OVERVIEW_BINS = 16_384  # time bins of a run's whole-run timeline (see _overview_bins)
 EVENT_PAGE_LIMIT = 500
 SEARCH_LIMIT = 200
@@ -91,6 +91,7 @@ class RunView:
         self.path = path
         self.run: Run = open_run(path)
         self._filter_cache: tuple[EventFilter, tuple[np.ndarray, np.ndarray, Any]] | None = None
+        self._chunks: dict[int, tuple[np.ndarray, ...]] = {}  # _chunk_events, by chunk
         self._prepare()
 
     # -- loading ---------------------------------------------------------------------
@@ -343,11 +344,19 @@ class RunView:
             return tuple(np.zeros(0, np.int64) for _ in range(6))
         return tuple(np.concatenate(column) for column in zip(*parts, strict=True))
 
-    @functools.lru_cache(maxsize=32)  # noqa: B019 - one RunView per open run; a pan reuses its chunks
     def _chunk_events(self, chunk: int) -> tuple[np.ndarray, ...]:
         """The timed events of graph rows [chunk * EVENT_CHUNK_GRAPHS, ...): event numbers,
         start, end, op, graph row and wait (-1: not seen), read from the run's node times for
-        those graphs."""
+        those graphs. The last CHUNKS_KEPT chunks are kept: a pan reuses them."""
+        if chunk in self._chunks:
+            self._chunks[chunk] = self._chunks.pop(chunk)  # the most recently used last
+            return self._chunks[chunk]
+        self._chunks[chunk] = self._read_chunk(chunk)
+        while len(self._chunks) > CHUNKS_KEPT:
+            self._chunks.pop(next(iter(self._chunks)))
+        return self._chunks[chunk]
+
+    def _read_chunk(self, chunk: int) -> tuple[np.ndarray, ...]:
         rows = np.arange(chunk * EVENT_CHUNK_GRAPHS, min((chunk + 1) * EVENT_CHUNK_GRAPHS, len(self.graphs)))
         times = self.run.node_times_of(self.graphs["graph_id"].to_numpy()[rows].tolist())
         row = self.graph_rows(times["graph_id"].to_numpy())
