@@ -68,7 +68,7 @@ def main() -> None:
         viewer = make_viewer(path, port=0)
         load_s = time.perf_counter() - start
         view = viewer.registry.view("r0")
-        events, duration = len(view.ev_graph), view.duration_ns
+        events, duration = view.n_events, view.duration_ns
         print(f"{events:,} node events in {args.graphs:,} graphs; server ready in {load_s:.2f} s (read and prepared)")
         viewer.serve_in_background()
         base = viewer.url.split("/?")[0]
