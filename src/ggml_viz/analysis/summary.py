@@ -113,18 +113,16 @@ def weight_reads(run: Run) -> dict[str, Any]:
     edges = run.structure_edges
     disk = edges[edges["memory"] == "disk"]
     per_structure = disk.groupby("structure_id")["src_bytes_read"].sum()  # the bytes really read: GET_ROWS its rows
-    per_graph = graphs["structure_id"].map(per_structure).fillna(0).astype("int64")
-    per_step = per_graph[(graphs["phase"] == "decode").to_numpy()]
-    has_disk = graphs["structure_id"].isin(per_structure.index).to_numpy()
+    reading = graphs[graphs["structure_id"].isin(per_structure.index)]  # the graphs that read the file
+    per_graph = reading["structure_id"].map(per_structure).astype("int64")
+    per_step = per_graph[reading["phase"] == "decode"]
     ops = run.raw("tensors").set_index("tensor_id")["op_base"]
     node_tensor = run.raw("structure_nodes").set_index(["structure_id", "node_index"])["tensor_id"]
     readers = ops.reindex(node_tensor.reindex(pd.MultiIndex.from_frame(disk[["structure_id", "node_index"]])))
     weights = edges[edges["src_usage"] == "weights"]
     return {
-        "weight_bytes_per_graph": int(per_graph[has_disk].median()) if has_disk.any() else 0,
-        "weight_bytes_per_decode_step": int(per_step[has_disk[(graphs["phase"] == "decode").to_numpy()]].median())
-        if (has_disk & (graphs["phase"] == "decode").to_numpy()).any()
-        else 0,
+        "weight_bytes_per_graph": int(per_graph.median()) if len(per_graph) else 0,
+        "weight_bytes_per_decode_step": int(per_step.median()) if len(per_step) else 0,
         # MUL_MAT_ID counts every expert's slice: which experts a token selected is not recorded
         "all_experts_counted": bool((readers.to_numpy() == "MUL_MAT_ID").any()),
         "weights_read": int(disk["src_tensor_id"].nunique()),

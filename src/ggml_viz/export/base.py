@@ -3,10 +3,10 @@ trace arguments (name, op, type, shape, layer, where the node's sources live).""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -16,6 +16,7 @@ from ..runformat.reader import Run
 # Node events are read and written this many graphs at a time: an export of any length
 # holds one chunk of events in memory, not the run.
 CHUNK_GRAPHS = 2_000
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -42,12 +43,16 @@ def window_graphs(run: Run, options: ExportOptions) -> pd.DataFrame:
     return graphs
 
 
+def in_chunks(items: Sequence[T]) -> Iterator[Sequence[T]]:
+    """`items`, CHUNK_GRAPHS at a time: the graphs an export holds in memory at once."""
+    for first in range(0, len(items), CHUNK_GRAPHS):
+        yield items[first : first + CHUNK_GRAPHS]
+
+
 def timed_event_chunks(run: Run, graph_ids: Iterable[int]) -> Iterator[pd.DataFrame]:
     """timed_events, CHUNK_GRAPHS graphs at a time (each chunk in time order)."""
-    ids = sorted(int(g) for g in graph_ids)
-    chunk = CHUNK_GRAPHS
-    for first in range(0, len(ids), chunk):
-        yield _timed_events(run, run.nodes_of(ids[first : first + chunk]))
+    for chunk in in_chunks(sorted(int(g) for g in graph_ids)):
+        yield _timed_events(run, run.nodes_of(list(chunk)))
 
 
 class Exporter:

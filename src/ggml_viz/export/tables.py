@@ -16,8 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..runformat.reader import Run
-from . import base
-from .base import Exporter, ExportOptions, window_graphs
+from .base import Exporter, ExportOptions, in_chunks, window_graphs
 
 TABLE_NAMES = ("graphs", "nodes", "edges", "tokens", "buffers", "tensors", "memory_map")
 PER_GRAPH = ("graphs", "tokens")  # small tables, one row per graph or token: cut to the window
@@ -27,7 +26,7 @@ def reader_tables(run: Run, options: ExportOptions) -> Iterator[tuple[str, Itera
     """Each table, as the chunks to write one after the other."""
     graphs = window_graphs(run, options)
     ids = sorted(graphs["graph_id"].tolist())
-    chunks = [ids[first : first + base.CHUNK_GRAPHS] for first in range(0, len(ids), base.CHUNK_GRAPHS)]
+    chunks = list(in_chunks(ids))
     for name in TABLE_NAMES:
         if name == "nodes":
             yield name, (run.nodes_of(chunk) for chunk in chunks)

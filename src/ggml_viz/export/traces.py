@@ -18,8 +18,7 @@ from ..analysis.memory import bytes_in_use, kv_cache_fill
 from ..analysis.summary import backends
 from ..runformat.reader import Run
 from ..runformat.schema import NO_ID
-from . import base
-from .base import Exporter, ExportOptions, timed_event_chunks, timed_events, window_graphs
+from .base import Exporter, ExportOptions, in_chunks, timed_event_chunks, timed_events, window_graphs
 
 CHROME_EVENT_WARNING = 1_000_000  # chrome://tracing struggles above this
 PERFETTO_UI_LIMIT = 2 * 2**30  # bytes: ui.perfetto.dev's in-browser trace processor tops out near here
@@ -206,8 +205,7 @@ class PerfettoExporter(Exporter):
         warned = False
         with open(output, "wb") as file:
             # Graph slices with their nodes nested: per graph, begin, nodes in time order, end.
-            for first in range(0, len(slices), base.CHUNK_GRAPHS):
-                chunk = slices[first : first + base.CHUNK_GRAPHS]
+            for chunk in in_chunks(slices):
                 events = timed_events(run, [graph["graph_id"] for graph in chunk])
                 by_graph = dict(tuple(events.groupby("graph_id", sort=False)))
                 for graph in chunk:

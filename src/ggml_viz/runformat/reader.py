@@ -63,8 +63,7 @@ class Run:
         # its bytes, and a summary or a window of the timeline never reads them whole.
         self._raw: dict[str, pa.Table] = {}
         self._pandas: dict[str, pd.DataFrame] = {}  # raw()'s conversions, made once
-        self._journaled = [record for record in journal.read(self.path / journal.JOURNAL_FILE)]
-        self._raw["graphs"] = self._graphs_with_journal()
+        self._raw["graphs"], self._journal_only = self._graphs_with_journal()
         self.manifest["status"] = _effective_status(self.manifest)
 
     def __repr__(self) -> str:
@@ -88,12 +87,14 @@ class Run:
             if table == "structure_nodes":
                 data = self._with_node_layers(data)
             if table in GRAPH_TABLES:
-                finished = self._raw["graphs"].column("graph_id")
+                # rows of finished graphs only (not the one a crash interrupted); the node
+                # times of a graph only the journal held when the run was opened, from it
+                finished = self._stream_graph_ids if table == "node_times" else self._raw["graphs"].column("graph_id")
                 keep = pc.is_in(data.column("graph_id"), value_set=finished)
-                if not pc.all(keep).as_py():  # rows of the graph a crash interrupted
+                if not pc.all(keep).as_py():
                     data = data.filter(keep)
             if table == "node_times":
-                data = pa.concat_tables([data, self._journaled_node_times()])
+                data = pa.concat_tables([data, self._journaled_node_times])
             self._raw[table] = data
         return self._raw[table]
 
@@ -103,7 +104,7 @@ class Run:
         summed, with the node's description (name, op, layer, ...) and how many graphs ran
         that structure in that phase. Every aggregate over node events is one over these
         rows (see runformat/totals.py): stored with a closed run, else computed streaming."""
-        totals = self._totals()[NODE_TOTALS].to_pandas()
+        totals = self._totals[NODE_TOTALS].to_pandas()
         graphs = self.raw("graphs").groupby(["phase", "structure_id"]).size().rename("graphs").reset_index()
         structure = self.raw("structure_nodes")
         totals = graphs.merge(structure, on="structure_id").merge(
@@ -123,17 +124,16 @@ class Run:
     def graph_op_totals(self) -> pd.DataFrame:
         """Per graph and op: the time of its timed nodes (per-step questions, such as an op
         whose time grows with the context)."""
-        return self._totals()[GRAPH_OP_TOTALS].to_pandas()
+        return self._totals[GRAPH_OP_TOTALS].to_pandas()
 
     def totals_table(self, name: str) -> pa.Table:
         """A totals table (NODE_TOTALS or GRAPH_OP_TOTALS) as Arrow, as stored."""
-        return self._totals()[name]
+        return self._totals[name]
 
+    @cached_property
     def _totals(self) -> dict[str, pa.Table]:
-        if "totals" not in self.__dict__:
-            stored = read_totals(self.path, self.experiment_id) if self.status == STATUS_COMPLETE else None
-            self.__dict__["totals"] = stored or self._compute_totals()
-        return self.__dict__["totals"]
+        stored = read_totals(self.path, self.experiment_id) if self.status == STATUS_COMPLETE else None
+        return stored or self._compute_totals()
 
     def _compute_totals(self) -> dict[str, pa.Table]:
         """The totals by DuckDB, streaming the node times (a Parquet file, or the stream and
@@ -164,23 +164,25 @@ class Run:
         """The totals of a run being recorded: each stream segment's, summed with its
         journal's. A segment whose graphs have all finished does not change any more: its
         totals are kept (SEGMENT_TOTALS), so a live view rereads only what is new."""
-        finished = pa.array(sorted(self.arrow("graphs").column("graph_id").to_pylist()), pa.int32())
+        finished = self._stream_graph_ids
         parts = []
         for segment in stream_segments(self.path, "node_times"):
-            stat = segment.stat()
-            key = (str(segment), stat.st_size, stat.st_mtime_ns, self.experiment_id)
+            key = self._segment_key(segment)
             part = SEGMENT_TOTALS.get(key)
             if part is None:
-                times = _with_optional_columns(_read_stream_tolerantly(segment, "node_times"), "node_times")
+                times = _read_node_times_segment(segment)
                 done = pc.is_in(times.column("graph_id"), value_set=finished)
                 part = self._totals_of_times(times.filter(done))
                 if pc.all(done).as_py() is not False:  # none of its graphs still to come
-                    SEGMENT_TOTALS[key] = part
-                    while len(SEGMENT_TOTALS) > SEGMENT_TOTALS_KEPT:
-                        SEGMENT_TOTALS.pop(next(iter(SEGMENT_TOTALS)))
+                    _remember(SEGMENT_TOTALS, key, part)
             parts.append(part)
-        parts.append(self._totals_of_times(self._journaled_node_times()))
+        parts.append(self._totals_of_times(self._journaled_node_times))
         return merge_totals(parts)
+
+    def _segment_key(self, segment: Path) -> tuple[str, int, int, str]:
+        """A stream segment as it is now: a segment that grew has another key."""
+        stat = segment.stat()
+        return (str(segment), stat.st_size, stat.st_mtime_ns, self.experiment_id)
 
     def _totals_of_times(self, times: pa.Table) -> dict[str, pa.Table]:
         connection = connect()
@@ -235,20 +237,24 @@ class Run:
             times = self.arrow("node_times")
             wanted = pc.is_in(times.column("graph_id"), value_set=pa.array(graph_ids, pa.int32()))
             return times.filter(wanted).to_pandas()
-        return self._node_times_of_row_groups(parquet, graph_ids)
+        return self._node_times_of_row_groups(graph_ids)
 
-    def _node_times_of_row_groups(self, parquet: Path, graph_ids: list[int]) -> pd.DataFrame:
+    @cached_property
+    def _node_times_row_groups(self) -> tuple[pq.ParquetFile, list[tuple[Any, Any]]]:
+        """The closed run's node times file, and each row group's graph ids (min, max) from
+        its footer's statistics ((None, None) where it has none)."""
+        file = pq.ParquetFile(self.path / ("node_times" + PARQUET_SUFFIX))
+        column = file.schema_arrow.get_field_index("graph_id")
+        spans = []
+        for index in range(file.metadata.num_row_groups):
+            stats = file.metadata.row_group(index).column(column).statistics
+            spans.append((stats.min, stats.max) if stats is not None and stats.has_min_max else (None, None))
+        return file, spans
+
+    def _node_times_of_row_groups(self, graph_ids: list[int]) -> pd.DataFrame:
         """The node times of some graphs of a closed run: only the Parquet row groups whose
-        graph ids (from the footer's statistics, read once) can hold them."""
-        if "_row_groups" not in self.__dict__:
-            file = pq.ParquetFile(parquet)
-            column = file.schema_arrow.get_field_index("graph_id")
-            spans = []
-            for index in range(file.metadata.num_row_groups):
-                stats = file.metadata.row_group(index).column(column).statistics
-                spans.append((stats.min, stats.max) if stats is not None and stats.has_min_max else (None, None))
-            self.__dict__["_row_groups"] = (file, spans)
-        file, spans = self.__dict__["_row_groups"]
+        graph ids can hold them."""
+        file, spans = self._node_times_row_groups
         lo, hi = min(graph_ids), max(graph_ids)
         groups = [i for i, (first, last) in enumerate(spans) if first is None or (first <= hi and last >= lo)]
         data = file.read_row_groups(groups) if groups else file.schema_arrow.empty_table()
@@ -260,26 +266,21 @@ class Run:
         (each segment's graph-id span is kept once read), and the journal."""
         wanted = pa.array(graph_ids, pa.int32())
         lo, hi = min(graph_ids), max(graph_ids)
-        finished = self.arrow("graphs").column("graph_id")
+        finished = self._stream_graph_ids
         parts = []
         for segment in stream_segments(self.path, "node_times"):
-            stat = segment.stat()
-            key = (str(segment), stat.st_size, stat.st_mtime_ns, self.experiment_id)
+            key = self._segment_key(segment)
             span = SEGMENT_SPANS.get(key)
             if span is not None and (span[1] < lo or span[0] > hi):
                 continue
-            times = _with_optional_columns(_read_stream_tolerantly(segment, "node_times"), "node_times")
+            times = _read_node_times_segment(segment)
             if len(times):
-                SEGMENT_SPANS[key] = (
-                    pc.min(times.column("graph_id")).as_py(),
-                    pc.max(times.column("graph_id")).as_py(),
-                )
-                while len(SEGMENT_SPANS) > SEGMENT_TOTALS_KEPT:
-                    SEGMENT_SPANS.pop(next(iter(SEGMENT_SPANS)))
+                graph_id = times.column("graph_id")
+                _remember(SEGMENT_SPANS, key, (pc.min(graph_id).as_py(), pc.max(graph_id).as_py()))
             keep = pc.and_(pc.is_in(times.column("graph_id"), value_set=wanted),
                            pc.is_in(times.column("graph_id"), value_set=finished))  # fmt: skip
             parts.append(times.filter(keep))
-        journaled = self._journaled_node_times()
+        journaled = self._journaled_node_times
         parts.append(journaled.filter(pc.is_in(journaled.column("graph_id"), value_set=wanted)))
         return pa.concat_tables(parts).to_pandas()
 
@@ -308,22 +309,19 @@ class Run:
         graphs = self.raw("graphs").drop_duplicates("structure_id")
         return self._describe_edges(graphs, self.raw("edges")).drop(columns="graph_id")
 
-    def edges_of_graphs(self, graph_ids: Any) -> pd.DataFrame:
-        """The rows of `edges` for some graphs, without building them all."""
+    def edges_of_graphs(self, graph_ids: Any, node_index: int | None = None) -> pd.DataFrame:
+        """The rows of `edges` for some graphs (or one node of each), without building them all."""
         graphs = self.raw("graphs")
         graphs = graphs[graphs["graph_id"].isin([int(g) for g in np.atleast_1d(graph_ids)])]
         edges = self.raw("edges")
-        return self._describe_edges(graphs, edges[edges["structure_id"].isin(graphs["structure_id"])])
-
-    def edges_of(self, graph_id: int, node_index: int | None = None) -> pd.DataFrame:
-        """The rows of `edges` for one graph (or one node of it), without building them all."""
-        graphs = self.raw("graphs")
-        graph = graphs[graphs["graph_id"] == graph_id]
-        edges = self.raw("edges")
-        edges = edges[edges["structure_id"].isin(graph["structure_id"])]
+        edges = edges[edges["structure_id"].isin(graphs["structure_id"])]
         if node_index is not None:
             edges = edges[edges["node_index"] == node_index]
-        return self._describe_edges(graph, edges)
+        return self._describe_edges(graphs, edges)
+
+    def edges_of(self, graph_id: int, node_index: int | None = None) -> pd.DataFrame:
+        """The rows of `edges` for one graph (or one node of it)."""
+        return self.edges_of_graphs([graph_id], node_index)
 
     def _describe_edges(self, graphs: pd.DataFrame, raw_edges: pd.DataFrame) -> pd.DataFrame:
         sources = self.tensors.rename(columns=lambda c: f"src_{c}" if c != "tensor_id" else "src_tensor_id")
@@ -404,26 +402,35 @@ class Run:
         tokens = tokens[list(types)].astype(types)
         return tokens.sort_values(["graph_id", "batch_index"], ignore_index=True)
 
-    def _graphs_with_journal(self) -> pa.Table:
+    def _graphs_with_journal(self) -> tuple[pa.Table, list[tuple[dict[str, Any], dict[str, np.ndarray]]]]:
         """The graphs table, with the graphs a run still open (or cut short) keeps only in
-        its journal."""
+        its journal; and those journal records (row, node times)."""
         graphs = self._read_table("graphs")
         known = set(graphs.column("graph_id").to_pylist())
-        rows = [row for row, _ in self._journaled if row.get("graph_id") not in known]
-        if not rows:
-            return graphs
+        records = [record for record in journal.read(self.path / journal.JOURNAL_FILE)
+                   if record[0].get("graph_id") not in known]  # fmt: skip
+        if not records:
+            return graphs, records
         try:
-            return pa.concat_tables([graphs, pa.Table.from_pylist(rows, schema=graphs.schema)])
+            rows = pa.Table.from_pylist([row for row, _ in records], schema=graphs.schema)
+            return pa.concat_tables([graphs, rows]), records
         except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError, TypeError) as error:
             raise RunFormatError(f"{self.path}: the graph journal is damaged ({error})") from None
 
+    @cached_property
+    def _stream_graph_ids(self) -> pa.Array:
+        """The graphs whose rows the tables held when the run was opened (not those only in
+        its journal): their node times come from the tables."""
+        journaled = pa.array([row["graph_id"] for row, _ in self._journal_only], pa.int32())
+        graph_id = self._raw["graphs"].column("graph_id")
+        return graph_id.filter(pc.invert(pc.is_in(graph_id, value_set=journaled)))
+
+    @cached_property
     def _journaled_node_times(self) -> pa.Table:
+        """The node times of the graphs only the journal holds."""
         schema = TABLES["node_times"]
-        known = set(self._read_table("graphs").column("graph_id").to_pylist())
         parts = [schema.empty_table()]
-        for row, times in self._journaled:
-            if row.get("graph_id") in known:
-                continue
+        for row, times in self._journal_only:
             waits = np.ma.masked_less(times["wait_ns"], 0)
             columns = {"graph_id": np.full(len(times["node_index"]), row["graph_id"], np.int32),
                        "node_index": times["node_index"], "start_ns": times["start_ns"], "end_ns": times["end_ns"],
@@ -496,8 +503,18 @@ class Run:
 # Totals of finished stream segments of runs being recorded, by (file, size, mtime, run):
 # a live viewer re-opening a growing run sums them with the newest segment's.
 SEGMENT_TOTALS: dict[tuple[str, int, int, str], dict[str, pa.Table]] = {}
-SEGMENT_TOTALS_KEPT = 256
 SEGMENT_SPANS: dict[tuple[str, int, int, str], tuple[int, int]] = {}  # the graph ids a segment holds
+SEGMENTS_KEPT = 256  # entries each of those keeps, the oldest forgotten first
+
+
+def _remember(memo: dict[Any, Any], key: Any, value: Any) -> None:
+    memo[key] = value
+    while len(memo) > SEGMENTS_KEPT:
+        memo.pop(next(iter(memo)))
+
+
+def _read_node_times_segment(segment: Path) -> pa.Table:
+    return _with_optional_columns(_read_stream_tolerantly(segment, "node_times"), "node_times")
 
 
 def _with_optional_columns(data: pa.Table, table: str) -> pa.Table:

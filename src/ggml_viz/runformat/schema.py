@@ -180,15 +180,18 @@ CAPTURES_FILE = "captures.bin"
 GRAPH_TABLES = ("graphs", "node_times", "node_values", "captures")
 
 
+def table_metadata(table: str, experiment_id: str) -> dict[bytes, bytes]:
+    """What every file of a run is stamped with: its recording, format version and table."""
+    return {
+        META_EXPERIMENT_ID: experiment_id.encode(),
+        META_FORMAT_VERSION: str(FORMAT_VERSION).encode(),
+        META_TABLE: table.encode(),
+    }
+
+
 def table_schema(table: str, experiment_id: str) -> pa.Schema:
     """The schema of `table`, stamped with the recording's experiment id."""
-    return TABLES[table].with_metadata(
-        {
-            META_EXPERIMENT_ID: experiment_id.encode(),
-            META_FORMAT_VERSION: str(FORMAT_VERSION).encode(),
-            META_TABLE: table.encode(),
-        }
-    )
+    return TABLES[table].with_metadata(table_metadata(table, experiment_id))
 
 
 def stream_segment_name(table: str, segment: int) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .schema import FORMAT_VERSION, META_EXPERIMENT_ID, META_FORMAT_VERSION, META_TABLE, PARQUET_SUFFIX
+from .schema import META_EXPERIMENT_ID, PARQUET_SUFFIX, table_metadata
 
 NODE_TOTALS = "node_totals"
 GRAPH_OP_TOTALS = "graph_op_totals"
@@ -45,6 +45,7 @@ TOTALS_SCHEMAS = {
         ]
     ),
 }
+_KEYS = {NODE_TOTALS: ["phase", "structure_id", "node_index"], GRAPH_OP_TOTALS: ["graph_id", "op"]}  # rows by these
 # Memory DuckDB may use for the aggregation before it spills to disk: the reader's bound.
 DUCKDB_MEMORY = "768MB"
 
@@ -80,10 +81,9 @@ def compute_totals(connection: Any) -> dict[str, pa.Table]:
     """Both totals, from a connection where `node_times`, `graphs`, `structure_nodes` and
     `tensors` are tables or views."""
     totals = {}
-    for name, sql, order in ((NODE_TOTALS, _NODE_TOTALS_SQL, ["phase", "structure_id", "node_index"]),
-                             (GRAPH_OP_TOTALS, _GRAPH_OP_TOTALS_SQL, ["graph_id", "op"])):  # fmt: skip
+    for name, sql in ((NODE_TOTALS, _NODE_TOTALS_SQL), (GRAPH_OP_TOTALS, _GRAPH_OP_TOTALS_SQL)):
         table = connection.sql(sql).to_arrow_table().cast(TOTALS_SCHEMAS[name])
-        totals[name] = table.sort_by([(column, "ascending") for column in order])
+        totals[name] = table.sort_by([(key, "ascending") for key in _KEYS[name]])
     return totals
 
 
@@ -105,9 +105,7 @@ def write_totals(run_dir: Path, totals: dict[str, pa.Table], experiment_id: str)
     for name, table in totals.items():
         path = run_dir / f"{name}{PARQUET_SUFFIX}"
         partial = run_dir / f"{name}{PARQUET_SUFFIX}.partial"
-        metadata = {META_EXPERIMENT_ID: experiment_id.encode(), META_FORMAT_VERSION: str(FORMAT_VERSION).encode(),
-                    META_TABLE: name.encode()}  # fmt: skip
-        pq.write_table(table.replace_schema_metadata(metadata), partial, compression="zstd")
+        pq.write_table(table.replace_schema_metadata(table_metadata(name, experiment_id)), partial, compression="zstd")
         os.replace(partial, path)
 
 
@@ -123,9 +121,6 @@ def read_totals(run_dir: Path, experiment_id: str) -> dict[str, pa.Table] | None
             return None
         totals[name] = table.select(schema.names).cast(schema)
     return totals
-
-
-_KEYS = {NODE_TOTALS: ["phase", "structure_id", "node_index"], GRAPH_OP_TOTALS: ["graph_id", "op"]}
 
 
 def merge_totals(parts: list[dict[str, pa.Table]]) -> dict[str, pa.Table]:

@@ -118,6 +118,7 @@ class RunView:
         structure = run.raw("structure_nodes").sort_values(["structure_id", "node_index"], ignore_index=True)
         self.structure = structure
         sizes = structure.groupby("structure_id").size()
+        self.structure_size = sizes  # nodes per structure
         first = np.concatenate(([0], np.cumsum(sizes.to_numpy())))
         self.structure_first = pd.Series(first[:-1], index=sizes.index)  # a structure's first row in `structure`
         per_graph = graphs["structure_id"].map(sizes).fillna(0).to_numpy(np.int64)
@@ -218,18 +219,23 @@ class RunView:
             }
             rows = lane["graph_row"][graph_slice]
             lanes.append(
-                {"label": lane["label"], "graphs": graph_bars, **self._node_bars(rows, t0, t1, width, ns_per_px)}
+                {"label": lane["label"], "graphs": graph_bars, **self._node_bars(lane, rows, t0, t1, width, ns_per_px)}
             )
         return {"t0": t0, "t1": t1, "width": width, "ops": self.ops, "lanes": lanes}
 
-    def _node_bars(self, rows: np.ndarray, t0: int, t1: int, width: int, ns_per_px: float) -> LaneBars:
+    def _node_bars(
+        self, lane: dict[str, Any], rows: np.ndarray, t0: int, t1: int, width: int, ns_per_px: float
+    ) -> LaneBars:
         """The node bars of the graphs at `rows` meeting [t0, t1): each node, or (more than
         DETAIL_LIMIT of them) the wide ones with the rest summed per pixel column; a window
         over more than WINDOW_EVENT_LIMIT node events is summed per pixel column from each
         graph's time per op, without reading its events."""
         n_events = int((self.graph_first_event[rows + 1] - self.graph_first_event[rows]).sum())
         if n_events > WINDOW_EVENT_LIMIT:
-            return {"nodes": _no_bars(), "columns": self._columns_from_graph_totals(rows, t0, t1, width, ns_per_px)}
+            return {
+                "nodes": _no_bars(),
+                "columns": self._columns_from_graph_totals(lane, rows, t0, t1, width, ns_per_px),
+            }
         events, s, e, ops = self._timed_events_of(rows)
         meets = (e > t0) & (s < t1) | ((e == s) & (s >= t0) & (s < t1))
         order = np.flatnonzero(meets)
@@ -267,7 +273,8 @@ class RunView:
             "fill": np.minimum(total[used] / ns_per_px, 1.0).round(3).tolist(),
         }
 
-    def _columns_from_graph_totals(self, rows: np.ndarray, t0: int, t1: int, width: int, ns_per_px: float
+    def _columns_from_graph_totals(self, lane: dict[str, Any], rows: np.ndarray, t0: int, t1: int, width: int,
+                                   ns_per_px: float
                                    ) -> PixelColumns:  # fmt: skip
         """Pixel columns from each graph's time per op (graph_op_totals), spread evenly over
         the columns the graph spans: the zoomed-out timeline of a long run. A window wider
@@ -277,7 +284,7 @@ class RunView:
         bin_ns = bins["bin_ns"]
         if ns_per_px >= 4 * bin_ns:
             first, last = int(t0 // bin_ns), int(min(np.ceil(t1 / bin_ns), OVERVIEW_BINS))
-            busy = bins["by_lane"][self._lane_of_rows(rows)][first:last]
+            busy = bins["by_lane"][lane["context_id"]][first:last]
             column = np.clip(((np.arange(first, last) * bin_ns - t0) / ns_per_px).astype(np.int64), 0, width - 1)
             cells = np.nonzero(busy)
             return self._columns(column[cells[0]], cells[1].astype(np.int64), busy[cells], width, ns_per_px)
@@ -302,9 +309,6 @@ class RunView:
         repeat = np.repeat(np.arange(len(row)), span)  # each (graph, op) once per column it spans
         column = first[repeat] + (np.arange(len(repeat)) - np.repeat(np.cumsum(span) - span, span))
         return column, op[repeat].astype(np.int64), (time_ns / span)[repeat]
-
-    def _lane_of_rows(self, rows: np.ndarray) -> int:
-        return int(self.graphs["context_id"].to_numpy()[rows[0]]) if len(rows) else 0
 
     @cached_property
     def _overview_bins(self) -> dict[str, Any]:
@@ -712,7 +716,7 @@ class RunView:
             readers = self._weight_readers(weights["name"])
         passing = self._passing_nodes(tensor_ok, where.layer, readers)
         structure = self.graphs["structure_id"].to_numpy()
-        per_structure = np.bincount(self._structure_of_row, weights=passing, minlength=1)
+        per_structure = np.bincount(self.structure["structure_id"].to_numpy(np.int64), weights=passing, minlength=1)
         rows = np.arange(len(self.graphs))
         timed_window = where.t0 is not None or where.t1 is not None
         t0 = where.t0 if where.t0 is not None else -(1 << 62)
@@ -755,16 +759,7 @@ class RunView:
     def _structure_rows(self, structure_id: int) -> slice:
         """The rows of `structure` holding one structure's nodes (in node order)."""
         first = int(self.structure_first[structure_id])
-        return slice(first, first + int(self._structure_size[structure_id]))
-
-    @cached_property
-    def _structure_size(self) -> pd.Series:
-        return self.structure.groupby("structure_id").size()
-
-    @cached_property
-    def _structure_of_row(self) -> np.ndarray:
-        """Per row of `structure`, its structure id (for counting passing nodes per structure)."""
-        return self.structure["structure_id"].to_numpy(np.int64)
+        return slice(first, first + int(self.structure_size[structure_id]))
 
     def _event_structure_node(self, events: np.ndarray) -> np.ndarray:
         """Each event's row in `structure` (its structure's node)."""
