@@ -12,12 +12,18 @@ size, in fresh processes:
 - the viewer's server side: seconds from start to the first whole-run timeline (run
   opened, overview), then a whole-run window, a zoomed one at a new place and a panned one
   (ms, medians), and its peak RSS;
-- a Perfetto export of a 10-graph window from the middle of the run.
+- a Perfetto export of a 10-graph window from the middle of the run;
+- first, the same view figures for a run of 20,000 graphs (11.4M events: a long recording
+  with --ignore-eos) and one of 100, side by side: a long run should open as fast;
+- whole-run speedscope and TensorBoard exports: seconds and peak RSS (TensorBoard once per
+  size, and only up to TENSORBOARD_UP_TO million events: tensorboardX's writer alone takes
+  about two minutes per 10M events).
 
 Targets (issue "Runs of any length"): summary of 1M events <= 1 s, of 100M <= 30 s, peak
 RSS <= 1.5 GB at any size; view: first timeline <= 3 s after start at 100M, whole-run
-window <= 200 ms, zoomed <= 50 ms, RSS <= 2 GB; a 10-graph Perfetto export <= 5 s. Noisy
-shared machines: read medians, and compare sizes with each other, not single times.
+window <= 200 ms, zoomed <= 50 ms, RSS <= 2 GB; a 10-graph Perfetto export <= 5 s. The
+profile exports hold bounded memory: their peak RSS must not grow with the run's events.
+Noisy shared machines: read medians, and compare sizes with each other, not single times.
 
     python benchmarks/scale.py                        # 1M and 10M
     python benchmarks/scale.py --sizes 1 10 100 --repeats 3
@@ -31,11 +37,13 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 NODES_PER_GRAPH = 572  # the synthetic 30-layer graph
 CACHE = Path.home() / ".cache" / "ggml-viz" / "scale-runs"
+TENSORBOARD_UP_TO = 10  # millions of node events (see the docstring)
 # ggml_viz.runformat.totals.TOTALS_SCHEMAS's names (not imported: see synthetic_run)
 TOTALS = ("node_totals", "graph_op_totals")
 WRITE_RUN = """
@@ -50,6 +58,17 @@ import resource, sys, io, contextlib
 from ggml_viz.commands import main
 with contextlib.redirect_stdout(io.StringIO()):
     status = main(["summary", sys.argv[1]])
+if status:
+    sys.exit(status)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+# Runs `ggml-viz export ARGS...` in this interpreter and reports its own peak RSS (KiB) last.
+MEASURED_EXPORT = """
+import resource, sys, io, contextlib
+from ggml_viz.commands import main
+with contextlib.redirect_stdout(io.StringIO()):
+    status = main(["export", *sys.argv[1:]])
 if status:
     sys.exit(status)
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
@@ -83,12 +102,16 @@ print(json.dumps({"first_timeline_s": first, "whole_ms": statistics.median(whole
 
 
 def synthetic_run(millions: int) -> Path:
-    """The cached synthetic run of about `millions` million node events (written once, in a
-    process of its own: Linux hands a parent's peak RSS down to the children it starts, and
-    the measured ones must not inherit the writer's)."""
-    path = CACHE / f"synthetic-{millions}M.ggmlviz"
+    """The cached synthetic run of about `millions` million node events."""
+    return synthetic_run_of(round(millions * 1_000_000 / NODES_PER_GRAPH), f"synthetic-{millions}M.ggmlviz")
+
+
+def synthetic_run_of(graphs: int, name: str) -> Path:
+    """The cached synthetic run `name` of `graphs` graphs (written once, in a process of its
+    own: Linux hands a parent's peak RSS down to the children it starts, and the measured
+    ones must not inherit the writer's)."""
+    path = CACHE / name
     if not (path / "manifest.json").exists():
-        graphs = round(millions * 1_000_000 / NODES_PER_GRAPH)
         print(f"writing {path} ({graphs:,} graphs, {graphs * NODES_PER_GRAPH:,} node events) ...", flush=True)
         start = time.perf_counter()
         shutil.rmtree(path, ignore_errors=True)
@@ -130,6 +153,33 @@ def measure_export(run: Path, graphs: int = 10) -> float:
     return seconds
 
 
+def measure_profile_export(run: Path, name: str) -> tuple[float, float]:
+    """Seconds and peak RSS (MB) of a whole-run export to `name` (speedscope, tensorboard) in a
+    fresh process, written to a temporary folder."""
+    with tempfile.TemporaryDirectory() as folder:
+        output = Path(folder) / f"run.{name}"
+        start = time.perf_counter()
+        done = subprocess.run([sys.executable, "-c", MEASURED_EXPORT, str(run), "-o", str(output), "--format", name],
+                              capture_output=True, text=True)  # fmt: skip
+        seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        raise RuntimeError(f"{name} export of {run} failed: {done.stderr[-2000:]}")
+    return seconds, int(done.stdout.split()[-1]) / 1024
+
+
+def compare_long_and_short(long: int, short: int, repeats: int) -> None:
+    """A run of `long` graphs should open in the viewer as fast as one of `short`: seconds to
+    the first whole-run timeline and the other view figures, medians, side by side."""
+    figures = {}
+    for graphs in (long, short):
+        run = synthetic_run_of(graphs, f"synthetic-{graphs}-graphs.ggmlviz")
+        views = [measure_view(run) for _ in range(repeats)]
+        figures[graphs] = {key: statistics.median(view[key] for view in views) for key in views[0]}
+    print(f"view of {long:,} graphs vs {short:,}: " + ", ".join(
+        f"{key} {figures[long][key]:.2f} vs {figures[short][key]:.2f} (x{figures[long][key] / figures[short][key]:.2f})"
+        for key in figures[long]), flush=True)  # fmt: skip
+
+
 def without_totals(run: Path) -> Path:
     """A copy of the run (hard links: no bytes copied) without its stored totals."""
     copy = run.with_name(run.name.replace(".ggmlviz", "-no-totals.ggmlviz"))
@@ -145,7 +195,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 10], help="millions of node events")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--long-short", type=int, nargs=2, metavar=("LONG", "SHORT"), default=[20_000, 100],
+                        help="graphs of two runs whose viewer start is compared (default 20000 and 100)")  # fmt: skip
     args = parser.parse_args()
+    compare_long_and_short(*args.long_short, args.repeats)
     results = []
     for millions in args.sizes:
         run = synthetic_run(millions)
@@ -156,6 +209,8 @@ def main() -> None:
             streamed.append(measure_summary(copy))
             shutil.rmtree(copy)
         views = [measure_view(run) for _ in range(args.repeats)]
+        speedscope = [measure_profile_export(run, "speedscope") for _ in range(args.repeats)]
+        tensorboard = measure_profile_export(run, "tensorboard") if millions <= TENSORBOARD_UP_TO else None
         row = {
             "node events (M)": millions,
             "summary s": statistics.median(s for s, _ in stored),
@@ -164,19 +219,27 @@ def main() -> None:
             "first open peak MB": statistics.median(m for _, m in streamed),
             **{f"view {key}": statistics.median(view[key] for view in views) for key in views[0]},
             "export of 10 graphs s": statistics.median(measure_export(run) for _ in range(args.repeats)),
+            "speedscope export s": statistics.median(s for s, _ in speedscope),
+            "speedscope peak MB": statistics.median(m for _, m in speedscope),
+            "tensorboard export s": tensorboard[0] if tensorboard else None,
+            "tensorboard peak MB": tensorboard[1] if tensorboard else None,
         }
         results.append(row)
         print(json.dumps(row), flush=True)
     print("\n| node events | summary | its peak RSS | first open without stored totals (peak RSS) | view: first "
           "timeline after start | whole-run window | zoomed, new place | zoomed, panned | view peak RSS | "
-          "Perfetto export of 10 graphs |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "Perfetto export of 10 graphs | speedscope export (peak RSS) | TensorBoard export (peak RSS) |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for row in results:
+        speedscope_cell = f"{row['speedscope export s']:.2f} s ({row['speedscope peak MB']:,.0f} MB)"
+        tensorboard_cell = (f"{row['tensorboard export s']:.1f} s ({row['tensorboard peak MB']:,.0f} MB)"
+                            if row["tensorboard export s"] is not None else "not measured")  # fmt: skip
         print(f"| {row['node events (M)']}M | {row['summary s']:.2f} s | {row['summary peak MB']:,.0f} MB | "
               f"{row['first open, no stored totals s']:.1f} s ({row['first open peak MB']:,.0f} MB) | "
               f"{row['view first_timeline_s']:.2f} s | {row['view whole_ms']:.0f} ms | "
               f"{row['view zoomed_new_place_ms']:.0f} ms | {row['view panned_ms']:.0f} ms | "
-              f"{row['view peak_mb']:,.0f} MB | {row['export of 10 graphs s']:.2f} s |")  # fmt: skip
+              f"{row['view peak_mb']:,.0f} MB | {row['export of 10 graphs s']:.2f} s | "
+              f"{speedscope_cell} | {tensorboard_cell} |")  # fmt: skip
 
 
 if __name__ == "__main__":

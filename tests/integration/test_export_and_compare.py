@@ -14,6 +14,7 @@ import ggml_viz
 from ggml_viz.analysis.sql import run_query
 from ggml_viz.commands import main
 
+from ..profile_files import exported_profile, profile_of_all_events, tensorboard_steps
 from .smollm2 import greedy, load_model
 
 pytestmark = pytest.mark.model
@@ -122,6 +123,29 @@ def test_tensorboard_event_files_read_back(run, tmp_path):
     assert {"latency_ms/decode", "latency_ms/prompt", "layer_time_us/layer_0"} <= set(tags["scalars"])
     assert "op_time_us/MUL_MAT" in tags["histograms"]
     assert len(events.Scalars("latency_ms/decode")) == int((run.graphs["phase"] == "decode").sum())
+
+
+def test_speedscope_from_the_runs_totals_is_the_flame_graph_of_all_its_events(run, tmp_path):
+    assert exported_profile(run, tmp_path / "run.speedscope.json") == profile_of_all_events(run)
+
+
+def test_a_sampled_runs_profiles_put_each_graph_at_its_own_step(tmp_path, model_path):
+    # GIVEN a run that timed the prompt's graph and every fourth decode graph
+    path = tmp_path / "sampled.ggmlviz"
+    with ggml_viz.record(path, sample=4):
+        greedy(load_model(model_path), n_predict=9)
+    sampled = ggml_viz.open(path)
+    timed = sampled.graphs.index[sampled.graphs["graph_id"].isin(sampled.nodes.loc[sampled.nodes["timed"], "graph_id"])]
+    assert 1 < len(timed) < len(sampled.graphs)
+    # WHEN its profiles are exported
+    profile = exported_profile(sampled, tmp_path / "sampled.speedscope.json")
+    steps = tensorboard_steps(export(sampled, tmp_path / "tb", "--format", "tensorboard"))
+    # THEN the flame graph is the one of all its events, and a graph's op times sit at its latency's step
+    assert profile == profile_of_all_events(sampled)
+    assert [step for step, _ in steps["op_time_us/MUL_MAT"]] == timed.tolist()
+    assert {step for step, _ in steps["latency_ms/decode"] + steps["latency_ms/prompt"]} == set(
+        range(len(sampled.graphs))
+    )
 
 
 def test_an_unknown_format_is_one_clear_error(run, tmp_path, capsys):

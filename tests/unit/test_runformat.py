@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -353,12 +354,13 @@ def test_a_long_recording_rolls_its_streams_and_reads_them_as_one(tmp_path, monk
     assert _totals_stored(closed) == _totals_from_events(closed)
 
 
-def test_a_live_view_of_a_rolled_recording_rereads_only_its_newest_segment(tmp_path, monkeypatch):
-    from ggml_viz.runformat import reader as reader_module
+def test_a_live_view_reads_only_what_the_recording_appended(tmp_path, monkeypatch):
+    from ggml_viz.runformat import streams
     from ggml_viz.runformat import writer as writer_module
 
     monkeypatch.setattr(writer_module, "ROLL_ROWS", 5)
-    monkeypatch.setattr(reader_module, "SEGMENT_TOTALS", {})
+    monkeypatch.setattr(streams, "_tables", {})
+    monkeypatch.setattr(streams, "_segments", {})
     writer = write_synthetic_run(tmp_path / "live.ggmlviz", graphs=0, close=False)
     writer.graphs_per_batch = 1
     for graph_id in range(4):
@@ -366,23 +368,69 @@ def test_a_live_view_of_a_rolled_recording_rereads_only_its_newest_segment(tmp_p
     # GIVEN a reader of the run while it records: its totals are its segments' summed
     first = ggml_viz.open(tmp_path / "live.ggmlviz")
     assert _totals_stored(first) == _totals_from_events(first)
-    kept = dict(reader_module.SEGMENT_TOTALS)
-    assert kept  # the finished segments' totals are kept
     # WHEN more graphs arrive and the run is opened again
     for graph_id in range(4, 7):
         writer.append_graph(graph_row(graph_id), journal_times(graph_id))
-    reads = []
-    original = reader_module._read_stream_tolerantly
-    monkeypatch.setattr(reader_module, "_read_stream_tolerantly",
-                        lambda path, table: reads.append(path.name) or original(path, table))  # fmt: skip
+    read_rows = []
+    original = streams._new_messages
+
+    def counting(path, known):
+        tail, messages, continues = original(path, known)
+        read_rows.extend(message.batch.num_rows for message in messages)
+        return tail, messages, continues
+
+    monkeypatch.setattr(streams, "_new_messages", counting)
     again = ggml_viz.open(tmp_path / "live.ggmlviz")
     totals = _totals_stored(again)
-    # THEN the segments already summed are not read again, and the totals are whole
-    node_segments = [name for name in reads if name.startswith("node_times")]
-    assert len(node_segments) < len(list((tmp_path / "live.ggmlviz").glob("node_times*.arrows")))
-    monkeypatch.setattr(reader_module, "_read_stream_tolerantly", original)
+    # THEN only the rows appended since were read (3 graphs: 3 graph rows, 9 node times) ...
+    assert sum(read_rows) == 3 + 9
+    monkeypatch.setattr(streams, "_new_messages", original)
+    # ... and the totals are whole, and equal to a fresh reader's
     assert totals == _totals_from_events(ggml_viz.open(tmp_path / "live.ggmlviz"))
-    # AND a window of graphs reads the segments holding them
+    monkeypatch.setattr(streams, "_tables", {})
+    monkeypatch.setattr(streams, "_segments", {})
+    fresh = ggml_viz.open(tmp_path / "live.ggmlviz")
+    assert _totals_stored(fresh) == totals
+    assert again.raw("graphs").equals(fresh.raw("graphs"))
+    # AND a window of graphs reads the batches holding them
     window = again.nodes_of([5])
     assert window["graph_id"].unique().tolist() == [5] and window["timed"].sum() == 3
     writer.close()
+
+
+def test_a_stream_replaced_by_another_recording_is_read_afresh(tmp_path, monkeypatch):
+    from ggml_viz.runformat import streams
+
+    monkeypatch.setattr(streams, "_tables", {})
+    monkeypatch.setattr(streams, "_segments", {})
+    # GIVEN a live run read once
+    path = tmp_path / "again.ggmlviz"
+    writer = write_synthetic_run(path, graphs=3, close=False, experiment_id="a" * 32)
+    assert len(ggml_viz.open(path).graphs) == 3
+    # WHEN it is replaced by another recording with as many graphs or more
+    writer.close(complete=False)
+    shutil.rmtree(path)
+    write_synthetic_run(path, graphs=4, close=False, experiment_id="b" * 32)
+    # THEN the new one is read from its start
+    run = ggml_viz.open(path)
+    assert run.experiment_id == "b" * 32 and len(run.graphs) == 4
+    assert _totals_stored(run) == _totals_from_events(run)
+
+
+def test_a_stream_cut_mid_message_is_read_to_its_last_whole_batch_and_then_onwards(tmp_path, monkeypatch):
+    from ggml_viz.runformat import streams
+
+    monkeypatch.setattr(streams, "_tables", {})
+    path = tmp_path / "t.arrows"
+    schema = pa.schema([("a", pa.int32())])
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, schema) as stream:
+        for value in range(3):
+            stream.write_batch(pa.record_batch([pa.array([value], pa.int32())], schema=schema))
+    whole = path.read_bytes()
+    # GIVEN a stream whose last message is still being written
+    path.write_bytes(whole[: len(whole) - 20])
+    assert streams.read_stream(path).column("a").to_pylist() == [0, 1]
+    # WHEN the rest arrives, THEN it is read, once
+    path.write_bytes(whole)
+    assert streams.read_stream(path).column("a").to_pylist() == [0, 1, 2]
+    assert streams.read_stream(path).column("a").to_pylist() == [0, 1, 2]

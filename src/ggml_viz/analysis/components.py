@@ -76,13 +76,16 @@ def node_components(run: Run, nodes: pd.DataFrame) -> pd.Series:
 
 def structure_components(run: Run) -> pd.DataFrame:
     """Per (structure_id, node_index): the node's component (see node_components)."""
-    tensors = run.raw("tensors").set_index("tensor_id")
+    tensors = run.raw("tensors")
     structure = run.raw("structure_nodes").sort_values(["structure_id", "node_index"])
     edges = run.raw("edges").sort_values(["structure_id", "node_index", "src_slot"])
-    leaf_names = tensors["name"].where(tensors["op"] == "NONE")
-    lookup = tensors["op_base"] == "GET_ROWS"
-    weight_part = {tensor: component_of_weight(str(name)) for tensor, name in leaf_names.dropna().items()}
-    name_part = components(tensors["name"].astype(str))
+    # plain dicts and sets, not Series lookups: the loop below asks once per node
+    ids, names = tensors["tensor_id"].tolist(), tensors["name"].astype(str)
+    leaves = (tensors["name"].notna() & (tensors["op"] == "NONE")).tolist()
+    weight_part = {tensor: component_of_weight(name) for tensor, name, leaf in zip(ids, names.tolist(), leaves,
+                   strict=True) if leaf}  # fmt: skip
+    lookup = set(tensors.loc[tensors["op_base"] == "GET_ROWS", "tensor_id"].tolist())
+    name_part = dict(zip(ids, components(names).tolist(), strict=True))
     rows = []
     for structure_id, nodes in structure.groupby("structure_id", sort=False):
         node_of = dict(zip(nodes["tensor_id"].tolist(), nodes["node_index"].tolist(), strict=True))
@@ -95,7 +98,7 @@ def structure_components(run: Run) -> pd.DataFrame:
             sources = reads.get(node, [])
             from_weight = next((weight_part[s] for s in sources if weight_part.get(s)), None)
             if from_weight == "embedding":  # a lookup of the token embedding, or the output tied to it
-                from_weight = "input" if lookup.get(tensor, False) else "output"
+                from_weight = "input" if tensor in lookup else "output"
             from_source = (part.get(node_of[s], "other") for s in sources if s in node_of)
             named = name_part.get(tensor, "other")
             part[node] = from_weight or (named if named != "other" else next(from_source, "other"))

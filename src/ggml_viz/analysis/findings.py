@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from ..runformat.reader import Run
 from .components import structure_components
@@ -13,8 +15,19 @@ from .summary import phase_stats, timed_totals, weight_reads
 _LAYER_SUFFIX = re.compile(r"-\d+(?=$|[\s(])")
 
 
-def findings(run: Run) -> list[str]:
-    return _non_finite(run) + _time_findings(run)
+def findings(
+    run: Run,
+    *,
+    phases: pd.DataFrame | None = None,
+    reads: dict[str, Any] | None = None,
+    components: pd.DataFrame | None = None,
+) -> list[str]:
+    """The findings, in words. phases, reads, components: phase_stats(run),
+    weight_reads(run) and structure_components(run), where the caller has them already."""
+    phases = phase_stats(run) if phases is None else phases
+    reads = weight_reads(run) if reads is None else reads
+    components = structure_components(run) if components is None else components
+    return _non_finite(run) + _time_findings(run, phases, reads, components)
 
 
 def _non_finite(run: Run) -> list[str]:
@@ -30,11 +43,11 @@ def _non_finite(run: Run) -> list[str]:
             f"node {first['node_index']}): `ggml-viz numerics` says what it read."]  # fmt: skip
 
 
-def _time_findings(run: Run) -> list[str]:
+def _time_findings(run: Run, phases: pd.DataFrame, reads: dict[str, Any], components: pd.DataFrame) -> list[str]:
     totals = timed_totals(run)
     if totals.empty:
         return ["No node was timed on its own in this run (graph detail): only graph times are known."]
-    totals = totals.merge(structure_components(run), on=["structure_id", "node_index"], how="left")
+    totals = totals.merge(components, on=["structure_id", "node_index"], how="left")
     said = []
     for phase in ("decode", "prompt"):
         part = totals[totals["phase"] == phase]
@@ -50,14 +63,13 @@ def _time_findings(run: Run) -> list[str]:
         shares = ", ".join(f"{name} {value / total:.0%}" for name, value in by_component.head(4).items())
         said.append(f"By component ({phase}): {shares}.")
     said.extend(_growth_with_context(run))
-    phases = phase_stats(run).set_index("phase")
+    phases = phases.set_index("phase")
     if {"prompt", "decode"} <= set(phases.index) and phases.loc["decode", "tokens_per_s"]:
         ratio = phases.loc["prompt", "tokens_per_s"] / phases.loc["decode", "tokens_per_s"]
         said.append(
             f"Prompt processing runs {ratio:,.1f}× faster per token than decoding "
             f"({phases.loc['prompt', 'tokens_per_s']:,.0f} vs {phases.loc['decode', 'tokens_per_s']:,.1f} tokens/s)."
         )
-    reads = weight_reads(run)
     decode = run.graphs[run.graphs["phase"] == "decode"]
     step_bytes = reads.get("weight_bytes_per_decode_step")
     if step_bytes and len(decode):
@@ -84,10 +96,11 @@ def _growth_with_context(run: Run) -> list[str]:
     per_graph = per_graph[per_graph["graph_id"].isin(decode)]
     if per_graph["graph_id"].nunique() < 8:
         return []
+    contexts = positions.reindex(per_graph["graph_id"]).to_numpy(np.float64)
+    times = per_graph["duration_ns"].to_numpy(np.float64)
     said = []
-    for op, group in per_graph.groupby("op"):
-        context = positions.reindex(group["graph_id"]).to_numpy(np.float64)
-        time = group["duration_ns"].to_numpy(np.float64)
+    for op, rows in per_graph.groupby("op").indices.items():  # each op's rows, in order
+        context, time = contexts[rows], times[rows]
         if np.std(context) == 0 or np.std(time) == 0:
             continue
         correlation = float(np.corrcoef(context, time)[0, 1])

@@ -50,7 +50,7 @@ def throughput_by_op(run: Run) -> pd.DataFrame:
     totals = timed_totals(run)[["structure_id", "node_index", "op", "timed", "time_ns"]]
     events = totals.merge(costs.drop(columns="op"), on=["structure_id", "node_index"])
     events = events.assign(flops=events["flops"] * events["timed"], bytes=events["bytes"] * events["timed"])
-    table = events.groupby("op").agg(time_ns=("time_ns", "sum"), flops=("flops", "sum"), bytes=("bytes", "sum"))
+    table = events.groupby("op")[["time_ns", "flops", "bytes"]].sum()
     seconds = table["time_ns"].astype(np.float64) / 1e9
     table["gflop_per_s"] = (table["flops"] / 1e9 / seconds).where(seconds > 0)
     table["gb_per_s"] = (table["bytes"] / 1e9 / seconds).where(seconds > 0)

@@ -25,7 +25,7 @@ def occupancy(run: Run, graph_id: int) -> pd.DataFrame:
     index if nothing does); the tensor occupies [start, end) from `first_node` through
     `last_node`.
     """
-    nodes = run.nodes_of(graph_id)
+    nodes = run.nodes_of(graph_id, times=False)
     written = nodes[(nodes["buffer_kind"] == "compute") & nodes["view_src_id"].isna()]
     # Each node's storage owner: itself, or for views the tensor they view (followed to the end).
     owner = dict(zip(nodes["tensor_id"], nodes["tensor_id"], strict=True))
@@ -35,7 +35,9 @@ def occupancy(run: Run, graph_id: int) -> pd.DataFrame:
         while pd.notna(view_of.get(owner[tensor_id])) and seen < 16:
             owner[tensor_id] = int(view_of[owner[tensor_id]])
             seen += 1
-    edges = run.edges_of(graph_id)
+    structure = run.graphs.loc[run.graphs["graph_id"] == graph_id, "structure_id"]
+    edges = run.raw("edges")  # only which node reads which tensor: the structure's edges, undescribed
+    edges = edges[edges["structure_id"].isin(structure)]
     reads = pd.DataFrame(
         {"tensor_id": edges["src_tensor_id"].map(lambda t: owner.get(t, t)), "reader": edges["node_index"]}
     )

@@ -30,9 +30,9 @@ def graph_times(run: Run) -> pd.DataFrame:
 
 def phase_stats(run: Run) -> pd.DataFrame:
     """Per phase (prompt, decode): graphs, tokens, time and tokens per second."""
-    graphs = graph_times(run)
-    stats = graphs.groupby("phase").agg(
-        graphs=("graph_id", "size"), tokens=("n_tokens", "sum"), time_ns=("duration_ns", "sum")
+    phases = graph_times(run).groupby("phase")
+    stats = pd.DataFrame(
+        {"graphs": phases.size(), "tokens": phases["n_tokens"].sum(), "time_ns": phases["duration_ns"].sum()}
     )
     stats["tokens_per_s"] = stats["tokens"] / (stats["time_ns"] / 1e9)
     return stats.reset_index()
@@ -55,11 +55,14 @@ def time_by_layer(run: Run) -> pd.DataFrame:
     return _time_by(totals, "layer")
 
 
-def time_by_component(run: Run) -> pd.DataFrame:
-    """Node time by transformer component: input, norm, attention, ffn, output, other."""
+def time_by_component(run: Run, components: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Node time by transformer component: input, norm, attention, ffn, output, other.
+    components: structure_components(run), where the caller has it already."""
     from .components import structure_components
 
-    totals = timed_totals(run).merge(structure_components(run), on=["structure_id", "node_index"], how="left")
+    if components is None:
+        components = structure_components(run)
+    totals = timed_totals(run).merge(components, on=["structure_id", "node_index"], how="left")
     return _time_by(totals.fillna({"component": "other"}), "component")
 
 
@@ -68,12 +71,9 @@ def time_by_tensor(run: Run) -> pd.DataFrame:
 
 
 def _time_by(totals: pd.DataFrame, key: str) -> pd.DataFrame:
-    """Per key, over node totals: timed events (`count`), their time, mean and wait."""
-    table = totals.groupby(key, dropna=False).agg(
-        count=("timed", "sum"),
-        time_ns=("time_ns", "sum"),
-        wait_ns=("wait_ns", "sum"),  # of the time, waiting for other threads (where seen)
-    )
+    """Per key, over node totals: timed events (`count`), their time, mean and wait (of
+    the time, waiting for other threads, where seen)."""
+    table = totals.groupby(key, dropna=False)[["timed", "time_ns", "wait_ns"]].sum().rename(columns={"timed": "count"})
     table["mean_ns"] = table["time_ns"] / table["count"]
     total = table["time_ns"].sum()
     table["share"] = table["time_ns"] / total if total else 0.0
@@ -97,10 +97,10 @@ def node_waits(run: Run) -> dict[str, Any]:
 def memory_by_buffer(run: Run) -> pd.DataFrame:
     """Per buffer kind (weights, kv_cache, compute, ...): buffers, their bytes, the most
     in use at once, and the buffers' names."""
-    buffers = run.buffers
-    table = buffers.groupby("kind").agg(
-        buffers=("buffer", "size"), bytes=("size", "sum"), names=("name", lambda names: ", ".join(sorted(set(names))))
-    )
+    kinds = run.buffers.groupby("kind")
+    names = {kind: ", ".join(sorted(set(group))) for kind, group in kinds["name"]}
+    table = pd.DataFrame({"buffers": kinds.size(), "bytes": kinds["size"].sum()})
+    table["names"] = table.index.map(names)
     peaks = peak_bytes(run).set_index("kind")["peak_bytes"]
     table["peak_bytes"] = peaks.reindex(table.index).fillna(table["bytes"]).astype("int64")
     return table.sort_values("bytes", ascending=False).reset_index()
@@ -139,6 +139,7 @@ def backends(run: Run) -> list[str]:
 
 def summarize(run: Run, top: int = 10) -> dict[str, Any]:
     """Everything `ggml-viz summary` shows, as plain data."""
+    from .components import structure_components
     from .findings import findings
     from .flops import throughput_by_op
 
@@ -148,6 +149,7 @@ def summarize(run: Run, top: int = 10) -> dict[str, Any]:
     prompt_text = "".join(tokens[tokens["graph_id"].isin(prompt_graphs)]["text"])
     generation = manifest.get("generation") or {}
     totals = run.node_totals
+    phases, reads, components = phase_stats(run), weight_reads(run), structure_components(run)  # findings use them too
     return {
         "run": str(run.path),
         "experiment_id": run.experiment_id,
@@ -167,16 +169,16 @@ def summarize(run: Run, top: int = 10) -> dict[str, Any]:
         "untimed_graphs": int((manifest.get("counts") or {}).get("untimed_graphs", 0)),
         "timing": (manifest.get("capture") or {}).get("timing", "sync"),
         "node_waits": node_waits(run),
-        "phases": records(phase_stats(run)),
+        "phases": records(phases),
         "time_by_op": records(time_by_op(run).head(top)),
         "top_layers": records(time_by_layer(run).head(top)),
         "top_tensors": records(time_by_tensor(run).head(top)),
-        "time_by_component": records(time_by_component(run)),
+        "time_by_component": records(time_by_component(run, components)),
         "memory_by_buffer": records(memory_by_buffer(run)),
-        "weight_reads": weight_reads(run),
+        "weight_reads": reads,
         "kv_cache": _kv_summary(run),
         "throughput_by_op": records(throughput_by_op(run).head(top)),
-        "findings": findings(run),
+        "findings": findings(run, phases=phases, reads=reads, components=components),
     }
 
 

@@ -5,10 +5,6 @@ import csv
 import json
 import sys
 
-from rich.console import Console
-
-from ..analysis.bench import run_bench
-from ..modelfile.locate import resolve_model
 from .base import Command
 from .common import positive_int
 
@@ -38,6 +34,11 @@ class BenchCommand(Command):
         parser.add_argument("-o", "--output", choices=("md", "csv", "json"), default="md", help="output format")
 
     def run(self, args: argparse.Namespace) -> int:
+        from rich.console import Console
+
+        from ..analysis.bench import run_bench
+        from ..modelfile.locate import resolve_model
+
         model_path = resolve_model(args.model)
         console = Console(stderr=True)
         with console.status("benchmarking") as status:

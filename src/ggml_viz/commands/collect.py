@@ -4,14 +4,14 @@ import argparse
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .._errors import CommandError
-from ..capture.collector import SpoolCollector, settings_of_spool
-from ..capture.session import Recording
-from ..capture.spool import SPOOL_DIR, spool_files
-from ..runformat.schema import MANIFEST_FILE
 from .base import Command
 from .common import print_short_summary
+
+if TYPE_CHECKING:
+    from ..capture.collector import SpoolCollector
 
 FOLLOW_INTERVAL_S = 0.25
 
@@ -34,6 +34,12 @@ class CollectCommand(Command):
         parser.add_argument("--follow", action="store_true", help="keep collecting until the programs end")
 
     def run(self, args: argparse.Namespace) -> int:
+        from ..capture.collector import SpoolCollector, settings_of_spool
+        from ..capture.session import Recording
+        from ..capture.spool import SPOOL_DIR, spool_files
+        from ..runformat.reader import open_run
+        from ..runformat.schema import MANIFEST_FILE
+
         run_dir: Path = args.run
         if not spool_files(run_dir):
             raise CommandError(f"{run_dir} holds no spool ({run_dir / SPOOL_DIR}/*.spool) to collect")
@@ -50,8 +56,6 @@ class CollectCommand(Command):
             pass
         collector.finish(exit_status=None)
         print(f"run written to {run_dir}")
-        from ..runformat.reader import open_run
-
         print_short_summary(open_run(run_dir))
         return 0
 

@@ -1,4 +1,8 @@
-"""Pieces several commands share: argument types and the rendering of a run's summary."""
+"""Pieces several commands share: argument types and the rendering of a run's summary.
+
+Building the parser imports this module for every command, so it imports nothing heavy
+(rich, pandas, the reader) at the top: each function imports what it needs.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +11,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
-
 from .._errors import CommandError
-from ..analysis.summary import summarize
 from ..capture.settings import CAPTURE_SETTINGS, Setting, environment_from_options
-from ..runformat.reader import Run
 
 if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..runformat.reader import Run
     from ..ui.server import Viewer
 
 
@@ -102,10 +105,17 @@ def format_bytes(size: float) -> str:
 
 
 def print_short_summary(run: Run, console: Console | None = None) -> None:
-    render_summary(summarize(run, top=5), console or Console(), short=True)
+    from ..analysis.summary import summarize
+
+    render_summary(summarize(run, top=5), console, short=True)
 
 
-def render_summary(summary: dict[str, Any], console: Console, short: bool = False) -> None:
+def render_summary(summary: dict[str, Any], console: Console | None = None, short: bool = False) -> None:
+    """The summary's tables and lines on `console` (default: a Console on standard output)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
     model = summary.get("model") or {}
     status = summary["status"]
     console.print(f"[bold]{summary['run']}[/]  experiment {summary['experiment_id'][:12]}  status [bold]{status}[/]")
@@ -184,6 +194,8 @@ def render_summary(summary: dict[str, Any], console: Console, short: bool = Fals
 
 
 def _throughput_table(rows: list[dict[str, Any]]) -> Table:
+    from rich.table import Table
+
     title = "work and throughput by op (estimates, see ggml_viz.analysis.flops)"
     table = Table("op", "time", "GFLOP", "GB moved", "GFLOP/s", "GB/s", "FLOP/byte", title=title, title_justify="left")
 
@@ -200,6 +212,8 @@ def _throughput_table(rows: list[dict[str, Any]]) -> Table:
 
 def _time_table(title: str, key: str, rows: list[dict[str, Any]], waits: bool = False) -> Table:
     """Time per key; with waits, the part of it spent waiting for the other threads."""
+    from rich.table import Table
+
     table = Table(key, "count", "time", "share", "mean", *(["of it, waiting"] if waits else []), title=title,
                   title_justify="left")  # fmt: skip
     for row in rows:

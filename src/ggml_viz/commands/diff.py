@@ -3,11 +3,6 @@ from __future__ import annotations
 import argparse
 import json
 
-from rich.console import Console
-from rich.table import Table
-
-from ..analysis.compare import compare
-from ..runformat.reader import open_run
 from .base import Command
 from .common import format_ms, positive_int
 
@@ -32,6 +27,12 @@ class DiffCommand(Command):
         parser.add_argument("--top", type=positive_int, default=15, help="rows per table (default: 15)")
 
     def run(self, args: argparse.Namespace) -> int:
+        from rich.console import Console
+        from rich.table import Table
+
+        from ..analysis.compare import compare
+        from ..runformat.reader import open_run
+
         result = compare(open_run(args.a), open_run(args.b), top=args.top)
         if args.json:
             print(json.dumps(result, indent=2, default=str))

@@ -4,12 +4,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
-
 from .._errors import CommandError
-from ..runformat.reader import open_run
 from .base import Command
 
 
@@ -55,7 +50,12 @@ class ExportCommand(Command):
         parser.add_argument("--list", action="store_true", help="list the formats and exit")  # fmt: skip
 
     def run(self, args: argparse.Namespace) -> int:
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.table import Table
+
         from ..export import EXPORTERS, ExportOptions, exporter_for
+        from ..runformat.reader import open_run
 
         if args.list:
             table = Table("format", "file endings", "what", title="export formats", title_justify="left")

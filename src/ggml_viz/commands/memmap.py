@@ -6,14 +6,16 @@ import io
 import json
 import sys
 from pathlib import Path
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING
 
 from .._errors import CommandError
-from ..modelfile.layout import GGUFLayout, read_layout
 from .base import Command
 from .common import format_bytes
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ..modelfile.layout import GGUFLayout
 
 CSV_COLUMNS = ("name", "type", "ne0", "ne1", "ne2", "ne3", "n_elements", "start", "end", "bytes",
                "padding_after", "layer", "category", "bits_per_weight")  # fmt: skip
@@ -42,6 +44,10 @@ class MemmapCommand(Command):
         parser.add_argument("-o", "--output", help="write to this file instead of standard output")
 
     def run(self, args: argparse.Namespace) -> int:
+        from rich.console import Console
+
+        from ..modelfile.layout import read_layout
+
         layout = read_layout(args.model)
         if args.json:
             text = json.dumps(layout.to_json(), indent=2, default=str)
@@ -74,6 +80,8 @@ def _csv(layout: GGUFLayout) -> str:
 
 
 def _render(layout: GGUFLayout, console: Console) -> None:
+    from rich.table import Table
+
     console.print(
         f"[bold]{layout.path}[/]  {format_bytes(layout.file_size)} ({layout.file_size:,} bytes)  GGUF v{layout.version}"
         f"  alignment {layout.alignment}  {len(layout.tensors)} tensors  data from byte {layout.data_offset:,}"

@@ -3,11 +3,6 @@ from __future__ import annotations
 import argparse
 import json
 
-from rich.console import Console
-from rich.table import Table
-
-from ..analysis.numerics import STAT_COLUMNS, first_non_finite
-from ..runformat.reader import open_run
 from .base import Command
 
 
@@ -29,6 +24,12 @@ class NumericsCommand(Command):
         parser.add_argument("--json", action="store_true", help="print one JSON object")
 
     def run(self, args: argparse.Namespace) -> int:
+        from rich.console import Console
+        from rich.table import Table
+
+        from ..analysis.numerics import STAT_COLUMNS, first_non_finite
+        from ..runformat.reader import open_run
+
         found = first_non_finite(open_run(args.run))
         if args.json:
             print(json.dumps(found, indent=2, default=str))

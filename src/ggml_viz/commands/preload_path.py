@@ -3,7 +3,6 @@ from __future__ import annotations
 import argparse
 
 from .._errors import CaptureError, CommandError
-from ..capture.native_program import preload_path
 from .base import Command
 
 
@@ -25,6 +24,8 @@ class PreloadPathCommand(Command):
         pass
 
     def run(self, args: argparse.Namespace) -> int:
+        from ..capture.native_program import preload_path
+
         try:
             print(preload_path())
         except CaptureError as error:

@@ -4,15 +4,13 @@ import argparse
 import json
 import sys
 from pathlib import Path
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING
 
 from .._errors import CommandError
-from ..analysis.sql import TABLE_DOCS, run_query
-from ..runformat.reader import Run, open_run
-from ..runformat.schema import MANIFEST_FILE
 from .base import Command
+
+if TYPE_CHECKING:
+    from ..runformat.reader import Run
 
 
 class QueryCommand(Command):
@@ -40,6 +38,11 @@ class QueryCommand(Command):
         parser.add_argument("--tables", action="store_true", help="list the views and their columns")
 
     def run(self, args: argparse.Namespace) -> int:
+        from rich.console import Console
+        from rich.table import Table
+
+        from ..analysis.sql import TABLE_DOCS, run_query
+
         runs = open_runs(Path(args.run))
         if args.tables:
             for name, doc in TABLE_DOCS.items():
@@ -62,6 +65,9 @@ class QueryCommand(Command):
 
 def open_runs(path: Path) -> list[Run]:
     """The run at `path`, or every run in the folder `path` (a folder holding runs)."""
+    from ..runformat.reader import open_run
+    from ..runformat.schema import MANIFEST_FILE
+
     if (path / MANIFEST_FILE).exists() or (path / "spool").is_dir() or not path.is_dir():
         return [open_run(path)]
     found = sorted(child for child in path.iterdir() if (child / MANIFEST_FILE).exists())

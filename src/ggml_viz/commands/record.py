@@ -5,14 +5,9 @@ import datetime as dt
 import sys
 import time
 from pathlib import Path
-from typing import Any
-
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from typing import TYPE_CHECKING, Any
 
 from .._errors import CaptureError, CommandError, ModelNotFoundError
-from ..modelfile.locate import resolve_model
-from ..runformat.writer import unique_run_dir
 from .base import Command
 from .common import (
     add_capture_arguments,
@@ -22,6 +17,9 @@ from .common import (
     print_short_summary,
     start_viewer,
 )  # fmt: skip
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 DEFAULT_PROMPT = "The three most useful things to know about GGML are"
 
@@ -68,6 +66,11 @@ class RecordCommand(Command):
         add_view_arguments(parser)
 
     def run(self, args: argparse.Namespace) -> int:
+        from rich.console import Console
+
+        from ..modelfile.locate import resolve_model
+        from ..runformat.writer import unique_run_dir
+
         model_path = resolve_model(args.model)
         output = Path(args.output or default_output())
         settings = {
@@ -107,6 +110,7 @@ class RecordCommand(Command):
 
 def _generate(model_path: Path, args: argparse.Namespace, console: Console) -> str:
     from llama_cpp import Llama
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     try:
         with console.status(f"loading {model_path.name}"):

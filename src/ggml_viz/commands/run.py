@@ -8,10 +8,7 @@ import sys
 from pathlib import Path
 
 from .._errors import CaptureError, CommandError
-from ..capture.native_program import ProgramKind, describe_exit, program_kind, run_native
 from ..capture.settings import settings_from_environment
-from ..runformat.reader import open_run
-from ..runformat.writer import prepare_run_dir
 from .base import Command
 from .common import add_capture_arguments, capture_environment, print_short_summary
 from .record import default_output
@@ -42,6 +39,10 @@ class RunCommand(Command):
         parser.add_argument("program", nargs=argparse.REMAINDER, help="the command to run, after --")
 
     def run(self, args: argparse.Namespace) -> int:
+        from ..capture.native_program import ProgramKind, describe_exit, program_kind, run_native
+        from ..runformat.reader import open_run
+        from ..runformat.writer import prepare_run_dir
+
         program = args.program[1:] if args.program[:1] == ["--"] else args.program
         if not program:
             raise CommandError("no program given; example: ggml-viz run -o out.ggmlviz -- python app.py")

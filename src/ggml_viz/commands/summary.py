@@ -3,10 +3,6 @@ from __future__ import annotations
 import argparse
 import json
 
-from rich.console import Console
-
-from ..analysis.summary import summarize
-from ..runformat.reader import open_run
 from .base import Command
 from .common import positive_int, render_summary
 
@@ -27,9 +23,12 @@ class SummaryCommand(Command):
         parser.add_argument("--top", type=positive_int, default=10, help="rows in each top list (default: 10)")
 
     def run(self, args: argparse.Namespace) -> int:
+        from ..analysis.summary import summarize
+        from ..runformat.reader import open_run
+
         summary = summarize(open_run(args.run), top=args.top)
         if args.json:
             print(json.dumps(summary, indent=2, default=str))
         else:
-            render_summary(summary, Console())
+            render_summary(summary)
         return 0

@@ -3,13 +3,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from .._errors import GgmlVizError
-from ..modelfile.layout import sampled_hash
-from ..runformat.reader import Run, open_run
 from .base import Command
+
+if TYPE_CHECKING:
+    from ..runformat.reader import Run
 
 
 class ValidateCommand(Command):
@@ -32,6 +32,8 @@ class ValidateCommand(Command):
         parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
     def run(self, args: argparse.Namespace) -> int:
+        from ..runformat.reader import open_run
+
         try:
             problems = validate_run(open_run(args.run))
         except GgmlVizError as error:
@@ -53,6 +55,8 @@ def validate_run(run: Run) -> list[str]:
 
 
 def _model_file_problems(run: Run) -> list[str]:
+    from ..modelfile.layout import sampled_hash
+
     problems = []
     memory_map = run.memory_map
     for path, entry in (run.manifest.get("model_files") or {}).items():
@@ -96,6 +100,8 @@ def _structure_problems(run: Run) -> list[str]:
 def _disk_access_problems(run: Run) -> list[str]:
     """Each weight read must lie inside its tensor's bytes in the file; read from the file
     mapping, its address inside the mapped buffer must be exactly where the file has it."""
+    import pandas as pd
+
     edges = run.edges
     disk = edges[edges["memory"] == "disk"].drop_duplicates(["src_tensor_id", "context_id"])
     problems = []

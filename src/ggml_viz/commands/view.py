@@ -5,7 +5,6 @@ import sys
 from pathlib import Path
 
 from .._errors import CommandError
-from ..ui.app import RunRegistry
 from .base import Command
 from .common import add_view_arguments, start_viewer
 
@@ -33,6 +32,8 @@ class ViewCommand(Command):
         add_view_arguments(parser)
 
     def run(self, args: argparse.Namespace) -> int:
+        from ..ui.app import RunRegistry
+
         path = Path(args.run)
         if not path.exists() and not args.live:
             raise CommandError(f"{path} does not exist")

@@ -55,6 +55,35 @@ def timed_event_chunks(run: Run, graph_ids: Iterable[int]) -> Iterator[pd.DataFr
         yield _timed_events(run, run.nodes_of(list(chunk)))
 
 
+def node_time_chunks(run: Run, graph_ids: Iterable[int]) -> Iterator[pd.DataFrame]:
+    """The timed node events of some graphs, CHUNK_GRAPHS graphs at a time and lean: graph_id,
+    structure_id, node_index, duration_ns, in graph and node order. For exports that sum or
+    bin node times by what a structure says of its nodes (op, layer, ...): join them on
+    (structure_id, node_index); a time of a node its structure lacks joins nothing."""
+    structure_of = run.graphs.set_index("graph_id")["structure_id"]
+    for chunk in in_chunks(sorted(int(g) for g in graph_ids)):
+        times = run.node_times_of(list(chunk))
+        times = times[times["start_ns"].notna() & times["end_ns"].notna()]
+        events = pd.DataFrame(
+            {
+                "graph_id": times["graph_id"].to_numpy(np.int64),
+                "structure_id": structure_of.reindex(times["graph_id"]).to_numpy(np.int64),
+                "node_index": times["node_index"].to_numpy(np.int64),
+                "duration_ns": (times["end_ns"] - times["start_ns"]).to_numpy(np.int64),
+            }
+        )
+        yield events.sort_values(["graph_id", "node_index"], kind="stable", ignore_index=True)
+
+
+def window_note(run: Run, graphs: pd.DataFrame) -> str:
+    """' (graphs FIRST-LAST)' when an export covers a window of the run's graphs, else ''."""
+    if len(graphs) == len(run.graphs):
+        return ""
+    if graphs.empty:
+        return " (no graphs in the window)"
+    return f" (graphs {graphs['graph_id'].min()}-{graphs['graph_id'].max()})"
+
+
 class Exporter:
     """Base of every export format."""
 

@@ -34,6 +34,7 @@ from .schema import (
     TABLES,
     stream_segments,
 )
+from .streams import NodeTimesSegment, node_times_segment, read_stream, read_stream_once
 from .structure_layers import structure_layers
 from .totals import GRAPH_OP_TOTALS, NODE_TOTALS, compute_totals, connect, merge_totals, read_totals, write_totals
 
@@ -162,27 +163,18 @@ class Run:
 
     def _totals_of_segments(self) -> dict[str, pa.Table]:
         """The totals of a run being recorded: each stream segment's, summed with its
-        journal's. A segment whose graphs have all finished does not change any more: its
-        totals are kept (SEGMENT_TOTALS), so a live view rereads only what is new."""
-        finished = self._stream_graph_ids
-        parts = []
-        for segment in stream_segments(self.path, "node_times"):
-            key = self._segment_key(segment)
-            part = SEGMENT_TOTALS.get(key)
-            if part is None:
-                times = _read_node_times_segment(segment)
-                done = pc.is_in(times.column("graph_id"), value_set=finished)
-                part = self._totals_of_times(times.filter(done))
-                if pc.all(done).as_py() is not False:  # none of its graphs still to come
-                    _remember(SEGMENT_TOTALS, key, part)
-            parts.append(part)
+        journal's. What a segment's batches add is summed once (streams.node_times_segment),
+        so a live view reads only what is new."""
+        parts = [segment.totals for segment in self._node_times_segments if segment.totals is not None]
         parts.append(self._totals_of_times(self._journaled_node_times))
         return merge_totals(parts)
 
-    def _segment_key(self, segment: Path) -> tuple[str, int, int, str]:
-        """A stream segment as it is now: a segment that grew has another key."""
-        stat = segment.stat()
-        return (str(segment), stat.st_size, stat.st_mtime_ns, self.experiment_id)
+    @cached_property
+    def _node_times_segments(self) -> list[NodeTimesSegment]:
+        """The node-times segments of a run being recorded, as far as their graphs finished."""
+        finished = self._stream_graph_ids
+        return [node_times_segment(path, finished, self._totals_of_times)
+                for path in stream_segments(self.path, "node_times")]  # fmt: skip
 
     def _totals_of_times(self, times: pa.Table) -> dict[str, pa.Table]:
         connection = connect()
@@ -218,13 +210,15 @@ class Run:
         the layer its name suggests as `name_layer`)."""
         return self._describe_nodes(self.raw("graphs"), self.raw("node_times"))
 
-    def nodes_of(self, graph_ids: Any) -> pd.DataFrame:
+    def nodes_of(self, graph_ids: Any, *, times: bool = True) -> pd.DataFrame:
         """The rows of `nodes` for some graphs, reading only their node times (a window of
-        a long run reads the row groups it overlaps)."""
+        a long run reads the row groups it overlaps); without `times`, none (the nodes'
+        descriptions alone, their times <NA>)."""
         wanted = sorted({int(g) for g in np.atleast_1d(graph_ids)})
         graphs = self.raw("graphs")
         graphs = graphs[graphs["graph_id"].isin(wanted)]
-        return self._describe_nodes(graphs, self.node_times_of(wanted))
+        node_times = self.node_times_of(wanted if times else [])
+        return self._describe_nodes(graphs, node_times)
 
     def node_times_of(self, graph_ids: list[int]) -> pd.DataFrame:
         """The stored node times of some graphs (their row groups only, once closed)."""
@@ -262,24 +256,13 @@ class Run:
         return _with_optional_columns(data, "node_times").to_pandas()
 
     def _node_times_of_segments(self, graph_ids: list[int]) -> pd.DataFrame:
-        """node_times_of a run being recorded: the stream segments that hold those graphs
-        (each segment's graph-id span is kept once read), and the journal."""
+        """node_times_of a run being recorded: the stream batches that can hold those graphs,
+        and the journal."""
         wanted = pa.array(graph_ids, pa.int32())
         lo, hi = min(graph_ids), max(graph_ids)
-        finished = self._stream_graph_ids
-        parts = []
-        for segment in stream_segments(self.path, "node_times"):
-            key = self._segment_key(segment)
-            span = SEGMENT_SPANS.get(key)
-            if span is not None and (span[1] < lo or span[0] > hi):
-                continue
-            times = _read_node_times_segment(segment)
-            if len(times):
-                graph_id = times.column("graph_id")
-                _remember(SEGMENT_SPANS, key, (pc.min(graph_id).as_py(), pc.max(graph_id).as_py()))
-            keep = pc.and_(pc.is_in(times.column("graph_id"), value_set=wanted),
-                           pc.is_in(times.column("graph_id"), value_set=finished))  # fmt: skip
-            parts.append(times.filter(keep))
+        parts = [segment.read_graphs(lo, hi) for segment in self._node_times_segments]
+        parts = [_with_optional_columns(part, "node_times") for part in parts]
+        parts = [part.filter(pc.is_in(part.column("graph_id"), value_set=wanted)) for part in parts]
         journaled = self._journaled_node_times
         parts.append(journaled.filter(pc.is_in(journaled.column("graph_id"), value_set=wanted)))
         return pa.concat_tables(parts).to_pandas()
@@ -492,29 +475,14 @@ class Run:
             return TABLES[table].empty_table()
         try:
             if files[0].suffix == PARQUET_SUFFIX:
-                data = pq.read_table(files[0])
+                data = pq.ParquetFile(files[0]).read()  # (pq.read_table would import pyarrow.dataset)
             else:
-                data = pa.concat_tables([_read_stream_tolerantly(path, table) for path in files])
+                # node times whole (a user asked): read once; a small table: only what is new
+                read = read_stream_once if table == "node_times" else read_stream
+                data = pa.concat_tables([read(path) for path in files])
         except (pa.ArrowInvalid, OSError) as error:
             raise RunFormatError(f"{files[0]} cannot be read as a table: {error}") from None
         return _with_optional_columns(data, table)
-
-
-# Totals of finished stream segments of runs being recorded, by (file, size, mtime, run):
-# a live viewer re-opening a growing run sums them with the newest segment's.
-SEGMENT_TOTALS: dict[tuple[str, int, int, str], dict[str, pa.Table]] = {}
-SEGMENT_SPANS: dict[tuple[str, int, int, str], tuple[int, int]] = {}  # the graph ids a segment holds
-SEGMENTS_KEPT = 256  # entries each of those keeps, the oldest forgotten first
-
-
-def _remember(memo: dict[Any, Any], key: Any, value: Any) -> None:
-    memo[key] = value
-    while len(memo) > SEGMENTS_KEPT:
-        memo.pop(next(iter(memo)))
-
-
-def _read_node_times_segment(segment: Path) -> pa.Table:
-    return _with_optional_columns(_read_stream_tolerantly(segment, "node_times"), "node_times")
 
 
 def _with_optional_columns(data: pa.Table, table: str) -> pa.Table:
@@ -568,25 +536,6 @@ def _load_manifest(path: Path) -> dict[str, Any]:
     if not isinstance(manifest.get("experiment_id"), str):
         raise RunFormatError(f"{manifest_path} has no experiment id")
     return manifest
-
-
-def _read_stream_tolerantly(path: Path, table: str) -> pa.Table:
-    """Every whole batch of a stream; a batch cut short by a crash is left out."""
-    batches = []
-    with pa.OSFile(str(path), "rb") as source:
-        try:
-            reader = pa.ipc.open_stream(source)
-        except (pa.ArrowInvalid, OSError) as error:
-            raise RunFormatError(f"{path} cannot be read as a table: {error}") from None
-        schema = reader.schema
-        while True:
-            try:
-                batches.append(reader.read_next_batch())
-            except StopIteration:
-                break
-            except (pa.ArrowInvalid, OSError):
-                break  # the tail a crash cut off
-    return pa.Table.from_batches(batches, schema=schema)
 
 
 def _effective_status(manifest: dict[str, Any]) -> str:

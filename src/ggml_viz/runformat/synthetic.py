@@ -35,87 +35,109 @@ _LAYER_NODES: list[tuple[str, str, int, str | None]] = [
 def write_synthetic_run(path: str | Path, *, graphs: int, layers: int, seed: int = 0) -> Path:
     """Write a closed run of `graphs` decode graphs of a `layers`-layer model; returns its path.
     Node events: graphs * (layers * 19 + 2)."""
-    rng = np.random.default_rng(seed)
-    experiment_id = f"{seed:032x}"
-    run_dir = prepare_run_dir(Path(path))
-    writer = RunWriter(run_dir, experiment_id, new_manifest(experiment_id))
-    node_names, node_ops, costs = ["embd"], ["GET_ROWS"], [3.0]
-    weights_read: list[str | None] = ["token_embd.weight"]
-    for layer in range(layers):
-        for name, op, cost, weight in _LAYER_NODES:
-            node_names.append(name.format(l=layer))
-            node_ops.append(op)
-            weights_read.append(weight.format(l=layer) if weight else None)
-            costs.append(float(cost))
-    node_names.append("result_output")
-    node_ops.append("MUL_MAT")
-    weights_read.append("output.weight")
-    costs.append(120.0)
-    weight_names = sorted({w for w in weights_read if w})
-    n_nodes, n_weights = len(node_names), len(weight_names)
-    weight_size = 1 << 16
-    names = weight_names + node_names
-    n_tensors = len(names)
-    layer_of = [_layer(name) for name in names]
-    writer.append(
-        "buffers",
-        {"buffer_id": [0, 1], "context_id": [0, 0], "name": ["CPU_Mapped", "CPU"],
-         "buffer_type": ["CPU_Mapped", "CPU"], "usage": ["weights", "compute"],
-         "size": [n_weights * weight_size, 1 << 24], "base": [1 << 32, 1 << 40], "first_graph_id": [0, 0]},
-    )  # fmt: skip
-    writer.append(
-        "tensors",
-        {
-            "tensor_id": np.arange(n_tensors, dtype=np.int32), "name": names,
-            "op": ["NONE"] * n_weights + node_ops, "op_base": ["NONE"] * n_weights + node_ops,
-            "type": ["q4_0"] * n_weights + ["f32"] * n_nodes,
-            "ne0": [576] * n_tensors, "ne1": [256] * n_weights + [1] * n_nodes, "ne2": [1] * n_tensors,
-            "ne3": [1] * n_tensors, "nbytes": [weight_size] * n_weights + [2304] * n_nodes, "flags": [0] * n_tensors,
-            "buffer_id": [0] * n_weights + [1] * n_nodes,
-            "buffer_offset": [i * weight_size for i in range(n_weights)] + [(i % 64) * 4096 for i in range(n_nodes)],
-            "layer": layer_of, "view_src_id": [-1] * n_tensors, "view_offs": [0] * n_tensors,
-        },
-    )  # fmt: skip
-    node_index = np.arange(n_nodes, dtype=np.int32)
-    writer.append("structure_nodes", {"structure_id": np.zeros(n_nodes, np.int32), "node_index": node_index,
-                                      "tensor_id": node_index + n_weights,
-                                      "layer": np.array(layer_of[n_weights:], np.int32)})  # fmt: skip
-    edge_nodes, edge_sources, edge_slots = [], [], []
-    weight_id = {name: i for i, name in enumerate(weight_names)}
-    for index, weight in enumerate(weights_read):
-        if index > 0:  # the chain: each node reads the one before it
-            edge_nodes.append(index)
-            edge_sources.append(n_weights + index - 1)
-            edge_slots.append(0)
-        if weight:
-            edge_nodes.append(index)
-            edge_sources.append(weight_id[weight])
-            edge_slots.append(1)
-    writer.append("edges", {"structure_id": np.zeros(len(edge_nodes), np.int32), "node_index": edge_nodes,
-                            "src_slot": np.array(edge_slots, np.int8), "src_tensor_id": edge_sources})  # fmt: skip
-    memory_map_rows(writer, weight_names, weight_size, layer_of[:n_weights])
-    base_costs = np.array(costs) * 1_000.0  # ns
-    clock = 1_000_000_000
-    for graph in range(graphs):
-        durations = np.maximum(100, base_costs * rng.lognormal(0.0, 0.15, n_nodes)).astype(np.int64)
-        ends = clock + np.cumsum(durations)
-        starts = ends - durations
-        writer.append_graph(
-            {"graph_id": graph, "context_id": 0, "decode_index": graph, "ubatch_index": 0, "structure_id": 0,
-             "start_ns": clock, "end_ns": int(ends[-1]), "decode_start_ns": clock - 20_000,
-             "decode_end_ns": int(ends[-1]) + 20_000, "return_code": 0, "n_nodes": n_nodes, "n_tokens": 1,
-             "token_ids": [graph % 50_000], "token_positions": [graph], "token_seq_ids": [0],
-             "token_outputs": [True], "token_texts": [f" t{graph}"], "first_batch_index": 0,
-             "phase": "prompt" if graph == 0 else "decode", "detail": "op"},
-            {"node_index": node_index, "start_ns": starts, "end_ns": ends, "wait_ns": durations // 20},
+    recording = SyntheticRecording(path, layers=layers, seed=seed)
+    recording.append_graphs(graphs)
+    recording.close()
+    return recording.run_dir
+
+
+class SyntheticRecording:
+    """A synthetic run being recorded: its model's tables written at once, then graphs
+    appended as a recorder appends them (journal first, streams every few graphs), until
+    `close()`. Left open, it is a live run for the viewer's `--live` benchmarks and tests."""
+
+    def __init__(self, path: str | Path, *, layers: int, seed: int = 0) -> None:
+        self.rng = np.random.default_rng(seed)
+        experiment_id = f"{seed:032x}"
+        self.run_dir = prepare_run_dir(Path(path))
+        self.writer = writer = RunWriter(self.run_dir, experiment_id, new_manifest(experiment_id))
+        node_names, node_ops, costs = ["embd"], ["GET_ROWS"], [3.0]
+        weights_read: list[str | None] = ["token_embd.weight"]
+        for layer in range(layers):
+            for name, op, cost, weight in _LAYER_NODES:
+                node_names.append(name.format(l=layer))
+                node_ops.append(op)
+                weights_read.append(weight.format(l=layer) if weight else None)
+                costs.append(float(cost))
+        node_names.append("result_output")
+        node_ops.append("MUL_MAT")
+        weights_read.append("output.weight")
+        costs.append(120.0)
+        weight_names = sorted({w for w in weights_read if w})
+        n_nodes, n_weights = len(node_names), len(weight_names)
+        weight_size = 1 << 16
+        names = weight_names + node_names
+        n_tensors = len(names)
+        layer_of = [_layer(name) for name in names]
+        writer.append(
+            "buffers",
+            {"buffer_id": [0, 1], "context_id": [0, 0], "name": ["CPU_Mapped", "CPU"],
+             "buffer_type": ["CPU_Mapped", "CPU"], "usage": ["weights", "compute"],
+             "size": [n_weights * weight_size, 1 << 24], "base": [1 << 32, 1 << 40], "first_graph_id": [0, 0]},
         )  # fmt: skip
-        clock = int(ends[-1]) + 200_000
-    writer.update_manifest(model={"name": "synthetic", "description": f"synthetic {layers}-layer model",
-                                  "layers": layers, "architecture": "llama", "path": "synthetic.gguf"},
-                           contexts=[{"context_id": 0, "model": {"path": "synthetic.gguf"}}],
-                           capture={"recorder": "synthetic", "detail": "op", "timing": "inline"})  # fmt: skip
-    writer.close()
-    return run_dir
+        writer.append(
+            "tensors",
+            {
+                "tensor_id": np.arange(n_tensors, dtype=np.int32), "name": names,
+                "op": ["NONE"] * n_weights + node_ops, "op_base": ["NONE"] * n_weights + node_ops,
+                "type": ["q4_0"] * n_weights + ["f32"] * n_nodes,
+                "ne0": [576] * n_tensors, "ne1": [256] * n_weights + [1] * n_nodes, "ne2": [1] * n_tensors,
+                "ne3": [1] * n_tensors, "nbytes": [weight_size] * n_weights + [2304] * n_nodes,
+                "flags": [0] * n_tensors,
+                "buffer_id": [0] * n_weights + [1] * n_nodes,
+                "buffer_offset": [i * weight_size for i in range(n_weights)]
+                + [(i % 64) * 4096 for i in range(n_nodes)],
+                "layer": layer_of, "view_src_id": [-1] * n_tensors, "view_offs": [0] * n_tensors,
+            },
+        )  # fmt: skip
+        node_index = np.arange(n_nodes, dtype=np.int32)
+        writer.append("structure_nodes", {"structure_id": np.zeros(n_nodes, np.int32), "node_index": node_index,
+                                          "tensor_id": node_index + n_weights,
+                                          "layer": np.array(layer_of[n_weights:], np.int32)})  # fmt: skip
+        edge_nodes, edge_sources, edge_slots = [], [], []
+        weight_id = {name: i for i, name in enumerate(weight_names)}
+        for index, weight in enumerate(weights_read):
+            if index > 0:  # the chain: each node reads the one before it
+                edge_nodes.append(index)
+                edge_sources.append(n_weights + index - 1)
+                edge_slots.append(0)
+            if weight:
+                edge_nodes.append(index)
+                edge_sources.append(weight_id[weight])
+                edge_slots.append(1)
+        writer.append("edges", {"structure_id": np.zeros(len(edge_nodes), np.int32), "node_index": edge_nodes,
+                                "src_slot": np.array(edge_slots, np.int8), "src_tensor_id": edge_sources})  # fmt: skip
+        memory_map_rows(writer, weight_names, weight_size, layer_of[:n_weights])
+        self.node_index = node_index
+        self.base_costs = np.array(costs) * 1_000.0  # ns
+        self.clock = 1_000_000_000
+        self.graphs = 0
+        writer.update_manifest(model={"name": "synthetic", "description": f"synthetic {layers}-layer model",
+                                      "layers": layers, "architecture": "llama", "path": "synthetic.gguf"},
+                               contexts=[{"context_id": 0, "model": {"path": "synthetic.gguf"}}],
+                               capture={"recorder": "synthetic", "detail": "op", "timing": "inline"})  # fmt: skip
+
+    def append_graphs(self, count: int) -> None:
+        """`count` more decode graphs (the first graph of the run is its prompt)."""
+        n_nodes = len(self.node_index)
+        for graph in range(self.graphs, self.graphs + count):
+            durations = np.maximum(100, self.base_costs * self.rng.lognormal(0.0, 0.15, n_nodes)).astype(np.int64)
+            ends = self.clock + np.cumsum(durations)
+            starts = ends - durations
+            self.writer.append_graph(
+                {"graph_id": graph, "context_id": 0, "decode_index": graph, "ubatch_index": 0, "structure_id": 0,
+                 "start_ns": self.clock, "end_ns": int(ends[-1]), "decode_start_ns": self.clock - 20_000,
+                 "decode_end_ns": int(ends[-1]) + 20_000, "return_code": 0, "n_nodes": n_nodes, "n_tokens": 1,
+                 "token_ids": [graph % 50_000], "token_positions": [graph], "token_seq_ids": [0],
+                 "token_outputs": [True], "token_texts": [f" t{graph}"], "first_batch_index": 0,
+                 "phase": "prompt" if graph == 0 else "decode", "detail": "op"},
+                {"node_index": self.node_index, "start_ns": starts, "end_ns": ends, "wait_ns": durations // 20},
+            )  # fmt: skip
+            self.clock = int(ends[-1]) + 200_000
+        self.graphs += count
+
+    def close(self) -> None:
+        self.writer.close()
 
 
 def memory_map_rows(writer: RunWriter, weight_names: list[str], weight_size: int, layers: list[int]) -> None:
