@@ -40,6 +40,30 @@ from .settings import CaptureSettings
 
 _active: Recording | None = None
 
+_pauses_lock = threading.Lock()
+_pauses = [0, False]  # collection_paused() blocks open; whether collection was on before the first
+
+
+@contextmanager
+def collection_paused() -> Iterator[None]:
+    """No garbage collection, in any thread, while graphs are written outside a decode call:
+    a collection could drop a Llama held in a reference cycle, and freeing its context and
+    model (llama_free, then the model's free) would pull the vocabulary that the graphs'
+    token texts are read from out from under the writer. Blocks may overlap (the idle writer
+    and stop()); collection resumes after the last, if it was on before the first."""
+    with _pauses_lock:
+        if _pauses[0] == 0:
+            _pauses[1] = gc.isenabled()
+            gc.disable()
+        _pauses[0] += 1
+    try:
+        yield
+    finally:
+        with _pauses_lock:
+            _pauses[0] -= 1
+            if _pauses[0] == 0 and _pauses[1]:
+                gc.enable()
+
 
 def active_recording() -> Recording | None:
     return _active
@@ -126,15 +150,9 @@ class Recording:
         # then no collection may free a model while the graphs left are written (their
         # token texts read its vocabulary).
         gc.collect()
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
-            with self.lock:
-                for tracer in self.tracers:
-                    self.flush_tracer(tracer)
-        finally:
-            if collecting:
-                gc.enable()
+        with collection_paused(), self.lock:
+            for tracer in self.tracers:
+                self.flush_tracer(tracer)
         with self.lock:
             llama_hooks.uninstall(self)
             if _active is self:
@@ -230,7 +248,7 @@ class Recording:
         """The idle writer: a program that stops calling llama_decode has its last graphs
         written within about two batch intervals (else they would wait for its next call)."""
         while not self._stopping.wait(WRITE_INTERVAL_NS / 1e9):
-            with self.lock:
+            with collection_paused(), self.lock:
                 for tracer in self.tracers:
                     self._guarded(tracer.write_if_idle)
 
