@@ -10,8 +10,8 @@ first writes `--events` node events as fast as it can, then one more graph every
 driven by Playwright) on the timeline tab, as a user follows a recording. The page notes
 the wall-clock time at which each graph first appears in the timeline's data (polled every
 5 ms). Printed: per graph, the seconds from "on disk" to "in the browser's timeline";
-median and maximum over `--graphs` graphs; and the server's per-update cost (the live
-stream's poll rereads what changed: the time to re-open the run and build its overview).
+median and maximum over `--graphs` graphs; and the CPU the viewer's server spent meanwhile
+(a share of one core: what following a recording takes from the machine that records).
 
 Target (issue "Runs of any length"): a finished graph visible <= 1 s later, at the start of
 a run and after 10M node events.
@@ -23,6 +23,7 @@ a run and after 10M node events.
 from __future__ import annotations
 
 import argparse
+import resource
 import shutil
 import statistics
 import subprocess
@@ -89,7 +90,9 @@ def main() -> None:
         viewer.serve_in_background()
         written: dict[int, float] = {}
         try:
+            cpu, wall = process_cpu_s(), time.perf_counter()
             seen = follow_in_browser(viewer.url, args.chromium, recorder, written, args.graphs)
+            cpu, wall = process_cpu_s() - cpu, time.perf_counter() - wall
         finally:
             recorder.stdin.close()
             recorder.wait()
@@ -100,6 +103,13 @@ def main() -> None:
           f"{prefill * NODES_PER_GRAPH:,} events: median {statistics.median(delays):.2f} s, "
           f"max {max(delays):.2f} s (target <= 1 s)" + (f"; {missing} never shown" if missing else ""))  # fmt: skip
     print("each: " + " ".join(f"{delay:.2f}" for delay in delays))
+    print(f"the viewer's server (this process) meanwhile: {cpu:.1f} s of CPU in {wall:.1f} s "
+          f"({cpu / wall:.0%} of a core)")  # fmt: skip
+
+
+def process_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def follow_in_browser(url: str, chromium: str, recorder: subprocess.Popen[str], written: dict[int, float],

@@ -340,3 +340,34 @@ def test_the_report_and_the_server_answer_the_same_event_queries(browser, served
         assert offline["total"] == served["total"] > 0, query
         assert [row["event"] for row in offline["rows"]] == [row["event"] for row in served["rows"]], query
     page.close()
+
+
+def test_a_live_timeline_follows_new_graphs_and_the_overview_catches_up_when_shown(page, tmp_path):
+    from ggml_viz.runformat.synthetic import SyntheticRecording
+
+    recording = SyntheticRecording(tmp_path / "growing.ggmlviz", layers=2, seed=4)
+    recording.append_graphs(3)
+    recording.writer.flush_graphs()
+    try:
+        with serving(page, recording.run_dir, live=True) as viewer:
+            # GIVEN the timeline of a run being recorded, zoomed out to the whole run
+            open_view(page, viewer.url, "timeline")
+            page.wait_for_function("() => window.ggmlViz.timeline && window.ggmlViz.timeline.data", timeout=30_000)
+            overviews = []
+            page.on("request", lambda request: overviews.append(request.url) if "/overview" in request.url else None)
+            # WHEN the recording gains graphs
+            recording.append_graphs(5)
+            # THEN the timeline's bars reach the new graphs, from the live updates alone
+            page.wait_for_function(
+                "() => window.ggmlViz.timeline.data.lanes[0].graphs.graph_id.includes(7)", timeout=30_000
+            )
+            assert page.evaluate("() => window.ggmlViz.liveUpdates") >= 1
+            assert page.evaluate("() => window.ggmlViz.overview.summary.graphs") == 8
+            assert overviews == []  # the summary is not computed for a view that does not show it
+            # AND the overview, shown, is fetched again and counts every graph
+            page.click("#tabs button[data-tab=overview]")
+            page.wait_for_function("() => !window.ggmlViz.overviewStale", timeout=30_000)
+            assert len(overviews) == 1
+            assert page.evaluate("() => window.ggmlViz.overview.graph_bars.graph_id.length") == 8
+    finally:
+        recording.close()

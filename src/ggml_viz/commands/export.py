@@ -40,12 +40,12 @@ class ExportCommand(Command):
         parser.add_argument(
             "--graphs",
             metavar="FIRST-LAST",
-            help="event exports: only these graphs (ids, inclusive; a long run's window)",
+            help="event exports, speedscope and tensorboard: only these graphs (ids, inclusive; a long run's window)",
         )
         parser.add_argument(
             "--time",
             metavar="FROM-TO",
-            help="event exports: only graphs meeting this window (ms after the run's start)",
+            help="the same: only graphs meeting this window (ms after the run's start)",
         )
         parser.add_argument("--list", action="store_true", help="list the formats and exit")  # fmt: skip
 

@@ -18,7 +18,7 @@ from ..analysis.memory import bytes_in_use, kv_cache_fill
 from ..analysis.summary import backends
 from ..runformat.reader import Run
 from ..runformat.schema import NO_ID
-from .base import Exporter, ExportOptions, in_chunks, timed_event_chunks, timed_events, window_graphs
+from .base import Exporter, ExportOptions, in_chunks, timed_event_chunks, timed_events, window_graphs, window_note
 
 CHROME_EVENT_WARNING = 1_000_000  # chrome://tracing struggles above this
 PERFETTO_UI_LIMIT = 2 * 2**30  # bytes: ui.perfetto.dev's in-browser trace processor tops out near here
@@ -62,10 +62,6 @@ def counters(run: Run, graphs: pd.DataFrame) -> list[tuple[str, int, float]]:
         for graph_id, used in fill.groupby("graph_id")["used"].max().items():
             samples.append(("KV cache cells in use", int(starts[graph_id]), float(used)))
     return samples
-
-
-def _window_note(run: Run, graphs: pd.DataFrame) -> str:
-    return "" if len(graphs) == len(run.graphs) else f" (graphs {graphs['graph_id'].min()}-{graphs['graph_id'].max()})"
 
 
 def _context_names(run: Run) -> dict[int, str]:
@@ -143,7 +139,7 @@ class ChromeJsonExporter(Exporter):
             if written > CHROME_EVENT_WARNING
             else ""
         )
-        window = _window_note(run, graphs)
+        window = window_note(run, graphs)
         return f"{written:,} node events and {len(graphs):,} graphs{window} as Chrome trace events{warning}"
 
 
@@ -232,7 +228,7 @@ class PerfettoExporter(Exporter):
                 counter_event = slice_event(time_ns, counter_tracks[counter], pb.TrackEvent.Type.TYPE_COUNTER)
                 counter_event.double_counter_value = value
             size += file.write(trace.SerializeToString())
-        window = _window_note(run, graphs)
+        window = window_note(run, graphs)
         big = f"; {_too_big(graphs, size)}" if size > PERFETTO_UI_LIMIT else ""
         return f"{done:,} node events and {len(graphs):,} graphs{window} as a Perfetto trace ({size:,} bytes){big}"
 

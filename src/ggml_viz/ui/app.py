@@ -45,10 +45,10 @@ class RunRegistry:
     def __init__(self, path: Path, live: bool = False) -> None:
         self.path = path
         self.live = live
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the run ids and views
+        self._reading = threading.Lock()  # held while a run is read
         self._paths: dict[str, Path] = {}
         self._views: dict[str, tuple[tuple[Any, ...], RunView]] = {}
-        self._rested: dict[str, float] = {}  # a live run is not re-read before then (time.monotonic)
         self.scan()
 
     def scan(self) -> dict[str, Path]:
@@ -70,30 +70,29 @@ class RunRegistry:
 
     def refresh(self, run_id: str) -> RunView:
         """The run's view, read again if its files changed: a live run's stream calls this
-        (every LIVE_POLL_SECONDS), and a run that gains graphs faster than it is read is
-        read at most two thirds of the time (a recording on a small machine keeps the rest
-        of the core this takes). The browser's requests never wait for a re-read."""
+        (every LIVE_POLL_SECONDS, or right after the last read when reading took longer).
+        One read at a time; the browser's other requests answer from the last read
+        meanwhile."""
         paths = self.scan() if run_id not in self._paths else self._paths
         if run_id not in paths:
             raise KeyError(run_id)
         path = paths[run_id]
-        with self._lock:
-            cached = self._views.get(run_id)
-            now = time.monotonic()
-            if cached is not None and (not self.live or now < self._rested.get(run_id, 0)):
+        with self._reading:
+            with self._lock:
+                cached = self._views.get(run_id)
+            if cached is not None and not self.live:
                 return cached[1]
             signature = files_signature(path)
             if cached is not None and cached[0] == signature:
                 return cached[1]
             try:
                 view = RunView(run_id, path)
-                view.overview  # noqa: B018 - what the browser asks for next: computed now, and timed
             except (GgmlVizError, OSError, ValueError):
                 if cached is None or not self.live:
                     raise
                 return cached[1]  # caught between two writes of a live run: the last good read, retried soon
-            self._views[run_id] = (signature, view)
-            self._rested[run_id] = now + 1.5 * (time.monotonic() - now)
+            with self._lock:
+                self._views[run_id] = (signature, view)
             return view
 
     def preload(self) -> None:
@@ -261,7 +260,8 @@ def create_app(registry: RunRegistry, *, host: str, port: int, token: str) -> tu
                 now = (len(view.graphs), view.run.status)
                 if now != last:
                     last = now
-                    update: LiveUpdate = {"graphs": now[0], "status": now[1]}
+                    update: LiveUpdate = {"graphs": now[0], "status": now[1], "duration_ns": view.duration_ns,
+                                          "ops": view.ops}  # fmt: skip
                     yield f"data: {json.dumps(update)}\n\n"
                 else:
                     yield ": still here\n\n"

@@ -36,10 +36,13 @@ class RunsPayload(TypedDict):
 
 
 class LiveUpdate(TypedDict):
-    """Each message of GET /api/runs/{id}/live (server-sent events)."""
+    """Each message of GET /api/runs/{id}/live (server-sent events): what a view other than
+    the overview needs to draw the grown run (the overview's summary is fetched when shown)."""
 
     graphs: int
     status: str
+    duration_ns: int
+    ops: list[str]
 
 
 class SettingPair(TypedDict):

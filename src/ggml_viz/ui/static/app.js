@@ -6,7 +6,7 @@
 
 import { api, configure, getOverview, getRuns, isOffline } from "./js/api.js";
 import { h, setChildren } from "./js/dom.js";
-import { onNavigate, state } from "./js/store.js";
+import { OVERVIEW_VIEWS, onNavigate, state } from "./js/store.js";
 import * as attention from "./js/views/attention.js";
 import * as events from "./js/views/events.js";
 import * as graph from "./js/views/graph.js";
@@ -50,8 +50,15 @@ function showTab(tab) {
   if (!state.runId) return;
   if (!state.rendered[tab]) {
     state.rendered[tab] = true;
-    Promise.resolve(VIEWS[tab].render(section(tab))).catch((error) => showMessage("could not load: " + error.message));
+    const ready = state.overviewStale && OVERVIEW_VIEWS.includes(tab) ? freshOverview() : Promise.resolve();
+    ready.then(() => VIEWS[tab].render(section(tab))).catch((error) => showMessage("could not load: " + error.message));
   } else if (VIEWS[tab].onShow) VIEWS[tab].onShow();
+}
+
+// The open live run's overview, fetched again (it grew since the last one).
+async function freshOverview() {
+  state.overview = await getOverview(state.runId);
+  state.overviewStale = false;
 }
 
 async function openRun(runId) {
@@ -62,6 +69,7 @@ async function openRun(runId) {
   const run = state.runs.find((r) => r.run_id === runId);
   document.getElementById("run-name").textContent = run ? run.name : runId;
   state.overview = await getOverview(runId);
+  state.overviewStale = false;
   document.body.dataset.ready = "1";
   showTab((location.hash || "#overview").slice(1));
   if (!isOffline() && (state.live || state.overview.summary.status === "recording")) runs.followLive(runId);

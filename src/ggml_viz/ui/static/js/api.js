@@ -23,6 +23,8 @@ import { offlineAnswer } from "./offline.js";
  * @typedef {Object} LiveUpdate
  * @property {number} graphs
  * @property {string} status
+ * @property {number} duration_ns
+ * @property {string[]} ops
  *
  * @typedef {Object} SettingPair
  * @property {*} a

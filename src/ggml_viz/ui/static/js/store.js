@@ -7,6 +7,7 @@
 export const state = {
   runs: [], live: false, runId: null,
   overview: null, // OverviewPayload of the open run
+  overviewStale: false, // a live run grew since: its summary and per-graph bars are fetched when shown
   tab: "overview",
   selected: null, // {graph_id, node_index}: the node last shown in a details panel
   graphFocus: null, // {graph_id, node_index?, layer?}: where the graph view opens next
@@ -16,6 +17,10 @@ export const state = {
   liveUpdates: 0, // overviews received from a live run
   timeline: null, // the timeline view once drawn (the tests and the benchmark read it)
 };
+
+// The views that show the overview's summary or its per-graph bars (the others draw a grown
+// live run from a LiveUpdate alone).
+export const OVERVIEW_VIEWS = ["overview", "memory"];
 
 let navigate = () => {};
 export function onNavigate(handler) { navigate = handler; }

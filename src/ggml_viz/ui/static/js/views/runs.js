@@ -1,10 +1,10 @@
 // The run list (a directory of runs: pick one, or tick two and compare them), and following
-// a live run: each time it gains graphs, a fresh overview and the shown tab drawn again.
+// a live run: each time it gains graphs, the shown tab drawn again.
 
 import { getComparison, getOverview, liveUrl } from "../api.js";
 import { h, setChildren } from "../dom.js";
 import { fmtInt, fmtNs } from "../format.js";
-import { showTab, state } from "../store.js";
+import { OVERVIEW_VIEWS, showTab, state } from "../store.js";
 
 // The run list in `section`; open(runId) opens one.
 export function render(section, open) {
@@ -50,8 +50,10 @@ async function renderComparison(holder, [a, b]) {
 
 let source = null;
 
-// Follow the open run while it records: a new overview for each LiveUpdate that changes the
-// graph count or the status, and the shown tab drawn again from it.
+// Follow the open run while it records: for each LiveUpdate that changes the graph count or
+// the status, the shown tab drawn again. A view of the overview's summary or per-graph bars
+// gets a new overview first; the others draw from the update (the run's span and ops), and
+// the overview waits until one of those views is shown (its summary costs the server most).
 export function followLive(runId) {
   if (source) source.close();
   source = new EventSource(liveUrl(runId));
@@ -61,10 +63,21 @@ export function followLive(runId) {
     const update = JSON.parse(message.data);
     if (`${update.graphs}/${update.status}` === known) return;
     known = `${update.graphs}/${update.status}`;
-    state.overview = await getOverview(runId);
+    const before = state.overview.duration_ns;
+    if (OVERVIEW_VIEWS.includes(state.tab)) {
+      state.overview = await getOverview(runId);
+      state.overviewStale = false;
+    } else {
+      const summary = { ...state.overview.summary, graphs: update.graphs, status: update.status };
+      state.overview = { ...state.overview, duration_ns: update.duration_ns, ops: update.ops, summary };
+      state.overviewStale = true;
+    }
     state.liveUpdates += 1;
-    state.rendered = {};
-    showTab(state.tab);
+    state.rendered = {}; // every view draws the grown run when next shown; the timeline keeps its zoom
+    if (state.tab === "timeline" && state.timeline) {
+      state.rendered.timeline = true;
+      state.timeline.grew(before);
+    } else showTab(state.tab);
     if (update.status !== "recording") document.getElementById("live").textContent = "● " + update.status;
   };
 }

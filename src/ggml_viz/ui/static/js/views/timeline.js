@@ -98,7 +98,8 @@ export function rowTooltip(row) {
 // -- the view ------------------------------------------------------------------------------
 
 export const timeline = {
-  view: null, data: null, canvas: null, panel: null, pending: null, hover: null,
+  view: null, data: null, canvas: null, panel: null, hover: null,
+  asked: 0, shown: 0, // requests for bars: the last asked, the last drawn
   frameTimes: [],
 
   init(section) {
@@ -158,17 +159,28 @@ export const timeline = {
     this.requestTimer = setTimeout(() => this.request(), 60);
   },
 
+  // Ask for the bars of the view. Answers are drawn in the order asked, an older one never
+  // over a newer; one that arrives after a newer was asked is still drawn (at its own times)
+  // until that one arrives, so requests faster than answers (a fast live run) never starve it.
   async request() {
     const width = Math.round(this.canvas.getBoundingClientRect().width) || 1000;
     const t0 = Math.floor(this.view.t0), t1 = Math.ceil(this.view.t1);
-    const ticket = {};
-    this.pending = ticket;
+    const ticket = ++this.asked, runId = state.runId;
     try {
-      const data = await getTimeline(state.runId, t0, t1, width);
-      if (this.pending !== ticket) return;
+      const data = await getTimeline(runId, t0, t1, width);
+      if (ticket < this.shown || runId !== state.runId) return;
+      this.shown = ticket;
       this.data = data;
       this.draw();
     } catch (error) { showMessage("timeline: " + error.message); }
+  },
+
+  // A live run grew from `before` ns: a view of the whole run follows it; one reaching its
+  // old end asks again for its bars; a view inside the run stays as it is.
+  grew(before) {
+    if (!this.canvas || !this.canvas.isConnected) return;
+    if (this.view.t0 <= 0 && this.view.t1 >= before) this.reset();
+    else if (this.view.t1 >= before) this.request();
   },
 
   bindInput() {
