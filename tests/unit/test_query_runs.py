@@ -65,3 +65,31 @@ def test_a_run_still_recording_and_an_older_run_are_queried_alike(runs, tmp_path
 def test_a_folder_without_runs_is_one_clear_error(tmp_path, capsys):
     assert main(["query", str(tmp_path), "select 1"]) != 0
     assert "neither a run nor a folder of runs" in capsys.readouterr().err
+
+
+def test_a_run_offers_its_tables_as_duckdb_relations_and_arrow_datasets(runs, tmp_path):
+    import pyarrow.dataset as ds
+
+    from ggml_viz.runformat.synthetic import SyntheticRecording
+
+    run = ggml_viz.open(runs / "host-b.ggmlviz")
+    # a relation over the node events, computed in DuckDB
+    connection = run.duckdb()
+    try:
+        by_op = connection.sql("select op, sum(duration_ns) as ns from nodes group by op order by op").df()
+    finally:
+        connection.close()
+    expected = run.nodes.groupby("op")["duration_ns"].sum()
+    assert by_op.set_index("op")["ns"].astype(int).to_dict() == expected.astype(int).to_dict()
+    # a dataset scanned with a filter pushed down to the file
+    times = run.dataset("node_times").to_table(filter=ds.field("graph_id") == 3)
+    assert times.num_rows == int((run.nodes["graph_id"] == 3).sum())
+    assert times.column("graph_id").unique().to_pylist() == [3]
+    # a run still recording: the tables as read now
+    recording = SyntheticRecording(tmp_path / "live.ggmlviz", layers=2, seed=5)
+    recording.append_graphs(2)
+    live = ggml_viz.open(recording.run_dir)
+    assert live.dataset("graphs").count_rows() == 2
+    with pytest.raises(ggml_viz.RunFormatError, match="no table 'nodez'"):
+        live.dataset("nodez")
+    recording.close()

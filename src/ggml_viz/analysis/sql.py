@@ -58,16 +58,22 @@ def run_query(runs: Run | Sequence[Run], sql: str) -> pd.DataFrame:
     """The result of `sql` over the views of one run or several (as one dataset)."""
     import duckdb
 
-    runs = [runs] if isinstance(runs, Run) else list(runs)
-    connection = connect()
+    connection = connect_runs(runs)
     try:
-        register_runs(connection, runs)
         try:
             return connection.execute(sql).fetchdf()
         except duckdb.Error as error:
             raise GgmlVizError(f"the query failed: {str(error).splitlines()[0]}") from None
     finally:
         connection.close()
+
+
+def connect_runs(runs: Run | Sequence[Run]) -> Any:
+    """A DuckDB connection (held to the reader's memory bound) with every view over `runs`;
+    the caller's to close."""
+    connection = connect()
+    register_runs(connection, [runs] if isinstance(runs, Run) else list(runs))
+    return connection
 
 
 def register_runs(connection: Any, runs: Sequence[Run]) -> None:

@@ -99,6 +99,27 @@ class Run:
             self._raw[table] = data
         return self._raw[table]
 
+    def duckdb(self) -> Any:
+        """A DuckDB connection whose views are this run's tables (`nodes`, `edges`, `graphs`,
+        `node_totals`, ..., `raw_*`: see analysis/sql.py), over its files: a query over the
+        node events of a run of any length streams them in DuckDB, in bounded memory.
+        `run.duckdb().sql("select op, sum(duration_ns) from nodes group by op").df()` (or
+        `.pl()`, `.arrow()`); close it when done."""
+        from ..analysis.sql import connect_runs  # the one step up into analysis: its views
+
+        return connect_runs(self)
+
+    def dataset(self, table: str) -> Any:
+        """A stored table as a `pyarrow.dataset.Dataset`, scanned lazily (filters and columns
+        pushed down to the Parquet row groups): over its Parquet file, or, for a run still
+        recording, over the table as read now."""
+        import pyarrow.dataset as ds
+
+        if table not in TABLES:
+            raise RunFormatError(f"no table '{table}' (the tables: {', '.join(TABLES)})")
+        parquet = self.path / (table + PARQUET_SUFFIX)
+        return ds.dataset(parquet, format="parquet") if parquet.exists() else ds.dataset(self.arrow(table))
+
     @cached_property
     def node_totals(self) -> pd.DataFrame:
         """Per (phase, structure_id, node_index): the timed events, their time and wait
