@@ -311,16 +311,21 @@ def test_node_totals_sum_the_node_events_of_closed_and_running_runs(tmp_path):
     assert not (tmp_path / "open.ggmlviz" / "node_totals.parquet").exists()  # a running run's change: not stored
 
 
-def test_a_closed_run_without_totals_gets_them_on_first_open(tmp_path):
+def test_a_closed_run_without_totals_gets_them_on_first_open(tmp_path, monkeypatch, capsys):
+    from ggml_viz.runformat import reader as reader_module
+
+    monkeypatch.setattr(reader_module, "UPGRADE_NOTICE_EVENTS", 6)  # as if these 3 graphs were millions of events
     # GIVEN a run closed by a ggml-viz that wrote no totals
     write_synthetic_run(tmp_path / "old.ggmlviz", graphs=3)
     for name in TOTALS_SCHEMAS:
         (tmp_path / "old.ggmlviz" / f"{name}.parquet").unlink()
-    # WHEN it is read: THEN its totals are computed from the events, and stored for next time
+    # WHEN it is read: THEN its totals are computed from the events, saying so, and stored for next time
     run = ggml_viz.open(tmp_path / "old.ggmlviz")
     assert _totals_stored(run) == _totals_from_events(run)
+    assert "old.ggmlviz: summing its 9 node events once" in capsys.readouterr().err
     assert all((tmp_path / "old.ggmlviz" / f"{name}.parquet").exists() for name in TOTALS_SCHEMAS)
     assert _totals_stored(ggml_viz.open(tmp_path / "old.ggmlviz")) == _totals_from_events(run)
+    assert capsys.readouterr().err == ""
 
 
 def test_the_node_events_of_some_graphs_are_read_alone(tmp_path):

@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .._errors import RunFormatError
+from ..capture.log import say  # (a module of one print: the recorder's voice, and the reader's)
 from . import journal
 from .manifest import STATUS_COMPLETE, STATUS_INCOMPLETE, STATUS_RECORDING
 from .memory_sources import buffer_kinds, buffer_seen_times, bytes_read, edge_memory
@@ -37,6 +38,8 @@ from .schema import (
 from .streams import NodeTimesSegment, node_times_segment, read_stream, read_stream_once
 from .structure_layers import structure_layers
 from .totals import GRAPH_OP_TOTALS, NODE_TOTALS, compute_totals, connect, merge_totals, read_totals, write_totals
+
+UPGRADE_NOTICE_EVENTS = 1_000_000  # an older run's first open says it sums this many node events or more
 
 
 def open_run(path: str | os.PathLike[str]) -> Run:
@@ -163,6 +166,13 @@ class Run:
         parquet = self.path / ("node_times" + PARQUET_SUFFIX)
         if not parquet.exists():  # still recording (or cut short): its stream segments
             return self._totals_of_segments()
+        try:
+            events = pq.ParquetFile(parquet).metadata.num_rows
+        except (pa.ArrowInvalid, OSError) as error:
+            raise RunFormatError(f"{parquet} cannot be read as a table: {error}") from None
+        if events >= UPGRADE_NOTICE_EVENTS:  # seconds per 10M events: say why the wait
+            say(f"{self.path.name}: summing its {events:,} node events once (an older ggml-viz recorded it "
+                f"without their totals); later opens read the stored totals")  # fmt: skip
         connection = connect()
         try:
             escaped = str(parquet).replace("'", "''")
@@ -173,8 +183,10 @@ class Run:
         if self.status == STATUS_COMPLETE:
             try:  # an older run, upgraded: next time it opens without reading its events
                 write_totals(self.path, totals, self.experiment_id)
-            except OSError:
-                pass  # a read-only run is read the slow way each time
+            except OSError as error:
+                if events >= UPGRADE_NOTICE_EVENTS:
+                    say(f"{self.path.name}: its totals cannot be stored ({error.strerror or error}): "
+                        f"every open sums its events again")  # fmt: skip
         return totals
 
     def _totals_over(self, connection: Any) -> dict[str, pa.Table]:
