@@ -68,7 +68,7 @@ def node_components(run: Run, nodes: pd.DataFrame) -> pd.Series:
     """The component of each of `nodes` (rows of run.nodes: graph_id, node_index), from
     the graph: the weight it reads, else its name, else the node it reads first."""
     per_structure = structure_components(run)
-    graphs = run.raw("graphs")[["graph_id", "structure_id"]]
+    graphs = run.graphs[["graph_id", "structure_id"]]
     keyed = nodes[["graph_id", "node_index"]].merge(graphs, on="graph_id", how="left")
     keyed = keyed.merge(per_structure, on=["structure_id", "node_index"], how="left")
     return pd.Series(keyed["component"].fillna("other").to_numpy(), index=nodes.index, name="component")

@@ -188,7 +188,7 @@ def _place(items: dict[str, dict[str, Any]], links: dict[tuple[str, str], dict[s
 
 def graph_view_of(run: Any, graph_id: int, layer: int | None) -> dict[str, Any]:
     """graph_view for one graph of a run (a ggml_viz Run), node times from its node_times."""
-    graphs = run.raw("graphs")
+    graphs = run.graphs
     rows = graphs[graphs["graph_id"] == graph_id]
     if rows.empty:
         raise KeyError(graph_id)

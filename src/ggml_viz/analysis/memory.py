@@ -186,7 +186,7 @@ def gathered_rows(run: Run) -> pd.DataFrame:
         & (ids["type"] == "i32").to_numpy()
     )
     lookups = lookups.assign(table=table["name"].to_numpy(), n_ids=n_ids)[known]
-    graphs = run.raw("graphs")[["graph_id", "structure_id", "n_tokens"]]
+    graphs = run.graphs[["graph_id", "structure_id", "n_tokens"]]
     graphs = graphs.merge(lookups[["structure_id", "table", "n_ids"]], on="structure_id")
     graphs = graphs[graphs["n_tokens"] == graphs["n_ids"]]  # one id per token of the batch
     tokens = run.tokens[["graph_id", "token_id"]].merge(graphs[["graph_id", "table"]], on="graph_id")

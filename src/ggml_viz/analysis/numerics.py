@@ -36,7 +36,7 @@ def first_non_finite(run: Run) -> dict[str, Any] | None:
     graph_id, node_index = int(first["graph_id"]), int(first["node_index"])
     values = run.values
     in_graph = values[values["graph_id"] == graph_id].set_index("node_index")
-    structure = run.raw("graphs").set_index("graph_id").loc[graph_id, "structure_id"]
+    structure = run.graphs.set_index("graph_id").loc[graph_id, "structure_id"]
     nodes = run.raw("structure_nodes")
     producer = dict(zip(*nodes.loc[nodes["structure_id"] == structure, ["tensor_id", "node_index"]].T.values,
                         strict=True))  # fmt: skip

@@ -109,7 +109,7 @@ def memory_by_buffer(run: Run) -> pd.DataFrame:
 def weight_reads(run: Run) -> dict[str, Any]:
     """Bytes of weights the graphs read, and how much of them came from the file mapping.
     Graphs of one structure read the same weights: each structure is described once."""
-    graphs = run.raw("graphs")
+    graphs = run.graphs
     edges = run.structure_edges
     disk = edges[edges["memory"] == "disk"]
     per_structure = disk.groupby("structure_id")["src_bytes_read"].sum()  # the bytes really read: GET_ROWS its rows

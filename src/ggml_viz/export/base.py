@@ -157,6 +157,6 @@ def _weights_read(run: Run, nodes: pd.DataFrame) -> np.ndarray:
         .groupby(["structure_id", "node_index"])["label"]
         .agg(", ".join)
     )
-    structure = run.raw("graphs").set_index("graph_id")["structure_id"]
+    structure = run.graphs.set_index("graph_id")["structure_id"]
     keys = pd.MultiIndex.from_arrays([structure.reindex(nodes["graph_id"]).to_numpy(), nodes["node_index"].to_numpy()])
     return per_node.reindex(keys).fillna("").to_numpy(object)

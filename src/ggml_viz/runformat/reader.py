@@ -130,7 +130,7 @@ class Run:
         that structure in that phase. Every aggregate over node events is one over these
         rows (see runformat/totals.py): stored with a closed run, else computed streaming."""
         totals = self._totals[NODE_TOTALS].to_pandas()
-        graphs = self.raw("graphs").groupby(["phase", "structure_id"]).size().rename("graphs").reset_index()
+        graphs = self.graphs.groupby(["phase", "structure_id"]).size().rename("graphs").reset_index()
         structure = self.raw("structure_nodes")
         totals = graphs.merge(structure, on="structure_id").merge(
             totals, on=["phase", "structure_id", "node_index"], how="left"
@@ -219,7 +219,8 @@ class Run:
 
     @cached_property
     def graphs(self) -> pd.DataFrame:
-        graphs = self.raw("graphs").drop(columns=[c for c in TABLES["graphs"].names if c.startswith("token_")])
+        graphs = self.arrow("graphs")  # without the token lists: those are `tokens`, made from Arrow
+        graphs = graphs.select([c for c in graphs.schema.names if not c.startswith("token_")]).to_pandas()
         return graphs.sort_values("graph_id", ignore_index=True)
 
     @cached_property
@@ -241,15 +242,14 @@ class Run:
         """One row per executed node: its times (<NA> unless timed on its own), its layer
         (inferred from the graph; <NA> outside layers) and its tensor's description (with
         the layer its name suggests as `name_layer`)."""
-        return self._describe_nodes(self.raw("graphs"), self.raw("node_times"))
+        return self._describe_nodes(self.graphs, self.raw("node_times"))
 
     def nodes_of(self, graph_ids: Any, *, times: bool = True) -> pd.DataFrame:
         """The rows of `nodes` for some graphs, reading only their node times (a window of
         a long run reads the row groups it overlaps); without `times`, none (the nodes'
         descriptions alone, their times <NA>)."""
         wanted = sorted({int(g) for g in np.atleast_1d(graph_ids)})
-        graphs = self.raw("graphs")
-        graphs = graphs[graphs["graph_id"].isin(wanted)]
+        graphs = self.graphs[self.graphs["graph_id"].isin(wanted)]
         node_times = self.node_times_of(wanted if times else [])
         return self._describe_nodes(graphs, node_times)
 
@@ -316,19 +316,18 @@ class Run:
     @cached_property
     def edges(self) -> pd.DataFrame:
         """One row per (node, source): the graph's edges, sources described."""
-        return self._describe_edges(self.raw("graphs"), self.raw("edges"))
+        return self._describe_edges(self.graphs, self.raw("edges"))
 
     @cached_property
     def structure_edges(self) -> pd.DataFrame:
         """`edges` once per graph structure rather than per graph (every graph of a structure
         reads the same sources): structure_id in place of graph_id."""
-        graphs = self.raw("graphs").drop_duplicates("structure_id")
+        graphs = self.graphs.drop_duplicates("structure_id")
         return self._describe_edges(graphs, self.raw("edges")).drop(columns="graph_id")
 
     def edges_of_graphs(self, graph_ids: Any, node_index: int | None = None) -> pd.DataFrame:
         """The rows of `edges` for some graphs (or one node of each), without building them all."""
-        graphs = self.raw("graphs")
-        graphs = graphs[graphs["graph_id"].isin([int(g) for g in np.atleast_1d(graph_ids)])]
+        graphs = self.graphs[self.graphs["graph_id"].isin([int(g) for g in np.atleast_1d(graph_ids)])]
         edges = self.raw("edges")
         edges = edges[edges["structure_id"].isin(graphs["structure_id"])]
         if node_index is not None:
@@ -390,7 +389,7 @@ class Run:
         buffers = self.raw("buffers")
         tensors = self.raw("tensors")
         buffers["kind"] = buffer_kinds(buffers, tensors)
-        seen = buffer_seen_times(self.raw("graphs"), self.raw("structure_nodes"), self.raw("edges"), tensors)
+        seen = buffer_seen_times(self.graphs, self.raw("structure_nodes"), self.raw("edges"), tensors)
         buffers = buffers.merge(seen, on="buffer_id", how="left")
         for column in ("first_seen_ns", "last_seen_ns"):
             buffers[column] = buffers[column].astype("Int64")

@@ -98,7 +98,7 @@ class RunView:
 
     def _prepare(self) -> None:
         run = self.run
-        graphs = run.raw("graphs").sort_values("graph_id", ignore_index=True)
+        graphs = run.graphs  # sorted by graph_id (the reader's: not to be changed)
         self.origin_ns = int(graphs["start_ns"].min()) if len(graphs) else 0
         self.graphs = graphs
         tensors = run.raw("tensors").sort_values("tensor_id", ignore_index=True)
@@ -170,8 +170,11 @@ class RunView:
 
     @cached_property
     def graph_labels(self) -> list[str]:
-        texts = self.graphs["token_texts"].tolist()
-        return ["".join(text) if text is not None else "" for text in texts]
+        """Each graph's tokens' text, joined (in `graphs` order)."""
+        graphs = self.run.arrow("graphs")
+        texts = pc.binary_join(graphs.column("token_texts"), "").fill_null("")
+        order = pc.sort_indices(graphs.column("graph_id"))
+        return cast(list[str], texts.take(order).to_pylist())
 
     # -- overview --------------------------------------------------------------------
 
