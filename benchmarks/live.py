@@ -7,9 +7,10 @@ first writes `--events` node events as fast as it can, then one more graph every
 `--interval` seconds, printing the wall-clock time at which each graph was on disk.
 
 `ggml-viz view --live` serves the run (in this process) to headless Chromium (Debian's,
-driven by Playwright) on the timeline tab, as a user follows a recording. The page notes
-the wall-clock time at which each graph first appears in the timeline's data (polled every
-5 ms). Printed: per graph, the seconds from "on disk" to "in the browser's timeline";
+driven by Playwright) on the timeline tab (or `--tab overview`), as a user follows a
+recording. The page notes the wall-clock time at which each graph first appears in the
+timeline's data (the overview's per-graph bars), polled every 5 ms. Printed: per graph, the
+seconds from "on disk" to "in the browser";
 median and maximum over `--graphs` graphs; and the CPU the viewer's server spent meanwhile
 (a share of one core: what following a recording takes from the machine that records).
 
@@ -18,6 +19,7 @@ a run and after 10M node events.
 
     python benchmarks/live.py --events 0           # a run that just started
     python benchmarks/live.py --events 10000000    # after 10M node events (writes ~1 GB)
+    python benchmarks/live.py --events 10000000 --tab overview --interval 0.05 --graphs 300
 """
 
 from __future__ import annotations
@@ -58,14 +60,25 @@ for _ in range(count):
 sys.stdin.read()
 """
 
-# In the page: the wall-clock time each graph id first appears in the timeline's data.
-GRAPH_WATCHER = """() => { window.__seen = {}; setInterval(() => {
+# In the page: the wall-clock time each graph id first appears in the timeline's data, or
+# (the overview tab) in the overview's per-graph bars.
+GRAPH_WATCHERS = {
+    "timeline": """() => { window.__seen = {}; setInterval(() => {
   const data = window.ggmlViz.timeline && window.ggmlViz.timeline.data;
   if (!data) return;
   const now = Date.now();
   for (const lane of data.lanes)
     for (const id of lane.graphs.graph_id) if (!(id in window.__seen)) window.__seen[id] = now;
-}, 5); }"""
+}, 5); }""",
+    "overview": """() => { window.__seen = {}; setInterval(() => {
+  const bars = window.ggmlViz.overview && window.ggmlViz.overview.graph_bars;
+  if (!bars) return;
+  const now = Date.now();
+  for (const id of bars.graph_id) if (!(id in window.__seen)) window.__seen[id] = now;
+}, 5); }""",
+}
+READY = {"timeline": "() => window.ggmlViz.timeline && window.ggmlViz.timeline.data",
+         "overview": "() => document.body.dataset.ready === '1'"}  # fmt: skip
 
 
 def main() -> None:
@@ -73,6 +86,12 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=0, help="node events written before measuring (default 0)")
     parser.add_argument("--graphs", type=int, default=20, help="graphs measured (default 20)")
     parser.add_argument("--interval", type=float, default=0.77, help="seconds between them (default 0.77)")
+    parser.add_argument(
+        "--tab",
+        choices=sorted(GRAPH_WATCHERS),
+        default="timeline",
+        help="the tab the page shows (default timeline; overview: its summary is fetched each update)",
+    )
     parser.add_argument("--chromium", default=shutil.which("chromium") or "/usr/bin/chromium")
     args = parser.parse_args()
     prefill = max(1, args.events // NODES_PER_GRAPH)
@@ -91,7 +110,7 @@ def main() -> None:
         written: dict[int, float] = {}
         try:
             cpu, wall = process_cpu_s(), time.perf_counter()
-            seen = follow_in_browser(viewer.url, args.chromium, recorder, written, args.graphs)
+            seen = follow_in_browser(viewer.url, args.tab, args.chromium, recorder, written, args.graphs)
             cpu, wall = process_cpu_s() - cpu, time.perf_counter() - wall
         finally:
             recorder.stdin.close()
@@ -99,7 +118,7 @@ def main() -> None:
             viewer.stop()
     delays = [seen[graph_id] / 1000 - written[graph_id] for graph_id in written if graph_id in seen]
     missing = len(written) - len(delays)
-    print(f"graph on disk -> in the browser's timeline, {len(delays)} graphs after "
+    print(f"graph on disk -> in the browser's {args.tab}, {len(delays)} graphs after "
           f"{prefill * NODES_PER_GRAPH:,} events: median {statistics.median(delays):.2f} s, "
           f"max {max(delays):.2f} s (target <= 1 s)" + (f"; {missing} never shown" if missing else ""))  # fmt: skip
     print("each: " + " ".join(f"{delay:.2f}" for delay in delays))
@@ -112,16 +131,16 @@ def process_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def follow_in_browser(url: str, chromium: str, recorder: subprocess.Popen[str], written: dict[int, float],
-                      count: int) -> dict[int, float]:  # fmt: skip
+def follow_in_browser(url: str, tab: str, chromium: str, recorder: subprocess.Popen[str],
+                      written: dict[int, float], count: int) -> dict[int, float]:  # fmt: skip
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1600, "height": 900})
-        page.goto(url + "#timeline")
-        page.wait_for_function("() => window.ggmlViz.timeline && window.ggmlViz.timeline.data", timeout=120_000)
-        page.evaluate(GRAPH_WATCHER)
+        page.goto(f"{url}#{tab}")
+        page.wait_for_function(READY[tab], timeout=120_000)
+        page.evaluate(GRAPH_WATCHERS[tab])
         assert recorder.stdin is not None and recorder.stdout is not None
         recorder.stdin.write("go\n")
         recorder.stdin.flush()
