@@ -34,10 +34,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from ui import CHROMIUM_ARGS  # benchmarks/ui.py: the browser both benchmarks launch
+
 from ggml_viz.ui.server import make_viewer
 
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]  # fmt: skip
 NODES_PER_GRAPH = 572
 
 # The child: the recording. Prints "ready" once the prefill is on disk; once told to go on (a

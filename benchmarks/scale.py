@@ -52,23 +52,12 @@ from ggml_viz.runformat.synthetic import write_synthetic_run
 write_synthetic_run(sys.argv[1], graphs=int(sys.argv[2]), layers=30)
 """
 
-# Runs the summary in this interpreter and reports its own peak RSS (KiB) last.
-MEASURED_SUMMARY = """
+# Runs `ggml-viz ARGS...` in this interpreter and reports its own peak RSS (KiB) last.
+MEASURED_COMMAND = """
 import resource, sys, io, contextlib
 from ggml_viz.commands import main
 with contextlib.redirect_stdout(io.StringIO()):
-    status = main(["summary", sys.argv[1]])
-if status:
-    sys.exit(status)
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
-"""
-
-# Runs `ggml-viz export ARGS...` in this interpreter and reports its own peak RSS (KiB) last.
-MEASURED_EXPORT = """
-import resource, sys, io, contextlib
-from ggml_viz.commands import main
-with contextlib.redirect_stdout(io.StringIO()):
-    status = main(["export", *sys.argv[1:]])
+    status = main(sys.argv[1:])
 if status:
     sys.exit(status)
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
@@ -121,14 +110,19 @@ def synthetic_run_of(graphs: int, name: str) -> Path:
     return path
 
 
-def measure_summary(run: Path) -> tuple[float, float]:
-    """Seconds and peak RSS (MB) of `ggml-viz summary RUN` in a fresh process."""
+def measure_command(*args: str) -> tuple[float, float]:
+    """Seconds and peak RSS (MB) of `ggml-viz ARGS...` in a fresh process."""
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", MEASURED_SUMMARY, str(run)], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-c", MEASURED_COMMAND, *args], capture_output=True, text=True)
     seconds = time.perf_counter() - start
     if done.returncode != 0:
-        raise RuntimeError(f"summary of {run} failed: {done.stderr[-2000:]}")
+        raise RuntimeError(f"ggml-viz {' '.join(args)} failed: {done.stderr[-2000:]}")
     return seconds, int(done.stdout.split()[-1]) / 1024
+
+
+def measure_summary(run: Path) -> tuple[float, float]:
+    """Seconds and peak RSS (MB) of `ggml-viz summary RUN` in a fresh process."""
+    return measure_command("summary", str(run))
 
 
 def measure_view(run: Path) -> dict[str, float]:
@@ -157,14 +151,7 @@ def measure_profile_export(run: Path, name: str) -> tuple[float, float]:
     """Seconds and peak RSS (MB) of a whole-run export to `name` (speedscope, tensorboard) in a
     fresh process, written to a temporary folder."""
     with tempfile.TemporaryDirectory() as folder:
-        output = Path(folder) / f"run.{name}"
-        start = time.perf_counter()
-        done = subprocess.run([sys.executable, "-c", MEASURED_EXPORT, str(run), "-o", str(output), "--format", name],
-                              capture_output=True, text=True)  # fmt: skip
-        seconds = time.perf_counter() - start
-    if done.returncode != 0:
-        raise RuntimeError(f"{name} export of {run} failed: {done.stderr[-2000:]}")
-    return seconds, int(done.stdout.split()[-1]) / 1024
+        return measure_command("export", str(run), "-o", str(Path(folder) / f"run.{name}"), "--format", name)
 
 
 def compare_long_and_short(long: int, short: int, repeats: int) -> None:

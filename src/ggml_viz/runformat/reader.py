@@ -35,7 +35,7 @@ from .schema import (
     TABLES,
     stream_segments,
 )
-from .streams import NodeTimesSegment, node_times_segment, read_stream, read_stream_once
+from .streams import NodeTimesSegment, node_times_segment, read_stream, read_stream_once, stream_schema
 from .structure_layers import structure_layers
 from .totals import GRAPH_OP_TOTALS, NODE_TOTALS, compute_totals, connect, merge_totals, read_totals, write_totals
 
@@ -483,11 +483,7 @@ class Run:
             return
         path = files[0]
         try:
-            if path.suffix == PARQUET_SUFFIX:
-                schema = pq.read_schema(path)
-            else:
-                with pa.OSFile(str(path), "rb") as source:
-                    schema = pa.ipc.open_stream(source).schema
+            schema = pq.read_schema(path) if path.suffix == PARQUET_SUFFIX else stream_schema(path)
         except (pa.ArrowInvalid, OSError) as error:
             raise RunFormatError(f"{path} cannot be read as a table: {error}") from None
         found = (schema.metadata or {}).get(META_EXPERIMENT_ID, b"").decode()

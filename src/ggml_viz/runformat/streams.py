@@ -86,6 +86,15 @@ def _new_messages(path: Path, known: _Tail | None) -> tuple[_Tail, list[_Message
     return _Tail(identity, schema, offset), messages, continues
 
 
+def stream_schema(path: Path) -> pa.Schema:
+    """The schema of the stream at `path` (its first message alone is read)."""
+    with pa.OSFile(str(path), "rb") as source:
+        try:
+            return pa.ipc.read_schema(pa.ipc.MessageReader.open_stream(source).read_next_message())
+        except StopIteration:
+            raise pa.ArrowInvalid("the stream is empty (no schema)") from None
+
+
 def read_stream_once(path: Path) -> pa.Table:
     """Every whole batch of the stream at `path`, remembering nothing."""
     tail, messages, _ = _new_messages(path, None)

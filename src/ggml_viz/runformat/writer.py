@@ -33,6 +33,7 @@ from .schema import (
     stream_segments,
     table_schema,
 )
+from .streams import stream_schema
 from .totals import totals_of_parquet_run, write_totals
 
 PARQUET_ROW_GROUP = 1 << 17  # rows: a window of a long run reads the row groups it overlaps
@@ -235,7 +236,7 @@ def _stream_to_parquet(run_dir: Path, table: str, keep_graphs: set[int] | None) 
     keep = pa.array(sorted(keep_graphs), pa.int32()) if keep_graphs is not None and table in GRAPH_TABLES else None
     segments = stream_segments(run_dir, table)
     rows = 0
-    with pq.ParquetWriter(partial, _stream_schema(segments[0]), compression="zstd") as parquet:
+    with pq.ParquetWriter(partial, stream_schema(segments[0]), compression="zstd") as parquet:
         pending: list[pa.RecordBatch] = []
         pending_rows = 0
         for segment in segments:
@@ -255,8 +256,3 @@ def _stream_to_parquet(run_dir: Path, table: str, keep_graphs: set[int] | None) 
     for segment in segments:
         segment.unlink()
     return rows
-
-
-def _stream_schema(path: Path) -> pa.Schema:
-    with pa.OSFile(str(path), "rb") as source:
-        return pa.ipc.open_stream(source).schema
