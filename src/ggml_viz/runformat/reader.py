@@ -170,7 +170,8 @@ class Run:
             events = pq.ParquetFile(parquet).metadata.num_rows
         except (pa.ArrowInvalid, OSError) as error:
             raise RunFormatError(f"{parquet} cannot be read as a table: {error}") from None
-        if events >= UPGRADE_NOTICE_EVENTS:  # seconds per 10M events: say why the wait
+        upgrading = self.status == STATUS_COMPLETE  # (else a run being closed: its totals come next)
+        if upgrading and events >= UPGRADE_NOTICE_EVENTS:  # seconds per 10M events: say why the wait
             say(f"{self.path.name}: summing its {events:,} node events once (an older ggml-viz recorded it "
                 f"without their totals); later opens read the stored totals")  # fmt: skip
         connection = connect()
@@ -180,7 +181,7 @@ class Run:
             totals = self._totals_over(connection)
         finally:
             connection.close()
-        if self.status == STATUS_COMPLETE:
+        if upgrading:
             try:  # an older run, upgraded: next time it opens without reading its events
                 write_totals(self.path, totals, self.experiment_id)
             except OSError as error:
