@@ -328,6 +328,25 @@ def test_a_closed_run_without_totals_gets_them_on_first_open(tmp_path, monkeypat
     assert capsys.readouterr().err == ""
 
 
+def test_a_run_caught_while_being_closed_is_summed_without_calling_it_older(tmp_path, monkeypatch, capsys):
+    from ggml_viz.runformat import reader as reader_module
+
+    monkeypatch.setattr(reader_module, "UPGRADE_NOTICE_EVENTS", 6)
+    # GIVEN a run whose recorder (this process) has written its Parquet files but not yet its totals
+    path = tmp_path / "closing.ggmlviz"
+    write_synthetic_run(path, graphs=3)
+    for name in TOTALS_SCHEMAS:
+        (path / f"{name}.parquet").unlink()
+    manifest = json.loads((path / "manifest.json").read_text())
+    (path / "manifest.json").write_text(json.dumps({**manifest, "status": "recording"}))
+    # WHEN it is read: THEN its totals are summed, silently, and left for its recorder to store
+    run = ggml_viz.open(path)
+    assert run.status == "recording"
+    assert _totals_stored(run) == _totals_from_events(run)
+    assert capsys.readouterr().err == ""
+    assert not any((path / f"{name}.parquet").exists() for name in TOTALS_SCHEMAS)
+
+
 def test_the_node_events_of_some_graphs_are_read_alone(tmp_path):
     write_synthetic_run(tmp_path / "w.ggmlviz", graphs=5)
     run = ggml_viz.open(tmp_path / "w.ggmlviz")
