@@ -11,6 +11,8 @@ from setuptools.command.build_py import build_py
 STARTUP_HOOK = "ggml_viz_startup.pth"
 NATIVE = "src/ggml_viz/capture/native"
 C_FLAGS = ["-O2", "-std=c11", "-D_GNU_SOURCE"]
+# The recorder core both native parts build on: the recorder, GOT redirection, the GPU timer.
+CORE = ("recorder", "got_hook", "gpu/cupti_activity", "gpu/gpu_tracer", "gpu/graph_compute")
 
 
 class BuildWithStartupHook(build_py):
@@ -35,7 +37,7 @@ class BuildWithPreloadLibrary(build_ext):
         super().run()
         try:
             objects = self.compiler.compile(
-                [f"{NATIVE}/{name}.c" for name in ("preload", "preload_setup", "preload_spool", "recorder", "got_hook")],
+                [f"{NATIVE}/{name}.c" for name in ("preload", "preload_setup", "preload_spool", *CORE)],
                 output_dir=self.build_temp,
                 extra_preargs=[*C_FLAGS, "-fPIC", "-fvisibility=hidden", "-Wall"],
             )
@@ -52,8 +54,9 @@ class BuildWithPreloadLibrary(build_ext):
 
 native_recorder = Extension(
     "ggml_viz.capture._native",
-    sources=["src/ggml_viz/capture/_native.c", f"{NATIVE}/recorder.c", f"{NATIVE}/got_hook.c"],
-    depends=[f"{NATIVE}/recorder.h", f"{NATIVE}/got_hook.h"],
+    sources=["src/ggml_viz/capture/_native.c", "src/ggml_viz/capture/_native_gpu.c",
+             *(f"{NATIVE}/{name}.c" for name in CORE)],
+    depends=[f"{NATIVE}/{name}.h" for name in (*CORE, "gpu/cupti_abi")],
     extra_compile_args=C_FLAGS,
     libraries=["m", "dl"],
     optional=True,

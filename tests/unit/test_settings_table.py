@@ -38,6 +38,9 @@ NOT_DEFAULT = {
     "values": "stats",
     "capture": "kq_soft_max-*",
     "capture_bytes": "1000",
+    "gpu": "every",
+    "gpu_window": "8",
+    "gpu_period": "64",
     "recorder": "python",
 }
 IDS = [setting.key for setting in CAPTURE_SETTINGS]
@@ -134,6 +137,8 @@ def test_options_survive_the_trip_through_the_environment(argv):
         ({"GGML_VIZ_LAYERS": "3-1"}, "layers: the range '3-1' runs backwards"),
         ({"GGML_VIZ_LAYERS": "x"}, "layers: 'x' is not a layer, a range like 0-3, or 'none'"),
         ({"GGML_VIZ_CAPTURE": ",".join("a" * 17)}, "capture: at most 16 name patterns of at most 63 bytes"),
+        ({"GGML_VIZ_GPU": "sometimes"}, "unknown gpu 'sometimes'; choose one of windows, every, off"),
+        ({"GGML_VIZ_GPU_PERIOD": "0"}, "gpu_window and gpu_period must be 1 or more (graph computes)"),
     ],
 )
 def test_a_bad_variable_gives_the_same_error_as_before(env, message):

@@ -619,6 +619,10 @@ static PyMethodDef module_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* _native_gpu.c */
+extern PyMethodDef native_gpu_methods[];
+int add_gpu_constants(PyObject *module);
+
 static struct PyModuleDef native_module = {
     PyModuleDef_HEAD_INIT, "ggml_viz.capture._native", "ggml-viz's native eval-callback recorder", -1,
     module_methods,
@@ -658,7 +662,8 @@ PyMODINIT_FUNC PyInit__native(void) {
         PyModule_AddIntConstant(module, "BUFFER_RECORD_SIZE", sizeof(BufferRecord)) < 0 ||
         PyModule_AddIntConstant(module, "DECODE_RECORD_SIZE", sizeof(DecodeRecord)) < 0 ||
         PyModule_AddIntConstant(module, "STATS_RECORD_SIZE", sizeof(StatsRecord)) < 0 ||
-        PyModule_AddIntConstant(module, "CAPTURE_RECORD_SIZE", sizeof(CaptureRecord)) < 0) {
+        PyModule_AddIntConstant(module, "CAPTURE_RECORD_SIZE", sizeof(CaptureRecord)) < 0 ||
+        PyModule_AddFunctions(module, native_gpu_methods) < 0 || add_gpu_constants(module) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -16,11 +16,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .._errors import GgmlVizError, RunFormatError
 from ..modelfile.layout import read_layout
 from ..runformat.schema import MANIFEST_FILE
 from . import ggml_api
 from .context_tracer import ClosedDecode, ContextTracer, closed_decodes
+from .gpu.records import parse_window
 from .log import say
 from .native_recorder import GraphRecordReader
 from .raw_graph import Mode, RawGraph, RepeatedGraph
@@ -30,6 +33,7 @@ from .spool import (
     CONTEXT,
     END,
     FAILED,
+    GPU,
     SPOOL_DIR,
     START,
     TAKE,
@@ -140,6 +144,7 @@ class SpoolCollector:
     def _apply(self, path: Path, frame: Frame) -> None:
         handlers: dict[int, Callable[[Path, Frame], None]] = {
             START: self._start, CONTEXT: self._context, TAKE: self._take, FAILED: self._failed, END: self._end,
+            GPU: self._gpu,
         }  # fmt: skip
         handlers[frame.kind](path, frame)
 
@@ -193,6 +198,14 @@ class SpoolCollector:
         take = frame.take()
         tracer.write_take(take.decodes, take.token_texts, take.graphs)
 
+    def _gpu(self, path: Path, frame: Frame) -> None:
+        window = parse_window(frame.payload)
+        contexts = window.computes["context_id"]
+        for spool_context in np.unique(contexts).tolist():  # the process's context numbers, as the run's
+            tracer = self.tracers.get((path, spool_context))
+            contexts[contexts == spool_context] = tracer.context_id if tracer is not None else 0xFFFFFFFF
+        self.recording.add_gpu_window(window)
+
     def _failed(self, path: Path, frame: Frame) -> None:
         self.recording.fail(f"in pid {path.stem}: {frame.payload.decode('utf-8', 'replace')}")
 
@@ -204,6 +217,9 @@ class SpoolCollector:
             if spool == path:
                 tracer.spool_recorder.captures_skipped = skipped
                 break
+        gpu = info.get("gpu")
+        if gpu:
+            self.recording.gpu_timer_state(gpu)
 
     def finish(self, exit_status: int | None) -> None:
         """The program has ended: read what is left and close the run (complete when every

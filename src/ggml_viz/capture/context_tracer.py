@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
 
+from .gpu import python_program
 from .inline_times import InlineClock
 from .llama_info import BatchCopy, batch_arrays, batch_offsets, read_batch
 from .log import say_once
@@ -18,6 +19,7 @@ from .raw_graph import Mode, RawGraph, RepeatedGraph
 from .settings import CaptureSettings
 
 if TYPE_CHECKING:
+    from .gpu.python_program import GpuReading
     from .native_recorder import NativeGraphRecorder
     from .session import Recording
 
@@ -119,6 +121,8 @@ class ContextTracer:
         self.token_text = token_text  # token id -> its text piece
         self.n_ubatch = max(n_ubatch, 1)
         self._last_write_ns = perf_counter_ns()
+        # A context on a GPU: its graphs are read at the compute call (no eval callback)
+        self.reads_at_compute: GpuReading | None = None
         self._in_decode = False  # between begin_decode and end_decode: the recorder is in use
         self._unwritten = False  # graphs were closed after the last write
 
@@ -318,6 +322,7 @@ class NativeContextTracer(ContextTracer):
         token_text: Callable[[int], str],
         n_ubatch: int,
         recorder: NativeGraphRecorder,
+        gpu: GpuReading | None = None,
     ) -> None:
         super().__init__(recording, context_id, token_text, n_ubatch, recorder)
         offsets = batch_offsets()
@@ -327,18 +332,25 @@ class NativeContextTracer(ContextTracer):
             self.settings.detail == "graph", self.settings.sample or 0, GRAPHS_PER_WRITE, WRITE_INTERVAL_NS, offsets
         )
         self._begin, self._end, self._take_decodes = native.begin_decode, native.end_decode, native.take_decodes
+        self.reads_at_compute = gpu
+        self._address = native.address
 
     def _open_call(self, batch: Any) -> None:
         self._begin(ctypes.addressof(batch))
+        if self.reads_at_compute is not None:  # the graphs computed on this thread are this call's
+            python_program.begin_call(self._address, self.context_id, self.reads_at_compute)
 
     def _close_call(self, return_code: int) -> None:
         write_now = self._end(return_code)  # 1: enough graphs wait; -1: the recorder failed
+        gpu_window = self.reads_at_compute is not None and python_program.end_call()
         if self._mode is Mode.RECORD:
             self._unwritten = True
-            if write_now:
+            if write_now or gpu_window:  # a GPU window's graphs go first, then its kernels
                 self._write_closed(perf_counter_ns())
         elif self._mode is Mode.COUNT:
             self._count_dropped()
+        if gpu_window:
+            self.recording.take_gpu_window()
 
     def flush(self) -> None:
         self._end(0)  # the graph in flight ends with the call that runs it, if any

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import pathlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -140,12 +141,8 @@ def libggml() -> ctypes.CDLL:
     if _library_path is not None:
         candidates = [pathlib.Path(_library_path)]
     else:
-        try:
-            import llama_cpp
-        except ImportError as error:
-            raise CaptureError(f"llama-cpp-python is not installed ({error}); pip install llama-cpp-python") from None
-        lib_dir = pathlib.Path(llama_cpp.__file__).parent / "lib"
-        candidates = sorted(lib_dir.glob("libggml-base.*")) + sorted(lib_dir.glob("ggml-base.*"))
+        lib_dir = _llama_lib_dir()
+        candidates = _loaded("libggml-base") + sorted(lib_dir.glob("libggml-base.*")) + sorted(lib_dir.glob("ggml-base.*"))
         if not candidates:
             raise CaptureError(f"libggml-base was not found in {lib_dir}")
     lib = ctypes.CDLL(str(candidates[0]))
@@ -180,10 +177,59 @@ def libggml() -> ctypes.CDLL:
     _declare(lib, "ggml_backend_buffer_get_base", p, p)
     _declare(lib, "ggml_backend_buffer_get_type", p, p)
     _declare(lib, "ggml_backend_buft_name", ctypes.c_char_p, p)
+    _declare(lib, "ggml_graph_n_nodes", ctypes.c_int, p)
+    _declare(lib, "ggml_graph_node", p, p, ctypes.c_int)
+    _declare(lib, "ggml_backend_sched_synchronize", None, p)
     for optional in ("ggml_version", "ggml_commit"):
         if hasattr(lib, optional):
             _declare(lib, optional, ctypes.c_char_p)
     return lib
+
+
+def _loaded(stem: str) -> list[pathlib.Path]:
+    """The file of a library this process has loaded already (libllama's libggml-base): a
+    wheel ships its libraries as copies, not links, and loading another name of the same
+    library would load a second copy of it."""
+    try:
+        import llama_cpp.llama_cpp  # noqa: F401 - loads libllama, and the ggml it needs
+
+        with open("/proc/self/maps") as maps:
+            paths = {line.split(None, 5)[-1].strip() for line in maps if f"/{stem}." in line}
+    except (ImportError, OSError):
+        return []
+    return sorted(pathlib.Path(path) for path in paths if pathlib.Path(path).name.startswith(stem + "."))
+
+
+def _llama_lib_dir() -> pathlib.Path:
+    """Where llama-cpp-python loads llama.cpp's libraries from (LLAMA_CPP_LIB_PATH: another build)."""
+    override = os.environ.get("LLAMA_CPP_LIB_PATH")
+    if override:
+        return pathlib.Path(override)
+    try:
+        import llama_cpp
+    except ImportError as error:
+        raise CaptureError(f"llama-cpp-python is not installed ({error}); pip install llama-cpp-python") from None
+    return pathlib.Path(llama_cpp.__file__).parent / "lib"
+
+
+_DEVICE_GPU_TYPES = (1, 2)  # ggml_backend_dev_type: GGML_BACKEND_DEVICE_TYPE_GPU, _IGPU
+
+
+@functools.cache
+def gpu_devices() -> tuple[str, ...]:
+    """The GPU devices llama-cpp-python's ggml computes on (CUDA0, Vulkan0, ...); none on a CPU build."""
+    candidates = _loaded("libggml") + sorted(_llama_lib_dir().glob("libggml.so*"))
+    if not candidates:
+        return ()
+    lib = ctypes.CDLL(str(candidates[0]))  # the backend registry: loaded by libllama already
+    p = ctypes.c_void_p
+    _declare(lib, "ggml_backend_dev_count", ctypes.c_size_t)
+    _declare(lib, "ggml_backend_dev_get", p, ctypes.c_size_t)
+    _declare(lib, "ggml_backend_dev_type", ctypes.c_int, p)
+    _declare(lib, "ggml_backend_dev_name", ctypes.c_char_p, p)
+    devices = (lib.ggml_backend_dev_get(i) for i in range(lib.ggml_backend_dev_count()))
+    return tuple((lib.ggml_backend_dev_name(d) or b"?").decode() for d in devices
+                 if lib.ggml_backend_dev_type(d) in _DEVICE_GPU_TYPES)  # fmt: skip
 
 
 def ggml_build_info() -> dict[str, str | None]:

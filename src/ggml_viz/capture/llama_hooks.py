@@ -88,7 +88,7 @@ def _wrap_init(original: Callable[..., Any], recording: Recording) -> Callable[.
         ctx = original(model, params)
         if tracer is not None and ctx:
             _tracers[address_of(ctx)] = tracer
-            if tracer.recorder.inline_timing:
+            if tracer.recorder.inline_timing and tracer.reads_at_compute is None:
                 _install_abort_callback(ctx, tracer, params)
             recording.context_created(tracer, address_of(ctx), params, address_of(model))
         return ctx
@@ -113,7 +113,7 @@ def _wrap_set_abort_callback(original: Callable[..., Any], recording: Recording)
     @functools.wraps(original)
     def llama_set_abort_callback(ctx: Any, abort_callback: Any, abort_callback_data: Any) -> Any:
         tracer = _tracers.get(address_of(ctx))
-        if tracer is None or not tracer.recorder.inline_timing:
+        if tracer is None or not tracer.recorder.inline_timing or tracer.reads_at_compute is not None:
             return original(ctx, abort_callback, abort_callback_data)
         tracer.recorder.chain_abort(abort_callback, abort_callback_data)  # ours stays, and calls it
         return None

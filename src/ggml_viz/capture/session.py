@@ -30,6 +30,9 @@ from .context_tracer import (
     NativeContextTracer,
     PythonContextTracer,
 )
+from .gpu import python_program
+from .gpu.gpu_times import GpuTimes
+from .gpu.records import GpuWindow, parse_window
 from .graph_decoder import TensorCatalog
 from .log import say, say_once
 from .native_recorder import IMPORT_ERROR as NATIVE_IMPORT_ERROR
@@ -107,6 +110,8 @@ class Recording:
         self.graph_sizes: list[int] = []  # nodes of each written graph, by graph id (keep-last bound)
         self.recorder_used: str | None = None
         self.model_paths: dict[int, str] = {}
+        self.gpu_times: GpuTimes | None = None  # GPU trace windows into the run's GPU tables
+        self.gpu_info: dict[str, Any] = {}  # the GPU timer's state, as the recorder said it
         self._idle_writer: threading.Thread | None = None  # started with the first context
         self._stopping = threading.Event()
         if not lazy:
@@ -164,6 +169,7 @@ class Recording:
                 )
             if self.writer is None:
                 return
+            self._guarded(self._finish_gpu_timer)
             keep = self._graphs_kept_by_bound()
             self._update_counts()
             try:
@@ -214,7 +220,9 @@ class Recording:
                 tracer: ContextTracer
                 token_text = llama_info.TokenText(model)
                 if isinstance(recorder, NativeGraphRecorder) and llama_info.batch_offsets() is not None:
-                    tracer = NativeContextTracer(self, len(self.tracers), token_text, int(params.n_ubatch), recorder)
+                    gpu = python_program.gpu_reading(self.settings)
+                    tracer = NativeContextTracer(self, len(self.tracers), token_text, int(params.n_ubatch), recorder,
+                                                 gpu)  # fmt: skip
                 else:
                     tracer = PythonContextTracer(self, len(self.tracers), token_text, int(params.n_ubatch), recorder)
             except (CaptureError, OSError) as error:
@@ -226,8 +234,9 @@ class Recording:
                     target=self._write_when_idle, name="ggml-viz idle writer", daemon=True
                 )
                 self._idle_writer.start()
-        params.cb_eval = recorder.callback
-        params.cb_eval_user_data = recorder.user_data
+        if tracer.reads_at_compute is None:  # else no eval callback: graphs read at the compute call
+            params.cb_eval = recorder.callback
+            params.cb_eval_user_data = recorder.user_data
         return tracer
 
     def _new_recorder(self) -> GraphRecorder:
@@ -236,7 +245,10 @@ class Recording:
         if self.settings.recorder == "native":
             if native_available():
                 self.recorder_used = "native"
-                return NativeGraphRecorder(selection, inline_timing, self.settings.values)
+                recorder = NativeGraphRecorder(selection, inline_timing, self.settings.values)
+                if not self.tracers:
+                    python_program.configure_gpu_timer(self.settings)
+                return recorder
             say_once(
                 f"the native recorder is not available ({NATIVE_IMPORT_ERROR}); recording with the slower "
                 "Python recorder (reinstall ggml-viz with a C compiler to get it back)"
@@ -343,6 +355,8 @@ class Recording:
         writer.append("edges", decoded.new_edges)
         row = _graph_row(tracer, graph_id, decoded.structure_id, raw, call, ubatch)
         writer.append_graph(row, decoded.node_times)
+        if self.gpu_times is not None:
+            self.gpu_times.graph_written(tracer.context_id, graph_id, decoded.structure_id, raw.graph_start_ns)
         if raw.values is not None and len(raw.values):
             writer.append("node_values", values_rows(graph_id, raw.values))
         for capture in raw.captures:
@@ -357,6 +371,9 @@ class Recording:
             for index, (graph, call, ubatch) in enumerate(repeats)
         ]
         self.writer.append_graph_rows(rows)
+        if self.gpu_times is not None:
+            for row in rows:
+                self.gpu_times.graph_written(tracer.context_id, row["graph_id"], structure_id, row["start_ns"])
         self._count_written([repeat.graph.n_nodes for repeat in repeats])
 
     def _count_written(self, graph_sizes: list[int]) -> None:
@@ -375,6 +392,34 @@ class Recording:
         )  # fmt: skip
         self.captured_tensors += 1
         self.captured_bytes += len(capture.data)
+
+    def add_gpu_window(self, window: GpuWindow) -> None:
+        """A closed GPU trace window: its kernels mapped to the nodes of the graphs written."""
+        with self.lock:
+            if self.gpu_times is not None:
+                self._guarded(lambda: self.gpu_times.add_window(window))  # type: ignore[union-attr]
+
+    def take_gpu_window(self) -> None:
+        """A GPU window of this process closed (the C extension's timer): into the run."""
+        taken = python_program.take_window()
+        if taken is not None:
+            self.add_gpu_window(parse_window(taken))
+
+    def _finish_gpu_timer(self) -> None:
+        if any(t.reads_at_compute is not None and t.reads_at_compute.on_cuda for t in self.tracers):
+            if python_program.finish():
+                self.take_gpu_window()
+            self.gpu_timer_state({
+                "mode": "off" if self.settings.detail == "graph" else self.settings.gpu,
+                "window": self.settings.gpu_window, "period": self.settings.gpu_period,
+                **python_program.timer_state(),
+            })  # fmt: skip
+        if self.gpu_times is not None:
+            self.gpu_times.finish()
+
+    def gpu_timer_state(self, info: dict[str, Any]) -> None:
+        """What the GPU timer used (its mode, CUPTI's library and clock) or why it timed nothing."""
+        self.gpu_info = {**self.gpu_info, **info}
 
     def count_dropped(self, n_nodes: int) -> None:
         self.dropped_graphs += 1
@@ -409,6 +454,7 @@ class Recording:
         manifest["versions"]["llama_cpp_system_info"] = _safe(llama_info.system_info)
         manifest["versions"]["ggml"] = _safe(ggml_api.ggml_build_info)
         self.writer = RunWriter(run_dir, self.experiment_id, manifest)
+        self.gpu_times = GpuTimes(self.writer.append)
 
     def _update_counts(self) -> None:
         if self.writer is not None and self.recorder_used:
@@ -426,6 +472,9 @@ class Recording:
             "contexts": len(self.tracers),
         }
         self._update_manifest(counts=counts)
+        if self.gpu_info or (self.gpu_times is not None and self.gpu_times.counts["windows"]):
+            traced = self.gpu_times.summary() if self.gpu_times is not None else {}
+            self._update_manifest(gpu={**self.gpu_info, **traced})
 
     def _update_manifest(self, **fields: Any) -> None:
         writer = self.writer

@@ -22,6 +22,9 @@ DETAILS = ("op", "graph")
 TIMINGS = ("inline", "sync")
 POLICIES = ("keep-first", "keep-last")
 VALUE_MODES = ("off", "stats")
+GPU_MODES = ("windows", "every", "off")
+DEFAULT_GPU_WINDOW = 4  # computes CUPTI traces in a row, from a graph structure's first
+DEFAULT_GPU_PERIOD = 256  # computes between two windows
 _RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
 
 
@@ -70,6 +73,10 @@ class CaptureSettings:
     max_events: int | None = None
     policy: str = "keep-first"
     values: ValueSettings = field(default_factory=ValueSettings)
+    # CUDA: kernel records from CUPTI in windows of graphs, for every graph, or none
+    gpu: str = "windows"
+    gpu_window: int = DEFAULT_GPU_WINDOW
+    gpu_period: int = DEFAULT_GPU_PERIOD
 
     def __post_init__(self) -> None:
         for value, allowed, what in (
@@ -77,6 +84,7 @@ class CaptureSettings:
             (self.detail, DETAILS, "detail"),
             (self.timing, TIMINGS, "timing"),
             (self.policy, POLICIES, "policy"),
+            (self.gpu, GPU_MODES, "gpu"),
         ):
             if value not in allowed:
                 raise CaptureError(f"unknown {what} {value!r}; choose one of {', '.join(allowed)}")
@@ -84,6 +92,8 @@ class CaptureSettings:
             raise CaptureError("sample must be 1 or more (time every N-th decode graph)")
         if self.max_events is not None and self.max_events < 1:
             raise CaptureError("max_events must be a positive number of node events")
+        if self.gpu_window < 1 or self.gpu_period < 1:
+            raise CaptureError("gpu_window and gpu_period must be 1 or more (graph computes)")
         if self.values.capture_bytes < 0:
             raise CaptureError("capture_bytes must be 0 or more")
         if len(self.values.captures) > 16 or any(len(p.encode()) > 63 for p in self.values.captures):
@@ -270,6 +280,24 @@ CAPTURE_SETTINGS: tuple[Setting, ...] = (
         doc=f"at most N bytes of captures per run (default {_MIB} MiB)",
     ),
     Setting(
+        "gpu", "choice", "windows", choices=GPU_MODES,
+        help="CUDA: GPU time per node from CUPTI's kernel records, in windows of graphs (default), for every "
+        "graph, or off",
+        doc="CUDA: GPU time per node from CUPTI's kernel records: `windows` (default; see \"GPU time\"), "
+        "`every` graph, or `off`",
+    ),
+    Setting(
+        "gpu_window", "count", None, metavar="N",
+        help=f"graphs a GPU trace window spans (default {DEFAULT_GPU_WINDOW})",
+        doc=f"graphs a GPU trace window spans (default {DEFAULT_GPU_WINDOW})",
+    ),
+    Setting(
+        "gpu_period", "count", None, metavar="N",
+        help=f"graphs between two GPU trace windows (default {DEFAULT_GPU_PERIOD}); with --gpu every, "
+        "graphs between two hand-overs",
+        doc=f"graphs between two GPU trace windows (default {DEFAULT_GPU_PERIOD})",
+    ),
+    Setting(
         "recorder", "choice", "native", choices=RECORDERS,
         help="native (C extension, default) or python (slower, for comparison)",
         doc="the recorder (default `native`; `python` is the slower reference)",
@@ -303,6 +331,20 @@ HOOK_VARIABLES: tuple[HookVariable, ...] = (
     HookVariable(
         "SPOOL", "PATH", "",
         "native programs: the preload library's spool goes to `PATH` rather than `OUTPUT/spool/PID.spool`",
+    ),
+    HookVariable(
+        "READ_GRAPHS", "compute", "",
+        "read every graph at its compute call, with no eval callback, as on a GPU (a CPU program then keeps "
+        "graph times only); `callback`: through the eval callback, the default off a GPU",
+    ),
+    HookVariable(
+        "CUPTI", "PATH", "",
+        "the `libcupti` to load for GPU times (colon-separated candidates); else the one beside the program's "
+        "CUDA runtime, the CUDA toolkit's, or the `nvidia-cuda-cupti` package's",
+    ),
+    HookVariable(
+        "GPU_DETACH", "0", "",
+        "keep CUPTI attached between GPU trace windows, its records switched off (it costs more: for comparison)",
     ),
 )  # fmt: skip
 
@@ -350,6 +392,9 @@ def settings_from_options(options: Mapping[str, Any]) -> CaptureSettings:
         max_events=given["max_events"],
         policy=given["policy"],
         values=values_from(given["values"], given["capture"], given["capture_bytes"]),
+        gpu=given["gpu"],
+        gpu_window=DEFAULT_GPU_WINDOW if given["gpu_window"] is None else given["gpu_window"],
+        gpu_period=DEFAULT_GPU_PERIOD if given["gpu_period"] is None else given["gpu_period"],
     )
 
 

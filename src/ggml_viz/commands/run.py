@@ -13,6 +13,8 @@ from .base import Command
 from .common import add_capture_arguments, capture_environment, print_short_summary
 from .record import default_output
 
+PASSED_THROUGH = ("GGML_VIZ_CUPTI", "GGML_VIZ_GPU_DETACH", "GGML_VIZ_READ_GRAPHS")
+
 
 class RunCommand(Command):
     """Run a program that computes with ggml and record it, without changing it.
@@ -55,7 +57,8 @@ class RunCommand(Command):
         except CaptureError as error:
             raise CommandError(str(error)) from None
         prepare_run_dir(output, overwrite=args.force)  # clear errors now, not inside the program
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GGML_VIZ_")}
+        # GGML_VIZ_* come from the options, but for the variables that have none (CUPTI's path, ...)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GGML_VIZ_") or k in PASSED_THROUGH}
         env.update(capture_env, GGML_VIZ_OUTPUT=str(output))
         if args.verbose:
             env["GGML_VIZ_VERBOSE"] = "1"

@@ -166,10 +166,54 @@ TABLES: dict[str, pa.Schema] = {
             ("nbytes", pa.int64()),
         ]
     ),
+    # GPU time (CUDA, from CUPTI's records; see capture/gpu/): what the GPU ran in traced graphs
+    "gpu_kernels": pa.schema(
+        [
+            ("graph_id", pa.int32()),  # -1: outside any recorded graph
+            ("node_index", pa.int32()),  # the node that launched it (-1: a copy or memset, or not attributed)
+            ("group_end", pa.int32()),  # the last node of that node's fused group (== node_index: not fused)
+            ("device", pa.int32()),
+            ("stream", pa.int32()),
+            ("kind", pa.string()),  # kernel | memcpy | memset
+            ("kernel", pa.string()),  # the kernel's function (quantize_q8_1), or the copy's kind (HtoD)
+            ("name", pa.string()),  # the kernel's whole name, demangled
+            ("start_ns", pa.int64()),  # on the GPU, in the recorder's clock
+            ("end_ns", pa.int64()),
+            ("busy_ns", pa.int64()),  # its share of the device's busy time (overlap counted once, to the earlier)
+            ("bytes", pa.int64()),  # copies and memsets
+            ("correlation_id", pa.int64()),  # the runtime API call that launched it (CUPTI's)
+        ]
+    ),
+    "gpu_node_times": pa.schema(
+        [
+            ("graph_id", pa.int32()),
+            ("node_index", pa.int32()),
+            ("group_end", pa.int32()),  # its kernels compute nodes node_index..group_end (ggml-cuda fused them)
+            ("device", pa.int32()),
+            ("start_ns", pa.int64()),  # its first kernel began on the GPU ...
+            ("end_ns", pa.int64()),  # ... and its last ended
+            ("gpu_ns", pa.int64()),  # its kernels' share of the device's busy time
+            ("kernels", pa.int32()),
+        ]
+    ),
+    "gpu_graphs": pa.schema(
+        [
+            ("graph_id", pa.int32()),
+            ("device", pa.int32()),
+            ("start_ns", pa.int64()),  # the graph's first activity on this device began ...
+            ("end_ns", pa.int64()),  # ... and its last ended
+            ("busy_ns", pa.int64()),  # the device was busy with it (kernels, copies, memsets; overlap once)
+            ("kernels", pa.int32()),
+            ("attributed", pa.int32()),  # kernels attributed to a node
+            ("mapping", pa.string()),  # eager | capture | replay | unattributed: how kernels found their nodes
+        ]
+    ),
 }
 
 # Tables a run of an earlier ggml-viz may lack (read as empty).
-OPTIONAL_TABLES = ("node_values", "captures")
+OPTIONAL_TABLES = ("node_values", "captures", "gpu_kernels", "gpu_node_times", "gpu_graphs")
+# Tables written only by a run that has rows for them (no file otherwise).
+GPU_TABLES = ("gpu_kernels", "gpu_node_times", "gpu_graphs")
 # Columns a run of an earlier ggml-viz may lack (read as nulls).
 OPTIONAL_COLUMNS = {"node_times": ("wait_ns",)}
 # Columns a run of an earlier ggml-viz may lack, which the reader then computes from the others.
@@ -177,7 +221,7 @@ DERIVED_COLUMNS = {"structure_nodes": ("layer",)}
 CAPTURES_FILE = "captures.bin"
 
 # Tables whose rows belong to one graph (filtered together by graph_id).
-GRAPH_TABLES = ("graphs", "node_times", "node_values", "captures")
+GRAPH_TABLES = ("graphs", "node_times", "node_values", "captures", *GPU_TABLES)
 
 
 def table_metadata(table: str, experiment_id: str) -> dict[bytes, bytes]:

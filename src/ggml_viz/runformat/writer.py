@@ -25,6 +25,7 @@ from . import journal
 from .manifest import STATUS_COMPLETE, STATUS_INCOMPLETE, new_manifest, utc_now, write_manifest
 from .schema import (
     CAPTURES_FILE,
+    GPU_TABLES,
     GRAPH_TABLES,
     MANIFEST_FILE,
     PARQUET_SUFFIX,
@@ -93,10 +94,11 @@ class RunWriter:
         self.run_dir = run_dir
         self.experiment_id = experiment_id
         self.manifest = manifest if manifest is not None else new_manifest(experiment_id)
-        self.rows: dict[str, int] = {table: 0 for table in TABLES}
+        self.rows: dict[str, int] = {table: 0 for table in TABLES if table not in GPU_TABLES}
         self._tables: dict[str, _OpenTable] = {}
         for table in TABLES:
-            self._tables[table] = self._open_segment(table, 0)
+            if table not in GPU_TABLES:  # those begin with their first rows
+                self._tables[table] = self._open_segment(table, 0)
         self.graphs_per_batch = GRAPHS_PER_BATCH
         self._pending_rows: list[dict[str, Any]] = []
         self._pending_times: list[tuple[np.ndarray, ...]] = []
@@ -112,6 +114,8 @@ class RunWriter:
         (an empty mapping: no rows)."""
         if not columns:
             return
+        if table not in self._tables:
+            self._tables[table] = self._open_segment(table, 0)
         schema = self._tables[table].schema
         first = columns[schema.names[0]]
         if len(first) == 0:
@@ -133,7 +137,7 @@ class RunWriter:
         open_table = self._tables[table]
         open_table.stream.write_batch(batch)
         open_table.sink.flush()
-        self.rows[table] += batch.num_rows
+        self.rows[table] = self.rows.get(table, 0) + batch.num_rows
         rows = open_table.rows + batch.num_rows
         self._tables[table] = open_table._replace(rows=rows)
         # Roll to a new segment by size or age: no stream of a long recording grows without
@@ -209,6 +213,8 @@ class RunWriter:
         self._tables.clear()
         if complete:
             for table in TABLES:
+                if table in GPU_TABLES and not stream_segments(self.run_dir, table):
+                    continue
                 kept = _stream_to_parquet(self.run_dir, table, keep_graphs)
                 self.rows[table] = kept
             write_totals(self.run_dir, totals_of_parquet_run(self.run_dir), self.experiment_id)

@@ -25,6 +25,12 @@
  *       callback is called from ours
  *   gguf_init_from_file                       the GGUF files the program opens: the model's
  *       byte layout, for the memory view
+ *   ggml_is_empty                             ggml-cuda calls it once per node before computing
+ *       it: where a traced compute's kernels come from (gpu/gpu_tracer.h)
+ *
+ * A scheduler with a GPU backend gets no eval callback (with one, ggml-cuda gives up its
+ * CUDA graphs and synchronizes per split): its graphs are read at the compute call, and on
+ * CUDA the GPU times its nodes itself (CUPTI, gpu/).
  *
  * This file holds what is interposed and the library's state; preload_setup.c finds the
  * program's ggml and reads the settings, preload_spool.c writes the spool.
@@ -56,9 +62,10 @@
    preload_environment_names() is tested equal to this list. MAX_EVENTS and POLICY are
    applied where the run is written. */
 EXPORT const char ggml_viz_preload_settings[] =
-    "GGML_VIZ_OUTPUT,GGML_VIZ_DISABLE,GGML_VIZ_VERBOSE,GGML_VIZ_SPOOL,GGML_VIZ_DETAIL,GGML_VIZ_TIMING,"
-    "GGML_VIZ_SAMPLE,GGML_VIZ_OPS,GGML_VIZ_LAYERS,GGML_VIZ_NAMES,GGML_VIZ_VALUES,GGML_VIZ_CAPTURE,"
-    "GGML_VIZ_CAPTURE_BYTES";
+    "GGML_VIZ_OUTPUT,GGML_VIZ_DISABLE,GGML_VIZ_VERBOSE,GGML_VIZ_SPOOL,GGML_VIZ_READ_GRAPHS,GGML_VIZ_CUPTI,"
+    "GGML_VIZ_GPU_DETACH,"
+    "GGML_VIZ_DETAIL,GGML_VIZ_TIMING,GGML_VIZ_SAMPLE,GGML_VIZ_OPS,GGML_VIZ_LAYERS,GGML_VIZ_NAMES,GGML_VIZ_VALUES,"
+    "GGML_VIZ_CAPTURE,GGML_VIZ_CAPTURE_BYTES,GGML_VIZ_GPU,GGML_VIZ_GPU_WINDOW,GGML_VIZ_GPU_PERIOD";
 
 typedef void (*set_callback_fn)(void *, eval_fn, void *);
 typedef void (*set_abort_fn)(void *, abort_fn, void *);
@@ -79,6 +86,7 @@ EXPORT void ggml_backend_cpu_set_abort_callback(void *backend, abort_fn callback
 EXPORT void llama_free(void *ctx);
 EXPORT void llama_set_abort_callback(void *ctx, abort_fn callback, void *data);
 EXPORT void *gguf_init_from_file(const char *fname, struct gguf_init_params_abi params);
+EXPORT bool ggml_is_empty(const void *tensor);
 EXPORT void llama_batch_ext_free(void *batch);
 EXPORT void llama_batch_ext_clear(void *batch);
 EXPORT int32_t llama_batch_ext_add(void *batch, int32_t seq_id);
@@ -184,6 +192,7 @@ static void start(void) {
         return;
     }
     state.layout = layout;
+    gpu_configure(&state.gpu);
     if (open_spool(output) != 0) {
         say("cannot write the spool %s: %s; the program runs untraced", state.spool_path, strerror(errno));
         return;
@@ -292,6 +301,7 @@ static void flush_at_exit(void) {
         Entry *e = state.entries[i];
         if (e->live && !e->in_call) flush_entry(e, 0);
     }
+    if (state.enabled && gpu_finish()) write_gpu_take();
     if (state.enabled) write_end_frame();
 }
 
@@ -346,7 +356,7 @@ static void install_callbacks(Entry *e, void *sched) {
 
 /* ---- interposed: ggml's scheduler --------------------------------------------------------- */
 
-typedef int (*compute_fn)(void *, void *);
+typedef sched_compute_fn compute_fn;
 
 /* The bracket around a call that computes graphs (a llama call with its batch, or a plain
    ggml program's graph without one): the entry is held for the call, its graphs closed at
@@ -357,12 +367,48 @@ static void begin_call(Entry *e, const void *batch) {
     recorder_begin_decode(&e->recorder, batch);
 }
 
-static void end_call(Entry *e, int32_t status) {
+static void synchronize_scheduler(void *sched) {
+    if (api.sched_synchronize) api.sched_synchronize(sched);
+}
+
+/* The call ends: its graphs are closed, and written when a write is due or a GPU trace window
+   closed with it (its graphs then reach the spool before their kernels). `sched`: a plain
+   program's scheduler, which may still be computing (a llama call has synchronized). */
+static void end_call(Entry *e, int32_t status, void *sched) {
     int due = recorder_end_decode(&e->recorder, status);
+    int gpu_waiting = e->on_cuda && gpu_call_done(sched ? synchronize_scheduler : NULL, sched);
     e->in_call = 0;
     e->unwritten = 1;
-    if (due) write_entry(e);
+    if (due || gpu_waiting) write_entry(e);
     pthread_mutex_unlock(&e->lock);
+    if (gpu_waiting) write_gpu_take();
+}
+
+/* What a scheduler computes on: a GPU backend (any backend that is not a CPU), CUDA's. */
+static void check_backends(Entry *e, void *sched) {
+    if (e->checked_sched == sched) return;
+    e->checked_sched = sched;
+    e->on_gpu = e->on_cuda = 0;
+    int n = api.sched_n_backends && api.sched_backend && api.is_cpu ? api.sched_n_backends(sched) : 0;
+    for (int i = 0; i < n; i++) {
+        void *backend = api.sched_backend(sched, i);
+        if (!backend || api.is_cpu(backend)) continue;
+        const char *name = api.backend_name ? api.backend_name(backend) : NULL;
+        if (!e->on_gpu) snprintf(e->gpu_name, sizeof e->gpu_name, "%s", name ? name : "GPU");
+        e->on_gpu = 1;
+        e->on_cuda |= name && strncmp(name, "CUDA", 4) == 0;
+    }
+    if (e->on_gpu && !e->on_cuda) {
+        say("this program computes on %s: ggml-viz times GPU nodes on CUDA only (with CUPTI); its graphs keep "
+            "their graph times", e->gpu_name);
+    }
+}
+
+/* A GPU scheduler's graph is read at its compute call (no eval callback), unless a node must
+   be answered: sync timing, values, captures, or the program's own eval callback. */
+static bool reads_at_compute(Entry *e) {
+    return (e->on_gpu || state.read_graphs_at_compute) && !state.sync_timing && !state.values_stats &&
+           !state.n_captures && !e->chained_eval && api.graph_n_nodes && api.graph_node;
 }
 
 /* A graph computed through the scheduler: inside a llama call, part of it; else (a plain ggml
@@ -371,21 +417,29 @@ static int compute_graph(compute_fn original, void *sched, void *graph) {
     if (!original) return -1;
     if (compute_depth > 0 || !active()) return original(sched, graph);
     Entry *e = call_entry;
-    if (e) {
-        install_callbacks(e, sched);
-        compute_depth++;
-        int status = original(sched, graph);
-        compute_depth--;
-        return status;
+    bool own_call = !e;
+    if (own_call) {
+        e = entry_for(sched, 0);
+        if (!e) return original(sched, graph);
+        begin_call(e, NULL);
     }
-    e = entry_for(sched, 0);
-    if (!e) return original(sched, graph);
-    begin_call(e, NULL);
-    install_callbacks(e, sched);
+    check_backends(e, sched);
     compute_depth++;
-    int status = original(sched, graph);
+    int status;
+    if (reads_at_compute(e)) {
+        GraphAccess access = {api.graph_n_nodes, api.graph_node, state.layout.buffer_offset};
+        status = compute_reading_graph(&e->recorder, (uint32_t)e->context_id, e->on_cuda, &access, original, sched,
+                                       graph);
+        if (e->on_cuda && gpu_problem() && !state.gpu_problem_said) {
+            state.gpu_problem_said = 1;
+            say("GPU node times are off: %s; the run keeps graph times", gpu_problem());
+        }
+    } else {
+        install_callbacks(e, sched);
+        status = original(sched, graph);
+    }
     compute_depth--;
-    end_call(e, status);
+    if (own_call) end_call(e, status, sched);
     return status;
 }
 
@@ -424,6 +478,7 @@ EXPORT void ggml_backend_sched_free(void *sched) {
             Entry *e = state.entries[i];
             if (e->live && !e->is_llama && e->owner == sched) flush_entry(e, 1);
         }
+        if (gpu_finish()) write_gpu_take(); /* while the device lives */
     }
     if (original_ggml_backend_sched_free) original_ggml_backend_sched_free(sched);
 }
@@ -462,7 +517,7 @@ static int32_t llama_call(void *ctx, const llama_batch_abi *batch, int32_t (*com
     call_entry = NULL;
     /* llama.cpp's own eval timer runs until the next synchronize: stop it before our bookkeeping */
     if (api.synchronize) api.synchronize(ctx);
-    end_call(e, status);
+    end_call(e, status, NULL);
     return status;
 }
 
@@ -496,6 +551,7 @@ EXPORT void llama_free(void *ctx) {
             Entry *e = state.entries[i];
             if (e->live && e->is_llama && e->owner == ctx) flush_entry(e, 1);
         }
+        if (gpu_finish()) write_gpu_take(); /* while the device lives */
     }
     if (original_llama_free) original_llama_free(ctx);
 }
@@ -533,6 +589,14 @@ EXPORT void *gguf_init_from_file(const char *fname, struct gguf_init_params_abi 
         pthread_mutex_unlock(&state.lock);
     }
     return gguf;
+}
+
+typedef bool (*is_empty_fn)(const void *);
+
+EXPORT bool ggml_is_empty(const void *tensor) {
+    ORIGINAL(ggml_is_empty, is_empty_fn);
+    gpu_node_call(tensor, __builtin_return_address(0)); /* nothing unless a traced compute runs here */
+    return original_ggml_is_empty ? original_ggml_is_empty(tensor) : false;
 }
 
 /* ---- interposed: llama_batch_ext (llama.cpp's own programs) -------------------------------- */

@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gpu/gpu_tracer.h"
+#include "gpu/graph_compute.h"
 #include "recorder.h"
 #include "spool.h"
 
@@ -64,7 +66,11 @@ typedef struct {
     const char *(*commit)(void);
     int (*sched_n_backends)(void *);
     void *(*sched_backend)(void *, int);
+    void (*sched_synchronize)(void *);
     bool (*is_cpu)(void *);
+    const char *(*backend_name)(void *);
+    int (*graph_n_nodes)(void *);
+    void *(*graph_node)(void *, int);
     GgmlFunctions recorder;
     /* llama (absent in a plain ggml program) */
     void *(*get_model)(const void *);
@@ -98,6 +104,11 @@ typedef struct {
     void *chained_data;
     int chained_answered;  /* it asked for the node in flight */
     void *abort_set[MAX_CPU_BACKENDS]; /* CPU backends whose abort callback is ours */
+    /* A scheduler with a backend that is not a CPU (a GPU): its graphs are read at their
+       compute call, with no eval callback, which would cost a GPU its fast path. */
+    void *checked_sched;   /* the scheduler the two below were worked out for */
+    int on_gpu, on_cuda;
+    char gpu_name[64];     /* its first GPU backend (CUDA0, Vulkan0, ...) */
     Array frame;           /* the frame being built */
 } Entry;
 
@@ -131,6 +142,9 @@ typedef struct {
     TensorLayout layout;
     /* settings */
     int detail_graph, sync_timing, values_stats;
+    GpuTraceSettings gpu;
+    int read_graphs_at_compute; /* GGML_VIZ_READ_GRAPHS=compute: as on a GPU, on any backend */
+    int gpu_problem_said;
     long long sample, capture_bytes;
     int n_ops, n_names, n_ranges, no_layer, n_captures;
     char *ops[MAX_OPS], *names[MAX_NAMES], *captures[MAX_CAPTURES];
@@ -164,5 +178,6 @@ void write_start_frame(void);
 void describe_context(Entry *e);
 void write_entry(Entry *e);
 void write_end_frame(void);
+void write_gpu_take(void);
 
 #endif

@@ -35,7 +35,11 @@ int find_functions(void) {
     FIND(commit, "ggml_commit");
     FIND(sched_n_backends, "ggml_backend_sched_get_n_backends");
     FIND(sched_backend, "ggml_backend_sched_get_backend");
+    FIND(sched_synchronize, "ggml_backend_sched_synchronize");
     FIND(is_cpu, "ggml_backend_is_cpu");
+    FIND(backend_name, "ggml_backend_name");
+    FIND(graph_n_nodes, "ggml_graph_n_nodes");
+    FIND(graph_node, "ggml_graph_node");
     FIND(recorder.buffer_name, "ggml_backend_buffer_name");
     FIND(recorder.buffer_usage, "ggml_backend_buffer_get_usage");
     FIND(recorder.buffer_size, "ggml_backend_buffer_get_size");
@@ -177,6 +181,29 @@ const char *read_settings(void) {
     if (capture_bytes && (!whole_number(capture_bytes, &state.capture_bytes) || state.capture_bytes < 0)) {
         return "GGML_VIZ_CAPTURE_BYTES: a whole number of bytes";
     }
+    const char *read_graphs = env("GGML_VIZ_READ_GRAPHS");
+    if (read_graphs && strcmp(read_graphs, "compute") && strcmp(read_graphs, "callback")) {
+        return "GGML_VIZ_READ_GRAPHS: choose compute or callback";
+    }
+    state.read_graphs_at_compute = read_graphs && !strcmp(read_graphs, "compute");
+    const char *gpu = env("GGML_VIZ_GPU");
+    if (gpu && strcmp(gpu, "windows") && strcmp(gpu, "every") && strcmp(gpu, "off")) {
+        return "GGML_VIZ_GPU: choose windows, every or off";
+    }
+    long long window = 4, period = 256;
+    const char *window_text = env("GGML_VIZ_GPU_WINDOW"), *period_text = env("GGML_VIZ_GPU_PERIOD");
+    if ((window_text && (!whole_number(window_text, &window) || window < 1)) ||
+        (period_text && (!whole_number(period_text, &period) || period < 1))) {
+        return "GGML_VIZ_GPU_WINDOW and GGML_VIZ_GPU_PERIOD: whole numbers, 1 or more";
+    }
+    state.gpu = (GpuTraceSettings){
+        /* graph detail: no node times, the GPU's neither */
+        .mode = state.detail_graph || (gpu && !strcmp(gpu, "off")) ? GPU_TRACE_OFF
+                : gpu && !strcmp(gpu, "every")                      ? GPU_TRACE_EVERY
+                                                                    : GPU_TRACE_WINDOWS,
+        .window = (int)window, .period = (int)period, .finalize = !env("GGML_VIZ_GPU_DETACH") || env_flag("GGML_VIZ_GPU_DETACH"),
+        .cupti_paths = env("GGML_VIZ_CUPTI"),
+    };
     state.n_ops = split_list(env("GGML_VIZ_OPS"), state.ops, MAX_OPS, true);
     state.n_names = split_list(env("GGML_VIZ_NAMES"), state.names, MAX_NAMES, false);
     state.n_captures = split_list(env("GGML_VIZ_CAPTURE"), state.captures, MAX_CAPTURES, false);

@@ -318,8 +318,34 @@ void write_end_frame(void) {
         skipped += state.entries[i]->recorder.captures_skipped;
         skipped_bytes += state.entries[i]->recorder.capture_bytes_skipped;
     }
-    text_add(&t, "{\"end_ns\":%lld,\"contexts\":%d,\"captures_skipped\":%lld,\"capture_bytes_skipped\":%lld}",
+    text_add(&t, "{\"end_ns\":%lld,\"contexts\":%d,\"captures_skipped\":%lld,\"capture_bytes_skipped\":%lld",
              (long long)now_ns(), state.n_entries, skipped, skipped_bytes);
+    int on_gpu = 0;
+    for (int i = 0; i < state.n_entries; i++) on_gpu |= state.entries[i]->on_cuda;
+    if (on_gpu) { /* the GPU timer: what it used, or why it timed nothing */
+        static const char *modes[] = {"off", "windows", "every"};
+        text_add(&t, ",\"gpu\":{\"mode\":\"%s\",\"window\":%d,\"period\":%d,\"detach\":%s,\"cupti\":",
+                 modes[gpu_mode()], state.gpu.window, state.gpu.period, state.gpu.finalize ? "true" : "false");
+        json_string(&t, gpu_cupti_path());
+        text_add(&t, ",\"cupti_version\":%u,\"clock\":\"%s\",\"problem\":", gpu_cupti_version(),
+                 gpu_own_clock() ? "recorder" : "offset");
+        if (gpu_problem()) json_string(&t, gpu_problem());
+        else text_add(&t, "null");
+        text_add(&t, "}");
+    }
+    text_add(&t, "}");
     spool_frame(SPOOL_END, 0, t.items, t.count);
     array_free(&t);
+}
+
+/* A closed GPU trace window: its computes, node calls and CUPTI's records. */
+void write_gpu_take(void) {
+    GpuTake take;
+    if (!gpu_take(&take)) return;
+    Array frame;
+    array_init(&frame, 1);
+    int failed = gpu_serialize(&take, &frame);
+    gpu_take_done();
+    if (!failed) spool_frame(SPOOL_GPU, 0, frame.items, frame.count);
+    array_free(&frame);
 }

@@ -530,9 +530,10 @@ static bool starts_next_graph(Recorder *r, const uint8_t *tensor) {
 static int on_ask(Recorder *r, uint64_t address) {
     if (r->fail_after_nodes > 0 && (long long)r->node_flags.count >= r->fail_after_nodes) return -1;
     const uint8_t *tensor = (const uint8_t *)(uintptr_t)address; /* live; the copy once there is one */
-    if (starts_next_graph(r, tensor) && close_graph(r, now_ns()) != 0) return -1;
+    bool asked = !r->reading_at_compute; /* else the graph is read whole, at its compute call */
+    if (asked && starts_next_graph(r, tensor) && close_graph(r, now_ns()) != 0) return -1;
     int repeat = check_repeat(r, address);
-    if (repeat == 0 && set_find(r, address) == 1) { /* a node again: the next graph begins */
+    if (asked && repeat == 0 && set_find(r, address) == 1) { /* a node again: the next graph begins */
         if (close_graph(r, now_ns()) != 0) return -1;
         repeat = check_repeat(r, address);
     }
@@ -563,6 +564,10 @@ static int on_ask(Recorder *r, uint64_t address) {
         memcpy(&r->first_op, tensor + r->layout.op_offset, sizeof r->first_op);
         memcpy(r->first_name, tensor + r->layout.name_offset, NAME_LEN);
         r->first_name[NAME_LEN - 1] = 0;
+    }
+    if (!asked) { /* no callback will come for it: nothing to time or read */
+        *start = *end = 0;
+        return 0;
     }
     bool answer = answer_for(r, tensor, index_in_graph, flags);
     /* Values are read after the node is computed: the scheduler must call back for it.
@@ -613,6 +618,30 @@ bool recorder_eval_callback(void *tensor, bool ask, void *user_data) {
         return false;
     }
     return answer == 1;
+}
+
+/* A graph read whole at the scheduler's compute call, without an eval callback (which
+   would make ggml-cuda give up its CUDA graphs): each node recorded as if asked about and
+   not answered, so no node is timed; the graph began at start_ns. It ends at the next
+   graph read or at the end of its llama call. */
+int recorder_read_graph(Recorder *r, void *graph, int n_nodes, void *(*node_at)(void *, int), int64_t start_ns) {
+    if (r->mode != MODE_RECORD) {
+        if (r->mode == MODE_COUNT) r->counted_nodes += (uint64_t)n_nodes;
+        return 0;
+    }
+    if (recorder_open_nodes(r) && close_graph(r, start_ns) != 0) goto failed;
+    r->reading_at_compute = 1;
+    for (int i = 0; i < n_nodes; i++) {
+        if (on_ask(r, (uint64_t)(uintptr_t)node_at(graph, i)) < 0) goto failed;
+    }
+    r->reading_at_compute = 0;
+    if (n_nodes > 0) ARRAY_AT(r->starts, int64_t, r->graph_first_node) = ARRAY_AT(r->ends, int64_t, r->graph_first_node) = start_ns;
+    return r->repeating && (size_t)n_nodes == r->previous_node_ptrs.count;
+failed:
+    r->reading_at_compute = 0;
+    r->out_of_memory = 1;
+    r->mode = MODE_OFF;
+    return -1;
 }
 
 /* Inline timing: the CPU backend's thread 0 calls this after each node it computes (not

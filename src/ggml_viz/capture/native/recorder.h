@@ -165,6 +165,7 @@ typedef struct {
     uint8_t *previous_selection; /* which node indexes the previous graph selected */
     size_t previous_count, previous_capacity;
     int64_t pending; /* node waiting for its result callback, or -1 */
+    int reading_at_compute; /* recorder_read_graph is recording the nodes, none asked about */
     uint64_t counted_nodes;
     /* the decode bracket: what each llama_decode call fed, and which graphs it ran */
     size_t batch_offsets[5]; /* llama_batch: token, pos, n_seq_id, seq_id, logits */
@@ -233,6 +234,11 @@ void recorder_chain_abort(Recorder *r, abort_fn function, void *data);
 /* The callbacks handed to ggml (user_data: the Recorder). */
 bool recorder_eval_callback(void *tensor, bool ask, void *user_data);
 bool recorder_abort_callback(void *user_data);
+
+/* Record a whole graph at its compute call, without an eval callback (nodes: node_at(graph,
+   i), i < n_nodes; the graph began at start_ns): 1 if it repeats the previous graph struct for
+   struct, 0 if not (a new structure), -1 out of memory. */
+int recorder_read_graph(Recorder *r, void *graph, int n_nodes, void *(*node_at)(void *, int), int64_t start_ns);
 
 /* Node ends: route every loaded library's calls of ggml_barrier through the recorder, so
    the barrier ending each inline-timed node is seen (recorder_barrier_passed). ggml-cpu

@@ -12,7 +12,13 @@
  *   SPOOL_CONTEXT  JSON: a context (llama's, or a ggml scheduler's) and its model
  *   SPOOL_TAKE     binary, what one take of a context's recorder gave (see below)
  *   SPOOL_FAILED   text: why recording stopped (inference went on untraced)
- *   SPOOL_END      JSON: the process is exiting; counts
+ *   SPOOL_END      JSON: the process is exiting; counts; the GPU timer's state
+ *   SPOOL_GPU      binary, a closed GPU trace window (gpu/gpu_tracer.h; gpu_serialize writes it):
+ *                  uint64 n_computes, n_node_calls, n_api_calls, n_activities, n_names, name_bytes
+ *                  int64 clock_offset_ns, clock_uncertainty_ns
+ *                  uint64 first_name_id, dropped, invalid, overhead_ns, reason
+ *                  GpuComputeRecord[], GpuNodeCall[], GpuApiRecord[], GpuActivityRecord[],
+ *                  uint32 name_length[n_names], then the names' bytes
  *
  * SPOOL_TAKE payload:
  *   uint64 n_calls, n_tokens, n_graphs, text_bytes
@@ -32,7 +38,7 @@
 
 #define SPOOL_MAGIC "GGVZSPL2"
 
-enum { SPOOL_START = 1, SPOOL_CONTEXT = 2, SPOOL_TAKE = 3, SPOOL_FAILED = 4, SPOOL_END = 5 };
+enum { SPOOL_START = 1, SPOOL_CONTEXT = 2, SPOOL_TAKE = 3, SPOOL_FAILED = 4, SPOOL_END = 5, SPOOL_GPU = 6 };
 
 typedef struct {
     uint32_t kind;

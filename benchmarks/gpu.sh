@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# The GPU check: ggml-viz on llama.cpp built with CUDA, one NVIDIA GPU, in about 8 minutes.
+#
+#   benchmarks/gpu.sh --vocab VOCAB.gguf (--llama-bin DIR | --llama-src DIR) [--work DIR]
+#
+#   --vocab      a GGUF vocabulary: llama.cpp's models/ggml-vocab-llama-spm.gguf
+#   --llama-bin  llama.cpp's programs and shared libraries, built with -DGGML_CUDA=ON
+#   --llama-src  a llama.cpp source tree to build them from (about 4 minutes with 16 jobs)
+#   --work       where runs, logs and the model go (default: a new temporary folder)
+#
+# It writes a random-weight TinyLlama-shaped model (Q4_0), then:
+#  - llama-bench (-ngl 99, 512 decode steps, 2 repetitions) untraced and under `ggml-viz run`
+#    with each recording configuration, in alternating rounds;
+#  - llama-completion (greedy, 128 tokens) untraced, under an independent CUPTI kernel tally
+#    (benchmarks/gpu_kernel_tally.c), and under ggml-viz with GPU windows and with every graph;
+#  - a Python program on llama-cpp-python loaded against these libraries (LLAMA_CPP_LIB_PATH);
+# and prints benchmarks/gpu_report.py's table. ggml-viz runs from this checkout (PYTHONPATH);
+# its C parts are compiled here with gcc. Python packages it lacks can be put in a folder of
+# wheels named by GGML_VIZ_WHEELS.
+set -uo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+VOCAB= BIN= SRC= WORK=
+while [[ $# -gt 0 ]]; do
+    case $1 in
+        --vocab) VOCAB=$2; shift 2 ;;
+        --llama-bin) BIN=$2; shift 2 ;;
+        --llama-src) SRC=$2; shift 2 ;;
+        --work) WORK=$2; shift 2 ;;
+        *) echo "unknown argument: $1" >&2; exit 2 ;;
+    esac
+done
+[[ -n $VOCAB && ( -n $BIN || -n $SRC ) ]] || { sed -n 2,9p "$0" >&2; exit 2; }
+WORK=${WORK:-$(mktemp -d)}
+mkdir -p "$WORK"/{bench,runs,text,text-python}
+T0=$(date +%s)
+step() { echo "[gpu.sh +$(( $(date +%s) - T0 ))s] $*"; }
+PY=${PYTHON:-python3}
+
+step "machine"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+NVCC=$(command -v nvcc || true)
+CUDA_HOME=${CUDA_HOME:-$([[ -n $NVCC ]] && dirname "$(dirname "$(readlink -f "$NVCC")")")}
+echo "CUDA_HOME=$CUDA_HOME nproc=$(nproc)"
+export LD_LIBRARY_PATH=${CUDA_HOME:+$CUDA_HOME/lib64:$CUDA_HOME/lib:}${LD_LIBRARY_PATH:-}
+
+if [[ -n ${GGML_VIZ_WHEELS:-} ]]; then
+    step "installing the wheels of $GGML_VIZ_WHEELS into $WORK/site"
+    $PY -m pip install -q --no-index --no-deps --no-compile --target "$WORK/site" "$GGML_VIZ_WHEELS"/*.whl
+    export PYTHONPATH=$WORK/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+export PYTHONPATH=$REPO/src${PYTHONPATH:+:$PYTHONPATH}
+[[ -d ${GGML_VIZ_PYTHON_PACKAGES:-/nonexistent} ]] && export PYTHONPATH=$PYTHONPATH:$GGML_VIZ_PYTHON_PACKAGES
+
+if [[ -z $BIN ]]; then
+    step "building llama.cpp with CUDA from $SRC"
+    cmake -S "$SRC" -B "$WORK/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DGGML_CUDA=ON \
+        -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHITECTURES:-native} -DBUILD_SHARED_LIBS=ON -DLLAMA_BUILD_TESTS=OFF \
+        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF > "$WORK/cmake.log" 2>&1 \
+        && cmake --build "$WORK/build" -j "$(nproc)" --target llama-bench llama-completion > "$WORK/build.log" 2>&1 \
+        || { tail -30 "$WORK/cmake.log" "$WORK/build.log"; exit 1; }
+    BIN=$WORK/build/bin
+fi
+export LD_LIBRARY_PATH=$BIN:$LD_LIBRARY_PATH
+"$BIN/llama-bench" --help > /dev/null 2>&1 || { echo "llama-bench does not run:"; ldd "$BIN/llama-bench" | grep "not found"; exit 1; }
+
+step "ggml-viz's C parts"
+NATIVE=$REPO/src/ggml_viz/capture/native
+CFLAGS="-O2 -std=c11 -D_GNU_SOURCE -fPIC -Wall"
+CORE="$NATIVE/recorder.c $NATIVE/got_hook.c $NATIVE/gpu/cupti_activity.c $NATIVE/gpu/gpu_tracer.c $NATIVE/gpu/graph_compute.c"
+gcc $CFLAGS -fvisibility=hidden -shared $NATIVE/preload.c $NATIVE/preload_setup.c $NATIVE/preload_spool.c $CORE \
+    -o "$REPO/src/ggml_viz/capture/libggml_viz_preload.so" -ldl -lpthread -lm || exit 1
+read -r PY_INCLUDE EXT_SUFFIX < <($PY -c "import sysconfig; print(sysconfig.get_paths()['include'], sysconfig.get_config_var('EXT_SUFFIX'))")
+gcc $CFLAGS -shared -I"$PY_INCLUDE" "$REPO/src/ggml_viz/capture/_native.c" "$REPO/src/ggml_viz/capture/_native_gpu.c" \
+    $CORE -o "$REPO/src/ggml_viz/capture/_native$EXT_SUFFIX" -ldl -lm 2> "$WORK/native.log" || echo "the Python extension was not built (no Python headers?): $(tail -1 "$WORK/native.log")"
+TALLY=
+CUPTI_LIB=$(find "$CUDA_HOME" -name 'libcupti.so*' 2>/dev/null | grep -v stub | sort | head -1)
+if gcc -O2 -shared -fPIC -I"$CUDA_HOME/include" "$REPO/benchmarks/gpu_kernel_tally.c" -o "$WORK/tally.so" \
+    "$CUPTI_LIB" -Wl,-rpath,"$(dirname "$CUPTI_LIB")" 2> "$WORK/tally.log"; then TALLY=$WORK/tally.so; fi
+echo "cupti: $CUPTI_LIB; tally: ${TALLY:-not built ($(tail -1 "$WORK/tally.log"))}"
+
+step "model"
+M=$WORK/model.gguf
+$PY "$REPO/benchmarks/gpu_model.py" "$M" --vocab "$VOCAB" || exit 1
+VIZ="$PY -m ggml_viz"
+
+bench() { # CONFIG ROUND [ggml-viz run options...]; untraced when CONFIG is untraced
+    local config=$1 round=$2; shift 2
+    local out=$WORK/bench/$config.$round.json run=$WORK/runs/bench-$config.ggmlviz
+    local program=("$BIN/llama-bench" -m "$M" -ngl 99 -p 512 -n 512 -r 2 -o json)
+    local t=$(date +%s)
+    if [[ $config == untraced ]]; then
+        timeout 180 "${program[@]}" > "$out" 2> "$out.err"
+    else
+        rm -rf "$run"
+        env "${ENVS[@]}" timeout 240 $VIZ run -o "$run" "$@" -- "${program[@]}" > "$out" 2> "$out.err"
+    fi
+    echo "  $config round $round: exit $? in $(( $(date +%s) - t ))s $(grep -h 'ggml-viz' "$out.err" | head -2 | tr '\n' ' ')"
+    [[ $round == 1 ]] || [[ $config == untraced ]] || rm -rf "$run"
+}
+step "llama-bench rounds"
+for round in 1 2; do
+    ENVS=(); bench untraced $round
+    ENVS=(); bench graph $round --detail graph
+    ENVS=(); bench nocupti $round --gpu off
+    ENVS=(); bench windows $round
+    ENVS=(GGML_VIZ_GPU_DETACH=0); bench keep $round
+    ENVS=(); bench every $round --gpu every
+    [[ $round == 1 ]] && { ENVS=(); bench sync $round --timing sync; }
+done
+
+step "llama-completion"
+PROMPT="The history of the city begins with a small settlement on the river, where"
+COMPLETION=("$BIN/llama-completion" -m "$M" -ngl 99 -p "$PROMPT" -n 128 -no-cnv --temp 0 -s 1)
+text_of() { sed '/^run written to /,$d' "$1"; } # the program's output, before ggml-viz's lines
+timeout 120 "${COMPLETION[@]}" > "$WORK/text/untraced.txt" 2> "$WORK/untraced.err"; echo "  untraced: exit $?"
+[[ -n $TALLY ]] && { LD_PRELOAD=$TALLY GPU_TALLY_OUT=$WORK/tally.tsv timeout 120 "${COMPLETION[@]}" > /dev/null 2> "$WORK/tally.err"; echo "  tally: exit $?"; }
+for config in windows every; do
+    options=(); [[ $config == every ]] && options=(--gpu every)
+    timeout 180 $VIZ run -o "$WORK/runs/completion-$config.ggmlviz" "${options[@]}" -- "${COMPLETION[@]}" > "$WORK/$config.out" 2> "$WORK/$config.err"
+    echo "  $config: exit $? $(grep -h 'ggml-viz' "$WORK/$config.err" | head -2 | tr '\n' ' ')"
+    text_of "$WORK/$config.out" > "$WORK/text/$config.txt"
+done
+
+if [[ -n ${GGML_VIZ_LLAMA_CPP_PYTHON:-} ]] && $PY -c "import ggml_viz.capture._native" 2> /dev/null; then
+    step "a Python program (llama-cpp-python, LLAMA_CPP_LIB_PATH=$BIN)"
+    cat > "$WORK/app.py" << 'EOF'
+import sys, time, ggml_viz
+from llama_cpp import Llama
+def generate():
+    llm = Llama(sys.argv[1], n_gpu_layers=99, n_ctx=1024, verbose=False)
+    begin = time.perf_counter()
+    text = llm("The history of the city begins with", max_tokens=256, temperature=0)["choices"][0]["text"]
+    print(f"{256 / (time.perf_counter() - begin):.1f} tokens/s", file=sys.stderr)
+    return text
+if len(sys.argv) > 2:
+    with ggml_viz.record(sys.argv[2]):
+        print(generate())
+else:
+    print(generate())
+EOF
+    export LLAMA_CPP_LIB_PATH=$BIN
+    timeout 120 $PY "$WORK/app.py" "$M" > "$WORK/text-python/untraced.txt" 2> "$WORK/python-untraced.err"
+    echo "  untraced: exit $? $(tail -1 "$WORK/python-untraced.err")"
+    timeout 180 $PY "$WORK/app.py" "$M" "$WORK/runs/python-windows.ggmlviz" > "$WORK/text-python/windows.txt" 2> "$WORK/python-windows.err"
+    echo "  windows: exit $? $(grep -h 'tokens/s\|ggml-viz' "$WORK/python-windows.err" | head -3 | tr '\n' ' ')"
+    unset LLAMA_CPP_LIB_PATH
+fi
+
+step "report"
+$PY "$REPO/benchmarks/gpu_report.py" "$WORK"
+$PY "$REPO/benchmarks/gpu_report.py" --texts "$WORK/text-python" 2> /dev/null
+step "done; runs in $WORK/runs"

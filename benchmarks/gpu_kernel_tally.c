@@ -1,0 +1,79 @@
+/*
+ * An independent tally of what a CUDA program's GPU ran, for benchmarks/gpu.sh to set beside
+ * ggml-viz's: preloaded into an untraced program, it records every kernel with CUPTI
+ * (nothing of ggml-viz's code) and at exit writes, per kernel symbol, how many ran and their
+ * summed durations (end - start) to $GPU_TALLY_OUT as tab-separated lines.
+ *
+ *   gcc -O2 -shared -fPIC -I$CUDA_HOME/include gpu_kernel_tally.c -o tally.so -L$CUPTI_DIR -lcupti
+ *   LD_PRELOAD=tally.so GPU_TALLY_OUT=tally.tsv llama-completion ...
+ */
+#include <cupti.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BUFFER_BYTES (8u << 20)
+#define MAX_NAMES 4096
+
+static struct {
+    char *name;
+    unsigned long long count, ns;
+} kernels[MAX_NAMES];
+static int n_kernels;
+static unsigned long long dropped;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void add(const char *name, unsigned long long ns) {
+    for (int i = 0; i < n_kernels; i++) {
+        if (strcmp(kernels[i].name, name) == 0) {
+            kernels[i].count++;
+            kernels[i].ns += ns;
+            return;
+        }
+    }
+    if (n_kernels < MAX_NAMES) kernels[n_kernels++] = (typeof(kernels[0])){strdup(name), 1, ns};
+}
+
+static void CUPTIAPI requested(uint8_t **buffer, size_t *size, size_t *max_records) {
+    *buffer = aligned_alloc(8, BUFFER_BYTES);
+    *size = BUFFER_BYTES;
+    *max_records = 0;
+}
+
+static void CUPTIAPI completed(CUcontext context, uint32_t stream, uint8_t *buffer, size_t size, size_t valid) {
+    (void)size;
+    CUpti_Activity *record = NULL;
+    pthread_mutex_lock(&lock);
+    while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
+        if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) continue;
+        CUpti_ActivityKernel9 *kernel = (CUpti_ActivityKernel9 *)record; /* the fields read sit alike in every version */
+        if (kernel->start && kernel->end > kernel->start) add(kernel->name ? kernel->name : "?", kernel->end - kernel->start);
+    }
+    size_t lost = 0;
+    cuptiActivityGetNumDroppedRecords(context, stream, &lost);
+    dropped += lost;
+    pthread_mutex_unlock(&lock);
+    free(buffer);
+}
+
+static void write_tally(void) {
+    cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    const char *path = getenv("GPU_TALLY_OUT");
+    FILE *out = path ? fopen(path, "w") : stderr;
+    if (!out) return;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < n_kernels; i++) fprintf(out, "%s\t%llu\t%llu\n", kernels[i].name, kernels[i].count, kernels[i].ns);
+    if (dropped) fprintf(out, "(dropped records)\t%llu\t0\n", dropped);
+    pthread_mutex_unlock(&lock);
+    if (out != stderr) fclose(out);
+}
+
+__attribute__((constructor)) static void start(void) {
+    if (cuptiActivityRegisterCallbacks(requested, completed) != CUPTI_SUCCESS ||
+        cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS) {
+        fprintf(stderr, "gpu_kernel_tally: CUPTI refused\n");
+        return;
+    }
+    atexit(write_tally);
+}

@@ -1,0 +1,342 @@
+/* The GPU timer's C side: see gpu_tracer.h. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "gpu_tracer.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+static struct {
+    GpuTraceSettings settings;
+    char cupti_paths[2048];
+    const char *problem;
+    CuptiActivity cupti;
+    uint32_t n_computes;      /* computes begun, traced or not */
+    uint32_t traced_computes; /* of them, in windows */
+    int window_open, window_reason;
+    int window_left;          /* computes the open window still traces */
+    uint32_t since_window;    /* computes since the last window closed */
+    int64_t overhead_ns;      /* attaching, flushing, detaching: for the window being gathered */
+    Array computes, node_calls; /* the window being gathered */
+    /* the windows closed and not yet taken */
+    Array taken_computes, taken_calls, taken_activities, taken_api, taken_names, taken_name_lengths;
+    uint32_t taken_first_name, next_name_id;
+    int64_t taken_overhead_ns;
+    uint64_t taken_dropped, taken_invalid;
+    int taken_reason, waiting;
+} tracer = {.settings = {.mode = GPU_TRACE_OFF}};
+
+/* The traced compute in flight on this thread: its nodes by address, and the calls noted. */
+typedef struct {
+    int active;
+    uint32_t compute;
+    uint64_t *keys;
+    uint32_t *values; /* node index + 1 (0: empty slot) */
+    size_t capacity;
+    Array calls;
+} ThreadCompute;
+static __thread ThreadCompute current;
+
+/* ---- settings and state ------------------------------------------------------------------- */
+
+void gpu_configure(const GpuTraceSettings *settings) {
+    pthread_mutex_lock(&lock);
+    tracer.settings = *settings;
+    snprintf(tracer.cupti_paths, sizeof tracer.cupti_paths, "%s", settings->cupti_paths ? settings->cupti_paths : "");
+    tracer.settings.cupti_paths = tracer.cupti_paths;
+    if (tracer.settings.window < 1) tracer.settings.window = 1;
+    if (tracer.settings.period < 1) tracer.settings.period = 1;
+    if (!tracer.computes.item_size) {
+        array_init(&tracer.computes, sizeof(GpuComputeRecord));
+        array_init(&tracer.node_calls, sizeof(GpuNodeCall));
+        array_init(&tracer.taken_computes, sizeof(GpuComputeRecord));
+        array_init(&tracer.taken_calls, sizeof(GpuNodeCall));
+        array_init(&tracer.taken_activities, sizeof(GpuActivityRecord));
+        array_init(&tracer.taken_api, sizeof(GpuApiRecord));
+        array_init(&tracer.taken_names, 1);
+        array_init(&tracer.taken_name_lengths, sizeof(uint32_t));
+        cupti_records_init(&tracer.cupti);
+        tracer.next_name_id = 1;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+int gpu_mode(void) {
+    return tracer.settings.mode;
+}
+
+const char *gpu_cupti_path(void) {
+    return tracer.cupti.path;
+}
+
+uint32_t gpu_cupti_version(void) {
+    return tracer.cupti.version;
+}
+
+int gpu_own_clock(void) {
+    return tracer.cupti.own_clock;
+}
+
+const char *gpu_problem(void) {
+    return tracer.problem;
+}
+
+/* GPU times stop for good (the program goes on); lock held. */
+static void give_up(const char *problem) {
+    static char kept[768];
+    if (tracer.problem) return;
+    snprintf(kept, sizeof kept, "%s", problem);
+    tracer.problem = kept;
+    tracer.window_open = 0;
+}
+
+/* ---- windows -------------------------------------------------------------------------------- */
+
+/* Whether the compute about to begin is traced, opening a window if one is due (lock held). */
+static int traced_now(int new_structure) {
+    GpuTraceSettings *s = &tracer.settings;
+    if (s->mode == GPU_TRACE_OFF || tracer.problem) return 0;
+    if (tracer.window_open) {
+        if (new_structure && s->mode == GPU_TRACE_WINDOWS && tracer.window_left < s->window) {
+            tracer.window_left = s->window; /* a structure seen first inside the window: trace its start too */
+        }
+        return 1;
+    }
+    int reason = 0;
+    if (s->mode == GPU_TRACE_EVERY) {
+        reason = WINDOW_EVERY;
+    } else if (tracer.since_window >= (uint32_t)s->period) {
+        reason = WINDOW_PERIODIC;
+    } else if (new_structure && tracer.traced_computes <= tracer.n_computes / 10 + (uint32_t)s->window) {
+        reason = WINDOW_NEW_STRUCTURE;
+    }
+    if (!reason) return 0;
+    int64_t began = now_ns();
+    const char *problem = cupti_load(&tracer.cupti, tracer.cupti_paths);
+    if (!problem) problem = cupti_attach(&tracer.cupti);
+    tracer.overhead_ns += now_ns() - began;
+    if (problem) {
+        give_up(problem);
+        return 0;
+    }
+    tracer.window_open = 1;
+    tracer.window_reason = reason;
+    tracer.window_left = s->mode == GPU_TRACE_EVERY ? s->period : s->window;
+    return 1;
+}
+
+static int add_node(ThreadCompute *c, uint64_t address, uint32_t index) {
+    size_t i = (address * 0x9E3779B97F4A7C15ULL >> 20) & (c->capacity - 1);
+    while (c->values[i] && c->keys[i] != address) i = (i + 1) & (c->capacity - 1);
+    c->keys[i] = address;
+    c->values[i] = index + 1;
+    return 0;
+}
+
+static int64_t node_index_of(const ThreadCompute *c, uint64_t address) {
+    if (!c->capacity) return -1;
+    size_t i = (address * 0x9E3779B97F4A7C15ULL >> 20) & (c->capacity - 1);
+    for (; c->values[i]; i = (i + 1) & (c->capacity - 1)) {
+        if (c->keys[i] == address) return (int64_t)c->values[i] - 1;
+    }
+    return -1;
+}
+
+/* The thread's node table for this graph: every node by its address. 0, or -1 out of memory. */
+static int index_nodes(ThreadCompute *c, void *graph, int n_nodes, void *(*node_at)(void *, int)) {
+    size_t capacity = 1024;
+    while (capacity < (size_t)n_nodes * 2) capacity *= 2;
+    if (capacity > c->capacity) {
+        uint64_t *keys = realloc(c->keys, capacity * sizeof *keys);
+        if (keys) c->keys = keys;
+        uint32_t *values = realloc(c->values, capacity * sizeof *values);
+        if (values) c->values = values;
+        if (!keys || !values) return -1;
+        c->capacity = capacity;
+    }
+    memset(c->values, 0, c->capacity * sizeof *c->values);
+    for (int i = 0; i < n_nodes; i++) add_node(c, (uint64_t)(uintptr_t)node_at(graph, i), (uint32_t)i);
+    if (!c->calls.item_size) array_init(&c->calls, sizeof(GpuNodeCall));
+    c->calls.count = 0;
+    return 0;
+}
+
+int gpu_compute_begin(uint32_t context_id, void *graph, int n_nodes, void *(*node_at)(void *, int),
+                      int new_structure, int64_t start_ns) {
+    pthread_mutex_lock(&lock);
+    uint32_t compute = tracer.n_computes++;
+    int traced = traced_now(new_structure);
+    GpuComputeRecord *record = traced ? array_push(&tracer.computes) : NULL;
+    if (traced && !record) {
+        give_up("out of memory");
+        traced = 0;
+    }
+    if (traced) {
+        *record = (GpuComputeRecord){start_ns, start_ns, compute, context_id, (uint32_t)pthread_self(),
+                                     (uint32_t)n_nodes, new_structure ? COMPUTE_NEW_STRUCTURE : 0, 0};
+        tracer.traced_computes++;
+        tracer.window_left--;
+    } else {
+        tracer.since_window++;
+    }
+    pthread_mutex_unlock(&lock);
+    current.active = traced && index_nodes(&current, graph, n_nodes, node_at) == 0;
+    current.compute = compute;
+    return current.active;
+}
+
+void gpu_node_call(const void *tensor, void *return_address) {
+    if (!current.active) return;
+    int64_t index = node_index_of(&current, (uint64_t)(uintptr_t)tensor);
+    if (index < 0) return;
+    GpuNodeCall *call = array_push(&current.calls);
+    if (call) {
+        *call = (GpuNodeCall){now_ns(), (uint64_t)(uintptr_t)return_address, current.compute, (uint32_t)index,
+                              (uint32_t)pthread_self(), 0};
+    }
+}
+
+void gpu_compute_end(int64_t end_ns) {
+    if (!current.active) return;
+    current.active = 0;
+    pthread_mutex_lock(&lock);
+    for (size_t i = tracer.computes.count; i-- > 0;) {
+        GpuComputeRecord *record = &ARRAY_AT(tracer.computes, GpuComputeRecord, i);
+        if (record->compute == current.compute) {
+            record->end_ns = end_ns;
+            break;
+        }
+    }
+    size_t n = current.calls.count;
+    if (n && array_reserve(&tracer.node_calls, n) == 0) {
+        memcpy(tracer.node_calls.items + tracer.node_calls.count * sizeof(GpuNodeCall), current.calls.items,
+               n * sizeof(GpuNodeCall));
+        tracer.node_calls.count += n;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+/* Append all of `from` to `to` and empty `from`. */
+static int move_items(Array *to, Array *from) {
+    if (from->count && array_reserve(to, from->count) != 0) return -1;
+    memcpy(to->items + to->count * to->item_size, from->items, from->count * from->item_size);
+    to->count += from->count;
+    from->count = 0;
+    return 0;
+}
+
+/* The window's records join the ones waiting to be taken (lock held). */
+static void hand_over(int reason) {
+    CuptiActivity *a = &tracer.cupti;
+    cupti_lock(a);
+    if (!tracer.waiting) {
+        tracer.taken_first_name = tracer.next_name_id;
+        tracer.taken_reason = reason;
+    }
+    tracer.next_name_id += (uint32_t)a->name_lengths.count;
+    if (move_items(&tracer.taken_computes, &tracer.computes) || move_items(&tracer.taken_calls, &tracer.node_calls) ||
+        move_items(&tracer.taken_activities, &a->activities) || move_items(&tracer.taken_api, &a->api_calls) ||
+        move_items(&tracer.taken_names, &a->names) || move_items(&tracer.taken_name_lengths, &a->name_lengths)) {
+        give_up("out of memory");
+    }
+    tracer.taken_dropped += a->dropped;
+    tracer.taken_invalid += a->invalid;
+    a->dropped = a->invalid = 0;
+    cupti_unlock(a);
+    tracer.taken_overhead_ns += tracer.overhead_ns;
+    tracer.overhead_ns = 0;
+    tracer.waiting = 1;
+}
+
+/* Close the open window: CUPTI hands over its records and leaves (or, every: stays). */
+static int close_window(int reason, void (*synchronize)(void *), void *data) {
+    int64_t began = now_ns();
+    if (synchronize) synchronize(data);
+    int stay = tracer.settings.mode == GPU_TRACE_EVERY && reason != WINDOW_END; /* every: hand over, go on */
+    const char *problem = stay ? cupti_flush(&tracer.cupti) : cupti_detach(&tracer.cupti, tracer.settings.finalize);
+    tracer.overhead_ns += now_ns() - began;
+    hand_over(tracer.window_reason);
+    tracer.window_open = stay;
+    tracer.window_left = stay ? tracer.settings.period : 0;
+    tracer.since_window = 0;
+    if (problem) give_up(problem);
+    return 1;
+}
+
+int gpu_call_done(void (*synchronize)(void *), void *data) {
+    pthread_mutex_lock(&lock);
+    int waiting = tracer.waiting;
+    if (tracer.window_open && tracer.window_left <= 0) waiting = close_window(tracer.window_reason, synchronize, data);
+    pthread_mutex_unlock(&lock);
+    return waiting;
+}
+
+int gpu_finish(void) {
+    pthread_mutex_lock(&lock);
+    int waiting = tracer.waiting;
+    if (tracer.window_open) waiting = close_window(WINDOW_END, NULL, NULL);
+    pthread_mutex_unlock(&lock);
+    return waiting;
+}
+
+/* ---- taking --------------------------------------------------------------------------------- */
+
+int gpu_take(GpuTake *out) {
+    pthread_mutex_lock(&lock); /* held until gpu_take_done */
+    if (!tracer.waiting) {
+        pthread_mutex_unlock(&lock);
+        return 0;
+    }
+    *out = (GpuTake){
+        .computes = (const GpuComputeRecord *)tracer.taken_computes.items, .n_computes = tracer.taken_computes.count,
+        .node_calls = (const GpuNodeCall *)tracer.taken_calls.items, .n_node_calls = tracer.taken_calls.count,
+        .api_calls = (const GpuApiRecord *)tracer.taken_api.items, .n_api_calls = tracer.taken_api.count,
+        .activities = (const GpuActivityRecord *)tracer.taken_activities.items,
+        .n_activities = tracer.taken_activities.count,
+        .name_lengths = (const uint32_t *)tracer.taken_name_lengths.items, .n_names = tracer.taken_name_lengths.count,
+        .names = (const char *)tracer.taken_names.items, .name_bytes = tracer.taken_names.count,
+        .first_name_id = tracer.taken_first_name,
+        .clock_offset_ns = tracer.cupti.own_clock ? 0 : tracer.cupti.clock_offset_ns,
+        .clock_uncertainty_ns = tracer.cupti.own_clock ? 0 : tracer.cupti.clock_uncertainty_ns,
+        .dropped = tracer.taken_dropped, .invalid = tracer.taken_invalid,
+        .overhead_ns = tracer.taken_overhead_ns, .reason = tracer.taken_reason,
+    };
+    return 1;
+}
+
+void gpu_take_done(void) {
+    tracer.taken_computes.count = tracer.taken_calls.count = tracer.taken_activities.count = 0;
+    tracer.taken_api.count = tracer.taken_names.count = tracer.taken_name_lengths.count = 0;
+    tracer.taken_dropped = tracer.taken_invalid = 0;
+    tracer.taken_overhead_ns = 0;
+    tracer.waiting = 0;
+    pthread_mutex_unlock(&lock);
+}
+
+static int append(Array *out, const void *data, size_t size) {
+    if (!size) return 0;
+    if (array_reserve(out, size) != 0) return -1;
+    memcpy(out->items + out->count, data, size);
+    out->count += size;
+    return 0;
+}
+
+int gpu_serialize(const GpuTake *t, Array *out) {
+    uint64_t counts[6] = {t->n_computes, t->n_node_calls, t->n_api_calls, t->n_activities, t->n_names, t->name_bytes};
+    int64_t clock[2] = {t->clock_offset_ns, t->clock_uncertainty_ns};
+    uint64_t meta[5] = {t->first_name_id, t->dropped, t->invalid, (uint64_t)t->overhead_ns, (uint64_t)t->reason};
+    return append(out, counts, sizeof counts) || append(out, clock, sizeof clock) || append(out, meta, sizeof meta) ||
+                   append(out, t->computes, t->n_computes * sizeof *t->computes) ||
+                   append(out, t->node_calls, t->n_node_calls * sizeof *t->node_calls) ||
+                   append(out, t->api_calls, t->n_api_calls * sizeof *t->api_calls) ||
+                   append(out, t->activities, t->n_activities * sizeof *t->activities) ||
+                   append(out, t->name_lengths, t->n_names * sizeof *t->name_lengths) ||
+                   append(out, t->names, t->name_bytes)
+               ? -1
+               : 0;
+}

@@ -1,0 +1,96 @@
+/*
+ * The GPU timer's C side (no Python here): which graph computes are traced with CUPTI, and
+ * what a traced compute needs besides CUPTI's records to map each kernel to its ggml node.
+ *
+ * Around every graph compute of a scheduler with a CUDA backend, its owner (the preload
+ * library, or the Python extension) calls gpu_compute_begin and gpu_compute_end; after each
+ * call that ends with the device synchronized (a llama call; a plain program's compute), it
+ * calls gpu_call_done, which closes a window whose computes are done and says when a take
+ * waits. ggml-cuda calls the exported ggml_is_empty once per node just before computing it
+ * (eager passes and CUDA-graph captures; its CUDA-graph check calls it too): the owner
+ * routes those calls to gpu_node_call, which notes when each node of the traced compute
+ * was reached, and from where. ggml_viz/capture/gpu/attribution.py maps kernels to nodes.
+ *
+ * Windows (GGML_VIZ_GPU=windows, the default): CUPTI is attached for `window` consecutive
+ * computes when a compute's graph structure is new (its eager pass shows which kernels each
+ * node launches; later CUDA-graph replays run them again in that order), and again every
+ * `period` computes; between windows it is detached. At most a tenth of the computes open
+ * windows for new structures (a server's prompts each have a structure of their own).
+ * `every`: CUPTI stays attached, its records handed over every `period` computes.
+ */
+#ifndef GGML_VIZ_GPU_TRACER_H
+#define GGML_VIZ_GPU_TRACER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cupti_activity.h"
+
+enum { GPU_TRACE_OFF = 0, GPU_TRACE_WINDOWS = 1, GPU_TRACE_EVERY = 2 };
+enum { COMPUTE_NEW_STRUCTURE = 1 };
+enum { WINDOW_NEW_STRUCTURE = 1, WINDOW_PERIODIC = 2, WINDOW_EVERY = 3, WINDOW_END = 4 };
+
+/* A traced compute (40 bytes; capture/gpu/records.py COMPUTE_DTYPE). */
+typedef struct {
+    int64_t start_ns, end_ns; /* the scheduler's compute call: entered, returned (host) */
+    uint32_t compute;         /* the process's compute count, from 0 */
+    uint32_t context_id, thread, n_nodes, flags, reserved;
+} GpuComputeRecord;
+
+/* ggml-cuda reached a node of a traced compute (32 bytes; NODE_CALL_DTYPE). */
+typedef struct {
+    int64_t ns;
+    uint64_t return_address; /* tells ggml-cuda's compute loop from its other callers */
+    uint32_t compute, node_index, thread, reserved;
+} GpuNodeCall;
+
+typedef struct {
+    int mode;               /* GPU_TRACE_* */
+    int window, period;     /* computes per window; computes between windows (every: per take) */
+    int finalize;           /* detach CUPTI between windows (else switch its records off) */
+    const char *cupti_paths; /* GGML_VIZ_CUPTI: colon-separated libcupti candidates, or NULL */
+} GpuTraceSettings;
+
+/* What one take hands over: a closed window's records (valid until gpu_take_done). */
+typedef struct {
+    const GpuComputeRecord *computes;
+    const GpuNodeCall *node_calls;
+    const GpuApiRecord *api_calls;
+    const GpuActivityRecord *activities;
+    const uint32_t *name_lengths; /* kernel names seen for the first time, ids in order */
+    const char *names;
+    size_t n_computes, n_node_calls, n_api_calls, n_activities, n_names, name_bytes;
+    uint32_t first_name_id;
+    int64_t clock_offset_ns, clock_uncertainty_ns; /* already applied; said for the record */
+    uint64_t dropped, invalid;
+    int64_t overhead_ns; /* host time spent attaching, flushing and detaching CUPTI */
+    int reason;          /* WINDOW_* */
+} GpuTake;
+
+void gpu_configure(const GpuTraceSettings *settings);
+int gpu_mode(void);
+/* CUPTI's state, for the run's manifest: its path and version ("" before it was loaded). */
+const char *gpu_cupti_path(void);
+uint32_t gpu_cupti_version(void);
+int gpu_own_clock(void);
+/* Why GPU times are not recorded (NULL while they are); set once, on the first failure. */
+const char *gpu_problem(void);
+
+/* A compute of `graph` begins (its nodes: node_at(graph, i), i < n_nodes); 1 if it is traced. */
+int gpu_compute_begin(uint32_t context_id, void *graph, int n_nodes, void *(*node_at)(void *, int),
+                      int new_structure, int64_t start_ns);
+void gpu_compute_end(int64_t end_ns);
+void gpu_node_call(const void *tensor, void *return_address);
+/* A call ended with the device synchronized (`synchronize(data)` is called first when a
+   window must close and the device may not be): 1 if a take waits. */
+int gpu_call_done(void (*synchronize)(void *), void *data);
+/* The program ends: the window open, if any, closes (1 if a take waits). */
+int gpu_finish(void);
+
+/* Taking a closed window's records: 1 and `out` filled, or 0 if none wait. */
+int gpu_take(GpuTake *out);
+void gpu_take_done(void);
+/* The take as the bytes of the spool's SPOOL_GPU frame (spool.h), appended to `out`. */
+int gpu_serialize(const GpuTake *take, Array *out);
+
+#endif

@@ -1,0 +1,29 @@
+/* A graph computed on a GPU scheduler: see graph_compute.h. */
+#include "graph_compute.h"
+
+#include <string.h>
+
+#include "gpu_tracer.h"
+
+/* Whether a graph's nodes have their buffers yet (a program may leave the allocation to the
+   compute call; then the graph is read after it). */
+static int allocated(const GraphAccess *access, void *graph, int n_nodes) {
+    if (n_nodes <= 0) return 0;
+    const uint8_t *first = access->node(graph, 0);
+    uint64_t buffer;
+    memcpy(&buffer, first + access->buffer_offset, sizeof buffer);
+    return buffer != 0;
+}
+
+int compute_reading_graph(Recorder *r, uint32_t context_id, int on_cuda, const GraphAccess *access,
+                          sched_compute_fn original, void *sched, void *graph) {
+    int64_t start = now_ns();
+    int n = access->n_nodes(graph);
+    int read_first = allocated(access, graph, n);
+    int repeats = read_first ? recorder_read_graph(r, graph, n, access->node, start) : 1;
+    int traced = on_cuda && gpu_compute_begin(context_id, graph, n, access->node, repeats == 0, start);
+    int status = original(sched, graph);
+    if (traced) gpu_compute_end(now_ns());
+    if (!read_first) recorder_read_graph(r, graph, access->n_nodes(graph), access->node, start);
+    return status;
+}
