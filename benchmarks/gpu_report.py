@@ -112,7 +112,9 @@ def op_shares(run: object) -> pd.Series:
     graphs = run.graphs[["graph_id", "structure_id", "phase"]]  # type: ignore[attr-defined]
     nodes = run.raw("structure_nodes")[["structure_id", "node_index", "tensor_id"]]  # type: ignore[attr-defined]
     ops = run.raw("tensors")[["tensor_id", "op"]]  # type: ignore[attr-defined]
-    joined = times.merge(graphs, on="graph_id").merge(nodes, on=["structure_id", "node_index"]).merge(ops, on="tensor_id")
+    joined = (
+        times.merge(graphs, on="graph_id").merge(nodes, on=["structure_id", "node_index"]).merge(ops, on="tensor_id")
+    )
     decode = joined[joined["phase"] == "decode"]
     total = decode["gpu_ns"].sum()
     return (decode.groupby("op")["gpu_ns"].sum() * 100 / max(total, 1)).sort_values(ascending=False)
@@ -127,8 +129,10 @@ def kernel_shares(every: Path, tally_path: Path) -> None:
     theirs = tally.groupby(tally["symbol"].map(kernel_function))["ns"].sum()
     table = pd.DataFrame({"ggml-viz": ours * 100 / ours.sum(), "tally": theirs * 100 / theirs.sum()}).fillna(0)
     table = table.sort_values("tally", ascending=False)
-    print("\nkernel time by function, % of all kernel time (end - start summed): ggml-viz's gpu_kernels "
-          "(--gpu every) beside an independent CUPTI tally of an untraced run (gpu_kernel_tally.c)")
+    print(
+        "\nkernel time by function, % of all kernel time (end - start summed): ggml-viz's gpu_kernels "
+        "(--gpu every) beside an independent CUPTI tally of an untraced run (gpu_kernel_tally.c)"
+    )
     for name, row in table.head(14).iterrows():
         print(f"  {str(name)[:44]:44s} {row['ggml-viz']:7.2f} {row['tally']:7.2f}")
 

@@ -35,7 +35,9 @@ def timer_program(tmp_path_factory) -> tuple[Path, Path]:
     folder = tmp_path_factory.mktemp("gpu-timer")
     compiler = _compiler()
     fake = folder / "libfake_cupti.so"
-    subprocess.run([compiler, "-O1", "-shared", "-fPIC", "-o", str(fake), str(NATIVE_TESTS / "fake_cupti.c")], check=True)
+    subprocess.run(
+        [compiler, "-O1", "-shared", "-fPIC", "-o", str(fake), str(NATIVE_TESTS / "fake_cupti.c")], check=True
+    )
     program = folder / "gpu_timer_program"
     subprocess.run([compiler, "-O1", "-std=c11", "-D_GNU_SOURCE", f"-I{NATIVE}", "-o", str(program),
                     str(NATIVE_TESTS / "gpu_timer_program.c"), *(str(NATIVE / c) for c in CORE), "-ldl",
@@ -47,8 +49,8 @@ def run_timer(timer_program, tmp_path: Path, mode: str, computes: int, cupti: st
               **env: str) -> tuple[str, list[GpuWindow]]:  # fmt: skip
     program, fake = timer_program
     out = tmp_path / f"{mode}.windows"
-    result = subprocess.run([str(program), str(fake), str(out), mode, str(computes), cupti or str(fake)], capture_output=True,
-                            text=True, timeout=60, env={**os.environ, **env}, check=True)  # fmt: skip
+    command = [str(program), str(fake), str(out), mode, str(computes), cupti or str(fake)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, env={**os.environ, **env}, check=True)
     data, windows, position = out.read_bytes(), [], 0
     while position < len(data):
         (size,) = struct.unpack_from("<Q", data, position)
@@ -82,7 +84,8 @@ def test_every_kernel_of_a_window_finds_its_node(timer_program, tmp_path):
     assert mapped[0].node[eager].tolist() == [0, 1, 1, 2, 4]
     assert mapped[0].group_end[eager].tolist() == [0, 1, 1, 2, 5]
     assert [first.names[i] for i in first.activities["name_id"][eager]] == [
-        "_Z8rms_normPKf", "_Z13quantize_q8_1PKf", "_Z13mul_mat_vec_qPKv", "_Z9fused_addPKf", "_Z9fused_addPKf"]  # fmt: skip
+        "_Z8rms_normPKf", "_Z13quantize_q8_1PKf", "_Z13mul_mat_vec_qPKv", "_Z9fused_addPKf", "_Z9fused_addPKf",
+    ]  # fmt: skip
     for window, m in zip(windows, mapped, strict=True):
         assert (m.node >= 0).all()
         # what ran on the GPU lies within the host's view of its compute, on one clock

@@ -142,7 +142,9 @@ def libggml() -> ctypes.CDLL:
         candidates = [pathlib.Path(_library_path)]
     else:
         lib_dir = _llama_lib_dir()
-        candidates = _loaded("libggml-base") + sorted(lib_dir.glob("libggml-base.*")) + sorted(lib_dir.glob("ggml-base.*"))
+        candidates = (
+            _loaded("libggml-base") + sorted(lib_dir.glob("libggml-base.*")) + sorted(lib_dir.glob("ggml-base.*"))
+        )
         if not candidates:
             raise CaptureError(f"libggml-base was not found in {lib_dir}")
     lib = ctypes.CDLL(str(candidates[0]))

@@ -37,7 +37,17 @@ from .schema import (
 )
 from .streams import NodeTimesSegment, node_times_segment, read_stream, read_stream_once, stream_schema
 from .structure_layers import structure_layers
-from .totals import GRAPH_OP_TOTALS, NODE_TOTALS, compute_totals, connect, merge_totals, read_totals, write_totals
+from .totals import (
+    GRAPH_OP_TOTALS,
+    NODE_TOTALS,
+    TOTALS_SCHEMAS,
+    compute_totals,
+    connect,
+    gpu_totals,
+    merge_totals,
+    read_totals,
+    write_totals,
+)
 
 UPGRADE_NOTICE_EVENTS = 1_000_000  # an older run's first open says it sums this many node events or more
 
@@ -140,16 +150,77 @@ class Run:
         )
         totals["wait_ns"] = totals["wait_ns"].astype("Int64")
         totals["layer"] = totals["layer"].where(totals["layer"] != NO_ID).astype("Int32")
+        totals = self._with_gpu_times(totals)
         described = self.tensors.rename(columns={"layer": "name_layer"})
         return totals.merge(described, on="tensor_id", how="left").sort_values(
             ["phase", "structure_id", "node_index"], ignore_index=True
         )
 
+    def _with_gpu_times(self, totals: pd.DataFrame) -> pd.DataFrame:
+        """Nodes a GPU computed carry the GPU's time where no host time was taken (the GPU
+        timer's traced graphs: `clock` gpu); `group_end`: the last node of the fused group
+        its kernels computed."""
+        gpu = self._gpu_totals[0].to_pandas()
+        totals["clock"] = pd.Series("host", index=totals.index).where(totals["timed"] > 0)
+        totals["group_end"] = totals["node_index"].astype("int64")
+        if gpu.empty:
+            return totals
+        merged = totals.merge(gpu, on=["phase", "structure_id", "node_index"], how="left")
+        on_gpu = merged["gpu_timed"].fillna(0).gt(0).to_numpy() & (merged["timed"] == 0).to_numpy()
+        merged["timed"] = np.where(on_gpu, merged["gpu_timed"].fillna(0), merged["timed"]).astype("int64")
+        merged["time_ns"] = np.where(on_gpu, merged["gpu_ns"].fillna(0), merged["time_ns"]).astype("int64")
+        merged["clock"] = np.where(on_gpu, "gpu", merged["clock"])
+        merged["group_end"] = np.where(on_gpu, merged["group_end_gpu"].fillna(-1), merged["group_end"]).astype("int64")
+        return merged.drop(columns=["gpu_timed", "gpu_ns", "group_end_gpu", "kernels"])
+
     @cached_property
     def graph_op_totals(self) -> pd.DataFrame:
         """Per graph and op: the time of its timed nodes (per-step questions, such as an op
-        whose time grows with the context)."""
-        return self._totals[GRAPH_OP_TOTALS].to_pandas()
+        whose time grows with the context); the GPU's time in graphs the GPU timer traced."""
+        host, gpu = self._totals[GRAPH_OP_TOTALS], self._gpu_totals[1]
+        return (pa.concat_tables([host, gpu]) if gpu.num_rows else host).to_pandas()
+
+    @cached_property
+    def has_gpu_times(self) -> bool:
+        """Whether the GPU timer traced graphs of this run (CUDA, CUPTI's records)."""
+        return len(self._table_files("gpu_node_times")) > 0 and self.arrow("gpu_node_times").num_rows > 0
+
+    @cached_property
+    def _gpu_totals(self) -> tuple[pa.Table, pa.Table]:
+        """The GPU's node totals and graph-op totals (runformat/totals.gpu_totals)."""
+        if not self.has_gpu_times:
+            empty = pa.table({"phase": pa.array([], pa.string())})
+            return empty, TOTALS_SCHEMAS[GRAPH_OP_TOTALS].empty_table()
+        connection = connect()
+        try:
+            for table in ("gpu_node_times", "graphs", "structure_nodes", "tensors"):
+                connection.register(table, self.arrow(table))
+            nodes, per_graph_op = gpu_totals(connection)
+        finally:
+            connection.close()
+        return nodes.rename_columns(
+            [c if c != "group_end" else "group_end_gpu" for c in nodes.column_names]
+        ), per_graph_op
+
+    @cached_property
+    def gpu_kernels(self) -> pd.DataFrame:
+        """What the GPU ran in the traced graphs: one row per kernel, memcpy or memset, with
+        its node (-1: a copy, or a kernel that could not be attributed) and its graph's phase."""
+        kernels = self.raw("gpu_kernels")
+        return kernels.merge(self.graphs[["graph_id", "phase"]], on="graph_id", how="left")
+
+    @cached_property
+    def gpu_graphs(self) -> pd.DataFrame:
+        """Per traced graph and device: when the GPU worked on it, how long it was busy,
+        beside the host's time for the graph (host_ns: from its start to its end)."""
+        graphs = self.raw("gpu_graphs")
+        host = self.graphs[["graph_id", "phase", "start_ns", "end_ns"]].rename(
+            columns={"start_ns": "host_start_ns", "end_ns": "host_end_ns"}
+        )
+        graphs = graphs.merge(host, on="graph_id", how="left")
+        graphs["host_ns"] = graphs["host_end_ns"] - graphs["host_start_ns"]
+        graphs["idle_ns"] = (graphs["host_ns"] - graphs["busy_ns"]).clip(lower=0)
+        return graphs
 
     def totals_table(self, name: str) -> pa.Table:
         """A totals table (NODE_TOTALS or GRAPH_OP_TOTALS) as Arrow, as stored."""

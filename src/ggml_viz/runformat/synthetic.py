@@ -32,10 +32,18 @@ _LAYER_NODES: list[tuple[str, str, int, str | None]] = [
 ]  # fmt: skip
 
 
-def write_synthetic_run(path: str | Path, *, graphs: int, layers: int, seed: int = 0) -> Path:
+# A synthetic GPU run's kernels: each op's, with a MUL_MAT's activations quantized first
+_KERNELS = {"MUL_MAT": ("quantize_q8_1", "mul_mat_vec_q"), "RMS_NORM": ("rms_norm_f32",), "MUL": ("k_bin_bcast",),
+            "ROPE": ("rope_norm",), "SOFT_MAX": ("soft_max_f32",), "CONT": ("cpy_flt",), "ADD": ("k_bin_bcast",),
+            "SWIGLU": ("unary_gated_op_kernel",), "GET_ROWS": ("k_get_rows_float",)}  # fmt: skip
+
+
+def write_synthetic_run(path: str | Path, *, graphs: int, layers: int, seed: int = 0, gpu_every: int = 0) -> Path:
     """Write a closed run of `graphs` decode graphs of a `layers`-layer model; returns its path.
-    Node events: graphs * (layers * 19 + 2)."""
-    recording = SyntheticRecording(path, layers=layers, seed=seed)
+    Node events: graphs * (layers * 19 + 2). gpu_every > 0: a run on a CUDA device, recorded
+    as the GPU timer records it (graphs read at their compute call, no host node times; every
+    gpu_every-th graph traced, its kernels in gpu_kernels)."""
+    recording = SyntheticRecording(path, layers=layers, seed=seed, gpu_every=gpu_every)
     recording.append_graphs(graphs)
     recording.close()
     return recording.run_dir
@@ -46,8 +54,9 @@ class SyntheticRecording:
     appended as a recorder appends them (journal first, streams every few graphs), until
     `close()`. Left open, it is a live run for the viewer's `--live` benchmarks and tests."""
 
-    def __init__(self, path: str | Path, *, layers: int, seed: int = 0) -> None:
+    def __init__(self, path: str | Path, *, layers: int, seed: int = 0, gpu_every: int = 0) -> None:
         self.rng = np.random.default_rng(seed)
+        self.gpu_every = gpu_every
         experiment_id = f"{seed:032x}"
         self.run_dir = prepare_run_dir(Path(path))
         self.writer = writer = RunWriter(self.run_dir, experiment_id, new_manifest(experiment_id))
@@ -69,10 +78,11 @@ class SyntheticRecording:
         names = weight_names + node_names
         n_tensors = len(names)
         layer_of = [_layer(name) for name in names]
+        compute = "CUDA0" if gpu_every else "CPU"
         writer.append(
             "buffers",
-            {"buffer_id": [0, 1], "context_id": [0, 0], "name": ["CPU_Mapped", "CPU"],
-             "buffer_type": ["CPU_Mapped", "CPU"], "usage": ["weights", "compute"],
+            {"buffer_id": [0, 1], "context_id": [0, 0], "name": ["CPU_Mapped", compute],
+             "buffer_type": ["CPU_Mapped", compute], "usage": ["weights", "compute"],
              "size": [n_weights * weight_size, 1 << 24], "base": [1 << 32, 1 << 40], "first_graph_id": [0, 0]},
         )  # fmt: skip
         writer.append(
@@ -109,6 +119,7 @@ class SyntheticRecording:
                                 "src_slot": np.array(edge_slots, np.int8), "src_tensor_id": edge_sources})  # fmt: skip
         memory_map_rows(writer, weight_names, weight_size, layer_of[:n_weights])
         self.node_index = node_index
+        self.node_ops = node_ops
         self.base_costs = np.array(costs) * 1_000.0  # ns
         self.clock = 1_000_000_000
         self.graphs = 0
@@ -116,6 +127,8 @@ class SyntheticRecording:
                                       "layers": layers, "architecture": "llama", "path": "synthetic.gguf"},
                                contexts=[{"context_id": 0, "model": {"path": "synthetic.gguf"}}],
                                capture={"recorder": "synthetic", "detail": "op", "timing": "inline"})  # fmt: skip
+        if gpu_every:
+            writer.update_manifest(gpu={"mode": "windows", "cupti": "synthetic", "clock": "recorder", "problem": None})
 
     def append_graphs(self, count: int) -> None:
         """`count` more decode graphs (the first graph of the run is its prompt)."""
@@ -124,6 +137,15 @@ class SyntheticRecording:
             durations = np.maximum(100, self.base_costs * self.rng.lognormal(0.0, 0.15, n_nodes)).astype(np.int64)
             ends = self.clock + np.cumsum(durations)
             starts = ends - durations
+            if self.gpu_every:  # the host launches, the GPU computes; the step ends when the GPU is done
+                gpu_durations = durations // 8
+                traced = graph % self.gpu_every == 0
+                gpu_end = self._gpu_graph(graph, gpu_durations) if traced else self.clock + int(gpu_durations.sum())
+                no_node_times = {"node_index": self.node_index[:0], "start_ns": starts[:0], "end_ns": ends[:0],
+                                 "wait_ns": durations[:0]}  # fmt: skip
+                self.writer.append_graph(self._graph_row(graph, n_nodes, gpu_end + 20_000, "graph"), no_node_times)
+                self.clock = gpu_end + 220_000
+                continue
             self.writer.append_graph(
                 {"graph_id": graph, "context_id": 0, "decode_index": graph, "ubatch_index": 0, "structure_id": 0,
                  "start_ns": self.clock, "end_ns": int(ends[-1]), "decode_start_ns": self.clock - 20_000,
@@ -135,6 +157,55 @@ class SyntheticRecording:
             )  # fmt: skip
             self.clock = int(ends[-1]) + 200_000
         self.graphs += count
+
+    def _graph_row(self, graph: int, n_nodes: int, end_ns: int, detail: str) -> dict:
+        return {"graph_id": graph, "context_id": 0, "decode_index": graph, "ubatch_index": 0, "structure_id": 0,
+                "start_ns": self.clock, "end_ns": end_ns, "decode_start_ns": self.clock - 20_000,
+                "decode_end_ns": end_ns + 20_000, "return_code": 0, "n_nodes": n_nodes, "n_tokens": 1,
+                "token_ids": [graph % 50_000], "token_positions": [graph], "token_seq_ids": [0],
+                "token_outputs": [True], "token_texts": [f" t{graph}"], "first_batch_index": 0,
+                "phase": "prompt" if graph == 0 else "decode", "detail": detail}  # fmt: skip
+
+    def _gpu_graph(self, graph: int, durations: np.ndarray) -> int:
+        """A traced graph's kernels, node by node, each starting a little before the one before it
+        ends (programmatic dependent launch), as the GPU timer writes them; when the last ended."""
+        rows: dict[str, list] = {key: [] for key in ("node_index", "kernel", "start_ns", "end_ns", "busy_ns")}
+        at, covered = self.clock + 15_000, 0  # the first launch reaches the GPU
+        for node, (op, duration) in enumerate(zip(self.node_ops, durations.tolist(), strict=True)):
+            names = _KERNELS.get(op, ("kernel",))
+            for part, name in enumerate(names):
+                length = max(duration // len(names), 600) if part == len(names) - 1 else max(duration // 5, 600)
+                start = at - 300 if rows["end_ns"] else at
+                rows["node_index"].append(node)
+                rows["kernel"].append(name)
+                rows["start_ns"].append(start)
+                rows["end_ns"].append(start + length)
+                rows["busy_ns"].append(start + length - max(start, covered))
+                covered = start + length
+                at = start + length + 1_500  # the next kernel's launch gap
+        n = len(rows["kernel"])
+        node_index = np.array(rows["node_index"], np.int32)
+        starts, finish, busy = (np.array(rows[k], np.int64) for k in ("start_ns", "end_ns", "busy_ns"))
+        self.writer.append("gpu_kernels", {
+            "graph_id": np.full(n, graph, np.int32), "node_index": node_index, "group_end": node_index,
+            "device": np.zeros(n, np.int32), "stream": np.full(n, 7, np.int32), "kind": ["kernel"] * n,
+            "kernel": rows["kernel"], "name": [f"void {k}<float>(float const*, float*, int)" for k in rows["kernel"]],
+            "start_ns": starts, "end_ns": finish, "busy_ns": busy, "bytes": np.zeros(n, np.int64),
+            "correlation_id": np.full(n, 1000 + graph, np.int64),
+        })  # fmt: skip
+        nodes, first = np.unique(node_index, return_index=True)
+        last = np.append(first[1:], n) - 1
+        self.writer.append("gpu_node_times", {
+            "graph_id": np.full(len(nodes), graph, np.int32), "node_index": nodes, "group_end": nodes,
+            "device": np.zeros(len(nodes), np.int32), "start_ns": starts[first], "end_ns": finish[last],
+            "gpu_ns": np.add.reduceat(busy, first), "kernels": (last - first + 1).astype(np.int32),
+        })  # fmt: skip
+        self.writer.append("gpu_graphs", {
+            "graph_id": [graph], "device": [0], "start_ns": [int(starts[0])], "end_ns": [int(finish[-1])],
+            "busy_ns": [int(busy.sum())], "kernels": [n], "attributed": [n],
+            "mapping": ["replay" if graph else "eager"],
+        })  # fmt: skip
+        return int(finish[-1])
 
     def close(self) -> None:
         self.writer.close()

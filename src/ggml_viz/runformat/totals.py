@@ -70,6 +70,34 @@ _GRAPH_OP_TOTALS_SQL = """
 """
 
 
+# GPU time (capture/gpu): per (phase, structure, node) and per (graph, op), from the kernels'
+# share of the device's busy time in the graphs traced. Computed when the run is read (the
+# traced graphs are windows of a run, a small part of its events).
+_GPU_NODE_TOTALS_SQL = """
+    select g.phase, g.structure_id, t.node_index, count(*) as gpu_timed, sum(t.gpu_ns) as gpu_ns,
+           max(t.group_end) as group_end, sum(t.kernels) as kernels
+    from gpu_node_times t join graphs g using (graph_id)
+    group by all
+"""
+_GPU_GRAPH_OP_TOTALS_SQL = """
+    with node_op as (select (s.structure_id::bigint << 32) | s.node_index as node_key, d.op
+                     from structure_nodes s join tensors d using (tensor_id))
+    select t.graph_id, n.op, sum(t.gpu_ns) as time_ns
+    from gpu_node_times t
+    join graphs g using (graph_id)
+    join node_op n on n.node_key = ((g.structure_id::bigint << 32) | t.node_index)
+    group by all
+"""
+
+
+def gpu_totals(connection: Any) -> tuple[pa.Table, pa.Table]:
+    """The GPU's node totals and graph-op totals, from a connection where `gpu_node_times`,
+    `graphs`, `structure_nodes` and `tensors` are tables or views."""
+    nodes = connection.sql(_GPU_NODE_TOTALS_SQL).to_arrow_table()
+    per_graph_op = connection.sql(_GPU_GRAPH_OP_TOTALS_SQL).to_arrow_table().cast(TOTALS_SCHEMAS[GRAPH_OP_TOTALS])
+    return nodes, per_graph_op
+
+
 def connect() -> Any:
     """A DuckDB connection held to the reader's memory bound, spilling to a temporary folder."""
     import duckdb

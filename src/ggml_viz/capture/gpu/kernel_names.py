@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 from functools import cache
+from typing import Any
 
 # CUPTI's copyKind
 COPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD", 9: "HtoH",
@@ -14,7 +15,7 @@ COPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 
 
 
 @cache
-def _demangler() -> tuple[ctypes._CFuncPtr, ctypes._CFuncPtr] | None:
+def _demangler() -> tuple[Any, Any] | None:
     """libstdc++'s __cxa_demangle, and free for what it returns (None where there is none)."""
     try:
         cxx = ctypes.CDLL(ctypes.util.find_library("stdc++") or "libstdc++.so.6")

@@ -90,6 +90,7 @@ def parse_window(payload: bytes) -> GpuWindow:
         for i, (end, length) in enumerate(zip(ends.tolist(), arrays[4].tolist(), strict=True))
     }
     return GpuWindow(
-        *arrays[:4], names=names, clock_offset_ns=offset_ns, clock_uncertainty_ns=uncertainty_ns, dropped=dropped,
-        invalid=invalid, overhead_ns=overhead_ns, reason=WINDOW_REASONS.get(reason, "?"),
+        computes=arrays[0], node_calls=arrays[1], api_calls=arrays[2], activities=arrays[3], names=names,
+        clock_offset_ns=offset_ns, clock_uncertainty_ns=uncertainty_ns, dropped=dropped, invalid=invalid,
+        overhead_ns=overhead_ns, reason=WINDOW_REASONS.get(reason, "?"),
     )  # fmt: skip
