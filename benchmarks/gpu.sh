@@ -5,7 +5,8 @@
 #
 #   --vocab      a GGUF vocabulary: llama.cpp's models/ggml-vocab-llama-spm.gguf
 #   --llama-bin  llama.cpp's programs and shared libraries, built with -DGGML_CUDA=ON
-#   --llama-src  a llama.cpp source tree to build them from (about 4 minutes with 16 jobs)
+#   --llama-src  a llama.cpp source tree to build them from (about 4 minutes with 16 jobs); with
+#                --llama-bin, built only when those programs do not run
 #   --work       where runs, logs and the model go (default: a new temporary folder)
 #
 # It writes a random-weight TinyLlama-shaped model (Q4_0), then:
@@ -16,7 +17,8 @@
 #  - a Python program on llama-cpp-python loaded against these libraries (LLAMA_CPP_LIB_PATH);
 # and prints benchmarks/gpu_report.py's table. ggml-viz runs from this checkout (PYTHONPATH);
 # its C parts are compiled here with gcc. Python packages it lacks can be put in a folder of
-# wheels named by GGML_VIZ_WHEELS.
+# wheels named by GGML_VIZ_WHEELS. A quick rehearsal on a small model: GPU_CHECK_MODEL="--layers 2
+# --embd 256 --ff 512" GPU_CHECK_BENCH="-p 32 -n 32 -r 1" GPU_CHECK_TOKENS=16.
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 VOCAB= BIN= SRC= WORK=
@@ -29,7 +31,7 @@ while [[ $# -gt 0 ]]; do
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
 done
-[[ -n $VOCAB && ( -n $BIN || -n $SRC ) ]] || { sed -n 2,9p "$0" >&2; exit 2; }
+[[ -n $VOCAB && ( -n $BIN || -n $SRC ) ]] || { sed -n 2,10p "$0" >&2; exit 2; }
 WORK=${WORK:-$(mktemp -d)}
 mkdir -p "$WORK"/{bench,runs,text,text-python}
 T0=$(date +%s)
@@ -51,6 +53,15 @@ fi
 export PYTHONPATH=$REPO/src${PYTHONPATH:+:$PYTHONPATH}
 [[ -d ${GGML_VIZ_PYTHON_PACKAGES:-/nonexistent} ]] && export PYTHONPATH=$PYTHONPATH:$GGML_VIZ_PYTHON_PACKAGES
 
+if [[ -n $BIN ]] && ! LD_LIBRARY_PATH=$BIN:$LD_LIBRARY_PATH "$BIN/llama-bench" --help > /dev/null 2>&1; then
+    for folder in $(find /usr/local /opt /usr/lib -name 'libcublas.so.1*' -printf '%h\n' 2> /dev/null | sort -u); do
+        export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$folder # a CUDA library the programs need, wherever it is
+    done
+fi
+if [[ -n $BIN ]] && ! LD_LIBRARY_PATH=$BIN:$LD_LIBRARY_PATH "$BIN/llama-bench" --help > /dev/null 2>&1; then
+    echo "the programs in $BIN do not run here:"; LD_LIBRARY_PATH=$BIN:$LD_LIBRARY_PATH ldd "$BIN/llama-bench" | grep "not found"
+    [[ -n $SRC ]] && BIN= || exit 1
+fi
 if [[ -z $BIN ]]; then
     step "building llama.cpp with CUDA from $SRC"
     cmake -S "$SRC" -B "$WORK/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DGGML_CUDA=ON \
@@ -61,6 +72,7 @@ if [[ -z $BIN ]]; then
     BIN=$WORK/build/bin
 fi
 export LD_LIBRARY_PATH=$BIN:$LD_LIBRARY_PATH
+export LLAMA_CPP_LIB_PATH=$BIN # ggml-viz, and llama-cpp-python, read the very ggml the programs run
 "$BIN/llama-bench" --help > /dev/null 2>&1 || { echo "llama-bench does not run:"; ldd "$BIN/llama-bench" | grep "not found"; exit 1; }
 
 step "ggml-viz's C parts"
@@ -80,13 +92,13 @@ echo "cupti: $CUPTI_LIB; tally: ${TALLY:-not built ($(tail -1 "$WORK/tally.log")
 
 step "model"
 M=$WORK/model.gguf
-$PY "$REPO/benchmarks/gpu_model.py" "$M" --vocab "$VOCAB" || exit 1
+$PY "$REPO/benchmarks/gpu_model.py" "$M" --vocab "$VOCAB" ${GPU_CHECK_MODEL:-} || exit 1
 VIZ="$PY -m ggml_viz"
 
 bench() { # CONFIG ROUND [ggml-viz run options...]; untraced when CONFIG is untraced
     local config=$1 round=$2; shift 2
-    local out=$WORK/bench/$config.$round.json run=$WORK/runs/bench-$config.ggmlviz
-    local program=("$BIN/llama-bench" -m "$M" -ngl 99 -p 512 -n 512 -r 2 -o json)
+    local out=$WORK/bench/$config.$round.json run=$WORK/runs/bench-$config.$round.ggmlviz
+    local program=("$BIN/llama-bench" -m "$M" -ngl 99 ${GPU_CHECK_BENCH:--p 512 -n 512 -r 2} -o json)
     local t=$(date +%s)
     if [[ $config == untraced ]]; then
         timeout 180 "${program[@]}" > "$out" 2> "$out.err"
@@ -104,13 +116,14 @@ for round in 1 2; do
     ENVS=(); bench nocupti $round --gpu off
     ENVS=(); bench windows $round
     ENVS=(GGML_VIZ_GPU_DETACH=0); bench keep $round
+    ENVS=(); bench sparse $round --gpu-period 1024
     ENVS=(); bench every $round --gpu every
     [[ $round == 1 ]] && { ENVS=(); bench sync $round --timing sync; }
 done
 
 step "llama-completion"
 PROMPT="The history of the city begins with a small settlement on the river, where"
-COMPLETION=("$BIN/llama-completion" -m "$M" -ngl 99 -p "$PROMPT" -n 128 -no-cnv --temp 0 -s 1)
+COMPLETION=("$BIN/llama-completion" -m "$M" -ngl 99 -p "$PROMPT" -n "${GPU_CHECK_TOKENS:-128}" -no-cnv --temp 0 -s 1)
 text_of() { sed '/^run written to /,$d' "$1"; } # the program's output, before ggml-viz's lines
 timeout 120 "${COMPLETION[@]}" > "$WORK/text/untraced.txt" 2> "$WORK/untraced.err"; echo "  untraced: exit $?"
 [[ -n $TALLY ]] && { LD_PRELOAD=$TALLY GPU_TALLY_OUT=$WORK/tally.tsv timeout 120 "${COMPLETION[@]}" > /dev/null 2> "$WORK/tally.err"; echo "  tally: exit $?"; }
@@ -122,7 +135,7 @@ for config in windows every; do
 done
 
 if [[ -n ${GGML_VIZ_LLAMA_CPP_PYTHON:-} ]] && $PY -c "import ggml_viz.capture._native" 2> /dev/null; then
-    step "a Python program (llama-cpp-python, LLAMA_CPP_LIB_PATH=$BIN)"
+    step "a Python program (llama-cpp-python on these libraries: LLAMA_CPP_LIB_PATH)"
     cat > "$WORK/app.py" << 'EOF'
 import sys, time, ggml_viz
 from llama_cpp import Llama
@@ -138,12 +151,10 @@ if len(sys.argv) > 2:
 else:
     print(generate())
 EOF
-    export LLAMA_CPP_LIB_PATH=$BIN
     timeout 120 $PY "$WORK/app.py" "$M" > "$WORK/text-python/untraced.txt" 2> "$WORK/python-untraced.err"
     echo "  untraced: exit $? $(tail -1 "$WORK/python-untraced.err")"
     timeout 180 $PY "$WORK/app.py" "$M" "$WORK/runs/python-windows.ggmlviz" > "$WORK/text-python/windows.txt" 2> "$WORK/python-windows.err"
     echo "  windows: exit $? $(grep -h 'tokens/s\|ggml-viz' "$WORK/python-windows.err" | head -3 | tr '\n' ' ')"
-    unset LLAMA_CPP_LIB_PATH
 fi
 
 step "report"

@@ -28,6 +28,7 @@ CONFIGS = {
     "nocupti": "op detail, --gpu off (as where no libcupti is found)",
     "windows": "default: op detail, GPU windows",
     "keep": "windows, CUPTI kept attached (GGML_VIZ_GPU_DETACH=0)",
+    "sparse": "windows every 1024 graphs (--gpu-period 1024)",
     "every": "--gpu every (every graph traced)",
     "sync": "--timing sync (each node alone)",
 }
@@ -76,7 +77,11 @@ def overhead(bench: Path) -> None:
 
 
 def gpu_figures(path: Path) -> None:
-    run = open_run(path)
+    try:
+        run = open_run(path)
+    except Exception as error:  # noqa: BLE001 - a run that failed is reported, the others still are
+        print(f"\n{path.name}: not readable: {error}")
+        return
     gpu = run.manifest.get("gpu") or {}
     print(f"\n{path.name}: {len(run.graphs)} graphs; GPU timer: {json.dumps(gpu, default=str)[:600]}")
     graphs = run.raw("gpu_graphs")
