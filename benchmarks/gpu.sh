@@ -11,7 +11,7 @@
 #
 # It writes a random-weight TinyLlama-shaped model (Q4_0), then:
 #  - llama-bench (-ngl 99, 512 decode steps, 2 repetitions) untraced and under `ggml-viz run`
-#    with each recording configuration, in alternating rounds;
+#    with each recording configuration, in alternating rounds (3; the costliest in the first);
 #  - llama-completion (greedy, 128 tokens) untraced, under an independent CUPTI kernel tally
 #    (benchmarks/gpu_kernel_tally.c), and under ggml-viz with GPU windows and with every graph;
 #  - a Python program on llama-cpp-python loaded against these libraries (LLAMA_CPP_LIB_PATH);
@@ -85,7 +85,7 @@ read -r PY_INCLUDE EXT_SUFFIX < <($PY -c "import sysconfig; print(sysconfig.get_
 gcc $CFLAGS -shared -I"$PY_INCLUDE" "$REPO/src/ggml_viz/capture/_native.c" "$REPO/src/ggml_viz/capture/_native_gpu.c" \
     $CORE -o "$REPO/src/ggml_viz/capture/_native$EXT_SUFFIX" -ldl -lm 2> "$WORK/native.log" || echo "the Python extension was not built (no Python headers?): $(tail -1 "$WORK/native.log")"
 TALLY=
-CUPTI_LIB=$(find "$CUDA_HOME" -name 'libcupti.so*' 2>/dev/null | grep -v stub | sort | head -1)
+CUPTI_LIB=$(find -L "$CUDA_HOME" -name 'libcupti.so*' 2>/dev/null | grep -v stub | sort | head -1)
 if gcc -O2 -shared -fPIC -I"$CUDA_HOME/include" "$REPO/benchmarks/gpu_kernel_tally.c" -o "$WORK/tally.so" \
     "$CUPTI_LIB" -Wl,-rpath,"$(dirname "$CUPTI_LIB")" 2> "$WORK/tally.log"; then TALLY=$WORK/tally.so; fi
 echo "cupti: $CUPTI_LIB; tally: ${TALLY:-not built ($(tail -1 "$WORK/tally.log"))}"
@@ -110,15 +110,17 @@ bench() { # CONFIG ROUND [ggml-viz run options...]; untraced when CONFIG is untr
     [[ $round == 1 ]] || [[ $config == untraced ]] || rm -rf "$run"
 }
 step "llama-bench rounds"
-for round in 1 2; do
+for round in $(seq "${GPU_CHECK_ROUNDS:-3}"); do
     ENVS=(); bench untraced $round
     ENVS=(); bench graph $round --detail graph
     ENVS=(); bench nocupti $round --gpu off
     ENVS=(); bench windows $round
-    ENVS=(GGML_VIZ_GPU_DETACH=0); bench keep $round
     ENVS=(); bench sparse $round --gpu-period 1024
-    ENVS=(); bench every $round --gpu every
-    [[ $round == 1 ]] && { ENVS=(); bench sync $round --timing sync; }
+    if [[ $round == 1 ]]; then # the costly ones, once
+        ENVS=(GGML_VIZ_GPU_DETACH=0); bench keep $round
+        ENVS=(); bench every $round --gpu every
+        ENVS=(); bench sync $round --timing sync
+    fi
 done
 
 step "llama-completion"

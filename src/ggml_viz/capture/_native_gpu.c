@@ -37,6 +37,19 @@ static int compute_async_hooked(void *sched, void *graph) {
                                  compute_async_original, sched, graph);
 }
 
+static bool (*alloc_graph_original)(void *, void *);
+
+static bool alloc_graph_hooked(void *sched, void *graph) {
+    if (current.recorder) current.recorder->graph_allocated = 1; /* a graph (re)built: read at its compute */
+    return alloc_graph_original(sched, graph);
+}
+
+static void *alloc_graph_replacement(void *original, void *context) {
+    (void)context;
+    if (!alloc_graph_original) alloc_graph_original = (bool (*)(void *, void *))original;
+    return alloc_graph_original == (bool (*)(void *, void *))original ? (void *)alloc_graph_hooked : NULL;
+}
+
 static bool is_empty_hooked(const void *tensor) {
     gpu_node_call(tensor, __builtin_return_address(0));
     return is_empty_original(tensor);
@@ -55,7 +68,8 @@ static void *is_empty_replacement(void *original, void *context) {
 }
 
 /* hook_graph_compute(graph_n_nodes, graph_node, buffer_offset, sched_synchronize) -> slots
-   redirected: the loaded libraries' calls of the scheduler's compute and of ggml_is_empty. */
+   redirected: the loaded libraries' calls of the scheduler's compute (and of its graph
+   allocation, and of ggml_is_empty). */
 static PyObject *hook_graph_compute(PyObject *module, PyObject *args) {
     unsigned long long n_nodes, node, synchronize;
     Py_ssize_t buffer_offset;
@@ -69,6 +83,7 @@ static PyObject *hook_graph_compute(PyObject *module, PyObject *args) {
     sched_synchronize = (void (*)(void *))(uintptr_t)synchronize;
     int failed = 0, more = 0;
     int hooked = got_hook("ggml_backend_sched_graph_compute_async", compute_replacement, NULL, &failed);
+    got_hook("ggml_backend_sched_alloc_graph", alloc_graph_replacement, NULL, &more);
     got_hook("ggml_is_empty", is_empty_replacement, NULL, &more);
     return PyLong_FromLong(failed ? -1 : hooked);
 }

@@ -160,7 +160,7 @@ def _launch_nodes(window: GpuWindow, api_compute: np.ndarray, state: Attribution
         at = np.searchsorted(theirs["ns"], calls["start_ns"][mine], side="right") - 1
         ok = at >= 0
         same_compute = np.zeros(len(mine), dtype=bool)
-        compute_ids = window.computes["compute"]
+        compute_ids = window.computes["compute"].astype(np.int64)
         launch_compute = np.where(api_compute[mine] >= 0, compute_ids[np.maximum(api_compute[mine], 0)], -1)
         same_compute[ok] = theirs["compute"][at[ok]] == launch_compute[ok]
         nodes[mine[same_compute]] = theirs["node_index"][at[same_compute]]

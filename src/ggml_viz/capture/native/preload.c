@@ -16,6 +16,7 @@
  *   ggml_backend_sched_set_eval_callback      a program's own eval callback is kept and
  *       called from ours (libllama re-applies its context's callback before each graph)
  *   ggml_backend_sched_free                   a plain ggml program's graphs are written
+ *   ggml_backend_sched_alloc_graph            a graph (re)built: read again at its next compute
  *   llama_decode, llama_encode                a llama call: its batch (tokens, positions)
  *   llama_batch_ext_* and llama_process       the same for the opaque batches llama.cpp's
  *       own programs build: their tokens are seen where they are added
@@ -87,6 +88,7 @@ EXPORT void llama_free(void *ctx);
 EXPORT void llama_set_abort_callback(void *ctx, abort_fn callback, void *data);
 EXPORT void *gguf_init_from_file(const char *fname, struct gguf_init_params_abi params);
 EXPORT bool ggml_is_empty(const void *tensor);
+EXPORT bool ggml_backend_sched_alloc_graph(void *sched, void *graph);
 EXPORT void llama_batch_ext_free(void *batch);
 EXPORT void llama_batch_ext_clear(void *batch);
 EXPORT int32_t llama_batch_ext_add(void *batch, int32_t seq_id);
@@ -469,6 +471,20 @@ EXPORT void ggml_backend_sched_set_eval_callback(void *sched, eval_fn callback, 
         pthread_mutex_unlock(&state.lock);
     }
     if (original_ggml_backend_sched_set_eval_callback) original_ggml_backend_sched_set_eval_callback(sched, callback, user_data);
+}
+
+typedef bool (*alloc_graph_fn)(void *, void *);
+
+EXPORT bool ggml_backend_sched_alloc_graph(void *sched, void *graph) {
+    ORIGINAL(ggml_backend_sched_alloc_graph, alloc_graph_fn);
+    if (state.enabled) { /* a graph (re)built: the next compute reads it */
+        Entry *e = call_entry;
+        for (int i = 0; i < state.n_entries && !e; i++) {
+            if (state.entries[i]->live && state.entries[i]->owner == sched) e = state.entries[i];
+        }
+        if (e) e->recorder.graph_allocated = 1;
+    }
+    return original_ggml_backend_sched_alloc_graph ? original_ggml_backend_sched_alloc_graph(sched, graph) : false;
 }
 
 EXPORT void ggml_backend_sched_free(void *sched) {

@@ -644,6 +644,39 @@ failed:
     return -1;
 }
 
+/* The graph at this compute call is the previous graph again, unchanged (the program neither
+   rebuilt nor allocated it since): record it without reading its nodes, as reading would find
+   it. 1 done, 0 it cannot be (not the previous graph), -1 out of memory. */
+int recorder_repeat_graph(Recorder *r, void *graph, int n_nodes, void *(*node_at)(void *, int), int64_t start_ns) {
+    size_t n = r->previous_node_ptrs.count;
+    if (r->mode != MODE_RECORD || (size_t)n_nodes != n || n == 0 ||
+        (uint64_t)(uintptr_t)node_at(graph, 0) != ARRAY_AT(r->previous_node_ptrs, uint64_t, 0) ||
+        (uint64_t)(uintptr_t)node_at(graph, n_nodes - 1) != ARRAY_AT(r->previous_node_ptrs, uint64_t, n - 1)) {
+        return 0;
+    }
+    if (recorder_open_nodes(r) && close_graph(r, start_ns) != 0) goto failed;
+    if (!r->repeating) return 0; /* the graph before was not closed as the previous one */
+    if (array_reserve(&r->node_ptrs, n) || array_reserve(&r->node_flags, n) || array_reserve(&r->starts, n) ||
+        array_reserve(&r->ends, n)) {
+        goto failed;
+    }
+    size_t first = r->node_flags.count;
+    memcpy(&ARRAY_AT(r->node_ptrs, uint64_t, first), r->previous_node_ptrs.items, n * sizeof(uint64_t));
+    memset(&ARRAY_AT(r->node_flags, uint8_t, first), 0, n);
+    memset(&ARRAY_AT(r->starts, int64_t, first), 0, n * sizeof(int64_t));
+    memset(&ARRAY_AT(r->ends, int64_t, first), 0, n * sizeof(int64_t));
+    r->node_ptrs.count = r->node_flags.count = r->starts.count = r->ends.count = first + n;
+    ARRAY_AT(r->starts, int64_t, first) = ARRAY_AT(r->ends, int64_t, first) = start_ns;
+    for (size_t b = 0; b < r->previous_buffers.count; b++) { /* as a read describes them */
+        if (describe_buffer(r, ARRAY_AT(r->previous_buffers, uint64_t, b)) != 0) goto failed;
+    }
+    return 1;
+failed:
+    r->out_of_memory = 1;
+    r->mode = MODE_OFF;
+    return -1;
+}
+
 /* Inline timing: the CPU backend's thread 0 calls this after each node it computes (not
    after views, which it skips, and once for nodes it fuses), before the barrier that
    ends the node. It always runs on the thread that called llama_decode. The barrier

@@ -166,6 +166,8 @@ typedef struct {
     size_t previous_count, previous_capacity;
     int64_t pending; /* node waiting for its result callback, or -1 */
     int reading_at_compute; /* recorder_read_graph is recording the nodes, none asked about */
+    void *read_graph;       /* the graph read at the last compute call ... */
+    int graph_allocated;    /* ... and whether a graph was allocated since (then it is read again) */
     uint64_t counted_nodes;
     /* the decode bracket: what each llama_decode call fed, and which graphs it ran */
     size_t batch_offsets[5]; /* llama_batch: token, pos, n_seq_id, seq_id, logits */
@@ -239,6 +241,9 @@ bool recorder_abort_callback(void *user_data);
    i), i < n_nodes; the graph began at start_ns): 1 if it repeats the previous graph struct for
    struct, 0 if not (a new structure), -1 out of memory. */
 int recorder_read_graph(Recorder *r, void *graph, int n_nodes, void *(*node_at)(void *, int), int64_t start_ns);
+/* ... or, the program having neither rebuilt nor allocated it since, the previous graph
+   again, without reading its nodes: 1 done, 0 not the previous graph (read it), -1 out of memory. */
+int recorder_repeat_graph(Recorder *r, void *graph, int n_nodes, void *(*node_at)(void *, int), int64_t start_ns);
 
 /* Node ends: route every loaded library's calls of ggml_barrier through the recorder, so
    the barrier ending each inline-timed node is seen (recorder_barrier_passed). ggml-cpu

@@ -41,6 +41,9 @@ typedef struct {
     Array calls;
 } ThreadCompute;
 static __thread ThreadCompute current;
+/* Traced computes running now, in any thread: ggml_is_empty is called for every node of every
+   compute, and while nothing is traced a node call costs this one load. */
+static int traced_running;
 
 /* ---- settings and state ------------------------------------------------------------------- */
 
@@ -187,11 +190,12 @@ int gpu_compute_begin(uint32_t context_id, void *graph, int n_nodes, void *(*nod
     pthread_mutex_unlock(&lock);
     current.active = traced && index_nodes(&current, graph, n_nodes, node_at) == 0;
     current.compute = compute;
+    if (current.active) __atomic_add_fetch(&traced_running, 1, __ATOMIC_RELAXED);
     return current.active;
 }
 
 void gpu_node_call(const void *tensor, void *return_address) {
-    if (!current.active) return;
+    if (!__atomic_load_n(&traced_running, __ATOMIC_RELAXED) || !current.active) return;
     int64_t index = node_index_of(&current, (uint64_t)(uintptr_t)tensor);
     if (index < 0) return;
     GpuNodeCall *call = array_push(&current.calls);
@@ -204,6 +208,7 @@ void gpu_node_call(const void *tensor, void *return_address) {
 void gpu_compute_end(int64_t end_ns) {
     if (!current.active) return;
     current.active = 0;
+    __atomic_sub_fetch(&traced_running, 1, __ATOMIC_RELAXED);
     pthread_mutex_lock(&lock);
     for (size_t i = tracer.computes.count; i-- > 0;) {
         GpuComputeRecord *record = &ARRAY_AT(tracer.computes, GpuComputeRecord, i);

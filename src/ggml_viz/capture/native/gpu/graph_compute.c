@@ -20,7 +20,12 @@ int compute_reading_graph(Recorder *r, uint32_t context_id, int on_cuda, const G
     int64_t start = now_ns();
     int n = access->n_nodes(graph);
     int read_first = allocated(access, graph, n);
-    int repeats = read_first ? recorder_read_graph(r, graph, n, access->node, start) : 1;
+    /* a graph the program computes again without rebuilding it (llama.cpp reuses its decode
+       graphs): the previous one, not read again */
+    int repeats = graph == r->read_graph && !r->graph_allocated ? recorder_repeat_graph(r, graph, n, access->node, start) : 0;
+    r->read_graph = graph;
+    r->graph_allocated = 0;
+    if (repeats == 0) repeats = read_first ? recorder_read_graph(r, graph, n, access->node, start) : 1;
     int traced = on_cuda && gpu_compute_begin(context_id, graph, n, access->node, repeats == 0, start);
     int status = original(sched, graph);
     if (traced) gpu_compute_end(now_ns());

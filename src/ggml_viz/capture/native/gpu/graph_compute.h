@@ -22,7 +22,9 @@ typedef struct {
 } GraphAccess;
 
 /* Read `graph` into `r` and compute it with `original` (traced on the GPU when `on_cuda`
-   and a window is open); returns what `original` returned. */
+   and a window is open); returns what `original` returned. The owner sets
+   r->graph_allocated when the program allocates a graph (ggml_backend_sched_alloc_graph):
+   a graph computed again without that is the one read before. */
 int compute_reading_graph(Recorder *r, uint32_t context_id, int on_cuda, const GraphAccess *access,
                           sched_compute_fn original, void *sched, void *graph);
 
