@@ -87,7 +87,7 @@ gcc $CFLAGS -shared -I"$PY_INCLUDE" "$REPO/src/ggml_viz/capture/_native.c" "$REP
 TALLY=
 CUPTI_LIB=$(find -L "$CUDA_HOME" -name 'libcupti.so*' 2>/dev/null | grep -v stub | sort | head -1)
 if gcc -O2 -shared -fPIC -I"$CUDA_HOME/include" "$REPO/benchmarks/gpu_kernel_tally.c" -o "$WORK/tally.so" \
-    "$CUPTI_LIB" -Wl,-rpath,"$(dirname "$CUPTI_LIB")" 2> "$WORK/tally.log"; then TALLY=$WORK/tally.so; fi
+    "$CUPTI_LIB" -Wl,-rpath,"$(dirname "$CUPTI_LIB")" -ldl 2> "$WORK/tally.log"; then TALLY=$WORK/tally.so; fi
 echo "cupti: $CUPTI_LIB; tally: ${TALLY:-not built ($(tail -1 "$WORK/tally.log"))}"
 
 step "model"

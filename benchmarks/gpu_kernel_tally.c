@@ -2,12 +2,15 @@
  * An independent tally of what a CUDA program's GPU ran, for benchmarks/gpu.sh to set beside
  * ggml-viz's: preloaded into an untraced program, it records every kernel with CUPTI
  * (nothing of ggml-viz's code) and at exit writes, per kernel symbol, how many ran and their
- * summed durations (end - start) to $GPU_TALLY_OUT as tab-separated lines.
+ * summed durations (end - start) to $GPU_TALLY_OUT as tab-separated lines. It interposes
+ * ggml_backend_free, to take CUPTI's last records while CUDA still runs.
  *
- *   gcc -O2 -shared -fPIC -I$CUDA_HOME/include gpu_kernel_tally.c -o tally.so -L$CUPTI_DIR -lcupti
+ *   gcc -O2 -shared -fPIC -I$CUDA_HOME/include gpu_kernel_tally.c -o tally.so -L$CUPTI_DIR -lcupti -ldl
  *   LD_PRELOAD=tally.so GPU_TALLY_OUT=tally.tsv llama-completion ...
  */
+#define _GNU_SOURCE
 #include <cupti.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,6 +58,15 @@ static void CUPTIAPI completed(CUcontext context, uint32_t stream, uint8_t *buff
     dropped += lost;
     pthread_mutex_unlock(&lock);
     free(buffer);
+}
+
+/* The program frees its GPU backend before it exits: the records of its last work are
+   handed over then, while CUDA still runs (at exit it may not). */
+void ggml_backend_free(void *backend) {
+    static void (*original)(void *);
+    if (!original) original = (void (*)(void *))dlsym(RTLD_NEXT, "ggml_backend_free");
+    cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    if (original) original(backend);
 }
 
 static void write_tally(void) {

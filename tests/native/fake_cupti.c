@@ -78,14 +78,15 @@ void fake_cupti_api(uint32_t cbid, uint64_t start, uint64_t end, uint32_t correl
     put32(record, 32, correlation);
 }
 
-void fake_cupti_memcpy(uint64_t bytes, uint64_t start, uint64_t end, uint32_t correlation) {
+void fake_cupti_memcpy(uint64_t bytes, uint64_t start, uint64_t end, uint32_t correlation, uint32_t graph_id) {
     uint8_t *record = queue(1); /* MEMCPY */
     if (!record) return;
-    record[4] = 1; /* HtoD */
+    record[4] = 8; /* DtoD */
     put64(record, 8, bytes);
     put64(record, 16, stamped(start));
     put64(record, 24, stamped(end));
     put32(record, 44, correlation);
+    put32(record, 72, graph_id);
 }
 
 int fake_cupti_recording(void) { return enabled[10]; }

@@ -79,15 +79,24 @@ def test_every_kernel_of_a_window_finds_its_node(timer_program, tmp_path):
     # eager, then the CUDA graph captured; later windows replay it by position
     assert [m.mapping.tolist() for m in mapped] == [["eager", "capture"], ["replay", "replay"], ["replay", "replay"]]
     first = windows[0]
-    eager = first.activities["graph_id"] == 0
-    # node 1 launched two kernels, node 3 is a view (reached, no kernel), nodes 4 and 5 ran fused
+    eager = (first.activities["graph_id"] == 0) & (first.activities["bytes"] != 4096)
+    # node 1 launched two kernels, node 2 copied, node 3 is a view (reached, no kernel), nodes 4
+    # and 5 ran fused
     assert mapped[0].node[eager].tolist() == [0, 1, 1, 2, 4]
     assert mapped[0].group_end[eager].tolist() == [0, 1, 1, 2, 5]
-    assert [first.names[i] for i in first.activities["name_id"][eager]] == [
-        "_Z8rms_normPKf", "_Z13quantize_q8_1PKf", "_Z13mul_mat_vec_qPKv", "_Z9fused_addPKf", "_Z9fused_addPKf",
+    assert first.activities["kind"][eager].tolist() == [1, 1, 1, 2, 1]
+    kernels = first.activities["name_id"][eager & (first.activities["kind"] == 1)]
+    assert [first.names[i] for i in kernels] == [
+        "_Z8rms_normPKf", "_Z13quantize_q8_1PKf", "_Z13mul_mat_vec_qPKv", "_Z9fused_addPKf",
     ]  # fmt: skip
+    names = {i: name for w in windows for i, name in w.names.items()}
     for window, m in zip(windows, mapped, strict=True):
-        assert (m.node >= 0).all()
+        # the split's input copy is no node's; the rest is each its node's
+        inputs = window.activities["bytes"] == 4096
+        assert (m.node[inputs] == -1).all() and (m.node[~inputs] >= 0).all()
+        # in the CUDA graph the copy ran as a kernel of the driver's, and is node 2's
+        driver_copy = np.array([names.get(i) == "memcpy32_post" for i in window.activities["name_id"].tolist()])
+        assert driver_copy.sum() == 2 * (window is not first) + (window is first) and (m.node[driver_copy] == 2).all()
         # what ran on the GPU lies within the host's view of its compute, on one clock
         assert (window.activities["start_ns"] >= window.computes["start_ns"].min()).all()
 

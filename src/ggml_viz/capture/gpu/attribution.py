@@ -17,6 +17,9 @@ the correlation of the calls that launched them.
 - CUDA-graph replays run the kernels of a known pass of the same graph structure in the
   same order: they map by position, once the count and every kernel's name agree (else the
   compute keeps its graph time, and counts as unattributed).
+- A node may copy or set memory rather than launch a kernel (a CPY as cudaMemcpyAsync): the
+  copy is part of the node's work like a kernel, and in a CUDA graph the driver may run it
+  as a kernel of its own (`memcpy32_post`): a copy matches a copy or such a kernel.
 - ggml-cuda fuses nodes (an RMS_NORM with the MUL after it): the loop skips the nodes it
   fused, so a node's kernels run the group from it up to the next node reached (group_end).
 - Overlap: on Hopper a kernel launched with programmatic dependent launch starts while the
@@ -32,28 +35,32 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .records import GRAPH_LAUNCH_CBID, KERNEL, LAUNCH_CBIDS, GpuWindow
+from .records import COPY_CBIDS, GRAPH_LAUNCH_CBID, KERNEL, LAUNCH_CBIDS, GpuWindow
 
 NO_NODE = -1
 
 
+COPY = -1  # a work item's signature when it copies or sets memory (a kernel's: its name id)
+
+
 @dataclass(frozen=True)
 class Template:
-    """A known pass of one graph structure: its kernels in launch order, each with its node
-    and the last node of that node's fused group."""
+    """A known pass of one graph structure: its work items (kernels, copies) in launch order,
+    each with its signature, its node and the last node of that node's fused group."""
 
-    name_ids: np.ndarray
+    signatures: np.ndarray
     nodes: np.ndarray
     group_ends: np.ndarray
 
 
 @dataclass
 class AttributionState:
-    """What one recording learns across windows: ggml-cuda's loop call site, and a pass of
-    each graph structure seen launched kernel by kernel."""
+    """What one recording learns across windows: ggml-cuda's loop call site, a pass of each
+    graph structure seen launched item by item, and the kernel names seen."""
 
     loop_sites: Counter[int] = field(default_factory=Counter)
     templates: dict[int, Template] = field(default_factory=dict)
+    names: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -71,20 +78,26 @@ def attribute(window: GpuWindow, structures: np.ndarray, state: AttributionState
     """Map a window's kernels to nodes. `structures`: per compute, its graph structure (a key
     that graphs of the same structure share; -1: unknown)."""
     computes, activities = window.computes, window.activities
+    state.names.update(window.names)
     api_compute = _api_computes(window)
     activity_api = _index_of(window.api_calls["correlation_id"], activities["correlation_id"])
     compute = np.where(activity_api >= 0, api_compute[np.maximum(activity_api, 0)], -1)
-    api_node, node_calls = _launch_nodes(window, api_compute, state)
+    api_node, node_calls = _work_nodes(window, api_compute, state)
     node = np.full(len(activities), NO_NODE, dtype=np.int64)
     group_end = np.full(len(activities), NO_NODE, dtype=np.int64)
-    kernel = activities["kind"] == KERNEL
+    # A compute's work items: its kernels, and the copies and memsets of its nodes (not the
+    # scheduler's copies of a split's inputs, nor the reading of its outputs)
+    reached = np.where(activity_api >= 0, api_node[np.maximum(activity_api, 0)], NO_NODE) >= 0
+    item = (activities["kind"] == KERNEL) | (activities["graph_id"] > 0) | reached
+    signature = _signatures(activities, state.names)
     mapping = np.full(len(computes), "none", dtype=object)
     for c in range(len(computes)):
-        mine = np.flatnonzero(kernel & (compute == c))
-        if not len(mine):
+        mine = np.flatnonzero(item & (compute == c))
+        if not (activities["kind"][mine] == KERNEL).any():
             continue
         ends = _group_ends(node_calls[node_calls["compute"] == computes["compute"][c]], int(computes["n_nodes"][c]))
-        how, nodes, groups = _map_compute(window, c, mine, activity_api, api_compute, api_node, structures[c], state)
+        how, nodes, groups = _map_compute(window, c, mine, signature, activity_api, api_compute, api_node,
+                                          structures[c], state)  # fmt: skip
         mapping[c] = how
         if nodes is None:
             continue
@@ -93,9 +106,19 @@ def attribute(window: GpuWindow, structures: np.ndarray, state: AttributionState
         if how in ("eager", "capture") and structures[c] >= 0:
             order = _launch_order(window, mine, activity_api)
             state.templates[int(structures[c])] = Template(
-                activities["name_id"][mine][order], node[mine][order], group_end[mine][order]
+                signature[mine][order], node[mine][order], group_end[mine][order]
             )
     return Attribution(compute, node, group_end, busy_shares(activities), mapping)
+
+
+def _signatures(activities: np.ndarray, names: dict[int, str]) -> np.ndarray:
+    """Per activity, what a replay must match: a kernel's name, or COPY for a copy or memset,
+    and for a kernel of CUDA's own copying one (a copy node of a CUDA graph run as a kernel)."""
+    copies = {i for i, name in names.items() if name.startswith(("memcpy", "memset"))}
+    signature = np.where(activities["kind"] == KERNEL, activities["name_id"].astype(np.int64), COPY)
+    if copies:
+        signature[np.isin(activities["name_id"], list(copies)) & (activities["kind"] == KERNEL)] = COPY
+    return signature
 
 
 def busy_shares(activities: np.ndarray) -> np.ndarray:
@@ -140,11 +163,13 @@ def _index_of(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     return np.where(keys[order][at] == wanted, order[at], -1)
 
 
-def _launch_nodes(window: GpuWindow, api_compute: np.ndarray, state: AttributionState) -> tuple[np.ndarray, np.ndarray]:
-    """Per runtime API call that launched a kernel, the node ggml-cuda's loop reached last
-    before it, in the same compute (-1 for other calls); and the loop's node calls."""
+def _work_nodes(window: GpuWindow, api_compute: np.ndarray, state: AttributionState) -> tuple[np.ndarray, np.ndarray]:
+    """Per runtime API call that created GPU work (a launch, a copy, a memset) while
+    ggml-cuda's loop was computing a node, that node: the last one the loop reached before
+    the call, in the same compute (-1 for other calls); and the loop's node calls."""
     calls, node_calls = window.api_calls, window.node_calls
     launches = np.flatnonzero(np.isin(calls["cbid"], LAUNCH_CBIDS))
+    work = np.flatnonzero(np.isin(calls["cbid"], LAUNCH_CBIDS + COPY_CBIDS))
     nodes = np.full(len(calls), NO_NODE, dtype=np.int64)
     if not len(launches) or not len(node_calls):
         return nodes, node_calls[:0]
@@ -154,16 +179,19 @@ def _launch_nodes(window: GpuWindow, api_compute: np.ndarray, state: Attribution
     state.loop_sites.update(ordered["return_address"][last[last >= 0]].tolist())
     loop_site = state.loop_sites.most_common(1)[0][0]
     loop = ordered[ordered["return_address"] == loop_site]
-    for thread in np.unique(calls["thread"][launches]):
-        mine = launches[calls["thread"][launches] == thread]
+    compute_ids = window.computes["compute"].astype(np.int64)
+    for thread in np.unique(calls["thread"][work]):
+        mine = work[calls["thread"][work] == thread]
         theirs = loop[loop["thread"] == thread] if (loop["thread"] == thread).any() else loop
         at = np.searchsorted(theirs["ns"], calls["start_ns"][mine], side="right") - 1
         ok = at >= 0
-        same_compute = np.zeros(len(mine), dtype=bool)
-        compute_ids = window.computes["compute"].astype(np.int64)
         launch_compute = np.where(api_compute[mine] >= 0, compute_ids[np.maximum(api_compute[mine], 0)], -1)
-        same_compute[ok] = theirs["compute"][at[ok]] == launch_compute[ok]
-        nodes[mine[same_compute]] = theirs["node_index"][at[same_compute]]
+        within = np.zeros(len(mine), dtype=bool)  # ... and made while that compute ran
+        c = np.maximum(api_compute[mine], 0)
+        within[ok] = (theirs["compute"][at[ok]] == launch_compute[ok]) & (
+            calls["start_ns"][mine][ok] <= window.computes["end_ns"][c][ok]
+        )
+        nodes[mine[within]] = theirs["node_index"][at[within]]
     return nodes, loop
 
 
@@ -189,39 +217,40 @@ def _launch_order(window: GpuWindow, rows: np.ndarray, activity_api: np.ndarray)
 def _map_compute(
     window: GpuWindow,
     c: int,
-    kernels: np.ndarray,
+    items: np.ndarray,
+    signature: np.ndarray,
     activity_api: np.ndarray,
     api_compute: np.ndarray,
     api_node: np.ndarray,
     structure: int,
     state: AttributionState,
 ) -> tuple[str, np.ndarray | None, np.ndarray | None]:
-    """How one compute's kernels map to nodes: the way, their nodes (None: they could not be),
-    and, where a template gave them, their groups' last nodes."""
-    activities = window.activities[kernels]
+    """How one compute's work items map to nodes: the way, their nodes (None: they could not
+    be), and, where a template gave them, their groups' last nodes."""
+    activities = window.activities[items]
     in_graph = activities["graph_id"] > 0
-    if not in_graph.any():  # eager: each kernel's own launch
-        nodes = api_node[activity_api[kernels]]
+    if not in_graph.any():  # eager: each item's own launch
+        nodes = api_node[activity_api[items]]
         return ("eager", nodes, None) if (nodes >= 0).all() else ("unattributed", None, None)
     if in_graph.all():
-        order = _launch_order(window, kernels, activity_api)
+        order = _launch_order(window, items, activity_api)
         calls = window.api_calls
-        launches = np.flatnonzero((api_compute == c) & np.isin(calls["cbid"], LAUNCH_CBIDS))
+        launches = np.flatnonzero((api_compute == c) & (api_node >= 0))  # the work the loop created
         launches = launches[np.argsort(calls["start_ns"][launches], kind="stable")]
         launched = np.isin(calls["correlation_id"][launches], window.activities["correlation_id"])
-        nodes = np.empty(len(kernels), dtype=np.int64)
-        if len(launches) and not launched.any() and len(launches) == len(kernels):  # captured, then launched
+        nodes = np.empty(len(items), dtype=np.int64)
+        if len(launches) and not launched.any() and len(launches) == len(items):  # captured, then launched
             nodes[order] = api_node[launches]
-            return ("capture", nodes, None) if (nodes >= 0).all() else ("unattributed", None, None)
+            return "capture", nodes, None
         template = state.templates.get(structure) if structure >= 0 else None
-        graph_launches = calls["cbid"][activity_api[kernels]] == GRAPH_LAUNCH_CBID
+        graph_launches = calls["cbid"][activity_api[items]] == GRAPH_LAUNCH_CBID
         if (
             template is not None
             and graph_launches.all()
-            and len(template.nodes) == len(kernels)
-            and np.array_equal(activities["name_id"][order], template.name_ids)
+            and len(template.nodes) == len(items)
+            and np.array_equal(signature[items][order], template.signatures)
         ):
-            groups = np.empty(len(kernels), dtype=np.int64)
+            groups = np.empty(len(items), dtype=np.int64)
             nodes[order], groups[order] = template.nodes, template.group_ends
             return "replay", nodes, groups
     return "unattributed", None, None

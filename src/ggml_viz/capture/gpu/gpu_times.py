@@ -32,7 +32,6 @@ class GpuTimes:
     def __init__(self, append: Callable[[str, Mapping[str, Any]], None]) -> None:
         self.append = append
         self.state = AttributionState()
-        self.names: dict[int, str] = {}  # kernel name ids, as CUPTI's names arrive
         self.graphs: OrderedDict[tuple[int, int], tuple[int, int]] = OrderedDict()
         self.pending: list[GpuWindow] = []
         self.counts: Counter[str] = Counter()
@@ -47,7 +46,6 @@ class GpuTimes:
             self._write_ready()
 
     def add_window(self, window: GpuWindow) -> None:
-        self.names.update(window.names)
         self.counts["windows"] += 1
         self.counts["overhead_ns"] += window.overhead_ns
         self.counts["dropped_records"] += window.dropped
@@ -89,7 +87,7 @@ class GpuTimes:
         compute = attribution.compute
         graph = np.where(compute >= 0, graph_of_compute[np.maximum(compute, 0)], -1) if len(compute) else compute
         is_kernel = activities["kind"] == KERNEL
-        names = [self.names.get(int(i), "?") if k == KERNEL else "" for i, k in
+        names = [self.state.names.get(int(i), "?") if k == KERNEL else "" for i, k in
                  zip(activities["name_id"].tolist(), activities["kind"].tolist(), strict=True)]  # fmt: skip
         kernel = [kernel_function(n) if k == KERNEL else COPY_KINDS.get(c, KIND_NAMES.get(k, "?")) for n, k, c in
                   zip(names, activities["kind"].tolist(), activities["copy_kind"].tolist(), strict=True)]  # fmt: skip

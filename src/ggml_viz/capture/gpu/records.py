@@ -39,7 +39,10 @@ COMPUTE_NEW_STRUCTURE = 1
 # Why a window was opened (the frame's reason).
 WINDOW_REASONS = {1: "new structure", 2: "periodic", 3: "every graph", 4: "end"}
 # CUDA runtime API calls (CUPTI's callback ids) that launch kernels one by one, and a whole CUDA graph.
-LAUNCH_CBIDS = (211, 430)  # cudaLaunchKernel, cudaLaunchKernelExC
+# cudaLaunchKernel, its _ptsz, cudaLaunchCooperativeKernel, its _ptsz, cudaLaunchKernelExC, its _ptsz
+LAUNCH_CBIDS = (211, 214, 269, 270, 430, 431)
+# cudaMemcpy*Async and cudaMemset*Async, with their _ptsz variants (copies a node may make)
+COPY_CBIDS = (41, 44, 47, 48, 145, 161, 225, 228, 231, 232, 246, 51, 52, 235, 236)
 GRAPH_LAUNCH_CBID = 311  # cudaGraphLaunch
 
 _HEAD = struct.Struct("<6Q2q5Q")
