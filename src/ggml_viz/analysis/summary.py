@@ -85,6 +85,7 @@ def node_waits(run: Run) -> dict[str, Any]:
     """How much of the timed nodes' time was thread 0 waiting at the barrier after them for
     the other threads, and for how many nodes that barrier was seen (inline timing)."""
     totals = run.node_totals
+    totals = totals[totals["clock"] == "host"]  # a GPU's nodes wait for no thread
     seen = int(totals["waits_seen"].sum())
     return {
         "seen": seen,
@@ -142,6 +143,7 @@ def summarize(run: Run, top: int = 10) -> dict[str, Any]:
     from .components import structure_components
     from .findings import findings
     from .flops import throughput_by_op
+    from .gpu import gpu_findings, gpu_summary
 
     manifest = run.manifest
     tokens = run.tokens
@@ -150,6 +152,7 @@ def summarize(run: Run, top: int = 10) -> dict[str, Any]:
     generation = manifest.get("generation") or {}
     totals = run.node_totals
     phases, reads, components = phase_stats(run), weight_reads(run), structure_components(run)  # findings use them too
+    gpu = gpu_summary(run, top)
     return {
         "run": str(run.path),
         "experiment_id": run.experiment_id,
@@ -168,6 +171,8 @@ def summarize(run: Run, top: int = 10) -> dict[str, Any]:
         "dropped_events": int((manifest.get("counts") or {}).get("dropped_events", 0)),
         "untimed_graphs": int((manifest.get("counts") or {}).get("untimed_graphs", 0)),
         "timing": (manifest.get("capture") or {}).get("timing", "sync"),
+        "clocks": {str(k): int(v) for k, v in totals.groupby("clock")["timed"].sum().items()},
+        "gpu": gpu,
         "node_waits": node_waits(run),
         "phases": records(phases),
         "time_by_op": records(time_by_op(run).head(top)),
@@ -178,7 +183,7 @@ def summarize(run: Run, top: int = 10) -> dict[str, Any]:
         "weight_reads": reads,
         "kv_cache": _kv_summary(run),
         "throughput_by_op": records(throughput_by_op(run).head(top)),
-        "findings": findings(run, phases=phases, reads=reads, components=components),
+        "findings": findings(run, phases=phases, reads=reads, components=components) + gpu_findings(gpu),
     }
 
 

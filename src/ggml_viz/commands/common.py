@@ -137,10 +137,10 @@ def render_summary(summary: dict[str, Any], console: Console | None = None, shor
             if summary["dropped_graphs"]
             else ""
         )
-        + (f"   timing: {summary['timing']}" if summary["timed_node_events"] else "")
+        + (f"   timing: {summary['timing']}" if (summary.get("clocks") or {}).get("host") else "")
     )
     waits = summary.get("node_waits") or {}
-    if summary["timed_node_events"] and summary["timing"] == "inline":
+    if (summary.get("clocks") or {}).get("host") and summary["timing"] == "inline":
         if waits.get("seen"):
             share = waits["wait_ns"] / waits["time_ns"] if waits["time_ns"] else 0.0
             console.print(
@@ -152,6 +152,7 @@ def render_summary(summary: dict[str, Any], console: Console | None = None, shor
                 f"[yellow]{waits['not_seen']:,} nodes' ends were not seen (ggml's barrier could not be reached): "
                 "each of their times holds the wait for the stragglers of the node before it[/]"
             )
+    _render_gpu(console, summary, short)
     if summary["untimed_graphs"]:
         console.print(
             f"[yellow]{summary['untimed_graphs']:,} graphs to be timed inline kept graph times only "
@@ -169,7 +170,7 @@ def render_summary(summary: dict[str, Any], console: Console | None = None, shor
             console.print(_time_table("top tensors", "name", summary["top_tensors"]))
             console.print(_time_table("time by component", "component", summary["time_by_component"]))
             console.print(_throughput_table(summary["throughput_by_op"]))
-    else:
+    elif not summary.get("gpu"):
         console.print("no node was timed on its own (graph detail): graph times only")
     memory = Table(
         "kind", "buffers", "bytes", "peak in use", "names", title="memory by buffer kind", title_justify="left"
@@ -191,6 +192,55 @@ def render_summary(summary: dict[str, Any], console: Console | None = None, shor
         console.print("[bold]findings[/]")
         for finding in summary["findings"]:
             console.print(f"  • {finding}", markup=False, highlight=False)
+
+
+def _render_gpu(console: Console, summary: dict[str, Any], short: bool) -> None:
+    """Where node times come from on a GPU, what the GPU timer cost, the GPU's decode step."""
+    from rich.table import Table
+
+    gpu = summary.get("gpu")
+    if not gpu:
+        return
+    clocks = summary.get("clocks") or {}
+    if gpu["graphs_traced"]:
+        console.print(
+            f"node time on the GPU: its own clock (CUPTI kernel records): {gpu['graphs_traced']:,} of "
+            f"{gpu['graphs']:,} graphs traced ({gpu['mode']}), {gpu['attributed_kernels']:,} of {gpu['kernels']:,} "
+            "kernels attributed to their nodes"
+            + (f"; {clocks['host']:,} node events on the host's clock" if clocks.get("host") else "")
+        )
+    else:
+        reason = gpu.get("problem") or ("--gpu off" if gpu.get("mode") == "off" else "no graph traced")
+        console.print(f"[yellow]GPU nodes: graph times only ({reason})[/]", highlight=False)
+    if gpu["unattributed_graphs"]:
+        console.print(
+            f"[yellow]{gpu['unattributed_graphs']:,} traced graphs kept their graph time: their kernels did not "
+            "match a known pass of their graph's structure[/]"
+        )
+    cost = gpu.get("cost")
+    if cost:
+        traced = (
+            f"traced graphs {cost['traced_extra_ns'] / 1e6:,.1f} ms longer than untraced ones of their structure"
+            if cost["compared"]
+            else "no untraced graph to set the traced ones against"
+        )
+        console.print(
+            f"GPU timer cost: {'about' if cost['compared'] else 'at least'} {cost['share']:.1%} of this run's graph "
+            f"time (CUPTI attached and detached: {cost['attach_ns'] / 1e6:,.1f} ms; {traced})"
+        )
+    step = gpu.get("decode_step")
+    if step:
+        console.print(
+            f"decode step (median of {step['steps']:,} traced): the GPU busy {step['busy_ns'] / 1e6:,.3f} ms, first "
+            f"to last kernel {step['span_ns'] / 1e6:,.3f} ms, of {step['host_ns'] / 1e6:,.3f} ms per step on the "
+            f"host ({step['host_of']}): busy {step['busy_share']:.0%}"
+        )
+    if gpu["top_kernels"] and not short:
+        table = Table("kernel", "count", "busy", "share", "mean", title="GPU time by kernel", title_justify="left")
+        for row in gpu["top_kernels"]:
+            table.add_row(row["function"], f"{row['count']:,}", format_ms(row["busy_ns"]), f"{row['share']:.1%}",
+                          f"{row['mean_ns'] / 1e3:,.1f} µs")  # fmt: skip
+        console.print(table)
 
 
 def _throughput_table(rows: list[dict[str, Any]]) -> Table:

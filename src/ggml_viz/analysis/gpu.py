@@ -1,0 +1,156 @@
+"""What the GPU did, from its own records (CUDA, CUPTI): pure functions over a run's GPU
+tables. Node times by op, layer and tensor come from run.node_totals, where GPU nodes carry
+the GPU's time (`clock` gpu); here: the GPU timer itself, the decode step from the GPU's side
+(busy against the host's time), the kernels, and the kernels a node runs besides its main one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from ..runformat.reader import Run
+
+
+def gpu_summary(run: Run, top: int = 8) -> dict[str, Any] | None:
+    """The GPU timer's account of a run (None: the run computed on no GPU the timer saw)."""
+    info = dict(run.manifest.get("gpu") or {})
+    if not info and not run.has_gpu_times:
+        return None
+    graphs = run.gpu_graphs
+    kernels = run.gpu_kernels
+    is_kernel = kernels["kind"] == "kernel"
+    return {
+        "mode": info.get("mode"),
+        "cupti": info.get("cupti") or None,
+        "clock": info.get("clock"),
+        "problem": info.get("problem"),
+        "devices": sorted(int(d) for d in graphs["device"].unique()),
+        "graphs": int(len(run.graphs)),
+        "graphs_traced": int(graphs["graph_id"].nunique()),
+        "windows": int(info.get("windows") or 0),
+        "unattributed_graphs": int((graphs["mapping"] == "unattributed").sum()),
+        "kernels": int(is_kernel.sum()),
+        "attributed_kernels": int((is_kernel & (kernels["node_index"] >= 0)).sum()),
+        "decode_step": decode_step(run),
+        "top_kernels": kernel_table(kernels).head(top).to_dict(orient="records"),
+        "side_kernels": side_kernels(run).head(top).to_dict(orient="records"),
+        "cost": timer_cost(run, info),
+    }
+
+
+def decode_step(run: Run) -> dict[str, Any] | None:
+    """The median decode step from the GPU's side: how long the GPU was busy with it, and from
+    its first kernel to its last, in the steady state (CUDA-graph replays, where the traced
+    steps hold any); beside the host's time for a step (from the compute call to the end of
+    its llama call), taken from the steps of those structures that were not traced (tracing
+    lengthens a step's host time) where there are enough of them."""
+    graphs = run.gpu_graphs
+    decode = graphs[graphs["phase"] == "decode"]
+    if decode.empty:
+        return None
+    steady = decode[decode["mapping"] == "replay"]
+    traced = steady if len(steady) else decode
+    per_graph = traced.groupby("graph_id").agg(busy_ns=("busy_ns", "sum"), start_ns=("start_ns", "min"),
+                                               end_ns=("end_ns", "max"), host_ns=("host_ns", "first"))  # fmt: skip
+    steps = run.graphs[run.graphs["phase"] == "decode"]
+    structures = steps.loc[steps["graph_id"].isin(traced["graph_id"]), "structure_id"].unique()
+    untraced = steps[~steps["graph_id"].isin(graphs["graph_id"]) & steps["structure_id"].isin(structures)]
+    enough = len(untraced) >= 3
+    host = float((untraced["end_ns"] - untraced["start_ns"]).median()) if enough else float(per_graph["host_ns"].median())
+    busy = float(per_graph["busy_ns"].median())
+    return {
+        "steps": int(len(per_graph)),
+        "busy_ns": busy,
+        "span_ns": float((per_graph["end_ns"] - per_graph["start_ns"]).median()),
+        "host_ns": host,
+        "host_of": "untraced steps" if enough else "traced steps (tracing lengthens them)",
+        "busy_share": busy / host if host > 0 else 0.0,
+    }
+
+
+def kernel_table(kernels: pd.DataFrame) -> pd.DataFrame:
+    """The GPU's work by kernel function (copies and memsets by their kind): how many ran,
+    their share of the GPU's busy time, the mean time each was the one running."""
+    work = kernels.assign(function=kernels["kernel"].where(kernels["kind"] == "kernel", kernels["kind"]))
+    table = work.groupby("function").agg(count=("busy_ns", "size"), busy_ns=("busy_ns", "sum"))
+    total = table["busy_ns"].sum()
+    table["share"] = table["busy_ns"] / total if total else 0.0
+    table["mean_ns"] = table["busy_ns"] / table["count"]
+    return table.sort_values("busy_ns", ascending=False).reset_index()
+
+
+def side_kernels(run: Run) -> pd.DataFrame:
+    """Kernels a node runs besides its main one (the one with most of its time), in the decode
+    steps where any were traced: per op and function, their share of the GPU's busy time there,
+    and the main kernel they ran beside most often. A quantized matrix multiplication
+    quantizes its activations first; a node may convert a type or copy before it computes."""
+    kernels = run.gpu_kernels
+    if (kernels["phase"] == "decode").any():
+        kernels = kernels[kernels["phase"] == "decode"]
+    total = float(kernels["busy_ns"].sum())
+    kernels = kernels[(kernels["kind"] == "kernel") & (kernels["node_index"] >= 0)]
+    if kernels.empty or not total:
+        return pd.DataFrame(columns=["op", "function", "main", "busy_ns", "share"])
+    per_function = kernels.groupby(["graph_id", "node_index", "kernel"], as_index=False)["busy_ns"].sum()
+    ranked = per_function.sort_values("busy_ns", ascending=False)
+    main = ranked.drop_duplicates(["graph_id", "node_index"]).rename(columns={"kernel": "main"})
+    sides = per_function.merge(main[["graph_id", "node_index", "main"]], on=["graph_id", "node_index"])
+    sides = sides[sides["kernel"] != sides["main"]].merge(_node_ops(run), on=["graph_id", "node_index"], how="left")
+    table = sides.groupby(["op", "kernel"]).agg(busy_ns=("busy_ns", "sum"), main=("main", lambda m: m.mode()[0]))
+    table["share"] = table["busy_ns"] / total
+    table = table.reset_index().rename(columns={"kernel": "function"})
+    return table[["op", "function", "main", "busy_ns", "share"]].sort_values("busy_ns", ascending=False,
+                                                                             ignore_index=True)  # fmt: skip
+
+
+def _node_ops(run: Run) -> pd.DataFrame:
+    """The op of each traced graph's nodes."""
+    graphs = run.graphs[run.graphs["graph_id"].isin(run.gpu_graphs["graph_id"])][["graph_id", "structure_id"]]
+    nodes = run.raw("structure_nodes")[["structure_id", "node_index", "tensor_id"]]
+    ops = run.raw("tensors")[["tensor_id", "op"]]
+    return graphs.merge(nodes, on="structure_id").merge(ops, on="tensor_id")[["graph_id", "node_index", "op"]]
+
+
+def timer_cost(run: Run, info: dict[str, Any]) -> dict[str, float] | None:
+    """What the GPU timer cost this run, as seen from inside it: the host's time attaching,
+    flushing and detaching CUPTI, and how much longer traced graphs took than the untraced
+    graphs of their structure and phase (the median of at least three), against the run's
+    graph time."""
+    graphs = run.graphs.assign(host_ns=run.graphs["end_ns"] - run.graphs["start_ns"])
+    total = float(graphs["host_ns"].sum())
+    if not total or not info.get("windows"):
+        return None
+    traced = graphs["graph_id"].isin(run.gpu_graphs["graph_id"])
+    baseline = graphs[~traced].groupby(["structure_id", "phase"])["host_ns"].agg(["median", "size"])
+    baseline = baseline[baseline["size"] >= 3]["median"]
+    keys = pd.MultiIndex.from_frame(graphs.loc[traced, ["structure_id", "phase"]])
+    extra = pd.Series(graphs.loc[traced, "host_ns"].to_numpy() - baseline.reindex(keys).to_numpy()).clip(lower=0)
+    compared = int(extra.notna().sum())  # traced graphs with untraced ones of their kind to compare with
+    traced_extra = float(extra.fillna(0).sum())
+    attach = float(info.get("overhead_ns") or 0)
+    return {"attach_ns": attach, "traced_extra_ns": traced_extra, "compared": compared, "graph_ns": total,
+            "share": (attach + traced_extra) / total}  # fmt: skip
+
+
+def gpu_findings(summary: dict[str, Any] | None) -> list[str]:
+    """The GPU's findings in words: launch-bound decode steps, work besides the ops' own."""
+    if not summary:
+        return []
+    said = []
+    step = summary.get("decode_step")
+    if step and step["host_ns"] and step["busy_share"] < 0.75:
+        said.append(
+            f"The GPU is busy {step['busy_share']:.0%} of a decode step ({step['busy_ns'] / 1e6:,.3f} ms of the "
+            f"{step['host_ns'] / 1e6:,.3f} ms a step takes, {step['host_of']}): launching kernels and the host's "
+            "work between steps, not the GPU's compute, bound decoding."
+        )
+    for side in summary.get("side_kernels") or []:
+        if side["share"] < 0.05:
+            break
+        said.append(
+            f"{side['function']} runs beside {side['main']} in {side['op']} nodes and takes {side['share']:.0%} "
+            "of the GPU's busy time in decode steps: work besides the op's own."
+        )
+    return said
