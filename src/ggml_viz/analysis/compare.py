@@ -1,7 +1,14 @@
 """Two runs side by side: the settings that differ, and where the time moved.
 
-Times are compared per graph of a phase (the mean time a decode step, or a prompt,
-spends in each op, layer or tensor), so runs of different lengths compare fairly.
+Times are compared per timed graph of a phase (the mean time a decode step, or a prompt,
+spends in each op, layer or tensor, over the graphs whose nodes were timed), so runs of
+different lengths, sampled runs and runs whose GPU timer traced a window of their graphs
+compare fairly.
+
+Node times come from one of two clocks: the host's (the recorder's node times) or the GPU's
+(CUPTI's kernel records: a node's share of the device's busy time). Two runs timed by the GPU
+compare GPU time per op; a run timed on the GPU against one timed on the host compares two
+different things, and the comparison says so (`clocks`).
 """
 
 from __future__ import annotations
@@ -35,14 +42,46 @@ def settings(run: Run) -> dict[str, Any]:
         "detail": capture.get("detail"),
         "llama-cpp-python": (manifest.get("versions") or {}).get("llama_cpp_python"),
         "ggml": str((manifest.get("versions") or {}).get("ggml")),
+        "node time clock": node_clock(run),
     }
 
 
+def node_clock(run: Run) -> str | None:
+    """Which clock the run's node times come from: `host`, `GPU`, `host and GPU` (some nodes
+    each), or None (no node was timed)."""
+    clocks = set(timed_totals(run)["clock"].dropna())
+    if not clocks:
+        return None
+    if clocks == {"host"}:
+        return "host"
+    return "GPU" if clocks == {"gpu"} else "host and GPU"
+
+
+def clocks(a: Run, b: Run) -> dict[str, Any]:
+    """Which clock each side's node times come from, and, where they differ, what that means
+    for the comparison of times per op, layer and tensor."""
+    left, right = node_clock(a), node_clock(b)
+    same = left == right or left is None or right is None
+    note = None
+    if not same:
+        note = (f"A's node times come from the {left} clock, B's from the {right} clock: the time per op, "
+                f"layer and tensor compares different measures (a GPU node's time is its kernels' share of "
+                f"the GPU's busy time; a host node's, the host's time around its compute)")  # fmt: skip
+    return {"a": left, "b": right, "same": same, "note": note}
+
+
+def timed_graphs(run: Run) -> pd.Series:
+    """Per phase, the graphs whose nodes were timed (by the host or by the GPU timer)."""
+    timed = run.graph_op_totals["graph_id"].unique()
+    graphs = run.graphs[run.graphs["graph_id"].isin(timed)]
+    return graphs.groupby("phase").size()
+
+
 def per_graph_time(run: Run, key: str) -> pd.DataFrame:
-    """Mean node time per graph of each phase, by `key` (op, layer or name)."""
+    """Mean node time per timed graph of each phase, by `key` (op, layer or name)."""
     totals = timed_totals(run)
     totals = totals.assign(layer=totals["layer"].astype("object").where(totals["layer"].notna(), "none"))
-    graphs = run.graphs.groupby("phase").size()
+    graphs = timed_graphs(run)
     total = totals.groupby(["phase", key])["time_ns"].sum().rename("duration_ns").reset_index()
     total["per_graph_ns"] = total["duration_ns"] / total["phase"].map(graphs)
     return total[["phase", key, "per_graph_ns"]]

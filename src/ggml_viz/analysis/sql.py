@@ -6,6 +6,9 @@ The views over node events (`nodes`, `edges`) are DuckDB views over the runs' Pa
 streams, in bounded memory, instead of materializing the events. Each row names its `run`
 (the run directory's name): a folder of runs from several servers or hosts reads as one
 dataset, and the same Parquet files are what a user takes to another engine.
+
+A run with GPU times (CUDA) adds its GPU tables: `gpu_kernels`, `gpu_node_times` and
+`gpu_graphs`, over their Parquet files too; over a run without them they are empty.
 """
 
 from __future__ import annotations
@@ -31,13 +34,22 @@ TABLE_DOCS = {
     "buffers": "backend buffers: run, buffer, name, kind, usage, size, first_seen_ns, last_seen_ns",
     "tensors": "each distinct tensor description once (per run)",
     "memory_map": "the model file's regions: run, kind, name, start, end, type, layer, category",
-    "node_totals": "per (run, phase, structure_id, node_index): graphs, timed events, time_ns, wait_ns, name, op, ...",
+    "node_totals": "per (run, phase, structure_id, node_index): graphs, timed events, time_ns (the GPU's for nodes "
+    "the GPU timed), clock (host|gpu), group_end, wait_ns, name, op, ...",
+    "gpu_kernels": "GPU runs: one row per kernel, memcpy or memset the GPU ran in the traced graphs: run, graph_id, "
+    "node_index (-1: none), group_end, device, stream, kind, kernel, name (demangled), start_ns, end_ns (GPU "
+    "times), busy_ns, bytes, correlation_id, phase, node_name, op, layer",
+    "gpu_node_times": "GPU runs: per traced graph and node with kernels: run, graph_id, node_index, group_end, "
+    "device, start_ns, end_ns, gpu_ns (busy share), kernels, phase, name, op, layer",
+    "gpu_graphs": "GPU runs: per traced graph and device: run, graph_id, device, start_ns, end_ns, busy_ns, kernels, "
+    "attributed, mapping, phase, host_start_ns, host_end_ns, host_ns, idle_ns",
     "raw_*": "the stored tables as they are, with run (raw_graphs, raw_node_times, raw_structure_nodes, "
-    "raw_edges, ...)",
+    "raw_edges, ..., raw_gpu_kernels with the kernels outside any graph)",
 }
 SMALL_VIEWS = ("graphs", "tokens", "buffers", "tensors", "memory_map", "node_totals")
-RAW = ("graphs", "node_times", "structure_nodes", "edges", "tensors", "buffers", "memory_map")
-VIEWS = (*SMALL_VIEWS, "nodes", "edges")
+GPU_TABLES = ("gpu_kernels", "gpu_node_times", "gpu_graphs")
+RAW = ("graphs", "node_times", "structure_nodes", "edges", "tensors", "buffers", "memory_map", *GPU_TABLES)
+VIEWS = (*SMALL_VIEWS, "nodes", "edges", *GPU_TABLES)
 
 _NODES_SQL = """
     select g.run, g.graph_id, s.node_index, t.start_ns, t.end_ns, s.tensor_id, t.start_ns is not null as timed,
@@ -51,6 +63,23 @@ _NODES_SQL = """
 _EDGES_SQL = """
     select g.run, g.graph_id, e.* exclude (run)
     from raw_graphs_{i} g join structure_edges_{i} e using (structure_id)
+"""
+# The GPU tables, each row with its graph's phase (rows of no graph the run has left out, as
+# the reader leaves them out) and its node described. A node is looked up by one key,
+# (structure, node index): see runformat/totals.py.
+_GPU_NODES_SQL = """
+    with node_of as (select (s.structure_id::bigint << 32) | s.node_index as node_key, d.name, d.op,
+                            case when s.layer >= 0 then s.layer end as layer
+                     from raw_structure_nodes_{i} s left join tensors_{i} d using (tensor_id))
+    select t.*, g.phase, n.name as {name}, n.op, n.layer
+    from raw_{table}_{i} t
+    join raw_graphs_{i} g on g.graph_id = t.graph_id
+    left join node_of n on n.node_key = ((g.structure_id::bigint << 32) | t.node_index)
+"""
+_GPU_GRAPHS_SQL = """
+    select t.*, g.phase, g.start_ns as host_start_ns, g.end_ns as host_end_ns, g.end_ns - g.start_ns as host_ns,
+           greatest(g.end_ns - g.start_ns - t.busy_ns, 0) as idle_ns
+    from raw_gpu_graphs_{i} t join raw_graphs_{i} g on g.graph_id = t.graph_id
 """
 
 
@@ -89,6 +118,9 @@ def register_runs(connection: Any, runs: Sequence[Run]) -> None:
         connection.register(f"structure_edges_{i}", _plain(edges))
         connection.execute(f"create view nodes_{i} as {_NODES_SQL.format(i=i)}")
         connection.execute(f"create view edges_{i} as {_EDGES_SQL.format(i=i)}")
+        for table, name in (("gpu_kernels", "node_name"), ("gpu_node_times", "name")):
+            connection.execute(f"create view {table}_{i} as {_GPU_NODES_SQL.format(i=i, table=table, name=name)}")
+        connection.execute(f"create view gpu_graphs_{i} as {_GPU_GRAPHS_SQL.format(i=i)}")
     for view in (*VIEWS, *(f"raw_{table}" for table in RAW)):
         union = " union all by name ".join(f"select * from {view}_{i}" for i in range(len(runs)))
         connection.execute(f"create view {view} as {union}")

@@ -11,7 +11,9 @@ class DiffCommand(Command):
     """Compare two runs: settings that differ, speed, and where the time moved.
 
     Settings: model file, quantization, threads, backend, ...; tokens/s; the mean time per
-    graph by op, layer and tensor (B minus A).
+    timed graph by op, layer and tensor (B minus A). Node times come from the host's clock or,
+    for runs whose GPU timer traced them (CUDA), from the GPU's (each node's share of the
+    GPU's busy time): the diff names each side's, and says so when they differ.
 
     example:
       ggml-viz diff one-thread.ggmlviz two-threads.ggmlviz
@@ -30,15 +32,22 @@ class DiffCommand(Command):
         from rich.console import Console
         from rich.table import Table
 
-        from ..analysis.compare import compare
+        from ..analysis.compare import clocks, compare
         from ..runformat.reader import open_run
 
-        result = compare(open_run(args.a), open_run(args.b), top=args.top)
+        a, b = open_run(args.a), open_run(args.b)
+        result = compare(a, b, top=args.top)
+        result["clock"] = clocks(a, b)
         if args.json:
             print(json.dumps(result, indent=2, default=str))
             return 0
         console = Console()
         console.print(f"A: {result['a']}\nB: {result['b']}", markup=False, highlight=False)
+        clock = result["clock"]
+        if clock["note"]:
+            console.print(f"[yellow]{clock['note']}[/]", highlight=False)
+        elif "GPU" in (clock["a"] or "") + (clock["b"] or ""):
+            console.print(f"node times: A {clock['a']} clock, B {clock['b']} clock", highlight=False)
         differ = Table("setting", "A", "B", title="settings that differ", title_justify="left")
         for name, values in result["settings_that_differ"].items():
             differ.add_row(name, str(values["a"]), str(values["b"]))
@@ -54,8 +63,8 @@ class DiffCommand(Command):
             table = Table(
                 "phase",
                 key,
-                "A per graph",
-                "B per graph",
+                f"A per graph{_clock_label(clock['a'])}",
+                f"B per graph{_clock_label(clock['b'])}",
                 "B − A",
                 "B/A",
                 title=f"time per graph by {key} (largest changes)",
@@ -72,3 +81,8 @@ class DiffCommand(Command):
                 )
             console.print(table)
         return 0
+
+
+def _clock_label(clock: str | None) -> str:
+    """' (GPU)' beside a side's times where they are not the host's alone."""
+    return f" ({clock})" if clock and clock != "host" else ""

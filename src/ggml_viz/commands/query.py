@@ -22,10 +22,18 @@ class QueryCommand(Command):
     `run`. Views over node events stream from the runs' Parquet files: runs of any length.
     `--tables` lists the views.
 
+    GPU time (CUDA runs whose GPU timer traced graphs): gpu_kernels (each kernel, memcpy and
+    memset at its GPU times, with its node's name, op and layer), gpu_node_times (per node:
+    its kernels' span and gpu_ns, its share of the GPU's busy time), gpu_graphs (per graph
+    and device: busy_ns beside the host's time for the graph, idle_ns), and their raw_gpu_*
+    tables; empty for other runs. nodes holds host times only: a GPU node's time is in
+    gpu_node_times (and node_totals, clock 'gpu').
+
     example:
       ggml-viz query france.ggmlviz "select op, sum(duration_ns)/1e6 ms from nodes group by op order by ms desc"
       ggml-viz query france.ggmlviz "select layer, sum(duration_ns) from nodes where op = 'MUL_MAT' group by 1" -o csv
       ggml-viz query servers/ "select run, phase, count(*) graphs from graphs group by all"   # every run in servers/
+      ggml-viz query cuda.ggmlviz "select op, kernel, sum(busy_ns)/1e6 ms from gpu_kernels group by 1, 2"
     """
 
     name = "query"

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ..runformat.reader import Run
+from ..runformat.schema import NO_ID
 
 # Node events are read and written this many graphs at a time: an export of any length
 # holds one chunk of events in memory, not the run.
@@ -49,30 +50,79 @@ def in_chunks(items: Sequence[T]) -> Iterator[Sequence[T]]:
         yield items[first : first + CHUNK_GRAPHS]
 
 
-def timed_event_chunks(run: Run, graph_ids: Iterable[int]) -> Iterator[pd.DataFrame]:
-    """timed_events, CHUNK_GRAPHS graphs at a time (each chunk in time order)."""
-    for chunk in in_chunks(sorted(int(g) for g in graph_ids)):
-        yield _timed_events(run, run.nodes_of(list(chunk)))
-
-
 def node_time_chunks(run: Run, graph_ids: Iterable[int]) -> Iterator[pd.DataFrame]:
     """The timed node events of some graphs, CHUNK_GRAPHS graphs at a time and lean: graph_id,
-    structure_id, node_index, duration_ns, in graph and node order. For exports that sum or
-    bin node times by what a structure says of its nodes (op, layer, ...): join them on
-    (structure_id, node_index); a time of a node its structure lacks joins nothing."""
+    structure_id, node_index, duration_ns, clock, in graph and node order. For exports that
+    sum or bin node times by what a structure says of its nodes (op, layer, ...): join them on
+    (structure_id, node_index); a time of a node its structure lacks joins nothing.
+
+    A node the GPU timer timed without a host time carries the GPU's time (its kernels'
+    share of the device's busy time, `clock` gpu), as in run.node_totals; else `clock` host."""
     structure_of = run.graphs.set_index("graph_id")["structure_id"]
+    gpu = run.has_gpu_times
     for chunk in in_chunks(sorted(int(g) for g in graph_ids)):
         times = run.node_times_of(list(chunk))
         times = times[times["start_ns"].notna() & times["end_ns"].notna()]
-        events = pd.DataFrame(
-            {
-                "graph_id": times["graph_id"].to_numpy(np.int64),
-                "structure_id": structure_of.reindex(times["graph_id"]).to_numpy(np.int64),
-                "node_index": times["node_index"].to_numpy(np.int64),
-                "duration_ns": (times["end_ns"] - times["start_ns"]).to_numpy(np.int64),
-            }
-        )
+        events = _lean_events(structure_of, times["graph_id"], times["node_index"], times["end_ns"] - times["start_ns"])
+        events["clock"] = "host"
+        if gpu:
+            gpu_times = gpu_rows_of(run, "gpu_node_times", chunk)
+            on_gpu = ~np.isin(_keys(gpu_times), _keys(times))  # GPU time where the host took none
+            gpu_times = gpu_times[on_gpu]
+            gpu_events = _lean_events(structure_of, gpu_times["graph_id"], gpu_times["node_index"], gpu_times["gpu_ns"])
+            events = pd.concat([events, gpu_events.assign(clock="gpu")], ignore_index=True)
         yield events.sort_values(["graph_id", "node_index"], kind="stable", ignore_index=True)
+
+
+def _lean_events(
+    structure_of: pd.Series, graph_id: pd.Series, node_index: pd.Series, duration: pd.Series
+) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "graph_id": graph_id.to_numpy(np.int64),
+            "structure_id": structure_of.reindex(graph_id).to_numpy(np.int64),
+            "node_index": node_index.to_numpy(np.int64),
+            "duration_ns": duration.to_numpy(np.int64),
+        }
+    )
+
+
+def _keys(rows: pd.DataFrame) -> np.ndarray:
+    """(graph_id, node_index) of each row as one number."""
+    return (rows["graph_id"].to_numpy(np.int64) << 32) | rows["node_index"].to_numpy(np.int64)
+
+
+def gpu_rows_of(run: Run, table: str, graph_ids: Iterable[int]) -> pd.DataFrame:
+    """The rows of a GPU table (gpu_kernels, gpu_node_times, gpu_graphs) that belong to some
+    graphs, in stored order: of a closed run only the Parquet row groups that can hold them
+    are read (the tables are written in graph order)."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    wanted = pa.array(sorted({int(g) for g in graph_ids}), pa.int32())
+    return run.dataset(table).to_table(filter=ds.field("graph_id").isin(wanted)).to_pandas()
+
+
+def node_names(run: Run) -> pd.DataFrame:
+    """Per (structure_id, node_index): the node's name, op and layer (<NA> outside layers),
+    as run.nodes gives them: what describes the GPU's rows, which name only their node."""
+    nodes = run.raw("structure_nodes")[["structure_id", "node_index", "tensor_id", "layer"]]
+    nodes = nodes.merge(run.raw("tensors")[["tensor_id", "name", "op"]], on="tensor_id", how="left")
+    nodes["layer"] = nodes["layer"].where(nodes["layer"] != NO_ID).astype("Int32")
+    return nodes[["structure_id", "node_index", "name", "op", "layer"]]
+
+
+def described_gpu_rows(run: Run, table: str, graph_ids: Iterable[int], names: pd.DataFrame) -> pd.DataFrame:
+    """The rows of gpu_kernels or gpu_node_times of some graphs (gpu_rows_of), with their
+    graph's phase and their node's name, op and layer (`names`: node_names(run); a kernel's
+    own name stays `name`, its node's is `node_name`; none for a kernel without a node).
+    Rows of graphs the run does not have (a kernel outside any graph) are left out, as the
+    reader leaves them out."""
+    rows = gpu_rows_of(run, table, graph_ids)
+    rows = rows.merge(run.graphs[["graph_id", "structure_id", "phase"]], on="graph_id", sort=False)
+    nodes = names.rename(columns={"name": "node_name"}) if table == "gpu_kernels" else names
+    rows = rows.merge(nodes, on=["structure_id", "node_index"], how="left", sort=False)
+    return rows.drop(columns="structure_id")
 
 
 def window_note(run: Run, graphs: pd.DataFrame) -> str:

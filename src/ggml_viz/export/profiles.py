@@ -20,7 +20,6 @@ import pandas as pd
 from ..analysis.components import structure_components
 from ..runformat.reader import Run
 from ..runformat.schema import NO_ID
-from ..runformat.totals import GRAPH_OP_TOTALS
 from .base import Exporter, ExportOptions, node_time_chunks, window_graphs, window_note
 
 NODE = ["structure_id", "node_index"]
@@ -50,23 +49,26 @@ def node_descriptions(run: Run) -> pd.DataFrame:
 
 
 def node_times_of_run(run: Run) -> pd.DataFrame | None:
-    """Per (structure_id, node_index) timed in the run: its time (`time_ns`) and the first graph
-    that timed it (`first_graph`), from the run's totals alone; None where they cannot say.
+    """Per (structure_id, node_index) timed in the run: its time (`time_ns`), the first graph
+    that timed it (`first_graph`) and whether the GPU timed it (`gpu`: its time is the GPU's),
+    from the run's totals alone; None where they cannot say.
 
     The first graph that timed a node is the first of its structure that timed the node's op
     (graph_op_totals), wherever the node was timed in every graph that timed its op: graphs are
     timed whole or not at all (--sample), or by op, layer or name, the same in each graph. Only
     a graph timed in part (--max-events cut it) breaks that."""
     totals = run.node_totals
-    totals = totals.loc[totals["timed"] > 0, [*NODE, "op", "timed", "time_ns"]]
-    totals = totals.groupby([*NODE, "op"], as_index=False)[["timed", "time_ns"]].sum()  # over phases
-    graph_ops = run.totals_table(GRAPH_OP_TOTALS).select(["graph_id", "op"]).to_pandas()
+    totals = totals.loc[totals["timed"] > 0, [*NODE, "op", "timed", "time_ns"]].assign(gpu=totals["clock"] == "gpu")
+    totals = totals.groupby([*NODE, "op"], as_index=False).agg(
+        timed=("timed", "sum"), time_ns=("time_ns", "sum"), gpu=("gpu", "any")
+    )  # over phases
+    graph_ops = run.graph_op_totals[["graph_id", "op"]]  # (the GPU's time in the graphs it traced too)
     graph_ops = graph_ops.merge(run.graphs[["graph_id", "structure_id"]], on="graph_id")
     per_op = graph_ops.groupby(["structure_id", "op"], as_index=False)["graph_id"].agg(["min", "size"])
     times = totals.merge(per_op.rename(columns={"min": "first_graph", "size": "graphs"}), on=["structure_id", "op"])
     if len(times) != len(totals) or (times["timed"] != times["graphs"]).any():
         return None
-    return times[[*NODE, "time_ns", "first_graph"]].astype("int64")
+    return times[[*NODE, "time_ns", "first_graph"]].astype("int64").assign(gpu=times["gpu"].to_numpy(bool))
 
 
 def node_times_of_graphs(run: Run, graph_ids: pd.Series, options: ExportOptions) -> pd.DataFrame:
@@ -75,16 +77,34 @@ def node_times_of_graphs(run: Run, graph_ids: pd.Series, options: ExportOptions)
     summed: pd.DataFrame | None = None
     done = 0
     for events in node_time_chunks(run, graph_ids):
-        chunk = events.groupby(NODE).agg(time_ns=("duration_ns", "sum"), first_graph=("graph_id", "min"))
+        events = events.assign(gpu=events["clock"] == "gpu")
+        chunk = events.groupby(NODE).agg(
+            time_ns=("duration_ns", "sum"), first_graph=("graph_id", "min"), gpu=("gpu", "any")
+        )
         if summed is not None:
-            chunk = pd.concat([summed, chunk]).groupby(level=NODE).agg({"time_ns": "sum", "first_graph": "min"})
+            chunk = (
+                pd.concat([summed, chunk])
+                .groupby(level=NODE)
+                .agg({"time_ns": "sum", "first_graph": "min", "gpu": "any"})
+            )
         summed = chunk
         done += events["graph_id"].nunique()
         options.progress(done, len(graph_ids))
     options.progress(len(graph_ids), len(graph_ids))
     if summed is None:
-        return pd.DataFrame({column: pd.Series(dtype="int64") for column in [*NODE, "time_ns", "first_graph"]})
+        empty = {column: pd.Series(dtype="int64") for column in [*NODE, "time_ns", "first_graph"]}
+        return pd.DataFrame({**empty, "gpu": pd.Series(dtype=bool)})
     return summed.reset_index()
+
+
+def node_time_name(gpu: pd.Series) -> str:
+    """What a profile calls its node time: the GPU's where the GPU timer timed every node
+    (`gpu`: per node, whether it did), the host's where it timed none; where both, which is which."""
+    if not gpu.any():
+        return "node time"
+    if gpu.all():
+        return "GPU node time"
+    return "node time (GPU time for the nodes the GPU timer timed, host time for the others)"
 
 
 def stacks(node_times: pd.DataFrame, descriptions: pd.DataFrame) -> pd.DataFrame:
@@ -107,6 +127,7 @@ class SpeedscopeExporter(Exporter):
         if node_times is None:  # a window, or a run its totals cannot order: its events, a chunk at a time
             node_times = node_times_of_graphs(run, graphs["graph_id"], options)
         totals = stacks(node_times, node_descriptions(run))
+        time_name = node_time_name(node_times["gpu"])
         frames: list[dict[str, str]] = []
         index: dict[str, int] = {}
 
@@ -126,7 +147,7 @@ class SpeedscopeExporter(Exporter):
             "profiles": [
                 {
                     "type": "sampled",
-                    "name": f"{run.path.name}: node time{window}",
+                    "name": f"{run.path.name}: {time_name}{window}",
                     "unit": "nanoseconds",
                     "startValue": 0,
                     "endValue": int(sum(weights)),
@@ -136,13 +157,13 @@ class SpeedscopeExporter(Exporter):
             ],
         }
         output.write_text(json.dumps(document), encoding="utf-8")
-        return f"{len(samples):,} stacks, {sum(weights) / 1e6:,.1f} ms of node time{window}"
+        return f"{len(samples):,} stacks, {sum(weights) / 1e6:,.1f} ms of {time_name.split(' (')[0]}{window}"
 
 
 class TensorBoardExporter(Exporter):
     name = "tensorboard"
     extensions = (".tensorboard", ".tb")
-    summary = "TensorBoard event files: per-token latency, per-op time histograms, per-layer times"
+    summary = "TensorBoard event files: per-token latency, per-op time histograms, per-layer times (GPU time apart)"
 
     def export(self, run: Run, output: Path, options: ExportOptions) -> str:
         from tensorboardX import SummaryWriter
@@ -153,6 +174,7 @@ class TensorBoardExporter(Exporter):
         descriptions = node_descriptions(run)
         # TensorBoard tags take no spaces
         descriptions = descriptions.assign(layer=descriptions["layer"].str.replace(" ", "_"))[[*NODE, "op", "layer"]]
+        gpu_busy = run.gpu_graphs.groupby("graph_id")["busy_ns"].sum()  # the graphs the GPU timer traced
         writer = SummaryWriter(logdir=str(output))
         try:
             for row in graphs.itertuples():
@@ -161,10 +183,16 @@ class TensorBoardExporter(Exporter):
                 writer.add_scalar(f"latency_ms/{row.phase}", seconds * 1e3, step)
                 if row.n_tokens:
                     writer.add_scalar(f"tokens_per_s/{row.phase}", row.n_tokens / seconds if seconds else 0.0, step)
+                if row.graph_id in gpu_busy.index:
+                    writer.add_scalar(f"gpu_busy_ms/{row.phase}", gpu_busy[row.graph_id] / 1e6, step)
             done = 0
             for events in node_time_chunks(run, graphs["graph_id"]):
                 # a left join keeps the events' order; a time of a node its structure lacks is dropped
                 described = events.merge(descriptions, on=NODE, how="left").dropna(subset=["layer"])
+                # the GPU's node times under tags of their own: op_gpu_time_us/..., layer_gpu_time_us/...
+                prefix = described["clock"].map({"host": "", "gpu": "gpu_"})
+                described = described.assign(op_tag="op_" + prefix + "time_us/" + described["op"],
+                                             layer_tag="layer_" + prefix + "time_us/" + described["layer"])  # fmt: skip
                 write_graph_times(writer, described, step_of)
                 done += events["graph_id"].nunique()
                 options.progress(done, len(graphs))
@@ -175,18 +203,19 @@ class TensorBoardExporter(Exporter):
 
 
 def write_graph_times(writer: Any, events: pd.DataFrame, step_of: dict[int, int]) -> None:
-    """Per graph of `events` (timed node events, in graph and node order, with op and layer
-    tag), at its step: a histogram of each op's node times and each layer's time (us)."""
+    """Per graph of `events` (timed node events, in graph and node order, with their op's tag
+    and their layer's), at its step: a histogram of each op's node times and each layer's
+    time (us)."""
     durations = events["duration_ns"].to_numpy(np.int64)
-    by_op = events.groupby(["graph_id", "op"]).indices  # positions in node order
-    ops = {graph: [(op, by_op[(graph, op)]) for _, op in keys]
+    by_op = events.groupby(["graph_id", "op_tag"]).indices  # positions in node order
+    ops = {graph: [(tag, by_op[(graph, tag)]) for _, tag in keys]
            for graph, keys in itertools.groupby(sorted(by_op), key=lambda key: key[0])}  # fmt: skip
-    by_layer = events.groupby(["graph_id", "layer"])["duration_ns"].sum()
-    layers = {graph: [(layer, total) for (_, layer), total in items]
+    by_layer = events.groupby(["graph_id", "layer_tag"])["duration_ns"].sum()
+    layers = {graph: [(tag, total) for (_, tag), total in items]
               for graph, items in itertools.groupby(by_layer.items(), key=lambda item: item[0][0])}  # fmt: skip
     for graph in sorted(ops.keys() | layers.keys()):
         step = step_of[int(graph)]
-        for op, positions in ops.get(graph, []):
-            writer.add_histogram(f"op_time_us/{op}", durations[positions].astype(np.float64) / 1e3, step)
-        for layer, total in layers.get(graph, []):
-            writer.add_scalar(f"layer_time_us/{layer}", float(total) / 1e3, step)
+        for tag, positions in ops.get(graph, []):
+            writer.add_histogram(tag, durations[positions].astype(np.float64) / 1e3, step)
+        for tag, total in layers.get(graph, []):
+            writer.add_scalar(tag, float(total) / 1e3, step)

@@ -3,7 +3,9 @@
 The tables of node events (`nodes`, `edges`: one row per node, or per node and source, of
 every graph) are written a chunk of graphs at a time, so an export of any length holds one
 chunk in memory; the others are small. A graph or time window limits all of them to its
-graphs."""
+graphs. A run with GPU times adds its GPU tables (gpu_kernels and gpu_node_times, a chunk of
+graphs at a time, each row with its phase and its node's name, op and layer, as `ggml-viz
+query` shows them; gpu_graphs as the reader gives it)."""
 
 from __future__ import annotations
 
@@ -16,10 +18,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..runformat.reader import Run
-from .base import Exporter, ExportOptions, in_chunks, window_graphs
+from .base import Exporter, ExportOptions, described_gpu_rows, in_chunks, node_names, window_graphs
 
 TABLE_NAMES = ("graphs", "nodes", "edges", "tokens", "buffers", "tensors", "memory_map")
-PER_GRAPH = ("graphs", "tokens")  # small tables, one row per graph or token: cut to the window
+GPU_TABLE_NAMES = ("gpu_kernels", "gpu_node_times", "gpu_graphs")  # a run with GPU times only
+PER_GRAPH = ("graphs", "tokens", "gpu_graphs")  # small tables, one row per graph or token: cut to the window
+
+
+def table_names(run: Run) -> tuple[str, ...]:
+    """The tables an export of `run` writes."""
+    return TABLE_NAMES + (GPU_TABLE_NAMES if not run.gpu_graphs.empty else ())
 
 
 def reader_tables(run: Run, options: ExportOptions) -> Iterator[tuple[str, Iterator[pd.DataFrame]]]:
@@ -27,11 +35,14 @@ def reader_tables(run: Run, options: ExportOptions) -> Iterator[tuple[str, Itera
     graphs = window_graphs(run, options)
     ids = sorted(graphs["graph_id"].tolist())
     chunks = list(in_chunks(ids))
-    for name in TABLE_NAMES:
+    for name in table_names(run):
         if name == "nodes":
             yield name, (run.nodes_of(chunk) for chunk in chunks)
         elif name == "edges":
             yield name, (run.edges_of_graphs(chunk) for chunk in chunks)
+        elif name in ("gpu_kernels", "gpu_node_times"):
+            names = node_names(run)
+            yield name, (described_gpu_rows(run, name, chunk, names) for chunk in chunks)
         elif name in PER_GRAPH:
             table = getattr(run, name)
             yield name, iter([table[table["graph_id"].isin(ids)]])
@@ -45,10 +56,11 @@ class _TablesExporter(Exporter):
     def export(self, run: Run, output: Path, options: ExportOptions) -> str:
         output.mkdir(parents=True, exist_ok=True)
         written = []
+        tables = len(table_names(run))
         for done, (name, chunks) in enumerate(reader_tables(run, options)):
             rows = self.write(chunks, output / f"{name}{self.suffix}")
             written.append(f"{name} ({rows:,} rows)")
-            options.progress(done + 1, len(TABLE_NAMES))
+            options.progress(done + 1, tables)
         return f"{output}/: " + ", ".join(written)
 
     def write(self, chunks: Iterator[pd.DataFrame], path: Path) -> int:
@@ -59,7 +71,7 @@ class _TablesExporter(Exporter):
 class CsvExporter(_TablesExporter):
     name = "csv"
     extensions = (".csv",)
-    summary = "the reader's tables (graphs, nodes, edges, tokens, buffers, tensors, memory_map) as CSV files"
+    summary = "the reader's tables (graphs, nodes, edges, tokens, buffers, tensors, memory_map, gpu_*) as CSV files"
     suffix = ".csv"
 
     def write(self, chunks: Iterator[pd.DataFrame], path: Path) -> int:

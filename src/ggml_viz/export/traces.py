@@ -2,7 +2,9 @@
 
 Both show one track per context (named by its backend), one slice per graph (its tokens in
 the args) with its nodes' slices nested inside, and counters for the bytes in use per
-buffer kind and the KV cache's cells in use.
+buffer kind and the KV cache's cells in use. A run with GPU times adds, under each context,
+a track per GPU: one slice per kernel, memcpy or memset of the graphs the GPU timer traced,
+at its times on the GPU, named by the kernel's function, its node in the args.
 """
 
 from __future__ import annotations
@@ -18,10 +20,20 @@ from ..analysis.memory import bytes_in_use, kv_cache_fill
 from ..analysis.summary import backends
 from ..runformat.reader import Run
 from ..runformat.schema import NO_ID
-from .base import Exporter, ExportOptions, in_chunks, timed_event_chunks, timed_events, window_graphs, window_note
+from .base import (
+    Exporter,
+    ExportOptions,
+    described_gpu_rows,
+    in_chunks,
+    node_names,
+    timed_events,
+    window_graphs,
+    window_note,
+)
 
 CHROME_EVENT_WARNING = 1_000_000  # chrome://tracing struggles above this
 PERFETTO_UI_LIMIT = 2 * 2**30  # bytes: ui.perfetto.dev's in-browser trace processor tops out near here
+GPU_TID = 1000  # Chrome trace events: a context's GPU lanes are threads GPU_TID + 100 * device + lane
 
 
 def graph_slices(run: Run, graphs: pd.DataFrame) -> list[dict[str, Any]]:
@@ -75,6 +87,67 @@ def _context_names(run: Run) -> dict[int, str]:
     return names
 
 
+class GpuKernels:
+    """The GPU's kernels, copies and memsets of the graphs a trace holds, a chunk of graphs at
+    a time, and the lane each goes to. Slices on one track must nest, and a GPU's need not: a
+    kernel may start before the one before it ends (programmatic dependent launch), streams
+    run side by side. So each (context, device) track has lanes, and a slice takes the first
+    lane free at its start: the first lane holds every slice that overlaps none before it."""
+
+    def __init__(self, run: Run, graphs: pd.DataFrame) -> None:
+        self.run = run
+        self.present = bool(run.gpu_graphs["graph_id"].isin(graphs["graph_id"]).any())
+        self.names = node_names(run) if self.present else None
+        self.context_of = run.graphs.set_index("graph_id")["context_id"]
+        self.lane_ends: dict[tuple[int, int], list[int]] = {}  # per (context, device): each lane's last end
+
+    def of_graphs(self, graph_ids: list[int]) -> pd.DataFrame:
+        """The slices of some graphs, in graph order and, per graph, in start order, with
+        their context and node (described_gpu_rows); none for a run without GPU times."""
+        if not self.present:
+            return pd.DataFrame({"graph_id": pd.Series(dtype="int32")})
+        rows = described_gpu_rows(self.run, "gpu_kernels", graph_ids, self.names)
+        rows["context_id"] = self.context_of.reindex(rows["graph_id"]).to_numpy(np.int64)
+        return rows.sort_values(["graph_id", "start_ns"], kind="stable", ignore_index=True)
+
+    def lane(self, row: Any) -> tuple[int, bool]:
+        """The lane of a slice on its (context, device) track, and whether it opens the lane."""
+        ends = self.lane_ends.setdefault((int(row.context_id), int(row.device)), [])
+        for lane, last in enumerate(ends):
+            if row.start_ns >= last:
+                ends[lane] = int(row.end_ns)
+                return lane, False
+        ends.append(int(row.end_ns))
+        return len(ends) - 1, True
+
+
+def _gpu_track_name(device: int) -> str:
+    return f"GPU {device}"
+
+
+def _kernel_name(row: Any) -> str:
+    """A GPU slice's name: the kernel's function (quantize_q8_1), or the copy's kind (memcpy HtoD)."""
+    return row.kernel if row.kind == "kernel" or row.kernel == row.kind else f"{row.kind} {row.kernel}"
+
+
+def _kernel_args(row: Any) -> dict[str, Any]:
+    node = int(row.node_index)
+    fused = int(row.group_end) if node >= 0 and row.group_end > node else None
+    text = lambda value: value if isinstance(value, str) and value else None  # noqa: E731 - none for empty or NA
+    return {
+        "kernel": text(row.name),  # the whole name, demangled
+        "kind": row.kind,
+        "node name": text(row.node_name),
+        "op": text(row.op),
+        "node": None if node < 0 else node,
+        "fused through node": fused,  # ggml-cuda computed nodes node..group_end with these kernels
+        "busy_ns": int(row.busy_ns),  # its share of the GPU's busy time (overlap counted once)
+        "bytes": int(row.bytes) if row.bytes else None,
+        "stream": int(row.stream),
+        "graph": int(row.graph_id),
+    }
+
+
 def _node_args(row: Any) -> dict[str, Any]:
     return {
         "name": row.name,
@@ -99,8 +172,7 @@ class ChromeJsonExporter(Exporter):
         graphs = window_graphs(run, options)
         origin = int(run.graphs["start_ns"].min()) if len(run.graphs) else 0
         us = lambda ns: (int(ns) - origin) / 1000.0  # noqa: E731 - microseconds from the run's start
-        total = int(graphs["n_nodes"].sum())
-        written = 0
+        written = gpu_written = graphs_done = 0
         with open(output, "w", encoding="utf-8") as file:
             first = True
 
@@ -122,25 +194,40 @@ class ChromeJsonExporter(Exporter):
                  "args": {"tokens": graph["tokens"], "nodes": graph["n_nodes"]}}
                 for graph in graph_slices(run, graphs)
             ])  # fmt: skip
-            for events in timed_event_chunks(run, graphs["graph_id"]):
+            gpu = GpuKernels(run, graphs)
+            for chunk in in_chunks(sorted(int(g) for g in graphs["graph_id"])):
+                events = timed_events(run, chunk)
                 write([
                     {"ph": "X", "name": row.op, "cat": "node", "pid": int(row.context_id), "tid": 1,
                      "ts": us(row.start_ns), "dur": (row.end_ns - row.start_ns) / 1000.0, "args": _node_args(row)}
                     for row in events.itertuples(index=False)
                 ])  # fmt: skip
+                for row in gpu.of_graphs(list(chunk)).itertuples(index=False):
+                    lane, opens = gpu.lane(row)
+                    tid = GPU_TID + 100 * int(row.device) + lane
+                    if opens:
+                        name = _gpu_track_name(row.device) + (f" (overlapping, {lane + 1})" if lane else "")
+                        write([{"ph": "M", "name": "thread_name", "pid": int(row.context_id), "tid": tid,
+                                "args": {"name": name}}])  # fmt: skip
+                    write([{"ph": "X", "name": _kernel_name(row), "cat": "gpu", "pid": int(row.context_id),
+                            "tid": tid, "ts": us(row.start_ns), "dur": (row.end_ns - row.start_ns) / 1000.0,
+                            "args": _kernel_args(row)}])  # fmt: skip
+                    gpu_written += 1
                 written += len(events)
-                options.progress(written, total)
+                graphs_done += len(chunk)
+                options.progress(graphs_done, len(graphs))
             write([{"ph": "C", "name": counter, "pid": 0, "tid": 0, "ts": us(time_ns), "args": {"value": value}}
                    for counter, time_ns, value in counters(run, graphs)])  # fmt: skip
             file.write("]}")
-        options.progress(total, total)
+        options.progress(len(graphs), len(graphs))
         warning = (
             f" — over {CHROME_EVENT_WARNING:,} events: chrome://tracing may not cope; the Perfetto export will"
-            if written > CHROME_EVENT_WARNING
+            if written + gpu_written > CHROME_EVENT_WARNING
             else ""
         )
         window = window_note(run, graphs)
-        return f"{written:,} node events and {len(graphs):,} graphs{window} as Chrome trace events{warning}"
+        kernels = f", {gpu_written:,} GPU kernels and copies" if gpu.present else ""
+        return f"{written:,} node events{kernels} and {len(graphs):,} graphs{window} as Chrome trace events{warning}"
 
 
 class PerfettoExporter(Exporter):
@@ -194,16 +281,38 @@ class PerfettoExporter(Exporter):
                 else:
                     annotation.string_value = str(value)
 
+        gpu = GpuKernels(run, graphs)
+        gpu_tracks: dict[tuple[int, int, int], int] = {}
+
+        def gpu_track(row: Any) -> int:
+            """The track of a GPU slice: its lane of its device's track under its context's,
+            described when first used (the lanes of a device share its name, and merge in the UI)."""
+            lane, _ = gpu.lane(row)
+            key = (int(row.context_id), int(row.device), lane)
+            if key not in gpu_tracks:
+                gpu_tracks[key] = 2000 + len(gpu_tracks)
+                descriptor = trace.packet.add().track_descriptor
+                descriptor.uuid = gpu_tracks[key]
+                descriptor.parent_uuid = track_of[key[0]]
+                descriptor.name = _gpu_track_name(key[1])
+                descriptor.description = "kernels, copies and memsets at their times on the GPU (CUPTI's records)"
+                descriptor.sibling_merge_behavior = pb.TrackDescriptor.SIBLING_MERGE_BEHAVIOR_BY_SIBLING_MERGE_KEY
+                descriptor.sibling_merge_key = f"gpu {key[1]}"
+            return gpu_tracks[key]
+
         begin, end = pb.TrackEvent.Type.TYPE_SLICE_BEGIN, pb.TrackEvent.Type.TYPE_SLICE_END
         slices = graph_slices(run, graphs)
-        total = int(graphs["n_nodes"].sum())
-        done = size = 0
+        done = gpu_done = graphs_done = size = 0
         warned = False
         with open(output, "wb") as file:
-            # Graph slices with their nodes nested: per graph, begin, nodes in time order, end.
+            # Graph slices with their nodes nested: per graph, begin, nodes in time order, end;
+            # then the GPU's slices of the graph on its GPU tracks.
             for chunk in in_chunks(slices):
-                events = timed_events(run, [graph["graph_id"] for graph in chunk])
+                graph_ids = [graph["graph_id"] for graph in chunk]
+                events = timed_events(run, graph_ids)
                 by_graph = dict(tuple(events.groupby("graph_id", sort=False)))
+                kernels = gpu.of_graphs(graph_ids)
+                kernels_of = dict(tuple(kernels.groupby("graph_id", sort=False)))
                 for graph in chunk:
                     track = track_of[graph["context_id"]]
                     annotate(
@@ -216,11 +325,19 @@ class PerfettoExporter(Exporter):
                             annotate(slice_event(row.start_ns, track, begin, row.op), _node_args(row))
                             slice_event(row.end_ns, track, end)
                     slice_event(graph["end_ns"], track, end)
+                    on_gpu = kernels_of.get(graph["graph_id"])
+                    if on_gpu is not None:
+                        for row in on_gpu.itertuples(index=False):
+                            lane_track = gpu_track(row)
+                            annotate(slice_event(row.start_ns, lane_track, begin, _kernel_name(row)), _kernel_args(row))
+                            slice_event(row.end_ns, lane_track, end)
                 done += len(events)
+                gpu_done += len(kernels)
+                graphs_done += len(chunk)
                 size += file.write(trace.SerializeToString())
                 trace.Clear()
-                options.progress(done, total)
-                expected = size / max(done, 1) * total
+                options.progress(graphs_done, len(graphs))
+                expected = size / graphs_done * len(graphs)
                 if not warned and expected > PERFETTO_UI_LIMIT:
                     warned = True
                     options.notice(_too_big(graphs, expected))
@@ -230,7 +347,9 @@ class PerfettoExporter(Exporter):
             size += file.write(trace.SerializeToString())
         window = window_note(run, graphs)
         big = f"; {_too_big(graphs, size)}" if size > PERFETTO_UI_LIMIT else ""
-        return f"{done:,} node events and {len(graphs):,} graphs{window} as a Perfetto trace ({size:,} bytes){big}"
+        kernels = f", {gpu_done:,} GPU kernels and copies" if gpu.present else ""
+        return (f"{done:,} node events{kernels} and {len(graphs):,} graphs{window} as a Perfetto trace "
+                f"({size:,} bytes){big}")  # fmt: skip
 
 
 def _too_big(graphs: pd.DataFrame, size: float) -> str:
