@@ -1,15 +1,18 @@
 """The whole page in Chromium on a synthetic run (no model): every view draws without an
-error, views hand a node to each other, and the offline report works from a file. The
-model's own run is in test_viewer_browser.py."""
+error, views hand a node to each other, and the offline report works from a file; a
+synthetic run on a GPU draws its kernels in a GPU lane, where a click selects a kernel's
+node. The model's own run is in test_viewer_browser.py."""
 
 from __future__ import annotations
 
 import pytest
 
+import ggml_viz
 from ggml_viz.runformat.synthetic import write_synthetic_run
 from ggml_viz.ui.server import make_viewer
 
 from ..browser import chromium, collect_errors
+from ..gpu_runs import write_gpu_run
 
 pytestmark = pytest.mark.browser
 
@@ -115,4 +118,112 @@ def test_the_report_inlines_the_modules_and_works_offline(browser, run_path, tmp
     assert page.evaluate("() => window.ggmlViz.timeline.data.lanes[0].nodes.start.length") > 0
     page.close()
     assert requests == [report.as_uri()], requests  # the file itself, and nothing else
+    assert not errors, errors
+
+
+@pytest.fixture(scope="module")
+def gpu_run_path(tmp_path_factory):
+    """A run on a GPU: every 8th graph traced, its kernels, a copy, a memset and a kernel no node claims."""
+    return write_gpu_run(tmp_path_factory.mktemp("gpu") / "gpu.ggmlviz", graphs=24, layers=3, gpu_every=8, seed=6)
+
+
+def gpu_lane_pixels(page) -> int:
+    """Pixels drawn in the first GPU lane's bar row that are neither background nor a traced span."""
+    return page.evaluate(
+        """() => { const t = window.ggmlViz.timeline, row = t.layout()[0].gpu[0], ratio = devicePixelRatio || 1;
+           const d = t.canvas.getContext('2d').getImageData(0, row.y * ratio, t.canvas.width, 24 * ratio).data;
+           let n = 0;
+           for (let i = 0; i < d.length; i += 4) if (d[i] > 60 || d[i + 1] > 60 || d[i + 2] > 90) n++;
+           return n; }"""
+    )
+
+
+# Where the widest MUL_MAT kernel of the timeline's first GPU lane is on the page: [x, y, its node's event].
+WIDEST_MUL_MAT_KERNEL = """() => {
+  const t = window.ggmlViz.timeline, row = t.layout()[0].gpu[0], k = row.gpuLane.bars, ops = t.data.ops;
+  const width = (i) => k.end[i] - k.start[i];
+  let best = -1;
+  for (let i = 0; i < k.start.length; i++)
+    if (k.op[i] >= 0 && ops[k.op[i]] === 'MUL_MAT' && (best < 0 || width(i) > width(best))) best = i;
+  const r = t.canvas.getBoundingClientRect(), scale = r.width / (t.view.t1 - t.view.t0);
+  return [r.left + ((k.start[best] + k.end[best]) / 2 - t.view.t0) * scale, r.top + row.y + 12, k.event[best]]; }"""
+
+
+def test_a_gpu_run_draws_its_kernels_and_a_click_on_one_selects_its_node(page, gpu_run_path):
+    from ggml_viz.ui.data import RunView
+
+    viewer = make_viewer(gpu_run_path, port=0)
+    viewer.serve_in_background()
+    try:
+        # GIVEN a run recorded on a GPU: its overview sets a step's GPU busy time against the host's
+        page.goto(viewer.url + "#overview")
+        page.wait_for_selector("[data-testid=gpu-steps] [data-testid=gpu-step]")
+        assert "decode step on CUDA0" in page.inner_text("[data-testid=gpu-steps]")
+        assert "mul_mat_vec_q" in page.inner_text("[data-testid=top-kernels]")
+        # WHEN its timeline opens, THEN a GPU lane lies under the context's lane, with its kernels drawn
+        page.click("#tabs button[data-tab=timeline]")
+        page.wait_for_function("() => window.ggmlViz.timeline && window.ggmlViz.timeline.data")
+        assert page.evaluate("() => window.ggmlViz.timeline.data.lanes[0].gpu.map((g) => g.device_name)") == ["CUDA0"]
+        assert page.locator("[data-testid=gpu-legend]").is_visible()
+        # WHEN zoomed onto traced graph 8's kernels
+        page.evaluate(
+            """() => { const t = window.ggmlViz.timeline, traced = t.data.lanes[0].gpu[0].traced;
+               const i = traced.graph_id.indexOf(8); t.focus(traced.start[i], traced.end[i]); }"""
+        )
+        page.wait_for_function(
+            "() => { const g = window.ggmlViz.timeline.data.lanes[0].gpu[0];"
+            " return g.traced.graph_id.length === 1 && g.bars.start.length > 50; }"
+        )
+        page.wait_for_timeout(200)
+        assert gpu_lane_pixels(page) > 2000
+        # AND the widest MUL_MAT kernel is hovered, then clicked
+        x, y, event = page.evaluate(WIDEST_MUL_MAT_KERNEL)
+        page.mouse.move(x, y)
+        tooltip = page.locator("[data-testid=tooltip]")
+        tooltip.wait_for(state="visible")
+        page.wait_for_function("() => document.querySelector('[data-testid=tooltip]').textContent.includes('layer')")
+        assert "mul_mat_vec_q" in tooltip.inner_text() and "busy" in tooltip.inner_text()
+        page.mouse.click(x, y)
+        # THEN its node is selected as a click on a node selects it: its details, and its kernels outlined
+        page.wait_for_selector("[data-testid=details-name]")
+        node = RunView("r0", gpu_run_path).event_row(event)
+        assert page.inner_text("[data-testid=details-name]") == node["name"]
+        assert page.evaluate("() => window.ggmlViz.selected") == {"graph_id": 8, "node_index": node["node_index"]}
+        assert page.evaluate("() => window.ggmlViz.timeline.selectedEvent") == event
+        details = page.inner_text("[data-testid=details]")
+        assert "MUL_MAT" in details and "GPU time" in details and "CUDA0" in details
+        page.click("#view-timeline >> text=show in graph")
+        page.wait_for_selector("[data-testid=graph-svg] g.item.selected")
+        # AND the statistics say their node times are the GPU's
+        page.click("#tabs button[data-tab=stats]")
+        page.wait_for_selector("[data-testid=time-sources]")
+        sources = page.inner_text("[data-testid=time-sources]")
+        assert "GPU time (CUDA0, CUPTI kernel records, 3 of 24 graphs traced)" in sources
+    finally:
+        page.goto("about:blank")
+        viewer.stop()
+
+
+def test_a_gpu_run_s_report_draws_its_gpu_lane_offline(browser, gpu_run_path, tmp_path):
+    from ggml_viz.commands import main
+
+    report = tmp_path / "gpu-report.html"
+    assert main(["export", str(gpu_run_path), "-o", str(report)]) == 0
+    page = browser.new_page(viewport={"width": 1440, "height": 900})
+    errors = collect_errors(page)
+    requests: list[str] = []
+    page.on("request", lambda request: requests.append(request.url))
+    page.goto(report.as_uri())
+    page.wait_for_selector("[data-testid=gpu-steps] [data-testid=gpu-step]")
+    for tab in TABS:
+        page.click(f"#tabs button[data-tab={tab}]")
+        page.wait_for_timeout(200)
+    page.click("#tabs button[data-tab=timeline]")
+    page.wait_for_function("() => window.ggmlViz.timeline && window.ggmlViz.timeline.data")
+    n_kernels = page.evaluate("() => window.ggmlViz.timeline.data.lanes[0].gpu[0].bars.start.length")
+    assert n_kernels == len(ggml_viz.open(gpu_run_path).gpu_kernels)  # the whole run, each kernel its own bar
+    page.wait_for_timeout(200)
+    assert gpu_lane_pixels(page) > 100
+    page.close()
+    assert requests == [report.as_uri()], requests
     assert not errors, errors

@@ -2,8 +2,9 @@
 server, no Node.js): Playwright hands the browser the page's static files from the package,
 each module is imported as the page imports it, and its pure functions are called with
 made-up values. Formatters, colors, the disk strip's layout, the timeline's geometry and hit
-tests, the graph's boxes and links, sorting, tooltips, the offline report's answers, and
-the report's reading of each module's exports."""
+tests (its GPU lanes too), the graph's boxes and links, sorting, tooltips, the GPU's words in
+the overview, statistics and details, the offline report's answers, and the report's reading
+of each module's exports."""
 
 from __future__ import annotations
 
@@ -208,6 +209,106 @@ def test_the_timeline_finds_what_is_under_the_cursor(page):
     graph = {"kind": "graph", "start": 0, "end": 600, "graph_id": 3, "label": " Paris", "phase": "decode"}
     assert hit(500, 45) == graph
     assert hit(500, 10) is None and hit(700, 70) is None
+
+
+GPU_LANE = {
+    "label": "CUDA0 · GPU (CUPTI kernel records)",
+    "device": 0,
+    "device_name": "CUDA0",
+    "kernels": ["quantize_q8_1", "mul_mat_vec_q", "HtoD"],
+    "names": ["void quantize_q8_1(float const*)", "void mul_mat_vec_q<2>(void const*)", ""],
+    # a kernel of node 7 (MUL_MAT) quantizing its input, one multiplying; a copy no node claims
+    "bars": {
+        "start": [0, 100, 700],
+        "end": [90, 400, 800],
+        "busy": [90, 250, 100],
+        "op": [1, 1, -2],
+        "event": [7, 7, -1],
+        "kernel": [0, 1, 2],
+        "bytes": [0, 0, 4096],
+    },
+    "columns": {"px": [50], "op": [-1], "fill": [0.5]},
+    "traced": {"start": [0], "end": [900], "graph_id": [3]},
+}
+GPU_WINDOW = {**WINDOW, "lanes": [{**WINDOW["lanes"][0], "gpu": [GPU_LANE]}, {**WINDOW["lanes"][0], "gpu": []}]}
+
+
+def test_gpu_lanes_lie_under_their_context_s_lane_and_find_the_kernel_under_the_cursor(page):
+    # GIVEN a context with one GPU lane, and one without: the GPU lane's label and bars below the node bars
+    rows = call(page, TIMELINE, "laneLayout", GPU_WINDOW["lanes"])
+    assert [[row["labelY"], row["graphY"], row["nodeY"]] for row in rows] == [[36, 40, 64], [174, 178, 202]]
+    assert [[gpu["labelY"], gpu["y"]] for gpu in rows[0]["gpu"]] == [[108, 112]] and rows[1]["gpu"] == []
+
+    def hit(x, y):
+        return call(page, TIMELINE, "hitAt", GPU_WINDOW, {"t0": 0, "t1": 1000}, x, y, 1000)
+
+    # THEN the narrowest kernel under the cursor, with its node's event and op and its names
+    assert hit(50, 120) == {"kind": "kernel", "i": 0, "start": 0, "end": 90, "busy": 90, "code": 1, "op": "MUL_MAT",
+                            "event": 7, "kernel": "quantize_q8_1", "name": "void quantize_q8_1(float const*)",
+                            "bytes": 0, "device": "CUDA0"}  # fmt: skip
+    assert hit(750, 120)["op"] == "memcpy" and hit(750, 120)["event"] == -1
+    # a summed column of kernels no node claims; the node lane above is the host's
+    assert hit(505, 120) == {"kind": "column", "op": "not attributed", "fill": 0.5, "start": 500, "end": 510,
+                             "gpu": True}  # fmt: skip
+    assert hit(120, 70)["kind"] == "node" and hit(600, 120) is None
+
+
+def test_a_kernel_s_tooltip_names_it_its_node_and_its_busy_share(page):
+    kernel = {"kind": "kernel", "start": 100, "end": 400, "busy": 250, "code": 1, "op": "MUL_MAT", "event": 7,
+              "kernel": "mul_mat_vec_q", "name": "void mul_mat_vec_q<2>(void const*)", "bytes": 0,
+              "device": "CUDA0"}  # fmt: skip
+    row = {"name": "Qcur-0", "op": "MUL_MAT", "layer": 0, "graph_id": 3}
+    copy = {**kernel, "code": -2, "op": "memcpy", "event": -1, "kernel": "HtoD", "name": "", "bytes": 4096}
+    assert calls(page, TIMELINE, "kernelTooltip", (kernel,), (kernel, row), (copy,)) == [
+        ["mul_mat_vec_q", ["a MUL_MAT node", "300 ns on CUDA0 · busy 250 ns (83.3 %, overlap counted once)",
+                           "void mul_mat_vec_q<2>(void const*)", "click for the node"]],
+        ["mul_mat_vec_q", ["Qcur-0 · MUL_MAT · layer 0 · graph 3",
+                           "300 ns on CUDA0 · busy 250 ns (83.3 %, overlap counted once)",
+                           "void mul_mat_vec_q<2>(void const*)", "click for the node"]],
+        ["HtoD", ["memcpy", "300 ns on CUDA0 · busy 250 ns (83.3 %, overlap counted once)", "4.0 KiB"]],
+    ]  # fmt: skip
+    assert call(page, TIMELINE, "hitTooltip", kernel) == call(page, TIMELINE, "kernelTooltip", kernel)
+    column = {"kind": "column", "op": "memset", "fill": 0.5, "gpu": True}
+    assert call(page, TIMELINE, "hitTooltip", column)[0] == "many short kernels, mostly memset"
+
+
+def test_gpu_work_keeps_its_node_s_op_color_and_the_rest_their_own(page):
+    ops = ["ADD", "MUL_MAT"]
+    colors = calls(page, COLORS, "gpuColor", (1, ops), (-1, ops), (-2, ops), (-3, ops), (0, ["ADD"], ops))
+    assert colors[0] == call(page, COLORS, "opColor", "MUL_MAT", ops) and colors[4] == "#4e79a7"
+    assert len(set(colors[1:4])) == 3 and not set(colors[1:4]) & set(call(page, COLORS, "opColor", "ADD", ops))
+    assert calls(page, COLORS, "gpuOpName", (1, ops), (-1, ops), (-2, ops), (-3, ops)) == [
+        "MUL_MAT", "not attributed", "memcpy", "memset"]  # fmt: skip
+
+
+def test_the_gpu_s_words_in_the_overview_statistics_and_details(page):
+    step = {"device": "CUDA0", "phase": "decode", "graphs": 4, "host_ns": 310_000, "busy_ns": 140_000,
+            "span_ns": 270_000, "busy_share": 0.4516}  # fmt: skip
+    assert call(page, "js/views/overview.js", "gpuStepText", step) == [
+        "decode step on CUDA0 (median of 4 traced)",
+        "host 310.0 µs · GPU busy 140.0 µs (45.2 %) · GPU idle 170.0 µs",
+    ]
+    assert call(page, "js/views/overview.js", "gpuStepText", {**step, "phase": "prompt", "graphs": 1})[0] == (
+        "prompt graph on CUDA0 (median of 1 traced)"
+    )
+    source = {"clock": "gpu", "label": "GPU time (CUDA0, CUPTI kernel records, 5 of 40 graphs traced)", "timed": 390,
+              "time_ns": 697_049}  # fmt: skip
+    assert call(page, "js/views/stats.js", "timeSourceText", source) == (
+        "GPU time (CUDA0, CUPTI kernel records, 5 of 40 graphs traced): 390 node events timed, 697.0 µs"
+    )
+    gpu = {"device": "CUDA0", "node_index": 3, "group_end": 3, "start_ns": 20_400, "end_ns": 24_265, "gpu_ns": 2665,
+           "kernels": 2}  # fmt: skip
+    node = {"start_ns": None, "end_ns": None, "gpu": gpu}
+    assert call(page, "js/details.js", "gpuTimeLines", node) == [
+        ["GPU time", "2.7 µs busy on CUDA0 (2 kernels)"], ["on the GPU", "20.4 µs – 24.3 µs"]]  # fmt: skip
+    fused = call(page, "js/details.js", "gpuTimeLines", {**node, "gpu": {**gpu, "node_index": 2, "kernels": 1}})
+    assert fused[0][1].endswith("(1 kernel)")
+    assert fused[2] == ["fused", "nodes 2–3 ran as one group: its time is node 2's"]
+    assert call(page, "js/details.js", "gpuTimeLines", {"gpu": None}) == []
+    # a node shows in the timeline at its host time, else its GPU time
+    spans = calls(page, "js/details.js", "timeSpan", (node,), ({"start_ns": 5, "end_ns": 9, "gpu": gpu},),
+                  ({"start_ns": None, "end_ns": None, "gpu": None},))  # fmt: skip
+    assert spans == [[20_400, 24_265], [5, 9], [None, None]]
 
 
 def test_timeline_tooltips_say_what_a_bar_is(page):

@@ -19,6 +19,7 @@ from ggml_viz.ui import payloads
 from ggml_viz.ui.app import RunRegistry, create_app
 from ggml_viz.ui.server import make_viewer
 
+from ..gpu_runs import write_gpu_run
 from ..payload_shapes import declared_types, shape_problems
 
 PORT = 8765
@@ -26,7 +27,9 @@ TOKEN = "test-token"
 PREFIX = "/api/runs/{run_id:str}"
 
 # (route, a request to it, what it answers); r0 has 40 graphs of 6 layers: 4,640 node
-# events, so that the whole run's timeline sums narrow nodes per pixel column.
+# events, so that the whole run's timeline sums narrow nodes per pixel column. r2 is a run
+# on a GPU with every graph traced (7,000 kernels: its whole-run GPU lane sums them per pixel
+# column): its timeline's GPU lanes, its overview's, a node's and the statistics' GPU parts.
 ENDPOINTS: list[tuple[str, str, Any]] = [
     ("/api/runs", "/api/runs", payloads.RunsPayload),
     ("/api/compare", "/api/compare?a=r0&b=r1", payloads.ComparisonPayload),
@@ -49,6 +52,11 @@ ENDPOINTS: list[tuple[str, str, Any]] = [
         "/api/runs/r0/events?name=ffn&layer=2&t0=0&file_lo=0&file_hi=100000000",
         payloads.EventsPayload,
     ),
+    (f"{PREFIX}/overview", "/api/runs/r2/overview", payloads.OverviewPayload),
+    (f"{PREFIX}/timeline", "/api/runs/r2/timeline?width=300", payloads.TimelinePayload),
+    (f"{PREFIX}/timeline", "/api/runs/r2/timeline?t0=0&t1=400000&width=1000", payloads.TimelinePayload),
+    (f"{PREFIX}/node", "/api/runs/r2/node?graph=8&index=3", payloads.NodePayload),
+    (f"{PREFIX}/stats", "/api/runs/r2/stats", payloads.StatsPayload),
     (f"{PREFIX}/live", "(first message of the stream)", payloads.LiveUpdate),
 ]
 CHECKED_ON_A_REAL_RUN = {f"{PREFIX}/attention": payloads.AttentionPayload}
@@ -59,6 +67,7 @@ def runs_folder(tmp_path_factory):
     folder = tmp_path_factory.mktemp("payloads") / "runs"
     write_synthetic_run(folder / "a.ggmlviz", graphs=40, layers=6, seed=1)
     write_synthetic_run(folder / "b.ggmlviz", graphs=10, layers=4, seed=2)
+    write_gpu_run(folder / "c-gpu.ggmlviz", graphs=40, layers=6, gpu_every=1, seed=3)
     return folder
 
 
@@ -129,6 +138,13 @@ def test_the_answers_fill_what_the_declarations_leave_optional(answers):
              for item in answers[request]["items"]}  # fmt: skip
     assert {"layer", "node", "weight"} <= kinds
     assert answers["/api/compare?a=r0&b=r1"]["per_graph_time_by"]["layer"]
+    # a GPU run: kernels one by one in a narrow window, summed per pixel column in a wide one
+    (narrow_gpu,) = answers["/api/runs/r2/timeline?t0=0&t1=400000&width=1000"]["lanes"][0]["gpu"]
+    (wide_gpu,) = answers["/api/runs/r2/timeline?width=300"]["lanes"][0]["gpu"]
+    assert narrow_gpu["bars"]["start"] and narrow_gpu["traced"]["graph_id"] and wide_gpu["columns"]["px"]
+    assert answers["/api/runs/r2/overview"]["gpu"]["steps"] and answers["/api/runs/r2/node?graph=8&index=3"]["gpu"]
+    assert answers["/api/runs/r0/overview"]["gpu"] is None
+    assert answers["/api/runs/r0/node?graph=3&index=3"]["gpu"] is None
 
 
 def test_every_api_route_and_every_declaration_is_checked(runs_folder):

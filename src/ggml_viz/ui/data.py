@@ -10,7 +10,8 @@ run, from time bins computed once (nodes narrower than a pixel are summed per pi
 column, so the browser never holds a million bars). The statistics come from the node
 totals; the event log's filters from each node's place in its structure, with the times
 of the graphs a time window meets. Times go to the browser in nanoseconds relative to the
-run's first graph.
+run's first graph. A run with GPU times (CUDA, CUPTI's kernel records) adds a GPU lane under
+each context's lane and its kernels' story to the overview: see gpu.py.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from ..runformat.memory_sources import VIEW_OPS
 from ..runformat.reader import Run, open_run
 from ..runformat.schema import NO_ID
 from ..runformat.totals import GRAPH_OP_TOTALS
+from .gpu import GpuRun, time_sources
 from .payloads import (
     AttentionIndexPayload,
     AttentionPayload,
@@ -125,6 +127,7 @@ class RunView:
         self.graph_first_event = np.concatenate(([0], np.cumsum(per_graph)))
         self.n_events = int(self.graph_first_event[-1])
         self._prepare_lanes()
+        self.gpu = GpuRun(self) if run.has_gpu_times or len(run.raw("gpu_graphs")) else None
 
     def _prepare_lanes(self) -> None:
         """Per context, its graphs in time order (their node events are read per window)."""
@@ -198,6 +201,7 @@ class RunView:
                 "n_tokens": graphs["n_tokens"].tolist(),
                 "text": self.graph_labels,
             },
+            "gpu": self.gpu.overview if self.gpu is not None else None,
         }
 
     # -- timeline --------------------------------------------------------------------
@@ -208,6 +212,7 @@ class RunView:
         t1 = max(t1, t0 + 1)
         ns_per_px = (t1 - t0) / width
         lanes: list[TimelineLane] = []
+        gpu_lanes = self.gpu.timeline_lanes(t0, t1, width) if self.gpu is not None else {}
         for lane in self.lanes:
             g0 = np.searchsorted(lane["graph_end_max"], t0, side="right") if len(lane["graph_end"]) else 0
             g1 = np.searchsorted(lane["graph_start"], t1, side="left") if len(lane["graph_start"]) else 0
@@ -222,8 +227,9 @@ class RunView:
             }
             rows = lane["graph_row"][graph_slice]
             lanes.append(
-                {"label": lane["label"], "graphs": graph_bars, **self._node_bars(lane, rows, t0, t1, width, ns_per_px)}
-            )
+                {"label": lane["label"], "graphs": graph_bars, **self._node_bars(lane, rows, t0, t1, width, ns_per_px),
+                 "gpu": gpu_lanes.get(lane["context_id"], [])}
+            )  # fmt: skip
         return {"t0": t0, "t1": t1, "width": width, "ops": self.ops, "lanes": lanes}
 
     def _node_bars(
@@ -422,6 +428,7 @@ class RunView:
             )  # fmt: skip
         details["sources"] = sources
         details["values"] = self._values_of(graph_id, node_index)
+        details["gpu"] = self.gpu.node_time(graph_id, node_index) if self.gpu is not None else None
         return cast(NodePayload, details)
 
     @cached_property
@@ -540,6 +547,8 @@ class RunView:
         nodes_timed = events - self.graph_first_event[row[0]]
         duration_by_node = {node: -1 for node in nodes["node_index"].tolist()}
         duration_by_node.update(zip(nodes_timed.tolist(), (end - start).tolist(), strict=True))
+        if not len(events) and self.gpu is not None:  # a GPU's graph: the host timed none of its nodes
+            duration_by_node.update(self.gpu.graph_node_times(graph_id))
         return cast(GraphPayload, graph_view(nodes, edges, self.tensors, duration_by_node, layer, graph_id))
 
     # -- memory ----------------------------------------------------------------------
@@ -652,6 +661,7 @@ class RunView:
                 "wait": totals["wait_ns"].fillna(0).to_numpy(np.int64),
                 "bytes": (written * totals["graphs"]).to_numpy(np.int64),
                 "timed": totals["timed"].to_numpy(np.int64),
+                "clock": totals["clock"].to_numpy(object),
             }
         )
         total_time = int(frame["duration"].sum())
@@ -660,7 +670,7 @@ class RunView:
         def table(key: str) -> list[Any]:  # rows of OpStats, LayerStats or TensorStats
             grouped = frame.groupby(key).agg(
                 count=("count", "sum"), time_ns=("duration", "sum"), wait_ns=("wait", "sum"),
-                bytes=("bytes", "sum"), timed=("timed", "sum"),
+                bytes=("bytes", "sum"), timed=("timed", "sum"), clock=("clock", _clocks),
             )  # fmt: skip
             grouped["mean_ns"] = grouped["time_ns"] / grouped["timed"].where(grouped["timed"] > 0)
             grouped["time_share"] = grouped["time_ns"] / total_time if total_time else 0.0
@@ -673,6 +683,7 @@ class RunView:
         by_op, by_layer, by_tensor = table("op"), table("layer"), table("tensor")
         return {
             "total_time_ns": total_time,
+            "time_sources": time_sources(self, self.gpu),
             "by_op": by_op,
             "by_layer": by_layer,
             "by_tensor": by_tensor[:500],
@@ -838,6 +849,12 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [json_safe(item) for item in value]
     return value
+
+
+def _clocks(clocks: pd.Series) -> str | None:
+    """The clocks that timed a group of nodes: "host", "gpu", "host+gpu"; None: none."""
+    found = sorted(set(clocks.dropna().tolist()), key=["host", "gpu"].index)
+    return "+".join(found) or None
 
 
 def _event_key(graph_or_structure: np.ndarray, node_index: np.ndarray) -> np.ndarray:

@@ -201,6 +201,43 @@ class GraphBars(TypedDict):
     text: list[str]  # the graph's tokens
 
 
+class GpuStep(TypedDict):
+    """The median traced graph of a phase on one device: the host's time for it (its start to
+    its end) against the device's busy time."""
+
+    device: str  # "CUDA0"
+    phase: str
+    graphs: int  # traced graphs of the phase
+    host_ns: int  # median
+    busy_ns: int  # median: the device busy with the graph (kernels, copies; overlap once)
+    span_ns: int  # median: its first kernel's start to its last's end
+    busy_share: float | None  # median of busy / host
+
+
+class KernelTime(TypedDict):
+    kernel: str  # the kernel's function (quantize_q8_1), or a copy's kind (HtoD)
+    kind: str  # kernel | memcpy | memset
+    count: int
+    time_ns: int  # its share of the device's busy time, summed
+    share: float  # of all the traced graphs' busy time
+    mean_ns: float  # mean duration
+
+
+class GpuOverview(TypedDict):
+    """What the GPU timer recorded (CUDA, CUPTI's kernel records): absent without GPU times."""
+
+    label: str  # where GPU node times come from, in words
+    devices: list[str]
+    source: str
+    traced_graphs: int
+    graphs: int  # graphs of the contexts traced (of which traced_graphs were)
+    steps: list[GpuStep]  # the decode phase first
+    top_kernels: list[KernelTime]
+    kernels: int  # kernels in the traced graphs
+    unattributed: int  # of them, not attributed to a node
+    copies: int  # memcpy and memset
+
+
 class OverviewPayload(TypedDict):
     """GET /api/runs/{id}/overview"""
 
@@ -212,6 +249,7 @@ class OverviewPayload(TypedDict):
     duration_ns: int
     ops: list[str]  # every op of the run: timeline and graph bars index into it, colors follow it
     graph_bars: GraphBars
+    gpu: GpuOverview | None  # None: the run has no GPU times
 
 
 # -- timeline ------------------------------------------------------------------------------
@@ -245,9 +283,42 @@ class LaneBars(TypedDict):
     columns: PixelColumns
 
 
+class KernelBars(TypedDict):
+    """What a GPU ran, one bar each, at its GPU times."""
+
+    start: list[int]
+    end: list[int]
+    busy: list[int]  # its share of the device's busy time (overlap counted once)
+    # its node's op, index into TimelinePayload.ops; -1: a kernel not attributed to a node, -2: memcpy, -3: memset
+    op: list[int]
+    event: list[int]  # its node's event (-1: none), as NodeBars.event
+    kernel: list[int]  # index into GpuLane.kernels and GpuLane.names
+    bytes: list[int]  # copies and memsets
+
+
+class TracedSpans(TypedDict):
+    """The traced graphs on a device: where the GPU was watched."""
+
+    start: list[int]
+    end: list[int]
+    graph_id: list[int]
+
+
+class GpuLane(TypedDict):
+    label: str  # the device and where its times come from
+    device: int
+    device_name: str  # "CUDA0"
+    kernels: list[str]  # kernel functions (quantize_q8_1, or a copy's kind)
+    names: list[str]  # the same kernels' whole names
+    bars: KernelBars
+    columns: PixelColumns  # op: as KernelBars.op
+    traced: TracedSpans
+
+
 class TimelineLane(LaneBars):
     label: str  # the context and its backends
     graphs: TimelineGraphs
+    gpu: list[GpuLane]  # a lane per device that ran the context's traced graphs (none without GPU times)
 
 
 class TimelinePayload(TypedDict):
@@ -290,6 +361,18 @@ class NodeValues(TypedDict):
     mean_abs: float | None
 
 
+class NodeGpuTime(TypedDict):
+    """A node's time on the GPU, in a traced graph."""
+
+    device: str
+    node_index: int  # the node whose kernels computed it: itself, or the first of its fused group
+    group_end: int  # the last node those kernels computed
+    start_ns: int  # the first kernel began ...
+    end_ns: int  # ... and the last ended
+    gpu_ns: int  # their share of the device's busy time
+    kernels: int
+
+
 class NodePayload(TypedDict):
     """GET /api/runs/{id}/node?graph=&index="""
 
@@ -310,6 +393,7 @@ class NodePayload(TypedDict):
     layer: int | None
     sources: list[NodeSource]
     values: NodeValues | None
+    gpu: NodeGpuTime | None  # None: not on a traced GPU graph
 
 
 class EventRow(TypedDict):
@@ -497,6 +581,7 @@ class _StatsRow(TypedDict):
     mean_ns: float | None
     time_share: float
     bytes_share: float
+    clock: str | None  # where the time comes from: "host", "gpu", "host+gpu"; None: not timed
 
 
 class OpStats(_StatsRow):
@@ -523,10 +608,20 @@ class LayerActivation(TypedDict):
     nodes: int
 
 
+class TimeSource(TypedDict):
+    """One clock the statistics' node times come from."""
+
+    clock: str  # "host" or "gpu"
+    label: str  # in words: "host clock (inline timing)", "GPU time (CUDA0, CUPTI kernel records, ...)"
+    timed: int  # node events it timed
+    time_ns: int
+
+
 class StatsPayload(TypedDict):
     """GET /api/runs/{id}/stats"""
 
     total_time_ns: int
+    time_sources: list[TimeSource]
     by_op: list[OpStats]
     by_layer: list[LayerStats]
     by_tensor: list[TensorStats]  # the top 500

@@ -145,6 +145,35 @@ import { offlineAnswer } from "./offline.js";
  * @property {number[]} n_tokens
  * @property {string[]} text
  *
+ * @typedef {Object} GpuStep the median traced graph of a phase on one device
+ * @property {string} device "CUDA0"
+ * @property {string} phase
+ * @property {number} graphs traced graphs of the phase
+ * @property {number} host_ns median: the graph's time on the host
+ * @property {number} busy_ns median: the device busy with it (overlap once)
+ * @property {number} span_ns median: its first kernel's start to its last's end
+ * @property {?number} busy_share median of busy / host
+ *
+ * @typedef {Object} KernelTime
+ * @property {string} kernel the kernel's function, or a copy's kind
+ * @property {string} kind kernel | memcpy | memset
+ * @property {number} count
+ * @property {number} time_ns its share of the device's busy time, summed
+ * @property {number} share of all the traced graphs' busy time
+ * @property {number} mean_ns mean duration
+ *
+ * @typedef {Object} GpuOverview what the GPU timer recorded (CUDA, CUPTI's kernel records)
+ * @property {string} label where GPU node times come from, in words
+ * @property {string[]} devices
+ * @property {string} source
+ * @property {number} traced_graphs
+ * @property {number} graphs graphs of the contexts traced
+ * @property {GpuStep[]} steps the decode phase first
+ * @property {KernelTime[]} top_kernels
+ * @property {number} kernels
+ * @property {number} unattributed kernels not attributed to a node
+ * @property {number} copies memcpy and memset
+ *
  * @typedef {Object} OverviewPayload
  * @property {string} run_id
  * @property {string} name
@@ -154,6 +183,7 @@ import { offlineAnswer } from "./offline.js";
  * @property {number} duration_ns
  * @property {string[]} ops every op of the run: bars index into it, colors follow it
  * @property {GraphBars} graph_bars
+ * @property {?GpuOverview} gpu null: the run has no GPU times
  */
 
 // -- timeline
@@ -176,11 +206,36 @@ import { offlineAnswer } from "./offline.js";
  * @property {number[]} op
  * @property {number[]} fill 0..1
  *
+ * @typedef {Object} KernelBars what a GPU ran, one bar each, at its GPU times
+ * @property {number[]} start
+ * @property {number[]} end
+ * @property {number[]} busy its share of the device's busy time (overlap counted once)
+ * @property {number[]} op its node's op, index into TimelinePayload.ops; -1 not attributed, -2 memcpy, -3 memset
+ * @property {number[]} event its node's event (-1: none)
+ * @property {number[]} kernel index into GpuLane.kernels and GpuLane.names
+ * @property {number[]} bytes copies and memsets
+ *
+ * @typedef {Object} TracedSpans the traced graphs on a device
+ * @property {number[]} start
+ * @property {number[]} end
+ * @property {number[]} graph_id
+ *
+ * @typedef {Object} GpuLane
+ * @property {string} label
+ * @property {number} device
+ * @property {string} device_name "CUDA0"
+ * @property {string[]} kernels kernel functions
+ * @property {string[]} names the same kernels' whole names
+ * @property {KernelBars} bars
+ * @property {PixelColumns} columns op as KernelBars.op
+ * @property {TracedSpans} traced
+ *
  * @typedef {Object} TimelineLane
  * @property {string} label
  * @property {TimelineGraphs} graphs
  * @property {NodeBars} nodes
  * @property {PixelColumns} columns
+ * @property {GpuLane[]} gpu one per device that ran the context's traced graphs
  *
  * @typedef {Object} TimelinePayload
  * @property {number} t0
@@ -215,6 +270,15 @@ import { offlineAnswer } from "./offline.js";
  * @property {?number} std
  * @property {?number} mean_abs
  *
+ * @typedef {Object} NodeGpuTime a node's time on the GPU, in a traced graph
+ * @property {string} device
+ * @property {number} node_index the node whose kernels computed it (itself, or its fused group's first)
+ * @property {number} group_end the last node those kernels computed
+ * @property {number} start_ns
+ * @property {number} end_ns
+ * @property {number} gpu_ns their share of the device's busy time
+ * @property {number} kernels
+ *
  * @typedef {Object} NodePayload
  * @property {number} event
  * @property {number} graph_id
@@ -233,6 +297,7 @@ import { offlineAnswer } from "./offline.js";
  * @property {?number} layer
  * @property {NodeSource[]} sources
  * @property {?NodeValues} values
+ * @property {?NodeGpuTime} gpu null: not on a traced GPU graph
  *
  * @typedef {Object} EventRow
  * @property {number} event
@@ -381,6 +446,7 @@ import { offlineAnswer } from "./offline.js";
  * @property {?number} mean_ns
  * @property {number} time_share
  * @property {number} bytes_share
+ * @property {?string} clock "host", "gpu", "host+gpu"; null: not timed
  * @typedef {StatsRow & {op: string}} OpStats
  * @typedef {StatsRow & {layer: (number|string)}} LayerStats
  * @typedef {StatsRow & {tensor: string}} TensorStats
@@ -394,8 +460,15 @@ import { offlineAnswer } from "./offline.js";
  * @property {number} inf
  * @property {number} nodes
  *
+ * @typedef {Object} TimeSource one clock the node times come from
+ * @property {string} clock "host" or "gpu"
+ * @property {string} label in words
+ * @property {number} timed node events
+ * @property {number} time_ns
+ *
  * @typedef {Object} StatsPayload
  * @property {number} total_time_ns
+ * @property {TimeSource[]} time_sources
  * @property {OpStats[]} by_op
  * @property {LayerStats[]} by_layer
  * @property {TensorStats[]} by_tensor the top 500

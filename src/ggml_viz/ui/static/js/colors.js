@@ -26,3 +26,18 @@ export function heat(x) {
 
 export const PHASE_COLORS = { prompt: "#6cb6ff", decode: "#f28e2b" };
 export const BUFFER_COLORS = { weights: "#4e79a7", kv_cache: "#b07aa1", compute: "#59a14f", output: "#edc948" };
+
+// What a GPU ran that is not a node's kernel, by its op code below zero (KernelBars.op, from
+// ui/gpu.py): a kernel the recorder could not map to a node in grey; copies and memsets pale,
+// and drawn shorter than kernels in the GPU lane, so they read as another kind of work.
+export const GPU_OTHER = {
+  "-1": { name: "not attributed", color: "#6b7080" },
+  "-2": { name: "memcpy", color: "#f4f4f4" },
+  "-3": { name: "memset", color: "#c3b4de" },
+};
+
+// A GPU op code's name: the op of the run (`ops`, TimelinePayload.ops) or what GPU_OTHER calls it.
+export const gpuOpName = (code, ops) => (code >= 0 ? ops[code] : GPU_OTHER[code].name);
+
+// A GPU op code's color: its op's everywhere (`runOps`: OverviewPayload.ops), or GPU_OTHER's.
+export const gpuColor = (code, ops, runOps = ops) => (code >= 0 ? opColor(ops[code], runOps) : GPU_OTHER[code].color);

@@ -1,6 +1,7 @@
 // One node's details, shared by the timeline, the graph and the event log: its op, type,
-// shape, time, layer and buffer, its --values stats, and every source with where its bytes
-// live; buttons to show it in the graph and in the timeline.
+// shape, time (the host's, or the GPU's in a traced GPU graph), layer and buffer, its
+// --values stats, and every source with where its bytes live; buttons to show it in the
+// graph and in the timeline.
 
 import { getEvent, getNode } from "./api.js";
 import { h, setChildren } from "./dom.js";
@@ -22,11 +23,25 @@ export function eventRow(event) {
   return events.get(key);
 }
 
+// A node's GPU time (NodeGpuTime) as <dl> entries: none where it has none.
+export function gpuTimeLines(node) {
+  const gpu = node.gpu;
+  if (!gpu) return [];
+  const lines = [["GPU time", `${fmtNs(gpu.gpu_ns)} busy on ${gpu.device} (${gpu.kernels} kernel${gpu.kernels === 1 ? "" : "s"})`],
+    ["on the GPU", `${fmtNs(gpu.start_ns)} – ${fmtNs(gpu.end_ns)}`]];
+  if (gpu.group_end !== gpu.node_index) lines.push(["fused", `nodes ${gpu.node_index}–${gpu.group_end} ran as one group: its time is node ${gpu.node_index}'s`]);
+  return lines;
+}
+
 // Where a source's bytes live: "file @ offset", or "buffer @ offset".
 export function sourcePlace(src) {
   if (src.memory === "disk") return `file @ ${fmtInt(src.file_offset)}`;
   return `${src.buffer || "?"}${src.buffer_offset === null ? "" : " @ " + fmtInt(src.buffer_offset)}`;
 }
+
+// Where a node shows in the timeline: its host time, else its GPU time, else [null, null].
+export const timeSpan = (node) => (node.start_ns !== null ? [node.start_ns, node.end_ns]
+  : node.gpu ? [node.gpu.start_ns, node.gpu.end_ns] : [null, null]);
 
 export async function showDetails(panel, graphId, nodeIndex) {
   state.selected = { graph_id: graphId, node_index: nodeIndex };
@@ -40,8 +55,9 @@ export async function showDetails(panel, graphId, nodeIndex) {
     h("dl", { class: "kv", "data-testid": "details" },
       kv("op", node.op + (node.op_base && node.op_base !== node.op ? ` (${node.op_base})` : "")),
       kv("type", node.type), kv("shape", node.shape), kv("bytes", fmtBytes(node.nbytes)),
-      kv("time", duration === null ? "not timed" : fmtNs(duration)),
+      kv("time", duration === null ? (node.gpu ? "not timed on the host" : "not timed") : fmtNs(duration)),
       kv("starts at", node.start_ns === null ? "—" : fmtNs(node.start_ns)),
+      gpuTimeLines(node).flatMap(([key, value]) => kv(key, value)),
       kv("layer", node.layer === null ? "none" : node.layer),
       kv("graph", `${node.graph_id}, node ${node.node_index}`), kv("tokens", JSON.stringify(node.tokens)),
       kv("buffer", node.buffer === null ? "—" : `${node.buffer} @ ${fmtInt(node.buffer_offset)}`)),
@@ -58,6 +74,6 @@ export async function showDetails(panel, graphId, nodeIndex) {
         h("td", { text: sourcePlace(src) })))),
     h("div", { class: "toolbar" },
       h("button", { class: "btn", text: "show in graph", onclick: () => showInGraph({ graph_id: graphId, node_index: nodeIndex, layer: node.layer }) }),
-      h("button", { class: "btn", text: "show in timeline", onclick: () => showInTimeline(node.start_ns, node.end_ns) })),
+      h("button", { class: "btn", text: "show in timeline", onclick: () => showInTimeline(...timeSpan(node)) })),
   );
 }

@@ -21,7 +21,7 @@ export function offlineAnswer(answers, path, query = {}) {
   if (part === "node") {
     for (let i = 0; i < n; i++) if (events.graph_id[i] === Number(query.graph) && events.node_index[i] === Number(query.index)) {
       const r = row(i); // a report keeps no sources: the details show what the row has
-      return { ...r, end_ns: r.start_ns === null ? null : r.start_ns + r.duration_ns, tokens: "", nbytes: null, buffer: null, sources: [] };
+      return { ...r, end_ns: r.start_ns === null ? null : r.start_ns + r.duration_ns, tokens: "", nbytes: null, buffer: null, sources: [], gpu: null };
     }
     return missing();
   }

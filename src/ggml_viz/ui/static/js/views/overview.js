@@ -1,10 +1,11 @@
 // Overview: the model, speed, capture settings, prompt and generated text; one bar per graph
-// over the run (click: that graph in the graph view); time by op and by layer, memory by
+// over the run (click: that graph in the graph view); for a run with GPU times, a step's GPU
+// busy time against the host's and the top kernels; time by op and by layer, memory by
 // buffer kind.
 
 import { PHASE_COLORS, opColor } from "../colors.js";
 import { h, setChildren } from "../dom.js";
-import { fmtBytes, fmtInt, fmtNs } from "../format.js";
+import { fmtBytes, fmtInt, fmtNs, fmtPct } from "../format.js";
 import { showInGraph, state } from "../store.js";
 import { hbar, kv, setupCanvas, sizedCanvas, swatch, tooltip } from "../widgets.js";
 
@@ -38,8 +39,10 @@ export function render(section) {
         h("h3", { text: "generated" }), h("div", { class: "text-block", text: sm.generated_text || "" }))),
     h("div", { class: "card" }, h("h3", { text: "one bar per graph (token) over the run" }), barsCanvas,
       h("div", { class: "legend" }, h("span", {}, swatch(PHASE_COLORS.prompt), "prompt"), h("span", {}, swatch(PHASE_COLORS.decode), "decode"))),
+    o.gpu ? gpuCards(o.gpu) : null,
     h("div", { class: "grid" },
       h("div", { class: "card", "data-testid": "time-by-op" }, h("h3", { text: "time by op" }),
+        o.gpu ? h("div", { class: "muted", "data-testid": "time-by-op-clock", text: `where nodes ran on the GPU: ${o.gpu.label}` }) : null,
         sm.time_by_op.map((r) => hbar(r.op, r.time_ns / maxOp, fmtNs(r.time_ns), opColor(r.op, o.ops)))),
       h("div", { class: "card" }, h("h3", { text: "time by layer (top)" }),
         sm.top_layers.map((r) => hbar(r.layer === "none" ? "outside layers" : "layer " + r.layer, r.time_ns / maxLayer, fmtNs(r.time_ns), "#76b7b2"))),
@@ -47,6 +50,33 @@ export function render(section) {
         sm.memory_by_buffer.map((r) => hbar(r.kind, r.bytes / maxMem, fmtBytes(r.bytes), "#b07aa1")))),
   );
   drawGraphBars(barsCanvas, o.graph_bars);
+}
+
+// A step on the GPU (GpuStep) in words: its heading, and the host's time against the GPU's.
+export function gpuStepText(step) {
+  const name = `${step.phase === "decode" ? "decode step" : step.phase + " graph"} on ${step.device}`;
+  return [`${name} (median of ${fmtInt(step.graphs)} traced)`,
+    `host ${fmtNs(step.host_ns)} · GPU busy ${fmtNs(step.busy_ns)} (${fmtPct(step.busy_share)}) · GPU idle ${fmtNs(Math.max(0, step.host_ns - step.busy_ns))}`];
+}
+
+// What the GPU timer recorded (GpuOverview): per step the GPU's busy time against the host's,
+// and the kernel functions taking the most of the GPU's time.
+function gpuCards(gpu) {
+  const top = Math.max(1, ...gpu.top_kernels.map((k) => k.time_ns));
+  return h("div", { class: "grid" },
+    h("div", { class: "card", "data-testid": "gpu-steps" }, h("h3", { text: "GPU: busy against the host, per step" }),
+      h("div", { class: "muted", text: gpu.label }),
+      gpu.steps.map((step) => {
+        const [heading, times] = gpuStepText(step);
+        return h("div", { "data-testid": "gpu-step" }, h("div", { text: heading }),
+          hbar("host", 1, fmtNs(step.host_ns), "#3d4a63"),
+          hbar("GPU busy", step.host_ns ? step.busy_ns / step.host_ns : 0, fmtNs(step.busy_ns), "#59a14f"),
+          h("div", { class: "muted", text: times }));
+      }),
+      h("dl", { class: "kv" }, kv("kernels", fmtInt(gpu.kernels)), kv("not attributed to a node", fmtInt(gpu.unattributed)),
+        kv("memcpy / memset", fmtInt(gpu.copies)))),
+    h("div", { class: "card", "data-testid": "top-kernels" }, h("h3", { text: "top kernels (share of the GPU's busy time)" }),
+      gpu.top_kernels.map((k) => hbar(k.kernel, k.time_ns / top, fmtPct(k.share), k.kind === "kernel" ? "#edc948" : "#c3b4de"))));
 }
 
 // The bar under x of a canvas `width` wide holding n bars (-1: none).

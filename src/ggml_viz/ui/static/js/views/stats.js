@@ -1,5 +1,6 @@
 // Statistics: the top bottlenecks in words, --values stats per layer, and sortable tables by
-// op, layer and tensor with share of time and of bytes written.
+// op, layer and tensor with share of time and of bytes written. Where node times come from
+// the GPU (a run with GPU times), the clocks are named, and each row says its clock.
 
 import { getStats } from "../api.js";
 import { h, setChildren } from "../dom.js";
@@ -9,14 +10,19 @@ import { setupCanvas, sizedCanvas, tooltip } from "../widgets.js";
 
 export async function render(section) {
   const stats = await getStats(state.runId);
+  const onGpu = stats.time_sources.some((source) => source.clock === "gpu"); // else as the host timed it, nothing to say
   setChildren(section,
     h("div", { class: "card", "data-testid": "findings" }, h("h2", { text: "Where the time goes" }),
+      onGpu ? h("div", { class: "muted", "data-testid": "time-sources" }, stats.time_sources.map((source) => h("div", { text: timeSourceText(source) }))) : null,
       h("ul", { class: "findings" }, stats.findings.map((text) => h("li", { text })))),
     stats.activation_by_layer.length ? activationChart(stats.activation_by_layer) : null,
-    h("h3", { text: "by op" }), sortableTable(stats.by_op, "op", "stats-op"),
-    h("h3", { text: "by layer" }), sortableTable(stats.by_layer, "layer", "stats-layer"),
-    h("h3", { text: "by tensor (top 500)" }), sortableTable(stats.by_tensor, "tensor", "stats-tensor"));
+    h("h3", { text: "by op" }), sortableTable(stats.by_op, "op", "stats-op", onGpu),
+    h("h3", { text: "by layer" }), sortableTable(stats.by_layer, "layer", "stats-layer", onGpu),
+    h("h3", { text: "by tensor (top 500)" }), sortableTable(stats.by_tensor, "tensor", "stats-tensor", onGpu));
 }
+
+// One clock the node times come from (TimeSource), in words.
+export const timeSourceText = (source) => `${source.label}: ${fmtInt(source.timed)} node events timed, ${fmtNs(source.time_ns)}`;
 
 // Rows sorted by one field: numbers by value, anything else as text with numbers in it
 // compared as numbers ("layer 10" after "layer 9"). A new array; descending unless ascending.
@@ -32,11 +38,12 @@ export function sortRows(rows, key, ascending) {
 // column ascending, its numbers descending.
 export const nextSort = ({ key, ascending }, name, keyColumn) => (key === name ? { key, ascending: !ascending } : { key: name, ascending: name === keyColumn });
 
-function sortableTable(rows, key, testid) {
+function sortableTable(rows, key, testid, withClock = false) {
   // "of it, waiting": the part of the time thread 0 waited at the barrier for the other
   // threads to finish these nodes (their stragglers), included in the time.
   const columns = [[key, key, (v) => v], ["count", "events", fmtInt], ["time_ns", "time", fmtNs], ["time_share", "share of time", fmtPct],
     ["wait_ns", "of it, waiting", fmtNs], ["mean_ns", "mean", fmtNs], ["bytes", "bytes written", fmtBytes], ["bytes_share", "share of bytes", fmtPct]];
+  if (withClock) columns.splice(4, 0, ["clock", "clock", (v) => v ?? "not timed"]);
   let sort = { key: "time_ns", ascending: false };
   const table = h("table", { "data-testid": testid });
   const render = () => {

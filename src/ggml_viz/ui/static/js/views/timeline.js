@@ -1,27 +1,38 @@
 // Timeline: a lane per context, graphs labelled with their tokens, their nodes as bars
-// colored by op. The server answers each window at the canvas's pixel width (narrow nodes
-// summed per pixel column); this draws, zooms and pans, hit-tests, and shows details.
+// colored by op; under it, for a run with GPU times, a lane per device with the kernels the
+// GPU ran at their GPU times (colored by their node's op). The server answers each window at
+// the canvas's pixel width (narrow nodes and kernels summed per pixel column); this draws,
+// zooms and pans, hit-tests, and shows details.
 
 import { getSearch, getTimeline } from "../api.js";
-import { opColor } from "../colors.js";
+import { GPU_OTHER, gpuColor, gpuOpName, opColor } from "../colors.js";
 import { eventRow, nodeDetails, showDetails } from "../details.js";
 import { h, setChildren } from "../dom.js";
-import { fmtNs, fmtPct } from "../format.js";
+import { fmtBytes, fmtNs, fmtPct, truncate } from "../format.js";
 import { state } from "../store.js";
-import { legend, setupCanvas, showMessage, tooltip } from "../widgets.js";
+import { legend, setupCanvas, showMessage, swatch, tooltip } from "../widgets.js";
 
 const LANE_GRAPH_H = 22, LANE_NODE_H = 30, LANE_GAP = 26, AXIS_H = 24;
+const GPU_LABEL_H = 18, GPU_LANE_H = 24, COPY_H = 14;
 const MIN_SPAN_NS = 200, FOCUS_MIN_NS = 40000;
 
 // -- pure geometry -------------------------------------------------------------------------
 
-// Each lane's rows, top to bottom: its label's baseline, its graph bars' top, its node bars' top.
+// Each lane's rows, top to bottom: its label's baseline, its graph bars' top, its node bars'
+// top; then each of its GPU lanes (TimelineLane.gpu): the GPU lane's label baseline and its
+// kernel bars' top.
 export function laneLayout(lanes) {
   const rows = [];
   let y = AXIS_H;
   for (const lane of lanes) {
-    rows.push({ lane, labelY: y + 12, graphY: y + 16, nodeY: y + 16 + LANE_GRAPH_H + 2 });
-    y += 16 + LANE_GRAPH_H + 2 + LANE_NODE_H + LANE_GAP;
+    const row = { lane, labelY: y + 12, graphY: y + 16, nodeY: y + 16 + LANE_GRAPH_H + 2, gpu: [] };
+    y += 16 + LANE_GRAPH_H + 2 + LANE_NODE_H;
+    for (const gpuLane of lane.gpu || []) {
+      row.gpu.push({ gpuLane, labelY: y + 14, y: y + GPU_LABEL_H });
+      y += GPU_LABEL_H + GPU_LANE_H;
+    }
+    rows.push(row);
+    y += LANE_GAP;
   }
   return rows;
 }
@@ -51,12 +62,15 @@ export function focusedView(t0, t1) {
 }
 
 // What is under (x, y) on a canvas `width` px wide showing `view` of `data`: the narrowest
-// node bar (3 px of slack), a summed pixel column, or a graph bar; null if nothing.
+// node bar or kernel (3 px of slack), a summed pixel column, or a graph bar; null if nothing.
 export function hitAt(data, view, x, y, width) {
   const { t0, t1 } = view;
   const t = t0 + (x / width) * (t1 - t0);
   const slack = (3 / width) * (t1 - t0);
-  for (const { lane, graphY, nodeY } of laneLayout(data.lanes)) {
+  for (const { lane, graphY, nodeY, gpu } of laneLayout(data.lanes)) {
+    for (const { gpuLane, y: top } of gpu) {
+      if (y >= top && y <= top + GPU_LANE_H) return kernelAt(data, gpuLane, t, slack);
+    }
     if (y >= nodeY && y <= nodeY + LANE_NODE_H) {
       const n = lane.nodes;
       let best = null;
@@ -82,10 +96,45 @@ export function hitAt(data, view, x, y, width) {
   return null;
 }
 
+// What is at time t (± slack) of a GPU lane: the narrowest kernel, or a summed pixel column; null if nothing.
+function kernelAt(data, gpuLane, t, slack) {
+  const k = gpuLane.bars;
+  let best = -1;
+  for (let i = 0; i < k.start.length; i++) {
+    if (k.start[i] - slack <= t && t <= k.end[i] + slack && (best < 0 || k.end[i] - k.start[i] < k.end[best] - k.start[best])) best = i;
+  }
+  if (best >= 0) {
+    const i = best, name = k.kernel[i];
+    return { kind: "kernel", i, start: k.start[i], end: k.end[i], busy: k.busy[i], code: k.op[i], op: gpuOpName(k.op[i], data.ops),
+      event: k.event[i], kernel: gpuLane.kernels[name], name: gpuLane.names[name], bytes: k.bytes[i], device: gpuLane.device_name };
+  }
+  const c = gpuLane.columns, colScale = (data.t1 - data.t0) / data.width;
+  for (let i = 0; i < c.px.length; i++) {
+    const c0 = data.t0 + c.px[i] * colScale;
+    if (c0 - slack <= t && t <= c0 + colScale + slack) return { kind: "column", op: gpuOpName(c.op[i], data.ops), fill: c.fill[i], start: c0, end: c0 + colScale, gpu: true };
+  }
+  return null;
+}
+
+// A kernel's tooltip (KernelBars, as hitAt found it), and once its node's EventRow is known,
+// with the node: [title, lines].
+export function kernelTooltip(hit, row = null) {
+  const duration = hit.end - hit.start;
+  const node = row ? `${row.name} · ${row.op} · layer ${row.layer === null ? "none" : row.layer} · graph ${row.graph_id}`
+    : hit.event >= 0 ? `a ${hit.op} node` : hit.op;
+  const busy = `${fmtNs(duration)} on ${hit.device} · busy ${fmtNs(hit.busy)}` + (duration > 0 ? ` (${fmtPct(hit.busy / duration)}, overlap counted once)` : "");
+  const lines = [node, busy];
+  if (hit.code < -1) lines.push(fmtBytes(hit.bytes));
+  if (hit.name && hit.name !== hit.kernel) lines.push(truncate(hit.name, 160));
+  if (hit.event >= 0) lines.push("click for the node");
+  return [hit.kernel, lines];
+}
+
 // A hit's tooltip, before its row is fetched: [title, lines].
 export function hitTooltip(hit) {
+  if (hit.kind === "kernel") return kernelTooltip(hit);
   if (hit.kind === "graph") return [`graph ${hit.graph_id} · ${hit.phase}`, [fmtNs(hit.end - hit.start), "tokens: " + JSON.stringify(hit.label.slice(0, 80)), "click to zoom in"]];
-  if (hit.kind === "column") return [`many short nodes, mostly ${hit.op}`, [`${fmtPct(hit.fill)} busy in this pixel`, "zoom in to see each"]];
+  if (hit.kind === "column") return [`many short ${hit.gpu ? "kernels" : "nodes"}, mostly ${hit.op}`, [`${fmtPct(hit.fill)} busy in this pixel`, "zoom in to see each"]];
   return [hit.op, [fmtNs(hit.end - hit.start)]];
 }
 
@@ -126,7 +175,7 @@ export const timeline = {
         h("button", { class: "btn", text: "−", title: "zoom out (S)", onclick: () => this.zoom(1.6) }),
         h("button", { class: "btn", text: "+", title: "zoom in (W)", onclick: () => this.zoom(1 / 1.6) }),
         h("button", { class: "btn", text: "whole run", title: "reset (0)", onclick: () => this.reset() }),
-        legend(state.overview.ops)),
+        legend(state.overview.ops), state.overview.gpu ? gpuLegend() : null),
       h("div", { class: "split" }, h("div", { class: "canvas-wrap" }, this.canvas), this.panel));
     this.bindInput();
     this.reset();
@@ -204,7 +253,7 @@ export const timeline = {
     addEventListener("mouseup", (event) => {
       if (drag && !drag.moved && event.target === canvas) {
         const hit = this.hitTest(event);
-        if (hit && hit.kind === "node") this.selectEvent(hit);
+        if (hit && (hit.kind === "node" || (hit.kind === "kernel" && hit.event >= 0))) this.selectEvent(hit);
         else if (hit && hit.kind === "graph") this.focus(hit.start, hit.end);
       }
       drag = null;
@@ -232,7 +281,7 @@ export const timeline = {
     this.drawAxis(ctx, width, t0, t1, scale);
     const data = this.data;
     if (!data) return;
-    for (const { lane, labelY, graphY, nodeY } of this.layout()) {
+    for (const { lane, labelY, graphY, nodeY, gpu } of this.layout()) {
       ctx.fillStyle = "#9aa1b3";
       ctx.font = "12px system-ui, sans-serif";
       ctx.fillText(lane.label, 6, labelY);
@@ -243,6 +292,7 @@ export const timeline = {
         ctx.strokeStyle = "#ffffff"; ctx.lineWidth = 2;
         ctx.strokeRect(X(sel.start), nodeY - 1, Math.max(2, X(sel.end) - X(sel.start)), LANE_NODE_H + 2);
       }
+      for (const row of gpu) drawGpuLane(ctx, row, data, X, width, this.selectedEvent);
     }
     if (!this.firstDataPaint) this.firstDataPaint = performance.now(); // since navigation: the benchmark reads it
     const spent = performance.now() - began;
@@ -274,22 +324,25 @@ export const timeline = {
     if (!hit) { tooltip.hide(); this.canvas.style.cursor = "default"; return; }
     this.canvas.style.cursor = "pointer";
     tooltip.show(event.clientX, event.clientY, ...hitTooltip(hit));
-    if (hit.kind !== "node") return;
+    if (hit.kind !== "node" && !(hit.kind === "kernel" && hit.event >= 0)) return;
     const token = (this.hoverToken = {});
     const row = await eventRow(hit.event).catch(() => null);
     if (this.hoverToken !== token || !row) return;
-    tooltip.show(event.clientX, event.clientY, ...rowTooltip(row));
+    tooltip.show(event.clientX, event.clientY, ...(hit.kind === "kernel" ? kernelTooltip(hit, row) : rowTooltip(row)));
   },
 
+  // A node bar or a kernel: its node's details; a node's bar outlined, or its kernels.
   async selectEvent(hit) {
     const row = await eventRow(hit.event);
-    this.selectedBar = { start: hit.start, end: hit.end };
+    this.selectedBar = hit.kind === "node" ? { start: hit.start, end: hit.end } : null;
+    this.selectedEvent = hit.event;
     this.draw();
     await showDetails(this.panel, row.graph_id, row.node_index);
   },
   async select(graphId, nodeIndex) {
     const node = await nodeDetails(graphId, nodeIndex);
     if (node.start_ns !== null) this.selectedBar = { start: node.start_ns, end: node.end_ns };
+    this.selectedEvent = node.event;
     this.draw();
     await showDetails(this.panel, graphId, nodeIndex);
   },
@@ -336,6 +389,55 @@ function drawNodes(ctx, lane, data, X, width, nodeY) {
       ctx.fillText(ops[n.op[i]], x0 + 3, nodeY + 19);
     }
   }
+}
+
+// A GPU lane: its label, the traced graphs' spans (where the GPU was watched), summed pixel
+// columns, then each kernel at its GPU times; the selected node's kernels outlined.
+function drawGpuLane(ctx, { gpuLane, labelY, y }, data, X, width, selectedEvent) {
+  ctx.fillStyle = "#9aa1b3";
+  ctx.font = "11px system-ui, sans-serif";
+  ctx.fillText(gpuLane.label, 6, labelY);
+  const traced = gpuLane.traced;
+  ctx.fillStyle = "#1d222c";
+  for (let i = 0; i < traced.start.length; i++) {
+    const x0 = X(traced.start[i]), x1 = X(traced.end[i]);
+    if (x1 >= 0 && x0 <= width) ctx.fillRect(x0, y, Math.max(1, x1 - x0), GPU_LANE_H);
+  }
+  const ops = data.ops, runOps = state.overview.ops, c = gpuLane.columns;
+  const colScale = (data.t1 - data.t0) / data.width;
+  for (let i = 0; i < c.px.length; i++) {
+    const x0 = X(data.t0 + c.px[i] * colScale), x1 = X(data.t0 + (c.px[i] + 1) * colScale);
+    if (x1 < 0 || x0 > width) continue;
+    ctx.fillStyle = gpuColor(c.op[i], ops, runOps);
+    const barHeight = GPU_LANE_H * (0.35 + 0.65 * c.fill[i]);
+    ctx.fillRect(x0, y + GPU_LANE_H - barHeight, Math.max(1, x1 - x0), barHeight);
+  }
+  const k = gpuLane.bars;
+  for (let i = 0; i < k.start.length; i++) {
+    const x0 = X(k.start[i]), x1 = X(k.end[i]);
+    if (x1 < 0 || x0 > width) continue;
+    const copy = k.op[i] < -1, top = copy ? y + GPU_LANE_H - COPY_H : y;
+    ctx.fillStyle = gpuColor(k.op[i], ops, runOps);
+    ctx.fillRect(x0, top, Math.max(1, x1 - x0 - (x1 - x0 > 3 ? 0.5 : 0)), copy ? COPY_H : GPU_LANE_H);
+    if (x1 - x0 > 70) {
+      ctx.save();
+      ctx.beginPath(); ctx.rect(x0, y, x1 - x0, GPU_LANE_H); ctx.clip();
+      ctx.fillStyle = "#0b0c10";
+      ctx.fillText(gpuLane.kernels[k.kernel[i]], x0 + 3, y + 16);
+      ctx.restore();
+    }
+  }
+  if (selectedEvent === undefined || selectedEvent === null || selectedEvent < 0) return;
+  ctx.strokeStyle = "#ffffff"; ctx.lineWidth = 2;
+  for (let i = 0; i < k.start.length; i++) {
+    if (k.event[i] === selectedEvent) ctx.strokeRect(X(k.start[i]), y - 1, Math.max(2, X(k.end[i]) - X(k.start[i])), GPU_LANE_H + 2);
+  }
+}
+
+// The GPU lanes' own colors: what is not a node's kernel.
+function gpuLegend() {
+  return h("div", { class: "legend", "data-testid": "gpu-legend" }, h("span", { class: "muted", text: "GPU:" }),
+    Object.values(GPU_OTHER).map(({ name, color }) => h("span", {}, swatch(color), name)));
 }
 
 export function render(section) {
