@@ -11,9 +11,10 @@
 #
 # It writes a random-weight TinyLlama-shaped model (Q4_0), then:
 #  - llama-bench (-ngl 99, 512 decode steps, 2 repetitions) untraced and under `ggml-viz run`
-#    with each recording configuration, in alternating rounds (3; the costliest in the first);
+#    with each recording configuration, in alternating rounds (5; the costliest in the first);
 #  - llama-completion (greedy, 128 tokens) untraced, under an independent CUPTI kernel tally
-#    (benchmarks/gpu_kernel_tally.c), and under ggml-viz with GPU windows and with every graph;
+#    (benchmarks/gpu_kernel_tally.c), under the preload library alone (its spool kept), and
+#    under ggml-viz with GPU windows and with every graph;
 #  - a Python program on llama-cpp-python loaded against these libraries (LLAMA_CPP_LIB_PATH);
 # and prints benchmarks/gpu_report.py's table. ggml-viz runs from this checkout (PYTHONPATH);
 # its C parts are compiled here with gcc. Python packages it lacks can be put in a folder of
@@ -110,12 +111,11 @@ bench() { # CONFIG ROUND [ggml-viz run options...]; untraced when CONFIG is untr
     [[ $round == 1 ]] || [[ $config == untraced ]] || rm -rf "$run"
 }
 step "llama-bench rounds"
-for round in $(seq "${GPU_CHECK_ROUNDS:-3}"); do
+for round in $(seq "${GPU_CHECK_ROUNDS:-5}"); do
     ENVS=(); bench untraced $round
     ENVS=(); bench graph $round --detail graph
     ENVS=(); bench nocupti $round --gpu off
     ENVS=(); bench windows $round
-    ENVS=(); bench sparse $round --gpu-period 1024
     if [[ $round == 1 ]]; then # the costly ones, once
         ENVS=(GGML_VIZ_GPU_DETACH=0); bench keep $round
         ENVS=(); bench every $round --gpu every
@@ -129,6 +129,10 @@ COMPLETION=("$BIN/llama-completion" -m "$M" -ngl 99 -p "$PROMPT" -n "${GPU_CHECK
 text_of() { sed '/^run written to /,$d' "$1"; } # the program's output, before ggml-viz's lines
 timeout 120 "${COMPLETION[@]}" > "$WORK/text/untraced.txt" 2> "$WORK/untraced.err"; echo "  untraced: exit $?"
 [[ -n $TALLY ]] && { LD_PRELOAD=$TALLY GPU_TALLY_OUT=$WORK/tally.tsv timeout 120 "${COMPLETION[@]}" > /dev/null 2> "$WORK/tally.err"; echo "  tally: exit $?"; }
+# the preload library alone (no `ggml-viz run`): its spool stays in the run until a command opens it
+LD_PRELOAD=$REPO/src/ggml_viz/capture/libggml_viz_preload.so GGML_VIZ_OUTPUT=$WORK/runs/completion-spool.ggmlviz \
+    timeout 120 "${COMPLETION[@]}" > "$WORK/text/preload.txt" 2> "$WORK/preload.err"
+echo "  preload alone: exit $? $(ls "$WORK/runs/completion-spool.ggmlviz/spool")"
 for config in windows every; do
     options=(); [[ $config == every ]] && options=(--gpu every)
     timeout 180 $VIZ run -o "$WORK/runs/completion-$config.ggmlviz" "${options[@]}" -- "${COMPLETION[@]}" > "$WORK/$config.out" 2> "$WORK/$config.err"

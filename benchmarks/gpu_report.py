@@ -28,7 +28,6 @@ CONFIGS = {
     "nocupti": "op detail, --gpu off (as where no libcupti is found)",
     "windows": "default: op detail, GPU windows",
     "keep": "windows, CUPTI kept attached (GGML_VIZ_GPU_DETACH=0)",
-    "sparse": "windows every 1024 graphs (--gpu-period 1024)",
     "every": "--gpu every (every graph traced)",
     "sync": "--timing sync (each node alone)",
 }

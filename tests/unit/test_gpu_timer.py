@@ -170,6 +170,16 @@ def _kernel_record(name: bytes, start: int, end: int, correlation: int, graph_id
 _kept: list = []  # the names' buffers, alive while the records point at them
 
 
+def test_the_record_layouts_are_the_c_sides():
+    native = pytest.importorskip("ggml_viz.capture._native")
+    from ggml_viz.capture.gpu.records import COMPUTE_DTYPE, NODE_CALL_DTYPE
+
+    assert (COMPUTE_DTYPE.itemsize, NODE_CALL_DTYPE.itemsize, API_DTYPE.itemsize, ACTIVITY_DTYPE.itemsize) == (
+        native.GPU_COMPUTE_RECORD_SIZE, native.GPU_NODE_CALL_SIZE, native.GPU_API_RECORD_SIZE,
+        native.GPU_ACTIVITY_RECORD_SIZE,
+    )  # fmt: skip
+
+
 def test_cupti_records_become_ggml_vizs():
     native = pytest.importorskip("ggml_viz.capture._native")
     # GIVEN a kernel, a runtime API call, a memcpy, a record of another kind, and a kernel never completed

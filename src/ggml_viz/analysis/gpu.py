@@ -58,7 +58,8 @@ def decode_step(run: Run) -> dict[str, Any] | None:
     structures = steps.loc[steps["graph_id"].isin(traced["graph_id"]), "structure_id"].unique()
     untraced = steps[~steps["graph_id"].isin(graphs["graph_id"]) & steps["structure_id"].isin(structures)]
     enough = len(untraced) >= 3
-    host = float((untraced["end_ns"] - untraced["start_ns"]).median()) if enough else float(per_graph["host_ns"].median())
+    host_times = (untraced["end_ns"] - untraced["start_ns"]) if enough else per_graph["host_ns"]
+    host = float(host_times.median())
     busy = float(per_graph["busy_ns"].median())
     return {
         "steps": int(len(per_graph)),

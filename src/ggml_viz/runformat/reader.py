@@ -24,6 +24,7 @@ from .schema import (
     CAPTURES_FILE,
     DERIVED_COLUMNS,
     FORMAT_NAME,
+    GPU_TABLES,
     GRAPH_TABLES,
     MANIFEST_FILE,
     META_EXPERIMENT_ID,
@@ -105,6 +106,8 @@ class Run:
                 # times of a graph only the journal held when the run was opened, from it
                 finished = self._stream_graph_ids if table == "node_times" else self._raw["graphs"].column("graph_id")
                 keep = pc.is_in(data.column("graph_id"), value_set=finished)
+                if table in GPU_TABLES:  # and what the GPU ran outside any graph recorded
+                    keep = pc.or_(keep, pc.equal(data.column("graph_id"), NO_ID))
                 if not pc.all(keep).as_py():
                     data = data.filter(keep)
             if table == "node_times":

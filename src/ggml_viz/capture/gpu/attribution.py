@@ -135,8 +135,10 @@ def busy_shares(activities: np.ndarray) -> np.ndarray:
 
 
 def _api_computes(window: GpuWindow) -> np.ndarray:
-    """Per runtime API call, the compute running on its thread when it was made (the latest
-    begun by then: calls after a compute returned, reading its outputs, belong to it too)."""
+    """Per runtime API call, the compute running on its thread when it was made: the latest
+    begun by then, while the call that ran it had not returned (a llama call reads its
+    outputs after its compute: that is the compute's too; what the program does after the
+    call, such as clearing its cache, is no compute's)."""
     computes, calls = window.computes, window.api_calls
     result = np.full(len(calls), -1, dtype=np.int64)
     if not len(computes):
@@ -150,7 +152,10 @@ def _api_computes(window: GpuWindow) -> np.ndarray:
         mine = mine[np.argsort(computes["start_ns"][mine], kind="stable")]
         rows = np.flatnonzero(calls["thread"] == thread) if thread is not None else np.arange(len(calls))
         at = np.searchsorted(computes["start_ns"][mine], calls["start_ns"][rows], side="right") - 1
-        result[rows] = np.where(at >= 0, mine[np.maximum(at, 0)], -1)
+        found = mine[np.maximum(at, 0)]
+        call_end = computes["call_end_ns"][found]
+        during = (at >= 0) & ((call_end == 0) | (calls["start_ns"][rows] <= call_end))
+        result[rows] = np.where(during, found, -1)
     return result
 
 

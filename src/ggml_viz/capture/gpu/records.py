@@ -14,8 +14,8 @@ from ..._errors import RunFormatError
 # native/gpu/gpu_tracer.h and native/gpu/cupti_activity.h lay these out; their sizes are
 # checked against the C side's (tests/unit/test_gpu_records.py).
 COMPUTE_DTYPE = np.dtype(
-    [("start_ns", "<i8"), ("end_ns", "<i8"), ("compute", "<u4"), ("context_id", "<u4"), ("thread", "<u4"),
-     ("n_nodes", "<u4"), ("flags", "<u4"), ("reserved", "<u4")]
+    [("start_ns", "<i8"), ("end_ns", "<i8"), ("call_end_ns", "<i8"), ("compute", "<u4"), ("context_id", "<u4"),
+     ("thread", "<u4"), ("n_nodes", "<u4"), ("flags", "<u4"), ("reserved", "<u4")]
 )  # fmt: skip
 NODE_CALL_DTYPE = np.dtype(
     [("ns", "<i8"), ("return_address", "<u8"), ("compute", "<u4"), ("node_index", "<u4"), ("thread", "<u4"),

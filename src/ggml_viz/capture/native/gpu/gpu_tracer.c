@@ -39,6 +39,7 @@ typedef struct {
     uint32_t *values; /* node index + 1 (0: empty slot) */
     size_t capacity;
     Array calls;
+    int call_open; /* a traced compute of the call in flight here waits for the call's end */
 } ThreadCompute;
 static __thread ThreadCompute current;
 /* Traced computes running now, in any thread: ggml_is_empty is called for every node of every
@@ -180,8 +181,9 @@ int gpu_compute_begin(uint32_t context_id, void *graph, int n_nodes, void *(*nod
         traced = 0;
     }
     if (traced) {
-        *record = (GpuComputeRecord){start_ns, start_ns, compute, context_id, (uint32_t)pthread_self(),
+        *record = (GpuComputeRecord){start_ns, start_ns, 0, compute, context_id, (uint32_t)pthread_self(),
                                      (uint32_t)n_nodes, new_structure ? COMPUTE_NEW_STRUCTURE : 0, 0};
+        current.call_open = 1;
         tracer.traced_computes++;
         tracer.window_left--;
     } else {
@@ -273,8 +275,22 @@ static int close_window(int reason, void (*synchronize)(void *), void *data) {
     return 1;
 }
 
+/* The call on this thread ended: its traced computes learn when (lock held). */
+static void end_call_of_computes(int64_t now) {
+    uint32_t thread = (uint32_t)pthread_self();
+    for (size_t i = tracer.computes.count; i-- > 0;) {
+        GpuComputeRecord *record = &ARRAY_AT(tracer.computes, GpuComputeRecord, i);
+        if (record->thread != thread) continue;
+        if (record->call_end_ns) break;
+        record->call_end_ns = now;
+    }
+    current.call_open = 0;
+}
+
 int gpu_call_done(void (*synchronize)(void *), void *data) {
+    int64_t now = now_ns();
     pthread_mutex_lock(&lock);
+    if (current.call_open) end_call_of_computes(now);
     int waiting = tracer.waiting;
     if (tracer.window_open && tracer.window_left <= 0) waiting = close_window(tracer.window_reason, synchronize, data);
     pthread_mutex_unlock(&lock);

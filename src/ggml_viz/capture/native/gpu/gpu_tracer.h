@@ -30,9 +30,10 @@ enum { GPU_TRACE_OFF = 0, GPU_TRACE_WINDOWS = 1, GPU_TRACE_EVERY = 2 };
 enum { COMPUTE_NEW_STRUCTURE = 1 };
 enum { WINDOW_NEW_STRUCTURE = 1, WINDOW_PERIODIC = 2, WINDOW_EVERY = 3, WINDOW_END = 4 };
 
-/* A traced compute (40 bytes; capture/gpu/records.py COMPUTE_DTYPE). */
+/* A traced compute (48 bytes; capture/gpu/records.py COMPUTE_DTYPE). */
 typedef struct {
     int64_t start_ns, end_ns; /* the scheduler's compute call: entered, returned (host) */
+    int64_t call_end_ns;      /* the call that ran it (a llama call) returned: later work is not its */
     uint32_t compute;         /* the process's compute count, from 0 */
     uint32_t context_id, thread, n_nodes, flags, reserved;
 } GpuComputeRecord;
