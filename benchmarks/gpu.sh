@@ -111,7 +111,7 @@ bench() { # CONFIG ROUND [ggml-viz run options...]; untraced when CONFIG is untr
     [[ $round == 1 ]] || [[ $config == untraced ]] || rm -rf "$run"
 }
 step "llama-bench rounds"
-for round in $(seq "${GPU_CHECK_ROUNDS:-5}"); do
+for round in $(seq "${GPU_CHECK_ROUNDS:-5}"); do # GPU_CHECK_ROUNDS=0: none
     ENVS=(); bench untraced $round
     ENVS=(); bench graph $round --detail graph
     ENVS=(); bench nocupti $round --gpu off
@@ -130,12 +130,13 @@ text_of() { sed '/^run written to /,$d' "$1"; } # the program's output, before g
 timeout 120 "${COMPLETION[@]}" > "$WORK/text/untraced.txt" 2> "$WORK/untraced.err"; echo "  untraced: exit $?"
 [[ -n $TALLY ]] && { LD_PRELOAD=$TALLY GPU_TALLY_OUT=$WORK/tally.tsv timeout 120 "${COMPLETION[@]}" > /dev/null 2> "$WORK/tally.err"; echo "  tally: exit $?"; }
 # the preload library alone (no `ggml-viz run`): its spool stays in the run until a command opens it
+rm -rf "$WORK/runs/completion-spool.ggmlviz"
 LD_PRELOAD=$REPO/src/ggml_viz/capture/libggml_viz_preload.so GGML_VIZ_OUTPUT=$WORK/runs/completion-spool.ggmlviz \
     timeout 120 "${COMPLETION[@]}" > "$WORK/text/preload.txt" 2> "$WORK/preload.err"
 echo "  preload alone: exit $? $(ls "$WORK/runs/completion-spool.ggmlviz/spool")"
 for config in windows every; do
     options=(); [[ $config == every ]] && options=(--gpu every)
-    timeout 180 $VIZ run -o "$WORK/runs/completion-$config.ggmlviz" "${options[@]}" -- "${COMPLETION[@]}" > "$WORK/$config.out" 2> "$WORK/$config.err"
+    timeout 180 $VIZ run -f -o "$WORK/runs/completion-$config.ggmlviz" "${options[@]}" -- "${COMPLETION[@]}" > "$WORK/$config.out" 2> "$WORK/$config.err"
     echo "  $config: exit $? $(grep -h 'ggml-viz' "$WORK/$config.err" | head -2 | tr '\n' ' ')"
     text_of "$WORK/$config.out" > "$WORK/text/$config.txt"
 done

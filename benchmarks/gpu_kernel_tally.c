@@ -1,9 +1,9 @@
 /*
  * An independent tally of what a CUDA program's GPU ran, for benchmarks/gpu.sh to set beside
  * ggml-viz's: preloaded into an untraced program, it records every kernel with CUPTI
- * (nothing of ggml-viz's code) and at exit writes, per kernel symbol, how many ran and their
- * summed durations (end - start) to $GPU_TALLY_OUT as tab-separated lines. It interposes
- * ggml_backend_free, to take CUPTI's last records while CUDA still runs.
+ * (nothing of ggml-viz's code) and writes, per kernel symbol, how many ran and their summed
+ * durations (end - start) to $GPU_TALLY_OUT as tab-separated lines, each time the program
+ * frees a ggml backend (it interposes ggml_backend_free: CUDA still runs then).
  *
  *   gcc -O2 -shared -fPIC -I$CUDA_HOME/include gpu_kernel_tally.c -o tally.so -L$CUPTI_DIR -lcupti -ldl
  *   LD_PRELOAD=tally.so GPU_TALLY_OUT=tally.tsv llama-completion ...
@@ -49,7 +49,7 @@ static void CUPTIAPI completed(CUcontext context, uint32_t stream, uint8_t *buff
     CUpti_Activity *record = NULL;
     pthread_mutex_lock(&lock);
     while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
-        if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) continue;
+        if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && record->kind != CUPTI_ACTIVITY_KIND_KERNEL) continue;
         CUpti_ActivityKernel9 *kernel = (CUpti_ActivityKernel9 *)record; /* the fields read sit alike in every version */
         if (kernel->start && kernel->end > kernel->start) add(kernel->name ? kernel->name : "?", kernel->end - kernel->start);
     }
@@ -60,17 +60,7 @@ static void CUPTIAPI completed(CUcontext context, uint32_t stream, uint8_t *buff
     free(buffer);
 }
 
-/* The program frees its GPU backend before it exits: the records of its last work are
-   handed over then, while CUDA still runs (at exit it may not). */
-void ggml_backend_free(void *backend) {
-    static void (*original)(void *);
-    if (!original) original = (void (*)(void *))dlsym(RTLD_NEXT, "ggml_backend_free");
-    cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-    if (original) original(backend);
-}
-
 static void write_tally(void) {
-    cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     const char *path = getenv("GPU_TALLY_OUT");
     FILE *out = path ? fopen(path, "w") : stderr;
     if (!out) return;
@@ -81,11 +71,19 @@ static void write_tally(void) {
     if (out != stderr) fclose(out);
 }
 
+/* The program frees its GPU backend before it exits: CUPTI's records of its work are handed
+   over and written then, while CUDA still runs (at exit, CUDA and CUPTI may be gone). */
+void ggml_backend_free(void *backend) {
+    static void (*original)(void *);
+    if (!original) original = (void (*)(void *))dlsym(RTLD_NEXT, "ggml_backend_free");
+    cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    write_tally();
+    if (original) original(backend);
+}
+
 __attribute__((constructor)) static void start(void) {
     if (cuptiActivityRegisterCallbacks(requested, completed) != CUPTI_SUCCESS ||
         cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS) {
         fprintf(stderr, "gpu_kernel_tally: CUPTI refused\n");
-        return;
     }
-    atexit(write_tally);
 }

@@ -76,7 +76,7 @@ def test_the_chrome_trace_has_a_gpu_track(h200_run, tmp_path):
     from ggml_viz.export.registry import exporter_for
 
     path = tmp_path / "trace.json"
-    exporter_for("chrome", path).export(h200_run, path, ExportOptions())
+    exporter_for("chrome-json", path).export(h200_run, path, ExportOptions())
     events = json.loads(path.read_text())
     events = events["traceEvents"] if isinstance(events, dict) else events
     names = {e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "thread_name"}

@@ -189,6 +189,63 @@ class RunSummary(TypedDict):
     kv_cache: KvSummary
     throughput_by_op: list[OpThroughput]
     findings: list[str]
+    clocks: dict[str, int]  # timed node events by their clock: host, gpu
+    gpu: GpuTimerSummary | None  # the GPU timer's account (None: no GPU the timer saw)
+
+
+class GpuDecodeStep(TypedDict):
+    """The median traced decode step from the GPU's side (analysis.gpu.decode_step)."""
+
+    steps: int
+    busy_ns: float
+    span_ns: float
+    host_ns: float
+    host_of: str  # whose host time: untraced steps, or the traced ones
+    busy_share: float
+
+
+class GpuKernelRow(TypedDict):
+    function: str
+    count: int
+    busy_ns: int
+    share: float
+    mean_ns: float
+
+
+class GpuSideKernel(TypedDict):
+    op: str
+    function: str
+    main: str
+    busy_ns: int
+    share: float
+
+
+class GpuTimerCost(TypedDict):
+    attach_ns: float
+    traced_extra_ns: float
+    compared: int
+    graph_ns: float
+    share: float
+
+
+class GpuTimerSummary(TypedDict):
+    """analysis.gpu.gpu_summary."""
+
+    mode: str | None
+    cupti: str | None
+    clock: str | None
+    problem: str | None
+    devices: list[int]
+    graphs: int
+    graphs_traced: int
+    windows: int
+    unattributed_graphs: int
+    kernels: int
+    attributed_kernels: int
+    decode_step: GpuDecodeStep | None
+    top_kernels: list[GpuKernelRow]
+    side_kernels: list[GpuSideKernel]
+    cost: GpuTimerCost | None
 
 
 class GraphBars(TypedDict):
