@@ -10,8 +10,19 @@ from pathlib import Path
 import pandas as pd
 
 from ggml_viz.analysis.components import node_components
-from ggml_viz.export import ExportOptions, exporter_for, profiles
+from ggml_viz.export import ExportOptions, base, exporter_for, profiles
 from ggml_viz.runformat.reader import Run
+
+
+def exported_whole_and_in_chunks(run: Run, folder: Path, name: str, monkeypatch, format_name: str | None = None):
+    """A run exported at once and a graph at a time (the chunked path every long run takes):
+    the two outputs' paths, for the caller to compare."""
+    exporter = exporter_for(format_name, folder / name)
+    whole, chunked = folder / f"whole-{name}", folder / f"chunked-{name}"
+    exporter.export(run, whole, ExportOptions())
+    monkeypatch.setattr(base, "CHUNK_GRAPHS", 1)
+    exporter.export(run, chunked, ExportOptions())
+    return whole, chunked
 
 
 def profile_of_all_events(run: Run, graph_ids: list[int] | None = None) -> list[tuple[tuple[str, ...], int]]:

@@ -94,18 +94,25 @@ def test_a_node_from_the_event_log_shows_in_the_timeline_and_in_the_graph(page, 
     assert "attn_out-1" in page.inner_text("[data-testid=graph-details] [data-testid=details-name]")
 
 
-def test_the_report_inlines_the_modules_and_works_offline(browser, run_path, tmp_path):
+def open_report(browser, run_path, report):
+    """Export `run_path`'s report to `report` and open it from the file: the page, the errors
+    it logs and every URL it requests."""
     from ggml_viz.commands import main
 
-    # GIVEN a synthetic run's report, opened from a file
-    report = tmp_path / "report.html"
     assert main(["export", str(run_path), "-o", str(report)]) == 0
-    assert "import " not in report.read_text().split('<script type="module">')[1]
     page = browser.new_page(viewport={"width": 1440, "height": 900})
     errors = collect_errors(page)
     requests: list[str] = []
     page.on("request", lambda request: requests.append(request.url))
     page.goto(report.as_uri())
+    return page, errors, requests
+
+
+def test_the_report_inlines_the_modules_and_works_offline(browser, run_path, tmp_path):
+    # GIVEN a synthetic run's report, opened from a file
+    report = tmp_path / "report.html"
+    page, errors, requests = open_report(browser, run_path, report)
+    assert "import " not in report.read_text().split('<script type="module">')[1]
     page.wait_for_selector("body[data-ready='1']")
     # WHEN every tab is opened, THEN each draws from the report's own answers
     for tab in TABS:
@@ -205,15 +212,8 @@ def test_a_gpu_run_draws_its_kernels_and_a_click_on_one_selects_its_node(page, g
 
 
 def test_a_gpu_run_s_report_draws_its_gpu_lane_offline(browser, gpu_run_path, tmp_path):
-    from ggml_viz.commands import main
-
     report = tmp_path / "gpu-report.html"
-    assert main(["export", str(gpu_run_path), "-o", str(report)]) == 0
-    page = browser.new_page(viewport={"width": 1440, "height": 900})
-    errors = collect_errors(page)
-    requests: list[str] = []
-    page.on("request", lambda request: requests.append(request.url))
-    page.goto(report.as_uri())
+    page, errors, requests = open_report(browser, gpu_run_path, report)
     page.wait_for_selector("[data-testid=gpu-steps] [data-testid=gpu-step]")
     for tab in TABS:
         page.click(f"#tabs button[data-tab={tab}]")

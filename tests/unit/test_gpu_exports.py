@@ -23,7 +23,7 @@ from ggml_viz.export import ExportOptions, base, exporter_for, profiles
 from ggml_viz.runformat.reader import Run
 from ggml_viz.runformat.synthetic import write_synthetic_run
 
-from ..profile_files import exported_profile, tensorboard_events, tensorboard_steps
+from ..profile_files import exported_profile, exported_whole_and_in_chunks, tensorboard_events, tensorboard_steps
 
 TRACED = [0, 4, 8]  # the graphs the GPU timer traced: every fourth of 12
 
@@ -129,11 +129,8 @@ def test_chrome_json_has_a_gpu_thread_per_device_in_the_contexts_process(run, tm
 
 @pytest.mark.parametrize("name", ["out.pftrace", "out.json"])
 def test_a_gpu_trace_written_a_graph_at_a_time_is_the_trace_written_at_once(run, tmp_path, monkeypatch, name):
-    exporter = exporter_for(None, tmp_path / name)
-    exporter.export(run, tmp_path / f"whole-{name}", ExportOptions())
-    monkeypatch.setattr(base, "CHUNK_GRAPHS", 1)
-    exporter.export(run, tmp_path / f"chunked-{name}", ExportOptions())
-    assert (tmp_path / f"whole-{name}").read_bytes() == (tmp_path / f"chunked-{name}").read_bytes()
+    whole, chunked = exported_whole_and_in_chunks(run, tmp_path, name, monkeypatch)
+    assert whole.read_bytes() == chunked.read_bytes()
 
 
 def test_a_trace_window_holds_the_kernels_of_its_graphs_only(run, tmp_path):
@@ -269,12 +266,9 @@ def test_a_profile_of_host_and_gpu_times_says_which_is_which():
 
 
 def test_tensorboard_puts_the_gpus_times_under_their_own_tags(run, tmp_path, monkeypatch):
-    exporter = exporter_for("tensorboard", tmp_path / "whole")
-    exporter.export(run, tmp_path / "whole", ExportOptions())
-    monkeypatch.setattr(base, "CHUNK_GRAPHS", 1)
-    exporter.export(run, tmp_path / "chunked", ExportOptions())
-    assert tensorboard_events(tmp_path / "whole") == tensorboard_events(tmp_path / "chunked")
-    steps = tensorboard_steps(tmp_path / "whole")
+    whole, chunked = exported_whole_and_in_chunks(run, tmp_path, "tb", monkeypatch, "tensorboard")
+    assert tensorboard_events(whole) == tensorboard_events(chunked)
+    steps = tensorboard_steps(whole)
     assert not any(tag.startswith(("op_time_us/", "layer_time_us/")) for tag in steps)
     times = run.raw("gpu_node_times").merge(run.nodes_of(TRACED, times=False), on=["graph_id", "node_index"])
     per_graph = times[times["op"] == "MUL_MAT"].groupby("graph_id")["gpu_ns"].sum() / 1e3
@@ -324,7 +318,7 @@ def test_a_run_without_gpu_tables_has_empty_gpu_views_and_a_folder_mixes_both(fo
     assert all(f"{view}:" in listed for view in ("gpu_kernels", "gpu_node_times", "gpu_graphs"))
 
 
-def test_a_kernel_outside_any_graph_is_only_in_the_raw_view(run, tmp_path):
+def test_a_kernel_outside_any_graph_is_kept_by_sql_and_left_out_of_traces(run, tmp_path):
     # GIVEN a copy the GPU timer could not match to a graph (graph -1)
     path = copy_run(run, tmp_path / "stray.ggmlviz")
 
@@ -335,11 +329,14 @@ def test_a_kernel_outside_any_graph_is_only_in_the_raw_view(run, tmp_path):
     rewrite(path, "gpu_kernels", stray)
     stray_run = ggml_viz.open(path)
     assert run_query(stray_run, "select count(*) as n from raw_gpu_kernels")["n"].tolist() == [len(run.gpu_kernels) + 1]
-    assert run_query(stray_run, "select count(*) as n from gpu_kernels")["n"].tolist() == [len(stray_run.gpu_kernels)]
+    # THEN SQL keeps it, as the reader does, without a phase or a node
+    assert len(stray_run.gpu_kernels) == len(run.gpu_kernels) + 1
+    kept = run_query(stray_run, "select phase, node_name from gpu_kernels where graph_id = -1")
+    assert len(kept) == 1 and kept.isna().all(axis=None)
     # ... and the traces leave it out with the reader
     exporter_for(None, tmp_path / "s.json").export(stray_run, tmp_path / "s.json", ExportOptions())
     events = json.loads((tmp_path / "s.json").read_text())["traceEvents"]
-    assert len([e for e in events if e.get("cat") == "gpu"]) == len(stray_run.gpu_kernels)
+    assert len([e for e in events if e.get("cat") == "gpu"]) == len(run.gpu_kernels)
 
 
 # -- tables -------------------------------------------------------------------------------

@@ -13,6 +13,8 @@ from ggml_viz.commands import main
 from ggml_viz.export import ExportOptions, base, exporter_for, traces
 from ggml_viz.runformat.synthetic import write_synthetic_run
 
+from ..profile_files import exported_whole_and_in_chunks
+
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
@@ -21,11 +23,8 @@ def run(tmp_path_factory):
 
 @pytest.mark.parametrize("name", ["out.pftrace", "out.json"])
 def test_a_trace_written_a_graph_at_a_time_is_the_trace_written_at_once(run, tmp_path, monkeypatch, name):
-    exporter = exporter_for(None, tmp_path / name)
-    exporter.export(run, tmp_path / f"whole-{name}", ExportOptions())
-    monkeypatch.setattr(base, "CHUNK_GRAPHS", 1)
-    exporter.export(run, tmp_path / f"chunked-{name}", ExportOptions())
-    assert (tmp_path / f"whole-{name}").read_bytes() == (tmp_path / f"chunked-{name}").read_bytes()
+    whole, chunked = exported_whole_and_in_chunks(run, tmp_path, name, monkeypatch)
+    assert whole.read_bytes() == chunked.read_bytes()
 
 
 def test_the_tables_written_a_graph_at_a_time_are_the_readers_tables(run, tmp_path, monkeypatch):

@@ -14,7 +14,13 @@ from ggml_viz.export import ExportOptions, base, exporter_for, profiles
 from ggml_viz.runformat.reader import Run
 from ggml_viz.runformat.synthetic import write_synthetic_run
 
-from ..profile_files import exported_profile, profile_of_all_events, tensorboard_events, tensorboard_steps
+from ..profile_files import (
+    exported_profile,
+    exported_whole_and_in_chunks,
+    profile_of_all_events,
+    tensorboard_events,
+    tensorboard_steps,
+)
 
 
 @pytest.fixture(scope="module")
@@ -74,13 +80,10 @@ def test_a_speedscope_window_sums_only_its_graphs(run, tmp_path, monkeypatch):
 
 
 def test_tensorboard_written_a_graph_at_a_time_is_written_at_once(run, tmp_path, monkeypatch):
-    exporter = exporter_for("tensorboard", tmp_path / "whole")
-    exporter.export(run, tmp_path / "whole", ExportOptions())
-    monkeypatch.setattr(base, "CHUNK_GRAPHS", 1)
-    exporter.export(run, tmp_path / "chunked", ExportOptions())
-    assert tensorboard_events(tmp_path / "whole") == tensorboard_events(tmp_path / "chunked")
+    whole, chunked = exported_whole_and_in_chunks(run, tmp_path, "tb", monkeypatch, "tensorboard")
+    assert tensorboard_events(whole) == tensorboard_events(chunked)
     # and it holds each graph's layer times and op times, at the graph's step
-    steps = tensorboard_steps(tmp_path / "chunked")
+    steps = tensorboard_steps(chunked)
     nodes = run.nodes[run.nodes["timed"]]
     for tag, of in (("layer_time_us/layer_0", nodes["layer"] == 0), ("op_time_us/MUL_MAT", nodes["op"] == "MUL_MAT")):
         per_graph = nodes[of].groupby("graph_id")["duration_ns"].sum() / 1e3  # graph ids are the steps here

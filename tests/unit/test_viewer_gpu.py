@@ -209,7 +209,7 @@ def test_a_run_without_gpu_tables_answers_as_before(tmp_path):
     assert view.node(5)["gpu"] is None
     stats = view.statistics
     assert [source["clock"] for source in stats["time_sources"]] == ["host"]
-    assert stats["time_sources"][0]["label"] == "host clock (inline timing)"
+    assert stats["time_sources"][0]["label"] == "timing inline (host clock, each graph run whole)"
     assert {row["clock"] for row in stats["by_op"]} == {"host"}
 
 

@@ -36,15 +36,15 @@ TABLE_DOCS = {
     "memory_map": "the model file's regions: run, kind, name, start, end, type, layer, category",
     "node_totals": "per (run, phase, structure_id, node_index): graphs, timed events, time_ns (the GPU's for nodes "
     "the GPU timed), clock (host|gpu), group_end, wait_ns, name, op, ...",
-    "gpu_kernels": "GPU runs: one row per kernel, memcpy or memset the GPU ran in the traced graphs: run, graph_id, "
-    "node_index (-1: none), group_end, device, stream, kind, kernel, name (demangled), start_ns, end_ns (GPU "
-    "times), busy_ns, bytes, correlation_id, phase, node_name, op, layer",
+    "gpu_kernels": "GPU runs: one row per kernel, memcpy or memset the GPU ran while the timer traced: run, "
+    "graph_id (-1: outside any graph, no phase), node_index (-1: none), group_end, device, stream, kind, kernel, "
+    "name (demangled), start_ns, end_ns (GPU times), busy_ns, bytes, correlation_id, phase, node_name, op, layer",
     "gpu_node_times": "GPU runs: per traced graph and node with kernels: run, graph_id, node_index, group_end, "
     "device, start_ns, end_ns, gpu_ns (busy share), kernels, phase, name, op, layer",
     "gpu_graphs": "GPU runs: per traced graph and device: run, graph_id, device, start_ns, end_ns, busy_ns, kernels, "
     "attributed, mapping, phase, host_start_ns, host_end_ns, host_ns, idle_ns",
     "raw_*": "the stored tables as they are, with run (raw_graphs, raw_node_times, raw_structure_nodes, "
-    "raw_edges, ..., raw_gpu_kernels with the kernels outside any graph)",
+    "raw_edges, ..., raw_gpu_kernels)",
 }
 SMALL_VIEWS = ("graphs", "tokens", "buffers", "tensors", "memory_map", "node_totals")
 GPU_TABLES = ("gpu_kernels", "gpu_node_times", "gpu_graphs")
@@ -73,7 +73,7 @@ _GPU_NODES_SQL = """
                      from raw_structure_nodes_{i} s left join tensors_{i} d using (tensor_id))
     select t.*, g.phase, n.name as {name}, n.op, n.layer
     from raw_{table}_{i} t
-    join raw_graphs_{i} g on g.graph_id = t.graph_id
+    left join raw_graphs_{i} g on g.graph_id = t.graph_id
     left join node_of n on n.node_key = ((g.structure_id::bigint << 32) | t.node_index)
 """
 _GPU_GRAPHS_SQL = """

@@ -17,6 +17,18 @@ from .memory import kv_cache_fill, peak_bytes
 NS_PER_MS = 1e6
 
 
+TIMING_LABELS = {
+    "inline": "inline (host clock, each graph run whole)",
+    "sync": "sync (host clock, each node computed alone: on a GPU without fusion or CUDA graphs, and "
+    "synchronized after every node)",
+}
+
+
+def timing_label(timing: str | None) -> str:
+    """What a --timing setting measures, in words (wherever node times are shown)."""
+    return TIMING_LABELS.get(timing or "", timing or "?")
+
+
 def timed_nodes(run: Run) -> pd.DataFrame:
     nodes = run.nodes
     return nodes[nodes["timed"]]
@@ -171,6 +183,7 @@ def summarize(run: Run, top: int = 10) -> dict[str, Any]:
         "dropped_events": int((manifest.get("counts") or {}).get("dropped_events", 0)),
         "untimed_graphs": int((manifest.get("counts") or {}).get("untimed_graphs", 0)),
         "timing": (manifest.get("capture") or {}).get("timing", "sync"),
+        "timing_label": timing_label((manifest.get("capture") or {}).get("timing", "sync")),
         "clocks": {str(k): int(v) for k, v in totals.groupby("clock")["timed"].sum().items()},
         "gpu": gpu,
         "node_waits": node_waits(run),

@@ -137,7 +137,7 @@ def render_summary(summary: dict[str, Any], console: Console | None = None, shor
             if summary["dropped_graphs"]
             else ""
         )
-        + (f"   timing: {summary['timing']}" if (summary.get("clocks") or {}).get("host") else "")
+        + (f"\ntiming: {summary['timing_label']}" if (summary.get("clocks") or {}).get("host") else "")
     )
     waits = summary.get("node_waits") or {}
     if (summary.get("clocks") or {}).get("host") and summary["timing"] == "inline":

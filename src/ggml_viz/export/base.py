@@ -116,8 +116,8 @@ def described_gpu_rows(run: Run, table: str, graph_ids: Iterable[int], names: pd
     """The rows of gpu_kernels or gpu_node_times of some graphs (gpu_rows_of), with their
     graph's phase and their node's name, op and layer (`names`: node_names(run); a kernel's
     own name stays `name`, its node's is `node_name`; none for a kernel without a node).
-    Rows of graphs the run does not have (a kernel outside any graph) are left out, as the
-    reader leaves them out."""
+    Rows of graphs the run does not have (a kernel outside any graph, graph_id -1) are left
+    out: an export covers graphs."""
     rows = gpu_rows_of(run, table, graph_ids)
     rows = rows.merge(run.graphs[["graph_id", "structure_id", "phase"]], on="graph_id", sort=False)
     nodes = names.rename(columns={"name": "node_name"}) if table == "gpu_kernels" else names

@@ -207,8 +207,9 @@ class Run:
 
     @cached_property
     def gpu_kernels(self) -> pd.DataFrame:
-        """What the GPU ran in the traced graphs: one row per kernel, memcpy or memset, with
-        its node (-1: a copy, or a kernel that could not be attributed) and its graph's phase."""
+        """What the GPU ran while the timer traced: one row per kernel, memcpy or memset, with
+        its node (-1: a copy, or a kernel that could not be attributed) and its graph's phase
+        (graph_id -1, no phase: work the program started outside any traced call)."""
         kernels = self.raw("gpu_kernels")
         return kernels.merge(self.graphs[["graph_id", "phase"]], on="graph_id", how="left")
 

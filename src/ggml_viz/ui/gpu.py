@@ -12,8 +12,9 @@ overview its top kernels.
 
 A kernel's op is its node's (the host lane's colors); the other kinds of activity get codes
 below zero: UNATTRIBUTED (a kernel the recorder could not map to a node), MEMCPY, MEMSET.
-Kernels outside the run's graphs (graph_id -1) are left out, as `Run.gpu_kernels` leaves
-them. Times go to the browser relative to the run's first graph, like the host lane's.
+Kernels outside the run's graphs (graph_id -1: work the program started between traced
+calls) are left out: they belong to no graph's time. Times go to the browser relative to
+the run's first graph, like the host lane's.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..analysis.summary import timing_label
 from ..runformat.schema import PARQUET_SUFFIX
 from .payloads import (
     GpuLane,
@@ -437,7 +439,7 @@ def time_sources(view: RunView, gpu: GpuRun | None) -> list[TimeSource]:
     """Where the node times of the statistics come from: the host's clock, the GPU's, both."""
     totals = view.run.node_totals
     timing = (view.run.manifest.get("capture") or {}).get("timing")
-    labels = {"host": f"host clock ({timing} timing)" if timing else "host clock",
+    labels = {"host": f"timing {timing_label(timing)}" if timing else "host clock",
               "gpu": gpu.label if gpu is not None else "GPU time"}  # fmt: skip
     sources: list[TimeSource] = []
     for clock in ("host", "gpu"):

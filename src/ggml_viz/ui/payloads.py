@@ -178,6 +178,7 @@ class RunSummary(TypedDict):
     dropped_events: int
     untimed_graphs: int
     timing: str
+    timing_label: str  # what the timing measures, in words
     node_waits: NodeWaits
     phases: list[PhaseRow]
     time_by_op: list[OpTime]

@@ -126,6 +126,7 @@ import { offlineAnswer } from "./offline.js";
  * @property {number} dropped_events
  * @property {number} untimed_graphs
  * @property {string} timing
+ * @property {string} timing_label
  * @property {NodeWaits} node_waits
  * @property {PhaseRow[]} phases
  * @property {OpTime[]} time_by_op
@@ -137,6 +138,8 @@ import { offlineAnswer } from "./offline.js";
  * @property {KvSummary} kv_cache
  * @property {OpThroughput[]} throughput_by_op
  * @property {string[]} findings
+ * @property {Object<string, number>} clocks  timed node events by clock: host, gpu
+ * @property {?Object} gpu  the GPU timer's account (analysis.gpu.gpu_summary), or null
  *
  * @typedef {Object} GraphBars one entry per graph
  * @property {number[]} graph_id

@@ -32,7 +32,7 @@ export function render(section) {
           kv("graphs", fmtInt(sm.graphs)), kv("node events", `${fmtInt(sm.node_events)} (${fmtInt(sm.timed_node_events)} timed)`),
           kv("status", sm.status + (sm.incomplete_reason ? ": " + sm.incomplete_reason : "")))),
       h("div", { class: "card" }, h("h3", { text: "settings" }),
-        h("dl", { class: "kv" }, kv("recorder", capture.recorder), kv("detail", capture.detail), kv("timing", capture.timing),
+        h("dl", { class: "kv" }, kv("recorder", capture.recorder), kv("detail", capture.detail), kv("timing", sm.timing_label || capture.timing),
           kv("sample", capture.sample || "every graph"), kv("max events", capture.max_events || "no bound"),
           kv("dropped", `${fmtInt(sm.dropped_graphs)} graphs / ${fmtInt(sm.dropped_events)} events`))),
       h("div", { class: "card" }, h("h3", { text: "prompt" }), h("div", { class: "text-block", "data-testid": "prompt", text: sm.prompt || "" }),
