@@ -365,19 +365,23 @@ function drawGraphs(ctx, g, X, width, graphY) {
   }
 }
 
-// Summed pixel columns (of the data's own window), then each node's own bar.
-function drawNodes(ctx, lane, data, X, width, nodeY) {
-  const ops = data.ops, c = lane.columns;
-  if (c.px.length) {
-    const colScale = (data.t1 - data.t0) / data.width;
-    for (let i = 0; i < c.px.length; i++) {
-      const x0 = X(data.t0 + c.px[i] * colScale), x1 = X(data.t0 + (c.px[i] + 1) * colScale);
-      if (x1 < 0 || x0 > width) continue;
-      ctx.fillStyle = opColor(ops[c.op[i]], state.overview.ops);
-      const barHeight = LANE_NODE_H * (0.35 + 0.65 * c.fill[i]);
-      ctx.fillRect(x0, nodeY + LANE_NODE_H - barHeight, Math.max(1, x1 - x0), barHeight);
-    }
+// Summed pixel columns (of the data's own window: each a column's busiest op, as tall as the
+// column is full) in a band of `height` from `y`.
+function drawColumns(ctx, c, data, X, width, y, height, colorOf) {
+  const colScale = (data.t1 - data.t0) / data.width;
+  for (let i = 0; i < c.px.length; i++) {
+    const x0 = X(data.t0 + c.px[i] * colScale), x1 = X(data.t0 + (c.px[i] + 1) * colScale);
+    if (x1 < 0 || x0 > width) continue;
+    ctx.fillStyle = colorOf(c.op[i]);
+    const barHeight = height * (0.35 + 0.65 * c.fill[i]);
+    ctx.fillRect(x0, y + height - barHeight, Math.max(1, x1 - x0), barHeight);
   }
+}
+
+// Summed pixel columns, then each node's own bar.
+function drawNodes(ctx, lane, data, X, width, nodeY) {
+  const ops = data.ops;
+  drawColumns(ctx, lane.columns, data, X, width, nodeY, LANE_NODE_H, (op) => opColor(ops[op], state.overview.ops));
   const n = lane.nodes;
   for (let i = 0; i < n.start.length; i++) {
     const x0 = X(n.start[i]), x1 = X(n.end[i]);
@@ -403,15 +407,8 @@ function drawGpuLane(ctx, { gpuLane, labelY, y }, data, X, width, selectedEvent)
     const x0 = X(traced.start[i]), x1 = X(traced.end[i]);
     if (x1 >= 0 && x0 <= width) ctx.fillRect(x0, y, Math.max(1, x1 - x0), GPU_LANE_H);
   }
-  const ops = data.ops, runOps = state.overview.ops, c = gpuLane.columns;
-  const colScale = (data.t1 - data.t0) / data.width;
-  for (let i = 0; i < c.px.length; i++) {
-    const x0 = X(data.t0 + c.px[i] * colScale), x1 = X(data.t0 + (c.px[i] + 1) * colScale);
-    if (x1 < 0 || x0 > width) continue;
-    ctx.fillStyle = gpuColor(c.op[i], ops, runOps);
-    const barHeight = GPU_LANE_H * (0.35 + 0.65 * c.fill[i]);
-    ctx.fillRect(x0, y + GPU_LANE_H - barHeight, Math.max(1, x1 - x0), barHeight);
-  }
+  const ops = data.ops, runOps = state.overview.ops;
+  drawColumns(ctx, gpuLane.columns, data, X, width, y, GPU_LANE_H, (op) => gpuColor(op, ops, runOps));
   const k = gpuLane.bars;
   for (let i = 0; i < k.start.length; i++) {
     const x0 = X(k.start[i]), x1 = X(k.end[i]);
