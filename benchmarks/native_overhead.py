@@ -12,12 +12,17 @@ ratio (above 1: recording slows the program).
 
     python benchmarks/native_overhead.py                 # both programs, 7 pairs
     python benchmarks/native_overhead.py --pairs 11 --programs llama-bench
+
+`--baseline SITE` adds a third run to each round: the program under another ggml-viz, installed
+in SITE (`pip install --no-deps --target SITE CHECKOUT`), so that a change is measured against
+what it changes in the same rounds, and prints that one's median ratio too.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -67,34 +72,52 @@ def tokens_per_second(program: str, completed: subprocess.CompletedProcess) -> f
     return float(match.group(1))
 
 
-def run_pair(program: str, command: list[str], folder: Path, index: int) -> tuple[float, float]:
-    """One untraced and one traced run, in alternating order from pair to pair (drift cancels)."""
-    output = folder / f"{program}-{index}.ggmlviz"
-    traced_command = [sys.executable, "-m", "ggml_viz", "run", "-o", str(output), "--", *command]
+def run_round(program: str, command: list[str], folder: Path, index: int, baseline: str | None) -> dict[str, float]:
+    """One untraced and one traced run (and one under the baseline ggml-viz), in an order that
+    turns from round to round (drift cancels)."""
+    runs: dict[str, tuple[list[str], dict[str, str] | None]] = {"untraced": (command, None)}
+    for name, site in (("traced", None), ("baseline", baseline)):
+        if name == "baseline" and site is None:
+            continue
+        output = folder / f"{program}-{name}-{index}.ggmlviz"
+        env = {**os.environ, "PYTHONPATH": site} if site else None
+        runs[name] = ([sys.executable, "-m", "ggml_viz", "run", "-o", str(output), "--", *command], env)
+    names = sorted(runs)
+    order = names[index % len(names) :] + names[: index % len(names)]
     results = {}
-    for name, argv in sorted({"untraced": command, "traced": traced_command}.items(), reverse=index % 2 == 0):
-        results[name] = tokens_per_second(program, subprocess.run(argv, capture_output=True, text=True, timeout=600))
-    return results["untraced"], results["traced"]
+    for name in order if index % 2 else order[::-1]:
+        argv, env = runs[name]
+        completed = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env)
+        results[name] = tokens_per_second(program, completed)
+    return results
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=int, default=7)
     parser.add_argument("--programs", nargs="+", default=["llama-bench", "llama-completion"])
+    parser.add_argument("--baseline", metavar="SITE", help="a folder holding another ggml-viz to compare with")
     args = parser.parse_args()
+    if args.baseline and not (Path(args.baseline) / "ggml_viz").is_dir():
+        sys.exit(f"{args.baseline} holds no ggml_viz package: pip install --no-deps --target {args.baseline} CHECKOUT")
     model = model_path()
     all_commands = commands(model)
     with tempfile.TemporaryDirectory() as folder:
         for program in args.programs:
-            ratios = []
+            ratios: dict[str, list[float]] = {"traced": [], "baseline": []}
             print(f"{program}: {' '.join(all_commands[program][1:])}")
             for index in range(args.pairs):
-                untraced, traced = run_pair(program, all_commands[program], Path(folder), index)
-                ratios.append(untraced / traced)
-                print(f"  pair {index + 1}: untraced {untraced:7.1f} tok/s   traced {traced:7.1f} tok/s   "
-                      f"ratio {untraced / traced:.3f}")  # fmt: skip
-            print(f"{program}: median untraced/traced {statistics.median(ratios):.3f} over {args.pairs} pairs "
-                  f"(min {min(ratios):.3f}, max {max(ratios):.3f})")  # fmt: skip
+                rates = run_round(program, all_commands[program], Path(folder), index, args.baseline)
+                line = f"  pair {index + 1}: untraced {rates['untraced']:7.1f} tok/s"
+                for name in ("traced", "baseline"):
+                    if name in rates:
+                        ratios[name].append(rates["untraced"] / rates[name])
+                        line += f"   {name} {rates[name]:7.1f} tok/s   ratio {ratios[name][-1]:.3f}"
+                print(line)
+            for name, values in ratios.items():
+                if values:
+                    print(f"{program}: median untraced/{name} {statistics.median(values):.3f} over {args.pairs} "
+                          f"pairs (min {min(values):.3f}, max {max(values):.3f})")  # fmt: skip
 
 
 if __name__ == "__main__":
