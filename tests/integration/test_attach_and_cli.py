@@ -125,9 +125,13 @@ def test_run_command_wraps_a_program(tmp_path, model_path):
     script = tmp_path / "app.py"
     script.write_text(PLAIN_SCRIPT)
     output = tmp_path / "wrapped.ggmlviz"
-    result = ggml_viz_cli("run", "-o", str(output), "--", sys.executable, str(script), str(model_path), PROMPT, "2")
+    program = [sys.executable, str(script), str(model_path), PROMPT, "2"]
+    expected = subprocess.run(program, capture_output=True, text=True, timeout=300)
+    result = ggml_viz_cli("run", "-o", str(output), "--", *program)
     assert result.returncode == 0, result.stderr
-    assert "run written to" in result.stdout
+    # the program's stdout byte for byte: ggml-viz speaks on stderr
+    assert expected.stdout.strip() and result.stdout == expected.stdout
+    assert "run written to" in result.stderr
     assert len(ggml_viz.open(output).graphs) == 2
 
 

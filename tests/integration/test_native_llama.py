@@ -45,8 +45,9 @@ def test_llama_completion_records_the_graphs_llama_cpp_python_runs(tmp_path, mod
     # WHEN ggml-viz runs llama-completion
     result = ggml_viz_cli("run", "-o", str(output), "--", *completion_command(model_path))
     assert result.returncode == 0, result.stderr
-    # THEN the program says what it says untraced (greedy: the same text)
-    assert expected.stdout.strip() and expected.stdout.strip() in result.stdout
+    # THEN the program says what it says untraced (greedy: the same text), byte for byte: ggml-viz
+    # speaks on stderr
+    assert expected.stdout.strip() and result.stdout == expected.stdout
     native = ggml_viz.open(output)
     assert native.status == "complete", native.manifest["incomplete_reason"]
     with ggml_viz.record(tmp_path / "python.ggmlviz"):
@@ -150,7 +151,7 @@ def test_llama_server_answering_the_openai_client_is_recorded(tmp_path, model_pa
     # THEN the run is complete
     run = ggml_viz.open(output)
     assert run.status == "complete", (run.manifest["incomplete_reason"], stderr[-3000:])
-    assert "run written to" in stdout
+    assert "run written to" in stderr and "run written to" not in stdout
     graphs = run.graphs
     # AND it holds every token the server fed, in prompt graphs and decode graphs of both slots
     for_requests = run.tokens[run.tokens.graph_id.isin(graphs[graphs.start_ns >= asked_ns].graph_id)]
@@ -202,7 +203,7 @@ def test_llama_bench_gets_a_per_op_breakdown_of_pp_and_tg(tmp_path, model_path):
     # WHEN ggml-viz runs it
     result = ggml_viz_cli("run", "-o", str(output), "--", *command)
     assert result.returncode == 0, result.stderr
-    figures, _ = json.JSONDecoder().raw_decode(result.stdout.lstrip())
+    figures = json.loads(result.stdout)  # its stdout is its JSON, nothing after it
     run = ggml_viz.open(output)
     graphs = run.graphs
     # THEN its pp graphs hold 16 tokens; its tg graphs one, the first of each run at position 0

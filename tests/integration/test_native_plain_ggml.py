@@ -31,7 +31,7 @@ def test_a_plain_ggml_program_is_recorded_graph_by_graph(tmp_path, plain_program
     result = ggml_viz_cli("run", "-o", str(output), "--", str(plain_program))
     # THEN the program's output and exit status are its own
     assert result.returncode == 0, result.stderr
-    assert expected.stdout in result.stdout
+    assert result.stdout == expected.stdout  # byte for byte
     # AND each compute is a graph, without tokens, its nodes named, timed and linked
     run = ggml_viz.open(output)
     assert run.status == "complete", run.manifest["incomplete_reason"]

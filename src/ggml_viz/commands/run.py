@@ -23,7 +23,7 @@ class RunCommand(Command):
     program must run in the Python environment where ggml-viz is installed); native programs
     (llama-server, llama-cli, llama-bench, whisper.cpp, anything linked to ggml's shared
     libraries) by a preload library, collected into the run while they run. The exit status
-    is the program's.
+    is the program's, and so is its standard output: ggml-viz speaks on standard error.
 
     example:
       ggml-viz run -o chat.ggmlviz -- python app.py --prompt "hello"
@@ -41,6 +41,8 @@ class RunCommand(Command):
         parser.add_argument("program", nargs=argparse.REMAINDER, help="the command to run, after --")
 
     def run(self, args: argparse.Namespace) -> int:
+        from rich.console import Console
+
         from ..capture.native_program import ProgramKind, describe_exit, program_kind, run_native
         from ..runformat.reader import open_run
         from ..runformat.writer import prepare_run_dir
@@ -73,9 +75,9 @@ class RunCommand(Command):
             raise CommandError(f"cannot run {program[0]}: {error.strerror or error}", exit_code=1) from None
         except CaptureError as error:
             raise CommandError(str(error)) from None
-        if output.exists():
-            print(f"run written to {output} (the program's {describe_exit(exit_code)})")
-            print_short_summary(open_run(output))
+        if output.exists():  # on stderr: the program's stdout is its own, byte for byte
+            print(f"run written to {output} (the program's {describe_exit(exit_code)})", file=sys.stderr)
+            print_short_summary(open_run(output), Console(stderr=True))
         elif kind is ProgramKind.STATIC:
             print(
                 f"ggml-viz: no run was written: {program[0]} loads no ggml shared library (ggml linked statically, "
