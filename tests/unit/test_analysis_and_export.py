@@ -72,3 +72,19 @@ def test_exporters_are_found_by_name_or_longest_ending():
         exporter_for("pdf", Path("a.pdf"))
     with pytest.raises(CommandError, match="cannot tell the format"):
         exporter_for(None, Path("a.pdf"))
+
+
+@pytest.mark.parametrize(
+    ("buffer_types", "named"),
+    [
+        (["CPU", "CPU_Mapped", "CPU_REPACK"], ["CPU"]),
+        (["CPU", "CUDA_Host", "CUDA0"], ["CPU", "CUDA0"]),  # the pinned host buffers are no device
+        (["CUDA_Host", "CUDA0", "CUDA1", "CUDA_Split"], ["CUDA0", "CUDA1"]),
+        (["Vulkan_Host", "Vulkan0", "CPU_Mapped"], ["CPU", "Vulkan0"]),
+        (["Metal", "Metal_Mapped"], ["Metal"]),
+    ],
+)
+def test_each_device_is_named_once_by_its_backend(buffer_types, named):
+    from ggml_viz.analysis.summary import backend_names
+
+    assert backend_names(buffer_types) == named

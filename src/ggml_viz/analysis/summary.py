@@ -7,6 +7,8 @@ time (`timed`) are counted in per-node times.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from typing import Any
 
 import pandas as pd
@@ -146,8 +148,19 @@ def weight_reads(run: Run) -> dict[str, Any]:
 
 def backends(run: Run) -> list[str]:
     """Backends named by the buffers of computed nodes (CPU, CUDA0, Metal, ...)."""
-    names = run.buffers["buffer_type"].str.replace(r"_Mapped$|_Host$", "", regex=True)
-    return sorted(set(names))
+    return backend_names(run.buffers["buffer_type"])
+
+
+def backend_names(buffer_types: Iterable[str]) -> list[str]:
+    """Each device once, by its backend's name, from the types of the buffers it used: a
+    buffer type is the backend's name with its kind after an underscore (CPU_Mapped,
+    CPU_REPACK, CUDA_Host, CUDA_Split), and a kind shared by a backend's devices is named
+    without the device's number (CUDA_Host beside CUDA0): such a name counts only where no
+    device of it is named."""
+    names = {str(name).split("_", 1)[0] for name in buffer_types if name}
+    devices = {name for name in names if not any(other != name and re.fullmatch(re.escape(name) + r"\d+", other)
+                                                 for other in names)}  # fmt: skip
+    return sorted(devices)
 
 
 def summarize(run: Run, top: int = 10) -> dict[str, Any]:

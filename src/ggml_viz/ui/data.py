@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 
 from ..analysis.graph_view import graph_view
 from ..analysis.memory import gathered_rows, kv_cache_fill, live_bytes, occupancy, weight_reads_by_name
-from ..analysis.summary import plain, records, summarize
+from ..analysis.summary import backend_names, plain, records, summarize
 from ..layers import NO_LAYER
 from ..runformat.memory_sources import VIEW_OPS
 from ..runformat.reader import Run, open_run
@@ -153,8 +153,10 @@ class RunView:
 
     def _context_backends(self) -> dict[int, str]:
         buffers = self.run.raw("buffers")
-        names = buffers["buffer_type"].str.replace(r"_Mapped$|_Host$", "", regex=True)
-        return {int(c): ", ".join(sorted(set(group))) for c, group in names.groupby(buffers["context_id"])}
+        return {
+            int(c): ", ".join(backend_names(group))
+            for c, group in buffers["buffer_type"].groupby(buffers["context_id"])
+        }
 
     def graph_rows(self, graph_ids: np.ndarray) -> np.ndarray:
         """Row positions in `graphs` (sorted by graph_id; ids need not start at 0 or be dense)."""
