@@ -73,6 +73,28 @@ def test_llama_completion_records_the_graphs_llama_cpp_python_runs(tmp_path, mod
     assert ggml_viz_cli("validate", str(output)).returncode == 0
 
 
+def test_llama_cpp_s_warm_up_decode_is_a_phase_of_its_own(tmp_path, model_path):
+    # GIVEN llama-completion with its warm-up (the default), and without
+    runs = {}
+    for name, flags in (("warm", []), ("cold", ["--no-warmup"])):
+        command = [flag for flag in completion_command(model_path, 3) if flag != "--no-warmup"] + flags
+        output = tmp_path / f"{name}.ggmlviz"
+        assert ggml_viz_cli("run", "-o", str(output), "--", *command).returncode == 0
+        runs[name] = ggml_viz.open(output)
+    warm, cold = runs["warm"], runs["cold"]
+    # THEN the warm-up is one graph of its own phase before the prompt: BOS then EOS, at 0 and 1
+    assert warm.graphs.phase.tolist() == ["warmup", *cold.graphs.phase.tolist()]
+    warmup = tokens_of(warm, "warmup")
+    assert warmup.pos.tolist() == [0, 1] and warmup.token_id.iloc[0] != warmup.token_id.iloc[1]
+    # AND the prompt is the prompt alone: its tokens and text as without the warm-up
+    assert tokens_of(warm, "prompt").token_id.tolist() == tokens_of(cold, "prompt").token_id.tolist()
+    summary = json.loads(ggml_viz_cli("summary", str(tmp_path / "warm.ggmlviz"), "--json").stdout)
+    assert summary["prompt"].strip().endswith(PROMPT) and "".join(warmup.text) not in summary["prompt"]
+    # AND it counts in no per-token figure
+    phases = {row["phase"]: row for row in summary["phases"]}
+    assert phases["warmup"]["tokens_per_s"] is None and phases["prompt"]["tokens"] == len(tokens_of(cold, "prompt"))
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -97,7 +119,7 @@ def _wait_for_server(port: int, process: subprocess.Popen, timeout: float = 180)
 def _start_server(output: Path, model_path: Path) -> tuple[subprocess.Popen, int]:
     port = _free_port()
     command = [str(llama_tool("llama-server")), "-m", str(model_path), "--host", "127.0.0.1", "--port", str(port),
-               "-np", "2", "-c", "2048", "-t", "2", "--no-warmup"]  # fmt: skip
+               "-np", "2", "-c", "2048", "-t", "2"]  # fmt: skip
     process = subprocess.Popen(
         [sys.executable, "-m", "ggml_viz", "run", "-o", str(output), "--", *command],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -156,7 +178,9 @@ def test_llama_server_answering_the_openai_client_is_recorded(tmp_path, model_pa
     # AND it holds every token the server fed, in prompt graphs and decode graphs of both slots
     for_requests = run.tokens[run.tokens.graph_id.isin(graphs[graphs.start_ns >= asked_ns].graph_id)]
     assert len(for_requests) == sum(fed for _, fed in answers)
-    assert set(graphs.phase) == {"prompt", "decode"} and set(run.tokens.seq_id) == {0, 1}
+    assert set(graphs.phase) == {"warmup", "prompt", "decode"} and set(run.tokens.seq_id) == {0, 1}
+    # the warm-up (BOS, EOS) and the server's probe of its context (0, 0), before any request
+    assert len(graphs[graphs.phase == "warmup"]) == 2 and graphs.phase.iloc[:2].tolist() == ["warmup"] * 2
     # AND the text of each answer, token by token, in its slot's sequence (all but its last
     # token, never fed back: here, all but its last word)
     tokens = run.tokens.merge(graphs[["graph_id", "start_ns"]], on="graph_id").sort_values(["start_ns", "batch_index"])
@@ -164,6 +188,13 @@ def test_llama_server_answering_the_openai_client_is_recorded(tmp_path, model_pa
     for answer, _ in answers:
         fed = answer.rsplit(maxsplit=1)[0]
         assert any(fed in sequence for sequence in sequences), (answer, sequences)
+    # AND the summary gives each request apart: its question in its prompt, its answer generated
+    served = json.loads(ggml_viz_cli("summary", str(output), "--json").stdout)
+    assert served["n_requests"] == len(QUESTIONS) and {r["seq_id"] for r in served["requests"]} == {0, 1}
+    for question, (answer, _) in zip(QUESTIONS, answers, strict=True):
+        request = next(r for r in served["requests"] if question in r["prompt"])
+        assert answer.rsplit(maxsplit=1)[0] in request["generated"], (answer, request)
+        assert "<|im_start|><|im_end|>" not in request["prompt"]  # no warm-up in it
     # AND real node times, and weights mapped to the model file
     assert run.nodes.timed.any() and run.nodes.duration_ns.sum() > 0
     assert run.manifest["model"]["path"] == str(model_path.resolve())

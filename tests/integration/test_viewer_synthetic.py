@@ -227,3 +227,23 @@ def test_a_gpu_run_s_report_draws_its_gpu_lane_offline(browser, gpu_run_path, tm
     page.close()
     assert requests == [report.as_uri()], requests
     assert not errors, errors
+
+
+def test_a_server_s_run_shows_each_request_apart(page, tmp_path):
+    # GIVEN a run whose graphs take turns among three sequences, as a server's slots do
+    path = write_synthetic_run(tmp_path / "server.ggmlviz", graphs=12, layers=1, sequences=3)
+    viewer = make_viewer(path, port=0)
+    viewer.serve_in_background()
+    try:
+        # WHEN its overview opens
+        page.goto(viewer.url + "#overview")
+        page.wait_for_selector("[data-testid=requests] [data-testid=request]")
+        # THEN each request has its own prompt and generated text, not one run-wide box
+        requests = page.locator("[data-testid=request]")
+        assert requests.count() == 3
+        assert "sequence 1" in requests.nth(1).inner_text() and "t4 t7 t10" in requests.nth(1).inner_text()
+        assert page.locator("[data-testid=generated]").count() == 0
+        assert page.inner_text("[data-testid=phase-legend]").split() == ["prompt", "decode"]
+    finally:
+        page.goto("about:blank")
+        viewer.stop()

@@ -88,3 +88,19 @@ def test_each_device_is_named_once_by_its_backend(buffer_types, named):
     from ggml_viz.analysis.summary import backend_names
 
     assert backend_names(buffer_types) == named
+
+
+def test_a_server_s_requests_are_told_apart_per_sequence(tmp_path):
+    from ggml_viz.analysis.summary import requests, summarize
+
+    # GIVEN graphs taking turns among three sequences (each sequence's first graph its prompt)
+    run = ggml_viz.open(write_synthetic_run(tmp_path / "server.ggmlviz", graphs=12, layers=1, sequences=3))
+    # THEN each sequence is a request: its prompt token, then the tokens it generated
+    served = requests(run)
+    assert [(r["seq_id"], r["prompt"], r["generated"]) for r in served] == [
+        (0, " t0", " t3 t6 t9"), (1, " t1", " t4 t7 t10"), (2, " t2", " t5 t8 t11")]  # fmt: skip
+    summary = summarize(run)
+    assert summary["n_requests"] == 3 and summary["prompt"] == "" and summary["generated_text"] is None
+    # AND one sequence alone gives the run's prompt and generated text
+    single = summarize(ggml_viz.open(write_synthetic_run(tmp_path / "one.ggmlviz", graphs=4, layers=1)))
+    assert (single["prompt"], single["generated_text"], single["n_requests"]) == (" t0", " t1 t2 t3", 1)

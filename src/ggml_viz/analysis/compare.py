@@ -93,7 +93,8 @@ def compare(a: Run, b: Run, top: int = 15) -> dict[str, Any]:
     speed: dict[str, dict[str, float]] = {}
     for side, run in (("a", a), ("b", b)):
         for row in phase_stats(run).itertuples():
-            speed.setdefault(row.phase, {})[side] = float(row.tokens_per_s)
+            if row.tokens_per_s is not None:  # the phases that make a rate
+                speed.setdefault(row.phase, {})[side] = float(row.tokens_per_s)
     deltas: dict[str, list[dict[str, Any]]] = {}
     for key in ("op", "layer", "name"):
         table = (

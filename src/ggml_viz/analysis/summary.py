@@ -42,13 +42,20 @@ def graph_times(run: Run) -> pd.DataFrame:
     return graphs
 
 
+# The phases whose tokens are a rate worth giving: the prompt read, the tokens generated (not
+# llama.cpp's warm-up decode, nor a non-LLM program's graphs).
+TOKEN_PHASES = ("prompt", "decode")
+
+
 def phase_stats(run: Run) -> pd.DataFrame:
-    """Per phase (prompt, decode): graphs, tokens, time and tokens per second."""
+    """Per phase (prompt, decode, warmup, ...): graphs, tokens, time, and tokens per second
+    for the phases whose tokens make a rate (TOKEN_PHASES; None for the others)."""
     phases = graph_times(run).groupby("phase")
     stats = pd.DataFrame(
         {"graphs": phases.size(), "tokens": phases["n_tokens"].sum(), "time_ns": phases["duration_ns"].sum()}
     )
-    stats["tokens_per_s"] = stats["tokens"] / (stats["time_ns"] / 1e9)
+    rate = stats["tokens"] / (stats["time_ns"] / 1e9)
+    stats["tokens_per_s"] = rate.astype(object).where(stats.index.isin(TOKEN_PHASES), None)
     return stats.reset_index()
 
 
@@ -163,6 +170,45 @@ def backend_names(buffer_types: Iterable[str]) -> list[str]:
     return sorted(devices)
 
 
+# At most this many requests are listed in a summary (the first ones), with the count of all.
+LISTED_REQUESTS = 50
+
+
+def requests(run: Run) -> list[dict[str, Any]]:
+    """Each request the run served, per sequence, in the order they began: the prompt it fed
+    and the text it generated (the tokens fed back while decoding: all but the last generated
+    token, which no graph reads). Read token by token, as a server batches them: a sequence's
+    tokens in one batch are prompt when there are several, or while its prompt has not ended
+    (its last token asks for logits); a lone token after that is a generated one fed back. A
+    request begins with a sequence's first tokens, where its positions go back (a slot's next
+    request, whose prompt may start past a cached prefix), and with a prompt after generating.
+    The warm-up is no request."""
+    tokens = run.tokens.merge(run.graphs[["graph_id", "phase", "start_ns"]], on="graph_id")
+    tokens = tokens[tokens["phase"].isin(TOKEN_PHASES)].sort_values(["start_ns", "batch_index"], kind="stable")
+    if tokens.empty:
+        return []
+    in_batch = tokens.groupby(["graph_id", "seq_id"])["pos"].transform("size").to_numpy()
+    found: list[dict[str, Any]] = []
+    current: dict[int, dict[str, Any]] = {}  # per sequence: its request in progress
+    columns = (tokens[c].to_numpy() for c in ("seq_id", "pos", "output", "start_ns", "text"))
+    for several, seq_id, pos, output, start_ns, text in zip(in_batch > 1, *columns, strict=True):
+        request = current.get(int(seq_id))
+        if request is None or pos <= request["last_pos"] or (several and request["generated_tokens"]):
+            request = current[int(seq_id)] = {"seq_id": int(seq_id), "start_ns": int(start_ns), "prompt": [],
+                                              "prompt_tokens": 0, "generated": [], "generated_tokens": 0,
+                                              "last_pos": -1, "prompt_ended": False}  # fmt: skip
+            found.append(request)
+        side = "generated" if request["prompt_ended"] and not several else "prompt"
+        request[side].append(text)
+        request[f"{side}_tokens"] += 1
+        request["last_pos"] = int(pos)
+        request["prompt_ended"] = request["prompt_ended"] or bool(output)
+    origin = int(run.graphs["start_ns"].min())
+    return [{"seq_id": r["seq_id"], "start_ns": r["start_ns"] - origin, "prompt": "".join(r["prompt"]),
+             "prompt_tokens": r["prompt_tokens"], "generated": "".join(r["generated"]),
+             "generated_tokens": r["generated_tokens"]} for r in found]  # fmt: skip
+
+
 def summarize(run: Run, top: int = 10) -> dict[str, Any]:
     """Everything `ggml-viz summary` shows, as plain data."""
     from .components import structure_components
@@ -171,10 +217,10 @@ def summarize(run: Run, top: int = 10) -> dict[str, Any]:
     from .gpu import gpu_findings, gpu_summary
 
     manifest = run.manifest
-    tokens = run.tokens
-    prompt_graphs = run.graphs[run.graphs["phase"] == "prompt"]["graph_id"]
-    prompt_text = "".join(tokens[tokens["graph_id"].isin(prompt_graphs)]["text"])
+    served = requests(run)
     generation = manifest.get("generation") or {}
+    # one request: its prompt and text are the run's (a server's requests are listed apart)
+    only = served[0] if len(served) == 1 else {"prompt": "", "generated": None}
     totals = run.node_totals
     phases, reads, components = phase_stats(run), weight_reads(run), structure_components(run)  # findings use them too
     gpu = gpu_summary(run, top)
@@ -186,8 +232,10 @@ def summarize(run: Run, top: int = 10) -> dict[str, Any]:
         "created": manifest.get("created"),
         "model": manifest.get("model"),
         "contexts": manifest.get("contexts"),
-        "prompt": generation.get("prompt", prompt_text),
-        "generated_text": generation.get("generated_text"),
+        "prompt": generation.get("prompt", only["prompt"]),
+        "generated_text": generation.get("generated_text", only["generated"]),
+        "requests": served[:LISTED_REQUESTS],
+        "n_requests": len(served),
         "backends": backends(run),
         "graphs": int(len(run.graphs)),
         "node_events": int(totals["graphs"].sum()),  # each graph runs each node of its structure once

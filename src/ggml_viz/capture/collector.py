@@ -22,7 +22,7 @@ from .._errors import GgmlVizError, RunFormatError
 from ..modelfile.layout import read_layout
 from ..runformat.schema import MANIFEST_FILE
 from . import ggml_api
-from .context_tracer import ClosedDecode, ContextTracer, closed_decodes
+from .context_tracer import ClosedDecode, ContextTracer, closed_decodes, warmup_tokens
 from .gpu.records import parse_window
 from .log import say
 from .native_recorder import GraphRecordReader
@@ -108,7 +108,7 @@ class SpoolContextTracer(ContextTracer):
 
     def _take_closed(self) -> list[ClosedDecode]:
         decodes, self._decodes = self._decodes, None
-        return closed_decodes(decodes, self.n_ubatch) if decodes is not None else []
+        return closed_decodes(decodes, self.n_ubatch, self.warmup) if decodes is not None else []
 
     def flush(self) -> None:
         """Everything was written as its frame came."""
@@ -178,6 +178,7 @@ class SpoolCollector:
         model = info.pop("model", None)
         files = [file for file in (model or info).pop("files", []) if file]
         if model is not None:
+            tracer.warmup = warmup_tokens(model.pop("bos", None), model.pop("eos", None))
             path_of_model = model_file(files, model.get("tensor_bytes"))
             size = os.path.getsize(path_of_model) if path_of_model and os.path.exists(path_of_model) else None
             model = {"path": path_of_model, "file_size": size, **model}

@@ -57,10 +57,11 @@ class DecodeCall:
     start_ns: int
     batch: BatchCopy
     n_ubatch: int
+    warmup: tuple[tuple[int, ...], ...] = ()  # the context's warm-up batches (warmup_tokens)
 
     @property
     def phase(self) -> str:
-        return batch_phase(self.batch)
+        return batch_phase(self.batch, self.warmup)
 
     @cached_property
     def tokens(self) -> dict[str, np.ndarray]:
@@ -120,6 +121,7 @@ class ContextTracer:
         self.recorder.time_nodes = self.settings.detail == "op"
         self.token_text = token_text  # token id -> its text piece
         self.n_ubatch = max(n_ubatch, 1)
+        self.warmup: tuple[tuple[int, ...], ...] = ()  # its warm-up batches' tokens (warmup_tokens)
         self._last_write_ns = perf_counter_ns()
         # A context on a GPU: its graphs are read at the compute call (no eval callback)
         self.reads_at_compute: GpuReading | None = None
@@ -246,7 +248,7 @@ class PythonContextTracer(ContextTracer):
     def _open_call(self, batch: Any) -> None:
         if self._mode is Mode.RECORD and self.recorder.open_nodes:  # a graph computed outside llama_decode
             self._close_open_graph(None, 0, perf_counter_ns())
-        decode = DecodeCall(self.n_decodes, perf_counter_ns(), read_batch(batch), self.n_ubatch)
+        decode = DecodeCall(self.n_decodes, perf_counter_ns(), read_batch(batch), self.n_ubatch, self.warmup)
         self.decode = decode
         self.n_decodes += 1
         time_nodes = self._time_nodes_now(decode)
@@ -294,14 +296,34 @@ class PythonContextTracer(ContextTracer):
         return closed
 
 
-def batch_phase(batch: BatchCopy) -> str:
+# llama-server's probe of its context before serving (common_context_can_seq_rm): token 0
+# twice, the memory cleared after. No request: counted with the warm-up.
+PROBE_BATCH = (0, 0)
+
+
+def warmup_tokens(bos: int | None, eos: int | None) -> tuple[tuple[int, ...], ...]:
+    """The batches llama.cpp's programs decode before any prompt, at the start of a
+    sequence: the warm-up (common_init: the vocabulary's BOS then EOS, the memory cleared
+    after) and llama-server's probe. Only these two-token forms are recognized: a lone BOS
+    can be a real prompt (generation from nothing)."""
+    if bos is None or eos is None or bos < 0 or eos < 0 or bos == eos:
+        return (PROBE_BATCH,)
+    return ((int(bos), int(eos)), PROBE_BATCH)
+
+
+def batch_phase(batch: BatchCopy, warmup: tuple[tuple[int, ...], ...] = ()) -> str:
     """`decode` for a decode step: each token alone in its sequence, past the sequence's
     start, its logits computed (a server's slots step together so, one token each);
     `prompt` for a batch that starts a sequence or feeds several tokens of one (a server
-    step that mixes a prompt with other slots' decoding is a prompt step); `other` for none."""
+    step that mixes a prompt with other slots' decoding is a prompt step); `warmup` for the
+    context's warm-up batches (`warmup`: their tokens, at the start of a sequence); `other`
+    for none."""
     n_tokens, lowest_position = batch[0], batch[1]
     if n_tokens == 0:
         return "other"
+    if lowest_position == 0 and any(n_tokens == len(tokens) for tokens in warmup):
+        if tuple(np.frombuffer(batch[2], np.int32).tolist()) in warmup:
+            return "warmup"
     if n_tokens == 1:
         return "prompt" if lowest_position == 0 else "decode"
     outputs, seq_ids = np.frombuffer(batch[5], np.bool_), np.frombuffer(batch[4], np.int32)
@@ -357,15 +379,15 @@ class NativeContextTracer(ContextTracer):
         self._write_closed(perf_counter_ns())
 
     def _take_closed(self) -> list[ClosedDecode]:
-        return closed_decodes(self._take_decodes(), self.n_ubatch)
+        return closed_decodes(self._take_decodes(), self.n_ubatch, self.warmup)
 
 
-def closed_decodes(record: Any, n_ubatch: int) -> list[ClosedDecode]:
+def closed_decodes(record: Any, n_ubatch: int, warmup: tuple[tuple[int, ...], ...] = ()) -> list[ClosedDecode]:
     """The ClosedDecodes of a DecodesRecord (from the C recorder, or a native program's spool)."""
     from .native_recorder import decode_calls
 
     closed = []
     for index, start_ns, end_ns, return_code, graphs_closed, batch in decode_calls(record):
-        decode = DecodeCall(index, start_ns, batch, n_ubatch) if batch is not None else None
+        decode = DecodeCall(index, start_ns, batch, n_ubatch, warmup) if batch is not None else None
         closed.append(ClosedDecode(decode, return_code, end_ns, graphs_closed))
     return closed

@@ -69,6 +69,15 @@ def system_info() -> str:
     return (_lib().llama_print_system_info() or b"").decode(errors="replace").strip()
 
 
+def bos_eos(model: int) -> tuple[int | None, int | None]:
+    """The vocabulary's BOS and EOS tokens (None where this llama.cpp cannot say)."""
+    llama = _lib()
+    if not hasattr(llama, "llama_vocab_bos"):
+        return None, None
+    vocab = llama.llama_model_get_vocab(model)
+    return int(llama.llama_vocab_bos(vocab)), int(llama.llama_vocab_eos(vocab))
+
+
 class TokenText:
     """Token id -> its text piece, cached per vocabulary."""
 

@@ -29,6 +29,7 @@ from .context_tracer import (
     GraphRecorder,
     NativeContextTracer,
     PythonContextTracer,
+    warmup_tokens,
 )
 from .gpu import python_program
 from .gpu.gpu_times import GpuTimes
@@ -228,6 +229,7 @@ class Recording:
             except (CaptureError, OSError) as error:
                 self.fail(str(error))
                 return None
+            tracer.warmup = warmup_tokens(*llama_info.bos_eos(model))
             self.tracers.append(tracer)
             if self._idle_writer is None:
                 self._idle_writer = threading.Thread(

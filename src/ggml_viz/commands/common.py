@@ -110,6 +110,20 @@ def print_short_summary(run: Run, console: Console | None = None) -> None:
     render_summary(summarize(run, top=5), console, short=True)
 
 
+def _render_requests(console: Console, summary: dict[str, Any], width: int = 60) -> None:
+    """A server's (or a benchmark's) requests: per sequence, its prompt and generated text."""
+
+    def cut(text: str) -> str:
+        return repr(text if len(text) <= width else "…" + text[-width:])
+
+    console.print(f"requests: {summary['n_requests']:,}")
+    for request in summary["requests"]:
+        console.print(f"  seq {request['seq_id']} at {format_ms(request['start_ns'])}: {cut(request['prompt'])} "
+                      f"→ {cut(request['generated'])}", markup=False, highlight=False)  # fmt: skip
+    if summary["n_requests"] > len(summary["requests"]):
+        console.print(f"  and {summary['n_requests'] - len(summary['requests']):,} more")
+
+
 def render_summary(summary: dict[str, Any], console: Console | None = None, short: bool = False) -> None:
     """The summary's tables and lines on `console` (default: a Console on standard output)."""
     from rich.console import Console
@@ -129,6 +143,10 @@ def render_summary(summary: dict[str, Any], console: Console | None = None, shor
         console.print(f"file:  {model.get('path')}", markup=False, highlight=False)
     if summary.get("prompt") and not short:
         console.print(f"prompt: {summary['prompt']!r}", markup=False, highlight=False)
+        if summary.get("generated_text"):
+            console.print(f"generated: {summary['generated_text']!r}", markup=False, highlight=False)
+    if summary.get("n_requests", 0) > 1 and not short:
+        _render_requests(console, summary)
     console.print(
         f"backends: {', '.join(summary['backends']) or '?'}   graphs: {summary['graphs']:,}   "
         f"node events: {summary['node_events']:,} ({summary['timed_node_events']:,} timed)"
@@ -158,10 +176,10 @@ def render_summary(summary: dict[str, Any], console: Console | None = None, shor
             f"[yellow]{summary['untimed_graphs']:,} graphs to be timed inline kept graph times only "
             "(their nodes did not report as ggml's CPU backend does; try --timing sync)[/]"
         )
-    phases = Table("phase", "graphs", "tokens", "time", "tokens/s", title="prompt vs decode", title_justify="left")
+    phases = Table("phase", "graphs", "tokens", "time", "tokens/s", title="phases", title_justify="left")
     for row in summary["phases"]:
-        phases.add_row(row["phase"], f"{row['graphs']:,}", f"{row['tokens']:,}", format_ms(row["time_ns"]),
-                       f"{row['tokens_per_s']:,.1f}")  # fmt: skip
+        rate = "—" if row["tokens_per_s"] is None else f"{row['tokens_per_s']:,.1f}"
+        phases.add_row(row["phase"], f"{row['graphs']:,}", f"{row['tokens']:,}", format_ms(row["time_ns"]), rate)
     console.print(phases)
     if summary["timed_node_events"]:
         console.print(_time_table("time by op", "op", summary["time_by_op"], bool(waits.get("seen"))))

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ..analysis.components import structure_components
+from ..analysis.summary import TOKEN_PHASES
 from ..runformat.reader import Run
 from ..runformat.schema import NO_ID
 from .base import Exporter, ExportOptions, node_time_chunks, window_graphs, window_note
@@ -181,7 +182,7 @@ class TensorBoardExporter(Exporter):
                 step = step_of[int(row.graph_id)]
                 seconds = (row.end_ns - row.start_ns) / 1e9
                 writer.add_scalar(f"latency_ms/{row.phase}", seconds * 1e3, step)
-                if row.n_tokens:
+                if row.n_tokens and row.phase in TOKEN_PHASES:
                     writer.add_scalar(f"tokens_per_s/{row.phase}", row.n_tokens / seconds if seconds else 0.0, step)
                 if row.graph_id in gpu_busy.index:
                     writer.add_scalar(f"gpu_busy_ms/{row.phase}", gpu_busy[row.graph_id] / 1e6, step)

@@ -38,12 +38,15 @@ _KERNELS = {"MUL_MAT": ("quantize_q8_1", "mul_mat_vec_q"), "RMS_NORM": ("rms_nor
             "SWIGLU": ("unary_gated_op_kernel",), "GET_ROWS": ("k_get_rows_float",)}  # fmt: skip
 
 
-def write_synthetic_run(path: str | Path, *, graphs: int, layers: int, seed: int = 0, gpu_every: int = 0) -> Path:
+def write_synthetic_run(
+    path: str | Path, *, graphs: int, layers: int, seed: int = 0, gpu_every: int = 0, sequences: int = 1
+) -> Path:
     """Write a closed run of `graphs` decode graphs of a `layers`-layer model; returns its path.
     Node events: graphs * (layers * 19 + 2). gpu_every > 0: a run on a CUDA device, recorded
     as the GPU timer records it (graphs read at their compute call, no host node times; every
-    gpu_every-th graph traced, its kernels in gpu_kernels)."""
-    recording = SyntheticRecording(path, layers=layers, seed=seed, gpu_every=gpu_every)
+    gpu_every-th graph traced, its kernels in gpu_kernels). sequences > 1: a server's run, its
+    graphs taking turns among that many sequences (requests)."""
+    recording = SyntheticRecording(path, layers=layers, seed=seed, gpu_every=gpu_every, sequences=sequences)
     recording.append_graphs(graphs)
     recording.close()
     return recording.run_dir
@@ -54,9 +57,10 @@ class SyntheticRecording:
     appended as a recorder appends them (journal first, streams every few graphs), until
     `close()`. Left open, it is a live run for the viewer's `--live` benchmarks and tests."""
 
-    def __init__(self, path: str | Path, *, layers: int, seed: int = 0, gpu_every: int = 0) -> None:
+    def __init__(self, path: str | Path, *, layers: int, seed: int = 0, gpu_every: int = 0, sequences: int = 1) -> None:
         self.rng = np.random.default_rng(seed)
         self.gpu_every = gpu_every
+        self.sequences = sequences
         experiment_id = f"{seed:032x}"
         self.run_dir = prepare_run_dir(Path(path))
         self.writer = writer = RunWriter(self.run_dir, experiment_id, new_manifest(experiment_id))
@@ -147,24 +151,22 @@ class SyntheticRecording:
                 self.clock = gpu_end + 220_000
                 continue
             self.writer.append_graph(
-                {"graph_id": graph, "context_id": 0, "decode_index": graph, "ubatch_index": 0, "structure_id": 0,
-                 "start_ns": self.clock, "end_ns": int(ends[-1]), "decode_start_ns": self.clock - 20_000,
-                 "decode_end_ns": int(ends[-1]) + 20_000, "return_code": 0, "n_nodes": n_nodes, "n_tokens": 1,
-                 "token_ids": [graph % 50_000], "token_positions": [graph], "token_seq_ids": [0],
-                 "token_outputs": [True], "token_texts": [f" t{graph}"], "first_batch_index": 0,
-                 "phase": "prompt" if graph == 0 else "decode", "detail": "op"},
+                self._graph_row(graph, n_nodes, int(ends[-1]), "op"),
                 {"node_index": self.node_index, "start_ns": starts, "end_ns": ends, "wait_ns": durations // 20},
-            )  # fmt: skip
+            )
             self.clock = int(ends[-1]) + 200_000
         self.graphs += count
 
     def _graph_row(self, graph: int, n_nodes: int, end_ns: int, detail: str) -> dict:
+        """A graph of one token: graph g of sequence g % sequences, at position g // sequences
+        (each sequence's first graph is its prompt)."""
+        seq, pos = graph % self.sequences, graph // self.sequences
         return {"graph_id": graph, "context_id": 0, "decode_index": graph, "ubatch_index": 0, "structure_id": 0,
                 "start_ns": self.clock, "end_ns": end_ns, "decode_start_ns": self.clock - 20_000,
                 "decode_end_ns": end_ns + 20_000, "return_code": 0, "n_nodes": n_nodes, "n_tokens": 1,
-                "token_ids": [graph % 50_000], "token_positions": [graph], "token_seq_ids": [0],
+                "token_ids": [graph % 50_000], "token_positions": [pos], "token_seq_ids": [seq],
                 "token_outputs": [True], "token_texts": [f" t{graph}"], "first_batch_index": 0,
-                "phase": "prompt" if graph == 0 else "decode", "detail": detail}  # fmt: skip
+                "phase": "prompt" if pos == 0 else "decode", "detail": detail}  # fmt: skip
 
     def _gpu_graph(self, graph: int, durations: np.ndarray) -> int:
         """A traced graph's kernels, node by node, each starting a little before the one before it

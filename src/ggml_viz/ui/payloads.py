@@ -158,6 +158,17 @@ class OpThroughput(TypedDict):
     flops_per_byte: float | None
 
 
+class RequestText(TypedDict):
+    """One request a run served, in one sequence (analysis.summary.requests)."""
+
+    seq_id: int
+    start_ns: int  # from the run's first graph
+    prompt: str
+    prompt_tokens: int
+    generated: str  # the tokens fed back while decoding (all but the last generated)
+    generated_tokens: int
+
+
 class RunSummary(TypedDict):
     """What `ggml-viz summary` shows (analysis.summary.summarize)."""
 
@@ -170,6 +181,8 @@ class RunSummary(TypedDict):
     contexts: list[dict[str, Any]] | None
     prompt: str | None
     generated_text: str | None
+    requests: list[RequestText]  # the first LISTED_REQUESTS
+    n_requests: int
     backends: list[str]
     graphs: int
     node_events: int

@@ -76,6 +76,7 @@ typedef struct {
     void *(*get_model)(const void *);
     const void *(*model_vocab)(const void *);
     int32_t (*token_to_piece)(const void *, int32_t, char *, int32_t, int32_t, bool);
+    int32_t (*vocab_bos)(const void *), (*vocab_eos)(const void *);
     int32_t (*model_desc)(const void *, char *, size_t);
     int32_t (*meta_val_str)(const void *, const char *, char *, size_t);
     uint32_t (*n_ctx)(const void *), (*n_batch)(const void *), (*n_ubatch)(const void *), (*n_seq_max)(const void *);

@@ -51,6 +51,8 @@ int find_functions(void) {
     FIND(get_model, "llama_get_model");
     FIND(model_vocab, "llama_model_get_vocab");
     FIND(token_to_piece, "llama_token_to_piece");
+    FIND(vocab_bos, "llama_vocab_bos");
+    FIND(vocab_eos, "llama_vocab_eos");
     FIND(model_desc, "llama_model_desc");
     FIND(meta_val_str, "llama_model_meta_val_str");
     FIND(n_ctx, "llama_n_ctx");

@@ -226,6 +226,11 @@ void describe_context(Entry *e) {
                      (unsigned long long)(api.model_size ? api.model_size(model) : 0),
                      api.model_n_ctx_train ? api.model_n_ctx_train(model) : -1,
                      api.model_n_embd ? api.model_n_embd(model) : -1);
+            /* the warm-up llama.cpp's programs run before the prompt feeds these two */
+            const void *vocab = api.model_vocab ? api.model_vocab(model) : NULL;
+            if (vocab && api.vocab_bos && api.vocab_eos) {
+                text_add(&t, ",\"bos\":%d,\"eos\":%d", api.vocab_bos(vocab), api.vocab_eos(vocab));
+            }
             add_model_files(&t);
             text_add(&t, "}");
         }

@@ -108,6 +108,16 @@ import { offlineAnswer } from "./offline.js";
  * @property {?number} gb_per_s
  * @property {?number} flops_per_byte
  *
+ * @typedef {Object} RequestText one request a run served, in one sequence
+ * @property {number} seq_id
+ * @property {number} start_ns from the run's first graph
+ * @property {string} prompt
+ * @property {number} prompt_tokens
+ * @property {string} generated the tokens fed back while decoding (all but the last generated)
+ * @property {number} generated_tokens
+ */
+
+/**
  * @typedef {Object} RunSummary what `ggml-viz summary` shows
  * @property {string} run
  * @property {string} experiment_id
@@ -118,6 +128,8 @@ import { offlineAnswer } from "./offline.js";
  * @property {?Object[]} contexts
  * @property {?string} prompt
  * @property {?string} generated_text
+ * @property {RequestText[]} requests the first 50 requests served, per sequence
+ * @property {number} n_requests
  * @property {string[]} backends
  * @property {number} graphs
  * @property {number} node_events

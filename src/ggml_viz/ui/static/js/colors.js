@@ -24,7 +24,12 @@ export function heat(x) {
   return `rgb(${c[0]},${c[1]},${c[2]})`;
 }
 
-export const PHASE_COLORS = { prompt: "#6cb6ff", decode: "#f28e2b" };
+export const PHASE_COLORS = { prompt: "#6cb6ff", decode: "#f28e2b", warmup: "#8a8f9c", encode: "#59a14f", other: "#b07aa1" };
+// A graph bar on the timeline, by its phase: darker, under the node bars.
+export const GRAPH_BAR_COLORS = { prompt: "#2f5d8a", decode: "#3d4a63", warmup: "#34363c", encode: "#2f5b3f", other: "#4a3d55" };
+export const phaseColor = (phase, colors = PHASE_COLORS) => colors[phase] || colors.other;
+// A phase in words: llama.cpp's warm-up decode is not a prompt.
+export const phaseName = (phase) => (phase === "warmup" ? "warm-up" : phase);
 export const BUFFER_COLORS = { weights: "#4e79a7", kv_cache: "#b07aa1", compute: "#59a14f", output: "#edc948" };
 
 // What a GPU ran that is not a node's kernel, by its op code below zero (KernelBars.op, from

@@ -3,7 +3,7 @@
 // busy time against the host's and the top kernels; time by op and by layer, memory by
 // buffer kind.
 
-import { PHASE_COLORS, opColor } from "../colors.js";
+import { opColor, phaseColor, phaseName } from "../colors.js";
 import { h, setChildren } from "../dom.js";
 import { fmtBytes, fmtInt, fmtNs, fmtPct } from "../format.js";
 import { showInGraph, state } from "../store.js";
@@ -35,10 +35,11 @@ export function render(section) {
         h("dl", { class: "kv" }, kv("recorder", capture.recorder), kv("detail", capture.detail), kv("timing", sm.timing_label || capture.timing),
           kv("sample", capture.sample || "every graph"), kv("max events", capture.max_events || "no bound"),
           kv("dropped", `${fmtInt(sm.dropped_graphs)} graphs / ${fmtInt(sm.dropped_events)} events`))),
-      h("div", { class: "card" }, h("h3", { text: "prompt" }), h("div", { class: "text-block", "data-testid": "prompt", text: sm.prompt || "" }),
-        h("h3", { text: "generated" }), h("div", { class: "text-block", text: sm.generated_text || "" }))),
+      sm.n_requests > 1 ? requestsCard(sm) :
+        h("div", { class: "card" }, h("h3", { text: "prompt" }), h("div", { class: "text-block", "data-testid": "prompt", text: sm.prompt || "" }),
+          h("h3", { text: "generated" }), h("div", { class: "text-block", "data-testid": "generated", text: sm.generated_text || "" }))),
     h("div", { class: "card" }, h("h3", { text: "one bar per graph (token) over the run" }), barsCanvas,
-      h("div", { class: "legend" }, h("span", {}, swatch(PHASE_COLORS.prompt), "prompt"), h("span", {}, swatch(PHASE_COLORS.decode), "decode"))),
+      h("div", { class: "legend", "data-testid": "phase-legend" }, [...new Set(o.graph_bars.phase)].map((phase) => h("span", {}, swatch(phaseColor(phase)), phaseName(phase))))),
     o.gpu ? gpuCards(o.gpu) : null,
     h("div", { class: "grid" },
       h("div", { class: "card", "data-testid": "time-by-op" }, h("h3", { text: "time by op" }),
@@ -51,6 +52,22 @@ export function render(section) {
   );
   drawGraphBars(barsCanvas, o.graph_bars);
 }
+
+// A run that served several requests (a server's slots, a benchmark's repetitions): each
+// one's prompt and generated text, in the order they began.
+function requestsCard(sm) {
+  const more = sm.n_requests - sm.requests.length;
+  return h("div", { class: "card", "data-testid": "requests" },
+    h("h3", { text: `requests (${fmtInt(sm.n_requests)})` }),
+    h("div", { class: "requests" }, sm.requests.map((r) => h("div", { "data-testid": "request" },
+      h("div", { class: "muted", text: requestHeading(r) }),
+      h("div", { class: "text-block", text: r.prompt }),
+      h("div", { class: "text-block generated", text: r.generated })))),
+    more > 0 ? h("div", { class: "muted", text: `and ${fmtInt(more)} more (ggml-viz query: the tokens table)` }) : null);
+}
+
+export const requestHeading = (r) =>
+  `sequence ${r.seq_id} at ${fmtNs(r.start_ns)}: ${fmtInt(r.prompt_tokens)} prompt tokens, ${fmtInt(r.generated_tokens)} generated`;
 
 // A step on the GPU (GpuStep) in words: its heading, and the host's time against the GPU's.
 export function gpuStepText(step) {
@@ -91,7 +108,7 @@ function drawGraphBars(canvas, bars) {
     const step = width / n;
     for (let i = 0; i < n; i++) {
       const barHeight = (bars.duration_ns[i] / max) * (height - 4);
-      ctx.fillStyle = bars.phase[i] === "prompt" ? PHASE_COLORS.prompt : PHASE_COLORS.decode;
+      ctx.fillStyle = phaseColor(bars.phase[i]);
       ctx.fillRect(i * step, height - barHeight, Math.max(1, step - (step > 3 ? 1 : 0)), barHeight);
     }
   }

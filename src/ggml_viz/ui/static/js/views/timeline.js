@@ -5,7 +5,7 @@
 // zooms and pans, hit-tests, and shows details.
 
 import { getSearch, getTimeline } from "../api.js";
-import { GPU_OTHER, gpuColor, gpuOpName, opColor } from "../colors.js";
+import { GPU_OTHER, GRAPH_BAR_COLORS, gpuColor, gpuOpName, opColor, phaseColor, phaseName } from "../colors.js";
 import { eventRow, nodeDetails, showDetails } from "../details.js";
 import { h, setChildren } from "../dom.js";
 import { fmtBytes, fmtNs, fmtPct, truncate } from "../format.js";
@@ -353,13 +353,14 @@ function drawGraphs(ctx, g, X, width, graphY) {
   for (let i = 0; i < g.start.length; i++) {
     const x0 = X(g.start[i]), x1 = X(g.end[i]);
     if (x1 < 0 || x0 > width) continue;
-    ctx.fillStyle = g.phase[i] === "prompt" ? "#2f5d8a" : "#3d4a63";
+    ctx.fillStyle = phaseColor(g.phase[i], GRAPH_BAR_COLORS);
     ctx.fillRect(x0, graphY, Math.max(1, x1 - x0 - 1), LANE_GRAPH_H);
     if (x1 - x0 > 40) {
       ctx.save();
       ctx.beginPath(); ctx.rect(x0, graphY, x1 - x0 - 1, LANE_GRAPH_H); ctx.clip();
       ctx.fillStyle = "#e3e6ee";
-      ctx.fillText(`${g.graph_id[i]} ${JSON.stringify(g.label[i])}`, Math.max(x0, 0) + 4, graphY + 15);
+      const phase = g.phase[i] === "prompt" || g.phase[i] === "decode" ? "" : phaseName(g.phase[i]) + " ";
+      ctx.fillText(`${g.graph_id[i]} ${phase}${JSON.stringify(g.label[i])}`, Math.max(x0, 0) + 4, graphY + 15);
       ctx.restore();
     }
   }
