@@ -149,7 +149,7 @@ def test_the_native_decode_bracket_copies_each_batch_and_samples_calls():
 def test_the_preload_library_reads_the_settings_the_table_declares_for_it():
     import ctypes
 
-    from ggml_viz.capture.native_program import preload_path
+    from ggml_viz.capture.preload_library import preload_path
     from ggml_viz.capture.settings import preload_environment_names
 
     # GIVEN the preload library's own list of the variables it reads (it holds no Python)

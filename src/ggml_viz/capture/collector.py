@@ -151,6 +151,7 @@ class SpoolCollector:
     def _start(self, path: Path, frame: Frame) -> None:
         info = frame.json()
         self.started = True
+        self.recording.open_run()  # a Python program's, made when its first spool comes
         library = info.get("ggml_library")
         if library and os.path.exists(library) and not self.programs:
             ggml_api.use_library(library)  # the program's own op and type names

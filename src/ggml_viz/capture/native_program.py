@@ -15,12 +15,11 @@ from enum import Enum
 from pathlib import Path
 from types import FrameType
 
-from .._errors import CaptureError
 from .collector import SpoolCollector
+from .preload_library import preload_path
 from .session import Recording
 from .settings import CaptureSettings
 
-PRELOAD_LIBRARY = Path(__file__).with_name("libggml_viz_preload.so")
 COLLECT_INTERVAL_S = 0.1
 
 
@@ -29,16 +28,6 @@ class ProgramKind(Enum):
     NATIVE = "native"  # loads ggml's shared libraries: recorded by the preload library
     STATIC = "static"  # an executable that loads no ggml library: nothing to interpose
     UNKNOWN = "unknown"  # a script or wrapper: try the preload library; its children may load ggml
-
-
-def preload_path() -> Path:
-    """The preload library (CaptureError if this installation was built without it)."""
-    if not PRELOAD_LIBRARY.exists():
-        raise CaptureError(
-            f"the preload library for native programs is missing ({PRELOAD_LIBRARY}): reinstall ggml-viz with a C "
-            "compiler to record native programs"
-        )
-    return PRELOAD_LIBRARY
 
 
 def program_kind(executable: str) -> ProgramKind:
@@ -69,10 +58,13 @@ def _loads_ggml(path: str) -> bool:
 
 
 def run_native(program: list[str], run_dir: Path, settings: CaptureSettings, env: dict[str, str],
-               verbose: bool = False) -> int:  # fmt: skip
+               verbose: bool = False, python: bool = False) -> int:  # fmt: skip
     """Run `program` with the preload library, collecting its spool into `run_dir` as it runs.
-    Returns the program's exit status (128 + N when a signal N ended it, as a shell says)."""
-    recording = Recording(run_dir, settings=settings, verbose=verbose)
+    Returns the program's exit status (128 + N when a signal N ended it, as a shell says).
+    python: a Python program, whose start-up hook records llama-cpp-python's contexts itself
+    (then no spool comes, and the run is the hook's): the run is made only once a spool comes
+    (the graphs of another ggml binding)."""
+    recording = Recording(run_dir, settings=settings, verbose=verbose, lazy=python)
     collector = SpoolCollector(recording)
     preloaded = " ".join(filter(None, [str(preload_path()), env.get("LD_PRELOAD")]))
     process = subprocess.Popen(program, env={**env, "LD_PRELOAD": preloaded, "GGML_VIZ_OUTPUT": str(run_dir)})
@@ -94,8 +86,10 @@ def run_native(program: list[str], run_dir: Path, settings: CaptureSettings, env
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     exit_status = process.wait()
-    collector.finish(exit_status)
-    if not collector.started:
+    _collect(collector)
+    if collector.started or not python:
+        collector.finish(exit_status)
+    if not collector.started and not python:
         shutil.rmtree(run_dir, ignore_errors=True)
     return exit_status if exit_status >= 0 else 128 - exit_status
 

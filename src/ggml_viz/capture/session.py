@@ -38,6 +38,7 @@ from .graph_decoder import TensorCatalog
 from .log import say, say_once
 from .native_recorder import IMPORT_ERROR as NATIVE_IMPORT_ERROR
 from .native_recorder import NativeGraphRecorder, native_available
+from .preload_library import claim_from_preload
 from .python_recorder import PythonGraphRecorder
 from .raw_graph import Capture, Mode, RawGraph, RepeatedGraph
 from .settings import CaptureSettings
@@ -211,6 +212,10 @@ class Recording:
             return None
         if params.cb_eval:
             say_once("the program installs its own eval callback; that context is not recorded")
+            return None
+        if not claim_from_preload():
+            say_once("another ggml binding's graphs are already recorded in this process (by the preload library); "
+                     "its llama-cpp-python contexts are recorded there too, without their tokens")  # fmt: skip
             return None
         with self.lock:
             try:
@@ -445,6 +450,11 @@ class Recording:
         return kept
 
     # -- internals -----------------------------------------------------------------
+
+    def open_run(self) -> None:
+        """Create the run where the recording goes, if it is not yet made (a lazy recording)."""
+        if self.writer is None:
+            self._open_writer(self.output)
 
     def _open_writer(self, run_dir: Path) -> None:
         if self.lazy:

@@ -3,7 +3,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,7 +21,8 @@ class RunCommand(Command):
     Python programs using llama-cpp-python are recorded by ggml-viz's start-up hook (the
     program must run in the Python environment where ggml-viz is installed); native programs
     (llama-server, llama-cli, llama-bench, whisper.cpp, anything linked to ggml's shared
-    libraries) by a preload library, collected into the run while they run. The exit status
+    libraries), and Python programs on other ggml bindings (pywhispercpp, ...), by a preload
+    library, collected into the run while they run. The exit status
     is the program's, and so is its standard output: ggml-viz speaks on standard error.
 
     example:
@@ -66,11 +66,13 @@ class RunCommand(Command):
             env["GGML_VIZ_VERBOSE"] = "1"
         kind = program_kind(program[0])
         try:
-            if kind is ProgramKind.PYTHON:
-                output.rmdir()  # the program's recorder creates it when a context appears
-                exit_code = subprocess.call(program, env=env)
-            else:  # a shell or a wrapper may start a ggml program: the preload library goes in anyway
-                exit_code = run_native(program, output, settings, env, verbose=args.verbose)
+            # A Python program's start-up hook records llama-cpp-python itself and makes the run when a
+            # context appears; the preload library goes in too, for other ggml bindings. A shell or a
+            # wrapper may start a ggml program: the preload library goes in anyway.
+            python = kind is ProgramKind.PYTHON
+            if python:
+                output.rmdir()
+            exit_code = run_native(program, output, settings, env, verbose=args.verbose, python=python)
         except OSError as error:
             raise CommandError(f"cannot run {program[0]}: {error.strerror or error}", exit_code=1) from None
         except CaptureError as error:
@@ -86,8 +88,8 @@ class RunCommand(Command):
             )
         else:
             print(
-                "ggml-viz: no run was written: the program computed no ggml graph (a Python program: it created no "
-                "llama context, or ran in a Python environment without ggml-viz)",
+                "ggml-viz: no run was written: the program computed no ggml graph (a Python program: it computed "
+                "with no ggml binding, or created no llama context in a Python environment without ggml-viz)",
                 file=sys.stderr,
             )
         return exit_code

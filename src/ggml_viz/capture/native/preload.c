@@ -24,8 +24,8 @@
  *       model (the token texts) still lives
  *   llama_set_abort_callback, ggml_backend_cpu_set_abort_callback  the program's abort
  *       callback is called from ours
- *   gguf_init_from_file                       the GGUF files the program opens: the model's
- *       byte layout, for the memory view
+ *   gguf_init_from_file, fopen                the model files the program opens (GGUF, and
+ *       the legacy ggml files whisper.cpp reads): their byte layout, for the memory view
  *   ggml_is_empty                             ggml-cuda calls it once per node before computing
  *       it: where a traced compute's kernels come from (gpu/gpu_tracer.h)
  *
@@ -38,7 +38,13 @@
  *
  * Never harm the program: any failure (a ggml layout this build does not know, a full
  * disk, no memory) says one line on stderr, stops recording, and the program runs on
- * untraced. A Python process is left alone: ggml-viz's start-up hook records it.
+ * untraced.
+ *
+ * A Python process: ggml-viz's start-up hook records llama-cpp-python's contexts itself (it
+ * sees their calls, which ctypes makes past this library), and claims the process when its
+ * first context is made (ggml_viz_preload_claim); any other ggml binding (pywhispercpp, ...)
+ * is recorded here, its spool opened with its first graph. One recorder per process: the
+ * first to record keeps it.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -176,11 +182,45 @@ static const ProgramCallback *recall_callback(int kind, void *key) {
 static void *write_when_idle(void *unused);
 static void flush_at_exit(void);
 
+/* The spool, its first frame, and what ends it at exit: at the start of a native program, with
+   the first graph of a Python one. 0 recording, -1 not (claimed, or no spool). */
+static int open_recording(void) {
+    pthread_mutex_lock(&state.lock);
+    int status = state.spool_opened ? 1 : !state.enabled ? -1 : open_spool(env("GGML_VIZ_OUTPUT"));
+    int error = errno;
+    if (status == 0) state.spool_opened = 1;
+    if (status < 0) state.enabled = 0;
+    pthread_mutex_unlock(&state.lock);
+    if (status != 0) {
+        if (status < 0 && !state.claimed_by_python) {
+            say("cannot write the spool %s: %s; the program runs untraced", state.spool_path, strerror(error));
+        }
+        return status > 0 ? 0 : -1;
+    }
+    write_start_frame();
+    atexit(flush_at_exit);
+    if (pthread_create(&state.idle_writer, NULL, write_when_idle, NULL) == 0) state.idle_writer_started = 1;
+    if (state.verbose) say("recording pid %d to %s", (int)getpid(), state.spool_path);
+    return 0;
+}
+
+/* Called by ggml-viz's start-up hook in a Python process when it records a llama context
+   itself: 1 this library stands aside from now on, 0 it already records this process. */
+EXPORT int ggml_viz_preload_claim(void) {
+    pthread_mutex_lock(&state.lock);
+    int claimed = !state.spool_opened;
+    if (claimed) {
+        state.claimed_by_python = 1;
+        state.enabled = 0;
+    }
+    pthread_mutex_unlock(&state.lock);
+    return claimed;
+}
+
 static void start(void) {
     const char *output = env("GGML_VIZ_OUTPUT");
     if (!output || env_flag("GGML_VIZ_DISABLE")) return;
-    /* A Python program: the start-up hook records it, through llama-cpp-python. */
-    if (dlsym(RTLD_DEFAULT, "Py_IsInitialized")) return;
+    state.in_python = dlsym(RTLD_DEFAULT, "Py_IsInitialized") != NULL;
     state.verbose = env_flag("GGML_VIZ_VERBOSE");
     if (find_functions() != 0) {
         say("this program's ggml lacks functions ggml-viz needs (or none is loaded); it runs untraced");
@@ -195,15 +235,10 @@ static void start(void) {
     }
     state.layout = layout;
     gpu_configure(&state.gpu);
-    if (open_spool(output) != 0) {
-        say("cannot write the spool %s: %s; the program runs untraced", state.spool_path, strerror(errno));
-        return;
-    }
-    state.enabled = 1;
-    write_start_frame();
-    atexit(flush_at_exit);
-    if (pthread_create(&state.idle_writer, NULL, write_when_idle, NULL) == 0) state.idle_writer_started = 1;
-    if (state.verbose) say("recording pid %d to %s", (int)getpid(), state.spool_path);
+    pthread_mutex_lock(&state.lock);
+    state.enabled = !state.claimed_by_python;
+    pthread_mutex_unlock(&state.lock);
+    if (!state.in_python) open_recording();
 }
 
 static bool active(void) {
@@ -214,6 +249,7 @@ static bool active(void) {
 /* The entry of a llama context or a plain scheduler, made on first sight (NULL: not recording). */
 static Entry *entry_for(void *owner, int is_llama) {
     Entry *found = NULL, *made = NULL;
+    if (open_recording() != 0) return NULL;
     pthread_mutex_lock(&state.lock);
     for (int i = 0; i < state.n_entries && !found; i++) {
         if (state.entries[i]->live && state.entries[i]->owner == owner) found = state.entries[i];
@@ -591,20 +627,62 @@ EXPORT void llama_set_abort_callback(void *ctx, abort_fn callback, void *data) {
     }
 }
 
+/* A model file the program opened, once (its layout is read by the collector). */
+static void note_model_file(const char *name) {
+    char *path = realpath(name, NULL);
+    if (!path) return;
+    pthread_mutex_lock(&state.lock);
+    int known = 0;
+    for (int i = 0; i < state.n_files; i++) known |= !strcmp(state.files[i], path);
+    if (!known && state.n_files < MAX_FILES) state.files[state.n_files++] = path;
+    else free(path);
+    pthread_mutex_unlock(&state.lock);
+}
+
 EXPORT void *gguf_init_from_file(const char *fname, struct gguf_init_params_abi params) {
     ORIGINAL(gguf_init_from_file, gguf_init_fn);
     if (!original_gguf_init_from_file) return NULL;
     void *gguf = original_gguf_init_from_file(fname, params);
-    if (gguf && fname && active()) {
-        char *path = realpath(fname, NULL);
-        pthread_mutex_lock(&state.lock);
-        int known = 0;
-        for (int i = 0; i < state.n_files && path; i++) known |= !strcmp(state.files[i], path);
-        if (path && !known && state.n_files < MAX_FILES) state.files[state.n_files++] = path;
-        else free(path);
-        pthread_mutex_unlock(&state.lock);
-    }
+    if (gguf && fname && active()) note_model_file(fname);
     return gguf;
+}
+
+/* A file opened for reading that starts like a model: GGUF, or the legacy ggml format
+   whisper.cpp (and ggml's older examples) read through the C library, not gguf. Only
+   regular files of a model's size are looked at: 4 bytes read where the file starts,
+   without moving the stream. Nothing here starts recording: any process that opens files
+   passes through. */
+enum { MODEL_FILE_MIN_BYTES = 1 << 16 };
+static const char MODEL_MAGICS[][4] = {{'G', 'G', 'U', 'F'}, {'l', 'm', 'g', 'g'}};
+
+static void notice_model_file(FILE *file, const char *name, const char *mode) {
+    if (!file || !name || !mode || mode[0] != 'r' || strchr(mode, '+') || !env("GGML_VIZ_OUTPUT")) return;
+    int saved = errno, fd = fileno(file);
+    struct stat about;
+    char magic[4];
+    if (fd >= 0 && fstat(fd, &about) == 0 && S_ISREG(about.st_mode) && about.st_size >= MODEL_FILE_MIN_BYTES &&
+        pread(fd, magic, sizeof magic, 0) == (ssize_t)sizeof magic) {
+        for (size_t i = 0; i < sizeof MODEL_MAGICS / sizeof MODEL_MAGICS[0]; i++) {
+            if (!memcmp(magic, MODEL_MAGICS[i], sizeof magic)) note_model_file(name);
+        }
+    }
+    errno = saved;
+}
+
+typedef FILE *(*fopen_fn)(const char *, const char *);
+
+EXPORT FILE *fopen(const char *name, const char *mode) {
+    ORIGINAL(fopen, fopen_fn);
+    FILE *file = original_fopen ? original_fopen(name, mode) : NULL;
+    notice_model_file(file, name, mode);
+    return file;
+}
+
+EXPORT FILE *fopen64(const char *name, const char *mode) {
+    ORIGINAL(fopen64, fopen_fn);
+    FILE *file = original_fopen64 ? original_fopen64(name, mode) : NULL;
+    notice_model_file(file, name, mode);
+    return file;
 }
 
 typedef bool (*is_empty_fn)(const void *);

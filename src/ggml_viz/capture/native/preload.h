@@ -132,7 +132,10 @@ typedef struct {
 typedef struct {
     pthread_once_t once;
     int enabled, verbose;
-    pthread_mutex_t lock; /* entries, shadows, program callbacks, the spool file */
+    pthread_mutex_t lock; /* entries, shadows, program callbacks, the spool file, the claim */
+    /* A Python process: its spool is opened with the first graph, unless ggml-viz's start-up
+       hook claimed the process first (it records llama-cpp-python's contexts itself). */
+    int in_python, spool_opened, claimed_by_python;
     int spool;
     char spool_path[4096];
     Entry *entries[MAX_ENTRIES];
