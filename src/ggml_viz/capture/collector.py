@@ -37,12 +37,15 @@ from .spool import (
     SPOOL_DIR,
     START,
     TAKE,
+    WEIGHTS,
     DecodesRecord,
     Frame,
+    GraphRecord,
     SpoolReader,
     first_frame,
     spool_files,
 )
+from .weight_names import WeightNames
 
 
 class SpoolRecorder:
@@ -89,6 +92,7 @@ class SpoolContextTracer(ContextTracer):
 
     def __init__(self, recording: Recording, context_id: int, n_ubatch: int, inline_timing: bool) -> None:
         self.texts: dict[int, str] = {}
+        self.weight_names = WeightNames(())  # the context's model files', once described
         self.spool_recorder = SpoolRecorder(inline_timing)
         super().__init__(recording, context_id, lambda token: self.texts.get(token, ""), n_ubatch,
                          self.spool_recorder)  # fmt: skip
@@ -144,7 +148,7 @@ class SpoolCollector:
     def _apply(self, path: Path, frame: Frame) -> None:
         handlers: dict[int, Callable[[Path, Frame], None]] = {
             START: self._start, CONTEXT: self._context, TAKE: self._take, FAILED: self._failed, END: self._end,
-            GPU: self._gpu,
+            GPU: self._gpu, WEIGHTS: self._weights,
         }  # fmt: skip
         handlers[frame.kind](path, frame)
 
@@ -190,15 +194,32 @@ class SpoolCollector:
         )
         for file in files:
             recording.store_memory_map(file)
+        tracer.weight_names = WeightNames(recording.layouts[file] for file in files if file in recording.layouts)
         if recording.verbose:
             say(f"recording context {context_id} of {path.stem} ({(model or {}).get('description', 'ggml')})")
 
     def _take(self, path: Path, frame: Frame) -> None:
+        tracer = self._tracer(path, frame)
+        take = frame.take()
+        graphs = [graph._replace(leaves=tracer.weight_names.rename(graph.leaves)) if isinstance(graph, GraphRecord)
+                  else graph for graph in take.graphs]  # fmt: skip
+        tracer.write_take(take.decodes, take.token_texts, graphs)
+
+    def _weights(self, path: Path, frame: Frame) -> None:
+        """Unnamed weights the next take's graphs read first: named from the model file."""
+        tracer = self._tracer(path, frame)
+        tracer.weight_names.learn(frame.payload)
+        writer = self.recording.writer
+        assert writer is not None
+        contexts = [dict(context) for context in writer.manifest["contexts"]]
+        contexts[tracer.context_id]["weights_named_from_file"] = dict(tracer.weight_names.counts)
+        writer.update_manifest(contexts=contexts)
+
+    def _tracer(self, path: Path, frame: Frame) -> SpoolContextTracer:
         tracer = self.tracers.get((path, frame.context_id))
         if tracer is None:
-            raise RunFormatError(f"{path}: graphs of a context the spool never described ({frame.context_id})")
-        take = frame.take()
-        tracer.write_take(take.decodes, take.token_texts, take.graphs)
+            raise RunFormatError(f"{path}: records of a context the spool never described ({frame.context_id})")
+        return tracer
 
     def _gpu(self, path: Path, frame: Frame) -> None:
         window = parse_window(frame.payload)

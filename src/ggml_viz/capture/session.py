@@ -112,6 +112,7 @@ class Recording:
         self.graph_sizes: list[int] = []  # nodes of each written graph, by graph id (keep-last bound)
         self.recorder_used: str | None = None
         self.model_paths: dict[int, str] = {}
+        self.layouts: dict[str, Any] = {}  # each model file's layout, once read (store_memory_map)
         self.gpu_times: GpuTimes | None = None  # GPU trace windows into the run's GPU tables
         self.gpu_info: dict[str, Any] = {}  # the GPU timer's state, as the recorder said it
         self._idle_writer: threading.Thread | None = None  # started with the first context
@@ -299,6 +300,7 @@ class Recording:
                 "tensors": len(layout.tensors), "problems": layout.problems,
             }  # fmt: skip
             self.writer.append("memory_map", memory_map_rows(layout))
+            self.layouts[path] = layout
         except (GgmlVizError, OSError) as error:  # the recording goes on without the map
             entry = {"error": str(error)}
             say(f"no memory map for {path}: {error}")

@@ -267,6 +267,7 @@ static Entry *entry_for(void *owner, int is_llama) {
             r->inline_timing = !state.sync_timing;
             r->time_nodes = !state.detail_graph;
             recorder_set_decode_rules(r, state.detail_graph, state.sample, 32, 500000000LL, LLAMA_BATCH_OFFSETS);
+            if (api.buffer_is_host && api.nbytes) recorder_set_weight_prints(r, api.buffer_is_host, api.nbytes);
             recorder_set_filters(r, (const char *const *)state.ops, state.n_ops, (const int64_t(*)[2])state.ranges,
                                  state.n_ranges, state.no_layer, (const char *const *)state.names, state.n_names);
             if (state.values_stats || state.n_captures) {

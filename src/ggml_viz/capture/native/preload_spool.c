@@ -264,6 +264,11 @@ void write_entry(Entry *e) {
         stop_recording("the recorder ran out of memory");
         return;
     }
+    if (r->weight_prints.count) { /* before the graphs that read them */
+        spool_frame(SPOOL_WEIGHTS, (uint32_t)e->context_id, r->weight_prints.items,
+                    r->weight_prints.count * sizeof(WeightPrint));
+        r->weight_prints.count = 0;
+    }
     Array *frame = &e->frame;
     frame->count = 0;
     uint64_t counts[4] = {decodes.n_calls, decodes.n_tokens, (uint64_t)n_graphs, 0};

@@ -205,6 +205,58 @@ static int copy_tensor(Recorder *r, Array *structs, uint64_t address, const uint
     return 0;
 }
 
+/* ---- weights without a name ------------------------------------------------------------ */
+
+enum { FINGERPRINT_SAMPLE = 64, BUFFER_USAGE_WEIGHTS = 1 };
+
+static uint64_t fnv1a(uint64_t hash, const uint8_t *bytes, size_t n) {
+    for (size_t i = 0; i < n; i++) hash = (hash ^ bytes[i]) * 0x100000001b3ULL;
+    return hash;
+}
+
+uint64_t weight_fingerprint(const uint8_t *bytes, uint64_t nbytes) {
+    size_t k = nbytes < FINGERPRINT_SAMPLE ? (size_t)nbytes : FINGERPRINT_SAMPLE;
+    uint64_t hash = fnv1a(0xcbf29ce484222325ULL, bytes, k);
+    hash = fnv1a(hash, bytes + (nbytes - k) / 2, k);
+    return fnv1a(hash, bytes + nbytes - k, k);
+}
+
+/* Where `key` is, or goes, in a sorted array of uint64; whether it is there. */
+static bool sorted_find(const Array *a, uint64_t key, size_t *at) {
+    size_t low = 0, high = a->count;
+    while (low < high) {
+        size_t mid = (low + high) / 2;
+        if (ARRAY_AT(*a, uint64_t, mid) < key) low = mid + 1;
+        else high = mid;
+    }
+    *at = low;
+    return low < a->count && ARRAY_AT(*a, uint64_t, low) == key;
+}
+
+/* A leaf the program left unnamed (ggml names it leaf_N in the graph) in a weights buffer the
+   host can read: fingerprinted once, the first time a graph reads it. */
+static int print_weight(Recorder *r, const uint8_t *tensor) {
+    const char *name = (const char *)tensor + r->layout.name_offset;
+    if (name[0] && strncmp(name, "leaf_", 5) != 0) return 0;
+    const void *buffer = (const void *)(uintptr_t)field_u64(tensor, r->layout.buffer_offset);
+    const uint8_t *data = (const uint8_t *)(uintptr_t)field_u64(tensor, r->layout.data_offset);
+    if (!buffer || !data || r->ggml.buffer_usage(buffer) != BUFFER_USAGE_WEIGHTS || !r->print_buffer_is_host(buffer)) {
+        return 0;
+    }
+    size_t at;
+    if (sorted_find(&r->printed, (uint64_t)(uintptr_t)data, &at)) return 0;
+    if (array_reserve(&r->printed, 1) != 0) return -1;
+    memmove(r->printed.items + (at + 1) * sizeof(uint64_t), r->printed.items + at * sizeof(uint64_t),
+            (r->printed.count - at) * sizeof(uint64_t));
+    ARRAY_AT(r->printed, uint64_t, at) = (uint64_t)(uintptr_t)data;
+    r->printed.count++;
+    WeightPrint *print = array_push(&r->weight_prints);
+    if (!print) return -1;
+    uint64_t nbytes = r->print_nbytes(tensor);
+    *print = (WeightPrint){(uint64_t)(uintptr_t)data, nbytes, weight_fingerprint(data, nbytes)};
+    return 0;
+}
+
 static int copy_leaf(Recorder *r, uint64_t address) {
     if (!address || set_find(r, address)) return 0;
     const uint8_t *copied;
@@ -212,6 +264,7 @@ static int copy_leaf(Recorder *r, uint64_t address) {
     if (!ptr || copy_tensor(r, &r->leaves, address, &copied) != 0) return -1;
     *ptr = address;
     if (set_add(r, address, 2) != 0) return -1;
+    if (r->print_nbytes && print_weight(r, copied) != 0) return -1;
     return note_buffer(r, copied);
 }
 
@@ -929,6 +982,8 @@ void array_free(Array *a) {
     X(r, previous_buffer_end, sizeof(uint32_t)) \
     X(r, previous_buffers, sizeof(uint64_t)) \
     X(r, decodes, sizeof(DecodeRecord)) \
+    X(r, weight_prints, sizeof(WeightPrint)) \
+    X(r, printed, sizeof(uint64_t)) \
     X(r, batch[BATCH_TOKENS], sizeof(int32_t)) \
     X(r, batch[BATCH_POSITIONS], sizeof(int32_t)) \
     X(r, batch[BATCH_SEQ_IDS], sizeof(int32_t)) \
@@ -975,6 +1030,11 @@ void recorder_free(Recorder *r) {
     r->set_kinds = NULL;
     r->previous_selection = NULL;
     r->fp16_table = NULL;
+}
+
+void recorder_set_weight_prints(Recorder *r, tensor_bool_fn buffer_is_host, size_fn nbytes) {
+    r->print_buffer_is_host = buffer_is_host;
+    r->print_nbytes = buffer_is_host ? nbytes : NULL;
 }
 
 const char *recorder_set_filters(Recorder *r, const char *const *ops, int n_ops, const int64_t (*layer_ranges)[2],

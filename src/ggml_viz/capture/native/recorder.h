@@ -104,6 +104,13 @@ typedef struct {
     uint8_t *items;
 } Array;
 
+/* A weight the program left unnamed (whisper.cpp's are `leaf_N`), and the fingerprint of its
+   bytes: a hash of three samples (weight_fingerprint), which the collector looks for in the
+   model file's tensors to give the weight its file name. */
+typedef struct {
+    uint64_t data, nbytes, fingerprint;
+} WeightPrint;
+
 #define ARRAY_AT(a, type, i) (((type *)(a).items)[i])
 
 /* One llama_decode call (index -1: graphs computed outside any), as the decode bracket saw it. */
@@ -181,6 +188,11 @@ typedef struct {
     Array batch[BATCH_COLUMNS]; /* the calls' batches, column by column */
     int out_of_memory;
     long long fail_after_nodes; /* tests: act out of memory at this many nodes (0: never) */
+    /* unnamed weights' fingerprints (recorder_set_weight_prints): new ones since the owner took
+       them, and the data address of every weight printed (sorted) */
+    tensor_bool_fn print_buffer_is_host;
+    size_fn print_nbytes;
+    Array weight_prints, printed;
 } Recorder;
 
 /* A byte range of what the recorder holds (valid until the next take ends). */
@@ -232,6 +244,11 @@ const char *recorder_set_values(Recorder *r, int stats, const char *const *patte
 void recorder_set_decode_rules(Recorder *r, int detail_graph, long long sample, long long graphs_per_write,
                                long long write_interval_ns, const size_t batch_offsets[5]);
 void recorder_chain_abort(Recorder *r, abort_fn function, void *data);
+/* Fingerprint each unnamed weight in host memory the first time a graph reads it (the owner
+   takes them from r->weight_prints); the functions: ggml_backend_buffer_is_host, ggml_nbytes. */
+void recorder_set_weight_prints(Recorder *r, tensor_bool_fn buffer_is_host, size_fn nbytes);
+/* FNV-1a (64 bits) over the first, middle and last 64 bytes (all of them when fewer). */
+uint64_t weight_fingerprint(const uint8_t *bytes, uint64_t nbytes);
 
 /* The callbacks handed to ggml (user_data: the Recorder). */
 bool recorder_eval_callback(void *tensor, bool ask, void *user_data);

@@ -19,6 +19,8 @@
  *                  uint64 first_name_id, dropped, invalid, overhead_ns, reason
  *                  GpuComputeRecord[], GpuNodeCall[], GpuApiRecord[], GpuActivityRecord[],
  *                  uint32 name_length[n_names], then the names' bytes
+ *   SPOOL_WEIGHTS  binary, WeightPrint[]: weights the program left unnamed, first read by the
+ *                  graphs of the SPOOL_TAKE that follows (recorder.h: weight_fingerprint)
  *
  * SPOOL_TAKE payload:
  *   uint64 n_calls, n_tokens, n_graphs, text_bytes
@@ -38,7 +40,7 @@
 
 #define SPOOL_MAGIC "GGVZSPL2"
 
-enum { SPOOL_START = 1, SPOOL_CONTEXT = 2, SPOOL_TAKE = 3, SPOOL_FAILED = 4, SPOOL_END = 5, SPOOL_GPU = 6 };
+enum { SPOOL_START = 1, SPOOL_CONTEXT = 2, SPOOL_TAKE = 3, SPOOL_FAILED = 4, SPOOL_END = 5, SPOOL_GPU = 6, SPOOL_WEIGHTS = 7 };
 
 typedef struct {
     uint32_t kind;
