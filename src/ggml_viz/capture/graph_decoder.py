@@ -132,6 +132,8 @@ class TensorCatalog:
         self._buffers: dict[tuple[int, BufferInfo], int] = {}
         self._recent: dict[int, list[_GraphShape]] = {}  # per context: the last shapes, newest first
         self._n_structures = 0
+        # per structure, the phase of a graph computed outside any llama call (_structure_phase)
+        self.structure_phases: dict[int, str] = {}
         self._last_buffers: tuple[dict[int, BufferInfo] | None, dict[int, int]] = (None, {})
         self._arange = np.arange(0, dtype=np.int32)
         self._subop_ops = np.array(ops_with_subop(), dtype=np.int32)
@@ -163,6 +165,7 @@ class TensorCatalog:
             self._n_structures += 1
             new_edges = _edges(raw.nodes["src"], ptrs, ids, shape.structure_id)
             node_ids = ids[len(raw.leaves) :]
+            self.structure_phases[shape.structure_id] = _structure_phase(structs, len(raw.leaves), ptrs, raw.buffers)
             new_structure_nodes = {
                 "structure_id": np.full(len(node_ids), shape.structure_id, dtype=np.int32),
                 "node_index": np.arange(len(node_ids), dtype=np.int32),
@@ -363,6 +366,26 @@ def _nbytes(types: np.ndarray, ne: np.ndarray, nb: np.ndarray) -> np.ndarray:
     nbytes = np.where(block_elements == 1, unblocked, blocked)
     nbytes[(ne <= 0).any(axis=1)] = 0
     return nbytes
+
+
+def _structure_phase(structs: np.ndarray, n_leaves: int, ptrs: np.ndarray, buffers: dict[int, BufferInfo]) -> str:
+    """The phase of a graph computed outside any llama call (a whisper.cpp graph, anyone's
+    ggml code), from what it computes: `decode` when it looks tokens up in a weight (GET_ROWS
+    of a weight by integer ids: a decoder's step), `encode` when it computes with the model's
+    weights otherwise (an encoder over audio or an image), `other` when it reads no weight."""
+    weights_buffers = {address for address, info in buffers.items() if info.usage == "weights"}
+    leaves = structs[:n_leaves]
+    is_weight = np.isin(leaves["buffer"], np.fromiter(weights_buffers, dtype=np.uint64, count=len(weights_buffers)))
+    if not is_weight.any():
+        return "other"
+    nodes = structs[n_leaves:]
+    get_rows = [code for code in np.unique(nodes["op"]).tolist() if op_name(int(code)) == "GET_ROWS"]
+    for node in np.flatnonzero(np.isin(nodes["op"], get_rows)).tolist():
+        table, ids = _rows_of(nodes["src"][node, :2], ptrs).tolist()
+        if 0 <= table < n_leaves and is_weight[table] and 0 <= ids < n_leaves and not is_weight[ids]:
+            if type_name(int(leaves["type"][ids])) == "i32":
+                return "decode"
+    return "encode"
 
 
 def _node_layers(

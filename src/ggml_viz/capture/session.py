@@ -362,7 +362,7 @@ class Recording:
         writer.append("tensors", decoded.new_tensors)
         writer.append("structure_nodes", decoded.new_structure_nodes)
         writer.append("edges", decoded.new_edges)
-        row = _graph_row(tracer, graph_id, decoded.structure_id, raw, call, ubatch)
+        row = _graph_row(tracer, graph_id, decoded.structure_id, raw, call, ubatch, self._phase(decoded.structure_id))
         writer.append_graph(row, decoded.node_times)
         if self.gpu_times is not None:
             self.gpu_times.graph_written(tracer.context_id, graph_id, decoded.structure_id, raw.graph_start_ns)
@@ -376,7 +376,7 @@ class Recording:
         assert self.writer is not None
         structure_id = self.catalog.repeated_structure(tracer.context_id)
         rows = [
-            _graph_row(tracer, self.n_graphs + index, structure_id, graph, call, ubatch)
+            _graph_row(tracer, self.n_graphs + index, structure_id, graph, call, ubatch, self._phase(structure_id))
             for index, (graph, call, ubatch) in enumerate(repeats)
         ]
         self.writer.append_graph_rows(rows)
@@ -453,6 +453,10 @@ class Recording:
 
     # -- internals -----------------------------------------------------------------
 
+    def _phase(self, structure_id: int) -> str:
+        """The phase of a graph of this structure computed outside any llama call."""
+        return self.catalog.structure_phases.get(structure_id, "other")
+
     def open_run(self) -> None:
         """Create the run where the recording goes, if it is not yet made (a lazy recording)."""
         if self.writer is None:
@@ -525,8 +529,10 @@ def _graph_row(
     graph: RawGraph | RepeatedGraph,
     call: ClosedDecode,
     ubatch: int,
+    structure_phase: str,
 ) -> dict[str, Any]:
-    """A graph's row of the `graphs` table: when it ran, in which llama_decode call, on which tokens."""
+    """A graph's row of the `graphs` table: when it ran, in which llama_decode call, on which
+    tokens (outside any: in the phase its structure computes, structure_phase)."""
     decode = call.decode
     tokens = decode.tokens_of_ubatch(ubatch) if decode else {}
     n_tokens = len(tokens.get("token_id", ()))
@@ -549,7 +555,8 @@ def _graph_row(
         "token_outputs": tokens["output"].tolist() if n_tokens else [],
         "token_texts": tracer.token_texts(tokens["token_id"]) if n_tokens else [],
         "first_batch_index": ubatch * tracer.n_ubatch,
-        "phase": decode.phase if decode else "other",
+        # a call that fed no tokens (a plain ggml program's compute): what its structure computes
+        "phase": structure_phase if decode is None or decode.phase == "other" else decode.phase,
         "detail": graph.detail,
     }
 
