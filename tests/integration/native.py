@@ -1,4 +1,5 @@
-"""Native programs for the tests: a plain ggml program they build, and llama.cpp's own tools."""
+"""Native programs for the tests: a plain ggml program they build, and llama.cpp's and
+whisper.cpp's own tools."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from ..whisper_models import whisper_tools_folder
 
 HERE = Path(__file__).parent
 PLAIN_PROGRAM_SOURCE = HERE.parent / "native" / "plain_ggml_program.c"
@@ -55,6 +58,18 @@ def llama_tool(name: str) -> Path:
             pytest.fail(message)
         pytest.skip(message)
     return path
+
+
+def whisper_tool(name: str) -> Path:
+    """whisper.cpp's own program `name`, as `make setup` installs it beside ggml-viz, or where
+    scripts/build-whisper-tools.sh built it (see tests/whisper_models.py)."""
+    for path in (Path(sys.executable).parent / name, whisper_tools_folder() / "bin" / name):
+        if path.exists():
+            return path
+    message = f"{name} is not installed beside ggml-viz (make setup builds whisper.cpp's own programs)"
+    if os.environ.get("GGML_VIZ_REQUIRE_NATIVE_TOOLS"):
+        pytest.fail(message)
+    pytest.skip(message)
 
 
 def untraced(program: list[str], **kwargs) -> subprocess.CompletedProcess:

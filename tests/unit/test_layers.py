@@ -33,6 +33,15 @@ from ggml_viz.runformat.synthetic import write_synthetic_run
         ("inp_embd", NO_LAYER),
         ("norm", NO_LAYER),
         ("", NO_LAYER),
+        # checkpoint names, as formats older than GGUF keep them
+        ("encoder.blocks.3.attn.query.weight", 3),
+        ("decoder.blocks.11.cross_attn_ln.bias", 11),
+        ("model.layers.7.self_attn.q_proj.weight", 7),
+        ("transformer.h.2.mlp.c_fc.weight", 2),
+        ("h.0.ln_1.weight", 0),
+        ("myblocks.3.weight", NO_LAYER),
+        ("encoder.layers.3", NO_LAYER),
+        ("decoder.token_embedding.weight", NO_LAYER),
     ],
 )
 def test_layer_is_read_from_the_name(name, layer):
@@ -173,6 +182,10 @@ def test_a_graph_without_layer_weights_keeps_the_names_layers():
         ("cache_s_l12 (view)", False, (LEAF_LAYER_STATE, 12)),
         ("inp_pos", False, (LEAF_OTHER, NO_LAYER)),
         ("attn_inp_kq_mask", False, (LEAF_OTHER, NO_LAYER)),
+        ("encoder.blocks.3.attn.query.weight", False, (LEAF_LAYER_WEIGHT, 3)),
+        ("model.layers.5.mlp.up_proj.weight", True, (LEAF_LAYER_WEIGHT, 5)),
+        ("transformer.h.1.attn.c_proj.bias", False, (LEAF_LAYER_WEIGHT, 1)),
+        ("decoder.token_embedding.weight", False, (LEAF_SHARED_WEIGHT, NO_LAYER)),
     ],
 )
 def test_leaves_are_classed_by_what_they_hold(name, in_weights, expected):

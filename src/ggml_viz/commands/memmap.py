@@ -15,21 +15,24 @@ from .common import format_bytes
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from ..modelfile.layout import GGUFLayout
+    from ..modelfile.layout import ModelLayout
 
 CSV_COLUMNS = ("name", "type", "ne0", "ne1", "ne2", "ne3", "n_elements", "start", "end", "bytes",
                "padding_after", "layer", "category", "bits_per_weight")  # fmt: skip
 
 
 class MemmapCommand(Command):
-    """Show the exact byte layout of a GGUF model file: every tensor's file range, every region.
+    """Show the exact byte layout of a model file: every tensor's file range, every region.
 
-    The map covers every byte of the file once (header, metadata, tensor infos, alignment
-    padding, tensors) and is checked: no overlaps, no gap but alignment padding. The file
-    is validated first; a malformed one gets one error naming what is wrong.
+    Reads GGUF and whisper.cpp's legacy ggml format (ggml-tiny.en.bin, ...). The map covers
+    every byte of the file once (GGUF: header, metadata, tensor infos, alignment padding,
+    tensors; legacy: header, mel filters, vocabulary, each tensor's header and data) and is
+    checked: no overlaps, no gap but alignment padding. The file is validated first; a
+    malformed one gets one error naming what is wrong.
 
     example:
       ggml-viz memmap model.gguf
+      ggml-viz memmap ggml-tiny.en.bin
       ggml-viz memmap model.gguf --csv -o tensors.csv
       ggml-viz memmap model.gguf --json | jq '.summary.category'
     """
@@ -37,7 +40,7 @@ class MemmapCommand(Command):
     name = "memmap"
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("model", help="GGUF model file")
+        parser.add_argument("model", help="model file: GGUF, or whisper.cpp's legacy ggml format")
         output = parser.add_mutually_exclusive_group()
         output.add_argument("--json", action="store_true", help="the whole map as JSON")
         output.add_argument("--csv", action="store_true", help="one CSV row per tensor")
@@ -68,7 +71,11 @@ class MemmapCommand(Command):
         return 1 if layout.problems else 0
 
 
-def _csv(layout: GGUFLayout) -> str:
+# Regions listed one by one; the others (one or two per tensor) are summed by kind.
+_SINGLE_REGIONS = ("header", "metadata", "tensor_infos", "mel_filters", "vocabulary", "trailing", "unexplained")
+
+
+def _csv(layout: ModelLayout) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     writer.writerow(CSV_COLUMNS)
@@ -79,21 +86,27 @@ def _csv(layout: GGUFLayout) -> str:
     return buffer.getvalue()
 
 
-def _render(layout: GGUFLayout, console: Console) -> None:
+def _render(layout: ModelLayout, console: Console) -> None:
     from rich.table import Table
 
+    if layout.format == "gguf":
+        file_format = f"GGUF v{layout.version}  alignment {layout.alignment}"
+        tensors_from = f"data from byte {layout.data_offset:,}"
+    else:
+        file_format = f"legacy ggml ({layout.metadata.get('general.architecture')}, unaligned)"
+        tensors_from = f"tensor records from byte {layout.data_offset:,}"
     console.print(
-        f"[bold]{layout.path}[/]  {format_bytes(layout.file_size)} ({layout.file_size:,} bytes)  GGUF v{layout.version}"
-        f"  alignment {layout.alignment}  {len(layout.tensors)} tensors  data from byte {layout.data_offset:,}"
+        f"[bold]{layout.path}[/]  {format_bytes(layout.file_size)} ({layout.file_size:,} bytes)  {file_format}"
+        f"  {len(layout.tensors)} tensors  {tensors_from}"
     )
     regions = Table("region", "start", "end", "bytes", title="regions", title_justify="left")
     kinds: dict[str, list[int]] = {}
     for region in layout.regions:
         kinds.setdefault(region.kind, []).append(region.nbytes)
     for region in layout.regions:
-        if region.kind in ("header", "metadata", "tensor_infos", "trailing", "unexplained"):
+        if region.kind in _SINGLE_REGIONS:
             regions.add_row(region.kind, f"{region.start:,}", f"{region.end:,}", f"{region.nbytes:,}")
-    for kind in ("tensor", "padding"):
+    for kind in ("tensor_header", "tensor", "padding"):
         if kind in kinds:
             regions.add_row(f"{kind} ×{len(kinds[kind])}", "", "", f"{sum(kinds[kind]):,}")
     console.print(regions)
@@ -111,4 +124,5 @@ def _render(layout: GGUFLayout, console: Console) -> None:
         for problem in layout.problems:
             console.print(f"  {problem}", markup=False)
     else:
-        console.print("checked: every byte belongs to one region; the only gaps are alignment padding")
+        gaps = "the only gaps are alignment padding" if layout.alignment > 1 else "no gaps"
+        console.print(f"checked: every byte belongs to one region; {gaps}")

@@ -1,0 +1,117 @@
+#!/bin/sh
+# Build whisper.cpp's own command-line program (whisper-cli) from exactly the whisper.cpp source
+# that the pywhispercpp sdist vendors (whisper.cpp/, with its ggml), with portable flags, and
+# install it with every shared library it loads into DEST:
+#   DEST/bin/whisper-cli       RUNPATH $ORIGIN/../lib
+#   DEST/lib/lib*.so*          libwhisper, libggml, libggml-base, libggml-cpu
+#   DEST/include/*.h           the vendored ggml's and whisper's headers, for programs built
+#                              against these libraries
+#   DEST/models/for-tests-*    whisper.cpp's own test model files (hyperparameters, mel filters and
+#                              vocabulary, no tensors): real files for the model file reader's tests
+# ggml and whisper stay shared libraries (BUILD_SHARED_LIBS=ON) so that a profiler loaded with
+# LD_PRELOAD can interpose their exported functions. DEST is built as DEST.partial and renamed
+# at the end, so an interrupted build never leaves a half-filled cache.
+#
+# usage: scripts/build-whisper-tools.sh PYWHISPERCPP_VERSION DEST PYTHON [JOBS] [EXTRA_CMAKE_ARGS]
+set -eu
+
+VERSION=$1
+DEST=$2
+PYTHON=$3
+JOBS=${4:-$(nproc 2>/dev/null || echo 2)}
+EXTRA_CMAKE_ARGS=${5:-}
+TARGETS="whisper-cli"
+
+echo "Building whisper.cpp's programs ($TARGETS) from pywhispercpp $VERSION's vendored"
+echo "whisper.cpp into $DEST: once per machine, about a minute on 2 cores ($JOBS jobs here)."
+
+# The source and build trees stay in WORK until the programs are installed, so that a rerun after
+# an interruption or a failure picks the build up where it stopped.
+WORK="$DEST.build"
+if [ ! -f "$WORK/src.done" ]; then
+	rm -rf "$WORK"
+	mkdir -p "$WORK/sdist" "$WORK/src"
+	echo "-- downloading the pywhispercpp $VERSION sdist"
+	# `pip download --no-binary :all:` runs the sdist's setup.py to read its metadata, which fails
+	# for pywhispercpp; the file is taken from PyPI's index instead, checked against its sha256.
+	"$PYTHON" - "$VERSION" "$WORK/sdist" <<'EOF'
+import hashlib
+import json
+import sys
+import urllib.request
+from pathlib import Path
+
+version, folder = sys.argv[1], Path(sys.argv[2])
+filename = f"pywhispercpp-{version}.tar.gz"
+request = urllib.request.Request(
+    "https://pypi.org/simple/pywhispercpp/", headers={"Accept": "application/vnd.pypi.simple.v1+json"}
+)
+with urllib.request.urlopen(request, timeout=60) as response:
+    files = json.load(response)["files"]
+entry = next((f for f in files if f["filename"] == filename), None)
+if entry is None:
+    sys.exit(f"PyPI lists no {filename}")
+with urllib.request.urlopen(entry["url"], timeout=300) as response:
+    content = response.read()
+digest = hashlib.sha256(content).hexdigest()
+if digest != entry["hashes"]["sha256"]:
+    sys.exit(f"{filename}: sha256 {digest}, but PyPI's index says {entry['hashes']['sha256']}")
+(folder / filename).write_bytes(content)
+EOF
+	tar -xzf "$WORK"/sdist/*.tar.gz -C "$WORK/src"
+	touch "$WORK/src.done"
+else
+	echo "-- resuming the build in $WORK"
+fi
+SRC=$(echo "$WORK"/src/*/whisper.cpp)
+[ -f "$SRC/CMakeLists.txt" ] || { echo "no whisper.cpp in the pywhispercpp $VERSION sdist" >&2; exit 1; }
+
+GENERATOR=
+if command -v ninja >/dev/null 2>&1; then GENERATOR="-G Ninja"; fi
+# The RUNPATH is set at link time ($ORIGIN/../lib: bin/ finds lib/, and lib/ finds itself), so
+# the files are copied as they are, with no patchelf. No SDL2, curl or ffmpeg: whisper-cli reads
+# WAV files itself, and the build downloads nothing.
+# shellcheck disable=SC2086,SC2016
+cmake -S "$SRC" -B "$WORK/build" $GENERATOR \
+	-DCMAKE_BUILD_TYPE=Release \
+	-DGGML_NATIVE=OFF \
+	-DBUILD_SHARED_LIBS=ON \
+	-DWHISPER_BUILD_EXAMPLES=ON \
+	-DWHISPER_BUILD_TESTS=OFF \
+	-DWHISPER_BUILD_SERVER=OFF \
+	-DWHISPER_SDL2=OFF \
+	-DWHISPER_CURL=OFF \
+	-DWHISPER_FFMPEG=OFF \
+	-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON \
+	-DCMAKE_INSTALL_RPATH='$ORIGIN/../lib' \
+	$EXTRA_CMAKE_ARGS
+# shellcheck disable=SC2086
+cmake --build "$WORK/build" --config Release -j"$JOBS" --target $TARGETS
+
+rm -rf "$DEST.partial"
+mkdir -p "$DEST.partial/bin" "$DEST.partial/lib" "$DEST.partial/include" "$DEST.partial/models"
+for target in $TARGETS; do
+	cp "$WORK/build/bin/$target" "$DEST.partial/bin/"
+done
+# The libraries lie in the build tree's src/ and ggml/src/; -P keeps their version symlinks.
+find "$WORK/build" -name 'lib*.so*' \( -type f -o -type l \) -exec cp -P {} "$DEST.partial/lib/" \;
+cp "$SRC"/ggml/include/*.h "$SRC"/include/whisper.h "$DEST.partial/include/"
+cp "$SRC"/models/for-tests-ggml-*.bin "$DEST.partial/models/"
+
+# Every library must resolve inside DEST/lib, and ggml and whisper must be shared dependencies.
+for target in $TARGETS; do
+	deps=$(ldd "$DEST.partial/bin/$target")
+	if echo "$deps" | grep -q "not found"; then
+		echo "$deps" >&2
+		echo "$target: a shared library is missing" >&2
+		exit 1
+	fi
+	for lib in libwhisper.so libggml-base.so libggml-cpu.so; do
+		echo "$deps" | grep -q "^[[:space:]]*$lib[^ ]* => $DEST.partial/" ||
+			{ echo "$deps" >&2; echo "$target does not load $lib from $DEST/lib" >&2; exit 1; }
+	done
+done
+rm -rf "$DEST"
+mv "$DEST.partial" "$DEST"
+rm -rf "$WORK"
+echo "whisper.cpp's programs are in $DEST/bin"
