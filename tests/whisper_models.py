@@ -181,9 +181,10 @@ def write_whisper_model(path: Path, hparams: WhisperHparams = RUNNABLE, *, seed:
 
 def _weights(rng: np.random.Generator, name: str, shape: tuple[int, ...]) -> np.ndarray:
     array_shape = tuple(reversed(shape))  # numpy's last axis is ggml's ne0
-    if "_ln." in name or name.startswith(("encoder.ln_post.", "decoder.ln.")):
-        return np.ones(array_shape) if name.endswith(".weight") else np.zeros(array_shape)
-    return rng.normal(0.0, 0.05, array_shape)
+    # every tensor its own bytes, as in a trained model (layer norms near 1, not exactly 1)
+    is_norm = "_ln." in name or name.startswith(("encoder.ln_post.", "decoder.ln."))
+    center = 1.0 if is_norm and name.endswith(".weight") else 0.0
+    return center + rng.normal(0.0, 0.05, array_shape)
 
 
 def _mel_filters(n_mel: int) -> np.ndarray:

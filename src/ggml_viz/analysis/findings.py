@@ -93,7 +93,8 @@ def _growth_with_context(run: Run) -> list[str]:
     decode = run.graphs.loc[run.graphs["phase"] == "decode", "graph_id"]
     positions = run.tokens.groupby("graph_id")["pos"].max()
     per_graph = run.graph_op_totals.rename(columns={"time_ns": "duration_ns"})
-    per_graph = per_graph[per_graph["graph_id"].isin(decode)]
+    # the steps whose tokens (and so positions) are known: a non-LLM program's may have none
+    per_graph = per_graph[per_graph["graph_id"].isin(decode) & per_graph["graph_id"].isin(positions.index)]
     if per_graph["graph_id"].nunique() < 8:
         return []
     contexts = positions.reindex(per_graph["graph_id"]).to_numpy(np.float64)

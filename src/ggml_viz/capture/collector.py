@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,9 @@ from typing import Any
 import numpy as np
 
 from .._errors import GgmlVizError, RunFormatError
-from ..modelfile.layout import read_layout
+from ..layers import NO_LAYER
+from ..modelfile.ggml_legacy import vocabulary_tokens
+from ..modelfile.layout import ModelLayout, read_layout
 from ..runformat.schema import MANIFEST_FILE
 from . import ggml_api
 from .context_tracer import ClosedDecode, ContextTracer, closed_decodes, warmup_tokens
@@ -93,10 +96,19 @@ class SpoolContextTracer(ContextTracer):
     def __init__(self, recording: Recording, context_id: int, n_ubatch: int, inline_timing: bool) -> None:
         self.texts: dict[int, str] = {}
         self.weight_names = WeightNames(())  # the context's model files', once described
+        # a plain program's tokens (read from its graphs' inputs): their text in its model file
+        self.file_vocabulary: list[bytes] = []
         self.spool_recorder = SpoolRecorder(inline_timing)
-        super().__init__(recording, context_id, lambda token: self.texts.get(token, ""), n_ubatch,
-                         self.spool_recorder)  # fmt: skip
+        super().__init__(recording, context_id, self._text_of, n_ubatch, self.spool_recorder)
         self._decodes: DecodesRecord | None = None
+
+    def _text_of(self, token: int) -> str:
+        text = self.texts.get(token)
+        if text:
+            return text
+        if 0 <= token < len(self.file_vocabulary):
+            return self.file_vocabulary[token].decode("utf-8", "replace")
+        return f"<{token}>" if self.file_vocabulary else ""
 
     def write_take(self, decodes: DecodesRecord, texts: dict[int, str], graphs: list[Any]) -> None:
         if self._mode is Mode.COUNT:  # past a keep-first bound: the graphs are counted as dropped
@@ -182,19 +194,23 @@ class SpoolCollector:
         self.tracers[(path, frame.context_id)] = tracer
         model = info.pop("model", None)
         files = [file for file in (model or info).pop("files", []) if file]
+        for file in files:
+            recording.store_memory_map(file)
+        layouts = [recording.layouts[file] for file in files if file in recording.layouts]
+        tracer.weight_names = WeightNames(layouts)
         if model is not None:
             tracer.warmup = warmup_tokens(model.pop("bos", None), model.pop("eos", None))
             path_of_model = model_file(files, model.get("tensor_bytes"))
             size = os.path.getsize(path_of_model) if path_of_model and os.path.exists(path_of_model) else None
             model = {"path": path_of_model, "file_size": size, **model}
+        elif layouts:  # a plain ggml program (whisper.cpp): its model, as its file describes it
+            model = model_of_file(layouts[-1])
+            tracer.file_vocabulary = vocabulary_tokens(layouts[-1]) if layouts[-1].format == "ggml" else []
         info.pop("context_id", None)
         context = {"context_id": context_id, **info, "model": model}
         writer.update_manifest(
             contexts=[*writer.manifest["contexts"], context], model=writer.manifest["model"] or model
         )
-        for file in files:
-            recording.store_memory_map(file)
-        tracer.weight_names = WeightNames(recording.layouts[file] for file in files if file in recording.layouts)
         if recording.verbose:
             say(f"recording context {context_id} of {path.stem} ({(model or {}).get('description', 'ggml')})")
 
@@ -269,6 +285,26 @@ class SpoolCollector:
         self.recording.stop()
         if self.recording.failed is None:
             shutil.rmtree(self.run_dir / SPOOL_DIR, ignore_errors=True)
+
+
+def model_of_file(layout: ModelLayout) -> dict[str, Any]:
+    """The model section of a program that is not llama.cpp (whisper.cpp, anyone's ggml code),
+    from the file it read: what llama.cpp says of its model, the file says here."""
+    architecture = layout.metadata.get("general.architecture")
+    bytes_by_type: Counter[str] = Counter()
+    for tensor in layout.tensors:
+        bytes_by_type[tensor.type] += tensor.nbytes
+    main_type = bytes_by_type.most_common(1)  # the type of most of its bytes
+    return {
+        "path": str(layout.path),
+        "file_size": layout.file_size,
+        "name": layout.metadata.get("general.name") or Path(layout.path).stem,
+        "description": " ".join(filter(None, [architecture, *(t for t, _ in main_type), f"({layout.format} file)"])),
+        "architecture": architecture,
+        "layers": len({tensor.layer for tensor in layout.tensors if tensor.layer != NO_LAYER}),
+        "parameters": sum(tensor.n_elements for tensor in layout.tensors),
+        "tensor_bytes": sum(tensor.nbytes for tensor in layout.tensors),
+    }
 
 
 def model_file(files: list[str], tensor_bytes: int | None) -> str | None:

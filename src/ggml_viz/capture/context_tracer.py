@@ -68,6 +68,8 @@ class DecodeCall:
         return batch_arrays(self.batch)
 
     def tokens_of_ubatch(self, ubatch: int) -> dict[str, np.ndarray]:
+        if self.batch[1] == NO_BATCH:  # a plain program's compute: one graph, its input's tokens
+            return self.tokens if ubatch == 0 else {column: values[:0] for column, values in self.tokens.items()}
         chunk = slice(ubatch * self.n_ubatch, (ubatch + 1) * self.n_ubatch)
         return {column: values[chunk] for column, values in self.tokens.items()}
 
@@ -296,6 +298,10 @@ class PythonContextTracer(ContextTracer):
         return closed
 
 
+# native/recorder.h: the lowest position of a call without a llama_batch (a plain ggml program's
+# compute), whose tokens, if any, are the ids its graph looked up.
+NO_BATCH = -2
+
 # llama-server's probe of its context before serving (common_context_can_seq_rm): token 0
 # twice, the memory cleared after. No request: counted with the warm-up.
 PROBE_BATCH = (0, 0)
@@ -319,7 +325,7 @@ def batch_phase(batch: BatchCopy, warmup: tuple[tuple[int, ...], ...] = ()) -> s
     context's warm-up batches (`warmup`: their tokens, at the start of a sequence); `other`
     for none."""
     n_tokens, lowest_position = batch[0], batch[1]
-    if n_tokens == 0:
+    if n_tokens == 0 or lowest_position == NO_BATCH:
         return "other"
     if lowest_position == 0 and any(n_tokens == len(tokens) for tokens in warmup):
         if tuple(np.frombuffer(batch[2], np.int32).tolist()) in warmup:

@@ -149,3 +149,22 @@ class _Parser(BoundedReader):
         self.skip(nbytes, f"the data of tensor {name!r} ({nbytes} bytes)")
         return TensorLayout(name, type_name, shape, n_elements, start, start + nbytes, 0, layer_of(name),
                             category_of(name))  # fmt: skip
+
+
+def vocabulary_tokens(layout: ModelLayout) -> list[bytes]:
+    """The token texts of a legacy file's vocabulary (whisper's text tokens; the special and
+    timestamp tokens whisper.cpp adds after them are not in the file), read from the region the
+    layout checked: its count, then each token's length and bytes."""
+    region = next((r for r in layout.regions if r.kind == "vocabulary"), None)
+    if region is None:
+        return []
+    with Path(layout.path).open("rb") as handle:
+        handle.seek(region.start)
+        data = handle.read(region.end - region.start)
+    (count,) = struct.unpack_from("<i", data, 0)
+    tokens, at = [], 4
+    for _ in range(count):
+        (length,) = struct.unpack_from("<I", data, at)
+        tokens.append(data[at + 4 : at + 4 + length])
+        at += 4 + length
+    return tokens

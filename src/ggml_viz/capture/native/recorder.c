@@ -580,6 +580,65 @@ static bool starts_next_graph(Recorder *r, const uint8_t *tensor) {
 }
 
 /* Record a node the scheduler asks about; returns the answer, or -1 out of memory. */
+/* ---- the tokens of a graph computed outside llama ------------------------------------------ */
+
+enum { MAX_INPUT_IDS = 4096 };
+
+static bool in_weights(Recorder *r, const uint8_t *tensor) {
+    const void *buffer = (const void *)(uintptr_t)field_u64(tensor, r->layout.buffer_offset);
+    return buffer && r->ggml.buffer_usage(buffer) == BUFFER_USAGE_WEIGHTS;
+}
+
+/* A plain program's graph (whisper.cpp's decoder) takes its tokens as an input: the integer
+   ids a GET_ROWS looks up in a weight. Those ids, in host memory and set before the graph
+   runs, become the call's tokens; where a graph looks up two tables (token and positional
+   embeddings), the larger table's ids are the tokens and the other's their positions. */
+static int note_input_ids(Recorder *r, const uint8_t *node) {
+    const char *op = r->ggml.op_desc ? r->ggml.op_desc(node) : NULL;
+    if (!op || strcmp(op, "GET_ROWS") != 0 || !r->print_buffer_is_host) return 0;
+    const uint8_t *table = (const uint8_t *)(uintptr_t)field_u64(node, r->layout.src_offset);
+    const uint8_t *ids = (const uint8_t *)(uintptr_t)field_u64(node, r->layout.src_offset + 8);
+    if (!table || !ids || !in_weights(r, table) || in_weights(r, ids)) return 0;
+    int32_t type;
+    int64_t ne[4], table_ne[4];
+    memcpy(&type, ids + r->layout.type_offset, sizeof type);
+    memcpy(ne, ids + r->layout.ne_offset, sizeof ne);
+    memcpy(table_ne, table + r->layout.ne_offset, sizeof table_ne);
+    const void *buffer = (const void *)(uintptr_t)field_u64(ids, r->layout.buffer_offset);
+    const int32_t *values = (const int32_t *)(uintptr_t)field_u64(ids, r->layout.data_offset);
+    if (type != TYPE_I32 || ne[0] <= 0 || ne[0] > MAX_INPUT_IDS || ne[1] != 1 || ne[2] != 1 || ne[3] != 1 ||
+        field_u64(ids, r->layout.nb_offset) != sizeof(int32_t) || !values || !buffer || !r->print_buffer_is_host(buffer)) {
+        return 0;
+    }
+    DecodeRecord *call = &ARRAY_AT(r->decodes, DecodeRecord, r->decodes.count - 1);
+    size_t n = (size_t)ne[0];
+    if (call->n_tokens == 0 && call->first_token == r->batch[BATCH_TOKENS].count) {
+        for (int c = 0; c < BATCH_COLUMNS; c++) {
+            if (array_reserve(&r->batch[c], n) != 0) return -1;
+        }
+        memcpy(&ARRAY_AT(r->batch[BATCH_TOKENS], int32_t, call->first_token), values, n * sizeof(int32_t));
+        for (size_t i = 0; i < n; i++) {
+            ARRAY_AT(r->batch[BATCH_POSITIONS], int32_t, call->first_token + i) = -1;
+            ARRAY_AT(r->batch[BATCH_SEQ_IDS], int32_t, call->first_token + i) = -1;
+        }
+        memset(&ARRAY_AT(r->batch[BATCH_OUTPUTS], uint8_t, call->first_token), 0, n);
+        for (int c = 0; c < BATCH_COLUMNS; c++) r->batch[c].count += n;
+        call->n_tokens = (int32_t)n;
+        r->ids_table_rows = table_ne[1];
+    } else if ((size_t)call->n_tokens == n && call->first_token + n == r->batch[BATCH_TOKENS].count) {
+        int32_t *tokens = &ARRAY_AT(r->batch[BATCH_TOKENS], int32_t, call->first_token);
+        int32_t *positions = &ARRAY_AT(r->batch[BATCH_POSITIONS], int32_t, call->first_token);
+        if (table_ne[1] > r->ids_table_rows) { /* the larger table is the vocabulary */
+            memcpy(positions, tokens, n * sizeof(int32_t));
+            memcpy(tokens, values, n * sizeof(int32_t));
+            r->ids_table_rows = table_ne[1];
+        } else {
+            memcpy(positions, values, n * sizeof(int32_t));
+        }
+    }
+    return 0;
+}
+
 static int on_ask(Recorder *r, uint64_t address) {
     if (r->fail_after_nodes > 0 && (long long)r->node_flags.count >= r->fail_after_nodes) return -1;
     const uint8_t *tensor = (const uint8_t *)(uintptr_t)address; /* live; the copy once there is one */
@@ -622,6 +681,7 @@ static int on_ask(Recorder *r, uint64_t address) {
         *start = *end = 0;
         return 0;
     }
+    if (r->plain_call && r->decode_open && note_input_ids(r, tensor) != 0) return -1;
     bool answer = answer_for(r, tensor, index_in_graph, flags);
     /* Values are read after the node is computed: the scheduler must call back for it.
        Views (KV cache writes among them) share their source's bytes: not read again. */
@@ -881,16 +941,20 @@ static int close_decode(Recorder *r, int32_t return_code, int64_t now) {
     return 0;
 }
 
-/* Open a record for the call and copy its batch; returns its lowest position, or -2 out of memory. */
+enum { OPEN_FAILED = INT32_MIN };
+
+/* Open a record for the call and copy its batch; returns its lowest position, or OPEN_FAILED out of memory. */
 static long long open_decode(Recorder *r, const uint8_t *batch, int32_t n, long long index, int64_t now) {
-    if ((r->decode_open || r->node_flags.count > r->graph_first_node) && close_decode(r, 0, now) != 0) return -2;
+    if ((r->decode_open || r->node_flags.count > r->graph_first_node) && close_decode(r, 0, now) != 0) return OPEN_FAILED;
     for (int c = 0; c < BATCH_COLUMNS; c++) {
-        if (array_reserve(&r->batch[c], (size_t)n) != 0) return -2;
+        if (array_reserve(&r->batch[c], (size_t)n) != 0) return OPEN_FAILED;
     }
     DecodeRecord *record = array_push(&r->decodes);
-    if (!record) return -2;
+    if (!record) return OPEN_FAILED;
     size_t first = r->batch[BATCH_TOKENS].count;
-    long long lowest = -1; /* a call without a batch (a graph computed outside llama) has no tokens */
+    long long lowest = NO_BATCH; /* a graph computed outside llama: tokens only from its inputs */
+    r->plain_call = batch == NULL;
+    r->ids_table_rows = 0;
     if (batch) {
         lowest = copy_batch(batch, r->batch_offsets, n, &ARRAY_AT(r->batch[BATCH_TOKENS], int32_t, first),
                             &ARRAY_AT(r->batch[BATCH_POSITIONS], int32_t, first),
@@ -1105,7 +1169,7 @@ void recorder_begin_decode(Recorder *r, const uint8_t *batch) {
     int64_t now = now_ns();
     int32_t n = batch ? batch_size(batch) : 0;
     long long index = r->n_decodes++;
-    if (r->mode == MODE_RECORD && open_decode(r, batch, n, index, now) == -2) {
+    if (r->mode == MODE_RECORD && open_decode(r, batch, n, index, now) == OPEN_FAILED) {
         r->out_of_memory = 1; /* the owner sees the flag at end_decode, writes what was closed, and stops */
         r->mode = MODE_OFF;
         return;

@@ -35,7 +35,10 @@
 enum { MODE_OFF = 0, MODE_RECORD = 1, MODE_COUNT = 2 };
 enum { MAX_OPS = 32, MAX_NAMES = 32, MAX_LAYER_RANGES = 64, NAME_LEN = 64 };
 enum { NODE_ANSWERED = 1, NODE_TIMED = 2, NODE_SELECTED = 4, NODE_VALUES = 8, NODE_CAPTURE = 16 };
-enum { MAX_CAPTURES = 16, TYPE_F32 = 0, TYPE_F16 = 1 };
+enum { MAX_CAPTURES = 16, TYPE_F32 = 0, TYPE_F16 = 1, TYPE_I32 = 26 };
+/* DecodeRecord.lowest_position of a call without a llama_batch (a plain ggml program's
+   compute): its tokens, if any, are the ids its graph looks up (recorder.c: note_input_ids). */
+enum { NO_BATCH = -2 };
 enum { BATCH_TOKENS, BATCH_POSITIONS, BATCH_SEQ_IDS, BATCH_OUTPUTS, BATCH_COLUMNS }; /* int32 x3, uint8 */
 
 typedef const char *(*name_fn)(const void *);
@@ -193,6 +196,9 @@ typedef struct {
     tensor_bool_fn print_buffer_is_host;
     size_fn print_nbytes;
     Array weight_prints, printed;
+    /* a call without a batch: the rows of the table its tokens were read from (0: none yet) */
+    int plain_call;
+    int64_t ids_table_rows;
 } Recorder;
 
 /* A byte range of what the recorder holds (valid until the next take ends). */
