@@ -60,13 +60,14 @@ def test_the_map_is_the_layout_the_format_gives(tmp_path, runnable_model, hparam
 
 
 def test_the_ranges_hold_the_tensors_data(runnable_model):
-    # GIVEN the runnable model, whose norms are ones and whose matrices are f16
+    # GIVEN the runnable model, whose norms are f32 values near 1 and whose matrices are f16
     path, _ = runnable_model
     content = path.read_bytes()
     layout = read_layout(path)
-    # THEN a norm's range holds exactly its ones, and a matrix's its random f16 values
+    # THEN a norm's range holds its 64 values around 1, and a matrix's its random f16 values
     norm = layout.tensor("decoder.blocks.3.cross_attn_ln.weight")
-    assert np.array_equal(np.frombuffer(content[norm.start : norm.end], np.float32), np.ones(64))
+    scales = np.frombuffer(content[norm.start : norm.end], np.float32)
+    assert scales.size == 64 and abs(scales.mean() - 1) < 0.03 and 0.03 < scales.std() < 0.07
     query = layout.tensor("encoder.blocks.0.attn.query.weight")
     values = np.frombuffer(content[query.start : query.end], np.float16)
     assert values.size == 64 * 64 and 0.03 < values.std() < 0.07

@@ -14,6 +14,7 @@ import re
 
 import pandas as pd
 
+from ..categories import category_of
 from ..runformat.reader import Run
 
 COMPONENTS = ("input", "norm", "attention", "ffn", "output", "other")
@@ -44,17 +45,27 @@ def component_of(name: str) -> str:
     return "other"
 
 
+# a token embedding under the names checkpoints keep (whisper's decoder.token_embedding, HF's embed_tokens)
+_TOKEN_EMBEDDING = re.compile(r"(^|\.)(token_embedding|embed_tokens)(\.|$)")
+
+
 def component_of_weight(name: str) -> str | None:
-    """The part a model weight serves, from its GGUF name (None: a tensor of no part;
-    "embedding": the token embedding, input or output by the node reading it)."""
-    if not name.endswith((".weight", ".bias")):
-        return None
+    """The part a model weight serves, from its GGUF name, or from the checkpoint name an
+    older format keeps (whisper.cpp's `encoder.blocks.3.attn.query.weight`: the model file's
+    category). None: a tensor of no part; "embedding": the token embedding, input or output
+    by the node reading it."""
     match = _WEIGHT.match(name)
-    rest = match.group("rest") if match else name
-    for component, pattern in _WEIGHT_RULES:
-        if pattern.search(rest):
-            return component
-    return None
+    if name.endswith((".weight", ".bias")):
+        rest = match.group("rest") if match else name
+        for component, pattern in _WEIGHT_RULES:
+            if pattern.search(rest):
+                return component
+    if match:  # a GGUF name no rule knows
+        return None
+    if _TOKEN_EMBEDDING.search(name):
+        return "embedding"
+    category = category_of(name)
+    return None if category == "other" else category
 
 
 def components(names: pd.Series) -> pd.Series:

@@ -12,6 +12,7 @@ from ..runformat.reader import Run
 from .components import structure_components
 from .summary import phase_stats, timed_totals, weight_reads
 
+_LAYER_PART = r"(blk|blocks|layers|h)\.\d+\."  # a layer in a weight's name
 _LAYER_SUFFIX = re.compile(r"-\d+(?=$|[\s(])")
 
 
@@ -49,16 +50,18 @@ def _time_findings(run: Run, phases: pd.DataFrame, reads: dict[str, Any], compon
         return ["No node was timed on its own in this run (graph detail): only graph times are known."]
     totals = totals.merge(components, on=["structure_id", "node_index"], how="left")
     said = []
-    for phase in ("decode", "prompt"):
+    for phase in ("decode", "prompt", "encode"):
         part = totals[totals["phase"] == phase]
         if part.empty:
             continue
         total = part["time_ns"].sum()
-        # the same tensor in every layer ("ffn_out" for ffn_out-0 … ffn_out-29)
-        kinds = part.assign(kind=part["name"].str.replace(_LAYER_SUFFIX, "", regex=True))
-        top = kinds.groupby(["op", "kind"])["time_ns"].sum().sort_values(ascending=False)
+        # the same tensor in every layer ("ffn_out" for ffn_out-0 … ffn_out-29, a weight's blocks.*)
+        kind = (part["label"].str.replace(_LAYER_SUFFIX, "", regex=True).str.replace(_LAYER_PART, r"\1.*.", regex=True)
+                .str.replace(r" · layer \d+$", " · every layer", regex=True))  # fmt: skip
+        top = part.assign(kind=kind).groupby(["op", "kind"])["time_ns"].sum().sort_values(ascending=False)
         (op, kind), time = next(iter(top.items()))
-        said.append(f"{op} in {kind} takes {time / total:.0%} of {phase} node time.")
+        what = kind if kind.startswith(f"{op} · ") else f"{op} in {kind}"  # a label made of its op already
+        said.append(f"{what} takes {time / total:.0%} of {phase} node time.")
         by_component = part.groupby(part["component"].fillna("other"))["time_ns"].sum().sort_values(ascending=False)
         shares = ", ".join(f"{name} {value / total:.0%}" for name, value in by_component.head(4).items())
         said.append(f"By component ({phase}): {shares}.")

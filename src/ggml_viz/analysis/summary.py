@@ -88,7 +88,10 @@ def time_by_component(run: Run, components: pd.DataFrame | None = None) -> pd.Da
 
 
 def time_by_tensor(run: Run) -> pd.DataFrame:
-    return _time_by(timed_totals(run), "name")
+    """Node time by node: by name, or for the nodes a program left unnamed, by what they
+    compute (runformat/node_labels.py)."""
+    totals = timed_totals(run)
+    return _time_by(totals.assign(name=totals["label"]), "name")
 
 
 def _time_by(totals: pd.DataFrame, key: str) -> pd.DataFrame:
@@ -182,9 +185,11 @@ def requests(run: Run) -> list[dict[str, Any]]:
     (its last token asks for logits); a lone token after that is a generated one fed back. A
     request begins with a sequence's first tokens, where its positions go back (a slot's next
     request, whose prompt may start past a cached prefix), and with a prompt after generating.
-    The warm-up is no request."""
+    The warm-up is no request, nor are tokens of no sequence (a plain program's, read from its
+    graphs' inputs: whisper.cpp's decoder steps)."""
     tokens = run.tokens.merge(run.graphs[["graph_id", "phase", "start_ns"]], on="graph_id")
-    tokens = tokens[tokens["phase"].isin(TOKEN_PHASES)].sort_values(["start_ns", "batch_index"], kind="stable")
+    tokens = tokens[tokens["phase"].isin(TOKEN_PHASES) & (tokens["seq_id"] >= 0)]
+    tokens = tokens.sort_values(["start_ns", "batch_index"], kind="stable")
     if tokens.empty:
         return []
     in_batch = tokens.groupby(["graph_id", "seq_id"])["pos"].transform("size").to_numpy()

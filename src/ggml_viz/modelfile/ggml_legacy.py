@@ -19,8 +19,9 @@ import struct
 from pathlib import Path
 from typing import BinaryIO
 
+from ..categories import category_of
 from ..layers import layer_of
-from .model_layout import BoundedReader, ModelLayout, Region, TensorLayout, category_of
+from .model_layout import BoundedReader, ModelLayout, Region, TensorLayout
 
 MAGIC = struct.pack("<I", 0x67676D6C)
 HPARAMS = ("n_vocab", "n_audio_ctx", "n_audio_state", "n_audio_head", "n_audio_layer", "n_text_ctx",

@@ -12,8 +12,9 @@ import struct
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from ..categories import category_of
 from ..layers import layer_of
-from .model_layout import BoundedReader, ModelLayout, Region, TensorLayout, category_of
+from .model_layout import BoundedReader, ModelLayout, Region, TensorLayout
 
 MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)

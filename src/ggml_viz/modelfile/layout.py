@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from .._errors import ModelFileError
+from ..categories import category_of
 from ..layers import NO_LAYER
 from . import ggml_legacy, gguf_layout
-from .model_layout import ModelLayout, Region, TensorLayout, category_of
+from .model_layout import ModelLayout, Region, TensorLayout
 
 _READERS: dict[bytes, Callable[[BinaryIO, Path, int], ModelLayout]] = {
     gguf_layout.MAGIC: gguf_layout.read_gguf_layout,

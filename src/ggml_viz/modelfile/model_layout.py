@@ -9,7 +9,6 @@ and where.
 
 from __future__ import annotations
 
-import re
 import struct
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any, BinaryIO
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from .._errors import ModelFileError
-from ..layers import LAYER_PART, NO_LAYER
+from ..layers import NO_LAYER
 
 MAX_ELEMENTS = 1 << 62
 
@@ -175,31 +174,3 @@ class BoundedReader:
                 f"tensor {name!r}: {shape[0]} is not a multiple of {quant.name}'s block of {block_elements}"
             )
         return quant.name.lower(), n_elements // block_elements * block_bytes, n_elements
-
-
-# -- what a tensor is for, from its name ---------------------------------------------------
-
-_EMBEDDING = re.compile(r"(?<!un)(?:embd|embed)|^wte$|^wpe$")  # not an unembedding
-
-
-def category_of(name: str) -> str:
-    """input / attention / ffn / norm / output / other, from a tensor's name: GGUF's names
-    (`blk.3.attn_q.weight`, `token_embd.weight`) and the checkpoint names kept by older formats
-    (whisper's `encoder.blocks.3.attn.query.weight`, `decoder.token_embedding.weight`). Inputs
-    are embeddings, and convolutions outside any layer (an audio or image stem)."""
-    in_layer = LAYER_PART.search(name)
-    base = name[in_layer.end() :] if in_layer else name
-    words = [word for word in re.split(r"[._]", base) if word not in ("weight", "bias")]
-    if any("norm" in word for word in words) or any(re.fullmatch(r"ln\d*", word) for word in words):
-        return "norm"
-    if any(word.startswith("attn") or word == "attention" for word in words):
-        return "attention"
-    if any(word in ("ffn", "mlp", "fc1", "fc2") for word in words):
-        return "ffn"
-    if any(_EMBEDDING.search(word) for word in words) or words[:2] == ["token", "types"]:
-        return "input"
-    if not in_layer and any(word.startswith("conv") for word in words):
-        return "input"
-    if words and words[0] in ("output", "cls", "lm"):
-        return "output"
-    return "other"

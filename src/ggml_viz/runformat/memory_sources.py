@@ -1,8 +1,8 @@
 """Where the bytes live: the memory columns the reader adds to a run's tables.
 
 - buffers.kind: weights (usage WEIGHTS), kv_cache (an ANY buffer holding the KV cache
-  tensors `cache_k_l*` / `cache_v_l*`), compute (usage COMPUTE), output (a buffer named for
-  outputs), other.
+  tensors `cache_k_l*` / `cache_v_l*`, or one graphs copy into), compute (usage COMPUTE),
+  output (a buffer named for outputs), other.
 - buffers.first_seen_ns / last_seen_ns: the start of the first and the end of the last
   graph that used the buffer. Observed, not exact: ggml allocates buffers when a context
   is created and frees them with it, which the eval callback does not see.
@@ -20,9 +20,18 @@ import pandas as pd
 KV_CACHE_NAMES = r"^cache_[kv]_l\d+"
 
 
+# The ops that write into a tensor that outlives the graph (their output is a view of it).
+STATE_WRITES = ("CPY", "SET_ROWS")
+
+
 def buffer_kinds(buffers: pd.DataFrame, tensors: pd.DataFrame) -> pd.Series:
-    """The kind of each buffer (rows of `buffers`, which has buffer_id, name and usage)."""
-    kv_buffers = set(tensors.loc[tensors["name"].str.match(KV_CACHE_NAMES), "buffer_id"])
+    """The kind of each buffer (rows of `buffers`, which has buffer_id, name and usage). A
+    buffer of usage ANY is the KV cache where it holds llama.cpp's caches (named) or where
+    graphs write into it (a copy or a row store into a view of it: what a KV cache is, and how
+    whisper.cpp fills its self- and cross-attention caches, which it does not name)."""
+    named = tensors["name"].str.match(KV_CACHE_NAMES).fillna(False)
+    written = tensors["op_base"].isin(STATE_WRITES)
+    kv_buffers = set(tensors.loc[named | written, "buffer_id"])
     kinds = pd.Series("other", index=buffers.index, dtype="object")
     kinds[buffers["usage"] == "weights"] = "weights"
     kinds[buffers["usage"] == "compute"] = "compute"

@@ -20,6 +20,7 @@ from ..capture.log import say  # (a module of one print: the recorder's voice, a
 from . import journal
 from .manifest import STATUS_COMPLETE, STATUS_INCOMPLETE, STATUS_RECORDING
 from .memory_sources import buffer_kinds, buffer_seen_times, bytes_read, edge_memory
+from .node_labels import node_labels
 from .schema import (
     CAPTURES_FILE,
     DERIVED_COLUMNS,
@@ -145,6 +146,7 @@ class Run:
         totals = self._totals[NODE_TOTALS].to_pandas()
         graphs = self.graphs.groupby(["phase", "structure_id"]).size().rename("graphs").reset_index()
         structure = self.raw("structure_nodes")
+        structure = structure.assign(label=node_labels(structure, self.raw("edges"), self.tensors))
         totals = graphs.merge(structure, on="structure_id").merge(
             totals, on=["phase", "structure_id", "node_index"], how="left"
         )
