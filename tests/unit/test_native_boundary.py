@@ -14,7 +14,9 @@ NAMES = [
     "blk.0.attn_q.weight", "blk.29.ffn_down.weight", "blk.x.weight", "blk.12", "Qcur-12", "Kcur-3 (view)",
     "kqv_out-7 (permuted) (cont)", "cache_k_l4", "cache_v_l17 (view)", "token_embd.weight", "result_output",
     "inp_embd", "norm", "", "a-b-3", "x-12y", "x_l", "x_l5-6", "ffn_out-29", "leaf_3", "node_-1", "-7",
-    "a" * 63, "blk.3.x-5",
+    "a" * 63, "blk.3.x-5", "encoder.blocks.3.attn.query.weight", "decoder.blocks.12.mlp.0.bias", "blocks.2.x",
+    "model.layers.7.self_attn.q_proj.weight", "h.4.mlp.c_fc.weight", "transformer.h.11.attn.weight", "xblocks.3.y",
+    "blocks.x.3", "h.5", "encoder.blocks.3", "blocks.3.x-5", "a.h.2.blocks.9.x",
 ]  # fmt: skip
 
 

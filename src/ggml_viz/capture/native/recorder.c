@@ -113,14 +113,31 @@ static uint64_t field_u64(const uint8_t *tensor, size_t offset) {
     return value;
 }
 
+/* The number at name[at] ending in a dot ("12." of "blk.12.x"), or -1. */
+static int64_t layer_number(const char *name, size_t length, size_t at) {
+    size_t i = at;
+    int64_t value = 0;
+    while (i < length && name[i] >= '0' && name[i] <= '9') value = value * 10 + (name[i++] - '0');
+    return i > at && i < length && name[i] == '.' ? value : -1;
+}
+
 /* The layer in a tensor name, as ggml_viz.layers.layer_of reads it; -1 if none. */
 int64_t layer_of(const char *name) {
     size_t length = strnlen(name, NAME_LEN);
-    if (length > 4 && strncmp(name, "blk.", 4) == 0) {
-        size_t i = 4;
-        int64_t value = 0;
-        while (i < length && name[i] >= '0' && name[i] <= '9') value = value * 10 + (name[i++] - '0');
-        if (i > 4 && i < length && name[i] == '.') return value;
+    if (length > 4 && strncmp(name, "blk.", 4) == 0 && layer_number(name, length, 4) >= 0) {
+        return layer_number(name, length, 4);
+    }
+    /* checkpoint names: blocks.N., layers.N., h.N. at the start or after a dot */
+    const char *containers[3] = {"blocks.", "layers.", "h."};
+    for (size_t start = 0; start < length; start++) {
+        if (start > 0 && name[start - 1] != '.') continue;
+        for (int c = 0; c < 3; c++) {
+            size_t n = strlen(containers[c]);
+            if (start + n < length && strncmp(name + start, containers[c], n) == 0) {
+                int64_t value = layer_number(name, length, start + n);
+                if (value >= 0) return value;
+            }
+        }
     }
     const char *markers[2] = {"-", "_l"};
     for (int m = 0; m < 2; m++) {
