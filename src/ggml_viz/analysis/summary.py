@@ -173,6 +173,16 @@ def backend_names(buffer_types: Iterable[str]) -> list[str]:
     return sorted(devices)
 
 
+def graphs_by_computation(run: Run) -> pd.DataFrame:
+    """The run's graphs grouped by what they compute (Run.structure_labels: an encoder, a
+    decoder step, ...): per label and phase, how many graphs and their time."""
+    graphs = graph_times(run)
+    labels = graphs["structure_id"].map(run.structure_labels).fillna("")
+    table = graphs.assign(label=labels).groupby(["label", "phase"], as_index=False)
+    stats = table.agg(graphs=("graph_id", "size"), time_ns=("duration_ns", "sum"))
+    return stats.sort_values("time_ns", ascending=False, ignore_index=True)
+
+
 # At most this many requests are listed in a summary (the first ones), with the count of all.
 LISTED_REQUESTS = 50
 
@@ -254,6 +264,7 @@ def summarize(run: Run, top: int = 10) -> dict[str, Any]:
         "gpu": gpu,
         "node_waits": node_waits(run),
         "phases": records(phases),
+        "computations": records(graphs_by_computation(run).head(top)),
         "time_by_op": records(time_by_op(run).head(top)),
         "top_layers": records(time_by_layer(run).head(top)),
         "top_tensors": records(time_by_tensor(run).head(top)),

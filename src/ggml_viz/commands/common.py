@@ -181,6 +181,12 @@ def render_summary(summary: dict[str, Any], console: Console | None = None, shor
         rate = "—" if row["tokens_per_s"] is None else f"{row['tokens_per_s']:,.1f}"
         phases.add_row(row["phase"], f"{row['graphs']:,}", f"{row['tokens']:,}", format_ms(row["time_ns"]), rate)
     console.print(phases)
+    computations = summary.get("computations") or []
+    if len({row["label"] for row in computations}) > 1:  # graphs that compute different parts of a model
+        table = Table("computes", "phase", "graphs", "time", title="graphs by what they compute", title_justify="left")
+        for row in computations:
+            table.add_row(row["label"] or "(no weights)", row["phase"], f"{row['graphs']:,}", format_ms(row["time_ns"]))
+        console.print(table)
     if summary["timed_node_events"]:
         console.print(_time_table("time by op", "op", summary["time_by_op"], bool(waits.get("seen"))))
         if not short:

@@ -18,9 +18,9 @@ import pyarrow.parquet as pq
 from .._errors import RunFormatError
 from ..capture.log import say  # (a module of one print: the recorder's voice, and the reader's)
 from . import journal
+from .labels import node_labels, structure_labels
 from .manifest import STATUS_COMPLETE, STATUS_INCOMPLETE, STATUS_RECORDING
 from .memory_sources import buffer_kinds, buffer_seen_times, bytes_read, edge_memory
-from .node_labels import node_labels
 from .schema import (
     CAPTURES_FILE,
     DERIVED_COLUMNS,
@@ -206,6 +206,11 @@ class Run:
         return nodes.rename_columns(
             [c if c != "group_end" else "group_end_gpu" for c in nodes.column_names]
         ), per_graph_op
+
+    @cached_property
+    def structure_labels(self) -> dict[int, str]:
+        """Per structure_id: what its graphs compute, from the weights they read (labels.py)."""
+        return structure_labels(self.raw("edges"), self.tensors)
 
     @cached_property
     def gpu_kernels(self) -> pd.DataFrame:

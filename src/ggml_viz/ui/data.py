@@ -174,12 +174,21 @@ class RunView:
         return int(self.graphs["end_ns"].max()) - self.origin_ns
 
     @cached_property
-    def graph_labels(self) -> list[str]:
+    def graph_texts(self) -> list[str]:
         """Each graph's tokens' text, joined (in `graphs` order)."""
         graphs = self.run.arrow("graphs")
         texts = pc.binary_join(graphs.column("token_texts"), "").fill_null("")
         order = pc.sort_indices(graphs.column("graph_id"))
         return cast(list[str], texts.take(order).to_pylist())
+
+    @cached_property
+    def graph_labels(self) -> list[str]:
+        """What to call each graph (in `graphs` order): its tokens' text, or for a graph without
+        tokens (an encoder's, a plain program's) what it computes (Run.structure_labels)."""
+        computes = self.run.structure_labels
+        structures = self.graphs["structure_id"].tolist()
+        return [text or computes.get(int(structure), "") for text, structure in zip(self.graph_texts, structures,
+                strict=True)]  # fmt: skip
 
     # -- overview --------------------------------------------------------------------
 
@@ -409,7 +418,7 @@ class RunView:
             "event": int(event), "graph_id": graph_id, "node_index": node_index,
             "start_ns": int(node["start_ns"]) - self.origin_ns if timed else None,
             "end_ns": int(node["end_ns"]) - self.origin_ns if timed else None,
-            "tokens": self.graph_labels[row],
+            "tokens": self.graph_texts[row],
         }  # fmt: skip
         tensor = self.tensors.iloc[int(node["tensor_id"])] if len(self.tensors) else None
         if tensor is not None:

@@ -169,6 +169,15 @@ class RequestText(TypedDict):
     generated_tokens: int
 
 
+class ComputationRow(TypedDict):
+    """Graphs of one kind (analysis.summary.graphs_by_computation)."""
+
+    label: str  # what they compute, from the weights they read ("" none)
+    phase: str
+    graphs: int
+    time_ns: int
+
+
 class RunSummary(TypedDict):
     """What `ggml-viz summary` shows (analysis.summary.summarize)."""
 
@@ -194,6 +203,7 @@ class RunSummary(TypedDict):
     timing_label: str  # what the timing measures, in words
     node_waits: NodeWaits
     phases: list[PhaseRow]
+    computations: list[ComputationRow]  # the top ones, by time
     time_by_op: list[OpTime]
     top_layers: list[LayerTime]
     top_tensors: list[TensorTime]

@@ -108,6 +108,12 @@ import { offlineAnswer } from "./offline.js";
  * @property {?number} gb_per_s
  * @property {?number} flops_per_byte
  *
+ * @typedef {Object} ComputationRow graphs of one kind
+ * @property {string} label what they compute, from the weights they read ("" none)
+ * @property {string} phase
+ * @property {number} graphs
+ * @property {number} time_ns
+ *
  * @typedef {Object} RequestText one request a run served, in one sequence
  * @property {number} seq_id
  * @property {number} start_ns from the run's first graph
@@ -141,6 +147,7 @@ import { offlineAnswer } from "./offline.js";
  * @property {string} timing_label
  * @property {NodeWaits} node_waits
  * @property {PhaseRow[]} phases
+ * @property {ComputationRow[]} computations graphs by what they compute (the top ones, by time)
  * @property {OpTime[]} time_by_op
  * @property {LayerTime[]} top_layers
  * @property {TensorTime[]} top_tensors
