@@ -126,7 +126,7 @@ static int search_library(struct dl_phdr_info *info, size_t size, void *data) {
    where ggml was loaded into a local scope (dlopen(RTLD_LOCAL), as Python's ctypes does) the
    libraries' calls between each other still reach us first, and the original is found in
    whichever loaded library defines it. */
-static void *find_original(const char *name, void *ours) {
+void *find_original(const char *name, void *ours) {
     void *found = dlsym(RTLD_NEXT, name);
     if (found && found != ours) return found;
     SymbolSearch search = {name, ours, NULL};

@@ -165,6 +165,9 @@ extern const char ggml_viz_preload_settings[];
 
 /* preload.c */
 void say(const char *format, ...) __attribute__((format(printf, 1, 2)));
+/* A function of the program's (ours: our own of that name, skipped): in the global scope, or
+   in a library loaded into a local one (a Python extension's ggml). */
+void *find_original(const char *name, void *ours);
 
 /* preload_setup.c */
 int find_functions(void);

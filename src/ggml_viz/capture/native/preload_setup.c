@@ -16,7 +16,9 @@ Api api;
 
 /* ---- finding the program's ggml ---------------------------------------------------------- */
 
-#define FIND(field, name) (*(void **)&api.field = dlsym(RTLD_DEFAULT, name))
+/* In the global scope, or in whichever loaded library defines it: a Python extension loads its
+   ggml into a scope of its own (pywhispercpp), where RTLD_DEFAULT does not look. */
+#define FIND(field, name) (*(void **)&api.field = find_original(name, NULL))
 
 int find_functions(void) {
     FIND(tensor_overhead, "ggml_tensor_overhead");
