@@ -97,6 +97,16 @@ def edge_memory(edges: pd.DataFrame, memory_map: pd.DataFrame, model_paths: dict
     edges = edges.assign(model_path=edges["context_id"].map(model_paths).astype(object))
     weights_in_file["model_path"] = weights_in_file["model_path"].astype(object)
     edges = edges.merge(weights_in_file, on=["model_path", "src_name"], how="left")
+    # a view of a weight (a reshape, a slice: ggml's view_src is the weight itself) reads the
+    # weight's bytes from its offset in it
+    roots = weights_in_file.rename(columns={"src_name": "src_view_src", "file_offset": "root_start",
+                                            "file_end": "root_end"})  # fmt: skip
+    edges = edges.merge(roots, on=["model_path", "src_view_src"], how="left")
+    view = edges["file_offset"].isna() & edges["root_start"].notna()
+    start = edges["root_start"] + edges["src_view_offs"].fillna(0)
+    edges.loc[view, "file_offset"] = start[view]
+    edges.loc[view, "file_end"] = (start + edges["src_nbytes"]).clip(upper=edges["root_end"])[view]
+    edges = edges.drop(columns=["root_start", "root_end"])
     on_disk = (edges["src_usage"] == "weights") & edges["file_offset"].notna()
     edges["memory"] = on_disk.map({True: "disk", False: "buffer"})
     edges["mmap"] = on_disk & edges["src_buffer_name"].fillna("").str.endswith("_Mapped")
