@@ -7,7 +7,9 @@ decoder's tokens, and times that agree with whisper.cpp's own."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import re
 import sys
 
@@ -137,7 +139,9 @@ def test_the_summary_speaks_of_whisper_as_it_is(whisper):
 
 
 def test_a_python_program_on_pywhispercpp_is_recorded_like_whisper_cli(whisper, tmp_path):
-    pytest.importorskip("pywhispercpp")
+    if importlib.util.find_spec("pywhispercpp") is None:
+        message = "pywhispercpp is not installed (the test extra installs it)"
+        pytest.fail(message) if os.environ.get("GGML_VIZ_REQUIRE_NATIVE_TOOLS") else pytest.skip(message)
     script = tmp_path / "transcribe.py"
     script.write_text(TRANSCRIBE)
     program = [sys.executable, str(script), str(whisper["model"]), str(whisper["audio"])]
@@ -156,3 +160,65 @@ def test_a_python_program_on_pywhispercpp_is_recorded_like_whisper_cli(whisper, 
     assert labels[run] == labels[cli]
     assert (run.edges.loc[run.edges["src_usage"] == "weights", "memory"] == "disk").all()
     assert run.tokens["token_id"].iloc[0] == SOT
+
+
+def test_the_viewer_answers_a_whisper_run_as_declared(whisper):
+    from starlette.testclient import TestClient
+
+    from ggml_viz.ui import payloads
+    from ggml_viz.ui.app import RunRegistry, create_app
+
+    from ..payload_shapes import shape_problems
+
+    run = whisper["run"]
+    encoder = int(run.graphs.sort_values("start_ns")["graph_id"].iloc[1])
+    requests = {
+        "/api/runs/r0/overview": payloads.OverviewPayload,
+        "/api/runs/r0/timeline?width=800": payloads.TimelinePayload,
+        "/api/runs/r0/graphs": payloads.GraphListPayload,
+        f"/api/runs/r0/graph/{encoder}?layer=1": payloads.GraphPayload,
+        "/api/runs/r0/memory": payloads.MemoryPayload,
+        "/api/runs/r0/stats": payloads.StatsPayload,
+        "/api/runs/r0/events?limit=50": payloads.EventsPayload,
+    }
+    _, guard = create_app(RunRegistry(whisper["path"]), host="127.0.0.1", port=8765, token="t")
+    with TestClient(guard, base_url="http://127.0.0.1:8765") as client:
+        answers = {request: client.get(request, headers={"X-GGML-Viz-Token": "t"}) for request in requests}
+    for request, declared in requests.items():
+        assert answers[request].status_code == 200, (request, answers[request].text)
+        assert shape_problems(answers[request].json(), declared) == [], request
+    # AND a graph without tokens is called by what it computes
+    labels = {graph["graph_id"]: graph["label"] for graph in answers["/api/runs/r0/graphs"].json()["graphs"]}
+    assert labels[encoder].startswith("encoder: ")
+
+
+@pytest.mark.browser
+def test_a_whisper_run_in_the_browser(whisper):
+    from ggml_viz.ui.server import make_viewer
+
+    from ..browser import chromium, collect_errors
+
+    viewer = make_viewer(whisper["path"], port=0)
+    viewer.serve_in_background()
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1440, "height": 900})
+        errors = collect_errors(page)
+        try:
+            # WHEN its overview opens
+            page.goto(viewer.url + "#overview")
+            page.wait_for_selector("body[data-ready='1']")
+            # THEN it shows whisper's model and phases, no LLM speed it does not have
+            assert "whisper" in page.inner_text("[data-testid=model-card]")
+            assert page.inner_text("[data-testid=phase-legend]").split() == ["encode", "decode"]
+            assert page.locator("[data-testid=computations] [data-testid=computation]").count() == 4
+            assert "encoder: conv1, conv2" in page.inner_text("[data-testid=computations]")
+            # AND each view draws
+            for tab, ready in (("timeline", "[data-testid=timeline-canvas][data-drawn]"),
+                               ("graph", "[data-testid=graph-svg] g"), ("stats", "[data-testid=stats-op] td"),
+                               ("memory", "#view-memory [data-testid=event-table] .vrow")):  # fmt: skip
+                page.click(f"#tabs button[data-tab={tab}]")
+                page.wait_for_selector(ready)
+        finally:
+            page.close()
+            viewer.stop()
+    assert not errors, errors

@@ -141,7 +141,7 @@ class RunView:
             self.lanes.append(
                 {
                     "context_id": int(context),
-                    "label": f"context {context} · {backends.get(context, '?')}",
+                    "label": self._lane_label(context, backends.get(context, "?"), rows),
                     "graph_row": rows,
                     "graph_start": self.graphs["start_ns"].to_numpy(np.int64)[rows] - self.origin_ns,
                     "graph_end": graph_end,
@@ -150,6 +150,16 @@ class RunView:
                     "graph_id": self.graphs["graph_id"].to_numpy(np.int32)[rows],
                 }
             )
+
+    def _lane_label(self, context: int, backends: str, rows: np.ndarray) -> str:
+        """A llama context by its number and backends; a plain program's scheduler (whisper.cpp
+        has one for each part of its model) with what most of its graphs compute too."""
+        contexts = {int(c.get("context_id", -1)): c for c in self.run.manifest.get("contexts") or []}
+        if contexts.get(context, {}).get("kind") != "ggml":
+            return f"context {context} · {backends}"
+        labels = self.graphs["structure_id"].iloc[rows].map(self.run.structure_labels).dropna()
+        computes = labels.mode().iloc[0] if len(labels) else ""
+        return " · ".join(filter(None, [f"scheduler {context}", backends, computes]))
 
     def _context_backends(self) -> dict[int, str]:
         buffers = self.run.raw("buffers")

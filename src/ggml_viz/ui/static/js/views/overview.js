@@ -35,7 +35,7 @@ export function render(section) {
         h("dl", { class: "kv" }, kv("recorder", capture.recorder), kv("detail", capture.detail), kv("timing", sm.timing_label || capture.timing),
           kv("sample", capture.sample || "every graph"), kv("max events", capture.max_events || "no bound"),
           kv("dropped", `${fmtInt(sm.dropped_graphs)} graphs / ${fmtInt(sm.dropped_events)} events`))),
-      sm.n_requests > 1 ? requestsCard(sm) :
+      sm.n_requests > 1 ? requestsCard(sm) : !sm.prompt && !sm.generated_text && sm.computations.length ? computationsCard(sm) :
         h("div", { class: "card" }, h("h3", { text: "prompt" }), h("div", { class: "text-block", "data-testid": "prompt", text: sm.prompt || "" }),
           h("h3", { text: "generated" }), h("div", { class: "text-block", "data-testid": "generated", text: sm.generated_text || "" }))),
     h("div", { class: "card" }, h("h3", { text: "one bar per graph (token) over the run" }), barsCanvas,
@@ -64,6 +64,16 @@ function requestsCard(sm) {
       h("div", { class: "text-block", text: r.prompt }),
       h("div", { class: "text-block generated", text: r.generated })))),
     more > 0 ? h("div", { class: "muted", text: `and ${fmtInt(more)} more (ggml-viz query: the tokens table)` }) : null);
+}
+
+// A run without a prompt (whisper.cpp, anyone's ggml code): its graphs by what they compute.
+function computationsCard(sm) {
+  const top = Math.max(1, ...sm.computations.map((c) => c.time_ns));
+  return h("div", { class: "card", "data-testid": "computations" }, h("h3", { text: "graphs by what they compute" }),
+    sm.computations.map((c) => h("div", { "data-testid": "computation" },
+      h("div", { class: "muted", text: c.label || "(no weights)" }),
+      hbar(`${phaseName(c.phase)} · ${fmtInt(c.graphs)} graph${c.graphs === 1 ? "" : "s"}`, c.time_ns / top, fmtNs(c.time_ns),
+        phaseColor(c.phase)))));
 }
 
 export const requestHeading = (r) =>
