@@ -10,6 +10,8 @@
 #
 # usage: scripts/build-llama-tools.sh LLAMA_CPP_PYTHON_VERSION DEST PYTHON [JOBS] [EXTRA_CMAKE_ARGS]
 set -eu
+# shellcheck source=scripts/built-tools.sh
+. "$(dirname "$0")/built-tools.sh"
 
 VERSION=$1
 DEST=$2
@@ -67,19 +69,6 @@ done
 cp -P "$WORK"/build/bin/lib*.so* "$DEST.partial/lib/"
 
 # Every library must resolve inside DEST/lib, and ggml and llama must be shared dependencies.
-for target in $TARGETS; do
-	deps=$(ldd "$DEST.partial/bin/$target")
-	if echo "$deps" | grep -q "not found"; then
-		echo "$deps" >&2
-		echo "$target: a shared library is missing" >&2
-		exit 1
-	fi
-	for lib in libllama.so libggml-base.so; do
-		echo "$deps" | grep -q "^[[:space:]]*$lib[^ ]* => $DEST.partial/" ||
-			{ echo "$deps" >&2; echo "$target does not load $lib from $DEST/lib" >&2; exit 1; }
-	done
-done
-rm -rf "$DEST"
-mv "$DEST.partial" "$DEST"
-rm -rf "$WORK"
+check_shared_libraries "$DEST.partial" "$TARGETS" "libllama.so libggml-base.so"
+finish_build "$DEST" "$WORK"
 echo "llama.cpp's programs are in $DEST/bin"

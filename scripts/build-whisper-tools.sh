@@ -14,6 +14,8 @@
 #
 # usage: scripts/build-whisper-tools.sh PYWHISPERCPP_VERSION DEST PYTHON [JOBS] [EXTRA_CMAKE_ARGS]
 set -eu
+# shellcheck source=scripts/built-tools.sh
+. "$(dirname "$0")/built-tools.sh"
 
 VERSION=$1
 DEST=$2
@@ -99,19 +101,6 @@ cp "$SRC"/ggml/include/*.h "$SRC"/include/whisper.h "$DEST.partial/include/"
 cp "$SRC"/models/for-tests-ggml-*.bin "$DEST.partial/models/"
 
 # Every library must resolve inside DEST/lib, and ggml and whisper must be shared dependencies.
-for target in $TARGETS; do
-	deps=$(ldd "$DEST.partial/bin/$target")
-	if echo "$deps" | grep -q "not found"; then
-		echo "$deps" >&2
-		echo "$target: a shared library is missing" >&2
-		exit 1
-	fi
-	for lib in libwhisper.so libggml-base.so libggml-cpu.so; do
-		echo "$deps" | grep -q "^[[:space:]]*$lib[^ ]* => $DEST.partial/" ||
-			{ echo "$deps" >&2; echo "$target does not load $lib from $DEST/lib" >&2; exit 1; }
-	done
-done
-rm -rf "$DEST"
-mv "$DEST.partial" "$DEST"
-rm -rf "$WORK"
+check_shared_libraries "$DEST.partial" "$TARGETS" "libwhisper.so libggml-base.so libggml-cpu.so"
+finish_build "$DEST" "$WORK"
 echo "whisper.cpp's programs are in $DEST/bin"

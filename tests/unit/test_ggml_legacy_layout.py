@@ -19,6 +19,7 @@ from ggml_viz.commands import main
 from ggml_viz.modelfile.ggml_legacy import MAX_VOCABULARY
 from ggml_viz.modelfile.layout import category_of, memory_map_rows, read_layout
 
+from ..hostile_files import read_mutated
 from ..whisper_models import RUNNABLE, TINY, WhisperHparams, require_whisper_test_files, write_whisper_model
 from .test_gguf_layout import write_small_model
 
@@ -256,22 +257,8 @@ def test_a_file_cut_anywhere_is_refused_but_where_whisper_cpp_takes_it_for_an_em
 @settings(max_examples=150, deadline=1000, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_mutated_files_never_crash_or_hang(tmp_path, data):
-    # GIVEN a valid file with a few bytes overwritten and maybe cut
-    original = bytearray(_valid_template(tmp_path))
-    for _ in range(data.draw(st.integers(1, 6))):
-        position = data.draw(st.integers(0, len(original) - 1))
-        original[position] = data.draw(st.integers(0, 255))
-    if data.draw(st.booleans()):
-        original = original[: data.draw(st.integers(0, len(original)))]
-    path = tmp_path / "mutated.bin"
-    path.write_bytes(bytes(original))
-    # THEN reading it succeeds or says what is wrong, quickly
-    started = time.perf_counter()
-    try:
-        read_layout(path)
-    except ModelFileError:
-        pass
-    assert time.perf_counter() - started < 1.0
+    # GIVEN a valid file with a few bytes overwritten and maybe cut, THEN it reads or says what is wrong
+    read_mutated(data, _valid_template(tmp_path), tmp_path / "mutated.bin")
 
 
 _TEMPLATE: dict[str, bytes] = {}

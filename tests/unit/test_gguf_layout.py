@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from ggml_viz._errors import ModelFileError
 from ggml_viz.modelfile.layout import category_of, read_layout
 
+from ..hostile_files import read_mutated
 from ..vocab_files import require_vocab_files
 
 
@@ -218,22 +219,8 @@ def test_a_gap_that_is_not_padding_is_reported(tmp_path):
 @settings(max_examples=150, deadline=1000, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_mutated_files_never_crash_or_hang(tmp_path, data):
-    # GIVEN a valid file with a few bytes overwritten and maybe cut
-    original = bytearray(_valid_template(tmp_path))
-    for _ in range(data.draw(st.integers(1, 6))):
-        position = data.draw(st.integers(0, len(original) - 1))
-        original[position] = data.draw(st.integers(0, 255))
-    if data.draw(st.booleans()):
-        original = original[: data.draw(st.integers(0, len(original)))]
-    path = tmp_path / "mutated.gguf"
-    path.write_bytes(bytes(original))
-    # THEN reading it succeeds or says what is wrong, quickly
-    started = time.perf_counter()
-    try:
-        read_layout(path)
-    except ModelFileError:
-        pass
-    assert time.perf_counter() - started < 1.0
+    # GIVEN a valid file with a few bytes overwritten and maybe cut, THEN it reads or says what is wrong
+    read_mutated(data, _valid_template(tmp_path), tmp_path / "mutated.gguf")
 
 
 _TEMPLATE: dict[str, bytes] = {}
