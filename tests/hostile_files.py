@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import strategies as st
 
 from ggml_viz._errors import ModelFileError
@@ -29,3 +30,15 @@ def read_mutated(data: Any, valid: bytes, path: Path) -> None:
     except ModelFileError:
         pass
     assert time.perf_counter() - started < 1.0
+
+
+def refused_fast(content: bytes, path: Path, message: str) -> None:
+    """A malformed file written to `path` gets one ModelFileError naming the file and saying
+    `message`, within a second."""
+    path.write_bytes(content)
+    started = time.perf_counter()
+    with pytest.raises(ModelFileError) as error:
+        read_layout(path)
+    assert time.perf_counter() - started < 1.0
+    assert message in str(error.value)
+    assert str(path) in str(error.value)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import struct
-import time
 from dataclasses import astuple
 
 import numpy as np
@@ -19,7 +18,7 @@ from ggml_viz.commands import main
 from ggml_viz.modelfile.ggml_legacy import MAX_VOCABULARY
 from ggml_viz.modelfile.layout import category_of, memory_map_rows, read_layout
 
-from ..hostile_files import read_mutated
+from ..hostile_files import read_mutated, refused_fast
 from ..whisper_models import RUNNABLE, TINY, WhisperHparams, require_whisper_test_files, write_whisper_model
 from .test_gguf_layout import write_small_model
 
@@ -225,14 +224,7 @@ BAD_FILES = {
 @pytest.mark.parametrize("case", sorted(BAD_FILES))
 def test_every_malformed_file_gets_one_clear_error_fast(tmp_path, case):
     content, message = BAD_FILES[case]
-    path = tmp_path / "bad.bin"
-    path.write_bytes(content)
-    started = time.perf_counter()
-    with pytest.raises(ModelFileError) as error:
-        read_layout(path)
-    assert time.perf_counter() - started < 1.0
-    assert message in str(error.value)
-    assert str(path) in str(error.value)
+    refused_fast(content, tmp_path / "bad.bin", message)
 
 
 def test_a_file_cut_anywhere_is_refused_but_where_whisper_cpp_takes_it_for_an_empty_model(tiny_model):

@@ -4,7 +4,6 @@ fast, for every malformed file."""
 from __future__ import annotations
 
 import struct
-import time
 
 import numpy as np
 import pytest
@@ -15,7 +14,7 @@ from hypothesis import strategies as st
 from ggml_viz._errors import ModelFileError
 from ggml_viz.modelfile.layout import category_of, read_layout
 
-from ..hostile_files import read_mutated
+from ..hostile_files import read_mutated, refused_fast
 from ..vocab_files import require_vocab_files
 
 
@@ -189,14 +188,7 @@ BAD_FILES = {
 @pytest.mark.parametrize("case", sorted(BAD_FILES))
 def test_every_malformed_file_gets_one_clear_error_fast(tmp_path, case):
     content, message = BAD_FILES[case]
-    path = tmp_path / "bad.gguf"
-    path.write_bytes(content)
-    started = time.perf_counter()
-    with pytest.raises(ModelFileError) as error:
-        read_layout(path)
-    assert time.perf_counter() - started < 1.0
-    assert message in str(error.value)
-    assert str(path) in str(error.value)
+    refused_fast(content, tmp_path / "bad.gguf", message)
 
 
 def test_every_truncation_of_a_valid_file_is_refused(small_model):
