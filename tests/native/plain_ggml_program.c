@@ -1,8 +1,9 @@
 /*
  * A ggml program that is not llama.cpp, for the tests: y = relu(W x + b), computed through a
- * backend scheduler on the CPU, three times with new inputs. It declares the few ggml
- * functions it calls itself (ggml's headers are not installed with llama-cpp-python).
- * Prints the sum of y after each compute, so a test can check the program's own output.
+ * backend scheduler on the CPU, three times with new inputs. Built with the headers of the
+ * ggml it links to (llama-cpp-python installs its ggml's; whisper.cpp's build keeps its own),
+ * so it is that ggml version's program. Prints the sum of y after each compute, so a test can
+ * check the program's own output.
  *
  *   plain_ggml_program [RUNS [PAUSE_MS [callbacks|- [STRAGGLE_MS]]]]   (3 runs, no pause by default)
  *
@@ -21,39 +22,10 @@
 #include <stdlib.h>
 #include <time.h>
 
-struct ggml_init_params {
-    size_t mem_size;
-    void *mem_buffer;
-    bool no_alloc;
-};
-void *ggml_init(struct ggml_init_params params);
-void ggml_free(void *ctx);
-size_t ggml_tensor_overhead(void);
-size_t ggml_graph_overhead(void);
-void *ggml_new_tensor_2d(void *ctx, int type, int64_t ne0, int64_t ne1);
-void *ggml_set_name(void *tensor, const char *name);
-void *ggml_mul_mat(void *ctx, void *a, void *b);
-void *ggml_add(void *ctx, void *a, void *b);
-void *ggml_relu(void *ctx, void *a);
-float *ggml_get_data_f32(const void *tensor);
-void *ggml_map_custom1(void *ctx, void *a, void (*fun)(void *, const void *, int, int, void *), int n_tasks,
-                       void *userdata);
-void *ggml_new_graph(void *ctx);
-void ggml_build_forward_expand(void *graph, void *tensor);
-void *ggml_backend_cpu_init(void);
-void ggml_backend_cpu_set_n_threads(void *backend, int n_threads);
-void ggml_backend_free(void *backend);
-void *ggml_backend_alloc_ctx_tensors(void *ctx, void *backend);
-void ggml_backend_buffer_free(void *buffer);
-void ggml_backend_tensor_set(void *tensor, const void *data, size_t offset, size_t size);
-void ggml_backend_tensor_get(const void *tensor, void *data, size_t offset, size_t size);
-void *ggml_backend_sched_new(void **backends, void **bufts, int n_backends, size_t graph_size, bool parallel,
-                             bool op_offload);
-void ggml_backend_sched_free(void *sched);
-int ggml_backend_sched_graph_compute(void *sched, void *graph);
-void ggml_backend_sched_reset(void *sched);
-void ggml_backend_cpu_set_abort_callback(void *backend, bool (*callback)(void *), void *data);
-void ggml_backend_sched_set_eval_callback(void *sched, bool (*callback)(void *, bool, void *), void *data);
+#include "ggml-alloc.h"
+#include "ggml-backend.h"
+#include "ggml-cpu.h"
+#include "ggml.h"
 
 static int abort_calls, eval_asks;
 
@@ -63,17 +35,17 @@ static bool count_abort(void *data) {
     return false;
 }
 
-static bool count_eval(void *tensor, bool ask, void *data) {
+static bool count_eval(struct ggml_tensor *tensor, bool ask, void *data) {
     (void)tensor;
     (void)data;
     eval_asks += ask;
     return !ask; /* no node's result is wanted */
 }
 
-enum { F32 = 0, IN = 64, OUT = 32, COLUMNS = 4 };
+enum { IN = 64, OUT = 32, COLUMNS = 4 };
 
 static long straggle_ms;
-static void straggle(void *dst, const void *a, int ith, int nth, void *userdata) {
+static void straggle(struct ggml_tensor *dst, const struct ggml_tensor *a, int ith, int nth, void *userdata) {
     (void)nth;
     (void)userdata;
     if (ith == 0) {
@@ -90,27 +62,27 @@ int main(int argc, char **argv) {
     long pause_ms = argc > 2 ? atol(argv[2]) : 0;
     bool callbacks = argc > 3 && argv[3][0] == 'c';
     straggle_ms = argc > 4 ? atol(argv[4]) : 0;
-    void *weights = ggml_init((struct ggml_init_params){8 * ggml_tensor_overhead(), NULL, true});
-    void *w = ggml_set_name(ggml_new_tensor_2d(weights, F32, IN, OUT), "layer.weight");
-    void *b = ggml_set_name(ggml_new_tensor_2d(weights, F32, OUT, 1), "layer.bias");
-    void *x = ggml_set_name(ggml_new_tensor_2d(weights, F32, IN, COLUMNS), "input");
-    void *backend = ggml_backend_cpu_init();
+    struct ggml_context *weights = ggml_init((struct ggml_init_params){8 * ggml_tensor_overhead(), NULL, true});
+    struct ggml_tensor *w = ggml_set_name(ggml_new_tensor_2d(weights, GGML_TYPE_F32, IN, OUT), "layer.weight");
+    struct ggml_tensor *b = ggml_set_name(ggml_new_tensor_2d(weights, GGML_TYPE_F32, OUT, 1), "layer.bias");
+    struct ggml_tensor *x = ggml_set_name(ggml_new_tensor_2d(weights, GGML_TYPE_F32, IN, COLUMNS), "input");
+    ggml_backend_t backend = ggml_backend_cpu_init();
     ggml_backend_cpu_set_n_threads(backend, 2);
-    void *buffer = ggml_backend_alloc_ctx_tensors(weights, backend);
+    ggml_backend_buffer_t buffer = ggml_backend_alloc_ctx_tensors(weights, backend);
     static float w_data[IN * OUT], b_data[OUT], x_data[IN * COLUMNS], y_data[OUT * COLUMNS];
     for (int i = 0; i < IN * OUT; i++) w_data[i] = (float)((i * 7) % 13 - 6) / 10.0f;
     for (int i = 0; i < OUT; i++) b_data[i] = (float)(i % 5) / 10.0f;
     ggml_backend_tensor_set(w, w_data, 0, sizeof w_data);
     ggml_backend_tensor_set(b, b_data, 0, sizeof b_data);
 
-    void *graph_ctx = ggml_init((struct ggml_init_params){16 * ggml_tensor_overhead() + ggml_graph_overhead(), NULL, true});
-    void *product = ggml_set_name(ggml_mul_mat(graph_ctx, w, x), "product");
-    void *sum = ggml_set_name(ggml_add(graph_ctx, product, b), "sum");
+    struct ggml_context *graph_ctx = ggml_init((struct ggml_init_params){16 * ggml_tensor_overhead() + ggml_graph_overhead(), NULL, true});
+    struct ggml_tensor *product = ggml_set_name(ggml_mul_mat(graph_ctx, w, x), "product");
+    struct ggml_tensor *sum = ggml_set_name(ggml_add(graph_ctx, product, b), "sum");
     if (straggle_ms) sum = ggml_set_name(ggml_map_custom1(graph_ctx, sum, straggle, 2, NULL), "straggler");
-    void *y = ggml_set_name(ggml_relu(graph_ctx, sum), "output");
-    void *graph = ggml_new_graph(graph_ctx);
+    struct ggml_tensor *y = ggml_set_name(ggml_relu(graph_ctx, sum), "output");
+    struct ggml_cgraph *graph = ggml_new_graph(graph_ctx);
     ggml_build_forward_expand(graph, y);
-    void *sched = ggml_backend_sched_new(&backend, NULL, 1, 64, false, true);
+    ggml_backend_sched_t sched = ggml_backend_sched_new(&backend, NULL, 1, 64, false, true);
     if (callbacks) {
         ggml_backend_cpu_set_abort_callback(backend, count_abort, NULL);
         ggml_backend_sched_set_eval_callback(sched, count_eval, NULL);

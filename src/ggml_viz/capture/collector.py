@@ -40,6 +40,7 @@ from .spool import (
     SPOOL_DIR,
     START,
     TAKE,
+    UNTRACED,
     WEIGHTS,
     DecodesRecord,
     Frame,
@@ -141,6 +142,9 @@ class SpoolCollector:
         self.inline_timing = recording.settings.timing == "inline"
         self.ended = 0  # processes whose spool says they ended
         self.programs: list[dict[str, Any]] = []
+        # processes that ran untraced (a ggml ggml-viz does not read): each said why on its stderr
+        self.untraced: list[dict[str, Any]] = []
+        self.libraries: dict[Path, str] = {}  # each spool's process's libggml-base
 
     @property
     def run_dir(self) -> Path:
@@ -160,7 +164,7 @@ class SpoolCollector:
     def _apply(self, path: Path, frame: Frame) -> None:
         handlers: dict[int, Callable[[Path, Frame], None]] = {
             START: self._start, CONTEXT: self._context, TAKE: self._take, FAILED: self._failed, END: self._end,
-            GPU: self._gpu, WEIGHTS: self._weights,
+            GPU: self._gpu, WEIGHTS: self._weights, UNTRACED: self._untraced,
         }  # fmt: skip
         handlers[frame.kind](path, frame)
 
@@ -169,7 +173,8 @@ class SpoolCollector:
         self.started = True
         self.recording.open_run()  # a Python program's, made when its first spool comes
         library = info.get("ggml_library")
-        if library and os.path.exists(library) and not self.programs:
+        if library and os.path.exists(library):
+            self.libraries[path] = library
             ggml_api.use_library(library)  # the program's own op and type names
         self.programs.append({key: info.get(key) for key in ("pid", "argv", "ggml_library", "llama_library")})
         writer = self.recording.writer
@@ -216,6 +221,8 @@ class SpoolCollector:
 
     def _take(self, path: Path, frame: Frame) -> None:
         tracer = self._tracer(path, frame)
+        if path in self.libraries:  # the processes of a script may each load another ggml version
+            ggml_api.use_library(self.libraries[path])
         take = frame.take()
         graphs = [graph._replace(leaves=tracer.weight_names.rename(graph.leaves)) if isinstance(graph, GraphRecord)
                   else graph for graph in take.graphs]  # fmt: skip
@@ -248,6 +255,11 @@ class SpoolCollector:
     def _failed(self, path: Path, frame: Frame) -> None:
         self.recording.fail(f"in pid {path.stem}: {frame.payload.decode('utf-8', 'replace')}")
 
+    def _untraced(self, path: Path, frame: Frame) -> None:
+        """A process that ran untraced: noted in the run's manifest (if other processes make
+        one), never said again (the process said it)."""
+        self.untraced.append(frame.json())
+
     def _end(self, path: Path, frame: Frame) -> None:
         info = frame.json()
         self.ended += 1
@@ -269,14 +281,15 @@ class SpoolCollector:
             self.recording.fail(f"reading the spool failed: {error}")
         writer = self.recording.writer
         if writer is not None and "program" in writer.manifest:
-            writer.update_manifest(program={**writer.manifest["program"], "exit_status": exit_status})
+            program = {**writer.manifest["program"], "exit_status": exit_status}
+            writer.update_manifest(program={**program, "untraced": self.untraced} if self.untraced else program)
         cut_short = sum(reader.unread_bytes for reader in self.readers.values())
         damage = [reader.damage for reader in self.readers.values() if reader.damage]
         if damage and self.recording.failed is None:
             self.recording.fail(f"the spool is damaged ({'; '.join(damage)}): the graphs after that are lost")
         if not self.recording.tracers and self.recording.failed is None:
             self.recording.fail("the program computed no graph with ggml")
-        elif self.started and self.ended < len(self.readers) and self.recording.failed is None:
+        elif self.started and self.ended < len(self.readers) - len(self.untraced) and self.recording.failed is None:
             how = f"killed by signal {-exit_status}" if exit_status is not None and exit_status < 0 else "ended"
             self.recording.fail(
                 f"the program {how} before closing its recording: graphs of its last half second may be missing"
@@ -327,9 +340,25 @@ def collect_spooled_run(run_dir: Path) -> None:
     `ggml-viz run`) into the columnar run. Called by open_run; once done, the spool is gone."""
     if (run_dir / MANIFEST_FILE).exists() or not spool_files(run_dir):
         return
+    untraced = untraced_notes(run_dir)
+    if untraced:
+        raise RunFormatError(f"{run_dir} holds no run: {describe_untraced(untraced)}")
     say(f"collecting the spool in {run_dir} into the run")
     recording = Recording(run_dir, settings=settings_of_spool(run_dir))
     SpoolCollector(recording).finish(exit_status=None)
+
+
+def untraced_notes(run_dir: Path) -> list[dict[str, Any]]:
+    """The notes of a run folder whose every spool is a process that ran untraced (then there is
+    no run to collect); empty where any process recorded."""
+    frames = [first_frame(path) for path in spool_files(run_dir)]
+    if not frames or any(frame is None or frame.kind != UNTRACED for frame in frames):
+        return []
+    return [frame.json() for frame in frames if frame is not None]
+
+
+def describe_untraced(notes: list[dict[str, Any]]) -> str:
+    return "; ".join(f"pid {note.get('pid')} ran untraced ({note.get('reason')})" for note in notes)
 
 
 def settings_of_spool(run_dir: Path) -> CaptureSettings:

@@ -30,7 +30,7 @@ from .._errors import CaptureError
 GGML_MAX_DIMS = 4
 GGML_MAX_SRC = 10
 GGML_MAX_NAME = 64
-GGML_OBJECT_HEADER_SIZE = 32  # struct ggml_object precedes each tensor in a context
+GGML_OBJECT_HEADER_SIZE = 32  # struct ggml_object precedes each tensor in a context (ggml.c, 0.13.1 and 0.25.3)
 
 TENSOR_DTYPE = np.dtype(
     {
@@ -98,6 +98,7 @@ def tensor_name(raw: bytes) -> str:
     return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
 
 
+# enum ggml_backend_buffer_usage (ggml-backend.h): the same in ggml 0.13.1 and 0.25.3
 BUFFER_USAGE_NAMES = {0: "any", 1: "weights", 2: "compute"}
 
 
@@ -125,7 +126,10 @@ _library_path: str | None = None  # another libggml-base than llama-cpp-python's
 
 def use_library(path: str) -> None:
     """Read op and type names from this libggml-base (a native program's own) from now on:
-    op numbers change between ggml versions."""
+    op numbers change between ggml versions (UNARY is 86 in ggml 0.13.1, 91 in 0.25.3; type ids
+    and the tensor layout did not change between those). Loaded by its path, it is a library of
+    its own beside llama-cpp-python's, which must be loaded first: a later load by soname
+    (libllama's libggml-base.so.0) would take whichever of that soname is loaded already."""
     global _library_path
     if path == _library_path:
         return
@@ -214,7 +218,7 @@ def _llama_lib_dir() -> pathlib.Path:
     return pathlib.Path(llama_cpp.__file__).parent / "lib"
 
 
-_DEVICE_GPU_TYPES = (1, 2)  # ggml_backend_dev_type: GGML_BACKEND_DEVICE_TYPE_GPU, _IGPU
+_DEVICE_GPU_TYPES = (1, 2)  # ggml_backend_dev_type: GGML_BACKEND_DEVICE_TYPE_GPU, _IGPU (0.13.1 and 0.25.3)
 
 
 @functools.cache
@@ -240,6 +244,14 @@ def ggml_build_info() -> dict[str, str | None]:
         name: (getattr(lib, f"ggml_{name}")() or b"").decode() if hasattr(lib, f"ggml_{name}") else None
         for name in ("version", "commit")
     }
+
+
+def ggml_description() -> str:
+    """The loaded ggml in words, for the message that says it is not one ggml-viz reads: "ggml
+    0.25.3 (its file)", or of unknown version where it has no ggml_version (older than 2025)."""
+    lib = libggml()
+    version = ggml_build_info()["version"]
+    return f"ggml {version} ({lib._name})" if version else f"ggml of unknown version ({lib._name})"
 
 
 @functools.cache
@@ -349,7 +361,7 @@ def check_tensor_layout(expected: np.dtype = TENSOR_DTYPE) -> None:
     overhead = int(lib.ggml_tensor_overhead())
     if overhead != expected.itemsize + GGML_OBJECT_HEADER_SIZE:
         raise CaptureError(
-            f"this ggml lays out ggml_tensor in {overhead - GGML_OBJECT_HEADER_SIZE} bytes, "
+            f"{ggml_description()} lays out ggml_tensor in {overhead - GGML_OBJECT_HEADER_SIZE} bytes, "
             f"ggml-viz expects {expected.itemsize}; recording is off (update ggml-viz)"
         )
     ctx = lib.ggml_init(_InitParams(mem_size=16 * overhead, mem_buffer=None, no_alloc=True))
@@ -361,13 +373,13 @@ def check_tensor_layout(expected: np.dtype = TENSOR_DTYPE) -> None:
         lib.ggml_free(ctx)
     if problems:
         raise CaptureError(
-            "the loaded ggml's ggml_tensor layout differs from the one ggml-viz was built for "
+            f"the ggml_tensor layout of {ggml_description()} differs from the one ggml-viz was built for "
             f"({'; '.join(problems)}); recording is off, inference runs untraced"
         )
 
 
 def _probe_layout(lib: ctypes.CDLL, ctx: int, expected: np.dtype) -> list[str]:
-    f32, q4_1 = 0, 3
+    f32, q4_1 = 0, 3  # ggml_type ids, the same in every ggml with ggml_op_desc (0.13.1 and 0.25.3 checked)
     base = lib.ggml_new_tensor_2d(ctx, q4_1, 64, 3)
     other = lib.ggml_new_tensor_2d(ctx, f32, 7, 5)
     lib.ggml_set_name(other, b"ggml_viz_probe")

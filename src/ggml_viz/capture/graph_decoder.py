@@ -136,7 +136,6 @@ class TensorCatalog:
         self.structure_phases: dict[int, str] = {}
         self._last_buffers: tuple[dict[int, BufferInfo] | None, dict[int, int]] = (None, {})
         self._arange = np.arange(0, dtype=np.int32)
-        self._subop_ops = np.array(ops_with_subop(), dtype=np.int32)
 
     def decode(self, raw: RawGraph, graph_id: int, context_id: int) -> DecodedGraph:
         # Decode graphs usually repeat the previous graph and its buffers: then nothing is
@@ -156,7 +155,7 @@ class TensorCatalog:
         if shape is None:
             structs = tensor_structs(raw.leaves, raw.nodes)
             ptrs = np.concatenate([raw.leaf_ptrs, raw.node_ptrs]).astype(np.uint64)
-            keyed = _description_keys(structs, self._subop_ops)
+            keyed = _description_keys(structs, ops_with_subop())  # the graph's ggml's (ggml_api.use_library)
             bases = {address: info.base for address, info in raw.buffers.items()}
             ids = self._tensor_ids(structs, keyed, ptrs, buffer_ids, bases, new_tensors)
             shape = _GraphShape(raw.fingerprint, ids, self._n_structures)
@@ -277,7 +276,7 @@ def _recall(recent: list[_GraphShape], fingerprint: tuple[bytes, ...]) -> _Graph
     return None
 
 
-def _description_keys(structs: np.ndarray, subop_ops: np.ndarray) -> np.ndarray:
+def _description_keys(structs: np.ndarray, subop_ops: tuple[int, ...]) -> np.ndarray:
     """Struct bytes with what does not describe the tensor cleared: one key per row."""
     keyed = raw_bytes(structs).copy()
     for cleared in _NOT_DESCRIPTIVE:

@@ -14,11 +14,13 @@ import time
 from enum import Enum
 from pathlib import Path
 from types import FrameType
+from typing import Any, NamedTuple
 
 from .collector import SpoolCollector
 from .preload_library import preload_path
 from .session import Recording
 from .settings import CaptureSettings
+from .spool import SPOOL_DIR
 
 COLLECT_INTERVAL_S = 0.1
 
@@ -57,13 +59,22 @@ def _loads_ggml(path: str) -> bool:
     return bool(re.search(r"\blib(ggml|llama|whisper)[\w.-]*\.so", listed))
 
 
+class ProgramRun(NamedTuple):
+    """How a program run under the preload library ended."""
+
+    exit_status: int  # 128 + N when a signal N ended it, as a shell says
+    # processes that ran untraced (their ggml is not one ggml-viz reads), as their spool notes
+    # say: each said why on its standard error, and is in no run
+    untraced: list[dict[str, Any]]
+
+
 def run_native(program: list[str], run_dir: Path, settings: CaptureSettings, env: dict[str, str],
-               verbose: bool = False, python: bool = False) -> int:  # fmt: skip
+               verbose: bool = False, python: bool = False) -> ProgramRun:  # fmt: skip
     """Run `program` with the preload library, collecting its spool into `run_dir` as it runs.
-    Returns the program's exit status (128 + N when a signal N ended it, as a shell says).
     python: a Python program, whose start-up hook records llama-cpp-python's contexts itself
     (then no spool comes, and the run is the hook's): the run is made only once a spool comes
-    (the graphs of another ggml binding)."""
+    (the graphs of another ggml binding). Where no process recorded, no run is left in `run_dir`
+    (a Python program's hook may have made its own there)."""
     recording = Recording(run_dir, settings=settings, verbose=verbose, lazy=python)
     collector = SpoolCollector(recording)
     preloaded = " ".join(filter(None, [str(preload_path()), env.get("LD_PRELOAD")]))
@@ -87,11 +98,15 @@ def run_native(program: list[str], run_dir: Path, settings: CaptureSettings, env
             signal.signal(sig, handler)
     exit_status = process.wait()
     _collect(collector)
-    if collector.started or not python:
+    if collector.started:
         collector.finish(exit_status)
-    if not collector.started and not python:
-        shutil.rmtree(run_dir, ignore_errors=True)
-    return exit_status if exit_status >= 0 else 128 - exit_status
+    else:  # no process recorded: nothing to finish
+        shutil.rmtree(run_dir / SPOOL_DIR, ignore_errors=True)  # untraced processes' notes, if any
+        if not python:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        elif run_dir.is_dir() and not any(run_dir.iterdir()):
+            run_dir.rmdir()
+    return ProgramRun(exit_status if exit_status >= 0 else 128 - exit_status, collector.untraced)
 
 
 def _yield_to_the_program() -> None:

@@ -227,7 +227,7 @@ class PythonGraphRecorder:
             record = np.zeros(1, dtype=VALUES_DTYPE)[0]
             record["node"] = node
             ggml_type = int(struct["type"])
-            if host and ggml_type in (0, 1):  # f32, f16
+            if host and ggml_type in (0, 1):  # f32, f16 (ggml_type ids, the same in ggml 0.13.1 and 0.25.3)
                 values = _strided(data, ggml_type, struct["ne"], struct["nb"]).astype(np.float64).ravel()
                 finite = values[np.isfinite(values)]
                 record["readable"], record["n"] = 1, len(finite)

@@ -34,7 +34,7 @@ class CollectCommand(Command):
         parser.add_argument("--follow", action="store_true", help="keep collecting until the programs end")
 
     def run(self, args: argparse.Namespace) -> int:
-        from ..capture.collector import SpoolCollector, settings_of_spool
+        from ..capture.collector import SpoolCollector, describe_untraced, settings_of_spool, untraced_notes
         from ..capture.session import Recording
         from ..capture.spool import SPOOL_DIR, spool_files
         from ..runformat.reader import open_run
@@ -45,6 +45,9 @@ class CollectCommand(Command):
             raise CommandError(f"{run_dir} holds no spool ({run_dir / SPOOL_DIR}/*.spool) to collect")
         if (run_dir / MANIFEST_FILE).exists():
             raise CommandError(f"{run_dir} was collected already")
+        untraced = untraced_notes(run_dir)
+        if untraced:
+            raise CommandError(f"{run_dir} holds no run: {describe_untraced(untraced)}")
         collector = SpoolCollector(Recording(run_dir, settings=settings_of_spool(run_dir)))
         try:
             while args.follow:

@@ -24,6 +24,8 @@ class RunCommand(Command):
     libraries), and Python programs on other ggml bindings (pywhispercpp, ...), by a preload
     library, collected into the run while they run. The exit status
     is the program's, and so is its standard output: ggml-viz speaks on standard error.
+    A process whose ggml is not one ggml-viz reads (another ggml_tensor layout, a function
+    missing) runs untraced: one line names its ggml's version, and no run is written for it.
 
     example:
       ggml-viz run -o chat.ggmlviz -- python app.py --prompt "hello"
@@ -72,14 +74,17 @@ class RunCommand(Command):
             python = kind is ProgramKind.PYTHON
             if python:
                 output.rmdir()
-            exit_code = run_native(program, output, settings, env, verbose=args.verbose, python=python)
+            ended = run_native(program, output, settings, env, verbose=args.verbose, python=python)
         except OSError as error:
             raise CommandError(f"cannot run {program[0]}: {error.strerror or error}", exit_code=1) from None
         except CaptureError as error:
             raise CommandError(str(error)) from None
+        exit_code = ended.exit_status
         if output.exists():  # on stderr: the program's stdout is its own, byte for byte
             print(f"run written to {output} (the program's {describe_exit(exit_code)})", file=sys.stderr)
             print_short_summary(open_run(output), Console(stderr=True))
+        elif ended.untraced:
+            pass  # each untraced process said why, naming its ggml: one line is enough
         elif kind is ProgramKind.STATIC:
             print(
                 f"ggml-viz: no run was written: {program[0]} loads no ggml shared library (ggml linked statically, "

@@ -38,7 +38,9 @@
  *
  * Never harm the program: any failure (a ggml layout this build does not know, a full
  * disk, no memory) says one line on stderr, stops recording, and the program runs on
- * untraced.
+ * untraced. A ggml that lacks a function ggml-viz calls, or lays out ggml_tensor otherwise,
+ * is found at the first interposed call: that line names its version, and a note in the
+ * spool (SPOOL_UNTRACED) tells `ggml-viz run` so.
  *
  * A Python process: ggml-viz's start-up hook records llama-cpp-python's contexts itself (it
  * sees their calls, which ctypes makes past this library), and claims the process when its
@@ -217,20 +219,53 @@ EXPORT int ggml_viz_preload_claim(void) {
     return claimed;
 }
 
+/* This process runs untraced (state.untraced_reason says why): one line says so, once, and a
+   note in the spool tells `ggml-viz run` that it was said (it adds nothing of its own, and writes
+   no run for this process). In a Python process that waits for its first graph: ggml-viz's
+   start-up hook may claim the process before (it records llama-cpp-python itself), and then
+   nothing is said. */
+static void say_untraced(void) {
+    pthread_mutex_lock(&state.lock);
+    const char *reason = !state.untraced_said && !state.claimed_by_python ? state.untraced_reason : NULL;
+    if (reason) state.untraced_said = 1;
+    pthread_mutex_unlock(&state.lock);
+    if (!reason) return;
+    say("%s; the program runs untraced", reason);
+    write_untraced_note(reason);
+}
+
+/* Whether the program's ggml is one ggml-viz reads (its functions, its ggml_tensor layout);
+   NULL if so, else why not, naming the ggml found. */
+static const char *ggml_problem(TensorLayout *layout) {
+    static char reason[5200];
+    const char *missing = find_functions();
+    if (!ggml_library_path()) return "no ggml function is visible to ggml-viz in this program";
+    const char *problem = missing ? NULL : check_layout(layout);
+    if (missing) {
+        snprintf(reason, sizeof reason, "this program's %s lacks functions ggml-viz calls: %s", ggml_description(),
+                 missing);
+    } else if (problem) {
+        snprintf(reason, sizeof reason, "this program's %s is not one ggml-viz reads: %s", ggml_description(),
+                 problem);
+    }
+    return missing || problem ? reason : NULL;
+}
+
 static void start(void) {
     const char *output = env("GGML_VIZ_OUTPUT");
     if (!output || env_flag("GGML_VIZ_DISABLE")) return;
     state.in_python = dlsym(RTLD_DEFAULT, "Py_IsInitialized") != NULL;
     state.verbose = env_flag("GGML_VIZ_VERBOSE");
-    if (find_functions() != 0) {
-        say("this program's ggml lacks functions ggml-viz needs (or none is loaded); it runs untraced");
-        return;
-    }
+    pthread_mutex_lock(&state.lock);
+    int claimed = state.claimed_by_python;
+    pthread_mutex_unlock(&state.lock);
+    if (claimed) return; /* ggml-viz's start-up hook records this process (and checked its ggml) */
     TensorLayout layout = RECORDER_TENSOR_LAYOUT;
-    const char *problem = check_layout(&layout);
+    const char *problem = ggml_problem(&layout);
     if (!problem) problem = read_settings();
     if (problem) {
-        say("%s; recording is off, the program runs untraced", problem);
+        state.untraced_reason = problem;
+        if (!state.in_python) say_untraced();
         return;
     }
     state.layout = layout;
@@ -454,7 +489,10 @@ static bool reads_at_compute(Entry *e) {
    program) a call of its own, without tokens. */
 static int compute_graph(compute_fn original, void *sched, void *graph) {
     if (!original) return -1;
-    if (compute_depth > 0 || !active()) return original(sched, graph);
+    if (compute_depth > 0 || !active()) {
+        if (state.untraced_reason) say_untraced(); /* a Python process's first graph */
+        return original(sched, graph);
+    }
     Entry *e = call_entry;
     bool own_call = !e;
     if (own_call) {

@@ -136,6 +136,8 @@ typedef struct {
     /* A Python process: its spool is opened with the first graph, unless ggml-viz's start-up
        hook claimed the process first (it records llama-cpp-python's contexts itself). */
     int in_python, spool_opened, claimed_by_python;
+    const char *untraced_reason; /* why this process runs untraced (its ggml, the settings), if it does */
+    int untraced_said;
     int spool;
     char spool_path[4096];
     Entry *entries[MAX_ENTRIES];
@@ -170,7 +172,9 @@ void say(const char *format, ...) __attribute__((format(printf, 1, 2)));
 void *find_original(const char *name, void *ours);
 
 /* preload_setup.c */
-int find_functions(void);
+const char *find_functions(void);
+const char *ggml_library_path(void);
+const char *ggml_description(void);
 const char *check_layout(const TensorLayout *layout);
 const char *env(const char *name);
 bool env_flag(const char *name);
@@ -186,5 +190,6 @@ void describe_context(Entry *e);
 void write_entry(Entry *e);
 void write_end_frame(void);
 void write_gpu_take(void);
+void write_untraced_note(const char *reason);
 
 #endif

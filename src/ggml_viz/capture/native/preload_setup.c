@@ -1,5 +1,6 @@
-/* The preload library, part 2: finding the program's ggml, checking that it lays out
-   ggml_tensor as the recorder reads it, and reading the GGML_VIZ_* settings. */
+/* The preload library, part 2: finding the program's ggml, checking that it has the functions
+   ggml-viz calls and lays out ggml_tensor as the recorder reads it, and reading the GGML_VIZ_*
+   settings. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -20,20 +21,34 @@ Api api;
    ggml into a scope of its own (pywhispercpp), where RTLD_DEFAULT does not look. */
 #define FIND(field, name) (*(void **)&api.field = find_original(name, NULL))
 
-int find_functions(void) {
-    FIND(tensor_overhead, "ggml_tensor_overhead");
-    FIND(init, "ggml_init");
-    FIND(free, "ggml_free");
-    FIND(new_tensor_2d, "ggml_new_tensor_2d");
-    FIND(view_1d, "ggml_view_1d");
-    FIND(add, "ggml_add");
-    FIND(set_name, "ggml_set_name");
-    FIND(get_name, "ggml_get_name");
-    FIND(nbytes, "ggml_nbytes");
+/* The functions of a needed kind the loaded ggml lacks, listed by name. */
+static char missing[512];
+
+static void need(const void *found, const char *name) {
+    if (found) return;
+    size_t used = strlen(missing);
+    snprintf(missing + used, sizeof missing - used, "%s%s", used ? ", " : "", name);
+}
+
+#define NEED(field, name) need(FIND(field, name), name)
+
+/* Finds the program's ggml (and llama) functions; NULL, or the names of those ggml-viz cannot
+   record without that this ggml lacks (an older ggml, or another library of that name). */
+const char *find_functions(void) {
+    missing[0] = 0;
+    NEED(tensor_overhead, "ggml_tensor_overhead");
+    NEED(init, "ggml_init");
+    NEED(free, "ggml_free");
+    NEED(new_tensor_2d, "ggml_new_tensor_2d");
+    NEED(view_1d, "ggml_view_1d");
+    NEED(add, "ggml_add");
+    NEED(set_name, "ggml_set_name");
+    NEED(get_name, "ggml_get_name");
+    NEED(nbytes, "ggml_nbytes");
     FIND(is_contiguous, "ggml_is_contiguous");
     FIND(buffer_is_host, "ggml_backend_buffer_is_host");
     FIND(fp16_to_fp32, "ggml_fp16_to_fp32");
-    FIND(version, "ggml_version");
+    FIND(version, "ggml_version"); /* since ggml 0.9 or so: older ones are of unknown version */
     FIND(commit, "ggml_commit");
     FIND(sched_n_backends, "ggml_backend_sched_get_n_backends");
     FIND(sched_backend, "ggml_backend_sched_get_backend");
@@ -42,14 +57,14 @@ int find_functions(void) {
     FIND(backend_name, "ggml_backend_name");
     FIND(graph_n_nodes, "ggml_graph_n_nodes");
     FIND(graph_node, "ggml_graph_node");
-    FIND(recorder.buffer_name, "ggml_backend_buffer_name");
-    FIND(recorder.buffer_usage, "ggml_backend_buffer_get_usage");
-    FIND(recorder.buffer_size, "ggml_backend_buffer_get_size");
-    FIND(recorder.buffer_base, "ggml_backend_buffer_get_base");
-    FIND(recorder.buffer_type, "ggml_backend_buffer_get_type");
-    FIND(recorder.buft_name, "ggml_backend_buft_name");
-    FIND(recorder.op_desc, "ggml_op_desc");
-    FIND(recorder.op_name, "ggml_op_name");
+    NEED(recorder.buffer_name, "ggml_backend_buffer_name");
+    NEED(recorder.buffer_usage, "ggml_backend_buffer_get_usage");
+    NEED(recorder.buffer_size, "ggml_backend_buffer_get_size");
+    NEED(recorder.buffer_base, "ggml_backend_buffer_get_base");
+    NEED(recorder.buffer_type, "ggml_backend_buffer_get_type");
+    NEED(recorder.buft_name, "ggml_backend_buft_name");
+    NEED(recorder.op_desc, "ggml_op_desc");
+    NEED(recorder.op_name, "ggml_op_name");
     FIND(get_model, "llama_get_model");
     FIND(model_vocab, "llama_model_get_vocab");
     FIND(token_to_piece, "llama_token_to_piece");
@@ -70,14 +85,29 @@ int find_functions(void) {
     FIND(model_size, "llama_model_size");
     FIND(system_info, "llama_print_system_info");
     FIND(synchronize, "llama_synchronize");
-    void *needed[] = {api.tensor_overhead, api.init, api.free, api.new_tensor_2d, api.view_1d, api.add,
-                      api.set_name, api.get_name, api.nbytes, api.recorder.buffer_name, api.recorder.buffer_usage,
-                      api.recorder.buffer_size, api.recorder.buffer_base, api.recorder.buffer_type,
-                      api.recorder.buft_name, api.recorder.op_desc, api.recorder.op_name};
-    for (size_t i = 0; i < sizeof needed / sizeof needed[0]; i++) {
-        if (!needed[i]) return -1;
+    return missing[0] ? missing : NULL;
+}
+
+/* The file of the program's ggml (libggml-base), from any of its functions found; NULL if none is. */
+const char *ggml_library_path(void) {
+    const void *functions[] = {(const void *)api.recorder.op_name, (const void *)api.tensor_overhead,
+                               (const void *)api.version, (const void *)api.init, (const void *)api.nbytes};
+    Dl_info info;
+    for (size_t i = 0; i < sizeof functions / sizeof functions[0]; i++) {
+        if (functions[i] && dladdr(functions[i], &info) && info.dli_fname) return info.dli_fname;
     }
-    return 0;
+    return NULL;
+}
+
+/* The program's ggml in words, for the one line that says why it runs untraced: "ggml 0.13.1
+   (/path/libggml-base.so.0)", or of unknown version where it has no ggml_version. */
+const char *ggml_description(void) {
+    static char description[4200];
+    const char *version = api.version ? api.version() : NULL, *path = ggml_library_path();
+    if (!path) return "no ggml library is loaded";
+    if (version && *version) snprintf(description, sizeof description, "ggml %s (%s)", version, path);
+    else snprintf(description, sizeof description, "ggml of unknown version (%s)", path);
+    return description;
 }
 
 int64_t i64_at(const void *tensor, size_t offset) {
@@ -87,12 +117,14 @@ int64_t i64_at(const void *tensor, size_t offset) {
 }
 
 /* Whether the loaded ggml lays ggml_tensor out as the recorder reads it, checked on tensors
-   ggml itself builds (as ggml_api.check_tensor_layout does in Python); NULL if so. */
+   ggml itself builds (as ggml_api.check_tensor_layout does in Python); NULL if so. The
+   overhead is a 32-byte ggml_object before each tensor, and the type ids F32 = 0, Q4_1 = 3
+   are those of every ggml with ggml_op_desc (0.13.1 and 0.25.3 checked). */
 const char *check_layout(const TensorLayout *l) {
     static char problem[256];
     size_t overhead = api.tensor_overhead();
     if (overhead != l->tensor_size + 32) {
-        snprintf(problem, sizeof problem, "this ggml lays out ggml_tensor in %zu bytes, ggml-viz expects %zu",
+        snprintf(problem, sizeof problem, "it lays out ggml_tensor in %zu bytes, ggml-viz expects %zu",
                  overhead - 32, l->tensor_size);
         return problem;
     }
@@ -125,7 +157,7 @@ const char *check_layout(const TensorLayout *l) {
         wrong = "name";
     api.free(ctx);
     if (!wrong) return NULL;
-    snprintf(problem, sizeof problem, "field '%s' of ggml_tensor is not where ggml-viz expects it", wrong);
+    snprintf(problem, sizeof problem, "its ggml_tensor's field '%s' is not where ggml-viz expects it", wrong);
     return problem;
 }
 

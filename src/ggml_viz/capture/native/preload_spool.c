@@ -132,10 +132,9 @@ void add_library_of(Array *t, const char *key, void *function) {
     else text_add(t, "null");
 }
 
-void write_start_frame(void) {
-    Array t;
-    array_init(&t, 1);
-    text_add(&t, "{\"pid\":%d,\"start_ns\":%lld,\"argv\":[", (int)getpid(), (long long)now_ns());
+/* ,"argv":[...]: the process's arguments, as /proc/self/cmdline holds them. */
+static void add_argv(Array *t) {
+    text_add(t, ",\"argv\":[");
     FILE *cmdline = fopen("/proc/self/cmdline", "rb");
     if (cmdline) {
         char argument[4096];
@@ -144,15 +143,22 @@ void write_start_frame(void) {
             if (c && length < (int)sizeof argument - 1) argument[length++] = (char)c;
             if (!c) {
                 argument[length] = 0;
-                text_add(&t, first ? "" : ",");
-                json_string(&t, argument);
+                text_add(t, first ? "" : ",");
+                json_string(t, argument);
                 first = 0;
                 length = 0;
             }
         }
         fclose(cmdline);
     }
-    text_add(&t, "]");
+    text_add(t, "]");
+}
+
+void write_start_frame(void) {
+    Array t;
+    array_init(&t, 1);
+    text_add(&t, "{\"pid\":%d,\"start_ns\":%lld", (int)getpid(), (long long)now_ns());
+    add_argv(&t);
     add_library_of(&t, "ggml_library", (void *)api.recorder.op_name);
     add_library_of(&t, "llama_library", (void *)api.get_model);
     text_add(&t, ",\"ggml_version\":");
@@ -178,6 +184,31 @@ void write_start_frame(void) {
     text_add(&t, "}}");
     spool_frame(SPOOL_START, 0, t.items, t.count);
     array_free(&t);
+}
+
+/* A process that runs untraced (a ggml ggml-viz does not read, bad settings): a spool of one
+   frame, SPOOL_UNTRACED, saying which process, which ggml and why. It has said so on stderr
+   already; the note lets `ggml-viz run` add nothing and write no run for it. */
+void write_untraced_note(const char *reason) {
+    if (open_spool(env("GGML_VIZ_OUTPUT")) != 0) return; /* the line on stderr is enough */
+    Array t;
+    array_init(&t, 1);
+    text_add(&t, "{\"pid\":%d", (int)getpid());
+    add_argv(&t);
+    const char *library = ggml_library_path();
+    text_add(&t, ",\"ggml_library\":");
+    if (library) json_string(&t, library);
+    else text_add(&t, "null");
+    text_add(&t, ",\"ggml_version\":");
+    if (api.version && api.version()) json_string(&t, api.version());
+    else text_add(&t, "null");
+    text_add(&t, ",\"reason\":");
+    json_string(&t, reason);
+    text_add(&t, "}");
+    write_frame(SPOOL_UNTRACED, 0, t.items, t.count);
+    array_free(&t);
+    close(state.spool);
+    state.spool = -1;
 }
 
 /* ---- contexts ----------------------------------------------------------------------------- */

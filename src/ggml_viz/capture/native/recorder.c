@@ -224,6 +224,7 @@ static int copy_tensor(Recorder *r, Array *structs, uint64_t address, const uint
 
 /* ---- weights without a name ------------------------------------------------------------ */
 
+/* BUFFER_USAGE_WEIGHTS: GGML_BACKEND_BUFFER_USAGE_WEIGHTS, the same in ggml 0.13.1 and 0.25.3 */
 enum { FINGERPRINT_SAMPLE = 64, BUFFER_USAGE_WEIGHTS = 1 };
 
 static uint64_t fnv1a(uint64_t hash, const uint8_t *bytes, size_t n) {

@@ -35,6 +35,7 @@
 enum { MODE_OFF = 0, MODE_RECORD = 1, MODE_COUNT = 2 };
 enum { MAX_OPS = 32, MAX_NAMES = 32, MAX_LAYER_RANGES = 64, NAME_LEN = 64 };
 enum { NODE_ANSWERED = 1, NODE_TIMED = 2, NODE_SELECTED = 4, NODE_VALUES = 8, NODE_CAPTURE = 16 };
+/* ggml_type ids: the same in ggml 0.13.1 (whisper.cpp 1.8.5) and 0.25.3 (llama-cpp-python 0.3.36) */
 enum { MAX_CAPTURES = 16, TYPE_F32 = 0, TYPE_F16 = 1, TYPE_I32 = 26 };
 /* DecodeRecord.lowest_position of a call without a llama_batch (a plain ggml program's
    compute): its tokens, if any, are the ids its graph looks up (recorder.c: note_input_ids). */

@@ -21,6 +21,8 @@
  *                  uint32 name_length[n_names], then the names' bytes
  *   SPOOL_WEIGHTS  binary, WeightPrint[]: weights the program left unnamed, first read by the
  *                  graphs of the SPOOL_TAKE that follows (recorder.h: weight_fingerprint)
+ *   SPOOL_UNTRACED JSON: the process ran untraced (pid, argv, ggml_library, ggml_version, reason);
+ *                  the only frame of its spool, written where it said so on stderr
  *
  * SPOOL_TAKE payload:
  *   uint64 n_calls, n_tokens, n_graphs, text_bytes
@@ -40,7 +42,8 @@
 
 #define SPOOL_MAGIC "GGVZSPL2"
 
-enum { SPOOL_START = 1, SPOOL_CONTEXT = 2, SPOOL_TAKE = 3, SPOOL_FAILED = 4, SPOOL_END = 5, SPOOL_GPU = 6, SPOOL_WEIGHTS = 7 };
+enum { SPOOL_START = 1, SPOOL_CONTEXT = 2, SPOOL_TAKE = 3, SPOOL_FAILED = 4, SPOOL_END = 5, SPOOL_GPU = 6,
+       SPOOL_WEIGHTS = 7, SPOOL_UNTRACED = 8 };
 
 typedef struct {
     uint32_t kind;
