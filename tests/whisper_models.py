@@ -19,6 +19,7 @@ tokens have fixed ids up to 51,863. The file's vocabulary holds the 50,256 text 
 from __future__ import annotations
 
 import os
+import re
 import struct
 from dataclasses import astuple, dataclass, fields
 from pathlib import Path
@@ -218,3 +219,13 @@ def require_whisper_test_files() -> list[Path]:
             pytest.fail(MISSING_TOOLS)
         pytest.skip(MISSING_TOOLS)
     return files
+
+
+def whisper_timing(stderr: str, what: str) -> tuple[float, int]:
+    """whisper.cpp's own figure for `what` (encode, decode, batchd, prompt), as
+    whisper_print_timings writes it on stderr: milliseconds, and runs (for batchd and prompt,
+    the tokens)."""
+    found = re.search(rf"whisper_print_timings:\s+{what} time =\s+([\d.]+) ms /\s+(\d+) runs", stderr)
+    if not found:
+        raise ValueError(f"no {what} time in whisper's output: {stderr[-2000:]}")
+    return float(found.group(1)), int(found.group(2))

@@ -19,7 +19,7 @@ import ggml_viz
 from ggml_viz.analysis.summary import graphs_by_computation
 
 from ..speech import speech_wav
-from ..whisper_models import RUNNABLE, write_whisper_model
+from ..whisper_models import RUNNABLE, whisper_timing, write_whisper_model
 from .native import untraced, whisper_tool
 from .smollm2 import ggml_viz_cli
 
@@ -35,13 +35,6 @@ model = Model(sys.argv[1], n_threads=2, print_progress=False, print_realtime=Fal
 for segment in model.transcribe(sys.argv[2], temperature_inc=0.0):
     print(segment.text)
 """
-
-
-def whisper_timing(stderr: str, what: str) -> tuple[float, int]:
-    """whisper_print_timings' figure for `what` (encode, decode, batchd): milliseconds and runs."""
-    found = re.search(rf"whisper_print_timings:\s+{what} time =\s+([\d.]+) ms /\s+(\d+) runs", stderr)
-    assert found, stderr[-2000:]
-    return float(found.group(1)), int(found.group(2))
 
 
 @pytest.fixture(scope="module")
