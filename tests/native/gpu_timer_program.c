@@ -77,15 +77,13 @@ static void compute_on_gpu(int how) {
 }
 
 static void write_take(FILE *out) {
-    GpuTake take;
-    if (!gpu_take(&take)) return;
     Array bytes;
     array_init(&bytes, 1);
-    gpu_serialize(&take, &bytes);
-    gpu_take_done();
-    uint64_t size = bytes.count;
-    fwrite(&size, sizeof size, 1, out);
-    fwrite(bytes.items, 1, bytes.count, out);
+    if (gpu_take_serialized(&bytes) > 0) {
+        uint64_t size = bytes.count;
+        fwrite(&size, sizeof size, 1, out);
+        fwrite(bytes.items, 1, bytes.count, out);
+    }
     array_free(&bytes);
 }
 

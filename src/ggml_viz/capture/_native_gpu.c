@@ -131,13 +131,12 @@ static PyObject *gpu_finish_now(PyObject *module, PyObject *unused) {
 
 /* gpu_take() -> bytes (as the spool's SPOOL_GPU frame) or None. */
 static PyObject *gpu_take_now(PyObject *module, PyObject *unused) {
-    GpuTake take;
-    if (!gpu_take(&take)) Py_RETURN_NONE;
     Array out;
     array_init(&out, 1);
-    int failed = gpu_serialize(&take, &out);
-    gpu_take_done();
-    PyObject *result = failed ? PyErr_NoMemory() : PyBytes_FromStringAndSize((const char *)out.items, (Py_ssize_t)out.count);
+    int taken = gpu_take_serialized(&out);
+    PyObject *result = taken < 0 ? PyErr_NoMemory()
+                       : taken ? PyBytes_FromStringAndSize((const char *)out.items, (Py_ssize_t)out.count)
+                               : Py_NewRef(Py_None);
     array_free(&out);
     return result;
 }

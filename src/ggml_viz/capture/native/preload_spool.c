@@ -381,12 +381,8 @@ void write_end_frame(void) {
 
 /* A closed GPU trace window: its computes, node calls and CUPTI's records. */
 void write_gpu_take(void) {
-    GpuTake take;
-    if (!gpu_take(&take)) return;
     Array frame;
     array_init(&frame, 1);
-    int failed = gpu_serialize(&take, &frame);
-    gpu_take_done();
-    if (!failed) spool_frame(SPOOL_GPU, 0, frame.items, frame.count);
+    if (gpu_take_serialized(&frame) > 0) spool_frame(SPOOL_GPU, 0, frame.items, frame.count);
     array_free(&frame);
 }

@@ -361,3 +361,11 @@ int gpu_serialize(const GpuTake *t, Array *out) {
                ? -1
                : 0;
 }
+
+int gpu_take_serialized(Array *out) {
+    GpuTake take;
+    if (!gpu_take(&take)) return 0;
+    int failed = gpu_serialize(&take, out);
+    gpu_take_done();
+    return failed ? -1 : 1;
+}

@@ -93,5 +93,8 @@ int gpu_take(GpuTake *out);
 void gpu_take_done(void);
 /* The take as the bytes of the spool's SPOOL_GPU frame (spool.h), appended to `out`. */
 int gpu_serialize(const GpuTake *take, Array *out);
+/* Take the closed window, if one waits, as those bytes appended to `out`, and let it go:
+   1 taken, 0 none waits, -1 out of memory (the window is let go all the same). */
+int gpu_take_serialized(Array *out);
 
 #endif
