@@ -561,6 +561,15 @@ static PyObject *native_layer_of(PyObject *module, PyObject *arg) {
     return PyLong_FromLongLong(layer_of(padded));
 }
 
+/* weight_fingerprint(data) -> int: the fingerprint the native recorder gives a weight's bytes */
+static PyObject *native_weight_fingerprint(PyObject *module, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) != 0) return NULL;
+    uint64_t fingerprint = weight_fingerprint(view.buf, (uint64_t)view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLongLong(fingerprint);
+}
+
 /* layers_of(names) -> int32 bytes: layer_of for each name of NAME_LEN bytes (a ggml_tensor's
    name field, as copied: a C string, perhaps with stale bytes after its end). */
 static PyObject *native_layers_of(PyObject *module, PyObject *arg) {
@@ -615,6 +624,7 @@ static PyMethodDef module_methods[] = {
      "route the loaded ggml's barrier through the recorder (node ends); slots redirected, -1 on failure"},
     {"layer_of", native_layer_of, METH_O, "the layer the native recorder reads in a tensor name"},
     {"layers_of", native_layers_of, METH_O, "layers_of(names): layer_of for each 64-byte name, as int32 bytes"},
+    {"weight_fingerprint", native_weight_fingerprint, METH_O, "the fingerprint the native recorder gives a weight's bytes"},
     {"read_batch", native_read_batch, METH_VARARGS, "read_batch(address, offsets): a llama_batch's columns"},
     {NULL, NULL, 0, NULL},
 };

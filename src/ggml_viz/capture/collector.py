@@ -96,7 +96,7 @@ class SpoolContextTracer(ContextTracer):
 
     def __init__(self, recording: Recording, context_id: int, n_ubatch: int, inline_timing: bool) -> None:
         self.texts: dict[int, str] = {}
-        self.weight_names = WeightNames(())  # the context's model files', once described
+        self.weight_names = WeightNames(list)  # the context's model files', once described
         # a plain program's tokens (read from its graphs' inputs): their text in its model file
         self.file_vocabulary: list[bytes] = []
         self.spool_recorder = SpoolRecorder(inline_timing)
@@ -202,7 +202,8 @@ class SpoolCollector:
         for file in files:
             recording.store_memory_map(file)
         layouts = [recording.layouts[file] for file in files if file in recording.layouts]
-        tracer.weight_names = WeightNames(layouts)
+        tracer.weight_names = WeightNames(lambda: [recording.tensor_fingerprints(file) for file in files
+                                                   if file in recording.layouts])  # fmt: skip
         if model is not None:
             tracer.warmup = warmup_tokens(model.pop("bos", None), model.pop("eos", None))
             path_of_model = model_file(files, model.get("tensor_bytes"))

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import CaptureError, GgmlVizError
+from ..modelfile.fingerprints import tensor_fingerprints
 from ..modelfile.layout import memory_map_rows, read_layout, sampled_hash
 from ..runformat.manifest import new_experiment_id, new_manifest
 from ..runformat.writer import RunWriter, prepare_run_dir, unique_run_dir
@@ -113,6 +114,7 @@ class Recording:
         self.recorder_used: str | None = None
         self.model_paths: dict[int, str] = {}
         self.layouts: dict[str, Any] = {}  # each model file's layout, once read (store_memory_map)
+        self._fingerprints: dict[str, dict[tuple[int, int], list[str]]] = {}
         self.gpu_times: GpuTimes | None = None  # GPU trace windows into the run's GPU tables
         self.gpu_info: dict[str, Any] = {}  # the GPU timer's state, as the recorder said it
         self._idle_writer: threading.Thread | None = None  # started with the first context
@@ -456,6 +458,13 @@ class Recording:
     def _phase(self, structure_id: int) -> str:
         """The phase of a graph of this structure computed outside any llama call."""
         return self.catalog.structure_phases.get(structure_id, "other")
+
+    def tensor_fingerprints(self, path: str) -> dict[tuple[int, int], list[str]]:
+        """The fingerprints of a model file's tensors (modelfile/fingerprints.py), read once per
+        file however many contexts ask (whisper.cpp's four schedulers share one model)."""
+        if path not in self._fingerprints:
+            self._fingerprints[path] = tensor_fingerprints(self.layouts[path])
+        return self._fingerprints[path]
 
     def open_run(self) -> None:
         """Create the run where the recording goes, if it is not yet made (a lazy recording)."""

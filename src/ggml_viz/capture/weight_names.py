@@ -13,12 +13,10 @@ ambiguous, as is a weight found in no file (unmatched).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from ..modelfile.fingerprints import tensor_fingerprints
 from .ggml_api import TENSOR_DTYPE, field_bytes
 
 # native/recorder.h: WeightPrint
@@ -27,16 +25,24 @@ NAME_BYTES = field_bytes("name").stop - field_bytes("name").start
 
 
 class WeightNames:
-    """The file names of one context's unnamed weights, by their data address."""
+    """The file names of one context's unnamed weights, by their data address. `in_files`:
+    the fingerprints of its model files' tensors (tensor_fingerprints, one per file), asked
+    for only when a weight without a name comes (never for llama.cpp's, all named)."""
 
-    def __init__(self, layouts: Iterable[Any]) -> None:
-        self._in_files = tensor_fingerprints(layouts)
+    def __init__(self, in_files: Callable[[], Iterable[dict[tuple[int, int], list[str]]]]) -> None:
+        self._files = in_files
+        self._in_files: dict[tuple[int, int], list[str]] | None = None
         self._names: dict[int, bytes] = {}
         self._addresses = np.zeros(0, dtype=np.uint64)
         self.counts = {"named": 0, "ambiguous": 0, "unmatched": 0}
 
     def learn(self, prints: bytes) -> None:
         """The weights of a SPOOL_WEIGHTS frame."""
+        if self._in_files is None:
+            self._in_files = {}
+            for file in self._files():
+                for key, names in file.items():
+                    self._in_files.setdefault(key, []).extend(names)
         for data, nbytes, fingerprint in np.frombuffer(prints, dtype=PRINT_DTYPE).tolist():
             names = self._in_files.get((nbytes, fingerprint), [])
             kind = "named" if len(names) == 1 else "ambiguous" if names else "unmatched"

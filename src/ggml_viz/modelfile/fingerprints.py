@@ -10,7 +10,6 @@ bits) over the first, the middle and the last 64 bytes (all of them when fewer).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -50,14 +49,12 @@ def _file_fingerprint(handle: BinaryIO, start: int, nbytes: int) -> int:
     return hash_
 
 
-def tensor_fingerprints(layouts: Iterable[Any]) -> dict[tuple[int, int], list[str]]:
-    """Per (nbytes, fingerprint): the names of the tensors of these model layouts (readers'
-    layouts: a path and tensors with name, start and end) whose bytes have it."""
+def tensor_fingerprints(layout: Any) -> dict[tuple[int, int], list[str]]:
+    """Per (nbytes, fingerprint): the names of the tensors of a model layout (a reader's: a path
+    and tensors with name, start and end) whose bytes have it."""
     found: dict[tuple[int, int], list[str]] = {}
-    for layout in layouts:
-        with Path(layout.path).open("rb") as handle:
-            for tensor in layout.tensors:
-                nbytes = tensor.end - tensor.start
-                key = (nbytes, _file_fingerprint(handle, tensor.start, nbytes))
-                found.setdefault(key, []).append(tensor.name)
+    with Path(layout.path).open("rb") as handle:
+        for tensor in layout.tensors:
+            nbytes = tensor.end - tensor.start
+            found.setdefault((nbytes, _file_fingerprint(handle, tensor.start, nbytes)), []).append(tensor.name)
     return found
