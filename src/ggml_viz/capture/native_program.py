@@ -26,7 +26,7 @@ COLLECT_INTERVAL_S = 0.1
 
 
 class ProgramKind(Enum):
-    PYTHON = "python"  # recorded by the start-up hook, through llama-cpp-python
+    PYTHON = "python"  # llama-cpp-python recorded by the start-up hook, other ggml bindings by the preload library
     NATIVE = "native"  # loads ggml's shared libraries: recorded by the preload library
     STATIC = "static"  # an executable that loads no ggml library: nothing to interpose
     UNKNOWN = "unknown"  # a script or wrapper: try the preload library; its children may load ggml
