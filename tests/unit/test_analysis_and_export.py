@@ -9,8 +9,9 @@ import pytest
 import ggml_viz
 from ggml_viz._errors import CommandError
 from ggml_viz.analysis.components import component_of, component_of_weight
-from ggml_viz.analysis.findings import findings
+from ggml_viz.analysis.findings import BUILTIN_FINDINGS, Finding, FindingContext, findings
 from ggml_viz.analysis.flops import node_costs, throughput_by_op
+from ggml_viz.analysis.summary import summarize
 from ggml_viz.export import exporter_for
 from ggml_viz.runformat.synthetic import write_synthetic_run
 
@@ -40,6 +41,35 @@ def test_findings_name_the_costliest_tensor_and_components(run):
     said = findings(run)
     assert any(text.startswith("MUL_MAT in ffn_") for text in said)  # the synthetic FFN matmuls cost most
     assert any(text.startswith("By component (decode): ffn") for text in said)
+
+
+class DecodeGraphs(Finding):
+    name = "decode-graphs"
+
+    def find(self, run, context: FindingContext) -> list[str]:
+        decode = context.phases.set_index("phase").loc["decode", "graphs"]
+        return [f"{decode} decode graphs."]
+
+
+class DecodeSection(DecodeGraphs):
+    name = "decode-section"
+    title = "decode"
+
+
+def test_the_findings_are_a_list_callers_extend(run, monkeypatch):
+    # GIVEN one more finding among the findings and one with a section of its own
+    extended = [*BUILTIN_FINDINGS, DecodeGraphs(), DecodeSection()]
+    monkeypatch.setattr("ggml_viz.analysis.findings.BUILTIN_FINDINGS", extended)
+    # WHEN the findings are made
+    said, summary = findings(run), summarize(run)
+    # THEN the untitled one follows the built-ins' findings; the titled one is a section
+    assert said[-1] == "11 decode graphs." and said[:-1] == findings_before(run)
+    assert summary["findings"][-1] == "11 decode graphs."
+    assert summary["sections"] == [{"title": "decode", "lines": ["11 decode graphs."], "source": "built-in"}]
+
+
+def findings_before(run) -> list[str]:
+    return [line for finding in BUILTIN_FINDINGS for line in finding.find(run, FindingContext.of(run))]
 
 
 @pytest.mark.parametrize(

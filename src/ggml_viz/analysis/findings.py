@@ -1,9 +1,15 @@
-"""The top bottlenecks of a run, in words."""
+"""The top bottlenecks of a run, in words: each kind of finding one Finding object.
+
+The built-in findings are in BUILTIN_FINDINGS; installed packages add theirs through the
+entry-point group ggml_viz.findings (see ggml_viz.plugins), with the same interface.
+"""
 
 from __future__ import annotations
 
+import functools
 import re
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -16,19 +22,130 @@ _LAYER_PART = r"(blk|blocks|layers|h)\.\d+\."  # a layer in a weight's name
 _LAYER_SUFFIX = re.compile(r"-\d+(?=$|[\s(])")
 
 
+@dataclass(frozen=True)
+class FindingContext:
+    """What the summary has computed already, for findings to use rather than compute again."""
+
+    phases: pd.DataFrame  # phase_stats(run): graphs, tokens, time and tokens/s per phase
+    reads: dict[str, Any]  # weight_reads(run): the weight bytes a graph and a decode step read
+    components: pd.DataFrame  # structure_components(run): each node's component (attention, ffn, ...)
+    gpu: dict[str, Any] | None  # gpu_summary(run): None for a run without GPU times
+
+    @classmethod
+    def of(
+        cls,
+        run: Run,
+        *,
+        phases: pd.DataFrame | None = None,
+        reads: dict[str, Any] | None = None,
+        components: pd.DataFrame | None = None,
+        gpu: dict[str, Any] | None = None,
+    ) -> FindingContext:
+        """The context of `run`, computing whatever the caller does not have yet."""
+        from .gpu import gpu_summary
+
+        return cls(
+            phases=phase_stats(run) if phases is None else phases,
+            reads=weight_reads(run) if reads is None else reads,
+            components=structure_components(run) if components is None else components,
+            gpu=gpu_summary(run, 10) if gpu is None else gpu,
+        )
+
+
+class Finding:
+    """One kind of finding: it looks at a run and says what it sees, in sentences.
+
+    `name`: short and unique (`ggml-viz plugins` lists it); `summary`: one line on what it
+    looks for; `title`: empty, its sentences join the summary's findings; set, they are a
+    section of `ggml-viz summary` of their own under that title."""
+
+    name: ClassVar[str] = ""
+    title: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+
+    def find(self, run: Run, context: FindingContext) -> list[str]:
+        raise NotImplementedError
+
+
+class NonFiniteValues(Finding):
+    name = "non-finite"
+    summary = "node outputs holding NaN or Inf (runs recorded with --values stats); said first"
+
+    def find(self, run: Run, context: FindingContext) -> list[str]:
+        return _non_finite(run)
+
+
+class NodeTime(Finding):
+    name = "node-time"
+    summary = ("the costliest op and the components of each phase, ops slowing with the context, "
+               "prompt against decode speed, the weight traffic of a decode step")  # fmt: skip
+
+    def find(self, run: Run, context: FindingContext) -> list[str]:
+        return _time_findings(run, context.phases, context.reads, context.components)
+
+
+class GpuFindings(Finding):
+    name = "gpu"
+    summary = "decode steps bound by kernel launches, GPU work besides the ops' own"
+
+    def find(self, run: Run, context: FindingContext) -> list[str]:
+        from .gpu import gpu_findings
+
+        return gpu_findings(context.gpu)
+
+
+# In the order they are said; plugins' findings come after these.
+BUILTIN_FINDINGS: list[Finding] = [NonFiniteValues(), NodeTime(), GpuFindings()]
+
+
+@dataclass(frozen=True)
+class FoundSection:
+    """A titled finding's sentences, shown as a section of the summary."""
+
+    title: str
+    lines: list[str]
+    source: str  # "built-in", or the plugin's package and version
+
+
+def find_all(run: Run, context: FindingContext) -> tuple[list[str], list[FoundSection]]:
+    """Every finding's sentences, built-in and plugins': the untitled ones' as one list, the
+    titled ones' as sections. A plugin that raises, or answers anything but a list of
+    sentences, is named in one warning and left out."""
+    from ..plugins import BUILT_IN, call_plugin, finding_plugins
+
+    plugins = finding_plugins()
+    plugins.warn_failures()
+    said: list[str] = []
+    sections: list[FoundSection] = []
+    for finding in BUILTIN_FINDINGS + [plugin.value for plugin in plugins.loaded]:
+        origin = plugins.origin_of(finding)
+        lines: list[str] = call_plugin(origin, functools.partial(_sentences_of, finding, run, context), [])
+        if finding.title and lines:
+            sections.append(FoundSection(finding.title, lines, origin.distribution if origin else BUILT_IN))
+        elif not finding.title:
+            said.extend(lines)
+    return said, sections
+
+
+def _sentences_of(finding: Finding, run: Run, context: FindingContext) -> list[str]:
+    lines = finding.find(run, context)
+    if not isinstance(lines, (list, tuple)) or not all(isinstance(line, str) for line in lines):
+        raise TypeError(f"find() returned {type(lines).__name__}, not a list of sentences (str)")
+    return list(lines)
+
+
 def findings(
     run: Run,
     *,
     phases: pd.DataFrame | None = None,
     reads: dict[str, Any] | None = None,
     components: pd.DataFrame | None = None,
+    gpu: dict[str, Any] | None = None,
 ) -> list[str]:
-    """The findings, in words. phases, reads, components: phase_stats(run),
-    weight_reads(run) and structure_components(run), where the caller has them already."""
-    phases = phase_stats(run) if phases is None else phases
-    reads = weight_reads(run) if reads is None else reads
-    components = structure_components(run) if components is None else components
-    return _non_finite(run) + _time_findings(run, phases, reads, components)
+    """The findings (those without a section of their own), in words. phases, reads,
+    components, gpu: as in FindingContext, where the caller has them already."""
+    context = FindingContext.of(run, phases=phases, reads=reads, components=components, gpu=gpu)
+    return find_all(run, context)[0]
 
 
 def _non_finite(run: Run) -> list[str]:

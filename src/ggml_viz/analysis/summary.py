@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import asdict
 from typing import Any
 
 import pandas as pd
@@ -227,9 +228,9 @@ def requests(run: Run) -> list[dict[str, Any]]:
 def summarize(run: Run, top: int = 10) -> dict[str, Any]:
     """Everything `ggml-viz summary` shows, as plain data."""
     from .components import structure_components
-    from .findings import findings
+    from .findings import FindingContext, find_all
     from .flops import throughput_by_op
-    from .gpu import gpu_findings, gpu_summary
+    from .gpu import gpu_summary
 
     manifest = run.manifest
     served = requests(run)
@@ -239,6 +240,7 @@ def summarize(run: Run, top: int = 10) -> dict[str, Any]:
     totals = run.node_totals
     phases, reads, components = phase_stats(run), weight_reads(run), structure_components(run)  # findings use them too
     gpu = gpu_summary(run, top)
+    said, sections = find_all(run, FindingContext(phases=phases, reads=reads, components=components, gpu=gpu))
     return {
         "run": str(run.path),
         "experiment_id": run.experiment_id,
@@ -273,7 +275,8 @@ def summarize(run: Run, top: int = 10) -> dict[str, Any]:
         "weight_reads": reads,
         "kv_cache": _kv_summary(run),
         "throughput_by_op": records(throughput_by_op(run).head(top)),
-        "findings": findings(run, phases=phases, reads=reads, components=components) + gpu_findings(gpu),
+        "findings": said,
+        "sections": [asdict(section) for section in sections],  # titled findings (plugins'), each shown apart
     }
 
 

@@ -20,6 +20,7 @@ from .diff import DiffCommand
 from .export import ExportCommand
 from .memmap import MemmapCommand
 from .numerics import NumericsCommand
+from .plugins import PluginsCommand
 from .preload_path import PreloadPathCommand
 from .query import QueryCommand
 from .record import RecordCommand
@@ -30,7 +31,7 @@ from .view import ViewCommand
 
 COMMANDS: list[type[Command]] = [
     RecordCommand, RunCommand, SummaryCommand, ViewCommand, ExportCommand, QueryCommand, DiffCommand, BenchCommand,
-    NumericsCommand, MemmapCommand, ValidateCommand, CollectCommand, PreloadPathCommand,
+    NumericsCommand, MemmapCommand, ValidateCommand, CollectCommand, PreloadPathCommand, PluginsCommand,
 ]  # fmt: skip
 
 

@@ -127,6 +127,7 @@ def _render_requests(console: Console, summary: dict[str, Any], width: int = 60)
 def render_summary(summary: dict[str, Any], console: Console | None = None, short: bool = False) -> None:
     """The summary's tables and lines on `console` (default: a Console on standard output)."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = console or Console()
@@ -216,6 +217,10 @@ def render_summary(summary: dict[str, Any], console: Console | None = None, shor
         console.print("[bold]findings[/]")
         for finding in summary["findings"]:
             console.print(f"  • {finding}", markup=False, highlight=False)
+    for section in summary.get("sections") or []:  # a titled finding's (a plugin's) sentences, apart
+        console.print(f"[bold]{escape(section['title'])}[/]")
+        for line in section["lines"]:
+            console.print(f"  {line}", markup=False, highlight=False)
 
 
 def _render_gpu(console: Console, summary: dict[str, Any], short: bool) -> None:

@@ -2,10 +2,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .._errors import CommandError
+from .._errors import CommandError, GgmlVizError
 from .base import Command
+
+if TYPE_CHECKING:
+    from ..export import Exporter, ExportOptions
+    from ..runformat.reader import Run
 
 
 class ExportCommand(Command):
@@ -15,7 +19,8 @@ class ExportCommand(Command):
     memory pictures, speedscope, TensorBoard, a self-contained HTML report, captured tensors
     as npz or safetensors.
 
-    The format comes from --format or the output's ending (`ggml-viz export --list` lists them).
+    The format comes from --format or the output's ending (`ggml-viz export --list` lists them,
+    with those installed plugins add: `ggml-viz plugins`).
 
     example:
       ggml-viz export france.ggmlviz -o france.pftrace             # open in ui.perfetto.dev
@@ -54,13 +59,16 @@ class ExportCommand(Command):
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
         from rich.table import Table
 
-        from ..export import EXPORTERS, ExportOptions, exporter_for
+        from ..export import ExportOptions, all_exporters, exporter_for
+        from ..plugins import BUILT_IN, exporter_plugins
         from ..runformat.reader import open_run
 
         if args.list:
-            table = Table("format", "file endings", "what", title="export formats", title_justify="left")
-            for exporter in EXPORTERS.values():
-                table.add_row(exporter.name, " ".join(exporter.extensions), exporter.summary)
+            table = Table("format", "file endings", "from", "what", title="export formats", title_justify="left")
+            for exporter in all_exporters().values():
+                origin = exporter_plugins().origin_of(exporter)
+                source = origin.distribution if origin else BUILT_IN
+                table.add_row(exporter.name, " ".join(exporter.extensions), source, exporter.summary)
             Console().print(table)
             return 0
         if not args.run or not args.output:
@@ -89,9 +97,25 @@ class ExportCommand(Command):
                 progress=lambda done, total: progress.update(task, completed=done, total=total or None),
                 notice=lambda text: console.print(f"[yellow]{text}[/]", highlight=False),
             )
-            said = exporter.export(run, output, options)
+            said = _export(exporter, run, output, options)
         print(f"wrote {exporter.name}: {said}")
         return 0
+
+
+def _export(exporter: Exporter, run: Run, output: Path, options: ExportOptions) -> str:
+    """exporter.export(...); a plugin's exception becomes one line naming the plugin (a built-in's is a bug
+    of ours, its traceback wanted)."""
+    from ..plugins import describe_error, exporter_plugins
+
+    origin = exporter_plugins().origin_of(exporter)
+    if origin is None:
+        return exporter.export(run, output, options)
+    try:
+        return str(exporter.export(run, output, options))
+    except GgmlVizError:
+        raise
+    except Exception as error:
+        raise CommandError(f"{origin} failed: {describe_error(error)}", exit_code=1) from error
 
 
 def _window(text: str | None, option: str, number: type) -> tuple[Any, Any] | None:

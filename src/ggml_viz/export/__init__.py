@@ -2,12 +2,13 @@
 
 An exporter has a `name`, the file `extensions` it claims, a one-line `summary`, and
 `export(run, output, options) -> str` (what it wrote, in words). Adding a format is adding
-a class to `EXPORTERS` (see `registry.py`).
+a class to `EXPORTERS` (see `registry.py`), or, from another package, an entry point in the
+group `ggml_viz.exporters` (see `ggml_viz.plugins`); `all_exporters()` holds both.
 """
 
 from __future__ import annotations
 
 from .base import Exporter, ExportOptions
-from .registry import EXPORTERS, exporter_for
+from .registry import EXPORTERS, all_exporters, exporter_for
 
-__all__ = ["EXPORTERS", "ExportOptions", "Exporter", "exporter_for"]
+__all__ = ["EXPORTERS", "ExportOptions", "Exporter", "all_exporters", "exporter_for"]

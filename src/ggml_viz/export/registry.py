@@ -1,10 +1,12 @@
-"""Every exporter, and finding one by name or by the output's extension."""
+"""Every exporter (the built-in ones, then installed plugins'), and finding one by name or by
+the output's extension."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from .._errors import CommandError
+from ..plugins import exporter_plugins
 from .base import Exporter
 from .graphs import DotExporter, PngGraphExporter, SvgGraphExporter
 from .pictures import MemoryPngExporter, MemorySvgExporter, TimelinePngExporter, TimelineSvgExporter
@@ -14,6 +16,7 @@ from .tables import CsvExporter, ParquetExporter
 from .tensors import NpzExporter, SafetensorsExporter
 from .traces import ChromeJsonExporter, PerfettoExporter
 
+# The built-in exporters; plugins (entry-point group ggml_viz.exporters) add theirs after these.
 EXPORTERS: dict[str, Exporter] = {
     exporter.name: exporter
     for exporter in (
@@ -37,17 +40,26 @@ EXPORTERS: dict[str, Exporter] = {
 }
 
 
+def all_exporters() -> dict[str, Exporter]:
+    """The built-in exporters, then the plugins' (one that failed to load is named once on stderr)."""
+    plugins = exporter_plugins()
+    plugins.warn_failures()
+    return {**EXPORTERS, **{plugin.value.name: plugin.value for plugin in plugins.loaded}}
+
+
 def exporter_for(name: str | None, output: Path) -> Exporter:
-    """The exporter called `name`, or the one claiming the longest matching extension of `output`."""
+    """The exporter called `name`, or the one claiming the longest matching extension of `output`
+    (of two claiming the same ending, the built-in, or the plugin loaded first)."""
+    exporters = all_exporters()
     if name:
-        if name not in EXPORTERS:
-            raise CommandError(f"unknown format {name!r}; choose one of {', '.join(EXPORTERS)}")
-        return EXPORTERS[name]
+        if name not in exporters:
+            raise CommandError(f"unknown format {name!r}; choose one of {', '.join(exporters)}")
+        return exporters[name]
     filename = output.name.lower()
     matches = [
-        (len(ext), exporter) for exporter in EXPORTERS.values() for ext in exporter.extensions if filename.endswith(ext)
+        (len(ext), exporter) for exporter in exporters.values() for ext in exporter.extensions if filename.endswith(ext)
     ]
     if not matches:
-        known = ", ".join(ext for exporter in EXPORTERS.values() for ext in exporter.extensions)
+        known = ", ".join(ext for exporter in exporters.values() for ext in exporter.extensions)
         raise CommandError(f"cannot tell the format from {output.name!r} (known endings: {known}); give --format")
     return max(matches, key=lambda match: match[0])[1]

@@ -178,6 +178,14 @@ class ComputationRow(TypedDict):
     time_ns: int
 
 
+class FoundSection(TypedDict):
+    """A titled finding's sentences (analysis.findings.FoundSection): a plugin's section."""
+
+    title: str
+    lines: list[str]
+    source: str  # "built-in", or the plugin's package and version
+
+
 class RunSummary(TypedDict):
     """What `ggml-viz summary` shows (analysis.summary.summarize)."""
 
@@ -213,6 +221,7 @@ class RunSummary(TypedDict):
     kv_cache: KvSummary
     throughput_by_op: list[OpThroughput]
     findings: list[str]
+    sections: list[FoundSection]  # titled findings, each shown apart
     clocks: dict[str, int]  # timed node events by their clock: host, gpu
     gpu: GpuTimerSummary | None  # the GPU timer's account (None: no GPU the timer saw)
 
