@@ -83,8 +83,9 @@ def test_every_setting_reaches_the_options_the_environment_the_api_and_the_readm
     assert setting.key in inspect.signature(ggml_viz.record).parameters
     assert f"{setting.key}: " in (ggml_viz.record.__doc__ or f"{setting.key}: ")  # python -OO drops docstrings
     assert ggml_viz.record(tmp_path / "run.ggmlviz", **{setting.key: options[setting.key]}).settings == expected
-    # the README
+    # the README, with its key in a settings file (tests/unit/test_config_file.py reads it there)
     assert f"| `{setting.env}=" in readme_table() and f"`{setting.flag}`" in readme_table()
+    assert f"| `{setting.key}` |" in readme_table()
 
 
 def test_environment_names_are_those_of_the_capture_settings():

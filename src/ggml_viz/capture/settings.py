@@ -376,9 +376,9 @@ def check_keys(options: Mapping[str, Any]) -> None:
 
 
 def settings_from_options(options: Mapping[str, Any]) -> CaptureSettings:
-    """CaptureSettings from keyword arguments of ggml_viz.record (missing ones take their defaults)."""
+    """CaptureSettings from keyword arguments of ggml_viz.record (missing ones, and None, take their defaults)."""
     check_keys(options)
-    given = {setting.key: options.get(setting.key, setting.default) for setting in CAPTURE_SETTINGS}
+    given = {setting.key: _given(options.get(setting.key), setting.default) for setting in CAPTURE_SETTINGS}
     for setting in CAPTURE_SETTINGS:
         value = given[setting.key]
         if setting.kind == "list" and value is not None and not isinstance(value, str):
@@ -396,6 +396,10 @@ def settings_from_options(options: Mapping[str, Any]) -> CaptureSettings:
         gpu_window=DEFAULT_GPU_WINDOW if given["gpu_window"] is None else given["gpu_window"],
         gpu_period=DEFAULT_GPU_PERIOD if given["gpu_period"] is None else given["gpu_period"],
     )
+
+
+def _given(value: Any, default: str | None) -> Any:
+    return default if value is None else value
 
 
 def environment_from_options(options: Mapping[str, Any]) -> dict[str, str]:
@@ -420,10 +424,10 @@ def settings_docstring(indent: str = "    ") -> str:
 
 def settings_markdown_table() -> str:
     """The README's table of GGML_VIZ_* variables (tests/unit/test_settings_table.py compares the two)."""
-    rows = ["| variable | `ggml-viz run` option | effect |", "|---|---|---|"]
-    rows += [f"| `{var.env}={var.value}` | {var.option or '—'} | {var.doc} |" for var in HOOK_VARIABLES]
+    rows = ["| variable | `ggml-viz run` option | `ggml-viz.toml` key | effect |", "|---|---|---|---|"]
+    rows += [f"| `{var.env}={var.value}` | {var.option or '—'} | — | {var.doc} |" for var in HOOK_VARIABLES]
     for setting in CAPTURE_SETTINGS:
         value = setting.example or "\\|".join(setting.choices) or setting.metavar
         option = f"`{setting.flag}`" + (" (repeatable)" if setting.repeatable else "")
-        rows.append(f"| `{setting.env}={value}` | {option} | {setting.doc} |")
+        rows.append(f"| `{setting.env}={value}` | {option} | `{setting.key}` | {setting.doc} |")
     return "\n".join(rows) + "\n"

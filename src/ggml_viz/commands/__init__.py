@@ -16,6 +16,7 @@ from .._version import __version__
 from .base import Command
 from .bench import BenchCommand
 from .collect import CollectCommand
+from .config import ConfigCommand
 from .diff import DiffCommand
 from .export import ExportCommand
 from .memmap import MemmapCommand
@@ -31,7 +32,8 @@ from .view import ViewCommand
 
 COMMANDS: list[type[Command]] = [
     RecordCommand, RunCommand, SummaryCommand, ViewCommand, ExportCommand, QueryCommand, DiffCommand, BenchCommand,
-    NumericsCommand, MemmapCommand, ValidateCommand, CollectCommand, PreloadPathCommand, PluginsCommand,
+    NumericsCommand, MemmapCommand, ValidateCommand, CollectCommand, PreloadPathCommand, ConfigCommand,
+    PluginsCommand,
 ]  # fmt: skip
 
 

@@ -7,6 +7,7 @@ Building the parser imports this module for every command, so it imports nothing
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
+    from ..config import Configuration
     from ..runformat.reader import Run
     from ..ui.server import Viewer
 
@@ -42,7 +44,7 @@ def add_capture_arguments(parser: argparse.ArgumentParser) -> None:
 def _argument_keywords(setting: Setting) -> dict[str, Any]:
     keywords: dict[str, Any] = {"help": setting.help}
     if setting.kind == "choice":
-        keywords.update(choices=setting.choices, default=setting.default)
+        keywords["choices"] = setting.choices  # no default here: None is "not given", so a file's value holds
     else:
         keywords["metavar"] = setting.metavar
     if setting.kind == "count":
@@ -54,25 +56,46 @@ def _argument_keywords(setting: Setting) -> dict[str, Any]:
     return keywords
 
 
-def add_view_arguments(parser: argparse.ArgumentParser) -> None:
+def add_view_arguments(parser: argparse.ArgumentParser, browser: bool = True) -> None:
     """Where the web viewer listens: the options `view` and `record --view` share."""
     group = parser.add_argument_group("the web viewer")
     group.add_argument("--port", type=int, default=None, help="port (default: 8765, or a free one if taken)")
     group.add_argument(
         "--host", default=None, help="address to listen on (default 127.0.0.1; another one is reachable by others)"
     )
-    group.add_argument("--no-browser", action="store_true", help="print the URL, do not open a browser")
+    if browser:
+        group.add_argument("--no-browser", action="store_true", help="print the URL, do not open a browser")
 
 
-def start_viewer(path: Path, args: argparse.Namespace, *, live: bool) -> Viewer:
+def add_config_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config", metavar="FILE", default=None,
+        help="settings file (default: ggml-viz.toml, or pyproject.toml's [tool.ggml-viz], in this folder or above)",
+    )  # fmt: skip
+
+
+def configuration(args: argparse.Namespace) -> Configuration:
+    """The command's effective settings: its options, else GGML_VIZ_* variables, else the settings file."""
+    from ..config import load_configuration
+
+    cli = {setting.key: getattr(args, setting.key, None) for setting in CAPTURE_SETTINGS}
+    cli.update({"viewer.port": getattr(args, "port", None), "viewer.host": getattr(args, "host", None) or None})
+    return load_configuration(cli, getattr(args, "config", None))
+
+
+def default_output_path(config: Configuration) -> Path:
+    """Where a run goes when no -o is given: run-DATE.ggmlviz in the settings' output_dir."""
+    return config.output_dir / dt.datetime.now().strftime("run-%Y%m%d-%H%M%S.ggmlviz")
+
+
+def start_viewer(path: Path, args: argparse.Namespace, config: Configuration, *, live: bool) -> Viewer:
     """Bind the viewer for `path`, say where it is, open the browser (unless --no-browser)."""
-    from ..ui.server import DEFAULT_PORT, make_viewer, open_browser, remote_warning
+    from ..ui.server import make_viewer, open_browser, remote_warning
 
-    host = args.host or "127.0.0.1"
-    port = DEFAULT_PORT if args.port is None else args.port
+    host, port, host_chosen = config.view_address
     if not 0 <= port <= 65535:
         raise CommandError(f"--port {port} is not a port number (0-65535)")
-    viewer = make_viewer(path, host=host, port=port, live=live, allow_remote=args.host is not None)
+    viewer = make_viewer(path, host=host, port=port, live=live, allow_remote=host_chosen)
     warning = remote_warning(host)
     if warning:
         print(warning, file=sys.stderr)

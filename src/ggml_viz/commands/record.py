@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import sys
 import time
 from pathlib import Path
@@ -11,8 +10,10 @@ from .._errors import CaptureError, CommandError, ModelNotFoundError
 from .base import Command
 from .common import (
     add_capture_arguments,
+    add_config_argument,
     add_view_arguments,
-    capture_options,
+    configuration,
+    default_output_path,
     positive_int,
     print_short_summary,
     start_viewer,
@@ -22,10 +23,6 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 DEFAULT_PROMPT = "The three most useful things to know about GGML are"
-
-
-def default_output() -> str:
-    return dt.datetime.now().strftime("run-%Y%m%d-%H%M%S.ggmlviz")
 
 
 class RecordCommand(Command):
@@ -59,9 +56,13 @@ class RecordCommand(Command):
             action="store_true",
             help="never sample end-of-text (or any end-of-generation token): generate exactly -n tokens",
         )
-        parser.add_argument("-o", "--output", default=None, help="run directory to write (default: run-DATE.ggmlviz)")
+        parser.add_argument(
+            "-o", "--output", default=None,
+            help="run directory to write (default: run-DATE.ggmlviz in the settings' output_dir, else here)",
+        )  # fmt: skip
         parser.add_argument("-f", "--force", action="store_true", help="replace the output run if it exists")
         parser.add_argument("--view", action="store_true", help="show the run in the web viewer while it records")
+        add_config_argument(parser)
         add_capture_arguments(parser)
         add_view_arguments(parser)
 
@@ -71,8 +72,9 @@ class RecordCommand(Command):
         from ..modelfile.locate import resolve_model
         from ..runformat.writer import unique_run_dir
 
+        config = configuration(args)
         model_path = resolve_model(args.model)
-        output = Path(args.output or default_output())
+        output = Path(args.output) if args.output else default_output_path(config)
         settings = {
             "prompt": args.prompt,
             "n_predict": args.n_predict,
@@ -88,10 +90,10 @@ class RecordCommand(Command):
         if args.view and not args.force:
             output = unique_run_dir(output)  # the viewer follows this very directory
         try:
-            recording = ggml_viz.record(output, metadata=settings, overwrite=args.force, **capture_options(args))
+            recording = ggml_viz.record(output, metadata=settings, overwrite=args.force, **config.capture_options())
         except CaptureError as error:
             raise CommandError(str(error), exit_code=1) from None
-        viewer = start_viewer(output, args, live=True) if args.view else None
+        viewer = start_viewer(output, args, config, live=True) if args.view else None
         if viewer is not None:
             viewer.serve_in_background()
         with recording:

@@ -7,10 +7,8 @@ import sys
 from pathlib import Path
 
 from .._errors import CaptureError, CommandError
-from ..capture.settings import settings_from_environment
 from .base import Command
-from .common import add_capture_arguments, capture_environment, print_short_summary
-from .record import default_output
+from .common import add_capture_arguments, add_config_argument, configuration, default_output_path, print_short_summary
 
 PASSED_THROUGH = ("GGML_VIZ_CUPTI", "GGML_VIZ_GPU_DETACH", "GGML_VIZ_READ_GRAPHS")
 
@@ -36,9 +34,13 @@ class RunCommand(Command):
     name = "run"
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("-o", "--output", default=None, help="run directory to write (default: run-DATE.ggmlviz)")
+        parser.add_argument(
+            "-o", "--output", default=None,
+            help="run directory to write (default: run-DATE.ggmlviz in the settings' output_dir, else here)",
+        )  # fmt: skip
         parser.add_argument("-f", "--force", action="store_true", help="replace the output run if it exists")
         parser.add_argument("-v", "--verbose", action="store_true", help="say what is attached")
+        add_config_argument(parser)
         add_capture_arguments(parser)
         parser.add_argument("program", nargs=argparse.REMAINDER, help="the command to run, after --")
 
@@ -54,16 +56,14 @@ class RunCommand(Command):
             raise CommandError("no program given; example: ggml-viz run -o out.ggmlviz -- python app.py")
         if shutil.which(program[0]) is None and not Path(program[0]).exists():
             raise CommandError(f"program not found: {program[0]}")
-        output = Path(args.output or default_output()).absolute()
-        capture_env = capture_environment(args)
-        try:
-            settings = settings_from_environment(capture_env)
-        except CaptureError as error:
-            raise CommandError(str(error)) from None
+        config = configuration(args)
+        output = (Path(args.output) if args.output else default_output_path(config)).absolute()
         prepare_run_dir(output, overwrite=args.force)  # clear errors now, not inside the program
-        # GGML_VIZ_* come from the options, but for the variables that have none (CUPTI's path, ...)
+        # GGML_VIZ_* capture settings are the effective ones (options, variables, file), the other
+        # variables pass only where no option stands for them (CUPTI's path, ...)
         env = {k: v for k, v in os.environ.items() if not k.startswith("GGML_VIZ_") or k in PASSED_THROUGH}
-        env.update(capture_env, GGML_VIZ_OUTPUT=str(output))
+        env.update(config.capture_environment(), GGML_VIZ_OUTPUT=str(output))
+        settings = config.capture_settings()
         if args.verbose:
             env["GGML_VIZ_VERBOSE"] = "1"
         kind = program_kind(program[0])

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from .._errors import CommandError
 from .base import Command
-from .common import add_view_arguments, start_viewer
+from .common import add_config_argument, add_view_arguments, configuration, start_viewer
 
 
 class ViewCommand(Command):
@@ -30,10 +30,12 @@ class ViewCommand(Command):
         parser.add_argument("run", help="run directory (NAME.ggmlviz), or a directory holding runs")
         parser.add_argument("--live", action="store_true", help="follow a run that is still being recorded")
         add_view_arguments(parser)
+        add_config_argument(parser)
 
     def run(self, args: argparse.Namespace) -> int:
         from ..ui.app import RunRegistry
 
+        config = configuration(args)
         path = Path(args.run)
         if not path.exists() and not args.live:
             raise CommandError(f"{path} does not exist")
@@ -41,7 +43,7 @@ class ViewCommand(Command):
             raise CommandError(f"{path} is not a run directory")
         if not args.live and not RunRegistry(path).scan():
             raise CommandError(f"{path} holds no ggml-viz run (no manifest.json in it or its subdirectories)")
-        viewer = start_viewer(path, args, live=args.live)
+        viewer = start_viewer(path, args, config, live=args.live)
         print("press Ctrl-C to stop", file=sys.stderr)
         viewer.serve()
         return 0

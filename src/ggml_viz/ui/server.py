@@ -12,10 +12,9 @@ from pathlib import Path
 import uvicorn
 
 from .._errors import CommandError, GgmlVizError
+from ..config import DEFAULT_PORT
 from .app import RunRegistry, create_app
 from .security import is_loopback, new_token
-
-DEFAULT_PORT = 8765
 
 
 @dataclass
