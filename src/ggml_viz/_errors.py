@@ -16,7 +16,8 @@ class CaptureError(GgmlVizError):
 
 
 class ModelNotFoundError(GgmlVizError):
-    """The model file is missing or is not a GGUF file."""
+    """The model file is missing (on disk or, named org/repo, in the Hugging Face cache), a name
+    picks several files, or the file is not a GGUF file."""
 
 
 class ModelFileError(GgmlVizError):

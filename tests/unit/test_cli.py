@@ -19,7 +19,7 @@ from ggml_viz.runformat.synthetic import write_synthetic_run
 
 # Libraries no command needs before it runs; the viewer's, the exporters', DuckDB, llama.cpp's.
 HEAVY = {"pandas", "numpy", "pyarrow", "rich", "duckdb", "starlette", "uvicorn", "anyio", "gguf", "playwright",
-         "llama_cpp", "yaml"}  # fmt: skip
+         "llama_cpp", "yaml", "huggingface_hub"}  # fmt: skip
 NOT_FOR_SUMMARY = HEAVY - {"pandas", "numpy", "pyarrow", "rich"}
 # Parts of ggml-viz that `summary` has no use for.
 NOT_FOR_SUMMARY_PARTS = ("ggml_viz.ui", "ggml_viz.export", "ggml_viz.modelfile", "ggml_viz.capture.session",

@@ -113,6 +113,7 @@ class Recording:
         self.graph_sizes: list[int] = []  # nodes of each written graph, by graph id (keep-last bound)
         self.recorder_used: str | None = None
         self.model_paths: dict[int, str] = {}
+        self.model_sources: dict[str, str] = {}  # a model file's absolute path: where it came from (hf://...)
         self.layouts: dict[str, Any] = {}  # each model file's layout, once read (store_memory_map)
         self._fingerprints: dict[str, dict[tuple[int, int], list[str]]] = {}
         self.gpu_times: GpuTimes | None = None  # GPU trace windows into the run's GPU tables
@@ -209,6 +210,10 @@ class Recording:
     def remember_model_path(self, model: int, path: str) -> None:
         self.model_paths[model] = path
 
+    def remember_model_source(self, path: str | os.PathLike[str], source: str) -> None:
+        """Where the model file at `path` came from (hf://org/repo/file@commit): its manifest entry says so."""
+        self.model_sources[os.path.abspath(path)] = source
+
     def attach(self, params: Any, model: int) -> ContextTracer | None:
         """A context is about to be created: give it our eval callback (or leave it alone)."""
         if not self.enabled or self.failed is not None:
@@ -278,6 +283,8 @@ class Recording:
         def describe() -> None:
             assert self.writer is not None
             model_info = llama_info.model_info(model, self.model_paths.get(model))
+            if model_info["path"] in self.model_sources:
+                model_info["source"] = self.model_sources[model_info["path"]]
             context = {"context_id": tracer.context_id, "model": model_info, **llama_info.context_info(ctx, params)}
             contexts = [*self.writer.manifest["contexts"], context]
             self.writer.update_manifest(contexts=contexts, model=self.writer.manifest["model"] or model_info)

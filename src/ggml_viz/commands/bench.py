@@ -6,7 +6,7 @@ import json
 import sys
 
 from .base import Command
-from .common import positive_int
+from .common import add_model_arguments, positive_int
 
 
 class BenchCommand(Command):
@@ -18,13 +18,14 @@ class BenchCommand(Command):
     example:
       ggml-viz bench                              # the embedded SmolLM2-135M
       ggml-viz bench -m model.gguf -p 512 -n 128 -r 5 -t 8
+      ggml-viz bench -m Qwen/Qwen3-0.6B-GGUF:Q8_0 --download
       ggml-viz bench -o json > bench.json
     """
 
     name = "bench"
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("-m", "--model", help="GGUF model file (default: the embedded SmolLM2-135M)")
+        add_model_arguments(parser, default="the embedded SmolLM2-135M")
         parser.add_argument("-p", "--n-prompt", type=int, default=64, help="prompt tokens for pp (default 64; 0 skips)")
         parser.add_argument("-n", "--n-gen", type=int, default=32, help="generated tokens for tg (default 32; 0 skips)")
         parser.add_argument("-r", "--repetitions", type=positive_int, default=5, help="repetitions (default 5)")
@@ -39,7 +40,7 @@ class BenchCommand(Command):
         from ..analysis.bench import run_bench
         from ..modelfile.locate import resolve_model
 
-        model_path = resolve_model(args.model)
+        model_path = resolve_model(args.model, download=args.download)
         console = Console(stderr=True)
         with console.status("benchmarking") as status:
             results = run_bench(

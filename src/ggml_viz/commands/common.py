@@ -34,6 +34,23 @@ def positive_int(text: str) -> int:
     return value
 
 
+MODEL_HELP = "a GGUF file, or a Hugging Face model by name: org/repo[:QUANT|:FILE]"
+
+
+def add_model_arguments(parser: argparse.ArgumentParser, *, positional: bool = False, default: str = "") -> None:
+    """The model option (-m, or a positional argument) and --download, for a model given by path or name."""
+    help_text = f"{MODEL_HELP} (default: {default})" if default else MODEL_HELP
+    if positional:
+        parser.add_argument("model", help=help_text)
+    else:
+        parser.add_argument("-m", "--model", help=help_text)
+    parser.add_argument(
+        "--download",
+        action="store_true",
+        help="a model named org/repo that is not in the Hugging Face cache is downloaded (HF_HOME, HF_ENDPOINT)",
+    )
+
+
 def add_capture_arguments(parser: argparse.ArgumentParser) -> None:
     """What to record: the options `record` and `run` share, one per row of CAPTURE_SETTINGS."""
     group = parser.add_argument_group("what to record")

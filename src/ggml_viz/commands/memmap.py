@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from .._errors import CommandError
 from .base import Command
-from .common import format_bytes
+from .common import add_model_arguments, format_bytes
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -34,13 +34,14 @@ class MemmapCommand(Command):
       ggml-viz memmap model.gguf
       ggml-viz memmap ggml-tiny.en.bin
       ggml-viz memmap model.gguf --csv -o tensors.csv
+      ggml-viz memmap Qwen/Qwen3-0.6B-GGUF:Q8_0       # from the Hugging Face cache
       ggml-viz memmap model.gguf --json | jq '.summary.category'
     """
 
     name = "memmap"
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("model", help="model file: GGUF, or whisper.cpp's legacy ggml format")
+        add_model_arguments(parser, positional=True)
         output = parser.add_mutually_exclusive_group()
         output.add_argument("--json", action="store_true", help="the whole map as JSON")
         output.add_argument("--csv", action="store_true", help="one CSV row per tensor")
@@ -50,8 +51,9 @@ class MemmapCommand(Command):
         from rich.console import Console
 
         from ..modelfile.layout import read_layout
+        from ..modelfile.locate import find_model_file
 
-        layout = read_layout(args.model)
+        layout = read_layout(find_model_file(args.model, download=args.download).path)
         if args.json:
             text = json.dumps(layout.to_json(), indent=2, default=str)
         elif args.csv:

