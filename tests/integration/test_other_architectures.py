@@ -14,6 +14,7 @@ from gguf import GGUFReader
 
 import ggml_viz
 from ggml_viz.analysis.summary import weight_reads
+from ggml_viz.capture.llama_info import described_size
 
 from .arch_models import ARCHITECTURES, N_PREDICT, ModelSpec, generate, load, write_model
 from .smollm2 import ggml_viz_cli
@@ -98,6 +99,9 @@ def test_the_recording_is_valid_with_prompt_and_decode_graphs(model, recording, 
     assert described["architecture"] == model.architecture
     assert described["layers"] == model.n_layers
     assert Path(described["path"]) == model.path.resolve()
+    # AND a model of no size class llama.cpp knows is described by its parameter count, not "?B"
+    assert "?B" not in described["description"].split(), described["description"]
+    assert described_size(f"{model.architecture} ?B", described["parameters"]) in described["description"]
     # AND the graphs are the prompt's, then one decode step per token but the last
     assert list(run.graphs["phase"]) == ["prompt"] + ["decode"] * (N_PREDICT - 1)
     # AND recording did not change what the model generates

@@ -27,6 +27,7 @@ from ..runformat.schema import MANIFEST_FILE
 from . import ggml_api
 from .context_tracer import ClosedDecode, ContextTracer, closed_decodes, warmup_tokens
 from .gpu.records import parse_window
+from .llama_info import described_size
 from .log import say
 from .native_recorder import GraphRecordReader
 from .raw_graph import Mode, RawGraph, RepeatedGraph
@@ -209,6 +210,7 @@ class SpoolCollector:
             path_of_model = model_file(files, model.get("tensor_bytes"))
             size = os.path.getsize(path_of_model) if path_of_model and os.path.exists(path_of_model) else None
             model = {"path": path_of_model, "file_size": size, **model}
+            model["description"] = described_size(model.get("description") or "", model.get("parameters"))
         elif layouts:  # a plain ggml program (whisper.cpp): its model, as its file describes it
             model = model_of_file(layouts[-1])
             tracer.file_vocabulary = vocabulary_tokens(layouts[-1]) if layouts[-1].format == "ggml" else []

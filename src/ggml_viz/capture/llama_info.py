@@ -30,7 +30,7 @@ def model_info(model: int, path: str | None) -> dict[str, Any]:
     info: dict[str, Any] = {
         "path": os.path.abspath(path) if path else None,
         "file_size": os.path.getsize(path) if path and os.path.exists(path) else None,
-        "description": buffer.value.decode(errors="replace"),
+        "description": described_size(buffer.value.decode(errors="replace"), llama.llama_model_n_params(model)),
         "architecture": _meta(model, b"general.architecture"),
         "name": _meta(model, b"general.name"),
         "layers": int(llama.llama_model_n_layer(model)),
@@ -40,6 +40,15 @@ def model_info(model: int, path: str | None) -> dict[str, Any]:
         "n_embd": int(llama.llama_model_n_embd(model)),
     }
     return info
+
+
+def described_size(description: str, parameters: int | None) -> str:
+    """llama.cpp's model description ("llama ?B Q4_1") with its unknown size class ("?B", for any
+    model whose layer count llama.cpp has no name for) said as the parameter count: "llama 135M Q4_1"."""
+    if not parameters or "?B" not in description.split():
+        return description
+    size = f"{parameters / 1e9:.3g}B" if parameters >= 1e9 else f"{parameters / 1e6:.3g}M"
+    return " ".join(size if word == "?B" else word for word in description.split(" "))
 
 
 def _meta(model: int, key: bytes) -> str | None:
