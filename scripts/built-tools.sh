@@ -1,4 +1,4 @@
-# What scripts/build-llama-tools.sh and build-whisper-tools.sh share (sourced, POSIX sh).
+# What scripts/build-llama.sh and build-whisper-tools.sh share (sourced, POSIX sh).
 
 # check_shared_libraries PARTIAL "TARGETS" "LIBS": each program in PARTIAL/bin resolves every
 # shared library, and loads each of LIBS from PARTIAL/lib (not from the system): ggml and its

@@ -59,12 +59,19 @@ class Ggml:
 
 
 def llama_cpp_ggml() -> Ggml:
-    """The ggml llama-cpp-python ships: its libraries, and the headers its install put in
-    site-packages' include/ (llama.h's folder)."""
-    headers = [file for file in distribution("llama_cpp_python").files or () if file.name == "ggml.h"]
-    if not headers:
-        pytest.skip("llama-cpp-python was installed without ggml's headers")
-    return Ggml(llama_cpp_lib_dir(), Path(str(headers[0].locate())).parent)
+    """The ggml llama-cpp-python loads: its libraries, and their headers (scripts/build-llama.sh puts
+    them in include/ beside the libraries' lib/; a wheel with its own build, in site-packages'
+    include/). The test skips without them (fails where GGML_VIZ_REQUIRE_NATIVE_TOOLS says every
+    tool must be there)."""
+    lib = llama_cpp_lib_dir()
+    beside = Path(os.path.realpath(lib / "libggml-base.so")).parent.parent / "include"
+    installed = [file for file in distribution("llama_cpp_python").files or () if file.name == "ggml.h"]
+    if (beside / "ggml.h").exists():
+        return Ggml(lib, beside)
+    if installed:
+        return Ggml(lib, Path(str(installed[0].locate())).parent)
+    message = "no ggml headers beside llama-cpp-python's libraries: run `make setup`"
+    pytest.fail(message) if os.environ.get("GGML_VIZ_REQUIRE_NATIVE_TOOLS") else pytest.skip(message)
 
 
 def whisper_cpp_ggml() -> Ggml:
