@@ -15,8 +15,8 @@ $(PY):
 
 # llama.cpp is built once per machine, from the llama.cpp that the llama-cpp-python sdist vendors,
 # in two parts kept outside the checkout (so a clean checkout reuses them): its libraries (what
-# `make demo` needs: 4 to 6 minutes on 2 cores), then, for the tests, its programs (llama-server,
-# llama-cli, llama-completion, llama-bench: 5 to 8 minutes more, in the same build tree).
+# `make demo` needs: about a minute and a half on 2 cores), then, for the tests, its programs (llama-server,
+# llama-cli, llama-completion, llama-bench: about 3 minutes more, in the same build tree).
 # llama-cpp-python's own build of llama.cpp is skipped (LLAMA_BUILD=OFF: its Python package alone,
 # seconds) and it loads those very libraries, linked into its lib/ folder: Python programs and
 # native programs run the same ggml binaries.

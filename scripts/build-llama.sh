@@ -32,11 +32,11 @@ EXTRA_CMAKE_ARGS=${6:-}
 case $PART in
 libraries)
 	TARGETS="llama"
-	say_part="llama.cpp's libraries (libllama, libggml), once per machine: 4 to 6 minutes on 2 cores"
+	say_part="llama.cpp's libraries (libllama, libggml), once per machine: about a minute and a half on 2 cores"
 	;;
 programs)
 	TARGETS="llama llama-server llama-cli llama-completion llama-bench"
-	say_part="llama.cpp's programs (llama-server, llama-cli, llama-completion, llama-bench), once per machine: 5 to 8 minutes on 2 cores"
+	say_part="llama.cpp's programs (llama-server, llama-cli, llama-completion, llama-bench), once per machine: about 3 minutes on 2 cores"
 	;;
 *)
 	echo "usage: $0 VERSION DEST PYTHON JOBS libraries|programs [EXTRA_CMAKE_ARGS]" >&2
@@ -57,39 +57,20 @@ fi
 SRC=$(echo "$DEST"/src/*/vendor/llama.cpp)
 [ -f "$SRC/CMakeLists.txt" ] || { echo "no vendor/llama.cpp in the llama-cpp-python $VERSION sdist" >&2; exit 1; }
 
-# cmake and ninja from PyPI when the machine has none (or too old a cmake for llama.cpp).
-CMAKE=$(command -v cmake || true)
-if [ -z "$CMAKE" ] || ! "$CMAKE" --version | awk 'NR==1 { split($3, v, "."); exit !(v[1] > 3 || (v[1] == 3 && v[2] >= 21)) }'; then
-	echo "-- installing cmake and ninja from PyPI into $(dirname "$PYTHON")"
-	"$PYTHON" -m pip install --quiet cmake ninja
-	CMAKE=$(dirname "$PYTHON")/cmake
-fi
-GENERATOR=
-if command -v ninja >/dev/null 2>&1 || [ -x "$(dirname "$PYTHON")/ninja" ]; then
-	GENERATOR="-G Ninja"
-	PATH="$(dirname "$PYTHON"):$PATH"
-fi
-
+find_cmake "$PYTHON"
 if [ ! -f "$DEST/build/CMakeCache.txt" ]; then
 	echo "-- configuring"
-	# The RUNPATH is set at link time ($ORIGIN/../lib: bin/ finds lib/, and lib/ finds itself), so
-	# the files are copied as they are, with no patchelf. No web UI is embedded in llama-server
-	# (its API works without it), so the build downloads nothing. LLAMA_CURL=OFF changes nothing
-	# in this llama.cpp, which no longer uses libcurl (its HTTPS goes through OpenSSL when found).
-	# The build is portable (GGML_NATIVE=OFF: AVX2, no AVX-512 or AMX), see the README.
-	# shellcheck disable=SC2086,SC2016
-	"$CMAKE" -S "$SRC" -B "$DEST/build" $GENERATOR \
-		-DCMAKE_BUILD_TYPE=Release \
-		-DGGML_NATIVE=OFF \
-		-DBUILD_SHARED_LIBS=ON \
+	# No web UI is embedded in llama-server (its API works without it), so the build downloads
+	# nothing. LLAMA_CURL=OFF changes nothing in this llama.cpp, which no longer uses libcurl (its
+	# HTTPS goes through OpenSSL when found).
+	# shellcheck disable=SC2086
+	configure_portable "$SRC" "$DEST/build" "$DEST/configure.log" \
 		-DLLAMA_BUILD_TOOLS=ON \
 		-DLLAMA_CURL=OFF \
 		-DLLAMA_BUILD_TESTS=OFF \
 		-DLLAMA_BUILD_EXAMPLES=OFF \
 		-DLLAMA_USE_PREBUILT_UI=OFF \
-		-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON \
-		-DCMAKE_INSTALL_RPATH='$ORIGIN/../lib' \
-		$EXTRA_CMAKE_ARGS >"$DEST/configure.log" 2>&1 || { cat "$DEST/configure.log" >&2; exit 1; }
+		$EXTRA_CMAKE_ARGS
 fi
 # shellcheck disable=SC2086
 "$CMAKE" --build "$DEST/build" --config Release -j"$JOBS" --target $TARGETS

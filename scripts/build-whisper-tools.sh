@@ -68,27 +68,19 @@ fi
 SRC=$(echo "$WORK"/src/*/whisper.cpp)
 [ -f "$SRC/CMakeLists.txt" ] || { echo "no whisper.cpp in the pywhispercpp $VERSION sdist" >&2; exit 1; }
 
-GENERATOR=
-if command -v ninja >/dev/null 2>&1; then GENERATOR="-G Ninja"; fi
-# The RUNPATH is set at link time ($ORIGIN/../lib: bin/ finds lib/, and lib/ finds itself), so
-# the files are copied as they are, with no patchelf. No SDL2, curl or ffmpeg: whisper-cli reads
-# WAV files itself, and the build downloads nothing.
-# shellcheck disable=SC2086,SC2016
-cmake -S "$SRC" -B "$WORK/build" $GENERATOR \
-	-DCMAKE_BUILD_TYPE=Release \
-	-DGGML_NATIVE=OFF \
-	-DBUILD_SHARED_LIBS=ON \
+find_cmake "$PYTHON"
+# No SDL2, curl or ffmpeg: whisper-cli reads WAV files itself, and the build downloads nothing.
+# shellcheck disable=SC2086
+configure_portable "$SRC" "$WORK/build" "$WORK/configure.log" \
 	-DWHISPER_BUILD_EXAMPLES=ON \
 	-DWHISPER_BUILD_TESTS=OFF \
 	-DWHISPER_BUILD_SERVER=OFF \
 	-DWHISPER_SDL2=OFF \
 	-DWHISPER_CURL=OFF \
 	-DWHISPER_FFMPEG=OFF \
-	-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON \
-	-DCMAKE_INSTALL_RPATH='$ORIGIN/../lib' \
 	$EXTRA_CMAKE_ARGS
 # shellcheck disable=SC2086
-cmake --build "$WORK/build" --config Release -j"$JOBS" --target $TARGETS
+"$CMAKE" --build "$WORK/build" --config Release -j"$JOBS" --target $TARGETS
 
 rm -rf "$DEST.partial"
 mkdir -p "$DEST.partial/bin" "$DEST.partial/lib" "$DEST.partial/include" "$DEST.partial/models"
