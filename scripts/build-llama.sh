@@ -49,7 +49,7 @@ mkdir -p "$DEST"
 if [ ! -f "$DEST/src.done" ]; then
 	rm -rf "$DEST/sdist" "$DEST/src" "$DEST/build"
 	echo "-- downloading the llama-cpp-python $VERSION sdist"
-	"$PYTHON" -m pip download --progress-bar on --no-deps --no-binary :all: -d "$DEST/sdist" "llama-cpp-python==$VERSION"
+	"$PYTHON" "$(dirname "$0")/download_sdist.py" llama-cpp-python "$VERSION" "$DEST/sdist"
 	mkdir "$DEST/src"
 	tar -xzf "$DEST"/sdist/*.tar.gz -C "$DEST/src"
 	touch "$DEST/src.done"

@@ -34,32 +34,7 @@ if [ ! -f "$WORK/src.done" ]; then
 	rm -rf "$WORK"
 	mkdir -p "$WORK/sdist" "$WORK/src"
 	echo "-- downloading the pywhispercpp $VERSION sdist"
-	# `pip download --no-binary :all:` runs the sdist's setup.py to read its metadata, which fails
-	# for pywhispercpp; the file is taken from PyPI's index instead, checked against its sha256.
-	"$PYTHON" - "$VERSION" "$WORK/sdist" <<'EOF'
-import hashlib
-import json
-import sys
-import urllib.request
-from pathlib import Path
-
-version, folder = sys.argv[1], Path(sys.argv[2])
-filename = f"pywhispercpp-{version}.tar.gz"
-request = urllib.request.Request(
-    "https://pypi.org/simple/pywhispercpp/", headers={"Accept": "application/vnd.pypi.simple.v1+json"}
-)
-with urllib.request.urlopen(request, timeout=60) as response:
-    files = json.load(response)["files"]
-entry = next((f for f in files if f["filename"] == filename), None)
-if entry is None:
-    sys.exit(f"PyPI lists no {filename}")
-with urllib.request.urlopen(entry["url"], timeout=300) as response:
-    content = response.read()
-digest = hashlib.sha256(content).hexdigest()
-if digest != entry["hashes"]["sha256"]:
-    sys.exit(f"{filename}: sha256 {digest}, but PyPI's index says {entry['hashes']['sha256']}")
-(folder / filename).write_bytes(content)
-EOF
+	"$PYTHON" "$(dirname "$0")/download_sdist.py" pywhispercpp "$VERSION" "$WORK/sdist"
 	tar -xzf "$WORK"/sdist/*.tar.gz -C "$WORK/src"
 	touch "$WORK/src.done"
 else
