@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 import ggml_viz
+from ggml_viz.analysis.findings import BUILTIN_FINDINGS, Finding
 from ggml_viz.runformat.synthetic import write_synthetic_run
 from ggml_viz.ui.server import make_viewer
 
@@ -246,4 +247,34 @@ def test_a_server_s_run_shows_each_request_apart(page, tmp_path):
         assert page.inner_text("[data-testid=phase-legend]").split() == ["prompt", "decode"]
     finally:
         page.goto("about:blank")
+        viewer.stop()
+
+
+class LayerCount(Finding):
+    """A finding with a title: a summary section of its own, as a plugin may add."""
+
+    name = "layer-count"
+    title = "Layers, as a plugin sees them"
+
+    def find(self, run, context):
+        return [f"{run.manifest['model']['layers']} layers in {len(run.graphs)} graphs."]
+
+
+def test_a_summary_section_is_shown_under_the_findings(page, tmp_path, monkeypatch):
+    # GIVEN a run whose findings include a titled one (a plugin's summary section)
+    monkeypatch.setattr("ggml_viz.analysis.findings.BUILTIN_FINDINGS", [*BUILTIN_FINDINGS, LayerCount()])
+    path = write_synthetic_run(tmp_path / "sectioned.ggmlviz", graphs=4, layers=2, seed=5)
+    viewer = make_viewer(path, port=0)
+    viewer.serve_in_background()
+    try:
+        # WHEN the statistics are opened
+        page.goto(viewer.url + "#stats")
+        page.wait_for_selector("[data-testid=found-section]")
+        # THEN the section shows its title, where it comes from and its sentences, apart from the findings
+        section = page.locator("[data-testid=found-section]")
+        assert section.locator("h2").inner_text() == "Layers, as a plugin sees them"
+        assert "from built-in" in section.inner_text()
+        assert section.locator("li").all_inner_texts() == ["2 layers in 4 graphs."]
+        assert "2 layers in 4 graphs." not in page.locator("[data-testid=findings]").inner_text()
+    finally:
         viewer.stop()

@@ -709,6 +709,7 @@ class RunView:
             "by_layer": by_layer,
             "by_tensor": by_tensor[:500],
             "findings": self.overview["summary"]["findings"],
+            "sections": self.overview["summary"]["sections"],
             "activation_by_layer": self.activation_by_layer,
         }
 

@@ -716,6 +716,7 @@ class StatsPayload(TypedDict):
     by_layer: list[LayerStats]
     by_tensor: list[TensorStats]  # the top 500
     findings: list[str]
+    sections: list[FoundSection]  # titled findings (plugins' summary sections), each shown apart
     activation_by_layer: list[LayerActivation]  # empty without --values stats
 
 

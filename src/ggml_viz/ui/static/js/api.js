@@ -157,6 +157,7 @@ import { offlineAnswer } from "./offline.js";
  * @property {KvSummary} kv_cache
  * @property {OpThroughput[]} throughput_by_op
  * @property {string[]} findings
+ * @property {FoundSection[]} sections titled findings (plugins' summary sections), each shown apart
  * @property {Object<string, number>} clocks  timed node events by clock: host, gpu
  * @property {?Object} gpu  the GPU timer's account (analysis.gpu.gpu_summary), or null
  *
@@ -482,6 +483,11 @@ import { offlineAnswer } from "./offline.js";
  * @property {number} inf
  * @property {number} nodes
  *
+ * @typedef {Object} FoundSection a titled finding's sentences: a plugin's summary section
+ * @property {string} title
+ * @property {string[]} lines
+ * @property {string} source "built-in", or the plugin's package and version
+ *
  * @typedef {Object} TimeSource one clock the node times come from
  * @property {string} clock "host" or "gpu"
  * @property {string} label in words
@@ -495,6 +501,7 @@ import { offlineAnswer } from "./offline.js";
  * @property {LayerStats[]} by_layer
  * @property {TensorStats[]} by_tensor the top 500
  * @property {string[]} findings
+ * @property {FoundSection[]} sections titled findings (plugins' summary sections), each shown apart
  * @property {LayerActivation[]} activation_by_layer empty without --values stats
  *
  * @typedef {Object} AttentionIndexPayload

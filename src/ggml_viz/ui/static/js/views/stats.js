@@ -1,4 +1,4 @@
-// Statistics: the top bottlenecks in words, --values stats per layer, and sortable tables by
+// Statistics: the top bottlenecks in words (and the summary sections plugins add), --values stats per layer, and sortable tables by
 // op, layer and tensor with share of time and of bytes written. Where node times come from
 // the GPU (a run with GPU times), the clocks are named, and each row says its clock.
 
@@ -15,11 +15,18 @@ export async function render(section) {
     h("div", { class: "card", "data-testid": "findings" }, h("h2", { text: "Where the time goes" }),
       onGpu ? h("div", { class: "muted", "data-testid": "time-sources" }, stats.time_sources.map((source) => h("div", { text: timeSourceText(source) }))) : null,
       h("ul", { class: "findings" }, stats.findings.map((text) => h("li", { text })))),
+    ...stats.sections.map(foundSection),
     stats.activation_by_layer.length ? activationChart(stats.activation_by_layer) : null,
     h("h3", { text: "by op" }), sortableTable(stats.by_op, "op", "stats-op", onGpu),
     h("h3", { text: "by layer" }), sortableTable(stats.by_layer, "layer", "stats-layer", onGpu),
     h("h3", { text: "by tensor (top 500)" }), sortableTable(stats.by_tensor, "tensor", "stats-tensor", onGpu));
 }
+
+// A plugin's summary section (FoundSection): its title, where it comes from, its sentences.
+const foundSection = (section) =>
+  h("div", { class: "card", "data-testid": "found-section" },
+    h("h2", { text: section.title }), h("div", { class: "muted", text: `from ${section.source}` }),
+    h("ul", { class: "findings" }, section.lines.map((text) => h("li", { text }))));
 
 // One clock the node times come from (TimeSource), in words.
 export const timeSourceText = (source) => `${source.label}: ${fmtInt(source.timed)} node events timed, ${fmtNs(source.time_ns)}`;
