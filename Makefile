@@ -10,6 +10,7 @@ RUN ?= demo.ggmlviz
 .PHONY: setup setup-demo demo test lint system-packages
 
 $(PY):
+	@echo "== Making the virtual environment $(VENV)"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
@@ -102,8 +103,9 @@ demo: setup-demo
 # Graphviz's `dot`, and the whisper tests speak their audio with espeak-ng: install them when we can.
 system-packages:
 	@{ command -v chromium >/dev/null && command -v dot >/dev/null && command -v espeak-ng >/dev/null; } || \
-		{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium graphviz espeak-ng >/dev/null; } || \
+		{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		echo "== Installing Debian's chromium, graphviz and espeak-ng (apt-get: a minute or two)" && \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium graphviz espeak-ng; } || \
 		echo "Chromium, Graphviz or espeak-ng is missing (apt-get install chromium graphviz espeak-ng):" \
 			"their tests will be skipped"
 
@@ -120,6 +122,7 @@ test: setup system-packages lint $(LLAMA_VOCABS)
 	$(PY) -m pytest --cov --cov-report=term
 
 lint:
+	@echo "== Checking the code (ruff, mypy)"
 	$(VENV)/bin/ruff check src tests $(wildcard benchmarks)
 	$(VENV)/bin/ruff format --check src tests $(wildcard benchmarks)
 	$(VENV)/bin/mypy
