@@ -4,7 +4,8 @@ A project's `ggml-viz.toml` (or the `[tool.ggml-viz]` table of its `pyproject.to
 the working directory up, or the file `--config` names, holds the capture settings under the
 names of their rows in CAPTURE_SETTINGS, `output_dir`, and a `[viewer]` table (`port`, `host`).
 A command's effective settings take each value from the command line, else the environment
-(GGML_VIZ_*), else the file, else the default; `ggml-viz config` shows which.
+(GGML_VIZ_*; GGML_VIZ_OUTPUT_DIR, GGML_VIZ_VIEWER_PORT and GGML_VIZ_VIEWER_HOST for the keys that
+are not capture settings), else the file, else the default; `ggml-viz config` shows which.
 """
 
 from __future__ import annotations
@@ -59,6 +60,12 @@ OTHER_KEYS: dict[str, tuple[Callable[[Any], Any], Any, str]] = {
     "output_dir": (_check_text, ".", "a folder (text), relative to the file's folder"),
     "viewer.port": (_check_port, DEFAULT_PORT, "a port number (0-65535)"),
     "viewer.host": (_check_text, DEFAULT_HOST, "an address to listen on (text)"),
+}
+# Their variables: the environment ranks between the command line and the file for them too.
+OTHER_VARIABLES = {
+    "output_dir": "GGML_VIZ_OUTPUT_DIR",  # relative to the working directory
+    "viewer.port": "GGML_VIZ_VIEWER_PORT",
+    "viewer.host": "GGML_VIZ_VIEWER_HOST",
 }
 _CAPTURE = {setting.key: setting for setting in CAPTURE_SETTINGS}
 FILE_KEYS = (*_CAPTURE, *OTHER_KEYS)  # in the order `ggml-viz config` shows them
@@ -311,6 +318,9 @@ def resolve(cli: Mapping[str, Any], env: Mapping[str, str], file: ConfigFile | N
             values[key] = Value(cli[key], COMMAND_LINE)
         elif setting is not None and env.get(setting.env, "").strip():
             values[key] = Value(_from_environment(setting, env[setting.env]), f"environment {setting.env}")
+        elif setting is None and env.get(OTHER_VARIABLES[key], "").strip():
+            variable = OTHER_VARIABLES[key]
+            values[key] = Value(_other_from_environment(key, variable, env[variable]), f"environment {variable}")
         elif file is not None and key in file.values:
             values[key] = Value(file.values[key], file.source(key))
         else:
@@ -331,6 +341,17 @@ def _from_environment(setting: Setting, text: str) -> Any:
         message = str(error)
         raise CommandError(message if setting.env in message else f"{setting.env}={text!r}: {message}") from None
     return value
+
+
+def _other_from_environment(key: str, variable: str, text: str) -> Any:
+    """output_dir, viewer.port or viewer.host from its variable; one error naming it otherwise."""
+    check, _, accepted = OTHER_KEYS[key]
+    value: Any = text.strip()
+    if key == "viewer.port":
+        value = int(value) if value.isdigit() else None
+    if value is None or check(value) is None:
+        raise CommandError(f"{variable}={text!r}: {key} takes {accepted.split(',')[0]}")
+    return Path(os.path.abspath(Path(value).expanduser())) if key == "output_dir" else value
 
 
 def _default(key: str) -> Any:

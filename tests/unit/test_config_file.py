@@ -211,6 +211,31 @@ def test_the_viewers_address_comes_from_the_file_unless_an_option_gives_it(proje
     assert load_configuration({}, None, env={}, start=project.parent).view_address == ("127.0.0.1", 8765, False)
 
 
+def test_the_viewer_and_output_dir_have_variables_between_options_and_the_file(project, monkeypatch, capsys):
+    # GIVEN a file setting the viewer's address and output_dir, and variables for two of them
+    write(project / "ggml-viz.toml", 'output_dir = "runs"\n[viewer]\nport = 9000\nhost = "0.0.0.0"\n')
+    monkeypatch.setenv("GGML_VIZ_VIEWER_PORT", "9200")
+    monkeypatch.setenv("GGML_VIZ_OUTPUT_DIR", "elsewhere")
+    # WHEN the settings are asked for with the host given as an option
+    settings = config_json("--host", "127.0.0.2", cwd=project, monkeypatch=monkeypatch, capsys=capsys)["settings"]
+    # THEN the option wins, then the variables (output_dir relative to the working directory), then the file
+    assert settings["viewer.host"] == {"value": "127.0.0.2", "source": "command line"}
+    assert settings["viewer.port"] == {"value": 9200, "source": "environment GGML_VIZ_VIEWER_PORT"}
+    assert settings["output_dir"] == {"value": str(project / "elsewhere"), "source": "environment GGML_VIZ_OUTPUT_DIR"}
+
+
+@pytest.mark.parametrize(
+    ("variable", "text", "message"),
+    [
+        ("GGML_VIZ_VIEWER_PORT", "80a", "GGML_VIZ_VIEWER_PORT='80a': viewer.port takes a port number (0-65535)"),
+        ("GGML_VIZ_VIEWER_PORT", "70000", "GGML_VIZ_VIEWER_PORT='70000': viewer.port takes a port number (0-65535)"),
+    ],
+)
+def test_a_bad_viewer_variable_is_named(variable, text, message, project, monkeypatch, capsys):
+    monkeypatch.setenv(variable, text)
+    assert config_error(cwd=project, monkeypatch=monkeypatch, capsys=capsys) == f"ggml-viz: error: {message}"
+
+
 @pytest.mark.parametrize("setting", CAPTURE_SETTINGS, ids=[setting.key for setting in CAPTURE_SETTINGS])
 def test_every_setting_in_a_file_means_what_its_variable_means(setting, project):
     # GIVEN a setting in a file, a number as a TOML number and the rest as text
