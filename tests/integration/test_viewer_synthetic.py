@@ -5,6 +5,8 @@ node. The model's own run is in test_viewer_browser.py."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import pytest
 
 import ggml_viz
@@ -230,12 +232,22 @@ def test_a_gpu_run_s_report_draws_its_gpu_lane_offline(browser, gpu_run_path, tm
     assert not errors, errors
 
 
-def test_a_server_s_run_shows_each_request_apart(page, tmp_path):
-    # GIVEN a run whose graphs take turns among three sequences, as a server's slots do
-    path = write_synthetic_run(tmp_path / "server.ggmlviz", graphs=12, layers=1, sequences=3)
+@contextmanager
+def serving(path, page):
+    """A viewer of the run at `path` for one test; the page leaves it before it stops."""
     viewer = make_viewer(path, port=0)
     viewer.serve_in_background()
     try:
+        yield viewer
+    finally:
+        page.goto("about:blank")
+        viewer.stop()
+
+
+def test_a_server_s_run_shows_each_request_apart(page, tmp_path):
+    # GIVEN a run whose graphs take turns among three sequences, as a server's slots do
+    path = write_synthetic_run(tmp_path / "server.ggmlviz", graphs=12, layers=1, sequences=3)
+    with serving(path, page) as viewer:
         # WHEN its overview opens
         page.goto(viewer.url + "#overview")
         page.wait_for_selector("[data-testid=requests] [data-testid=request]")
@@ -245,9 +257,6 @@ def test_a_server_s_run_shows_each_request_apart(page, tmp_path):
         assert "sequence 1" in requests.nth(1).inner_text() and "t4 t7 t10" in requests.nth(1).inner_text()
         assert page.locator("[data-testid=generated]").count() == 0
         assert page.inner_text("[data-testid=phase-legend]").split() == ["prompt", "decode"]
-    finally:
-        page.goto("about:blank")
-        viewer.stop()
 
 
 class LayerCount(Finding):
@@ -264,9 +273,7 @@ def test_a_summary_section_is_shown_under_the_findings(page, tmp_path, monkeypat
     # GIVEN a run whose findings include a titled one (a plugin's summary section)
     monkeypatch.setattr("ggml_viz.analysis.findings.BUILTIN_FINDINGS", [*BUILTIN_FINDINGS, LayerCount()])
     path = write_synthetic_run(tmp_path / "sectioned.ggmlviz", graphs=4, layers=2, seed=5)
-    viewer = make_viewer(path, port=0)
-    viewer.serve_in_background()
-    try:
+    with serving(path, page) as viewer:
         # WHEN the statistics are opened
         page.goto(viewer.url + "#stats")
         page.wait_for_selector("[data-testid=found-section]")
@@ -276,5 +283,3 @@ def test_a_summary_section_is_shown_under_the_findings(page, tmp_path, monkeypat
         assert "from built-in" in section.inner_text()
         assert section.locator("li").all_inner_texts() == ["2 layers in 4 graphs."]
         assert "2 layers in 4 graphs." not in page.locator("[data-testid=findings]").inner_text()
-    finally:
-        viewer.stop()

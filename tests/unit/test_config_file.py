@@ -144,15 +144,22 @@ def test_without_a_file_every_value_is_the_default(project, monkeypatch, capsys)
 
 
 def test_command_line_then_environment_then_file_then_default(project, monkeypatch, capsys):
-    # GIVEN a file that sets four settings, a variable that sets two of them, an option one
-    write(project / "ggml-viz.toml", 'detail = "graph"\nsample = 2\ntiming = "sync"\ngpu_window = 8\n')
-    monkeypatch.setenv("GGML_VIZ_SAMPLE", "4")
-    monkeypatch.setenv("GGML_VIZ_TIMING", "inline")
-    # WHEN the settings are asked for with an option
-    settings = config_json("--timing", "sync", cwd=project, monkeypatch=monkeypatch, capsys=capsys)["settings"]
+    # GIVEN a file that sets capture settings, output_dir and the viewer's address, variables that
+    # set some of them, and options
+    write(project / "ggml-viz.toml", 'detail = "graph"\nsample = 2\ntiming = "sync"\ngpu_window = 8\n'
+                                     'output_dir = "runs"\n[viewer]\nport = 9000\nhost = "0.0.0.0"\n')  # fmt: skip
+    for variable, value in [("SAMPLE", "4"), ("TIMING", "inline"), ("VIEWER_PORT", "9200"), ("OUTPUT_DIR", "there")]:
+        monkeypatch.setenv(f"GGML_VIZ_{variable}", value)
+    # WHEN the settings are asked for with options
+    argv = ("--timing", "sync", "--host", "127.0.0.2")
+    settings = config_json(*argv, cwd=project, monkeypatch=monkeypatch, capsys=capsys)["settings"]
     # THEN each comes from the first of command line, environment, file, default that has it
     assert settings["timing"] == {"value": "sync", "source": "command line"}
+    assert settings["viewer.host"] == {"value": "127.0.0.2", "source": "command line"}
     assert settings["sample"] == {"value": 4, "source": "environment GGML_VIZ_SAMPLE"}
+    assert settings["viewer.port"] == {"value": 9200, "source": "environment GGML_VIZ_VIEWER_PORT"}
+    # (output_dir from a variable is relative to the working directory, from a file to the file)
+    assert settings["output_dir"] == {"value": str(project / "there"), "source": "environment GGML_VIZ_OUTPUT_DIR"}
     assert settings["detail"] == {"value": "graph", "source": "ggml-viz.toml:1"}
     assert settings["gpu_window"] == {"value": 8, "source": "ggml-viz.toml:4"}
     assert settings["policy"] == {"value": "keep-first", "source": "default"}
@@ -209,19 +216,6 @@ def test_the_viewers_address_comes_from_the_file_unless_an_option_gives_it(proje
     from_options = load_configuration({"viewer.port": 9100}, None, env={}, start=project)
     assert from_options.view_address == ("0.0.0.0", 9100, True)
     assert load_configuration({}, None, env={}, start=project.parent).view_address == ("127.0.0.1", 8765, False)
-
-
-def test_the_viewer_and_output_dir_have_variables_between_options_and_the_file(project, monkeypatch, capsys):
-    # GIVEN a file setting the viewer's address and output_dir, and variables for two of them
-    write(project / "ggml-viz.toml", 'output_dir = "runs"\n[viewer]\nport = 9000\nhost = "0.0.0.0"\n')
-    monkeypatch.setenv("GGML_VIZ_VIEWER_PORT", "9200")
-    monkeypatch.setenv("GGML_VIZ_OUTPUT_DIR", "elsewhere")
-    # WHEN the settings are asked for with the host given as an option
-    settings = config_json("--host", "127.0.0.2", cwd=project, monkeypatch=monkeypatch, capsys=capsys)["settings"]
-    # THEN the option wins, then the variables (output_dir relative to the working directory), then the file
-    assert settings["viewer.host"] == {"value": "127.0.0.2", "source": "command line"}
-    assert settings["viewer.port"] == {"value": 9200, "source": "environment GGML_VIZ_VIEWER_PORT"}
-    assert settings["output_dir"] == {"value": str(project / "elsewhere"), "source": "environment GGML_VIZ_OUTPUT_DIR"}
 
 
 @pytest.mark.parametrize(
