@@ -42,3 +42,17 @@ def collect_errors(page: Any) -> list[str]:
     page.on("pageerror", lambda error: errors.append(str(error)))
     page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
     return errors
+
+
+@contextlib.contextmanager
+def serving(page: Any, path: Path, **options: Any) -> Iterator[Any]:
+    """A viewer for `path` while the block runs; the page lets go of it before it stops."""
+    from ggml_viz.ui.server import make_viewer
+
+    viewer = make_viewer(path, port=0, **options)
+    viewer.serve_in_background()
+    try:
+        yield viewer
+    finally:
+        page.goto("about:blank")
+        viewer.stop()

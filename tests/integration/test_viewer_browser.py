@@ -4,7 +4,6 @@ recording. Each view's screenshot is saved (into $GGML_VIZ_SCREENSHOTS when set)
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import sys
@@ -15,7 +14,7 @@ import pytest
 import ggml_viz
 from ggml_viz.ui.server import make_viewer
 
-from ..browser import chromium
+from ..browser import chromium, serving
 from .smollm2 import greedy, load_model
 
 pytestmark = [pytest.mark.model, pytest.mark.browser]
@@ -58,18 +57,6 @@ def page(browser):
     yield page
     context.close()
     assert not errors, errors
-
-
-@contextlib.contextmanager
-def serving(page, path: Path, **options):
-    """A viewer for `path` while the block runs; the page lets go of it before it stops."""
-    viewer = make_viewer(path, port=0, **options)
-    viewer.serve_in_background()
-    try:
-        yield viewer
-    finally:
-        page.goto("about:blank")
-        viewer.stop()
 
 
 def open_view(page, url: str, view: str):

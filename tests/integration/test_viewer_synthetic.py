@@ -5,8 +5,6 @@ node. The model's own run is in test_viewer_browser.py."""
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import pytest
 
 import ggml_viz
@@ -14,7 +12,7 @@ from ggml_viz.analysis.findings import BUILTIN_FINDINGS, Finding
 from ggml_viz.runformat.synthetic import write_synthetic_run
 from ggml_viz.ui.server import make_viewer
 
-from ..browser import chromium, collect_errors
+from ..browser import chromium, collect_errors, serving
 from ..gpu_runs import write_gpu_run
 
 pytestmark = pytest.mark.browser
@@ -232,22 +230,10 @@ def test_a_gpu_run_s_report_draws_its_gpu_lane_offline(browser, gpu_run_path, tm
     assert not errors, errors
 
 
-@contextmanager
-def serving(path, page):
-    """A viewer of the run at `path` for one test; the page leaves it before it stops."""
-    viewer = make_viewer(path, port=0)
-    viewer.serve_in_background()
-    try:
-        yield viewer
-    finally:
-        page.goto("about:blank")
-        viewer.stop()
-
-
 def test_a_server_s_run_shows_each_request_apart(page, tmp_path):
     # GIVEN a run whose graphs take turns among three sequences, as a server's slots do
     path = write_synthetic_run(tmp_path / "server.ggmlviz", graphs=12, layers=1, sequences=3)
-    with serving(path, page) as viewer:
+    with serving(page, path) as viewer:
         # WHEN its overview opens
         page.goto(viewer.url + "#overview")
         page.wait_for_selector("[data-testid=requests] [data-testid=request]")
@@ -273,7 +259,7 @@ def test_a_summary_section_is_shown_under_the_findings(page, tmp_path, monkeypat
     # GIVEN a run whose findings include a titled one (a plugin's summary section)
     monkeypatch.setattr("ggml_viz.analysis.findings.BUILTIN_FINDINGS", [*BUILTIN_FINDINGS, LayerCount()])
     path = write_synthetic_run(tmp_path / "sectioned.ggmlviz", graphs=4, layers=2, seed=5)
-    with serving(path, page) as viewer:
+    with serving(page, path) as viewer:
         # WHEN the statistics are opened
         page.goto(viewer.url + "#stats")
         page.wait_for_selector("[data-testid=found-section]")
