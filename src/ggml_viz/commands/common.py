@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._errors import CommandError
-from ..capture.settings import CAPTURE_SETTINGS, Setting, environment_from_options
+from ..capture.settings import CAPTURE_SETTINGS, Setting
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -91,13 +91,18 @@ def add_config_argument(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
+def command_line_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """What the command line sets, by the keys of a settings file (None: not given)."""
+    cli = {setting.key: getattr(args, setting.key, None) for setting in CAPTURE_SETTINGS}
+    cli.update({"viewer.port": getattr(args, "port", None), "viewer.host": getattr(args, "host", None) or None})
+    return cli
+
+
 def configuration(args: argparse.Namespace) -> Configuration:
     """The command's effective settings: its options, else GGML_VIZ_* variables, else the settings file."""
     from ..config import load_configuration
 
-    cli = {setting.key: getattr(args, setting.key, None) for setting in CAPTURE_SETTINGS}
-    cli.update({"viewer.port": getattr(args, "port", None), "viewer.host": getattr(args, "host", None) or None})
-    return load_configuration(cli, getattr(args, "config", None))
+    return load_configuration(command_line_settings(args), getattr(args, "config", None))
 
 
 def default_output_path(config: Configuration) -> Path:
@@ -120,16 +125,6 @@ def start_viewer(path: Path, args: argparse.Namespace, config: Configuration, *,
     if not args.no_browser:
         open_browser(viewer.url)
     return viewer
-
-
-def capture_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The options of add_capture_arguments as keyword arguments of ggml_viz.record."""
-    return {setting.key: getattr(args, setting.key) for setting in CAPTURE_SETTINGS}
-
-
-def capture_environment(args: argparse.Namespace) -> dict[str, str]:
-    """The same options as GGML_VIZ_* environment variables (for a program run under `run`)."""
-    return environment_from_options(capture_options(args))
 
 
 def format_ms(ns: float) -> str:
