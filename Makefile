@@ -17,7 +17,9 @@ $(PY):
 # llama.cpp is built once per machine, from the llama.cpp that the llama-cpp-python sdist vendors,
 # in two parts kept outside the checkout (so a clean checkout reuses them): its libraries (what
 # `make demo` needs: about a minute and a half on 2 cores), then, for the tests, its programs (llama-server,
-# llama-cli, llama-completion, llama-bench: about 3 minutes more, in the same build tree).
+# llama-cli, llama-completion, llama-bench, and ggml-rpc-server for distributed inference: about 3
+# minutes more, in the same build tree). ggml's RPC backend is built in (-DGGML_RPC=ON: the folder's
+# name says so, so a cache built without it is not reused).
 # llama-cpp-python's own build of llama.cpp is skipped (LLAMA_BUILD=OFF: its Python package alone,
 # seconds) and it loads those very libraries, linked into its lib/ folder: Python programs and
 # native programs run the same ggml binaries.
@@ -27,10 +29,10 @@ $(PY):
 LLAMA_CPP_VERSION := 0.3.36
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 GGML_VIZ_CACHE ?= $(HOME)/.cache/ggml-viz
-LLAMA_CPP := $(GGML_VIZ_CACHE)/llama.cpp-$(LLAMA_CPP_VERSION)-portable
+LLAMA_CPP := $(GGML_VIZ_CACHE)/llama.cpp-$(LLAMA_CPP_VERSION)-portable-rpc
 LLAMA_WHEEL := $(LLAMA_CPP)/wheel
-LLAMA_INSTALLED := $(VENV)/.llama-cpp-python-$(LLAMA_CPP_VERSION)-on-shared-llama.cpp
-LLAMA_TOOLS_LINKED := $(VENV)/.llama-cpp-programs-$(LLAMA_CPP_VERSION)
+LLAMA_INSTALLED := $(VENV)/.llama-cpp-python-$(LLAMA_CPP_VERSION)-on-shared-llama.cpp-rpc
+LLAMA_TOOLS_LINKED := $(VENV)/.llama-cpp-programs-$(LLAMA_CPP_VERSION)-rpc
 SITE_PACKAGES = $(shell $(PY) -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')
 
 $(LLAMA_CPP)/libraries.done: | $(PY)
@@ -52,7 +54,7 @@ $(LLAMA_INSTALLED): $(LLAMA_WHEEL) $(LLAMA_CPP)/libraries.done
 	touch $@
 
 $(LLAMA_TOOLS_LINKED): $(LLAMA_CPP)/programs.done | $(PY)
-	ln -sf $(LLAMA_CPP)/bin/llama-* $(VENV)/bin/
+	ln -sf $(LLAMA_CPP)/bin/llama-* $(LLAMA_CPP)/bin/ggml-rpc-server $(VENV)/bin/
 	touch $@
 
 # whisper.cpp's own program (whisper-cli), built once per machine (about a minute on 2 cores) from

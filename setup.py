@@ -37,7 +37,7 @@ class BuildWithPreloadLibrary(build_ext):
         super().run()
         try:
             objects = self.compiler.compile(
-                [f"{NATIVE}/{name}.c" for name in ("preload", "preload_setup", "preload_spool", *CORE)],
+                [f"{NATIVE}/{name}.c" for name in ("preload", "preload_setup", "preload_spool", "preload_wire", *CORE)],
                 output_dir=self.build_temp,
                 extra_preargs=[*C_FLAGS, "-fPIC", "-fvisibility=hidden", "-Wall"],
             )

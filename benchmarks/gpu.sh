@@ -80,7 +80,7 @@ step "ggml-viz's C parts"
 NATIVE=$REPO/src/ggml_viz/capture/native
 CFLAGS="-O2 -std=c11 -D_GNU_SOURCE -fPIC -Wall"
 CORE="$NATIVE/recorder.c $NATIVE/got_hook.c $NATIVE/gpu/cupti_activity.c $NATIVE/gpu/gpu_tracer.c $NATIVE/gpu/graph_compute.c"
-gcc $CFLAGS -fvisibility=hidden -shared $NATIVE/preload.c $NATIVE/preload_setup.c $NATIVE/preload_spool.c $CORE \
+gcc $CFLAGS -fvisibility=hidden -shared $NATIVE/preload.c $NATIVE/preload_setup.c $NATIVE/preload_spool.c $NATIVE/preload_wire.c $CORE \
     -o "$REPO/src/ggml_viz/capture/libggml_viz_preload.so" -ldl -lpthread -lm || exit 1
 read -r PY_INCLUDE EXT_SUFFIX < <($PY -c "import sysconfig; print(sysconfig.get_paths()['include'], sysconfig.get_config_var('EXT_SUFFIX'))")
 gcc $CFLAGS -shared -I"$PY_INCLUDE" "$REPO/src/ggml_viz/capture/_native.c" "$REPO/src/ggml_viz/capture/_native_gpu.c" \

@@ -35,8 +35,8 @@ libraries)
 	say_part="llama.cpp's libraries (libllama, libggml), once per machine: about a minute and a half on 2 cores"
 	;;
 programs)
-	TARGETS="llama llama-server llama-cli llama-completion llama-bench"
-	say_part="llama.cpp's programs (llama-server, llama-cli, llama-completion, llama-bench), once per machine: about 3 minutes on 2 cores"
+	TARGETS="llama llama-server llama-cli llama-completion llama-bench ggml-rpc-server"
+	say_part="llama.cpp's programs (llama-server, llama-cli, llama-completion, llama-bench, ggml-rpc-server), once per machine: about 3 minutes on 2 cores"
 	;;
 *)
 	echo "usage: $0 VERSION DEST PYTHON JOBS libraries|programs [EXTRA_CMAKE_ARGS]" >&2
@@ -70,6 +70,7 @@ if [ ! -f "$DEST/build/CMakeCache.txt" ]; then
 		-DLLAMA_BUILD_TESTS=OFF \
 		-DLLAMA_BUILD_EXAMPLES=OFF \
 		-DLLAMA_USE_PREBUILT_UI=OFF \
+		-DGGML_RPC=ON \
 		$EXTRA_CMAKE_ARGS
 fi
 # shellcheck disable=SC2086
@@ -87,6 +88,7 @@ if [ "$PART" = programs ]; then
 	done
 	# Every library must resolve inside DEST/lib, and ggml and llama must be shared dependencies.
 	check_shared_libraries "$DEST" "llama-server llama-cli llama-completion llama-bench" "libllama.so libggml-base.so"
+	check_shared_libraries "$DEST" "ggml-rpc-server" "libggml-base.so libggml-rpc.so"
 fi
 touch "$DEST/$PART.done"
 echo "== llama.cpp's $PART are in $DEST"

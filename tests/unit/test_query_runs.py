@@ -26,7 +26,8 @@ def test_the_nodes_view_is_the_readers_nodes_table(runs):
     run = ggml_viz.open(runs / "host-a.ggmlviz")
     result = run_query(run, "select * from nodes order by graph_id, node_index")
     expected = run.nodes
-    assert set(result.columns) == {"run", *expected.columns}
+    assert set(result.columns) == {"run", "host", "pid", *expected.columns}  # each row knows its host and process
+    assert set(result["host"]) == {run.manifest["recorder"].get("host", "")}
     for column in ("graph_id", "node_index", "start_ns", "end_ns", "wait_ns", "name", "op", "layer"):
         assert result[column].astype(str).tolist() == expected[column].astype(str).tolist(), column
     edges = run_query(run, "select * from edges order by graph_id, node_index, src_slot")

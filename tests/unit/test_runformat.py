@@ -14,7 +14,7 @@ import pytest
 import ggml_viz
 from ggml_viz._errors import CaptureError, RunFormatError
 from ggml_viz.runformat.manifest import new_manifest
-from ggml_viz.runformat.schema import FORMAT_VERSION, GPU_TABLES, TABLES
+from ggml_viz.runformat.schema import FORMAT_VERSION, SPARSE_TABLES, TABLES
 from ggml_viz.runformat.totals import TOTALS_SCHEMAS
 from ggml_viz.runformat.writer import RunWriter, prepare_run_dir, unique_run_dir
 
@@ -70,10 +70,10 @@ def test_a_closed_run_reads_back_joined(tmp_path):
     write_synthetic_run(tmp_path / "a.ggmlviz")
     # WHEN it is opened
     run = ggml_viz.open(tmp_path / "a.ggmlviz")
-    # THEN every table is Parquet (a run without GPU records has no GPU tables), with the node
-    # totals beside them, and the joins give readable columns
+    # THEN every table is Parquet (a run without GPU or RPC records has no GPU or RPC tables), with
+    # the node totals beside them, and the joins give readable columns
     assert run.status == "complete"
-    tables = [table for table in TABLES if table not in GPU_TABLES]
+    tables = [table for table in TABLES if table not in SPARSE_TABLES]
     assert sorted(p.name for p in (tmp_path / "a.ggmlviz").iterdir()) == sorted(
         ["manifest.json", *(f"{t}.parquet" for t in [*tables, *TOTALS_SCHEMAS])]
     )

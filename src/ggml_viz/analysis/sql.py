@@ -9,6 +9,10 @@ dataset, and the same Parquet files are what a user takes to another engine.
 
 A run with GPU times (CUDA) adds its GPU tables: `gpu_kernels`, `gpu_node_times` and
 `gpu_graphs`, over their Parquet files too; over a run without them they are empty.
+
+Every row knows its run, and `runs` says each run's host and process (`graphs` and `nodes` carry
+both too): runs of a distributed inference (the head's and its workers', `ggml-viz join`) read
+as one dataset, with the joined tables (`hosts`, `splits`, `transfers`, `remote_nodes`) beside.
 """
 
 from __future__ import annotations
@@ -43,17 +47,26 @@ TABLE_DOCS = {
     "device, start_ns, end_ns, gpu_ns (busy share), kernels, phase, name, op, layer",
     "gpu_graphs": "GPU runs: per traced graph and device: run, graph_id, device, start_ns, end_ns, busy_ns, kernels, "
     "attributed, mapping, phase, host_start_ns, host_end_ns, host_ns, idle_ns",
+    "runs": "one row per run: run, experiment_id, host (the machine's name), pid, rpc_role (head | worker in a "
+    "distributed run), program, status",
+    "rpc_messages": "distributed runs (ggml's RPC backend): each protocol message that passed the process, whole: "
+    "run, host, pid, connection, sequence, command, is_response, sent, start_ns, end_ns, bytes, data_bytes, "
+    "tensor_id, tensor_name",
+    "hosts, splits, transfers, remote_nodes": "a joined distributed run (ggml-viz join): each host with its clock "
+    "offset; each graph a worker computed for a head graph, with the head's wait; each message with its bytes, "
+    "sent and received on the head's clock; each remote node with its worker's time (docs/run-format.md)",
     "raw_*": "the stored tables as they are, with run (raw_graphs, raw_node_times, raw_structure_nodes, "
     "raw_edges, ..., raw_gpu_kernels)",
 }
 SMALL_VIEWS = ("graphs", "tokens", "buffers", "tensors", "memory_map", "node_totals")
 GPU_TABLES = ("gpu_kernels", "gpu_node_times", "gpu_graphs")
-RAW = ("graphs", "node_times", "structure_nodes", "edges", "tensors", "buffers", "memory_map", *GPU_TABLES)
-VIEWS = (*SMALL_VIEWS, "nodes", "edges", *GPU_TABLES)
+RAW = ("graphs", "node_times", "structure_nodes", "edges", "tensors", "buffers", "memory_map", *GPU_TABLES,
+       "rpc_messages")  # fmt: skip
+VIEWS = (*SMALL_VIEWS, "nodes", "edges", *GPU_TABLES, "runs", "rpc_messages")
 
 _NODES_SQL = """
-    select g.run, g.graph_id, s.node_index, t.start_ns, t.end_ns, s.tensor_id, t.start_ns is not null as timed,
-           t.wait_ns, case when s.layer >= 0 then s.layer end as layer,
+    select g.run, '{host}' as host, {pid} as pid, g.graph_id, s.node_index, t.start_ns, t.end_ns, s.tensor_id,
+           t.start_ns is not null as timed, t.wait_ns, case when s.layer >= 0 then s.layer end as layer,
            d.* exclude (run, tensor_id, layer), d.layer as name_layer, t.end_ns - t.start_ns as duration_ns
     from raw_graphs_{i} g
     join raw_structure_nodes_{i} s using (structure_id)
@@ -83,11 +96,14 @@ _GPU_GRAPHS_SQL = """
 """
 
 
-def run_query(runs: Run | Sequence[Run], sql: str) -> pd.DataFrame:
-    """The result of `sql` over the views of one run or several (as one dataset)."""
+def run_query(runs: Run | Sequence[Run], sql: str, tables: dict[str, pd.DataFrame] | None = None) -> pd.DataFrame:
+    """The result of `sql` over the views of one run or several (as one dataset), and over
+    `tables` (a joined distributed run's) by their names."""
     import duckdb
 
     connection = connect_runs(runs)
+    for name, table in (tables or {}).items():
+        connection.register(name, _plain(table))
     try:
         try:
             return connection.execute(sql).fetchdf()
@@ -111,12 +127,24 @@ def register_runs(connection: Any, runs: Sequence[Run]) -> None:
     for i, (run, name) in enumerate(zip(runs, names, strict=True)):
         for table in RAW:
             _raw_view(connection, run, table, f"raw_{table}_{i}", name)
+        host, pid = _host_and_pid(run)
         for view in SMALL_VIEWS:
             connection.register(f"_{view}_{i}", _plain(getattr(run, view)))
-            connection.execute(f"create view {view}_{i} as select '{_quoted(name)}' as run, * from _{view}_{i}")
+            where = f"'{_quoted(name)}' as run" + (
+                f", '{_quoted(host)}' as host, {pid} as pid" if view == "graphs" else ""
+            )
+            connection.execute(f"create view {view}_{i} as select {where}, * from _{view}_{i}")
+        connection.register(f"_runs_{i}", pd.DataFrame([{
+            "run": name, "experiment_id": run.experiment_id, "host": host, "pid": None if pid == "null" else int(pid),
+            "rpc_role": _rpc_role(run),
+            "program": " ".join((run.manifest.get("program") or {}).get("argv") or []) or None, "status": run.status,
+        }]))  # fmt: skip
+        connection.execute(f"create view runs_{i} as select * from _runs_{i}")
+        connection.execute(f"create view rpc_messages_{i} as select run, '{_quoted(host)}' as host, {pid} as pid, "
+                           f"* exclude (run) from raw_rpc_messages_{i}")  # fmt: skip
         edges = run.structure_edges.assign(run=name)
         connection.register(f"structure_edges_{i}", _plain(edges))
-        connection.execute(f"create view nodes_{i} as {_NODES_SQL.format(i=i)}")
+        connection.execute(f"create view nodes_{i} as {_NODES_SQL.format(i=i, host=_quoted(host), pid=pid)}")
         connection.execute(f"create view edges_{i} as {_EDGES_SQL.format(i=i)}")
         for table, name in (("gpu_kernels", "node_name"), ("gpu_node_times", "name")):
             connection.execute(f"create view {table}_{i} as {_GPU_NODES_SQL.format(i=i, table=table, name=name)}")
@@ -141,6 +169,19 @@ def _raw_view(connection: Any, run: Run, table: str, view: str, name: str) -> No
         connection.register(f"_{view}", run.arrow(table))
         source = f"_{view}"
     connection.execute(f"create view {view} as select '{_quoted(name)}' as run, * from {source}")
+
+
+def _host_and_pid(run: Run) -> tuple[str, str]:
+    """The machine a run was recorded on and its program's process id (SQL's null where unknown)."""
+    host = (run.manifest.get("recorder") or {}).get("host") or ""
+    pid = (run.manifest.get("program") or {}).get("pid")
+    return str(host), str(int(pid)) if isinstance(pid, int) else "null"
+
+
+def _rpc_role(run: Run) -> str | None:
+    """head | worker in a distributed inference (ggml's RPC protocol), else None."""
+    roles = {c.get("role") for c in (run.manifest.get("rpc") or {}).get("connections") or []}
+    return "head" if "head" in roles else "worker" if "worker" in roles else None
 
 
 def _run_names(runs: Sequence[Run]) -> list[str]:

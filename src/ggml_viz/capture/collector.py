@@ -31,9 +31,11 @@ from .llama_info import described_size
 from .log import say
 from .native_recorder import GraphRecordReader
 from .raw_graph import Mode, RawGraph, RepeatedGraph
+from .rpc import message_columns
 from .session import Recording
 from .settings import CaptureSettings, settings_from_environment
 from .spool import (
+    CONNECTION,
     CONTEXT,
     END,
     FAILED,
@@ -43,6 +45,7 @@ from .spool import (
     TAKE,
     UNTRACED,
     WEIGHTS,
+    WIRE,
     DecodesRecord,
     Frame,
     GraphRecord,
@@ -146,6 +149,7 @@ class SpoolCollector:
         # processes that ran untraced (a ggml ggml-viz does not read): each said why on its stderr
         self.untraced: list[dict[str, Any]] = []
         self.libraries: dict[Path, str] = {}  # each spool's process's libggml-base
+        self.connections: dict[tuple[Path, int], int] = {}  # a process's RPC connection: the run's number
 
     @property
     def run_dir(self) -> Path:
@@ -165,7 +169,8 @@ class SpoolCollector:
     def _apply(self, path: Path, frame: Frame) -> None:
         handlers: dict[int, Callable[[Path, Frame], None]] = {
             START: self._start, CONTEXT: self._context, TAKE: self._take, FAILED: self._failed, END: self._end,
-            GPU: self._gpu, WEIGHTS: self._weights, UNTRACED: self._untraced,
+            GPU: self._gpu, WEIGHTS: self._weights, UNTRACED: self._untraced, CONNECTION: self._connection,
+            WIRE: self._wire,
         }  # fmt: skip
         handlers[frame.kind](path, frame)
 
@@ -254,6 +259,24 @@ class SpoolCollector:
             tracer = self.tracers.get((path, spool_context))
             contexts[contexts == spool_context] = tracer.context_id if tracer is not None else 0xFFFFFFFF
         self.recording.add_gpu_window(window)
+
+    def _connection(self, path: Path, frame: Frame) -> None:
+        """A connection of ggml's RPC protocol: into the manifest's rpc section, numbered in the run."""
+        info = frame.json()
+        writer = self.recording.writer
+        assert writer is not None
+        rpc = writer.manifest.get("rpc") or {"connections": []}
+        number = len(rpc["connections"])
+        self.connections[(path, int(info.pop("connection", 0)))] = number
+        connection = {"connection": number, "pid": int(path.stem) if path.stem.isdigit() else None, **info}
+        writer.update_manifest(rpc={**rpc, "connections": [*rpc["connections"], connection]})
+
+    def _wire(self, path: Path, frame: Frame) -> None:
+        """RPC messages that passed the process, whole: the rpc_messages table."""
+        writer = self.recording.writer
+        assert writer is not None
+        numbers = {process: run for (spool, process), run in self.connections.items() if spool == path}
+        writer.append("rpc_messages", message_columns(frame.payload, numbers))
 
     def _failed(self, path: Path, frame: Frame) -> None:
         self.recording.fail(f"in pid {path.stem}: {frame.payload.decode('utf-8', 'replace')}")

@@ -22,8 +22,8 @@ from .._errors import RunFormatError
 from .raw_graph import DECODE_DTYPE
 
 MAGIC = b"GGVZSPL2"
-START, CONTEXT, TAKE, FAILED, END, GPU, WEIGHTS, UNTRACED = 1, 2, 3, 4, 5, 6, 7, 8
-KINDS = (START, CONTEXT, TAKE, FAILED, END, GPU, WEIGHTS, UNTRACED)
+START, CONTEXT, TAKE, FAILED, END, GPU, WEIGHTS, UNTRACED, CONNECTION, WIRE = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
+KINDS = (START, CONTEXT, TAKE, FAILED, END, GPU, WEIGHTS, UNTRACED, CONNECTION, WIRE)
 MAX_FRAME_BYTES = 1 << 34  # no take is this large: a size past it is damage
 FRAME_HEADER = struct.Struct("<IIQ")
 TRAILER_BYTES = 4  # the payload's CRC-32

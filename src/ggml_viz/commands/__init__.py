@@ -19,6 +19,7 @@ from .collect import CollectCommand
 from .config import ConfigCommand
 from .diff import DiffCommand
 from .export import ExportCommand
+from .join import JoinCommand
 from .memmap import MemmapCommand
 from .numerics import NumericsCommand
 from .plugins import PluginsCommand
@@ -33,7 +34,7 @@ from .view import ViewCommand
 COMMANDS: list[type[Command]] = [
     RecordCommand, RunCommand, SummaryCommand, ViewCommand, ExportCommand, QueryCommand, DiffCommand, BenchCommand,
     NumericsCommand, MemmapCommand, ValidateCommand, CollectCommand, PreloadPathCommand, ConfigCommand,
-    PluginsCommand,
+    PluginsCommand, JoinCommand,
 ]  # fmt: skip
 
 

@@ -22,6 +22,10 @@ class QueryCommand(Command):
     `run`. Views over node events stream from the runs' Parquet files: runs of any length.
     `--tables` lists the views.
 
+    Distributed runs (ggml's RPC backend): rpc_messages (each protocol message, whole, as it passed
+    the process); a joined experiment (`ggml-viz join`) adds hosts, splits, transfers and
+    remote_nodes; `runs` says each run's host and process, and graphs and nodes carry both.
+
     GPU time (CUDA runs whose GPU timer traced graphs): gpu_kernels (each kernel, memcpy and
     memset at its GPU times, with its node's name, op and layer), gpu_node_times (per node:
     its kernels' span and gpu_ns, its share of the GPU's busy time), gpu_graphs (per graph
@@ -34,6 +38,7 @@ class QueryCommand(Command):
       ggml-viz query france.ggmlviz "select layer, sum(duration_ns) from nodes where op = 'MUL_MAT' group by 1" -o csv
       ggml-viz query servers/ "select run, phase, count(*) graphs from graphs group by all"   # every run in servers/
       ggml-viz query cuda.ggmlviz "select op, kernel, sum(busy_ns)/1e6 ms from gpu_kernels group by 1, 2"
+      ggml-viz query france.joined "select host, op, sum(duration_ns)/1e6 ms from remote_nodes group by all"
     """
 
     name = "query"
@@ -49,16 +54,22 @@ class QueryCommand(Command):
         from rich.console import Console
         from rich.table import Table
 
+        from ..analysis.distributed import is_joined, open_joined
         from ..analysis.sql import TABLE_DOCS, run_query
 
-        runs = open_runs(Path(args.run))
+        path = Path(args.run)
+        tables = None
+        if is_joined(path):  # a joined distributed run: its member runs and its joined tables
+            _, runs, tables = open_joined(path)
+        else:
+            runs = open_runs(path)
         if args.tables:
             for name, doc in TABLE_DOCS.items():
                 print(f"{name}: {doc}")
             return 0
         if not args.sql:
             raise CommandError("give a query (or --tables)")
-        result = run_query(runs, args.sql)
+        result = run_query(runs, args.sql, tables)
         if args.output == "csv":
             result.to_csv(sys.stdout, index=False)
         elif args.output == "json":

@@ -18,14 +18,21 @@ class SummaryCommand(Command):
     name = "summary"
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("run", help="run directory (NAME.ggmlviz)")
+        parser.add_argument("run", help="run directory (NAME.ggmlviz), or a joined distributed run (ggml-viz join)")
         parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
         parser.add_argument("--top", type=positive_int, default=10, help="rows in each top list (default: 10)")
 
     def run(self, args: argparse.Namespace) -> int:
+        from pathlib import Path
+
+        from ..analysis.distributed import is_joined, open_joined, render_joined
         from ..analysis.summary import summarize
         from ..runformat.reader import open_run
 
+        if is_joined(Path(args.run)):  # a distributed run: its summary across hosts
+            joined = open_joined(Path(args.run))[0]["summary"]
+            print(json.dumps(joined, indent=2, default=str)) if args.json else render_joined(joined)
+            return 0
         summary = summarize(open_run(args.run), top=args.top)
         if args.json:
             print(json.dumps(summary, indent=2, default=str))

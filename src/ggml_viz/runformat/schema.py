@@ -208,12 +208,30 @@ TABLES: dict[str, pa.Schema] = {
             ("mapping", pa.string()),  # eager | capture | replay | unattributed: how kernels found their nodes
         ]
     ),
+    # ggml's RPC protocol (llama.cpp's distributed inference): each message that passed this process
+    # on a connection to a worker (the head) or from the head (a worker), whole; see capture/rpc.py
+    "rpc_messages": pa.schema(
+        [
+            ("connection", pa.int32()),  # the manifest's rpc.connections[connection]
+            ("sequence", pa.int64()),  # the request's number on its connection (a response: its request's)
+            ("command", pa.string()),  # GRAPH_COMPUTE, SET_TENSOR, GET_TENSOR, ...
+            ("is_response", pa.bool_()),  # worker → head (else a request, head → worker)
+            ("sent", pa.bool_()),  # this process sent it (else received it)
+            ("start_ns", pa.int64()),  # its first byte was handed to / came from the socket ...
+            ("end_ns", pa.int64()),  # ... and its last (this process's monotonic clock)
+            ("bytes", pa.int64()),  # on the wire, the protocol's framing included
+            ("data_bytes", pa.int64()),  # tensor bytes it carries (SET_TENSOR, GET_TENSOR's response)
+            ("tensor_id", pa.int64()),  # the tensor it names: the head's address of it (0: none)
+            ("tensor_name", pa.string()),
+        ]
+    ),
 }
 
 # Tables a run of an earlier ggml-viz may lack (read as empty).
-OPTIONAL_TABLES = ("node_values", "captures", "gpu_kernels", "gpu_node_times", "gpu_graphs")
-# Tables written only by a run that has rows for them (no file otherwise).
+OPTIONAL_TABLES = ("node_values", "captures", "gpu_kernels", "gpu_node_times", "gpu_graphs", "rpc_messages")
 GPU_TABLES = ("gpu_kernels", "gpu_node_times", "gpu_graphs")
+# Tables written only by a run that has rows for them (no file otherwise).
+SPARSE_TABLES = (*GPU_TABLES, "rpc_messages")
 # Columns a run of an earlier ggml-viz may lack (read as nulls).
 OPTIONAL_COLUMNS = {"node_times": ("wait_ns",)}
 # Columns a run of an earlier ggml-viz may lack, which the reader then computes from the others.

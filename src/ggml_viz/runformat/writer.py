@@ -25,10 +25,10 @@ from . import journal
 from .manifest import STATUS_COMPLETE, STATUS_INCOMPLETE, new_manifest, utc_now, write_manifest
 from .schema import (
     CAPTURES_FILE,
-    GPU_TABLES,
     GRAPH_TABLES,
     MANIFEST_FILE,
     PARQUET_SUFFIX,
+    SPARSE_TABLES,
     TABLES,
     stream_segment_name,
     stream_segments,
@@ -94,10 +94,10 @@ class RunWriter:
         self.run_dir = run_dir
         self.experiment_id = experiment_id
         self.manifest = manifest if manifest is not None else new_manifest(experiment_id)
-        self.rows: dict[str, int] = {table: 0 for table in TABLES if table not in GPU_TABLES}
+        self.rows: dict[str, int] = {table: 0 for table in TABLES if table not in SPARSE_TABLES}
         self._tables: dict[str, _OpenTable] = {}
         for table in TABLES:
-            if table not in GPU_TABLES:  # those begin with their first rows
+            if table not in SPARSE_TABLES:  # those begin with their first rows
                 self._tables[table] = self._open_segment(table, 0)
         self.graphs_per_batch = GRAPHS_PER_BATCH
         self._pending_rows: list[dict[str, Any]] = []
@@ -213,7 +213,7 @@ class RunWriter:
         self._tables.clear()
         if complete:
             for table in TABLES:
-                if table in GPU_TABLES and not stream_segments(self.run_dir, table):
+                if table in SPARSE_TABLES and not stream_segments(self.run_dir, table):
                     continue
                 kept = _stream_to_parquet(self.run_dir, table, keep_graphs)
                 self.rows[table] = kept

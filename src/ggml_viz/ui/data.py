@@ -155,6 +155,9 @@ class RunView:
         """A llama context by its number and backends; a plain program's scheduler (whisper.cpp
         has one for each part of its model) with what most of its graphs compute too."""
         contexts = {int(c.get("context_id", -1)): c for c in self.run.manifest.get("contexts") or []}
+        host = contexts.get(context, {}).get("host")
+        if host:  # a joined distributed run: a lane per host (ggml-viz join)
+            return f"{contexts[context].get('role', 'host')} {host} · {backends}"
         if contexts.get(context, {}).get("kind") != "ggml":
             return f"context {context} · {backends}"
         labels = self.graphs["structure_id"].iloc[rows].map(self.run.structure_labels).dropna()

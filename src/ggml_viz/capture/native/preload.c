@@ -28,6 +28,10 @@
  *       the legacy ggml files whisper.cpp reads): their byte layout, for the memory view
  *   ggml_is_empty                             ggml-cuda calls it once per node before computing
  *       it: where a traced compute's kernels come from (gpu/gpu_tracer.h)
+ *   ggml_backend_graph_compute                a graph computed on a backend without a scheduler
+ *       (ggml's RPC server, for each graph the head sends): a call of its own, read at the call
+ *   ggml_new_graph_custom                     a graph made: one computed where the last one was is new
+ *   connect, accept, send, recv               ggml's RPC protocol on the wire (preload_wire.c)
  *
  * A scheduler with a GPU backend gets no eval callback (with one, ggml-cuda gives up its
  * CUDA graphs and synchronizes per split): its graphs are read at the compute call, and on
@@ -56,6 +60,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,6 +93,8 @@ typedef bool (*batch_set_output_fn)(void *, int32_t, bool);
 
 /* What we interpose (defined below). */
 EXPORT int ggml_backend_sched_graph_compute(void *sched, void *graph);
+EXPORT int ggml_backend_graph_compute(void *backend, void *graph);
+EXPORT void *ggml_new_graph_custom(void *ctx, size_t size, bool grads);
 EXPORT int ggml_backend_sched_graph_compute_async(void *sched, void *graph);
 EXPORT void ggml_backend_sched_set_eval_callback(void *sched, eval_fn callback, void *user_data);
 EXPORT void ggml_backend_sched_free(void *sched);
@@ -183,6 +190,24 @@ static const ProgramCallback *recall_callback(int kind, void *key) {
 
 static void *write_when_idle(void *unused);
 static void flush_at_exit(void);
+static void end_on_signal(int signal_number);
+
+/* A program that a signal ends by default (a server stopped with Ctrl-C or SIGTERM: ggml's RPC
+   server) never runs its exit handlers. If everything it recorded is in the spool by then (it
+   was idle: the idle writer wrote it), the spool is closed as at exit and the run is complete;
+   the program still ends by that signal. A handler the program installs replaces this one. */
+static void end_runs_on_signals(void) {
+    static const int signals[] = {SIGINT, SIGTERM, SIGHUP};
+    for (size_t i = 0; i < sizeof signals / sizeof signals[0]; i++) {
+        struct sigaction current;
+        if (sigaction(signals[i], NULL, &current) != 0 || current.sa_handler != SIG_DFL) continue;
+        struct sigaction ours = {0};
+        ours.sa_handler = end_on_signal;
+        ours.sa_flags = (int)SA_RESETHAND; /* the signal's default action comes back before ours runs */
+        sigemptyset(&ours.sa_mask);
+        sigaction(signals[i], &ours, NULL);
+    }
+}
 
 /* The spool, its first frame, and what ends it at exit: at the start of a native program, with
    the first graph of a Python one. 0 recording, -1 not (claimed, or no spool). */
@@ -201,6 +226,7 @@ static int open_recording(void) {
     }
     write_start_frame();
     atexit(flush_at_exit);
+    if (!state.in_python) end_runs_on_signals();
     if (pthread_create(&state.idle_writer, NULL, write_when_idle, NULL) == 0) state.idle_writer_started = 1;
     if (state.verbose) say("recording pid %d to %s", (int)getpid(), state.spool_path);
     return 0;
@@ -281,8 +307,15 @@ static bool active(void) {
     return state.enabled;
 }
 
+bool preload_recording(void) {
+    /* a process without ggml (a tool a traced script runs) is left alone */
+    if (!state.enabled && !dlsym(RTLD_DEFAULT, "ggml_init")) return false;
+    return active() && state.spool_opened;
+}
+
 /* The entry of a llama context or a plain scheduler, made on first sight (NULL: not recording). */
-static Entry *entry_for(void *owner, int is_llama) {
+static Entry *entry_for(void *owner, int kind) {
+    int is_llama = kind == ENTRY_LLAMA;
     Entry *found = NULL, *made = NULL;
     if (open_recording() != 0) return NULL;
     pthread_mutex_lock(&state.lock);
@@ -294,6 +327,7 @@ static Entry *entry_for(void *owner, int is_llama) {
         if (made && recorder_init(&made->recorder, &state.layout, &api.recorder) == 0) {
             made->owner = owner;
             made->is_llama = is_llama;
+            made->is_backend = kind == ENTRY_BACKEND;
             made->live = 1;
             made->context_id = state.n_entries;
             pthread_mutex_init(&made->lock, NULL);
@@ -341,6 +375,7 @@ static void *write_when_idle(void *unused) {
     struct timespec pause = {0, 250000000L};
     while (!state.stopping) {
         nanosleep(&pause, NULL);
+        if (state.enabled) write_wire();
         pthread_mutex_lock(&state.lock);
         int n = state.n_entries;
         pthread_mutex_unlock(&state.lock);
@@ -376,7 +411,23 @@ static void flush_at_exit(void) {
         if (e->live && !e->in_call) flush_entry(e, 0);
     }
     if (state.enabled && gpu_finish()) write_gpu_take();
+    if (state.enabled) write_wire();
     if (state.enabled) write_end_frame();
+}
+
+static void end_on_signal(int signal_number) {
+    int saved = errno;
+    if (pthread_mutex_trylock(&state.lock) == 0) { /* no frame is being written */
+        int everything_written = state.enabled && wire_written();
+        for (int i = 0; i < state.n_entries; i++) {
+            Entry *e = state.entries[i];
+            everything_written &= !e->live || (!e->in_call && !e->unwritten && !e->on_cuda);
+        }
+        if (everything_written) write_end_frame_on_signal(signal_number);
+        pthread_mutex_unlock(&state.lock);
+    }
+    errno = saved;
+    raise(signal_number); /* now with its default action */
 }
 
 /* ---- our callbacks -------------------------------------------------------------------------- */
@@ -472,7 +523,12 @@ static void check_backends(Entry *e, void *sched) {
         e->on_gpu = 1;
         e->on_cuda |= name && strncmp(name, "CUDA", 4) == 0;
     }
-    if (e->on_gpu && !e->on_cuda) {
+    if (e->on_gpu && !e->on_cuda && !strncmp(e->gpu_name, "RPC", 3)) {
+        if (state.verbose) {
+            say("this program computes on %s: its nodes there are timed where they run (record the worker with "
+                "`ggml-viz run -- ggml-rpc-server ...`); here its graphs keep their graph times", e->gpu_name);
+        }
+    } else if (e->on_gpu && !e->on_cuda) {
         say("this program computes on %s: ggml-viz times GPU nodes on CUDA only (with CUPTI); its graphs keep "
             "their graph times", e->gpu_name);
     }
@@ -496,7 +552,7 @@ static int compute_graph(compute_fn original, void *sched, void *graph) {
     Entry *e = call_entry;
     bool own_call = !e;
     if (own_call) {
-        e = entry_for(sched, 0);
+        e = entry_for(sched, ENTRY_SCHEDULER);
         if (!e) return original(sched, graph);
         begin_call(e, NULL);
     }
@@ -528,6 +584,74 @@ EXPORT int ggml_backend_sched_graph_compute(void *sched, void *graph) {
 EXPORT int ggml_backend_sched_graph_compute_async(void *sched, void *graph) {
     ORIGINAL(ggml_backend_sched_graph_compute_async, compute_fn);
     return compute_graph(original_ggml_backend_sched_graph_compute_async, sched, graph);
+}
+
+/* ---- interposed: a graph computed on a backend, without a scheduler ------------------------ */
+
+/* Graphs made so far in this process: a program that builds a new graph in the memory of the
+   one before (ggml's RPC server does, for each graph the head sends) has it read again. */
+static uint64_t graphs_made;
+
+typedef void *(*new_graph_fn)(void *, size_t, bool);
+
+EXPORT void *ggml_new_graph_custom(void *ctx, size_t size, bool grads) {
+    ORIGINAL(ggml_new_graph_custom, new_graph_fn);
+    __atomic_add_fetch(&graphs_made, 1, __ATOMIC_RELAXED);
+    return original_ggml_new_graph_custom ? original_ggml_new_graph_custom(ctx, size, grads) : NULL;
+}
+
+/* Our abort callback on a CPU backend that computes graphs itself: its ticks time the nodes of
+   the graph read at the compute call. */
+static void time_backend_nodes(Entry *e, void *backend) {
+    ORIGINAL(ggml_backend_cpu_set_abort_callback, set_abort_fn);
+    if (state.sync_timing || state.detail_graph || !original_ggml_backend_cpu_set_abort_callback || e->abort_set[0]) {
+        return;
+    }
+    pthread_mutex_lock(&state.lock);
+    const ProgramCallback *theirs = recall_callback(ABORT_ON_BACKEND, backend);
+    if (theirs) recorder_chain_abort(&e->recorder, (abort_fn)theirs->function, theirs->data);
+    pthread_mutex_unlock(&state.lock);
+    original_ggml_backend_cpu_set_abort_callback(backend, recorder_abort_callback, &e->recorder);
+    e->abort_set[0] = backend;
+    recorder_hook_barriers();
+    e->recorder.tick_reads = 1;
+}
+
+/* A graph computed on a backend directly (ggml's RPC server computes each graph the head sends
+   so; so do small ggml programs): a call of its own, without tokens, its graph read at the call.
+   A CPU backend's nodes are timed by its ticks; a GPU's as on a scheduler. Calls made inside a
+   scheduler's or llama's compute are theirs. */
+static int compute_on_backend(compute_fn original, void *backend, void *graph) {
+    if (!original) return -1;
+    if (compute_depth > 0 || call_entry || !active() || !api.graph_n_nodes || !api.graph_node) {
+        return original(backend, graph);
+    }
+    Entry *e = entry_for(backend, ENTRY_BACKEND);
+    if (!e) return original(backend, graph);
+    begin_call(e, NULL);
+    if (!e->checked_sched) {
+        e->checked_sched = backend;
+        const char *name = api.backend_name ? api.backend_name(backend) : NULL;
+        snprintf(e->backend_name, sizeof e->backend_name, "%s", name ? name : "");
+        e->on_gpu = api.is_cpu && !api.is_cpu(backend);
+        e->on_cuda = e->on_gpu && name && strncmp(name, "CUDA", 4) == 0;
+        if (!e->on_gpu) time_backend_nodes(e, backend);
+    }
+    uint64_t made = __atomic_load_n(&graphs_made, __ATOMIC_RELAXED);
+    if (made != e->graphs_made_seen) e->recorder.graph_allocated = 1;
+    e->graphs_made_seen = made;
+    compute_depth++;
+    GraphAccess access = {api.graph_n_nodes, api.graph_node, state.layout.buffer_offset};
+    int status = compute_reading_graph(&e->recorder, (uint32_t)e->context_id, e->on_cuda, &access, original, backend,
+                                       graph);
+    compute_depth--;
+    end_call(e, status, NULL);
+    return status;
+}
+
+EXPORT int ggml_backend_graph_compute(void *backend, void *graph) {
+    ORIGINAL(ggml_backend_graph_compute, compute_fn);
+    return compute_on_backend(original_ggml_backend_graph_compute, backend, graph);
 }
 
 EXPORT void ggml_backend_sched_set_eval_callback(void *sched, eval_fn callback, void *user_data) {
@@ -600,7 +724,7 @@ EXPORT void ggml_backend_cpu_set_abort_callback(void *backend, abort_fn callback
 /* A llama call: the batch's tokens are copied, the graphs it computes are attributed to it. */
 static int32_t llama_call(void *ctx, const llama_batch_abi *batch, int32_t (*compute)(void *, const void *),
                           const void *argument) {
-    Entry *e = active() && !call_entry ? entry_for(ctx, 1) : NULL;
+    Entry *e = active() && !call_entry ? entry_for(ctx, ENTRY_LLAMA) : NULL;
     if (!e) return compute(ctx, argument);
     begin_call(e, batch);
     call_entry = e;

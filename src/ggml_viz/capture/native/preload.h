@@ -95,9 +95,10 @@ enum { MAX_ENTRIES = 64, MAX_BATCHES = 64, MAX_FILES = 16, MAX_CPU_BACKENDS = 8 
 
 /* One recorded context: a llama context (owner: its llama_context) or, in a plain ggml
    program, a backend scheduler (owner: the scheduler). */
+enum { ENTRY_SCHEDULER, ENTRY_LLAMA, ENTRY_BACKEND };
 typedef struct {
     void *owner;
-    int is_llama, context_id, live;
+    int is_llama, is_backend, context_id, live;
     Recorder recorder;
     pthread_mutex_t lock;  /* held by the thread in a call, and while writing */
     int in_call, unwritten;
@@ -110,6 +111,10 @@ typedef struct {
     void *checked_sched;   /* the scheduler the two below were worked out for */
     int on_gpu, on_cuda;
     char gpu_name[64];     /* its first GPU backend (CUDA0, Vulkan0, ...) */
+    /* A backend computing graphs itself (owner: the backend): its name, and the graphs made in
+       the process when it last computed (a new one since is read again). */
+    char backend_name[64];
+    uint64_t graphs_made_seen;
     Array frame;           /* the frame being built */
 } Entry;
 
@@ -166,6 +171,8 @@ extern State state;
 extern const char ggml_viz_preload_settings[];
 
 /* preload.c */
+/* Whether this process records to its spool now (a native program that computes with ggml). */
+bool preload_recording(void);
 void say(const char *format, ...) __attribute__((format(printf, 1, 2)));
 /* A function of the program's (ours: our own of that name, skipped): in the global scope, or
    in a library loaded into a local one (a Python extension's ggml). */
@@ -189,7 +196,12 @@ void write_start_frame(void);
 void describe_context(Entry *e);
 void write_entry(Entry *e);
 void write_end_frame(void);
+void write_end_frame_on_signal(int signal_number);
 void write_gpu_take(void);
 void write_untraced_note(const char *reason);
+
+/* preload_wire.c */
+void write_wire(void);
+bool wire_written(void); /* every message recorded is in the spool */
 
 #endif

@@ -235,7 +235,12 @@ static void add_meta(Array *t, const void *model, const char *key, const char *f
 void describe_context(Entry *e) {
     Array t;
     array_init(&t, 1);
-    text_add(&t, "{\"context_id\":%d,\"kind\":\"%s\"", e->context_id, e->is_llama ? "llama" : "ggml");
+    text_add(&t, "{\"context_id\":%d,\"kind\":\"%s\"", e->context_id,
+             e->is_llama ? "llama" : e->is_backend ? "backend" : "ggml");
+    if (e->is_backend) { /* a backend computing graphs itself: which */
+        text_add(&t, ",\"backend\":");
+        json_string(&t, api.backend_name ? api.backend_name(e->owner) : NULL);
+    }
     void *ctx = e->owner;
     if (e->is_llama) {
         text_add(&t, ",\"n_ctx\":%u,\"n_batch\":%u,\"n_ubatch\":%u,\"n_seq_max\":%u", api.n_ctx ? api.n_ctx(ctx) : 0,
@@ -377,6 +382,39 @@ void write_end_frame(void) {
     text_add(&t, "}");
     spool_frame(SPOOL_END, 0, t.items, t.count);
     array_free(&t);
+}
+
+/* The END frame of a program a signal ends (state.lock held, in the signal handler): its JSON is
+   put together by hand, without stdio (a handler may call only what is async-signal-safe). */
+static size_t put_number(char *out, long long value) {
+    char digits[24];
+    size_t n = 0, length = 0;
+    unsigned long long magnitude = value < 0 ? 0ULL - (unsigned long long)value : (unsigned long long)value;
+    do {
+        digits[n++] = (char)('0' + magnitude % 10);
+        magnitude /= 10;
+    } while (magnitude);
+    if (value < 0) out[length++] = '-';
+    while (n) out[length++] = digits[--n];
+    return length;
+}
+
+static size_t put_text(char *out, const char *text) {
+    size_t n = strlen(text);
+    memcpy(out, text, n);
+    return n;
+}
+
+void write_end_frame_on_signal(int signal_number) {
+    char json[160];
+    size_t n = put_text(json, "{\"end_ns\":");
+    n += put_number(json + n, (long long)now_ns());
+    n += put_text(json + n, ",\"contexts\":");
+    n += put_number(json + n, state.n_entries);
+    n += put_text(json + n, ",\"captures_skipped\":0,\"capture_bytes_skipped\":0,\"signal\":");
+    n += put_number(json + n, signal_number);
+    n += put_text(json + n, "}");
+    write_frame(SPOOL_END, 0, json, n);
 }
 
 /* A closed GPU trace window: its computes, node calls and CUPTI's records. */

@@ -695,7 +695,8 @@ static int on_ask(Recorder *r, uint64_t address) {
         memcpy(r->first_name, tensor + r->layout.name_offset, NAME_LEN);
         r->first_name[NAME_LEN - 1] = 0;
     }
-    if (!asked) { /* no callback will come for it: nothing to time or read */
+    if (!asked) { /* no callback will come for it: nothing to read; timed by ticks, if at all */
+        if (r->tick_reads && r->time_nodes && (!r->filtering || is_selected(r, tensor))) *flags |= NODE_SELECTED;
         *start = *end = 0;
         return 0;
     }
@@ -767,6 +768,7 @@ int recorder_read_graph(Recorder *r, void *graph, int n_nodes, void *(*node_at)(
     }
     r->reading_at_compute = 0;
     if (n_nodes > 0) ARRAY_AT(r->starts, int64_t, r->graph_first_node) = ARRAY_AT(r->ends, int64_t, r->graph_first_node) = start_ns;
+    if (n_nodes > 0 && r->tick_reads) ARRAY_AT(r->starts, int64_t, r->node_flags.count - 1) = start_ns; /* the split's last ask */
     return r->repeating && (size_t)n_nodes == r->previous_node_ptrs.count;
 failed:
     r->reading_at_compute = 0;
@@ -798,6 +800,12 @@ int recorder_repeat_graph(Recorder *r, void *graph, int n_nodes, void *(*node_at
     memset(&ARRAY_AT(r->ends, int64_t, first), 0, n * sizeof(int64_t));
     r->node_ptrs.count = r->node_flags.count = r->starts.count = r->ends.count = first + n;
     ARRAY_AT(r->starts, int64_t, first) = ARRAY_AT(r->ends, int64_t, first) = start_ns;
+    if (r->tick_reads) { /* timed by ticks as the graph it repeats was */
+        ARRAY_AT(r->starts, int64_t, first + n - 1) = start_ns;
+        for (size_t i = 0; i < n && i < r->previous_count; i++) {
+            if (r->previous_selection[i]) ARRAY_AT(r->node_flags, uint8_t, first + i) = NODE_SELECTED;
+        }
+    }
     for (size_t b = 0; b < r->previous_buffers.count; b++) { /* as a read describes them */
         if (describe_buffer(r, ARRAY_AT(r->previous_buffers, uint64_t, b)) != 0) goto failed;
     }

@@ -132,6 +132,7 @@ typedef struct {
     int mode;
     int time_nodes;
     int inline_timing; /* time nodes by the abort callback's ticks, not by answering the scheduler */
+    int tick_reads;    /* graphs read whole at their compute call are timed by ticks too (one split) */
     abort_fn chained_abort; /* the program's own abort callback, called from ours */
     void *chained_abort_data;
     /* values: statistics of every node's output, copies of some */

@@ -23,6 +23,9 @@
  *                  graphs of the SPOOL_TAKE that follows (recorder.h: weight_fingerprint)
  *   SPOOL_UNTRACED JSON: the process ran untraced (pid, argv, ggml_library, ggml_version, reason);
  *                  the only frame of its spool, written where it said so on stderr
+ *   SPOOL_CONNECTION JSON: a connection of ggml's RPC protocol (preload_wire.c): its number, this
+ *                  process's role on it (head, worker), its local and peer addresses, when it opened
+ *   SPOOL_WIRE     binary, WireRecord[]: the RPC messages that passed, whole, in order
  *
  * SPOOL_TAKE payload:
  *   uint64 n_calls, n_tokens, n_graphs, text_bytes
@@ -43,7 +46,7 @@
 #define SPOOL_MAGIC "GGVZSPL2"
 
 enum { SPOOL_START = 1, SPOOL_CONTEXT = 2, SPOOL_TAKE = 3, SPOOL_FAILED = 4, SPOOL_END = 5, SPOOL_GPU = 6,
-       SPOOL_WEIGHTS = 7, SPOOL_UNTRACED = 8 };
+       SPOOL_WEIGHTS = 7, SPOOL_UNTRACED = 8, SPOOL_CONNECTION = 9, SPOOL_WIRE = 10 };
 
 typedef struct {
     uint32_t kind;
@@ -57,5 +60,17 @@ typedef struct {
     int64_t start_ns, end_ns, boundary_ns, n_timed;
     uint64_t part_sizes[GRAPH_PARTS];
 } SpoolGraphHeader;
+
+/* One RPC message, as it passed this process (preload_wire.c). */
+typedef struct {
+    int64_t start_ns, end_ns; /* its first byte left (was sent) / arrived, its last byte passed */
+    uint64_t sequence;        /* the request's number on its connection (a response: its request's) */
+    uint64_t bytes;           /* on the wire, framing included */
+    uint64_t data_bytes;      /* tensor bytes it carries (SET_TENSOR, GET_TENSOR's response) */
+    uint64_t tensor_id;       /* the tensor it names: the head's address of it (0: none) */
+    uint32_t connection;      /* SPOOL_CONNECTION's number */
+    uint8_t command, is_response, sent, unused;
+    char name[64];            /* the tensor's name */
+} WireRecord;
 
 #endif

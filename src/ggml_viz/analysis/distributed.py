@@ -1,0 +1,693 @@
+"""One experiment across hosts: a head's run joined with the runs of its RPC workers.
+
+llama.cpp's distributed inference: `rpc-server` on each worker, `--rpc host:port` on the head,
+whose scheduler sends each split of a graph that runs on a worker as a graph of its own
+(GRAPH_COMPUTE, or GRAPH_RECOMPUTE when the worker still holds it), sets the split's inputs there
+(SET_TENSOR) and reads its results back (GET_TENSOR). Recorded with `ggml-viz run`, each side
+holds the protocol's messages as they passed it (`rpc_messages`, capture/rpc.py), numbered on
+their connection in the same order, and the worker holds each graph it computed, node by node.
+
+The join:
+- connections: a head's connection and a worker's are the same one when their addresses mirror
+  each other (the head's local address is the worker's peer); where none does (addresses
+  translated between the hosts), when their requests are the same commands of the same sizes;
+- clocks: the hosts' clocks differ by an offset θ (worker = head + θ). Every message bounds it:
+  a request reached the worker after the head began sending it (θ <= worker's first byte −
+  head's send), a response reached the head after the worker began sending it (θ >= worker's
+  send − head's first byte). The tightest bounds over every message are the interval θ lies in;
+  the offset used is its middle, and its half width the uncertainty (as NTP bounds a clock,
+  with every message of the run as a sample). Worker times are stated on the head's clock.
+- splits: each graph a worker computed follows the GRAPH_(RE)COMPUTE request it received last;
+  that request, found on the head by its number, lies in one of the head's graphs;
+- nodes: the worker's graph is the head's split, node for node: its nodes are matched to the
+  head graph's nodes of the same name, in order.
+
+`write_joined()` writes the experiment as one run (runformat/merge.py: the members' contexts
+side by side, a lane per host in the viewer, on the head's clock), the joined tables as Parquet
+beside it and a `join.json` naming the member runs (which stay where they are); `ggml-viz query`
+over the folder reads the joined tables with the member runs' own views.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .._errors import GgmlVizError
+from ..runformat.manifest import new_experiment_id
+from ..runformat.merge import MergeMember, merge_runs
+from ..runformat.reader import Run, open_run
+
+JOIN_FILE = "join.json"
+JOIN_FORMAT = "ggml-viz-join"
+JOIN_VERSION = 1
+JOINED_TABLES = ("hosts", "splits", "transfers", "remote_nodes")
+COMPUTE_COMMANDS = ("GRAPH_COMPUTE", "GRAPH_RECOMPUTE")
+
+
+@dataclass
+class ClockOffset:
+    """A worker's clock against the head's: worker time = head time + offset_ns."""
+
+    offset_ns: int
+    uncertainty_ns: int  # the offset lies within offset_ns ± uncertainty_ns
+    lower_ns: int  # the bounds the messages gave
+    upper_ns: int
+    messages: int  # messages both sides recorded, each one bound
+    consistent: bool  # the bounds did not cross (else: the clocks drifted, or a side is not the run it seems)
+    method: str = (
+        "message bounds: each request reached the worker after the head sent it, "
+        "each response the head after the worker sent it"
+    )
+
+
+@dataclass
+class Member:
+    run: Run
+    role: str  # head | worker
+    host: str  # the head: its machine's name; a worker: the address it serves on
+    pid: int | None
+    clock: ClockOffset | None = None
+    connections: dict[int, int] = field(default_factory=dict)  # worker's connection -> head's
+
+    @property
+    def offset(self) -> int:
+        return self.clock.offset_ns if self.clock else 0
+
+
+def _connections(run: Run) -> list[dict[str, Any]]:
+    return list((run.manifest.get("rpc") or {}).get("connections") or [])
+
+
+def _messages(run: Run) -> pd.DataFrame:
+    messages = run.raw("rpc_messages")
+    return messages.sort_values(["connection", "sequence", "is_response"], ignore_index=True)
+
+
+def _role(run: Run) -> str:
+    roles = {connection.get("role") for connection in _connections(run)}
+    if "head" in roles:
+        return "head"
+    if "worker" in roles:
+        return "worker"
+    raise GgmlVizError(
+        f"{run.path} holds no connection of ggml's RPC protocol: record the head and each worker with "
+        "`ggml-viz run` (the worker: `ggml-viz run -o worker.ggmlviz -- ggml-rpc-server ...`)"
+    )
+
+
+def _member(run: Run) -> Member:
+    role = _role(run)
+    program = run.manifest.get("program") or {}
+    if role == "worker":
+        served = sorted({c["local"] for c in _connections(run) if c.get("role") == "worker"})
+        host = ", ".join(served)
+    else:
+        host = (run.manifest.get("recorder") or {}).get("host") or "head"
+    return Member(run, role, host, program.get("pid"))
+
+
+def _request_signature(messages: pd.DataFrame, connection: int) -> tuple[tuple[str, int], ...]:
+    rows = messages[(messages["connection"] == connection) & ~messages["is_response"]]
+    return tuple(zip(rows["command"].tolist(), rows["bytes"].tolist(), strict=True))
+
+
+def match_connections(head: Run, worker: Run) -> dict[int, int]:
+    """The worker's connections that are the head's: {worker connection: head connection}."""
+    head_connections = [c for c in _connections(head) if c.get("role") == "head"]
+    matched: dict[int, int] = {}
+    for mine in _connections(worker):
+        for theirs in head_connections:
+            if mine.get("peer") == theirs.get("local") and mine.get("local") == theirs.get("peer"):
+                matched[int(mine["connection"])] = int(theirs["connection"])
+    unmatched = [c for c in _connections(worker) if int(c["connection"]) not in matched]
+    if not matched:  # the addresses were translated between the hosts: the same requests, then
+        head_messages, worker_messages = _messages(head), _messages(worker)
+        taken = set(matched.values())
+        signatures = {
+            int(c["connection"]): _request_signature(head_messages, int(c["connection"]))
+            for c in head_connections
+            if int(c["connection"]) not in taken
+        }
+        for mine in unmatched:
+            signature = _request_signature(worker_messages, int(mine["connection"]))
+            same = [number for number, theirs in signatures.items() if theirs == signature and signature]
+            if len(same) == 1:
+                matched[int(mine["connection"])] = same[0]
+                signatures.pop(same[0])
+    return matched
+
+
+def paired_messages(head: Run, worker: Run, connections: dict[int, int]) -> pd.DataFrame:
+    """Each message both sides recorded, once: the head's columns and the worker's (w_*)."""
+    head_messages = _messages(head)
+    worker_messages = _messages(worker)
+    worker_messages = worker_messages[worker_messages["connection"].isin(list(connections))].copy()
+    worker_messages["head_connection"] = worker_messages["connection"].map(connections)
+    pairs = head_messages.merge(
+        worker_messages[
+            ["head_connection", "connection", "sequence", "is_response", "command", "bytes", "start_ns", "end_ns"]
+        ].rename(
+            columns={
+                "connection": "w_connection",
+                "command": "w_command",
+                "bytes": "w_bytes",
+                "start_ns": "w_start_ns",
+                "end_ns": "w_end_ns",
+                "head_connection": "connection",
+            }
+        ),
+        on=["connection", "sequence", "is_response"],
+    )
+    return pairs[(pairs["command"] == pairs["w_command"]) & (pairs["bytes"] == pairs["w_bytes"])]
+
+
+def clock_offset(pairs: pd.DataFrame) -> ClockOffset | None:
+    """The worker's clock offset, bounded by every message both sides recorded (module doc)."""
+    if pairs.empty:
+        return None
+    difference = (pairs["w_start_ns"] - pairs["start_ns"]).to_numpy(np.int64)
+    response = pairs["is_response"].to_numpy(bool)
+    upper = int(difference[~response].min()) if (~response).any() else None
+    lower = int(difference[response].max()) if response.any() else None
+    if upper is None or lower is None:  # one direction only: no interval, the one bound
+        bound = upper if upper is not None else lower
+        assert bound is not None
+        return ClockOffset(bound, abs(bound), bound, bound, len(pairs), consistent=True)
+    consistent = lower <= upper
+    middle = (lower + upper) // 2
+    return ClockOffset(middle, abs(upper - lower) // 2, lower, upper, len(pairs), consistent)
+
+
+@dataclass
+class Joined:
+    """A head run and its workers' runs, joined."""
+
+    head: Member
+    workers: list[Member]
+    experiment_id: str
+    tables: dict[str, pd.DataFrame]
+
+    @property
+    def members(self) -> list[Member]:
+        return [self.head, *self.workers]
+
+
+def join_runs(runs: list[Run]) -> Joined:
+    members = [_member(run) for run in runs]
+    heads = [member for member in members if member.role == "head"]
+    if len(heads) != 1:
+        found = ", ".join(str(member.run.path) for member in heads) or "none"
+        raise GgmlVizError(f"a join needs exactly one head run (a program run with --rpc); found {found}")
+    head = heads[0]
+    workers = [member for member in members if member.role == "worker"]
+    if not workers:
+        raise GgmlVizError("a join needs the run of at least one worker (`ggml-viz run -- ggml-rpc-server ...`)")
+    transfers, splits, remote_nodes = [], [], []
+    head_graphs = head.run.graphs
+    for worker in workers:
+        worker.connections = match_connections(head.run, worker.run)
+        if not worker.connections:
+            raise GgmlVizError(
+                f"{worker.run.path} shares no connection with the head run {head.run.path}: "
+                "not a worker of that head, or recorded at another time"
+            )
+        pairs = paired_messages(head.run, worker.run, worker.connections)
+        worker.clock = clock_offset(pairs)
+        transfers.append(_transfers(pairs, worker, head_graphs))
+        worker_splits = _splits(head, worker, pairs)
+        splits.append(worker_splits)
+        remote_nodes.append(_remote_nodes(head.run, worker, worker_splits))
+    tables = {
+        "hosts": _hosts(head, workers),
+        "transfers": _concat(transfers),
+        "splits": _concat(splits),
+        "remote_nodes": _concat(remote_nodes),
+    }
+    return Joined(head, workers, new_experiment_id(), tables)
+
+
+def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    frames = [frame for frame in frames if not frame.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _head_graph_at(head_graphs: pd.DataFrame, times: np.ndarray) -> np.ndarray:
+    """The head graph whose call was running at each time (-1: none; the model's load, say)."""
+    if head_graphs.empty:
+        return np.full(len(times), -1)
+    graphs = head_graphs.sort_values("decode_start_ns")
+    starts = graphs["decode_start_ns"].to_numpy(np.int64)
+    ends = graphs["decode_end_ns"].to_numpy(np.int64)
+    at = np.searchsorted(starts, times, side="right") - 1
+    inside = (at >= 0) & (times <= ends[np.maximum(at, 0)])
+    return np.where(inside, graphs["graph_id"].to_numpy()[np.maximum(at, 0)], -1)
+
+
+def _transfers(pairs: pd.DataFrame, worker: Member, head_graphs: pd.DataFrame) -> pd.DataFrame:
+    """Each message on the wire: sent and received, on the head's clock."""
+    offset = worker.offset
+    to_worker = ~pairs["is_response"]
+    worker_start = pairs["w_start_ns"] - offset
+    worker_end = pairs["w_end_ns"] - offset
+    sent = np.where(to_worker, pairs["start_ns"], worker_start)
+    received = np.where(to_worker, worker_end, pairs["end_ns"])
+    return pd.DataFrame(
+        {
+            "host": worker.host,
+            "worker_run": worker.run.path.name,
+            "connection": pairs["connection"].to_numpy(),
+            "sequence": pairs["sequence"].to_numpy(),
+            "command": pairs["command"].to_numpy(),
+            "direction": np.where(to_worker, "to_worker", "to_head"),
+            "bytes": pairs["bytes"].to_numpy(),
+            "data_bytes": pairs["data_bytes"].to_numpy(),
+            "tensor_name": pairs["tensor_name"].to_numpy(),
+            # from its first byte sent to its last byte read by the receiver (which reads a request only
+            # once it is done with the one before: a worker computing holds the next request unread)
+            "sent_ns": sent,
+            "received_ns": received,
+            "latency_ns": received - sent,
+            "head_graph_id": _head_graph_at(head_graphs, pairs["start_ns"].to_numpy(np.int64)),
+        }
+    )
+
+
+def _splits(head: Member, worker: Member, pairs: pd.DataFrame) -> pd.DataFrame:
+    """Each graph the worker computed: the compute request it followed, the head graph that sent
+    it, the head's wait for its results, the bytes each way."""
+    graphs = worker.run.graphs.sort_values("start_ns", ignore_index=True)
+    computes = pairs[pairs["command"].isin(COMPUTE_COMMANDS) & ~pairs["is_response"]].sort_values("w_end_ns")
+    if graphs.empty or computes.empty:
+        return pd.DataFrame()
+    received = computes["w_end_ns"].to_numpy(np.int64)
+    at = np.searchsorted(received, graphs["decode_start_ns"].to_numpy(np.int64), side="right") - 1
+    graphs = graphs[at >= 0].assign(compute=at[at >= 0])
+    graphs = graphs.drop_duplicates("compute", keep="first")  # one graph per request
+    request = computes.iloc[graphs["compute"].to_numpy()].reset_index(drop=True)
+    offset = worker.offset
+    rows = pd.DataFrame(
+        {
+            "host": worker.host,
+            "worker_run": worker.run.path.name,
+            "worker_graph_id": graphs["graph_id"].to_numpy(),
+            "connection": request["connection"].to_numpy(),
+            "sequence": request["sequence"].to_numpy(),
+            "command": request["command"].to_numpy(),
+            "head_graph_id": _head_graph_at(head.run.graphs, request["start_ns"].to_numpy(np.int64)),
+            "sent_ns": request["start_ns"].to_numpy(),
+            "compute_start_ns": graphs["start_ns"].to_numpy() - offset,
+            "compute_end_ns": graphs["end_ns"].to_numpy() - offset,
+            "n_nodes": graphs["n_nodes"].to_numpy(),
+        }
+    )
+    rows["compute_ns"] = rows["compute_end_ns"] - rows["compute_start_ns"]
+    # The head's wait: from sending the compute request to the end of the first response after
+    # it on that connection (the split's results: GET_TENSOR); offset-free, both on the head.
+    answers = pairs[pairs["is_response"]].sort_values(["connection", "sequence"])
+    waits, to_worker, to_head = [], [], []
+    for row in rows.itertuples():
+        later = answers[(answers["connection"] == row.connection) & (answers["sequence"] > row.sequence)]
+        waits.append(int(later["end_ns"].iloc[0]) - int(row.sent_ns) if not later.empty else -1)
+        window = pairs[(pairs["connection"] == row.connection) & (pairs["sequence"] <= row.sequence)]
+        previous = rows[(rows["connection"] == row.connection) & (rows["sequence"] < row.sequence)]
+        since = int(previous["sequence"].max()) if not previous.empty else -1
+        inputs = window[(window["sequence"] > since) & ~window["is_response"]]
+        to_worker.append(int(inputs["bytes"].sum()))
+        next_compute = rows[(rows["connection"] == row.connection) & (rows["sequence"] > row.sequence)]
+        until = int(next_compute["sequence"].min()) if not next_compute.empty else np.iinfo(np.int64).max
+        results = pairs[
+            (pairs["connection"] == row.connection)
+            & pairs["is_response"]
+            & (pairs["sequence"] > row.sequence)
+            & (pairs["sequence"] < until)
+        ]
+        to_head.append(int(results["bytes"].sum()))
+    rows["head_wait_ns"] = waits
+    rows["bytes_to_worker"] = to_worker  # its inputs and the graph (or the recompute request)
+    rows["bytes_to_head"] = to_head  # its results
+    return rows
+
+
+def _remote_nodes(head: Run, worker: Member, splits: pd.DataFrame) -> pd.DataFrame:
+    """Each node a worker computed for the head, with its time there (on the head's clock) and
+    the head graph's node it is (matched by name, in order)."""
+    if splits.empty:
+        return pd.DataFrame()
+    worker_nodes = worker.run.nodes_of(splits["worker_graph_id"].unique())
+    head_nodes = head.nodes_of(splits["head_graph_id"][splits["head_graph_id"] >= 0].unique(), times=False)
+    head_by_graph = {graph: nodes.sort_values("node_index") for graph, nodes in head_nodes.groupby("graph_id")}
+    worker_by_graph = {graph: nodes.sort_values("node_index") for graph, nodes in worker_nodes.groupby("graph_id")}
+    frames = []
+    for split in splits.itertuples():
+        nodes = worker_by_graph.get(split.worker_graph_id)
+        if nodes is None:
+            continue
+        theirs = head_by_graph.get(split.head_graph_id)
+        head_index = _match_in_order(nodes["name"].tolist(), theirs["name"].tolist() if theirs is not None else [])
+        head_node_index = (
+            [int(theirs["node_index"].iloc[i]) if i >= 0 else -1 for i in head_index]
+            if theirs is not None
+            else [-1] * len(nodes)
+        )
+        frames.append(
+            pd.DataFrame(
+                {
+                    "host": worker.host,
+                    "worker_run": worker.run.path.name,
+                    "head_graph_id": split.head_graph_id,
+                    "head_node_index": head_node_index,
+                    "worker_graph_id": split.worker_graph_id,
+                    "worker_node_index": nodes["node_index"].to_numpy(),
+                    "name": nodes["name"].to_numpy(),
+                    "op": nodes["op"].to_numpy(),
+                    "start_ns": nodes["start_ns"].to_numpy(dtype="float") - worker.offset,
+                    "end_ns": nodes["end_ns"].to_numpy(dtype="float") - worker.offset,
+                    "duration_ns": nodes["duration_ns"].to_numpy(dtype="float")
+                    if "duration_ns" in nodes
+                    else (nodes["end_ns"] - nodes["start_ns"]).to_numpy(dtype="float"),
+                }
+            )
+        )
+    out = _concat(frames)
+    for column in ("start_ns", "end_ns", "duration_ns"):
+        if column in out:
+            out[column] = out[column].round().astype("Int64")
+    return out
+
+
+def _match_in_order(names: list[str], candidates: list[str]) -> list[int]:
+    """For each name, the position of the next candidate of that name after the last match (-1: none)."""
+    positions: dict[str, list[int]] = {}
+    for position, name in enumerate(candidates):
+        positions.setdefault(name, []).append(position)
+    matched, after = [], -1
+    for name in names:
+        found = next((p for p in positions.get(name, ()) if p > after), -1)
+        matched.append(found)
+        after = found if found >= 0 else after
+    return matched
+
+
+def _hosts(head: Member, workers: list[Member]) -> pd.DataFrame:
+    rows = []
+    for member in [head, *workers]:
+        graphs = member.run.graphs
+        clock = member.clock
+        rows.append(
+            {
+                "host": member.host,
+                "role": member.role,
+                "run": member.run.path.name,
+                "path": str(member.run.path),
+                "pid": member.pid,
+                "status": member.run.status,
+                "graphs": len(graphs),
+                "busy_ns": int((graphs["end_ns"] - graphs["start_ns"]).sum()) if len(graphs) else 0,
+                "clock_offset_ns": clock.offset_ns if clock else 0,
+                "clock_uncertainty_ns": clock.uncertainty_ns if clock else 0,
+                "clock_messages": clock.messages if clock else 0,
+                "clock_consistent": clock.consistent if clock else True,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+# ---- summary ---------------------------------------------------------------------------------
+
+
+def summarize_joined(joined: Joined) -> dict[str, Any]:
+    """Where the time went across hosts: compute per host, the wire, the head's waits, the slowest worker."""
+    hosts = joined.tables["hosts"]
+    splits = joined.tables["splits"]
+    transfers = joined.tables["transfers"]
+    remote = joined.tables["remote_nodes"]
+    head_graphs = joined.head.run.graphs
+    head_time = int((head_graphs["decode_end_ns"] - head_graphs["decode_start_ns"]).sum()) if len(head_graphs) else 0
+    in_graphs = transfers[transfers["head_graph_id"] >= 0] if not transfers.empty else transfers
+    per_host = []
+    for row in hosts.itertuples():
+        mine = splits[splits["host"] == row.host] if not splits.empty else splits
+        per_host.append(
+            {
+                "host": row.host,
+                "role": row.role,
+                "run": row.run,
+                "status": row.status,
+                "graphs": int(row.graphs),
+                "compute_ns": int(mine["compute_ns"].sum())
+                if not mine.empty
+                else (head_time if row.role == "head" else 0),
+                "head_wait_ns": int(mine["head_wait_ns"].clip(lower=0).sum()) if not mine.empty else 0,
+                "clock_offset_ns": int(row.clock_offset_ns),
+                "clock_uncertainty_ns": int(row.clock_uncertainty_ns),
+                "clock_consistent": bool(row.clock_consistent),
+            }
+        )
+    workers = [host for host in per_host if host["role"] == "worker"]
+    wait = int(splits["head_wait_ns"].clip(lower=0).sum()) if not splits.empty else 0
+    compute = int(splits["compute_ns"].sum()) if not splits.empty else 0
+    timed = int(remote["duration_ns"].notna().sum()) if not remote.empty else 0
+    matched = int((remote["head_node_index"] >= 0).sum()) if not remote.empty else 0
+    return {
+        "experiment_id": joined.experiment_id,
+        "head": {"run": joined.head.run.path.name, "graphs": len(head_graphs), "time_ns": head_time},
+        "hosts": per_host,
+        "wire": {
+            "messages": len(transfers),
+            "bytes": int(transfers["bytes"].sum()) if len(transfers) else 0,
+            "bytes_during_graphs": int(in_graphs["bytes"].sum()) if len(in_graphs) else 0,
+            "tensor_bytes_during_graphs": int(in_graphs["data_bytes"].sum()) if len(in_graphs) else 0,
+            # what the head waited beyond its workers' compute: the wire and the protocol's handling
+            "time_ns": max(int(splits["head_wait_ns"].clip(lower=0).sum()) - int(splits["compute_ns"].sum()), 0)
+            if not splits.empty
+            else 0,
+        },
+        "splits": len(splits),
+        "remote_compute_ns": compute,
+        "head_wait_ns": wait,
+        "head_idle_share": wait / head_time if head_time else None,
+        "slowest_worker": max(workers, key=lambda host: host["compute_ns"])["host"] if workers else None,
+        "remote_nodes": {"nodes": len(remote), "timed": timed, "matched_to_head": matched},
+    }
+
+
+def render_joined(summary: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    head = summary["head"]
+    console.print(
+        f"[bold]distributed run[/] {summary['experiment_id']}: head {head['run']}, "
+        f"{head['graphs']} graphs, {head['time_ns'] / 1e6:.2f} ms in llama calls"
+    )
+    table = Table("host", "role", "run", "graphs", "compute", "head waited", "clock offset", "status")
+    for host in summary["hosts"]:
+        offset = (
+            (
+                f"{host['clock_offset_ns'] / 1e3:+.1f} ± {host['clock_uncertainty_ns'] / 1e3:.1f} µs"
+                + ("" if host["clock_consistent"] else " (bounds crossed)")
+            )
+            if host["role"] == "worker"
+            else "—"
+        )
+        table.add_row(
+            host["host"],
+            host["role"],
+            host["run"],
+            str(host["graphs"]),
+            f"{host['compute_ns'] / 1e6:.2f} ms",
+            f"{host['head_wait_ns'] / 1e6:.2f} ms" if host["role"] == "worker" else "—",
+            offset,
+            host["status"],
+        )
+    console.print(table)
+    wire = summary["wire"]
+    console.print(
+        f"wire: {wire['messages']} messages, {wire['bytes'] / 2**20:.2f} MiB in all (the model's upload "
+        f"included); during graphs {wire['bytes_during_graphs'] / 2**10:.1f} KiB "
+        f"({wire['tensor_bytes_during_graphs'] / 2**10:.1f} KiB of tensors)"
+    )
+    share = summary["head_idle_share"]
+    console.print(
+        f"head waited for its workers {summary['head_wait_ns'] / 1e6:.2f} ms"
+        + (f" ({share:.0%} of its time in llama calls)" if share is not None else "")
+        + f"; beyond their compute (the wire, the protocol): {wire['time_ns'] / 1e6:.2f} ms"
+    )
+    nodes = summary["remote_nodes"]
+    console.print(
+        f"remote nodes: {nodes['nodes']} ({nodes['timed']} timed on their worker, "
+        f"{nodes['matched_to_head']} matched to the head's graph); slowest worker: {summary['slowest_worker']}"
+    )
+
+
+# ---- the joined folder ------------------------------------------------------------------------
+
+
+def write_joined(joined: Joined, output: Path) -> None:
+    """The experiment as one run (the members merged, a context per host, every time on the
+    head's clock: what the viewer and the exports open), the joined tables as Parquet beside it,
+    and join.json naming the member runs (which stay where they are)."""
+    if output.exists() and not is_joined(output):
+        raise GgmlVizError(f"{output} exists and is not a joined experiment: give the joined experiment a new folder")
+    if output.exists():  # an earlier join of these runs, say: replaced
+        shutil.rmtree(output)
+    splits = joined.tables["splits"]
+    # a worker's graphs for this head (it may have served others before or after)
+    served = (
+        {host: set(rows["worker_graph_id"].tolist()) for host, rows in splits.groupby("host")} if len(splits) else {}
+    )
+    merge_runs([MergeMember(member.run, member.offset, {"host": member.host, "role": member.role},
+                            served.get(member.host, set()) if member.role == "worker" else None)
+                for member in joined.members], output, joined.experiment_id,
+               distributed={"join": JOIN_FILE, "hosts": [m.host for m in joined.members]})  # fmt: skip
+    for name, table in joined.tables.items():
+        table.to_parquet(output / f"{name}.parquet", index=False)
+    description = {
+        "format": JOIN_FORMAT,
+        "version": JOIN_VERSION,
+        "experiment_id": joined.experiment_id,
+        "members": [
+            {
+                "role": member.role,
+                "host": member.host,
+                "pid": member.pid,
+                "run_experiment_id": member.run.experiment_id,
+                "path": os.path.relpath(member.run.path.resolve(), output.resolve()),
+                "status": member.run.status,
+                "clock": asdict(member.clock) if member.clock else None,
+            }
+            for member in joined.members
+        ],
+        "summary": summarize_joined(joined),
+    }
+    (output / JOIN_FILE).write_text(json.dumps(description, indent=1, default=str))
+
+
+def is_joined(path: Path) -> bool:
+    return (path / JOIN_FILE).is_file()
+
+
+def open_joined(path: Path) -> tuple[dict[str, Any], list[Run], dict[str, pd.DataFrame]]:
+    """A joined folder: its description, its member runs, its tables."""
+    try:
+        description = json.loads((path / JOIN_FILE).read_text())
+    except (OSError, ValueError) as error:
+        raise GgmlVizError(f"{path / JOIN_FILE} cannot be read: {error}") from None
+    if description.get("format") != JOIN_FORMAT:
+        raise GgmlVizError(f"{path} is not a joined ggml-viz experiment")
+    runs = [open_run((path / member["path"]).resolve()) for member in description["members"]]
+    tables = {
+        name: pd.read_parquet(path / f"{name}.parquet") for name in JOINED_TABLES if (path / f"{name}.parquet").exists()
+    }
+    return description, runs, tables
+
+
+# ---- one trace across hosts -------------------------------------------------------------------
+
+
+def chrome_trace(joined: Joined, *, nodes: bool = True) -> dict[str, Any]:
+    """A Chrome/Perfetto JSON trace: a process per host, all on the head's clock. The head: its
+    graphs and, per split, its wait for the worker; each worker: its graphs and nodes; the wire:
+    a track per worker connection with each message from sent to received."""
+    events: list[dict[str, Any]] = []
+    origin = int(joined.head.run.graphs["decode_start_ns"].min()) if len(joined.head.run.graphs) else 0
+
+    def us(ns: Any) -> float:
+        return (int(ns) - origin) / 1e3
+
+    def process(pid: int, name: str) -> None:
+        events.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": name}})
+
+    process(1, f"head {joined.head.host} ({joined.head.run.path.name})")
+    for graph in joined.head.run.graphs.itertuples():
+        events.append(
+            {
+                "ph": "X",
+                "pid": 1,
+                "tid": 1,
+                "name": f"graph {graph.graph_id} ({graph.phase})",
+                "ts": us(graph.decode_start_ns),
+                "dur": (graph.decode_end_ns - graph.decode_start_ns) / 1e3,
+                "args": {"graph_id": graph.graph_id, "n_tokens": graph.n_tokens},
+            }
+        )
+    splits = joined.tables["splits"]
+    for split in splits.itertuples() if not splits.empty else ():
+        if split.head_wait_ns >= 0:
+            events.append(
+                {
+                    "ph": "X",
+                    "pid": 1,
+                    "tid": 2,
+                    "name": f"waits for {split.host}",
+                    "ts": us(split.sent_ns),
+                    "dur": split.head_wait_ns / 1e3,
+                    "args": {"worker_graph_id": split.worker_graph_id, "command": split.command},
+                }
+            )
+    remote = joined.tables["remote_nodes"]
+    transfers = joined.tables["transfers"]
+    for number, worker in enumerate(joined.workers, start=2):
+        offset = worker.offset
+        process(number, f"worker {worker.host} ({worker.run.path.name})")
+        for graph in worker.run.graphs.itertuples():
+            events.append(
+                {
+                    "ph": "X",
+                    "pid": number,
+                    "tid": 1,
+                    "name": f"graph {graph.graph_id}",
+                    "ts": us(graph.start_ns - offset),
+                    "dur": (graph.end_ns - graph.start_ns) / 1e3,
+                }
+            )
+        mine = remote[(remote["host"] == worker.host) & remote["start_ns"].notna()] if nodes and len(remote) else None
+        for node in mine.itertuples() if mine is not None else ():
+            events.append(
+                {
+                    "ph": "X",
+                    "pid": number,
+                    "tid": 1,
+                    "name": node.op,
+                    "ts": us(node.start_ns),
+                    "dur": max(int(node.duration_ns), 0) / 1e3,
+                    "args": {
+                        "name": node.name,
+                        "head_graph_id": node.head_graph_id,
+                        "head_node_index": node.head_node_index,
+                    },
+                }
+            )
+        wire = transfers[transfers["host"] == worker.host] if len(transfers) else None
+        for message in wire.itertuples() if wire is not None else ():
+            events.append(
+                {
+                    "ph": "X",
+                    "pid": number,
+                    "tid": 2,
+                    "name": message.command,
+                    "ts": us(message.sent_ns),
+                    "dur": max(int(message.latency_ns), 0) / 1e3,
+                    "args": {"bytes": message.bytes, "direction": message.direction, "tensor": message.tensor_name},
+                }
+            )
+        events.append({"ph": "M", "name": "thread_name", "pid": number, "tid": 2, "args": {"name": "wire"}})
+    events.append({"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args": {"name": "waiting for workers"}})
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ns",
+        "metadata": {
+            "experiment_id": joined.experiment_id,
+            "clock": "the head's monotonic clock",
+            "offsets": {w.host: asdict(w.clock) if w.clock else None for w in joined.workers},
+        },
+    }
