@@ -115,10 +115,11 @@ system-packages:
 # files: taken from the llama.cpp source the libraries are built from, kept outside the checkout.
 LLAMA_VOCABS := $(GGML_VIZ_CACHE)/llama-vocab-$(LLAMA_CPP_VERSION)
 
-$(LLAMA_VOCABS): $(LLAMA_CPP)/libraries.done
+# The same files for every build of one llama.cpp version: a build made later does not redo them.
+$(LLAMA_VOCABS): | $(LLAMA_CPP)/libraries.done
 	rm -rf $@.partial && mkdir -p $@.partial
 	cp $(LLAMA_CPP)/src/*/vendor/llama.cpp/models/ggml-vocab-*.gguf $@.partial/
-	mv $@.partial $@
+	rm -rf $@ && mv $@.partial $@
 
 test: setup system-packages lint $(LLAMA_VOCABS)
 	$(PY) -m pytest --cov --cov-report=term

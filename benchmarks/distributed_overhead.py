@@ -7,7 +7,8 @@ Each round starts its two workers (untraced, or each under `ggml-viz run`), runs
 stops the workers and, traced, waits for their runs to be written. The machine's cores are shared
 by the head, both workers and what `ggml-viz run` does meanwhile (the collectors reading the
 spools): one thread each for the head and the workers. Prints each pair and the median
-untraced/traced rate ratio (above 1: recording slows the distributed inference down).
+untraced/traced rate ratio (above 1: recording slows the distributed inference down), and what
+joining each traced round's three runs took (`ggml-viz join`: matching, offsets, the merged run).
 
     python benchmarks/distributed_overhead.py                 # 7 pairs, 128 tokens
     python benchmarks/distributed_overhead.py --pairs 11 --tokens 256
@@ -70,6 +71,21 @@ def start_workers(folder: Path | None, count: int) -> tuple[list[subprocess.Pope
     return processes, ports
 
 
+JOIN_SECONDS: list[tuple[float, int, int]] = []  # per traced round: seconds, head graphs, remote nodes
+
+
+def join_round(folder: Path) -> None:
+    """Join a traced round's runs, timed."""
+    import ggml_viz
+    from ggml_viz.analysis.distributed import join_runs, write_joined
+
+    start = time.perf_counter()
+    runs = [ggml_viz.open(folder / name) for name in ("head.ggmlviz", "w0.ggmlviz", "w1.ggmlviz")]
+    joined = join_runs(runs)
+    write_joined(joined, folder / "joined")
+    JOIN_SECONDS.append((time.perf_counter() - start, len(runs[0].graphs), len(joined.tables["remote_nodes"])))
+
+
 def one_round(model: str, tokens: int, traced: bool) -> float:
     with tempfile.TemporaryDirectory() as folder_name:
         folder = Path(folder_name)
@@ -88,6 +104,8 @@ def one_round(model: str, tokens: int, traced: bool) -> float:
                 worker.wait(timeout=120)
         if done.returncode != 0:
             sys.exit(f"the head failed ({done.returncode}): {done.stderr[-2000:]}")
+        if traced:
+            join_round(folder)
         match = re.search(r"\beval time =.*?([\d.]+) tokens per second", done.stderr)
         if not match:
             sys.exit("llama-completion printed no eval rate")
@@ -110,6 +128,8 @@ def main() -> None:
         print(f"pair {index + 1}: untraced {rates[False]:.1f} tok/s, traced {rates[True]:.1f} tok/s, "
               f"ratio {ratios[-1]:.3f}", flush=True)  # fmt: skip
     quartiles = statistics.quantiles(ratios, n=4) if len(ratios) >= 2 else [ratios[0]] * 3
+    seconds, graphs, nodes = (statistics.median(values) for values in zip(*JOIN_SECONDS, strict=True))
+    print(f"join: median {seconds:.2f} s for {graphs:.0f} head graphs and {nodes:.0f} remote nodes")
     print(f"median untraced/traced eval rate: {statistics.median(ratios):.3f} "
           f"(quartiles {quartiles[0]:.3f}..{quartiles[2]:.3f}, {len(ratios)} pairs)")  # fmt: skip
 

@@ -309,78 +309,115 @@ def _splits(head: Member, worker: Member, pairs: pd.DataFrame) -> pd.DataFrame:
         }
     )
     rows["compute_ns"] = rows["compute_end_ns"] - rows["compute_start_ns"]
-    # The head's wait: from sending the compute request to the end of the first response after
-    # it on that connection (the split's results: GET_TENSOR); offset-free, both on the head.
-    answers = pairs[pairs["is_response"]].sort_values(["connection", "sequence"])
-    waits, to_worker, to_head = [], [], []
-    for row in rows.itertuples():
-        later = answers[(answers["connection"] == row.connection) & (answers["sequence"] > row.sequence)]
-        waits.append(int(later["end_ns"].iloc[0]) - int(row.sent_ns) if not later.empty else -1)
-        window = pairs[(pairs["connection"] == row.connection) & (pairs["sequence"] <= row.sequence)]
-        previous = rows[(rows["connection"] == row.connection) & (rows["sequence"] < row.sequence)]
-        since = int(previous["sequence"].max()) if not previous.empty else -1
-        inputs = window[(window["sequence"] > since) & ~window["is_response"]]
-        to_worker.append(int(inputs["bytes"].sum()))
-        next_compute = rows[(rows["connection"] == row.connection) & (rows["sequence"] > row.sequence)]
-        until = int(next_compute["sequence"].min()) if not next_compute.empty else np.iinfo(np.int64).max
-        results = pairs[
-            (pairs["connection"] == row.connection)
-            & pairs["is_response"]
-            & (pairs["sequence"] > row.sequence)
-            & (pairs["sequence"] < until)
-        ]
-        to_head.append(int(results["bytes"].sum()))
-    rows["head_wait_ns"] = waits
-    rows["bytes_to_worker"] = to_worker  # its inputs and the graph (or the recompute request)
-    rows["bytes_to_head"] = to_head  # its results
+    rows["head_wait_ns"] = -1
+    rows["bytes_to_worker"] = 0  # its inputs and the graph (or the recompute request)
+    rows["bytes_to_head"] = 0  # its results
+    for connection, mine in rows.groupby("connection"):  # per connection, in request order
+        on_it = pairs[pairs["connection"] == connection]
+        requests = on_it[~on_it["is_response"]].sort_values("sequence")
+        answers = on_it[on_it["is_response"]].sort_values("sequence")
+        sequence = mine["sequence"].to_numpy(np.int64)
+        order = np.argsort(sequence)
+        sequence = sequence[order]
+        previous = np.concatenate(([-1], sequence[:-1]))
+        following = np.concatenate((sequence[1:], [np.iinfo(np.int64).max]))
+        # The head's wait: from sending the compute request to the end of the first response
+        # after it (the split's results: GET_TENSOR); offset-free, both times the head's.
+        answer_sequence = answers["sequence"].to_numpy(np.int64)
+        first = np.searchsorted(answer_sequence, sequence, side="right")
+        answer_end = np.concatenate((answers["end_ns"].to_numpy(np.int64), [0]))
+        sent = mine["sent_ns"].to_numpy(np.int64)[order]
+        wait = np.where(first < len(answer_sequence), answer_end[first] - sent, -1)
+        to_worker = _sum_between(requests, previous, sequence, closed_above=True)
+        to_head = _sum_between(answers, sequence, following, closed_above=False)
+        index = mine.index.to_numpy()[order]
+        rows.loc[index, "head_wait_ns"] = wait
+        rows.loc[index, "bytes_to_worker"] = to_worker
+        rows.loc[index, "bytes_to_head"] = to_head
     return rows
+
+
+def _sum_between(messages: pd.DataFrame, above: np.ndarray, below: np.ndarray, *, closed_above: bool) -> np.ndarray:
+    """Per pair, the bytes of the messages (sorted by sequence) with above < sequence < below
+    (<= below where closed_above)."""
+    sequence = messages["sequence"].to_numpy(np.int64)
+    total = np.concatenate(([0], np.cumsum(messages["bytes"].to_numpy(np.int64))))
+    low = np.searchsorted(sequence, above, side="right")
+    high = np.searchsorted(sequence, below, side="right" if closed_above else "left")
+    return total[high] - total[np.minimum(low, high)]
 
 
 def _remote_nodes(head: Run, worker: Member, splits: pd.DataFrame) -> pd.DataFrame:
     """Each node a worker computed for the head, with its time there (on the head's clock) and
-    the head graph's node it is (matched by name, in order)."""
+    the head graph's node it is (matched by name, in order). The matching depends only on the
+    two graphs' structures: it is worked out once per pair of structures."""
     if splits.empty:
         return pd.DataFrame()
-    worker_nodes = worker.run.nodes_of(splits["worker_graph_id"].unique())
-    head_nodes = head.nodes_of(splits["head_graph_id"][splits["head_graph_id"] >= 0].unique(), times=False)
-    head_by_graph = {graph: nodes.sort_values("node_index") for graph, nodes in head_nodes.groupby("graph_id")}
-    worker_by_graph = {graph: nodes.sort_values("node_index") for graph, nodes in worker_nodes.groupby("graph_id")}
-    frames = []
-    for split in splits.itertuples():
-        nodes = worker_by_graph.get(split.worker_graph_id)
-        if nodes is None:
+    structure_of_worker = worker.run.graphs.set_index("graph_id")["structure_id"]
+    structure_of_head = head.graphs.set_index("graph_id")["structure_id"]
+    pairs = pd.DataFrame(
+        {
+            "worker_graph_id": splits["worker_graph_id"].to_numpy(),
+            "head_graph_id": splits["head_graph_id"].to_numpy(),
+            "worker_structure": splits["worker_graph_id"].map(structure_of_worker).to_numpy(),
+            "head_structure": splits["head_graph_id"].map(structure_of_head).fillna(-1).astype(np.int64).to_numpy(),
+        }
+    )
+    worker_nodes = _structure_nodes(worker.run)
+    head_nodes = _structure_nodes(head)
+    mappings = []
+    for (worker_structure, head_structure), _ in pairs.groupby(["worker_structure", "head_structure"]):
+        mine = worker_nodes.get(worker_structure)
+        if mine is None:
             continue
-        theirs = head_by_graph.get(split.head_graph_id)
-        head_index = _match_in_order(nodes["name"].tolist(), theirs["name"].tolist() if theirs is not None else [])
-        head_node_index = (
-            [int(theirs["node_index"].iloc[i]) if i >= 0 else -1 for i in head_index]
-            if theirs is not None
-            else [-1] * len(nodes)
-        )
-        frames.append(
-            pd.DataFrame(
-                {
-                    "host": worker.host,
-                    "worker_run": worker.run.path.name,
-                    "head_graph_id": split.head_graph_id,
-                    "head_node_index": head_node_index,
-                    "worker_graph_id": split.worker_graph_id,
-                    "worker_node_index": nodes["node_index"].to_numpy(),
-                    "name": nodes["name"].to_numpy(),
-                    "op": nodes["op"].to_numpy(),
-                    "start_ns": nodes["start_ns"].to_numpy(dtype="float") - worker.offset,
-                    "end_ns": nodes["end_ns"].to_numpy(dtype="float") - worker.offset,
-                    "duration_ns": nodes["duration_ns"].to_numpy(dtype="float")
-                    if "duration_ns" in nodes
-                    else (nodes["end_ns"] - nodes["start_ns"]).to_numpy(dtype="float"),
-                }
+        theirs = head_nodes.get(head_structure)
+        matched = _match_in_order(mine["name"].tolist(), theirs["name"].tolist() if theirs is not None else [])
+        head_index = theirs["node_index"].to_numpy()[np.maximum(matched, 0)] if theirs is not None else 0
+        mappings.append(
+            mine.rename(columns={"node_index": "worker_node_index"}).assign(
+                worker_structure=worker_structure,
+                head_structure=head_structure,
+                head_node_index=np.where(np.array(matched) >= 0, head_index, -1),
             )
         )
-    out = _concat(frames)
-    for column in ("start_ns", "end_ns", "duration_ns"):
-        if column in out:
-            out[column] = out[column].round().astype("Int64")
-    return out
+    if not mappings:
+        return pd.DataFrame()
+    nodes = pairs.merge(pd.concat(mappings, ignore_index=True), on=["worker_structure", "head_structure"])
+    times = worker.run.node_times_of(sorted(set(splits["worker_graph_id"].tolist())))
+    nodes = nodes.merge(
+        times[["graph_id", "node_index", "start_ns", "end_ns"]].rename(
+            columns={"graph_id": "worker_graph_id", "node_index": "worker_node_index"}
+        ),
+        on=["worker_graph_id", "worker_node_index"],
+        how="left",
+    )
+    start = nodes["start_ns"].astype("Int64") - worker.offset
+    end = nodes["end_ns"].astype("Int64") - worker.offset
+    return pd.DataFrame(
+        {
+            "host": worker.host,
+            "worker_run": worker.run.path.name,
+            "head_graph_id": nodes["head_graph_id"].to_numpy(),
+            "head_node_index": nodes["head_node_index"].to_numpy(),
+            "worker_graph_id": nodes["worker_graph_id"].to_numpy(),
+            "worker_node_index": nodes["worker_node_index"].to_numpy(),
+            "name": nodes["name"].to_numpy(),
+            "op": nodes["op"].to_numpy(),
+            "start_ns": start,
+            "end_ns": end,
+            "duration_ns": end - start,
+        }
+    ).sort_values(["head_graph_id", "worker_graph_id", "worker_node_index"], ignore_index=True)
+
+
+def _structure_nodes(run: Run) -> dict[int, pd.DataFrame]:
+    """Each structure's nodes, in order: node_index, name, op."""
+    nodes = run.raw("structure_nodes").merge(run.raw("tensors")[["tensor_id", "name", "op"]], on="tensor_id")
+    nodes = nodes.sort_values(["structure_id", "node_index"])
+    return {
+        int(structure): group[["node_index", "name", "op"]].reset_index(drop=True)
+        for structure, group in nodes.groupby("structure_id")
+    }
 
 
 def _match_in_order(names: list[str], candidates: list[str]) -> list[int]:
@@ -432,6 +469,7 @@ def summarize_joined(joined: Joined) -> dict[str, Any]:
     head_graphs = joined.head.run.graphs
     head_time = int((head_graphs["decode_end_ns"] - head_graphs["decode_start_ns"]).sum()) if len(head_graphs) else 0
     in_graphs = transfers[transfers["head_graph_id"] >= 0] if not transfers.empty else transfers
+    wait = int(splits["head_wait_ns"].clip(lower=0).sum()) if not splits.empty else 0
     per_host = []
     for row in hosts.itertuples():
         mine = splits[splits["host"] == row.host] if not splits.empty else splits
@@ -442,9 +480,11 @@ def summarize_joined(joined: Joined) -> dict[str, Any]:
                 "run": row.run,
                 "status": row.status,
                 "graphs": int(row.graphs),
+                # a worker: its graphs' time; the head: its time in llama calls less its waits for
+                # the workers (its own part: its CPU nodes, serializing and sending)
                 "compute_ns": int(mine["compute_ns"].sum())
                 if not mine.empty
-                else (head_time if row.role == "head" else 0),
+                else (max(head_time - wait, 0) if row.role == "head" else 0),
                 "head_wait_ns": int(mine["head_wait_ns"].clip(lower=0).sum()) if not mine.empty else 0,
                 "clock_offset_ns": int(row.clock_offset_ns),
                 "clock_uncertainty_ns": int(row.clock_uncertainty_ns),
@@ -452,7 +492,6 @@ def summarize_joined(joined: Joined) -> dict[str, Any]:
             }
         )
     workers = [host for host in per_host if host["role"] == "worker"]
-    wait = int(splits["head_wait_ns"].clip(lower=0).sum()) if not splits.empty else 0
     compute = int(splits["compute_ns"].sum()) if not splits.empty else 0
     timed = int(remote["duration_ns"].notna().sum()) if not remote.empty else 0
     matched = int((remote["head_node_index"] >= 0).sum()) if not remote.empty else 0

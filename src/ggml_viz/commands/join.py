@@ -39,14 +39,22 @@ class JoinCommand(Command):
         parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
 
     def run(self, args: argparse.Namespace) -> int:
-        from ..analysis.distributed import chrome_trace, join_runs, render_joined, summarize_joined, write_joined
+        from ..analysis.distributed import (
+            chrome_trace,
+            is_joined,
+            join_runs,
+            render_joined,
+            summarize_joined,
+            write_joined,
+        )
         from .query import open_runs
 
         paths = [Path(path) for path in args.runs]
         for path in paths:
             if not path.exists():
                 raise CommandError(f"{path} does not exist")
-        runs = [run for path in paths for run in open_runs(path)]
+        # a folder of runs may hold an earlier join of them (itself a run): not a member
+        runs = [run for path in paths for run in open_runs(path) if not is_joined(run.path)]
         output = Path(args.output)
         if any(run.path.resolve() == output.resolve() for run in runs):
             raise CommandError(f"{output} is one of the runs: give the joined experiment a folder of its own")
