@@ -72,17 +72,22 @@ def start_worker(folder: Path, name: str) -> Worker:
             stdout=out,
             stderr=subprocess.STDOUT,
         )
+    _wait_for_port(port, wrapper)
+    return Worker(port, folder / f"{name}.ggmlviz", wrapper, log)
+
+
+def _wait_for_port(port: int, process: subprocess.Popen) -> None:
+    """Until the server accepts a connection (which then says nothing)."""
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # serving once it accepts a connection (which then says nothing)
+    while time.monotonic() < deadline:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return Worker(port, folder / f"{name}.ggmlviz", wrapper, log)
+            return
         except OSError:
             pass
-        if wrapper.poll() is not None:
-            raise AssertionError(f"the worker ended early: {log.read_text()}")
+        assert process.poll() is None, "the worker ended early"
         time.sleep(0.1)
-    raise AssertionError(f"the worker did not start: {log.read_text()}")
+    raise AssertionError("the worker did not start")
 
 
 def head_command(model: Path, workers: list[Worker], n_predict: int = N_PREDICT) -> list[str]:
@@ -424,3 +429,28 @@ def test_the_viewer_shows_a_lane_per_host(distributed, tmp_path):
             head_start, head_end = spans[0]
             assert all(head_start <= start and end <= head_end for start, end in spans[1:])
         assert errors == []
+
+
+def test_a_worker_recorded_by_the_preload_library_alone(tmp_path, model_path):
+    # GIVEN a worker with ggml-viz's preload library alone (no `ggml-viz run`), and a recorded head
+    preload = ggml_viz_cli("preload-path").stdout.strip()
+    port = _free_port()
+    environment = {**os.environ, "LD_PRELOAD": preload, "GGML_VIZ_OUTPUT": str(tmp_path / "worker.ggmlviz")}
+    server = subprocess.Popen([str(llama_tool("ggml-rpc-server")), "-t", "1", "-H", "127.0.0.1", "-p", str(port)],
+                              env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    worker = Worker(port, tmp_path / "worker.ggmlviz", server, tmp_path / "unused.log")
+    try:
+        _wait_for_port(port, server)
+        head = tmp_path / "head.ggmlviz"
+        traced = ggml_viz_cli("run", "-o", str(head), "--", *head_command(model_path, [worker], 4))
+        assert traced.returncode == 0, traced.stderr[-2000:]
+    finally:
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=60) == -signal.SIGTERM  # it ends by the signal, as untraced
+    # WHEN joined (the worker's spool is collected into its run as it is opened)
+    result = ggml_viz_cli("join", str(head), str(worker.output), "-o", str(tmp_path / "joined"), "--json")
+    # THEN the worker's run is complete and every node it computed for the head has its time
+    assert result.returncode == 0, result.stderr
+    assert ggml_viz.open(worker.output).status == "complete"
+    nodes = json.loads(result.stdout)["remote_nodes"]
+    assert nodes["nodes"] > 0 and nodes["nodes"] == nodes["timed"] == nodes["matched_to_head"]

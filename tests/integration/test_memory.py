@@ -13,7 +13,7 @@ import ggml_viz
 from ggml_viz.analysis.memory import kv_cache_fill, occupancy
 from ggml_viz.commands.validate import validate_run
 from ggml_viz.modelfile.layout import read_layout
-from ggml_viz.runformat.schema import GPU_TABLES, META_EXPERIMENT_ID, TABLES
+from ggml_viz.runformat.schema import META_EXPERIMENT_ID, SPARSE_TABLES, TABLES
 
 from .smollm2 import ggml_viz_cli, greedy, load_model
 
@@ -114,7 +114,7 @@ def test_short_runs_hold_everything_and_validate(tmp_path, model_path, n_predict
     import pyarrow.parquet as pq
 
     for table in TABLES:
-        if table in GPU_TABLES:  # a CPU run has none
+        if table in SPARSE_TABLES:  # a CPU run without RPC has none
             assert not (path / f"{table}.parquet").exists()
             continue
         ids.add(pq.read_schema(path / f"{table}.parquet").metadata[META_EXPERIMENT_ID].decode())

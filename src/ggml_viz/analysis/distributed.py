@@ -259,10 +259,9 @@ def _transfers(pairs: pd.DataFrame, worker: Member, head_graphs: pd.DataFrame) -
     worker_end = pairs["w_end_ns"] - offset
     sent = np.where(to_worker, pairs["start_ns"], worker_start)
     received = np.where(to_worker, worker_end, pairs["end_ns"])
-    return pd.DataFrame(
+    return _worker_rows(
+        worker,
         {
-            "host": worker.host,
-            "worker_run": worker.run.path.name,
             "connection": pairs["connection"].to_numpy(),
             "sequence": pairs["sequence"].to_numpy(),
             "command": pairs["command"].to_numpy(),
@@ -276,8 +275,13 @@ def _transfers(pairs: pd.DataFrame, worker: Member, head_graphs: pd.DataFrame) -
             "received_ns": received,
             "latency_ns": received - sent,
             "head_graph_id": _head_graph_at(head_graphs, pairs["start_ns"].to_numpy(np.int64)),
-        }
+        },
     )
+
+
+def _worker_rows(worker: Member, columns: dict[str, Any]) -> pd.DataFrame:
+    """A joined table's rows of one worker: its host and run, then `columns`."""
+    return pd.DataFrame({"host": worker.host, "worker_run": worker.run.path.name, **columns})
 
 
 def _splits(head: Member, worker: Member, pairs: pd.DataFrame) -> pd.DataFrame:
@@ -293,10 +297,9 @@ def _splits(head: Member, worker: Member, pairs: pd.DataFrame) -> pd.DataFrame:
     graphs = graphs.drop_duplicates("compute", keep="first")  # one graph per request
     request = computes.iloc[graphs["compute"].to_numpy()].reset_index(drop=True)
     offset = worker.offset
-    rows = pd.DataFrame(
+    rows = _worker_rows(
+        worker,
         {
-            "host": worker.host,
-            "worker_run": worker.run.path.name,
             "worker_graph_id": graphs["graph_id"].to_numpy(),
             "connection": request["connection"].to_numpy(),
             "sequence": request["sequence"].to_numpy(),
@@ -306,7 +309,7 @@ def _splits(head: Member, worker: Member, pairs: pd.DataFrame) -> pd.DataFrame:
             "compute_start_ns": graphs["start_ns"].to_numpy() - offset,
             "compute_end_ns": graphs["end_ns"].to_numpy() - offset,
             "n_nodes": graphs["n_nodes"].to_numpy(),
-        }
+        },
     )
     rows["compute_ns"] = rows["compute_end_ns"] - rows["compute_start_ns"]
     rows["head_wait_ns"] = -1
@@ -393,10 +396,9 @@ def _remote_nodes(head: Run, worker: Member, splits: pd.DataFrame) -> pd.DataFra
     )
     start = nodes["start_ns"].astype("Int64") - worker.offset
     end = nodes["end_ns"].astype("Int64") - worker.offset
-    return pd.DataFrame(
+    return _worker_rows(
+        worker,
         {
-            "host": worker.host,
-            "worker_run": worker.run.path.name,
             "head_graph_id": nodes["head_graph_id"].to_numpy(),
             "head_node_index": nodes["head_node_index"].to_numpy(),
             "worker_graph_id": nodes["worker_graph_id"].to_numpy(),
@@ -406,7 +408,7 @@ def _remote_nodes(head: Run, worker: Member, splits: pd.DataFrame) -> pd.DataFra
             "start_ns": start,
             "end_ns": end,
             "duration_ns": end - start,
-        }
+        },
     ).sort_values(["head_graph_id", "worker_graph_id", "worker_node_index"], ignore_index=True)
 
 
