@@ -316,7 +316,8 @@ class RunView:
         bins = self._overview_bins
         bin_ns = bins["bin_ns"]
         if ns_per_px >= 4 * bin_ns:
-            first, last = int(t0 // bin_ns), int(min(np.ceil(t1 / bin_ns), OVERVIEW_BINS))
+            # a window may reach past the run on either side (the whole run, with a margin)
+            first, last = max(int(t0 // bin_ns), 0), int(min(np.ceil(t1 / bin_ns), OVERVIEW_BINS))
             busy = bins["by_lane"][lane["context_id"]][first:last]
             column = np.clip(((np.arange(first, last) * bin_ns - t0) / ns_per_px).astype(np.int64), 0, width - 1)
             cells = np.nonzero(busy)
