@@ -313,11 +313,13 @@ def _splits(head: Member, worker: Member, pairs: pd.DataFrame) -> pd.DataFrame:
     )
     rows["compute_ns"] = rows["compute_end_ns"] - rows["compute_start_ns"]
     rows["head_wait_ns"] = -1
-    rows["bytes_to_worker"] = 0  # its inputs and the graph (or the recompute request)
+    rows["bytes_to_worker"] = 0  # its inputs and the graph (or the recompute request), framing included
     rows["bytes_to_head"] = 0  # its results
     for connection, mine in rows.groupby("connection"):  # per connection, in request order
         on_it = pairs[pairs["connection"] == connection]
-        requests = on_it[~on_it["is_response"]].sort_values("sequence")
+        # what the head sent for a split: its inputs and its graph (a GET_TENSOR request asks for
+        # the split before's results: those count with the results)
+        requests = on_it[~on_it["is_response"] & (on_it["command"] != "GET_TENSOR")].sort_values("sequence")
         answers = on_it[on_it["is_response"]].sort_values("sequence")
         sequence = mine["sequence"].to_numpy(np.int64)
         order = np.argsort(sequence)
