@@ -454,3 +454,31 @@ def test_a_worker_recorded_by_the_preload_library_alone(tmp_path, model_path):
     assert ggml_viz.open(worker.output).status == "complete"
     nodes = json.loads(result.stdout)["remote_nodes"]
     assert nodes["nodes"] > 0 and nodes["nodes"] == nodes["timed"] == nodes["matched_to_head"]
+
+
+def test_a_head_computing_layers_itself_has_its_cpu_nodes_timed(tmp_path, model_path):
+    # GIVEN SmolLM2 with 12 of its 30 layers on a recorded worker, the rest on the head's CPU
+    worker = start_worker(tmp_path, "worker")
+    command = [*head_command(model_path, [worker]), "-ngl", "12"]  # the last -ngl counts
+    try:
+        plain = untraced(command)
+        head = tmp_path / "head.ggmlviz"
+        traced = ggml_viz_cli("run", "-o", str(head), "--", *command)
+    finally:
+        worker.stop()
+    assert plain.returncode == 0 and traced.returncode == 0, traced.stderr[-2000:]
+    # THEN the text is the same untraced and traced
+    assert traced.stdout == plain.stdout
+    # AND every node the head computed on its CPU has its own time (the CPU splits' ticks), and no
+    # node the worker computed has a time on the head
+    run = ggml_viz.open(head)
+    nodes = run.nodes
+    on_cpu = nodes["buffer_name"] == "CPU"
+    remote = nodes["buffer_name"].fillna("").str.startswith("RPC")
+    assert on_cpu.sum() > 1000 and remote.sum() > 1000
+    assert nodes.loc[on_cpu, "start_ns"].notna().all()
+    assert nodes.loc[remote, "start_ns"].isna().all()
+    # AND each remote node has its time on the worker, once joined
+    summary = summarize_joined(join_runs([run, ggml_viz.open(worker.output)]))
+    counts = summary["remote_nodes"]
+    assert counts["nodes"] == remote.sum() == counts["timed"] == counts["matched_to_head"]

@@ -21,8 +21,11 @@ at its tick, its wait is unknown (-1), and the next node's interval holds it. No
 without work, and the second node of a fused pair, get a zero-length interval where the
 work before them ended, and no wait.
 
-If the ticks do not match the walk (another backend computed a split, or ggml changed
-its walk), the graph keeps its graph-level time and no node times: never a guess.
+A graph read whole at its compute call whose splits ran on several backends (a CPU and an RPC
+server) has the nodes of the other backends' splits marked (NODE_ELSEWHERE): the walk leaves them
+out, and each CPU split's ticks say where it ends. If the ticks do not match the walk (another
+backend computed a split unmarked, or ggml changed its walk), the graph keeps its graph-level time
+and no node times: never a guess.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .ggml_api import CpuWalkOps, cpu_walk_ops
-from .raw_graph import NODE_SELECTED, NODE_TIMED, RawGraph
+from .raw_graph import NODE_ELSEWHERE, NODE_SELECTED, NODE_TIMED, RawGraph
 
 _F32 = 0
 _OUTPUT_FLAG = 2  # GGML_TENSOR_FLAG_OUTPUT: ggml never fuses away a graph output
@@ -140,6 +143,7 @@ class InlineClock:
         self._fingerprint: tuple[bytes, ...] = ()
         self._plan: TickPlan | None = None
         self._plan_key: bytes | None = None
+        self._elsewhere = np.zeros(0, dtype=bool)
         self.mismatches = 0  # graphs that were to be timed but whose ticks did not fit
 
     def apply(self, raw: RawGraph, tick_ns: np.ndarray, tick_asked: np.ndarray,
@@ -149,9 +153,15 @@ class InlineClock:
             if not (raw.same_as_previous or raw.fingerprint == self._fingerprint):
                 self._walk = None  # a graph that repeats this one must not take the older walk
             return raw
-        if self._walk is None or not (raw.same_as_previous or raw.fingerprint == self._fingerprint):
-            self._walk = node_walk(raw.nodes, raw.node_ptrs, raw.leaves, raw.leaf_ptrs)
+        elsewhere = (raw.flags & NODE_ELSEWHERE) != 0  # splits another backend computed: no ticks of ours
+        same_walk = (raw.same_as_previous or raw.fingerprint == self._fingerprint) and np.array_equal(
+            elsewhere, self._elsewhere
+        )
+        if self._walk is None or not same_walk:
+            walk = node_walk(raw.nodes, raw.node_ptrs, raw.leaves, raw.leaf_ptrs)
+            self._walk = replace(walk, works=walk.works & ~elsewhere)
             self._fingerprint = raw.fingerprint
+            self._elsewhere = elsewhere
             self._plan_key = None
         key = tick_asked.tobytes()
         if key != self._plan_key:
@@ -175,5 +185,7 @@ class InlineClock:
             raw, start_ns=times[plan.start_from], end_ns=times[plan.end_from],
             wait_ns=np.where(plan.ticked, waits[plan.end_from], 0),
             flags=raw.flags | (selected * np.uint8(NODE_TIMED)).astype(np.uint8),
-            n_timed=int(selected.sum()), end_of_graph_ns=int(node_end[-1]),
+            n_timed=int(selected.sum()),
+            # splits computed elsewhere after the last tick: the graph ends at its boundary
+            end_of_graph_ns=max(int(node_end[-1]), raw.boundary_ns) if elsewhere.any() else int(node_end[-1]),
         )  # fmt: skip

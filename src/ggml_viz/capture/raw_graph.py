@@ -21,6 +21,7 @@ NODE_TIMED = 2  # its start/end are its own compute interval (sync: its slice he
 NODE_SELECTED = 4  # the node matched the selection (filters)
 NODE_VALUES = 8  # its output's statistics are read after it is computed (--values stats)
 NODE_CAPTURE = 16  # its output is copied whole after it is computed (--capture)
+NODE_ELSEWHERE = 32  # read at the compute call, its split ran on a backend that does not tick (an RPC server)
 
 
 # --values stats, as the native recorder's StatsRecord lays it out.

@@ -30,6 +30,8 @@
  *       it: where a traced compute's kernels come from (gpu/gpu_tracer.h)
  *   ggml_backend_graph_compute                a graph computed on a backend without a scheduler
  *       (ggml's RPC server, for each graph the head sends): a call of its own, read at the call
+ *   ggml_backend_graph_compute_async          each split of a scheduler's graph read at its compute
+ *       call: on a CPU backend, timed by its ticks; elsewhere (an RPC server), marked so
  *   ggml_new_graph_custom                     a graph made: one computed where the last one was is new
  *   connect, accept, send, recv               ggml's RPC protocol on the wire (preload_wire.c)
  *
@@ -94,6 +96,7 @@ typedef bool (*batch_set_output_fn)(void *, int32_t, bool);
 /* What we interpose (defined below). */
 EXPORT int ggml_backend_sched_graph_compute(void *sched, void *graph);
 EXPORT int ggml_backend_graph_compute(void *backend, void *graph);
+EXPORT int ggml_backend_graph_compute_async(void *backend, void *graph);
 EXPORT void *ggml_new_graph_custom(void *ctx, size_t size, bool grads);
 EXPORT int ggml_backend_sched_graph_compute_async(void *sched, void *graph);
 EXPORT void ggml_backend_sched_set_eval_callback(void *sched, eval_fn callback, void *user_data);
@@ -159,6 +162,9 @@ static const size_t LLAMA_BATCH_OFFSETS[5] = {
 /* The llama call in progress on this thread, if any. */
 static __thread Entry *call_entry;
 static __thread int compute_depth;
+/* The entry whose graph, read at the compute call, computes split by split now (its CPU splits
+   timed by ticks): ggml_backend_graph_compute_async tells it each split. */
+static __thread Entry *splits_of;
 
 void say(const char *format, ...) {
     char line[1024];
@@ -446,13 +452,9 @@ static bool preload_eval_callback(void *tensor, bool ask, void *user_data) {
     return go_on;
 }
 
-/* Our eval callback on the scheduler, and our abort callback on its CPU backends. */
-static void install_callbacks(Entry *e, void *sched) {
-    ORIGINAL(ggml_backend_sched_set_eval_callback, set_callback_fn);
+/* Our abort callback on a scheduler's CPU backends: their ticks time the nodes they compute. */
+static void time_cpu_backends(Entry *e, void *sched) {
     ORIGINAL(ggml_backend_cpu_set_abort_callback, set_abort_fn);
-    if (original_ggml_backend_sched_set_eval_callback) {
-        original_ggml_backend_sched_set_eval_callback(sched, preload_eval_callback, e);
-    }
     if (state.sync_timing || !original_ggml_backend_cpu_set_abort_callback || !api.sched_n_backends ||
         !api.sched_backend || !api.is_cpu) {
         return;
@@ -477,6 +479,15 @@ static void install_callbacks(Entry *e, void *sched) {
         e->abort_set[free_slot] = backend;
         recorder_hook_barriers(); /* the barrier that ends each node: the wait for its stragglers */
     }
+}
+
+/* Our eval callback on the scheduler, and our abort callback on its CPU backends. */
+static void install_callbacks(Entry *e, void *sched) {
+    ORIGINAL(ggml_backend_sched_set_eval_callback, set_callback_fn);
+    if (original_ggml_backend_sched_set_eval_callback) {
+        original_ggml_backend_sched_set_eval_callback(sched, preload_eval_callback, e);
+    }
+    time_cpu_backends(e, sched);
 }
 
 /* ---- interposed: ggml's scheduler --------------------------------------------------------- */
@@ -561,8 +572,18 @@ static int compute_graph(compute_fn original, void *sched, void *graph) {
     int status;
     if (reads_at_compute(e)) {
         GraphAccess access = {api.graph_n_nodes, api.graph_node, state.layout.buffer_offset};
+        /* A scheduler with a CPU backend beside one ggml-viz does not time (an RPC server, Vulkan):
+           its CPU splits are timed by the CPU backend's ticks, split by split as they compute. */
+        int time_splits = e->on_gpu && !e->on_cuda && !state.sync_timing && !state.detail_graph;
+        if (time_splits) {
+            time_cpu_backends(e, sched);
+            e->recorder.tick_reads = 1;
+            splits_of = e;
+        }
         status = compute_reading_graph(&e->recorder, (uint32_t)e->context_id, e->on_cuda, &access, original, sched,
                                        graph);
+        splits_of = NULL;
+        e->recorder.tick_split_end = 0;
         if (e->on_cuda && gpu_problem() && !state.gpu_problem_said) {
             state.gpu_problem_said = 1;
             say("GPU node times are off: %s; the run keeps graph times", gpu_problem());
@@ -652,6 +673,18 @@ static int compute_on_backend(compute_fn original, void *backend, void *graph) {
 EXPORT int ggml_backend_graph_compute(void *backend, void *graph) {
     ORIGINAL(ggml_backend_graph_compute, compute_fn);
     return compute_on_backend(original_ggml_backend_graph_compute, backend, graph);
+}
+
+/* Each split a scheduler computes (its own call, through the library's exported symbol). */
+EXPORT int ggml_backend_graph_compute_async(void *backend, void *graph) {
+    ORIGINAL(ggml_backend_graph_compute_async, compute_fn);
+    if (!original_ggml_backend_graph_compute_async) return -1;
+    Entry *e = splits_of;
+    if (e && api.is_cpu && api.graph_n_nodes && api.graph_node) {
+        recorder_split_computed(&e->recorder, graph, api.graph_n_nodes(graph), api.graph_node, api.is_cpu(backend),
+                                now_ns());
+    }
+    return original_ggml_backend_graph_compute_async(backend, graph);
 }
 
 EXPORT void ggml_backend_sched_set_eval_callback(void *sched, eval_fn callback, void *user_data) {

@@ -762,6 +762,7 @@ int recorder_read_graph(Recorder *r, void *graph, int n_nodes, void *(*node_at)(
         return 0;
     }
     if (recorder_open_nodes(r) && close_graph(r, start_ns) != 0) goto failed;
+    r->split_cursor = r->tick_split_end = 0;
     r->reading_at_compute = 1;
     for (int i = 0; i < n_nodes; i++) {
         if (on_ask(r, (uint64_t)(uintptr_t)node_at(graph, i)) < 0) goto failed;
@@ -788,6 +789,7 @@ int recorder_repeat_graph(Recorder *r, void *graph, int n_nodes, void *(*node_at
         return 0;
     }
     if (recorder_open_nodes(r) && close_graph(r, start_ns) != 0) goto failed;
+    r->split_cursor = r->tick_split_end = 0;
     if (!r->repeating) return 0; /* the graph before was not closed as the previous one */
     if (array_reserve(&r->node_ptrs, n) || array_reserve(&r->node_flags, n) || array_reserve(&r->starts, n) ||
         array_reserve(&r->ends, n)) {
@@ -816,6 +818,27 @@ failed:
     return -1;
 }
 
+int recorder_split_computed(Recorder *r, void *split, int n_nodes, void *(*node_at)(void *, int), int on_cpu,
+                            int64_t now) {
+    if (r->mode != MODE_RECORD || n_nodes <= 0 || !recorder_open_nodes(r)) return 0;
+    /* A split's nodes are the graph's nodes it covers, in order, and the splits follow each other:
+       the split begins at its first node, found from where the split before ended. */
+    size_t first = r->graph_first_node, n_graph = r->node_flags.count - first, at = r->split_cursor;
+    uint64_t begins = (uint64_t)(uintptr_t)node_at(split, 0);
+    while (at < n_graph && ARRAY_AT(r->node_ptrs, uint64_t, first + at) != begins) at++;
+    if (at + (size_t)n_nodes > n_graph) return 0;
+    for (size_t i = at; i < at + (size_t)n_nodes; i++) {
+        uint8_t *flags = &ARRAY_AT(r->node_flags, uint8_t, first + i);
+        if (!on_cpu) *flags = (uint8_t)((*flags & ~NODE_SELECTED) | NODE_ELSEWHERE);
+    }
+    r->split_cursor = at + (size_t)n_nodes;
+    if (on_cpu) { /* its ticks end here; it began now (a split starts at its last ask) */
+        r->tick_split_end = r->split_cursor;
+        ARRAY_AT(r->starts, int64_t, first + r->split_cursor - 1) = now;
+    }
+    return 1;
+}
+
 /* Inline timing: the CPU backend's thread 0 calls this after each node it computes (not
    after views, which it skips, and once for nodes it fuses), before the barrier that
    ends the node. It always runs on the thread that called llama_decode. The barrier
@@ -834,7 +857,7 @@ bool recorder_abort_callback(void *user_data) {
             r->mode = MODE_OFF;
         } else {
             *tick = now_ns();
-            *asked = (uint32_t)(r->node_flags.count - r->graph_first_node);
+            *asked = (uint32_t)(r->tick_split_end ? r->tick_split_end : r->node_flags.count - r->graph_first_node);
             *barrier = 0;
             barrier_recorder = r;
             barrier_tick = r->tick_ns.count - 1;

@@ -34,7 +34,8 @@
 
 enum { MODE_OFF = 0, MODE_RECORD = 1, MODE_COUNT = 2 };
 enum { MAX_OPS = 32, MAX_NAMES = 32, MAX_LAYER_RANGES = 64, NAME_LEN = 64 };
-enum { NODE_ANSWERED = 1, NODE_TIMED = 2, NODE_SELECTED = 4, NODE_VALUES = 8, NODE_CAPTURE = 16 };
+enum { NODE_ANSWERED = 1, NODE_TIMED = 2, NODE_SELECTED = 4, NODE_VALUES = 8, NODE_CAPTURE = 16,
+       NODE_ELSEWHERE = 32 /* a split of a graph read at its compute call ran it on another backend */ };
 /* ggml_type ids: the same in ggml 0.13.1 (whisper.cpp 1.8.5) and 0.25.3 (llama-cpp-python 0.3.36) */
 enum { MAX_CAPTURES = 16, TYPE_F32 = 0, TYPE_F16 = 1, TYPE_I32 = 26 };
 /* DecodeRecord.lowest_position of a call without a llama_batch (a plain ggml program's
@@ -132,7 +133,11 @@ typedef struct {
     int mode;
     int time_nodes;
     int inline_timing; /* time nodes by the abort callback's ticks, not by answering the scheduler */
-    int tick_reads;    /* graphs read whole at their compute call are timed by ticks too (one split) */
+    int tick_reads;    /* graphs read whole at their compute call are timed by ticks too */
+    /* A graph read whole whose splits run on several backends (a CPU and an RPC server, say):
+       where the next split begins, and where the CPU split computing now ends (its ticks' `asked`;
+       0: the whole graph, one split) */
+    size_t split_cursor, tick_split_end;
     abort_fn chained_abort; /* the program's own abort callback, called from ours */
     void *chained_abort_data;
     /* values: statistics of every node's output, copies of some */
@@ -269,6 +274,11 @@ int recorder_read_graph(Recorder *r, void *graph, int n_nodes, void *(*node_at)(
 /* ... or, the program having neither rebuilt nor allocated it since, the previous graph
    again, without reading its nodes: 1 done, 0 not the previous graph (read it), -1 out of memory. */
 int recorder_repeat_graph(Recorder *r, void *graph, int n_nodes, void *(*node_at)(void *, int), int64_t start_ns);
+/* A split of the graph read at this compute call is computed now, on a CPU backend (its nodes are
+   timed by that backend's ticks) or on another (they are marked NODE_ELSEWHERE). 1 found in the
+   graph, 0 not. */
+int recorder_split_computed(Recorder *r, void *split, int n_nodes, void *(*node_at)(void *, int), int on_cpu,
+                            int64_t now);
 
 /* Node ends: route every loaded library's calls of ggml_barrier through the recorder, so
    the barrier ending each inline-timed node is seen (recorder_barrier_passed). ggml-cpu
