@@ -259,6 +259,14 @@ def test_join_command_writes_the_experiment_that_query_and_summary_read(distribu
         == summary["remote_nodes"]["timed"]
         == summary["remote_nodes"]["matched_to_head"]
     )
+    # AND where one step's time goes, per phase: the head's own part, each worker's compute and
+    # the wire add up to the step (medians, so about)
+    steps = {step["phase"]: step for step in summary["steps"]}
+    assert steps["decode"]["graphs"] == N_PREDICT - 1 and steps["prompt"]["graphs"] == 1
+    for step in steps.values():
+        assert set(step["worker_compute_ns"]) == {w.endpoint for w in distributed.workers}
+        parts = step["head_own_ns"] + sum(step["worker_compute_ns"].values()) + step["wire_and_protocol_ns"]
+        assert 0.8 * step["step_ns"] <= parts <= 1.2 * step["step_ns"]
     # AND `summary` prints it again from the folder
     again = ggml_viz_cli("summary", str(output), "--json")
     assert again.returncode == 0 and json.loads(again.stdout)["experiment_id"] == summary["experiment_id"]

@@ -519,7 +519,33 @@ def summarize_joined(joined: Joined) -> dict[str, Any]:
         "head_idle_share": wait / head_time if head_time else None,
         "slowest_worker": max(workers, key=lambda host: host["compute_ns"])["host"] if workers else None,
         "remote_nodes": {"nodes": len(remote), "timed": timed, "matched_to_head": matched},
+        "steps": _steps(head_graphs, splits),
     }
+
+
+def _steps(head_graphs: pd.DataFrame, splits: pd.DataFrame) -> list[dict[str, Any]]:
+    """One step of each phase (prompt, decode, ...), the median over its graphs: the head's time in
+    the llama call, its own part (less its waits), each worker's compute, and the rest of the waits
+    (the wire and the protocol)."""
+    if head_graphs.empty:
+        return []
+    step = head_graphs.set_index("graph_id")
+    step = pd.DataFrame({"phase": step["phase"], "step_ns": step["decode_end_ns"] - step["decode_start_ns"]})
+    mine = splits[splits["head_graph_id"] >= 0] if len(splits) else pd.DataFrame(columns=["head_graph_id", "host"])
+    waits = mine.groupby("head_graph_id")["head_wait_ns"].sum() if len(mine) else pd.Series(dtype="int64")
+    computes = mine.pivot_table(index="head_graph_id", columns="host", values="compute_ns", aggfunc="sum")
+    step = step.join(waits.rename("wait_ns")).join(computes).fillna(0)
+    hosts = list(computes.columns)
+    rows = []
+    for phase, graphs in step.groupby("phase", sort=False):
+        wire = graphs["wait_ns"] - graphs[hosts].sum(axis=1) if hosts else graphs["wait_ns"]
+        rows.append({
+            "phase": phase, "graphs": len(graphs), "step_ns": int(graphs["step_ns"].median()),
+            "head_own_ns": int((graphs["step_ns"] - graphs["wait_ns"]).median()),
+            "worker_compute_ns": {host: int(graphs[host].median()) for host in hosts},
+            "wire_and_protocol_ns": int(wire.clip(lower=0).median()),
+        })  # fmt: skip
+    return rows
 
 
 def render_joined(summary: dict[str, Any]) -> None:
@@ -565,6 +591,17 @@ def render_joined(summary: dict[str, Any]) -> None:
         + (f" ({share:.0%} of its time in llama calls)" if share is not None else "")
         + f"; beyond their compute (the wire, the protocol): {wire['time_ns'] / 1e6:.2f} ms"
     )
+    steps = summary.get("steps") or []
+    if steps:
+        workers = list(steps[0]["worker_compute_ns"])
+        table = Table("one step (median)", "graphs", "in the llama call", "head's own", *workers, "wire, protocol",
+                      title="where a step's time goes")  # fmt: skip
+        for step in steps:
+            table.add_row(step["phase"], str(step["graphs"]), f"{step['step_ns'] / 1e6:.2f} ms",
+                          f"{step['head_own_ns'] / 1e6:.2f} ms",
+                          *(f"{step['worker_compute_ns'].get(w, 0) / 1e6:.2f} ms" for w in workers),
+                          f"{step['wire_and_protocol_ns'] / 1e6:.2f} ms")  # fmt: skip
+        console.print(table)
     nodes = summary["remote_nodes"]
     console.print(
         f"remote nodes: {nodes['nodes']} ({nodes['timed']} timed on their worker, "
