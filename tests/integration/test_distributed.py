@@ -260,13 +260,16 @@ def test_join_command_writes_the_experiment_that_query_and_summary_read(distribu
         == summary["remote_nodes"]["matched_to_head"]
     )
     # AND where one step's time goes, per phase: the head's own part, each worker's compute and
-    # the wire add up to the step (medians, so about)
+    # the wire make up the step (exactly for the one prompt graph; medians of the decode steps are
+    # each within a step)
     steps = {step["phase"]: step for step in summary["steps"]}
     assert steps["decode"]["graphs"] == N_PREDICT - 1 and steps["prompt"]["graphs"] == 1
-    for step in steps.values():
+    for phase, step in steps.items():
         assert set(step["worker_compute_ns"]) == {w.endpoint for w in distributed.workers}
-        parts = step["head_own_ns"] + sum(step["worker_compute_ns"].values()) + step["wire_and_protocol_ns"]
-        assert 0.8 * step["step_ns"] <= parts <= 1.2 * step["step_ns"]
+        parts = [step["head_own_ns"], *step["worker_compute_ns"].values(), step["wire_and_protocol_ns"]]
+        assert all(0 <= part <= step["step_ns"] for part in parts)
+        if phase == "prompt":
+            assert abs(sum(parts) - step["step_ns"]) <= 1000
     # AND `summary` prints it again from the folder
     again = ggml_viz_cli("summary", str(output), "--json")
     assert again.returncode == 0 and json.loads(again.stdout)["experiment_id"] == summary["experiment_id"]
