@@ -83,7 +83,8 @@ def join_round(folder: Path) -> None:
     runs = [ggml_viz.open(folder / name) for name in ("head.ggmlviz", "w0.ggmlviz", "w1.ggmlviz")]
     joined = join_runs(runs)
     write_joined(joined, folder / "joined")
-    JOIN_SECONDS.append((time.perf_counter() - start, len(runs[0].graphs), len(joined.tables["remote_nodes"])))
+    nodes = sum(remote.counts()["nodes"] for remote in joined.remote)
+    JOIN_SECONDS.append((time.perf_counter() - start, len(runs[0].graphs), nodes))
 
 
 def one_round(model: str, tokens: int, traced: bool) -> float:

@@ -33,12 +33,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from .._errors import GgmlVizError
 from ..runformat.manifest import new_experiment_id
@@ -49,6 +53,12 @@ JOIN_FILE = "join.json"
 JOIN_FORMAT = "ggml-viz-join"
 JOIN_VERSION = 1
 JOINED_TABLES = ("hosts", "splits", "transfers", "remote_nodes")
+REMOTE_NODES_SCHEMA = pa.schema(
+    [("host", pa.string()), ("worker_run", pa.string()), ("head_graph_id", pa.int64()),
+     ("head_node_index", pa.int64()), ("worker_graph_id", pa.int64()), ("worker_node_index", pa.int64()),
+     ("name", pa.string()), ("op", pa.string()), ("start_ns", pa.int64()), ("end_ns", pa.int64()),
+     ("duration_ns", pa.int64())]
+)  # fmt: skip
 COMPUTE_COMMANDS = ("GRAPH_COMPUTE", "GRAPH_RECOMPUTE")
 
 
@@ -120,23 +130,41 @@ def _request_signature(messages: pd.DataFrame, connection: int) -> tuple[tuple[s
 
 
 def match_connections(head: Run, worker: Run) -> dict[int, int]:
-    """The worker's connections that are the head's: {worker connection: head connection}."""
+    """The worker's connections that are the head's: {worker connection: head connection}.
+    A worker may have served other heads, or this head's host before, from the same local port
+    (ports are reused): of the connections whose addresses mirror a head connection's, the one
+    that carried the same requests (commands and sizes) is it."""
     head_connections = [c for c in _connections(head) if c.get("role") == "head"]
+    head_messages, worker_messages = _messages(head), _messages(worker)
+    signature_of = {
+        int(c["connection"]): _request_signature(head_messages, int(c["connection"])) for c in head_connections
+    }
+    opened = {int(c["connection"]): int(c.get("opened_ns") or 0) for c in _connections(worker)}
     matched: dict[int, int] = {}
-    for mine in _connections(worker):
-        for theirs in head_connections:
-            if mine.get("peer") == theirs.get("local") and mine.get("local") == theirs.get("peer"):
-                matched[int(mine["connection"])] = int(theirs["connection"])
-    unmatched = [c for c in _connections(worker) if int(c["connection"]) not in matched]
+    ambiguous: list[tuple[dict[str, Any], list[int]]] = []
+    for theirs in head_connections:
+        mirrors = [
+            int(mine["connection"])
+            for mine in _connections(worker)
+            if mine.get("peer") == theirs.get("local") and mine.get("local") == theirs.get("peer")
+        ]
+        if len(mirrors) > 1:
+            expected = signature_of[int(theirs["connection"])]
+            mirrors = [m for m in mirrors if _request_signature(worker_messages, m) == expected] or mirrors
+        if len(mirrors) == 1:
+            matched[mirrors[0]] = int(theirs["connection"])
+        elif mirrors:
+            ambiguous.append((theirs, mirrors))
+    if ambiguous:  # the same requests twice (two runs of one program): the one opened when the head's was
+        head_opened = {int(c["connection"]): int(c.get("opened_ns") or 0) for c in head_connections}
+        differences = [opened[w] - head_opened[h] for w, h in matched.items()]
+        rough_offset = int(np.median(differences)) if differences else 0  # the clocks' offset, roughly
+        for theirs, mirrors in ambiguous:
+            when = int(theirs.get("opened_ns") or 0) + rough_offset
+            matched[min(mirrors, key=lambda m: abs(opened[m] - when))] = int(theirs["connection"])
     if not matched:  # the addresses were translated between the hosts: the same requests, then
-        head_messages, worker_messages = _messages(head), _messages(worker)
-        taken = set(matched.values())
-        signatures = {
-            int(c["connection"]): _request_signature(head_messages, int(c["connection"]))
-            for c in head_connections
-            if int(c["connection"]) not in taken
-        }
-        for mine in unmatched:
+        signatures = dict(signature_of)
+        for mine in _connections(worker):
             signature = _request_signature(worker_messages, int(mine["connection"]))
             same = [number for number, theirs in signatures.items() if theirs == signature and signature]
             if len(same) == 1:
@@ -193,7 +221,12 @@ class Joined:
     head: Member
     workers: list[Member]
     experiment_id: str
-    tables: dict[str, pd.DataFrame]
+    tables: dict[str, pd.DataFrame]  # hosts, splits, transfers
+    remote: list[RemoteNodes]  # per worker (the remote_nodes table, made a chunk at a time)
+
+    def remote_nodes(self) -> pd.DataFrame:
+        """The remote_nodes table at once (a short run's)."""
+        return _concat([remote.frame() for remote in self.remote])
 
     @property
     def members(self) -> list[Member]:
@@ -210,7 +243,7 @@ def join_runs(runs: list[Run]) -> Joined:
     workers = [member for member in members if member.role == "worker"]
     if not workers:
         raise GgmlVizError("a join needs the run of at least one worker (`ggml-viz run -- ggml-rpc-server ...`)")
-    transfers, splits, remote_nodes = [], [], []
+    transfers, splits, remote_nodes = [], [], []  # remote nodes: per worker, made when written
     head_graphs = head.run.graphs
     for worker in workers:
         worker.connections = match_connections(head.run, worker.run)
@@ -229,9 +262,8 @@ def join_runs(runs: list[Run]) -> Joined:
         "hosts": _hosts(head, workers),
         "transfers": _concat(transfers),
         "splits": _concat(splits),
-        "remote_nodes": _concat(remote_nodes),
     }
-    return Joined(head, workers, new_experiment_id(), tables)
+    return Joined(head, workers, new_experiment_id(), tables, remote_nodes)
 
 
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
@@ -352,12 +384,73 @@ def _sum_between(messages: pd.DataFrame, above: np.ndarray, below: np.ndarray, *
     return total[high] - total[np.minimum(low, high)]
 
 
-def _remote_nodes(head: Run, worker: Member, splits: pd.DataFrame) -> pd.DataFrame:
-    """Each node a worker computed for the head, with its time there (on the head's clock) and
-    the head graph's node it is (matched by name, in order). The matching depends only on the
-    two graphs' structures: it is worked out once per pair of structures."""
+@dataclass
+class RemoteNodes:
+    """The nodes a worker computed for the head, each with its time there (on the head's clock) and
+    the head graph's node it is (matched by name, in order). The matching depends only on the two
+    graphs' structures, so it is worked out once per pair of structures (`mapping`); the rows,
+    one per node event, are made a chunk of graphs at a time: memory stays bounded at any length."""
+
+    worker: Member
+    pairs: pd.DataFrame  # per split: worker_graph_id, head_graph_id, worker_structure, head_structure
+    mapping: pd.DataFrame  # per pair of structures, per worker node: its name, op, head_node_index
+
+    def counts(self) -> dict[str, int]:
+        """Remote nodes, those the worker timed, those matched to the head graph's nodes."""
+        if self.mapping.empty:
+            return {"nodes": 0, "timed": 0, "matched_to_head": 0}
+        keys = ["worker_structure", "head_structure"]
+        per_pair = self.mapping.groupby(keys).agg(
+            n=("name", "size"), matched=("head_node_index", lambda i: (i >= 0).sum())
+        )
+        splits = self.pairs.merge(per_pair.reset_index(), on=keys)
+        graphs = pa.array(sorted(set(self.pairs["worker_graph_id"].tolist())), pa.int32())
+        timed = self.worker.run.dataset("node_times").count_rows(filter=pc.field("graph_id").isin(graphs))
+        return {"nodes": int(splits["n"].sum()), "timed": int(timed), "matched_to_head": int(splits["matched"].sum())}
+
+    def chunks(self, graphs: int = 256) -> Iterator[pd.DataFrame]:
+        pairs = self.pairs.sort_values(["head_graph_id", "worker_graph_id"], ignore_index=True)
+        for first in range(0, len(pairs), graphs) if not self.mapping.empty else ():
+            yield self._rows(pairs.iloc[first : first + graphs])
+
+    def frame(self) -> pd.DataFrame:
+        """Every row at once (a short run's; a long one's: chunks)."""
+        return _concat(list(self.chunks()))
+
+    def _rows(self, pairs: pd.DataFrame) -> pd.DataFrame:
+        worker = self.worker
+        nodes = pairs.merge(self.mapping, on=["worker_structure", "head_structure"])
+        times = worker.run.node_times_of(sorted(set(pairs["worker_graph_id"].tolist())))
+        nodes = nodes.merge(
+            times[["graph_id", "node_index", "start_ns", "end_ns"]].rename(
+                columns={"graph_id": "worker_graph_id", "node_index": "worker_node_index"}
+            ),
+            on=["worker_graph_id", "worker_node_index"],
+            how="left",
+        )
+        start = nodes["start_ns"].astype("Int64") - worker.offset
+        end = nodes["end_ns"].astype("Int64") - worker.offset
+        return _worker_rows(
+            worker,
+            {
+                "head_graph_id": nodes["head_graph_id"].to_numpy(),
+                "head_node_index": nodes["head_node_index"].to_numpy(),
+                "worker_graph_id": nodes["worker_graph_id"].to_numpy(),
+                "worker_node_index": nodes["worker_node_index"].to_numpy(),
+                "name": nodes["name"].to_numpy(),
+                "op": nodes["op"].to_numpy(),
+                "start_ns": start,
+                "end_ns": end,
+                "duration_ns": end - start,
+            },
+        ).sort_values(["head_graph_id", "worker_graph_id", "worker_node_index"], ignore_index=True)
+
+
+def _remote_nodes(head: Run, worker: Member, splits: pd.DataFrame) -> RemoteNodes:
+    """The worker's remote nodes: each split's pair of structures, matched once per pair."""
+    columns = ["worker_graph_id", "head_graph_id", "worker_structure", "head_structure"]
     if splits.empty:
-        return pd.DataFrame()
+        return RemoteNodes(worker, pd.DataFrame(columns=columns), pd.DataFrame())
     structure_of_worker = worker.run.graphs.set_index("graph_id")["structure_id"]
     structure_of_head = head.graphs.set_index("graph_id")["structure_id"]
     pairs = pd.DataFrame(
@@ -385,33 +478,7 @@ def _remote_nodes(head: Run, worker: Member, splits: pd.DataFrame) -> pd.DataFra
                 head_node_index=np.where(np.array(matched) >= 0, head_index, -1),
             )
         )
-    if not mappings:
-        return pd.DataFrame()
-    nodes = pairs.merge(pd.concat(mappings, ignore_index=True), on=["worker_structure", "head_structure"])
-    times = worker.run.node_times_of(sorted(set(splits["worker_graph_id"].tolist())))
-    nodes = nodes.merge(
-        times[["graph_id", "node_index", "start_ns", "end_ns"]].rename(
-            columns={"graph_id": "worker_graph_id", "node_index": "worker_node_index"}
-        ),
-        on=["worker_graph_id", "worker_node_index"],
-        how="left",
-    )
-    start = nodes["start_ns"].astype("Int64") - worker.offset
-    end = nodes["end_ns"].astype("Int64") - worker.offset
-    return _worker_rows(
-        worker,
-        {
-            "head_graph_id": nodes["head_graph_id"].to_numpy(),
-            "head_node_index": nodes["head_node_index"].to_numpy(),
-            "worker_graph_id": nodes["worker_graph_id"].to_numpy(),
-            "worker_node_index": nodes["worker_node_index"].to_numpy(),
-            "name": nodes["name"].to_numpy(),
-            "op": nodes["op"].to_numpy(),
-            "start_ns": start,
-            "end_ns": end,
-            "duration_ns": end - start,
-        },
-    ).sort_values(["head_graph_id", "worker_graph_id", "worker_node_index"], ignore_index=True)
+    return RemoteNodes(worker, pairs, pd.concat(mappings, ignore_index=True) if mappings else pd.DataFrame())
 
 
 def _structure_nodes(run: Run) -> dict[int, pd.DataFrame]:
@@ -469,7 +536,6 @@ def summarize_joined(joined: Joined) -> dict[str, Any]:
     hosts = joined.tables["hosts"]
     splits = joined.tables["splits"]
     transfers = joined.tables["transfers"]
-    remote = joined.tables["remote_nodes"]
     head_graphs = joined.head.run.graphs
     head_time = int((head_graphs["decode_end_ns"] - head_graphs["decode_start_ns"]).sum()) if len(head_graphs) else 0
     in_graphs = transfers[transfers["head_graph_id"] >= 0] if not transfers.empty else transfers
@@ -497,8 +563,7 @@ def summarize_joined(joined: Joined) -> dict[str, Any]:
         )
     workers = [host for host in per_host if host["role"] == "worker"]
     compute = int(splits["compute_ns"].sum()) if not splits.empty else 0
-    timed = int(remote["duration_ns"].notna().sum()) if not remote.empty else 0
-    matched = int((remote["head_node_index"] >= 0).sum()) if not remote.empty else 0
+    counts = [remote.counts() for remote in joined.remote]
     return {
         "experiment_id": joined.experiment_id,
         "head": {"run": joined.head.run.path.name, "graphs": len(head_graphs), "time_ns": head_time},
@@ -518,7 +583,7 @@ def summarize_joined(joined: Joined) -> dict[str, Any]:
         "head_wait_ns": wait,
         "head_idle_share": wait / head_time if head_time else None,
         "slowest_worker": max(workers, key=lambda host: host["compute_ns"])["host"] if workers else None,
-        "remote_nodes": {"nodes": len(remote), "timed": timed, "matched_to_head": matched},
+        "remote_nodes": {key: sum(count[key] for count in counts) for key in ("nodes", "timed", "matched_to_head")},
         "steps": _steps(head_graphs, splits),
     }
 
@@ -631,6 +696,7 @@ def write_joined(joined: Joined, output: Path) -> None:
                distributed={"join": JOIN_FILE, "hosts": [m.host for m in joined.members]})  # fmt: skip
     for name, table in joined.tables.items():
         table.to_parquet(output / f"{name}.parquet", index=False)
+    _write_remote_nodes(joined, output / "remote_nodes.parquet")
     description = {
         "format": JOIN_FORMAT,
         "version": JOIN_VERSION,
@@ -652,12 +718,28 @@ def write_joined(joined: Joined, output: Path) -> None:
     (output / JOIN_FILE).write_text(json.dumps(description, indent=1, default=str))
 
 
+def _write_remote_nodes(joined: Joined, path: Path) -> None:
+    """The remote_nodes table, a chunk of graphs at a time."""
+    writer: pq.ParquetWriter | None = None
+    try:
+        for remote in joined.remote:
+            for chunk in remote.chunks():
+                table = pa.Table.from_pandas(chunk, schema=REMOTE_NODES_SCHEMA, preserve_index=False)
+                writer = writer or pq.ParquetWriter(path, REMOTE_NODES_SCHEMA, compression="zstd")
+                writer.write_table(table)
+    finally:
+        if writer is not None:
+            writer.close()
+    if writer is None:
+        pq.write_table(REMOTE_NODES_SCHEMA.empty_table(), path)
+
+
 def is_joined(path: Path) -> bool:
     return (path / JOIN_FILE).is_file()
 
 
-def open_joined(path: Path) -> tuple[dict[str, Any], list[Run], dict[str, pd.DataFrame]]:
-    """A joined folder: its description, its member runs, its tables."""
+def open_joined(path: Path) -> tuple[dict[str, Any], list[Run], dict[str, Path]]:
+    """A joined folder: its description, its member runs, its tables' files."""
     try:
         description = json.loads((path / JOIN_FILE).read_text())
     except (OSError, ValueError) as error:
@@ -665,9 +747,7 @@ def open_joined(path: Path) -> tuple[dict[str, Any], list[Run], dict[str, pd.Dat
     if description.get("format") != JOIN_FORMAT:
         raise GgmlVizError(f"{path} is not a joined ggml-viz experiment")
     runs = [open_run((path / member["path"]).resolve()) for member in description["members"]]
-    tables = {
-        name: pd.read_parquet(path / f"{name}.parquet") for name in JOINED_TABLES if (path / f"{name}.parquet").exists()
-    }
+    tables = {name: path / f"{name}.parquet" for name in JOINED_TABLES if (path / f"{name}.parquet").exists()}
     return description, runs, tables
 
 
@@ -714,9 +794,8 @@ def chrome_trace(joined: Joined, *, nodes: bool = True) -> dict[str, Any]:
                     "args": {"worker_graph_id": split.worker_graph_id, "command": split.command},
                 }
             )
-    remote = joined.tables["remote_nodes"]
     transfers = joined.tables["transfers"]
-    for number, worker in enumerate(joined.workers, start=2):
+    for number, (worker, remote) in enumerate(zip(joined.workers, joined.remote, strict=True), start=2):
         offset = worker.offset
         process(number, f"worker {worker.host} ({worker.run.path.name})")
         for graph in worker.run.graphs.itertuples():
@@ -730,8 +809,11 @@ def chrome_trace(joined: Joined, *, nodes: bool = True) -> dict[str, Any]:
                     "dur": (graph.end_ns - graph.start_ns) / 1e3,
                 }
             )
-        mine = remote[(remote["host"] == worker.host) & remote["start_ns"].notna()] if nodes and len(remote) else None
-        for node in mine.itertuples() if mine is not None else ():
+        for node in (
+            (row for chunk in remote.chunks() for row in chunk.dropna(subset=["start_ns"]).itertuples())
+            if nodes
+            else ()
+        ):
             events.append(
                 {
                     "ph": "X",

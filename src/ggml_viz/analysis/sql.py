@@ -96,14 +96,14 @@ _GPU_GRAPHS_SQL = """
 """
 
 
-def run_query(runs: Run | Sequence[Run], sql: str, tables: dict[str, pd.DataFrame] | None = None) -> pd.DataFrame:
-    """The result of `sql` over the views of one run or several (as one dataset), and over
-    `tables` (a joined distributed run's) by their names."""
+def run_query(runs: Run | Sequence[Run], sql: str, tables: dict[str, Path] | None = None) -> pd.DataFrame:
+    """The result of `sql` over the views of one run or several (as one dataset), and over the
+    Parquet files `tables` (a joined distributed run's) as views by their names."""
     import duckdb
 
     connection = connect_runs(runs)
-    for name, table in (tables or {}).items():
-        connection.register(name, _plain(table))
+    for name, path in (tables or {}).items():
+        connection.execute(f"create view {name} as select * from read_parquet('{_quoted(str(path))}')")
     try:
         try:
             return connection.execute(sql).fetchdf()

@@ -11,6 +11,7 @@ every time it recorded. The member runs are only read.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,24 +60,25 @@ class MergeMember:
 
 
 def merge_runs(members: list[MergeMember], output: Path, experiment_id: str, **manifest: Any) -> None:
-    """Write the members as one run into `output` (a new folder); `manifest`: sections to add."""
+    """Write the members as one run into `output` (a new folder); `manifest`: sections to add.
+    Tables are written batch by batch (a member's node times are read a row group at a time):
+    memory stays bounded at any length."""
     output.mkdir(parents=True, exist_ok=False)
     next_id = {"graph": 0, "context": 0, "structure": 0, "tensor": 0, "buffer": 0, "connection": 0}
-    parts: dict[str, list[pa.Table]] = {table: [] for table in TABLES}
-    contexts, connections, counts = [], [], {}
+    writers = {table: _TableWriter(output, table, experiment_id) for table in TABLES if table not in _LEFT_OUT}
+    contexts, connections = [], []
     for member in members:
         run = member.run
         offsets = dict(next_id)
-        for table in TABLES:
-            if table in _LEFT_OUT:
-                continue
-            data = run.arrow(table)
-            if member.graphs is not None and table in GRAPH_TABLES:
-                kept = pa.array(sorted(member.graphs), data.schema.field("graph_id").type)
-                data = data.filter(pc.is_in(data.column("graph_id"), value_set=kept))
-            parts[table].append(_moved(data, table, offsets, member.clock_offset_ns))
-            for column, kind in _IDS.get(table, {}).items():
-                if data.num_rows:
+        for table, writer in writers.items():
+            for data in _batches(run, table):
+                if member.graphs is not None and table in GRAPH_TABLES:
+                    kept = pa.array(sorted(member.graphs), data.schema.field("graph_id").type)
+                    data = data.filter(pc.is_in(data.column("graph_id"), value_set=kept))
+                if not data.num_rows:
+                    continue
+                writer.write(_moved(data, table, offsets, member.clock_offset_ns))
+                for column, kind in _IDS.get(table, {}).items():
                     highest = pc.max(data.column(column)).as_py()
                     next_id[kind] = max(next_id[kind], offsets[kind] + int(highest) + 1)
         for context in run.manifest.get("contexts") or []:
@@ -98,15 +100,8 @@ def merge_runs(members: list[MergeMember], output: Path, experiment_id: str, **m
                 }
             )
         next_id["connection"] = max(next_id["connection"], len(connections))
-    for table, tables in parts.items():
-        if table in SPARSE_TABLES and not any(t.num_rows for t in tables):
-            continue
-        schema = table_schema(table, experiment_id)
-        merged = pa.concat_tables([t.select(schema.names).cast(schema) for t in tables] or [schema.empty_table()])
-        pq.write_table(
-            merged.replace_schema_metadata(schema.metadata), output / f"{table}{PARQUET_SUFFIX}", compression="zstd"
-        )
-        counts[f"{table}_rows"] = merged.num_rows
+    counts = {f"{table}_rows": writer.close(sparse=table in SPARSE_TABLES) for table, writer in writers.items()}
+    counts = {name: rows for name, rows in counts.items() if rows is not None}
     write_totals(output, totals_of_parquet_run(output), experiment_id)
     first = members[0].run.manifest
     incomplete = [
@@ -141,6 +136,46 @@ def merge_runs(members: list[MergeMember], output: Path, experiment_id: str, **m
         }
     )
     write_manifest(output, description)
+
+
+class _TableWriter:
+    """One table of the merged run, written as its batches come (opened with the first)."""
+
+    def __init__(self, output: Path, table: str, experiment_id: str) -> None:
+        self.path = output / f"{table}{PARQUET_SUFFIX}"
+        self.schema = table_schema(table, experiment_id)
+        self.writer: pq.ParquetWriter | None = None
+        self.rows = 0
+
+    def write(self, data: pa.Table) -> None:
+        if self.writer is None:
+            self.writer = pq.ParquetWriter(self.path, self.schema, compression="zstd")
+        for column in self.schema:  # a column an earlier ggml-viz did not write: nulls
+            if column.name not in data.column_names:
+                data = data.append_column(column.name, pa.nulls(data.num_rows, column.type))
+        self.writer.write_table(data.select(self.schema.names).cast(self.schema))
+        self.rows += data.num_rows
+
+    def close(self, *, sparse: bool) -> int | None:
+        """Its rows; a sparse table without any is not written (None)."""
+        if self.writer is None:
+            if sparse:
+                return None
+            pq.write_table(self.schema.empty_table(), self.path, compression="zstd")
+        else:
+            self.writer.close()
+        return self.rows
+
+
+def _batches(run: Run, table: str) -> Iterator[pa.Table]:
+    """A member's table a piece at a time: its node times (most of a run's bytes) a row group at
+    a time from its Parquet file; the rest whole, as the reader gives it."""
+    parquet = run.path / f"{table}{PARQUET_SUFFIX}"
+    if table == "node_times" and parquet.exists():
+        for batch in pq.ParquetFile(parquet).iter_batches(batch_size=1 << 20):
+            yield pa.Table.from_batches([batch])
+    else:
+        yield run.arrow(table)
 
 
 def _moved(data: pa.Table, table: str, offsets: dict[str, int], clock_offset_ns: int) -> pa.Table:
