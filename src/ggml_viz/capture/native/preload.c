@@ -146,11 +146,6 @@ void *find_original(const char *name, void *ours) {
     return search.found;
 }
 
-/* The originals of what we interpose, looked up on first use. */
-#define ORIGINAL(name, type)                                          \
-    static type original_##name;                                     \
-    if (!original_##name) original_##name = (type)find_original(#name, (void *)name)
-
 /* ---- state -------------------------------------------------------------------------------- */
 
 State state = {.once = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER, .spool = -1};
@@ -452,32 +447,34 @@ static bool preload_eval_callback(void *tensor, bool ask, void *user_data) {
     return go_on;
 }
 
-/* Our abort callback on a scheduler's CPU backends: their ticks time the nodes they compute. */
-static void time_cpu_backends(Entry *e, void *sched) {
+/* Our abort callback on a CPU backend, once (the program's own, set before, called from ours):
+   its ticks time the nodes it computes. 1 ours is on it. */
+static int time_cpu_backend(Entry *e, void *backend) {
     ORIGINAL(ggml_backend_cpu_set_abort_callback, set_abort_fn);
-    if (state.sync_timing || !original_ggml_backend_cpu_set_abort_callback || !api.sched_n_backends ||
-        !api.sched_backend || !api.is_cpu) {
-        return;
+    if (state.sync_timing || !original_ggml_backend_cpu_set_abort_callback) return 0;
+    int known = 0, free_slot = -1;
+    for (int k = 0; k < MAX_CPU_BACKENDS; k++) {
+        known |= e->abort_set[k] == backend;
+        if (!e->abort_set[k] && free_slot < 0) free_slot = k;
     }
+    if (known || free_slot < 0) return known;
+    pthread_mutex_lock(&state.lock);
+    const ProgramCallback *theirs = recall_callback(ABORT_ON_BACKEND, backend);
+    if (theirs && !e->recorder.chained_abort) recorder_chain_abort(&e->recorder, (abort_fn)theirs->function, theirs->data);
+    pthread_mutex_unlock(&state.lock);
+    original_ggml_backend_cpu_set_abort_callback(backend, recorder_abort_callback, &e->recorder);
+    e->abort_set[free_slot] = backend;
+    recorder_hook_barriers(); /* the barrier that ends each node: the wait for its stragglers */
+    return 1;
+}
+
+/* Our abort callback on a scheduler's CPU backends. */
+static void time_cpu_backends(Entry *e, void *sched) {
+    if (state.sync_timing || !api.sched_n_backends || !api.sched_backend || !api.is_cpu) return;
     int n = api.sched_n_backends(sched);
     for (int i = 0; i < n; i++) {
         void *backend = api.sched_backend(sched, i);
-        if (!backend || !api.is_cpu(backend)) continue;
-        int known = 0, free_slot = -1;
-        for (int k = 0; k < MAX_CPU_BACKENDS; k++) {
-            known |= e->abort_set[k] == backend;
-            if (!e->abort_set[k] && free_slot < 0) free_slot = k;
-        }
-        if (known || free_slot < 0) continue;
-        pthread_mutex_lock(&state.lock);
-        const ProgramCallback *theirs = recall_callback(ABORT_ON_BACKEND, backend);
-        if (theirs && !e->recorder.chained_abort) {
-            recorder_chain_abort(&e->recorder, (abort_fn)theirs->function, theirs->data);
-        }
-        pthread_mutex_unlock(&state.lock);
-        original_ggml_backend_cpu_set_abort_callback(backend, recorder_abort_callback, &e->recorder);
-        e->abort_set[free_slot] = backend;
-        recorder_hook_barriers(); /* the barrier that ends each node: the wait for its stragglers */
+        if (backend && api.is_cpu(backend)) time_cpu_backend(e, backend);
     }
 }
 
@@ -621,23 +618,6 @@ EXPORT void *ggml_new_graph_custom(void *ctx, size_t size, bool grads) {
     return original_ggml_new_graph_custom ? original_ggml_new_graph_custom(ctx, size, grads) : NULL;
 }
 
-/* Our abort callback on a CPU backend that computes graphs itself: its ticks time the nodes of
-   the graph read at the compute call. */
-static void time_backend_nodes(Entry *e, void *backend) {
-    ORIGINAL(ggml_backend_cpu_set_abort_callback, set_abort_fn);
-    if (state.sync_timing || state.detail_graph || !original_ggml_backend_cpu_set_abort_callback || e->abort_set[0]) {
-        return;
-    }
-    pthread_mutex_lock(&state.lock);
-    const ProgramCallback *theirs = recall_callback(ABORT_ON_BACKEND, backend);
-    if (theirs) recorder_chain_abort(&e->recorder, (abort_fn)theirs->function, theirs->data);
-    pthread_mutex_unlock(&state.lock);
-    original_ggml_backend_cpu_set_abort_callback(backend, recorder_abort_callback, &e->recorder);
-    e->abort_set[0] = backend;
-    recorder_hook_barriers();
-    e->recorder.tick_reads = 1;
-}
-
 /* A graph computed on a backend directly (ggml's RPC server computes each graph the head sends
    so; so do small ggml programs): a call of its own, without tokens, its graph read at the call.
    A CPU backend's nodes are timed by its ticks; a GPU's as on a scheduler. Calls made inside a
@@ -653,10 +633,10 @@ static int compute_on_backend(compute_fn original, void *backend, void *graph) {
     if (!e->checked_sched) {
         e->checked_sched = backend;
         const char *name = api.backend_name ? api.backend_name(backend) : NULL;
-        snprintf(e->backend_name, sizeof e->backend_name, "%s", name ? name : "");
         e->on_gpu = api.is_cpu && !api.is_cpu(backend);
         e->on_cuda = e->on_gpu && name && strncmp(name, "CUDA", 4) == 0;
-        if (!e->on_gpu) time_backend_nodes(e, backend);
+        /* the graph read at the call, its nodes timed by the backend's ticks */
+        if (!e->on_gpu && !state.detail_graph) e->recorder.tick_reads = time_cpu_backend(e, backend);
     }
     uint64_t made = __atomic_load_n(&graphs_made, __ATOMIC_RELAXED);
     if (made != e->graphs_made_seen) e->recorder.graph_allocated = 1;

@@ -111,9 +111,8 @@ typedef struct {
     void *checked_sched;   /* the scheduler the two below were worked out for */
     int on_gpu, on_cuda;
     char gpu_name[64];     /* its first GPU backend (CUDA0, Vulkan0, ...) */
-    /* A backend computing graphs itself (owner: the backend): its name, and the graphs made in
-       the process when it last computed (a new one since is read again). */
-    char backend_name[64];
+    /* A backend computing graphs itself (owner: the backend): the graphs made in the process when
+       it last computed (a new one since is read again). */
     uint64_t graphs_made_seen;
     Array frame;           /* the frame being built */
 } Entry;
@@ -177,6 +176,10 @@ void say(const char *format, ...) __attribute__((format(printf, 1, 2)));
 /* A function of the program's (ours: our own of that name, skipped): in the global scope, or
    in a library loaded into a local one (a Python extension's ggml). */
 void *find_original(const char *name, void *ours);
+/* The original of a function we interpose (`name`, ours), looked up on first use. */
+#define ORIGINAL(name, type)                                          \
+    static type original_##name;                                     \
+    if (!original_##name) original_##name = (type)find_original(#name, (void *)name)
 
 /* preload_setup.c */
 const char *find_functions(void);

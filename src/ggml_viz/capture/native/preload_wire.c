@@ -282,12 +282,8 @@ typedef int (*accept4_fn)(int, struct sockaddr *, socklen_t *, int);
 typedef ssize_t (*send_fn)(int, const void *, size_t, int);
 typedef ssize_t (*recv_fn)(int, void *, size_t, int);
 
-#define WIRE_ORIGINAL(name, type)                                     \
-    static type original_##name;                                     \
-    if (!original_##name) original_##name = (type)find_original(#name, (void *)name)
-
 EXPORT int connect(int fd, const struct sockaddr *address, socklen_t size) {
-    WIRE_ORIGINAL(connect, connect_fn);
+    ORIGINAL(connect, connect_fn);
     if (!original_connect) {
         errno = ENOSYS;
         return -1;
@@ -298,7 +294,7 @@ EXPORT int connect(int fd, const struct sockaddr *address, socklen_t size) {
 }
 
 EXPORT int accept(int fd, struct sockaddr *address, socklen_t *size) {
-    WIRE_ORIGINAL(accept, accept_fn);
+    ORIGINAL(accept, accept_fn);
     if (!original_accept) {
         errno = ENOSYS;
         return -1;
@@ -309,7 +305,7 @@ EXPORT int accept(int fd, struct sockaddr *address, socklen_t *size) {
 }
 
 EXPORT int accept4(int fd, struct sockaddr *address, socklen_t *size, int flags) {
-    WIRE_ORIGINAL(accept4, accept4_fn);
+    ORIGINAL(accept4, accept4_fn);
     if (!original_accept4) {
         errno = ENOSYS;
         return -1;
@@ -320,7 +316,7 @@ EXPORT int accept4(int fd, struct sockaddr *address, socklen_t *size, int flags)
 }
 
 EXPORT ssize_t send(int fd, const void *bytes, size_t n, int flags) {
-    WIRE_ORIGINAL(send, send_fn);
+    ORIGINAL(send, send_fn);
     if (!original_send) {
         errno = ENOSYS;
         return -1;
@@ -337,7 +333,7 @@ EXPORT ssize_t send(int fd, const void *bytes, size_t n, int flags) {
 }
 
 EXPORT ssize_t recv(int fd, void *bytes, size_t n, int flags) {
-    WIRE_ORIGINAL(recv, recv_fn);
+    ORIGINAL(recv, recv_fn);
     if (!original_recv) {
         errno = ENOSYS;
         return -1;
