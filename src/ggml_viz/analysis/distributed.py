@@ -30,6 +30,7 @@ over the folder reads the joined tables with the member runs' own views.
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import shutil
@@ -498,7 +499,9 @@ def _match_in_order(names: list[str], candidates: list[str]) -> list[int]:
         positions.setdefault(name, []).append(position)
     matched, after = [], -1
     for name in names:
-        found = next((p for p in positions.get(name, ()) if p > after), -1)
+        mine = positions.get(name, [])
+        at = bisect.bisect_right(mine, after)
+        found = mine[at] if at < len(mine) else -1
         matched.append(found)
         after = found if found >= 0 else after
     return matched
@@ -540,6 +543,7 @@ def summarize_joined(joined: Joined) -> dict[str, Any]:
     head_time = int((head_graphs["decode_end_ns"] - head_graphs["decode_start_ns"]).sum()) if len(head_graphs) else 0
     in_graphs = transfers[transfers["head_graph_id"] >= 0] if not transfers.empty else transfers
     wait = int(splits["head_wait_ns"].clip(lower=0).sum()) if not splits.empty else 0
+    compute = int(splits["compute_ns"].sum()) if not splits.empty else 0
     per_host = []
     for row in hosts.itertuples():
         mine = splits[splits["host"] == row.host] if not splits.empty else splits
@@ -562,7 +566,6 @@ def summarize_joined(joined: Joined) -> dict[str, Any]:
             }
         )
     workers = [host for host in per_host if host["role"] == "worker"]
-    compute = int(splits["compute_ns"].sum()) if not splits.empty else 0
     counts = [remote.counts() for remote in joined.remote]
     return {
         "experiment_id": joined.experiment_id,
@@ -574,9 +577,7 @@ def summarize_joined(joined: Joined) -> dict[str, Any]:
             "bytes_during_graphs": int(in_graphs["bytes"].sum()) if len(in_graphs) else 0,
             "tensor_bytes_during_graphs": int(in_graphs["data_bytes"].sum()) if len(in_graphs) else 0,
             # what the head waited beyond its workers' compute: the wire and the protocol's handling
-            "time_ns": max(int(splits["head_wait_ns"].clip(lower=0).sum()) - int(splits["compute_ns"].sum()), 0)
-            if not splits.empty
-            else 0,
+            "time_ns": max(wait - compute, 0),
         },
         "splits": len(splits),
         "remote_compute_ns": compute,
@@ -677,10 +678,10 @@ def render_joined(summary: dict[str, Any]) -> None:
 # ---- the joined folder ------------------------------------------------------------------------
 
 
-def write_joined(joined: Joined, output: Path) -> None:
+def write_joined(joined: Joined, output: Path) -> dict[str, Any]:
     """The experiment as one run (the members merged, a context per host, every time on the
     head's clock: what the viewer and the exports open), the joined tables as Parquet beside it,
-    and join.json naming the member runs (which stay where they are)."""
+    and join.json naming the member runs (which stay where they are); returns its summary."""
     if output.exists() and not is_joined(output):
         raise GgmlVizError(f"{output} exists and is not a joined experiment: give the joined experiment a new folder")
     if output.exists():  # an earlier join of these runs, say: replaced
@@ -697,6 +698,7 @@ def write_joined(joined: Joined, output: Path) -> None:
     for name, table in joined.tables.items():
         table.to_parquet(output / f"{name}.parquet", index=False)
     _write_remote_nodes(joined, output / "remote_nodes.parquet")
+    summary = summarize_joined(joined)
     description = {
         "format": JOIN_FORMAT,
         "version": JOIN_VERSION,
@@ -713,9 +715,10 @@ def write_joined(joined: Joined, output: Path) -> None:
             }
             for member in joined.members
         ],
-        "summary": summarize_joined(joined),
+        "summary": summary,
     }
     (output / JOIN_FILE).write_text(json.dumps(description, indent=1, default=str))
+    return summary
 
 
 def _write_remote_nodes(joined: Joined, path: Path) -> None:

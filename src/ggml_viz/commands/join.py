@@ -44,7 +44,6 @@ class JoinCommand(Command):
             is_joined,
             join_runs,
             render_joined,
-            summarize_joined,
             write_joined,
         )
         from .query import open_runs
@@ -59,10 +58,9 @@ class JoinCommand(Command):
         if any(run.path.resolve() == output.resolve() for run in runs):
             raise CommandError(f"{output} is one of the runs: give the joined experiment a folder of its own")
         joined = join_runs(runs)
-        write_joined(joined, output)
+        summary = write_joined(joined, output)
         if args.trace:
             Path(args.trace).write_text(json.dumps(chrome_trace(joined)))
-        summary = summarize_joined(joined)
         if args.json:
             print(json.dumps(summary, indent=2, default=str))
         else:
