@@ -1,4 +1,4 @@
-"""Build steps pyproject.toml cannot express: the native recorder (a C extension, optional:
+"""Build steps pyproject.toml cannot express: the C recorder's Python extension (optional:
 ggml-viz falls back to its Python recorder without it), the preload library that records
 native programs (`ggml-viz run -- llama-server ...`), and the start-up hook (.pth)."""
 
@@ -9,10 +9,12 @@ from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
 STARTUP_HOOK = "ggml_viz_startup.pth"
-NATIVE = "src/ggml_viz/capture/native"
+CAPTURE = "src/ggml_viz/capture"
 C_FLAGS = ["-O2", "-std=c11", "-D_GNU_SOURCE"]
-# The recorder core both native parts build on: the recorder, GOT redirection, the GPU timer.
-CORE = ("recorder", "got_hook", "gpu/cupti_activity", "gpu/gpu_tracer", "gpu/graph_compute")
+# The C both the extension and the preload library build on: the recorder core and GOT
+# redirection (capture/core/), the GPU timer (capture/gpu/).
+CORE = ("core/recorder", "core/got_hook", "gpu/cupti_activity", "gpu/gpu_tracer", "gpu/graph_compute")
+PRELOAD_SOURCES = ("preload/preload", "preload/preload_setup", "preload/preload_spool", "preload/preload_wire")
 
 
 class BuildWithStartupHook(build_py):
@@ -31,13 +33,13 @@ class BuildWithPreloadLibrary(build_ext):
     `ggml-viz run` puts into native programs with LD_PRELOAD. Optional, like the extension:
     without a C compiler, ggml-viz records Python programs with its Python recorder."""
 
-    PRELOAD = "ggml_viz/capture/libggml_viz_preload.so"
+    PRELOAD = "ggml_viz/capture/preload/libggml_viz_preload.so"
 
     def run(self) -> None:
         super().run()
         try:
             objects = self.compiler.compile(
-                [f"{NATIVE}/{name}.c" for name in ("preload", "preload_setup", "preload_spool", "preload_wire", *CORE)],
+                [f"{CAPTURE}/{name}.c" for name in (*PRELOAD_SOURCES, *CORE)],
                 output_dir=self.build_temp,
                 extra_preargs=[*C_FLAGS, "-fPIC", "-fvisibility=hidden", "-Wall"],
             )
@@ -52,11 +54,10 @@ class BuildWithPreloadLibrary(build_ext):
         return [*super().get_outputs(), os.path.join(self.build_lib, self.PRELOAD)]
 
 
-native_recorder = Extension(
-    "ggml_viz.capture._native",
-    sources=["src/ggml_viz/capture/_native.c", "src/ggml_viz/capture/_native_gpu.c",
-             *(f"{NATIVE}/{name}.c" for name in CORE)],
-    depends=[f"{NATIVE}/{name}.h" for name in (*CORE, "gpu/cupti_abi")],
+recorder_extension = Extension(
+    "ggml_viz.capture.core._recorder",
+    sources=[f"{CAPTURE}/{name}.c" for name in ("core/_recorder", "core/_recorder_gpu", *CORE)],
+    depends=[f"{CAPTURE}/{name}.h" for name in (*CORE, "gpu/cupti_abi")],
     extra_compile_args=C_FLAGS,
     libraries=["m", "dl"],
     optional=True,
@@ -64,5 +65,5 @@ native_recorder = Extension(
 
 setup(
     cmdclass={"build_py": BuildWithStartupHook, "build_ext": BuildWithPreloadLibrary},
-    ext_modules=[native_recorder],
+    ext_modules=[recorder_extension],
 )

@@ -77,7 +77,7 @@ JOIN_SECONDS: list[tuple[float, int, int]] = []  # per traced round: seconds, he
 def join_round(folder: Path) -> None:
     """Join a traced round's runs, timed."""
     import ggml_viz
-    from ggml_viz.analysis.distributed import join_runs, write_joined
+    from ggml_viz.analysis.join import join_runs, write_joined
 
     start = time.perf_counter()
     runs = [ggml_viz.open(folder / name) for name in ("head.ggmlviz", "w0.ggmlviz", "w1.ggmlviz")]

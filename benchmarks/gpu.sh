@@ -77,14 +77,15 @@ export LLAMA_CPP_LIB_PATH=$BIN # ggml-viz, and llama-cpp-python, read the very g
 "$BIN/llama-bench" --help > /dev/null 2>&1 || { echo "llama-bench does not run:"; ldd "$BIN/llama-bench" | grep "not found"; exit 1; }
 
 step "ggml-viz's C parts"
-NATIVE=$REPO/src/ggml_viz/capture/native
+CAPTURE=$REPO/src/ggml_viz/capture
 CFLAGS="-O2 -std=c11 -D_GNU_SOURCE -fPIC -Wall"
-CORE="$NATIVE/recorder.c $NATIVE/got_hook.c $NATIVE/gpu/cupti_activity.c $NATIVE/gpu/gpu_tracer.c $NATIVE/gpu/graph_compute.c"
-gcc $CFLAGS -fvisibility=hidden -shared $NATIVE/preload.c $NATIVE/preload_setup.c $NATIVE/preload_spool.c $NATIVE/preload_wire.c $CORE \
-    -o "$REPO/src/ggml_viz/capture/libggml_viz_preload.so" -ldl -lpthread -lm || exit 1
+CORE="$CAPTURE/core/recorder.c $CAPTURE/core/got_hook.c $CAPTURE/gpu/cupti_activity.c $CAPTURE/gpu/gpu_tracer.c $CAPTURE/gpu/graph_compute.c"
+PRELOAD=$CAPTURE/preload
+gcc $CFLAGS -fvisibility=hidden -shared $PRELOAD/preload.c $PRELOAD/preload_setup.c $PRELOAD/preload_spool.c $PRELOAD/preload_wire.c $CORE \
+    -o "$PRELOAD/libggml_viz_preload.so" -ldl -lpthread -lm || exit 1
 read -r PY_INCLUDE EXT_SUFFIX < <($PY -c "import sysconfig; print(sysconfig.get_paths()['include'], sysconfig.get_config_var('EXT_SUFFIX'))")
-gcc $CFLAGS -shared -I"$PY_INCLUDE" "$REPO/src/ggml_viz/capture/_native.c" "$REPO/src/ggml_viz/capture/_native_gpu.c" \
-    $CORE -o "$REPO/src/ggml_viz/capture/_native$EXT_SUFFIX" -ldl -lm 2> "$WORK/native.log" || echo "the Python extension was not built (no Python headers?): $(tail -1 "$WORK/native.log")"
+gcc $CFLAGS -shared -I"$PY_INCLUDE" "$CAPTURE/core/_recorder.c" "$CAPTURE/core/_recorder_gpu.c" \
+    $CORE -o "$CAPTURE/core/_recorder$EXT_SUFFIX" -ldl -lm 2> "$WORK/extension.log" || echo "the Python extension was not built (no Python headers?): $(tail -1 "$WORK/extension.log")"
 TALLY=
 CUPTI_LIB=$(find -L "$CUDA_HOME" -name 'libcupti.so*' 2>/dev/null | grep -v stub | sort | head -1)
 if gcc -O2 -shared -fPIC -I"$CUDA_HOME/include" "$REPO/benchmarks/gpu_kernel_tally.c" -o "$WORK/tally.so" \
@@ -131,7 +132,7 @@ timeout 120 "${COMPLETION[@]}" > "$WORK/text/untraced.txt" 2> "$WORK/untraced.er
 [[ -n $TALLY ]] && { LD_PRELOAD=$TALLY GPU_TALLY_OUT=$WORK/tally.tsv timeout 120 "${COMPLETION[@]}" > /dev/null 2> "$WORK/tally.err"; echo "  tally: exit $?"; }
 # the preload library alone (no `ggml-viz run`): its spool stays in the run until a command opens it
 rm -rf "$WORK/runs/completion-spool.ggmlviz"
-LD_PRELOAD=$REPO/src/ggml_viz/capture/libggml_viz_preload.so GGML_VIZ_OUTPUT=$WORK/runs/completion-spool.ggmlviz \
+LD_PRELOAD=$PRELOAD/libggml_viz_preload.so GGML_VIZ_OUTPUT=$WORK/runs/completion-spool.ggmlviz \
     timeout 120 "${COMPLETION[@]}" > "$WORK/text/preload.txt" 2> "$WORK/preload.err"
 echo "  preload alone: exit $? $(ls "$WORK/runs/completion-spool.ggmlviz/spool")"
 for config in windows every; do
@@ -141,7 +142,7 @@ for config in windows every; do
     text_of "$WORK/$config.out" > "$WORK/text/$config.txt"
 done
 
-if [[ -n ${GGML_VIZ_LLAMA_CPP_PYTHON:-} ]] && $PY -c "import ggml_viz.capture._native" 2> /dev/null; then
+if [[ -n ${GGML_VIZ_LLAMA_CPP_PYTHON:-} ]] && $PY -c "import ggml_viz.capture.core._recorder" 2> /dev/null; then
     step "a Python program (llama-cpp-python on these libraries: LLAMA_CPP_LIB_PATH)"
     cat > "$WORK/app.py" << 'EOF'
 import sys, time, ggml_viz

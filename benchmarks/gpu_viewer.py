@@ -1,6 +1,6 @@
 """How the viewer's GPU lane copes with a run of many kernels: a synthetic run on a GPU with
 every graph traced (about 843 kernels a graph of a 30-layer model), served by the viewer's
-own views (ui/data.py, in process, no browser).
+own views (ui/run_view.py, in process, no browser).
 
 Prints, each a median over --repeats (fresh views where it says "first"):
 - first open: reading the run and its overview (whose top kernels take one pass over the
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from ggml_viz.runformat.synthetic import write_synthetic_run
-from ggml_viz.ui.data import RunView
+from ggml_viz.ui.run_view import RunView
 
 WIDTH = 1600
 

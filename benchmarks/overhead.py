@@ -56,10 +56,10 @@ CONFIGS: dict[str, dict[str, object]] = {
 INSTALL_FLOOR = """
 def install_floor_callback(name):
     import llama_cpp.llama_cpp as core
-    from ggml_viz.capture import _native
+    from ggml_viz.capture.core import _recorder
     original = core.llama_init_from_model
     def with_floor_callback(model, params):
-        params.cb_eval = core.ggml_backend_sched_eval_callback(getattr(_native, name))
+        params.cb_eval = core.ggml_backend_sched_eval_callback(getattr(_recorder, name))
         return original(model, params)
     core.llama_init_from_model = with_floor_callback
 """

@@ -71,7 +71,7 @@ MEASURED_VIEW = """
 import json, resource, statistics, sys, time
 start = time.perf_counter()
 from pathlib import Path
-from ggml_viz.ui.data import RunView
+from ggml_viz.ui.run_view import RunView
 view = RunView("r", Path(sys.argv[1]))
 view.overview
 view.timeline(0, view.duration_ns, 1600)

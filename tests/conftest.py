@@ -9,7 +9,7 @@ def no_recording_left_active():
     yield
     import sys
 
-    from ggml_viz.capture.session import active_recording
+    from ggml_viz.capture.llama_cpp_python.session import active_recording
 
     assert active_recording() is None, "a test left a recording active"
     core = sys.modules.get("llama_cpp.llama_cpp")

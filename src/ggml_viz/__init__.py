@@ -23,7 +23,7 @@ from ._version import __version__
 from .capture.settings import keyword_parameters, settings_docstring, settings_from_options
 
 if TYPE_CHECKING:
-    from .capture.session import Recording
+    from .capture.llama_cpp_python.session import InProcessRecording
     from .runformat.reader import Run
 
 __all__ = ["CaptureError", "GgmlVizError", "RunFormatError", "__version__", "open", "record"]
@@ -36,7 +36,7 @@ def record(
     overwrite: bool = False,
     verbose: bool = False,
     **settings: Any,
-) -> Recording:
+) -> InProcessRecording:
     """Record every llama context created inside the `with` block into the run `output`.
 
     metadata: stored in the manifest under "generation" (prompt, sampling settings, ...).
@@ -48,9 +48,9 @@ def record(
     ops, layers, names and capture take comma-separated text or a sequence of items. An
     unknown one raises TypeError.
     """
-    from .capture.session import Recording
+    from .capture.llama_cpp_python.session import InProcessRecording
 
-    return Recording(output, settings=settings_from_options(settings), metadata=metadata, overwrite=overwrite,
+    return InProcessRecording(output, settings=settings_from_options(settings), metadata=metadata, overwrite=overwrite,
                      verbose=verbose)  # fmt: skip
 
 
@@ -69,7 +69,8 @@ _describe_settings(record)
 
 
 def open(path: str | os.PathLike[str]) -> Run:  # noqa: A001 - mirrors the builtin on purpose
-    """Open a recorded run directory for reading."""
-    from .runformat.reader import open_run
+    """Open a recorded run directory for reading (a native program's spool left in it is
+    collected into the run first)."""
+    from .capture.preload.opening import collect_and_open
 
-    return open_run(path)
+    return collect_and_open(path)

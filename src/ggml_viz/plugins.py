@@ -1,4 +1,5 @@
-"""Exporters and findings from other installed packages, found by their entry points.
+"""Plugins: what other installed packages add, found by their entry points, for the registries
+that own each kind (export/registry.py: exporters; analysis/findings.py: findings).
 
 A package offers them in its pyproject.toml:
 
@@ -14,26 +15,19 @@ when a command first needs it. A plugin that cannot be loaded (an import error, 
 type, a name a built-in or an earlier plugin holds) is left out, and so is one that raises
 when called: each is named in one warning on stderr, and the command goes on without it.
 
-This module imports only the standard library at the top: building the parser and
-`summary` stay as light as they were.
+This module imports only the standard library and knows no kind of plugin: the registries,
+above it, call load_group with their own group and base class.
 """
 
 from __future__ import annotations
 
-import functools
 import sys
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
-if TYPE_CHECKING:
-    from .analysis.findings import Finding
-    from .export.base import Exporter
-
-EXPORTERS_GROUP = "ggml_viz.exporters"
-FINDINGS_GROUP = "ggml_viz.findings"
-BUILT_IN = "built-in"
+BUILT_IN = "built-in"  # where a built-in exporter or finding comes from, as `ggml-viz plugins` says
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -77,21 +71,6 @@ class PluginGroup(Generic[T]):
     def origin_of(self, value: object) -> PluginOrigin | None:
         """The origin of a plugin's object; None for a built-in."""
         return next((plugin.origin for plugin in self.loaded if plugin.value is value), None)
-
-
-@functools.cache
-def exporter_plugins() -> PluginGroup[Exporter]:
-    from .export.base import Exporter
-    from .export.registry import EXPORTERS
-
-    return load_group(EXPORTERS_GROUP, Exporter, taken=EXPORTERS.keys())
-
-
-@functools.cache
-def finding_plugins() -> PluginGroup[Finding]:
-    from .analysis.findings import BUILTIN_FINDINGS, Finding
-
-    return load_group(FINDINGS_GROUP, Finding, taken={finding.name for finding in BUILTIN_FINDINGS})
 
 
 def load_group(group: str, kind: type[T], taken: Collection[str]) -> PluginGroup[T]:
@@ -159,35 +138,3 @@ def call_plugin(origin: PluginOrigin | None, call: Callable[[], R], fallback: R)
     except Exception as error:
         warn_once(origin, f"raised {describe_error(error)}; left out")
         return fallback
-
-
-def describe_plugins() -> dict[str, Any]:
-    """Every exporter and finding, built-in or a plugin's, and the plugins that failed to load:
-    what `ggml-viz plugins` lists."""
-    from .analysis.findings import BUILTIN_FINDINGS
-    from .export.registry import EXPORTERS
-
-    exporter_group, finding_group = exporter_plugins(), finding_plugins()
-    exporters = [(exporter, BUILT_IN) for exporter in EXPORTERS.values()]
-    exporters += [(plugin.value, plugin.origin.distribution) for plugin in exporter_group.loaded]
-    findings = [(finding, BUILT_IN) for finding in BUILTIN_FINDINGS]
-    findings += [(plugin.value, plugin.origin.distribution) for plugin in finding_group.loaded]
-    return {
-        "exporters": [
-            {"name": e.name, "extensions": list(e.extensions), "summary": e.summary, "source": source}
-            for e, source in exporters
-        ],
-        "findings": [
-            {"name": f.name, "section": f.title or None, "summary": f.summary, "source": source}
-            for f, source in findings
-        ],
-        "failed": [
-            {
-                "group": f.origin.group,
-                "entry_point": f.origin.entry_point,
-                "source": f.origin.distribution,
-                "error": f.error,
-            }
-            for f in exporter_group.failed + finding_group.failed
-        ],
-    }

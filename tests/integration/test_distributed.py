@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 import ggml_viz
-from ggml_viz.analysis.distributed import join_runs, match_connections, paired_messages, summarize_joined
+from ggml_viz.analysis.join import join_runs, match_connections, paired_messages, summarize_joined
 
 from ..browser import chromium, collect_errors, serving
 from .arch_models import write_model

@@ -11,8 +11,8 @@ import xml.etree.ElementTree as ET
 import pytest
 
 import ggml_viz
-from ggml_viz.analysis.sql import run_query
 from ggml_viz.commands import main
+from ggml_viz.runformat.sql import run_query
 
 from ..profile_files import exported_profile, profile_of_all_events, tensorboard_steps
 from .smollm2 import greedy, load_model

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import ggml_viz
-from ggml_viz.analysis.summary import backends
+from ggml_viz.analysis.breakdowns import backends
 
 from .native import Ggml, build_plain_program, compile_native, llama_cpp_ggml, untraced, whisper_cpp_ggml
 from .smollm2 import ggml_viz_cli

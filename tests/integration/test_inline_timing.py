@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import ggml_viz
-from ggml_viz.capture import llama_info
+from ggml_viz.capture.core.context_tracer import batch_arrays
+from ggml_viz.capture.llama_cpp_python import llama_info
 
 from .smollm2 import greedy, load_model
 
@@ -122,7 +123,7 @@ def test_the_programs_abort_callback_still_runs(tmp_path, model_path, recorded_r
     assert run.nodes["timed"].all()
 
 
-def test_the_native_batch_copy_equals_the_python_one():
+def test_the_c_batch_copy_equals_the_python_one():
     import llama_cpp
 
     batch = llama_cpp.llama_batch_init(4, 0, 2)
@@ -131,15 +132,15 @@ def test_the_native_batch_copy_equals_the_python_one():
         for i, (token, pos) in enumerate(((11, 5), (12, 6), (13, 7))):
             batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = token, pos, 1, i == 2
             batch.seq_id[i][0] = 1
-        native = llama_info.read_batch(batch)
+        in_c = llama_info.read_batch(batch)
         python = llama_info.read_batch_in_python(batch)
-        assert native == python
-        assert native[:2] == (3, 5)
-        columns = llama_info.batch_arrays(native)
+        assert in_c == python
+        assert in_c[:2] == (3, 5)
+        columns = batch_arrays(in_c)
         assert columns["token_id"].tolist() == [11, 12, 13] and columns["output"].tolist() == [False, False, True]
         logits, batch.logits = batch.logits, ctypes.cast(None, type(batch.logits))  # none: the last token only
         assert llama_info.read_batch(batch) == llama_info.read_batch_in_python(batch)
-        assert llama_info.batch_arrays(llama_info.read_batch(batch))["output"].tolist() == [False, False, True]
+        assert batch_arrays(llama_info.read_batch(batch))["output"].tolist() == [False, False, True]
         batch.logits = logits
     finally:
         llama_cpp.llama_batch_free(batch)

@@ -173,7 +173,7 @@ def test_memmap_command(tmp_path, model_path):
 
 
 def test_views_write_no_bytes_in_the_statistics(recorded_run):
-    from ggml_viz.ui.data import RunView
+    from ggml_viz.ui.run_view import RunView
 
     # GIVEN a real run's statistics by op
     by_op = {row["op"]: row for row in RunView("r0", recorded_run.path).statistics["by_op"]}
@@ -186,7 +186,7 @@ def test_views_write_no_bytes_in_the_statistics(recorded_run):
 
 
 def test_bytes_read_are_the_rows_a_get_rows_gathers_and_nothing_for_views(recorded_run):
-    from ggml_viz.analysis.summary import weight_reads
+    from ggml_viz.analysis.breakdowns import weight_reads
 
     run = recorded_run.run
     edges = run.edges.merge(run.graphs[["graph_id", "n_tokens", "phase"]], on="graph_id")
@@ -209,7 +209,7 @@ def test_bytes_read_are_the_rows_a_get_rows_gathers_and_nothing_for_views(record
 
 def test_the_disk_track_shows_the_exact_rows_each_lookup_read(recorded_run):
     from ggml_viz.analysis.memory import gathered_rows
-    from ggml_viz.ui.data import RunView
+    from ggml_viz.ui.run_view import RunView
 
     run = recorded_run.run
     reader = GGUFReader(run.manifest["model"]["path"])

@@ -13,10 +13,10 @@ import pyarrow.parquet as pq
 import pytest
 
 import ggml_viz
+from ggml_viz.analysis.breakdowns import time_by_layer
 from ggml_viz.analysis.graph_view import graph_view_of
-from ggml_viz.analysis.summary import time_by_layer
 from ggml_viz.runformat.structure_layers import structure_layers
-from ggml_viz.ui.data import EventFilter, RunView
+from ggml_viz.ui.run_view import EventFilter, RunView
 
 pytestmark = pytest.mark.model
 

@@ -13,8 +13,8 @@ import pytest
 from gguf import GGUFReader
 
 import ggml_viz
-from ggml_viz.analysis.summary import weight_reads
-from ggml_viz.capture.llama_info import described_size
+from ggml_viz.analysis.breakdowns import weight_reads
+from ggml_viz.capture.core.models import described_size
 
 from .arch_models import ARCHITECTURES, N_PREDICT, ModelSpec, generate, load, write_model
 from .smollm2 import ggml_viz_cli

@@ -180,7 +180,7 @@ def test_a_failing_callback_stops_recording_but_not_inference(
 ):
     # GIVEN a recorder that fails in the middle of the second graph
     if recorder == "python":
-        from ggml_viz.capture.python_recorder import _StructBuffer
+        from ggml_viz.capture.llama_cpp_python.python_recorder import _StructBuffer
 
         calls = {"n": 0}
         original = _StructBuffer.copy_in
@@ -193,15 +193,15 @@ def test_a_failing_callback_stops_recording_but_not_inference(
 
         monkeypatch.setattr(_StructBuffer, "copy_in", copy_in)
     else:
-        from ggml_viz.capture.native_recorder import NativeGraphRecorder
+        from ggml_viz.capture.llama_cpp_python.c_recorder import CGraphRecorder
 
-        original_init = NativeGraphRecorder.__init__
+        original_init = CGraphRecorder.__init__
 
         def init(self, *args, **kwargs):
             original_init(self, *args, **kwargs)
             self._recorder.fail_after_nodes = 500  # acts out of memory at the 500th node of a decode call
 
-        monkeypatch.setattr(NativeGraphRecorder, "__init__", init)
+        monkeypatch.setattr(CGraphRecorder, "__init__", init)
     # WHEN it records a generation
     with ggml_viz.record(tmp_path / "failing.ggmlviz", recorder=recorder):
         text = greedy(load_model(model_path))

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import ggml_viz
-from ggml_viz.capture import ggml_api
-from ggml_viz.capture.session import Recording
+from ggml_viz.capture.core import ggml_api
+from ggml_viz.capture.core.recording import Recording
 
 from .conftest import RECORDERS
 from .smollm2 import greedy, load_model
@@ -205,9 +205,9 @@ def test_keep_last_keeps_the_last_whole_graphs(tmp_path, model_path, recorder):
 
 
 def test_the_python_recorder_stands_in_when_the_extension_is_missing(tmp_path, model_path, monkeypatch, capfd):
-    from ggml_viz.capture import session
+    from ggml_viz.capture.llama_cpp_python import session
 
-    monkeypatch.setattr(session, "native_available", lambda: False)
+    monkeypatch.setattr(session, "extension_available", lambda: False)
     with ggml_viz.record(tmp_path / "fallback.ggmlviz"):
         greedy(load_model(model_path), n_predict=2)
     assert "native recorder is not available" in capfd.readouterr().err

@@ -301,7 +301,8 @@ def test_captured_attention_renders_with_token_labels(page, tmp_path, model_path
 
 def test_the_report_and_the_server_answer_the_same_event_queries(browser, served_run, tmp_path):
     from ggml_viz.commands import main
-    from ggml_viz.ui.data import EventFilter, RunView
+    from ggml_viz.ui.run_view import RunView
+    from ggml_viz.ui.views.events import EventFilter
 
     # GIVEN a run's offline report, and the server's view of the same run
     _, run = served_run

@@ -158,7 +158,7 @@ WIDEST_MUL_MAT_KERNEL = """() => {
 
 
 def test_a_gpu_run_draws_its_kernels_and_a_click_on_one_selects_its_node(page, gpu_run_path):
-    from ggml_viz.ui.data import RunView
+    from ggml_viz.ui.run_view import RunView
 
     viewer = make_viewer(gpu_run_path, port=0)
     viewer.serve_in_background()

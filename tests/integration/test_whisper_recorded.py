@@ -16,7 +16,7 @@ import sys
 import pytest
 
 import ggml_viz
-from ggml_viz.analysis.summary import graphs_by_computation
+from ggml_viz.analysis.breakdowns import graphs_by_computation
 
 from ..speech import speech_wav
 from ..whisper_models import RUNNABLE, whisper_timing, write_whisper_model

@@ -115,13 +115,14 @@ def test_exporters_are_found_by_name_or_longest_ending():
     ],
 )
 def test_each_device_is_named_once_by_its_backend(buffer_types, named):
-    from ggml_viz.analysis.summary import backend_names
+    from ggml_viz.analysis.breakdowns import backend_names
 
     assert backend_names(buffer_types) == named
 
 
 def test_a_server_s_requests_are_told_apart_per_sequence(tmp_path):
-    from ggml_viz.analysis.summary import requests, summarize
+    from ggml_viz.analysis.breakdowns import requests
+    from ggml_viz.analysis.summary import summarize
 
     # GIVEN graphs taking turns among three sequences (each sequence's first graph its prompt)
     run = ggml_viz.open(write_synthetic_run(tmp_path / "server.ggmlviz", graphs=12, layers=1, sequences=3))

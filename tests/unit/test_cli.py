@@ -22,8 +22,9 @@ HEAVY = {"pandas", "numpy", "pyarrow", "rich", "duckdb", "starlette", "uvicorn",
          "llama_cpp", "yaml", "huggingface_hub"}  # fmt: skip
 NOT_FOR_SUMMARY = HEAVY - {"pandas", "numpy", "pyarrow", "rich"}
 # Parts of ggml-viz that `summary` has no use for.
-NOT_FOR_SUMMARY_PARTS = ("ggml_viz.ui", "ggml_viz.export", "ggml_viz.modelfile", "ggml_viz.capture.session",
-                         "ggml_viz.capture.collector", "ggml_viz.analysis.sql", "ggml_viz.analysis.bench")  # fmt: skip
+NOT_FOR_SUMMARY_PARTS = ("ggml_viz.ui", "ggml_viz.export", "ggml_viz.modelfile", "ggml_viz.capture.core",
+                         "ggml_viz.capture.llama_cpp_python", "ggml_viz.capture.preload.collector",
+                         "ggml_viz.capture.gpu", "ggml_viz.runformat.sql")  # fmt: skip
 
 
 def imported_after(code: str) -> set[str]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ggml_viz.analysis.distributed import _match_in_order, clock_offset
+from ggml_viz.analysis.join.clocks import clock_offset
+from ggml_viz.analysis.join.remote_nodes import _match_in_order
 
 
 def exchanged(offset_ns: int, n: int = 200, seed: int = 0) -> pd.DataFrame:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import threading
 
-from ggml_viz.capture.session import collection_paused
+from ggml_viz.capture.llama_cpp_python.session import collection_paused
 
 
 def test_overlapping_pauses_keep_collection_off_until_the_last_ends():

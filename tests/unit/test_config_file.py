@@ -16,7 +16,7 @@ import ggml_viz
 from ggml_viz._errors import CommandError
 from ggml_viz.capture.settings import CAPTURE_SETTINGS, settings_from_environment
 from ggml_viz.commands import main
-from ggml_viz.config import find_config_file, key_lines, load_config_file, load_configuration
+from ggml_viz.commands.config_file import find_config_file, key_lines, load_config_file, load_configuration
 
 from .test_settings_table import NOT_DEFAULT
 

@@ -8,8 +8,9 @@ import pytest
 
 import ggml_viz
 from ggml_viz.runformat.synthetic import write_synthetic_run
-from ggml_viz.ui import data
-from ggml_viz.ui.data import EventFilter, RunView
+from ggml_viz.ui import context
+from ggml_viz.ui.run_view import RunView
+from ggml_viz.ui.views.events import EventFilter
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +46,8 @@ def expected(view: RunView, where: EventFilter) -> list[tuple[int, int]]:
      EventFilter(name="qcur", t0=2_500_000)],
 )  # fmt: skip
 def test_every_page_is_the_events_filtering_all_of_them_gives(view, where, chunk, monkeypatch):
-    monkeypatch.setattr(data, "EVENT_CHUNK_GRAPHS", chunk)
-    view._filter_cache = None
+    monkeypatch.setattr(context, "EVENT_CHUNK_GRAPHS", chunk)
+    view.event_log._filter_cache = None
     view._chunks.clear()
     wanted = expected(view, where)
     got: list[tuple[int, int]] = []

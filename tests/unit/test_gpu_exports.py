@@ -17,10 +17,10 @@ import pytest
 
 import ggml_viz
 from ggml_viz.analysis.compare import clocks, compare
-from ggml_viz.analysis.sql import run_query
 from ggml_viz.commands import main
 from ggml_viz.export import ExportOptions, base, exporter_for, profiles
 from ggml_viz.runformat.reader import Run
+from ggml_viz.runformat.sql import run_query
 from ggml_viz.runformat.synthetic import write_synthetic_run
 
 from ..profile_files import exported_profile, exported_whole_and_in_chunks, tensorboard_events, tensorboard_steps

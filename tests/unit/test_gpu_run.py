@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 import ggml_viz
-from ggml_viz.analysis.summary import summarize, time_by_op
+from ggml_viz.analysis.breakdowns import time_by_op
+from ggml_viz.analysis.summary import summarize
 
 SPOOL = Path(__file__).parents[1] / "data" / "h200-q4_0" / "completion-windows.spool.gz"
 

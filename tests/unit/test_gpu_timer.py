@@ -1,4 +1,4 @@
-"""The GPU timer's C side (capture/native/gpu/) on a machine without a GPU: driven by a small
+"""The GPU timer's C side (capture/gpu/) on a machine without a GPU: driven by a small
 program as a CUDA program drives it, against a stand-in libcupti (tests/native/fake_cupti.c)
 whose records are laid out as CUPTI's; its declarations of CUPTI compared with the CUDA
 toolkit's headers; CUPTI records the test builds turned into ggml-viz's."""
@@ -18,8 +18,8 @@ from ggml_viz.capture.gpu.attribution import AttributionState, attribute
 from ggml_viz.capture.gpu.records import ACTIVITY_DTYPE, API_DTYPE, GpuWindow, parse_window
 
 NATIVE_TESTS = Path(__file__).parents[1] / "native"
-NATIVE = Path(__file__).parents[2] / "src" / "ggml_viz" / "capture" / "native"
-CORE = ["recorder.c", "got_hook.c", "gpu/cupti_activity.c", "gpu/gpu_tracer.c"]
+CAPTURE = Path(__file__).parents[2] / "src" / "ggml_viz" / "capture"
+CORE = ["core/recorder.c", "core/got_hook.c", "gpu/cupti_activity.c", "gpu/gpu_tracer.c"]
 
 
 def _compiler() -> str:
@@ -39,8 +39,8 @@ def timer_program(tmp_path_factory) -> tuple[Path, Path]:
         [compiler, "-O1", "-shared", "-fPIC", "-o", str(fake), str(NATIVE_TESTS / "fake_cupti.c")], check=True
     )
     program = folder / "gpu_timer_program"
-    subprocess.run([compiler, "-O1", "-std=c11", "-D_GNU_SOURCE", f"-I{NATIVE}", "-o", str(program),
-                    str(NATIVE_TESTS / "gpu_timer_program.c"), *(str(NATIVE / c) for c in CORE), "-ldl",
+    subprocess.run([compiler, "-O1", "-std=c11", "-D_GNU_SOURCE", f"-I{CAPTURE}", "-o", str(program),
+                    str(NATIVE_TESTS / "gpu_timer_program.c"), *(str(CAPTURE / c) for c in CORE), "-ldl",
                     "-lpthread", "-lm"], check=True)  # fmt: skip
     return program, fake
 
@@ -135,7 +135,7 @@ def test_cupti_declarations_match_the_cuda_toolkit(tmp_path):
     include = _toolkit_include()
     if include is None:
         pytest.skip("no CUDA toolkit headers (cupti.h) on this machine")
-    result = subprocess.run([_compiler(), "-fsyntax-only", "-std=c11", f"-I{include}", f"-I{NATIVE}",
+    result = subprocess.run([_compiler(), "-fsyntax-only", "-std=c11", f"-I{include}", f"-I{CAPTURE}",
                              str(NATIVE_TESTS / "cupti_abi_check.c")], capture_output=True, text=True)  # fmt: skip
     assert result.returncode == 0, result.stderr
 
@@ -171,17 +171,17 @@ _kept: list = []  # the names' buffers, alive while the records point at them
 
 
 def test_the_record_layouts_are_the_c_sides():
-    native = pytest.importorskip("ggml_viz.capture._native")
+    extension = pytest.importorskip("ggml_viz.capture.core._recorder")
     from ggml_viz.capture.gpu.records import COMPUTE_DTYPE, NODE_CALL_DTYPE
 
     assert (COMPUTE_DTYPE.itemsize, NODE_CALL_DTYPE.itemsize, API_DTYPE.itemsize, ACTIVITY_DTYPE.itemsize) == (
-        native.GPU_COMPUTE_RECORD_SIZE, native.GPU_NODE_CALL_SIZE, native.GPU_API_RECORD_SIZE,
-        native.GPU_ACTIVITY_RECORD_SIZE,
+        extension.GPU_COMPUTE_RECORD_SIZE, extension.GPU_NODE_CALL_SIZE, extension.GPU_API_RECORD_SIZE,
+        extension.GPU_ACTIVITY_RECORD_SIZE,
     )  # fmt: skip
 
 
 def test_cupti_records_become_ggml_vizs():
-    native = pytest.importorskip("ggml_viz.capture._native")
+    extension = pytest.importorskip("ggml_viz.capture.core._recorder")
     # GIVEN a kernel, a runtime API call, a memcpy, a record of another kind, and a kernel never completed
     kernel, _ = _kernel_record(b"_Z13quantize_q8_1PKf", 1_000, 1_500, 42, graph_id=3)
     api = bytearray(40)
@@ -195,7 +195,7 @@ def test_cupti_records_become_ggml_vizs():
     other = struct.pack("<I", 4) + bytes(60)  # DRIVER: not kept
     unfinished, _ = _kernel_record(b"_Z13quantize_q8_1PKf", 0, 0, 44)
     # WHEN converted as CUPTI's buffers are, CUPTI's clock 100 ns ahead of the recorder's
-    activities, calls, lengths, names, invalid = native.convert_cupti_records(
+    activities, calls, lengths, names, invalid = extension.convert_cupti_records(
         [kernel, bytes(api), bytes(copy), other, unfinished], 100
     )
     activities = np.frombuffer(activities, ACTIVITY_DTYPE)

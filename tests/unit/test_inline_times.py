@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ggml_viz.capture.inline_times import NodeWalk, plan_ticks
+from ggml_viz.capture.core.inline_times import NodeWalk, plan_ticks
 
 
 def walk(works: list[bool], fused: list[bool] | None = None) -> NodeWalk:

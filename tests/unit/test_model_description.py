@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from ggml_viz.capture.llama_info import described_size
+from ggml_viz.capture.core.models import described_size
 
 
 @pytest.mark.parametrize(

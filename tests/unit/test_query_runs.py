@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import ggml_viz
-from ggml_viz.analysis.sql import run_query
 from ggml_viz.commands import main
+from ggml_viz.runformat.sql import run_query
 from ggml_viz.runformat.synthetic import write_synthetic_run
 
 

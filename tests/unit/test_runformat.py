@@ -313,9 +313,9 @@ def test_node_totals_sum_the_node_events_of_closed_and_running_runs(tmp_path):
 
 
 def test_a_closed_run_without_totals_gets_them_on_first_open(tmp_path, monkeypatch, capsys):
-    from ggml_viz.runformat import reader as reader_module
+    from ggml_viz.runformat import stored
 
-    monkeypatch.setattr(reader_module, "UPGRADE_NOTICE_EVENTS", 6)  # as if these 3 graphs were millions of events
+    monkeypatch.setattr(stored, "UPGRADE_NOTICE_EVENTS", 6)  # as if these 3 graphs were millions of events
     # GIVEN a run closed by a ggml-viz that wrote no totals
     write_synthetic_run(tmp_path / "old.ggmlviz", graphs=3)
     for name in TOTALS_SCHEMAS:
@@ -330,9 +330,9 @@ def test_a_closed_run_without_totals_gets_them_on_first_open(tmp_path, monkeypat
 
 
 def test_a_run_caught_while_being_closed_is_summed_without_calling_it_older(tmp_path, monkeypatch, capsys):
-    from ggml_viz.runformat import reader as reader_module
+    from ggml_viz.runformat import stored
 
-    monkeypatch.setattr(reader_module, "UPGRADE_NOTICE_EVENTS", 6)
+    monkeypatch.setattr(stored, "UPGRADE_NOTICE_EVENTS", 6)
     # GIVEN a run whose recorder (this process) has written its Parquet files but not yet its totals
     path = tmp_path / "closing.ggmlviz"
     write_synthetic_run(path, graphs=3)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from ggml_viz.runformat.synthetic import write_synthetic_run
-from ggml_viz.ui import data
-from ggml_viz.ui.data import RunView
+from ggml_viz.ui.run_view import RunView
+from ggml_viz.ui.views import timeline
 
 
 def test_the_whole_run_padded_on_both_sides_is_drawn_across_its_width(tmp_path, monkeypatch):
     # GIVEN a run too long to draw event by event (here: past a lowered event limit)
-    monkeypatch.setattr(data, "WINDOW_EVENT_LIMIT", 100)
+    monkeypatch.setattr(timeline, "WINDOW_EVENT_LIMIT", 100)
     view = RunView("r0", write_synthetic_run(tmp_path / "long.ggmlviz", graphs=60, layers=2))
     duration = view.duration_ns
     # WHEN the viewer asks for the whole run with a margin on each side (as its "whole run" does)

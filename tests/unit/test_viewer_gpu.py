@@ -1,4 +1,4 @@
-"""The viewer's GPU side (ui/gpu.py) on synthetic GPU runs: the timeline's GPU lane draws
+"""The viewer's GPU side (ui/gpu.py, ui/views/timeline_gpu.py) on synthetic GPU runs: the timeline's GPU lane draws
 each kernel of a window at its GPU times with its node's op and event, sums them per pixel
 column when there are many, and reads only the blocks of kernels a window meets; the
 overview's steps and top kernels, the statistics' clocks, a node's GPU time and the graph
@@ -14,7 +14,8 @@ import pytest
 
 from ggml_viz.runformat.synthetic import SyntheticRecording, write_synthetic_run
 from ggml_viz.ui import gpu
-from ggml_viz.ui.data import RunView
+from ggml_viz.ui.run_view import RunView
+from ggml_viz.ui.views import timeline_gpu
 
 from ..gpu_runs import write_gpu_run
 
@@ -93,7 +94,7 @@ def test_many_kernels_are_summed_per_pixel_column_and_keep_the_device_busy_time(
     (each,) = view.timeline(*whole, 1000)["lanes"][0]["gpu"]
     assert len(each["bars"]["start"]) == len(view.run.gpu_kernels) and busy_in(each, *whole, 1000) == total
     # WHEN there are more kernels than a window draws singly: the widest as bars, the rest in columns
-    monkeypatch.setattr(gpu, "DETAIL_LIMIT", 50)
+    monkeypatch.setattr(timeline_gpu, "DETAIL_LIMIT", 50)
     t0, t1 = graph_window(view, 16)
     (detail,) = view.timeline(t0, t1, 1000)["lanes"][0]["gpu"]
     assert 0 < len(detail["bars"]["start"]) <= 50 and detail["columns"]["px"]
@@ -102,7 +103,7 @@ def test_many_kernels_are_summed_per_pixel_column_and_keep_the_device_busy_time(
     in_graph = int(view.run.gpu_kernels.query("graph_id == 16")["busy_ns"].sum())
     assert busy_in(detail, t0, t1, 1000) == pytest.approx(in_graph, abs=1000)
     # WHEN a window holds more kernels than a request reads: from the pieces, none read
-    monkeypatch.setattr(gpu, "WINDOW_KERNEL_LIMIT", 100)
+    monkeypatch.setattr(timeline_gpu, "WINDOW_KERNEL_LIMIT", 100)
     read = []
     monkeypatch.setattr(gpu.GpuRun, "_block", lambda self, index: read.append(index))
     (wide,) = view.timeline(*whole, 1000)["lanes"][0]["gpu"]
@@ -232,11 +233,11 @@ def test_a_gpu_run_being_recorded_is_read_in_slices(tmp_path, monkeypatch):
 
 def test_pixel_columns_take_the_busiest_op_and_sum_the_column():
     # two ops in column 3 (op 2 the busier), a memcpy alone in column 7, nothing busy in column 9
-    columns = gpu.pixel_columns(np.array([3, 3, 3, 7, 9]), np.array([1, 2, 2, gpu.MEMCPY, 0]),
+    columns = timeline_gpu.pixel_columns(np.array([3, 3, 3, 7, 9]), np.array([1, 2, 2, gpu.MEMCPY, 0]),
                                 np.array([10.0, 8.0, 8.0, 50.0, 0.0]), ns_per_px=100)  # fmt: skip
     assert columns == {"px": [3, 7], "op": [2, gpu.MEMCPY], "fill": [0.26, 0.5]}
     # a span spread over the columns it covers, the part of its time inside the window
     starts, ends, busy = np.array([50, 500]), np.array([250, 2000]), np.array([200, 1500])
-    column, index, busy = gpu.spread(starts, ends, busy, 0, 1000, 100, 10)
+    column, index, busy = timeline_gpu.spread(starts, ends, busy, 0, 1000, 100, 10)
     assert column.tolist() == [0, 1, 2, 5, 6, 7, 8, 9] and index.tolist() == [0, 0, 0, 1, 1, 1, 1, 1]
     assert busy.sum() == pytest.approx(200 + 500)

@@ -11,9 +11,11 @@ from starlette.testclient import TestClient
 from ggml_viz._errors import CommandError
 from ggml_viz.runformat.synthetic import write_synthetic_run
 from ggml_viz.ui.app import RunRegistry, create_app
-from ggml_viz.ui.data import DETAIL_LIMIT, EventFilter, RunView
 from ggml_viz.ui.inline import module_order
+from ggml_viz.ui.run_view import RunView
 from ggml_viz.ui.server import make_viewer, remote_warning
+from ggml_viz.ui.views.events import EventFilter
+from ggml_viz.ui.views.timeline import DETAIL_LIMIT
 
 PORT = 8765
 TOKEN = "test-token"

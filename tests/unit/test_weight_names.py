@@ -7,21 +7,21 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ggml_viz.capture.ggml_api import TENSOR_DTYPE
-from ggml_viz.capture.native_recorder import _native
-from ggml_viz.capture.weight_names import PRINT_DTYPE, WeightNames
+from ggml_viz.capture.core.extension import extension
+from ggml_viz.capture.core.ggml_api import TENSOR_DTYPE
+from ggml_viz.capture.core.weight_names import PRINT_DTYPE, WeightNames
 from ggml_viz.modelfile.fingerprints import tensor_fingerprints, weight_fingerprint
 from ggml_viz.modelfile.layout import read_layout
 
 from ..whisper_models import TINY, write_whisper_model
 
-pytestmark = pytest.mark.skipif(_native is None, reason="the native recorder is not built")
+pytestmark = pytest.mark.skipif(extension is None, reason="the C recorder's extension is not built")
 
 
 @pytest.mark.parametrize("size", [0, 1, 63, 64, 65, 127, 128, 129, 191, 192, 193, 1000, 4096])
 def test_the_recorder_and_the_file_side_fingerprint_alike(size):
     data = np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8).tobytes()
-    assert _native.weight_fingerprint(data) == weight_fingerprint(data)
+    assert extension.weight_fingerprint(data) == weight_fingerprint(data)
 
 
 def test_a_fingerprint_only_one_tensor_has_names_the_weight(tmp_path):

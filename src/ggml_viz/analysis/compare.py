@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 
 from ..runformat.reader import Run
-from .summary import backends, phase_stats, timed_totals
+from .breakdowns import backends, phase_stats, timed_totals
 
 
 def settings(run: Run) -> dict[str, Any]:

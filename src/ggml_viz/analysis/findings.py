@@ -1,7 +1,8 @@
 """The top bottlenecks of a run, in words: each kind of finding one Finding object.
 
 The built-in findings are in BUILTIN_FINDINGS; installed packages add theirs through the
-entry-point group ggml_viz.findings (see ggml_viz.plugins), with the same interface.
+entry-point group ggml_viz.findings (finding_plugins; ggml_viz.plugins loads them), with the same
+interface.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from typing import Any, ClassVar
 import numpy as np
 import pandas as pd
 
+from ..plugins import BUILT_IN, PluginGroup, call_plugin, load_group
 from ..runformat.reader import Run
+from .breakdowns import phase_stats, timed_totals, weight_reads
 from .components import structure_components
-from .summary import phase_stats, timed_totals, weight_reads
 
 _LAYER_PART = r"(blk|blocks|layers|h)\.\d+\."  # a layer in a weight's name
 _LAYER_SUFFIX = re.compile(r"-\d+(?=$|[\s(])")
@@ -96,6 +98,13 @@ class GpuFindings(Finding):
 
 # In the order they are said; plugins' findings come after these.
 BUILTIN_FINDINGS: list[Finding] = [NonFiniteValues(), NodeTime(), GpuFindings()]
+FINDINGS_GROUP = "ggml_viz.findings"
+
+
+@functools.cache
+def finding_plugins() -> PluginGroup[Finding]:
+    """The installed packages' findings (loaded once per process, when first asked for)."""
+    return load_group(FINDINGS_GROUP, Finding, taken={finding.name for finding in BUILTIN_FINDINGS})
 
 
 @dataclass(frozen=True)
@@ -111,8 +120,6 @@ def find_all(run: Run, context: FindingContext) -> tuple[list[str], list[FoundSe
     """Every finding's sentences, built-in and plugins': the untitled ones' as one list, the
     titled ones' as sections. A plugin that raises, or answers anything but a list of
     sentences, is named in one warning and left out."""
-    from ..plugins import BUILT_IN, call_plugin, finding_plugins
-
     plugins = finding_plugins()
     plugins.warn_failures()
     said: list[str] = []

@@ -16,7 +16,7 @@ import pandas as pd
 
 from ..runformat.memory_sources import VIEW_OPS, bytes_read
 from ..runformat.reader import Run
-from .summary import timed_totals
+from .breakdowns import timed_totals
 
 FLOPS_PER_ELEMENT = {"ADD": 1, "MUL": 1, "SUB": 1, "DIV": 1, "SCALE": 1, "RMS_NORM": 3, "NORM": 3, "SOFT_MAX": 5,
                      "ROPE": 3, "GLU": 5, "UNARY": 5}  # fmt: skip

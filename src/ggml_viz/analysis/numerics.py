@@ -14,7 +14,8 @@ import numpy as np
 import pandas as pd
 
 from .._errors import GgmlVizError
-from ..runformat.reader import Run, decode_tensor
+from ..runformat.captures import decode_tensor
+from ..runformat.reader import Run
 
 STAT_COLUMNS = ("n", "nan", "inf", "min", "max", "mean", "std", "mean_abs")
 

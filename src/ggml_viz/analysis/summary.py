@@ -1,24 +1,32 @@
-"""Where the time goes: pure functions over a run's tables.
-
-Each pass takes a `Run` and returns a DataFrame or a plain dict; `summarize` gathers
-them into the object `ggml-viz summary --json` prints. Only nodes that carry their own
-time (`timed`) are counted in per-node times.
-"""
+"""The summary of a run: every breakdown, the findings, throughput and the GPU's story, gathered
+into the object `ggml-viz summary --json` prints (and the viewer and the report show)."""
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
 from dataclasses import asdict
 from typing import Any
 
 import pandas as pd
 
 from ..runformat.reader import Run
-from .memory import kv_cache_fill, peak_bytes
-
-NS_PER_MS = 1e6
-
+from .breakdowns import (
+    backends,
+    graphs_by_computation,
+    memory_by_buffer,
+    node_waits,
+    phase_stats,
+    requests,
+    time_by_component,
+    time_by_layer,
+    time_by_op,
+    time_by_tensor,
+    weight_reads,
+)
+from .components import structure_components
+from .findings import FindingContext, find_all
+from .flops import throughput_by_op
+from .gpu import gpu_summary
+from .memory import kv_cache_fill
 
 TIMING_LABELS = {
     "inline": "inline (host clock, each graph run whole)",
@@ -32,206 +40,11 @@ def timing_label(timing: str | None) -> str:
     return TIMING_LABELS.get(timing or "", timing or "?")
 
 
-def timed_nodes(run: Run) -> pd.DataFrame:
-    nodes = run.nodes
-    return nodes[nodes["timed"]]
-
-
-def graph_times(run: Run) -> pd.DataFrame:
-    graphs = run.graphs.copy()
-    graphs["duration_ns"] = graphs["end_ns"] - graphs["start_ns"]
-    return graphs
-
-
-# The phases whose tokens are a rate worth giving: the prompt read, the tokens generated (not
-# llama.cpp's warm-up decode, nor a non-LLM program's graphs).
-TOKEN_PHASES = ("prompt", "decode")
-
-
-def phase_stats(run: Run) -> pd.DataFrame:
-    """Per phase (prompt, decode, warmup, ...): graphs, tokens, time, and tokens per second
-    for the phases whose tokens make a rate (TOKEN_PHASES; None for the others)."""
-    phases = graph_times(run).groupby("phase")
-    stats = pd.DataFrame(
-        {"graphs": phases.size(), "tokens": phases["n_tokens"].sum(), "time_ns": phases["duration_ns"].sum()}
-    )
-    rate = stats["tokens"] / (stats["time_ns"] / 1e9)
-    stats["tokens_per_s"] = rate.astype(object).where(stats.index.isin(TOKEN_PHASES), None)
-    return stats.reset_index()
-
-
-def timed_totals(run: Run) -> pd.DataFrame:
-    """run.node_totals where something was timed: per (phase, structure, node), `timed`
-    events of `time_ns` in all, `wait_ns` of it waiting, with the node's description."""
-    totals = run.node_totals
-    return totals[totals["timed"] > 0]
-
-
-def time_by_op(run: Run) -> pd.DataFrame:
-    return _time_by(timed_totals(run), "op")
-
-
-def time_by_layer(run: Run) -> pd.DataFrame:
-    totals = timed_totals(run).copy()
-    totals["layer"] = totals["layer"].astype("object").where(totals["layer"].notna(), "none")
-    return _time_by(totals, "layer")
-
-
-def time_by_component(run: Run, components: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Node time by transformer component: input, norm, attention, ffn, output, other.
-    components: structure_components(run), where the caller has it already."""
-    from .components import structure_components
-
-    if components is None:
-        components = structure_components(run)
-    totals = timed_totals(run).merge(components, on=["structure_id", "node_index"], how="left")
-    return _time_by(totals.fillna({"component": "other"}), "component")
-
-
-def time_by_tensor(run: Run) -> pd.DataFrame:
-    """Node time by node: by name, or for the nodes a program left unnamed, by what they
-    compute (runformat/node_labels.py)."""
-    totals = timed_totals(run)
-    return _time_by(totals.assign(name=totals["label"]), "name")
-
-
-def _time_by(totals: pd.DataFrame, key: str) -> pd.DataFrame:
-    """Per key, over node totals: timed events (`count`), their time, mean and wait (of
-    the time, waiting for other threads, where seen)."""
-    table = totals.groupby(key, dropna=False)[["timed", "time_ns", "wait_ns"]].sum().rename(columns={"timed": "count"})
-    table["mean_ns"] = table["time_ns"] / table["count"]
-    total = table["time_ns"].sum()
-    table["share"] = table["time_ns"] / total if total else 0.0
-    table = table[["count", "time_ns", "mean_ns", "wait_ns", "share"]]
-    return table.sort_values("time_ns", ascending=False).reset_index()
-
-
-def node_waits(run: Run) -> dict[str, Any]:
-    """How much of the timed nodes' time was thread 0 waiting at the barrier after them for
-    the other threads, and for how many nodes that barrier was seen (inline timing)."""
-    totals = run.node_totals
-    totals = totals[totals["clock"] == "host"]  # a GPU's nodes wait for no thread
-    seen = int(totals["waits_seen"].sum())
-    return {
-        "seen": seen,
-        "not_seen": int(totals["timed"].sum()) - seen,
-        "wait_ns": int(totals["wait_ns"].sum()),
-        "time_ns": int(totals["time_ns"].sum()),
-    }
-
-
-def memory_by_buffer(run: Run) -> pd.DataFrame:
-    """Per buffer kind (weights, kv_cache, compute, ...): buffers, their bytes, the most
-    in use at once, and the buffers' names."""
-    kinds = run.buffers.groupby("kind")
-    names = {kind: ", ".join(sorted(set(group))) for kind, group in kinds["name"]}
-    table = pd.DataFrame({"buffers": kinds.size(), "bytes": kinds["size"].sum()})
-    table["names"] = table.index.map(names)
-    peaks = peak_bytes(run).set_index("kind")["peak_bytes"]
-    table["peak_bytes"] = peaks.reindex(table.index).fillna(table["bytes"]).astype("int64")
-    return table.sort_values("bytes", ascending=False).reset_index()
-
-
-def weight_reads(run: Run) -> dict[str, Any]:
-    """Bytes of weights the graphs read, and how much of them came from the file mapping.
-    Graphs of one structure read the same weights: each structure is described once."""
-    graphs = run.graphs
-    edges = run.structure_edges
-    disk = edges[edges["memory"] == "disk"]
-    per_structure = disk.groupby("structure_id")["src_bytes_read"].sum()  # the bytes really read: GET_ROWS its rows
-    reading = graphs[graphs["structure_id"].isin(per_structure.index)]  # the graphs that read the file
-    per_graph = reading["structure_id"].map(per_structure).astype("int64")
-    per_step = per_graph[reading["phase"] == "decode"]
-    ops = run.raw("tensors").set_index("tensor_id")["op_base"]
-    node_tensor = run.raw("structure_nodes").set_index(["structure_id", "node_index"])["tensor_id"]
-    readers = ops.reindex(node_tensor.reindex(pd.MultiIndex.from_frame(disk[["structure_id", "node_index"]])))
-    weights = edges[edges["src_usage"] == "weights"]
-    return {
-        "weight_bytes_per_graph": int(per_graph.median()) if len(per_graph) else 0,
-        "weight_bytes_per_decode_step": int(per_step.median()) if len(per_step) else 0,
-        # MUL_MAT_ID counts every expert's slice: which experts a token selected is not recorded
-        "all_experts_counted": bool((readers.to_numpy() == "MUL_MAT_ID").any()),
-        "weights_read": int(disk["src_tensor_id"].nunique()),
-        "weights_from_mmap": bool(disk["mmap"].all()) if len(disk) else False,
-        "weight_edges_resolved_to_file": float((weights["memory"] == "disk").mean()) if len(weights) else 0.0,
-    }
-
-
-def backends(run: Run) -> list[str]:
-    """Backends named by the buffers of computed nodes (CPU, CUDA0, Metal, ...)."""
-    return backend_names(run.buffers["buffer_type"])
-
-
-def backend_names(buffer_types: Iterable[str]) -> list[str]:
-    """Each device once, by its backend's name, from the types of the buffers it used: a
-    buffer type is the backend's name with its kind after an underscore (CPU_Mapped,
-    CPU_REPACK, CUDA_Host, CUDA_Split), and a kind shared by a backend's devices is named
-    without the device's number (CUDA_Host beside CUDA0): such a name counts only where no
-    device of it is named."""
-    names = {str(name).split("_", 1)[0] for name in buffer_types if name}
-    devices = {name for name in names if not any(other != name and re.fullmatch(re.escape(name) + r"\d+", other)
-                                                 for other in names)}  # fmt: skip
-    return sorted(devices)
-
-
-def graphs_by_computation(run: Run) -> pd.DataFrame:
-    """The run's graphs grouped by what they compute (Run.structure_labels: an encoder, a
-    decoder step, ...): per label and phase, how many graphs and their time."""
-    graphs = graph_times(run)
-    labels = graphs["structure_id"].map(run.structure_labels).fillna("")
-    table = graphs.assign(label=labels).groupby(["label", "phase"], as_index=False)
-    stats = table.agg(graphs=("graph_id", "size"), time_ns=("duration_ns", "sum"))
-    return stats.sort_values("time_ns", ascending=False, ignore_index=True)
-
-
-# At most this many requests are listed in a summary (the first ones), with the count of all.
 LISTED_REQUESTS = 50
-
-
-def requests(run: Run) -> list[dict[str, Any]]:
-    """Each request the run served, per sequence, in the order they began: the prompt it fed
-    and the text it generated (the tokens fed back while decoding: all but the last generated
-    token, which no graph reads). Read token by token, as a server batches them: a sequence's
-    tokens in one batch are prompt when there are several, or while its prompt has not ended
-    (its last token asks for logits); a lone token after that is a generated one fed back. A
-    request begins with a sequence's first tokens, where its positions go back (a slot's next
-    request, whose prompt may start past a cached prefix), and with a prompt after generating.
-    The warm-up is no request, nor are tokens of no sequence (a plain program's, read from its
-    graphs' inputs: whisper.cpp's decoder steps)."""
-    tokens = run.tokens.merge(run.graphs[["graph_id", "phase", "start_ns"]], on="graph_id")
-    tokens = tokens[tokens["phase"].isin(TOKEN_PHASES) & (tokens["seq_id"] >= 0)]
-    tokens = tokens.sort_values(["start_ns", "batch_index"], kind="stable")
-    if tokens.empty:
-        return []
-    in_batch = tokens.groupby(["graph_id", "seq_id"])["pos"].transform("size").to_numpy()
-    found: list[dict[str, Any]] = []
-    current: dict[int, dict[str, Any]] = {}  # per sequence: its request in progress
-    columns = (tokens[c].to_numpy() for c in ("seq_id", "pos", "output", "start_ns", "text"))
-    for several, seq_id, pos, output, start_ns, text in zip(in_batch > 1, *columns, strict=True):
-        request = current.get(int(seq_id))
-        if request is None or pos <= request["last_pos"] or (several and request["generated_tokens"]):
-            request = current[int(seq_id)] = {"seq_id": int(seq_id), "start_ns": int(start_ns), "prompt": [],
-                                              "prompt_tokens": 0, "generated": [], "generated_tokens": 0,
-                                              "last_pos": -1, "prompt_ended": False}  # fmt: skip
-            found.append(request)
-        side = "generated" if request["prompt_ended"] and not several else "prompt"
-        request[side].append(text)
-        request[f"{side}_tokens"] += 1
-        request["last_pos"] = int(pos)
-        request["prompt_ended"] = request["prompt_ended"] or bool(output)
-    origin = int(run.graphs["start_ns"].min())
-    return [{"seq_id": r["seq_id"], "start_ns": r["start_ns"] - origin, "prompt": "".join(r["prompt"]),
-             "prompt_tokens": r["prompt_tokens"], "generated": "".join(r["generated"]),
-             "generated_tokens": r["generated_tokens"]} for r in found]  # fmt: skip
 
 
 def summarize(run: Run, top: int = 10) -> dict[str, Any]:
     """Everything `ggml-viz summary` shows, as plain data."""
-    from .components import structure_components
-    from .findings import FindingContext, find_all
-    from .flops import throughput_by_op
-    from .gpu import gpu_summary
-
     manifest = run.manifest
     served = requests(run)
     generation = manifest.get("generation") or {}

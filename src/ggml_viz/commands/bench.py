@@ -37,7 +37,7 @@ class BenchCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         from rich.console import Console
 
-        from ..analysis.bench import run_bench
+        from ..capture.llama_cpp_python.bench import run_bench
         from ..modelfile.locate import resolve_model
 
         model_path = resolve_model(args.model, download=args.download)

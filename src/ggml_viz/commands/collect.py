@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING
 
 from .._errors import CommandError
 from .base import Command
-from .common import print_short_summary
+from .render import print_short_summary
 
 if TYPE_CHECKING:
-    from ..capture.collector import SpoolCollector
+    from ..capture.preload.collector import SpoolCollector
 
 FOLLOW_INTERVAL_S = 0.25
 
@@ -34,11 +34,11 @@ class CollectCommand(Command):
         parser.add_argument("--follow", action="store_true", help="keep collecting until the programs end")
 
     def run(self, args: argparse.Namespace) -> int:
-        from ..capture.collector import SpoolCollector, describe_untraced, settings_of_spool, untraced_notes
-        from ..capture.session import Recording
-        from ..capture.spool import SPOOL_DIR, spool_files
+        from ..capture.core.recording import Recording
+        from ..capture.preload.collector import SpoolCollector, describe_untraced, settings_of_spool, untraced_notes
+        from ..capture.preload.spool import spool_files
         from ..runformat.reader import open_run
-        from ..runformat.schema import MANIFEST_FILE
+        from ..runformat.schema import MANIFEST_FILE, SPOOL_DIR
 
         run_dir: Path = args.run
         if not spool_files(run_dir):

@@ -4,7 +4,8 @@ import argparse
 import json
 
 from .base import Command
-from .common import format_ms, positive_int
+from .common import positive_int
+from .render import format_ms
 
 
 class DiffCommand(Command):
@@ -33,9 +34,9 @@ class DiffCommand(Command):
         from rich.table import Table
 
         from ..analysis.compare import clocks, compare
-        from ..runformat.reader import open_run
+        from ..capture.preload.opening import collect_and_open
 
-        a, b = open_run(args.a), open_run(args.b)
+        a, b = collect_and_open(args.a), collect_and_open(args.b)
         result = compare(a, b, top=args.top)
         result["clock"] = clocks(a, b)
         if args.json:

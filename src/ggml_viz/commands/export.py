@@ -59,9 +59,10 @@ class ExportCommand(Command):
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
         from rich.table import Table
 
+        from ..capture.preload.opening import collect_and_open
         from ..export import ExportOptions, all_exporters, exporter_for
-        from ..plugins import BUILT_IN, exporter_plugins
-        from ..runformat.reader import open_run
+        from ..export.registry import exporter_plugins
+        from ..plugins import BUILT_IN
 
         if args.list:
             table = Table("format", "file endings", "from", "what", title="export formats", title_justify="left")
@@ -75,7 +76,7 @@ class ExportCommand(Command):
             raise CommandError("give a run and -o OUTPUT (or --list)")
         output = Path(args.output)
         exporter = exporter_for(args.format, output)
-        run = open_run(args.run)
+        run = collect_and_open(args.run)
         if output.parent and not output.parent.exists():
             raise CommandError(f"{output.parent} does not exist")
         console = Console(stderr=True)
@@ -105,7 +106,8 @@ class ExportCommand(Command):
 def _export(exporter: Exporter, run: Run, output: Path, options: ExportOptions) -> str:
     """exporter.export(...); a plugin's exception becomes one line naming the plugin (a built-in's is a bug
     of ours, its traceback wanted)."""
-    from ..plugins import describe_error, exporter_plugins
+    from ..export.registry import exporter_plugins
+    from ..plugins import describe_error
 
     origin = exporter_plugins().origin_of(exporter)
     if origin is None:

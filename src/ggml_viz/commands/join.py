@@ -39,14 +39,10 @@ class JoinCommand(Command):
         parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
 
     def run(self, args: argparse.Namespace) -> int:
-        from ..analysis.distributed import (
-            chrome_trace,
-            is_joined,
-            join_runs,
-            render_joined,
-            write_joined,
-        )
+        from ..analysis.join import is_joined, join_runs, write_joined
+        from ..export.joined_trace import chrome_trace
         from .query import open_runs
+        from .render import render_joined
 
         paths = [Path(path) for path in args.runs]
         for path in paths:

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 
 from .._errors import CommandError
 from .base import Command
-from .common import add_model_arguments, format_bytes
+from .common import add_model_arguments
+from .render import format_bytes
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -28,9 +28,9 @@ class NumericsCommand(Command):
         from rich.table import Table
 
         from ..analysis.numerics import STAT_COLUMNS, first_non_finite
-        from ..runformat.reader import open_run
+        from ..capture.preload.opening import collect_and_open
 
-        found = first_non_finite(open_run(args.run))
+        found = first_non_finite(collect_and_open(args.run))
         if args.json:
             print(json.dumps(found, indent=2, default=str))
             return 1 if found else 0

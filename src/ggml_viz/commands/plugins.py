@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from .base import Command
 
@@ -24,8 +25,6 @@ class PluginsCommand(Command):
         parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
 
     def run(self, args: argparse.Namespace) -> int:
-        from ..plugins import describe_plugins
-
         plugins = describe_plugins()
         if args.json:
             print(json.dumps(plugins, indent=2))
@@ -49,3 +48,35 @@ class PluginsCommand(Command):
                 failed.add_row(row["group"], row["entry_point"], row["source"], row["error"], style="yellow")
             console.print(failed)
         return 0
+
+
+def describe_plugins() -> dict[str, Any]:
+    """Every exporter and finding, built-in or a plugin's, and the plugins that failed to load."""
+    from ..analysis.findings import BUILTIN_FINDINGS, finding_plugins
+    from ..export.registry import EXPORTERS, exporter_plugins
+    from ..plugins import BUILT_IN
+
+    exporter_group, finding_group = exporter_plugins(), finding_plugins()
+    exporters = [(exporter, BUILT_IN) for exporter in EXPORTERS.values()]
+    exporters += [(plugin.value, plugin.origin.distribution) for plugin in exporter_group.loaded]
+    findings = [(finding, BUILT_IN) for finding in BUILTIN_FINDINGS]
+    findings += [(plugin.value, plugin.origin.distribution) for plugin in finding_group.loaded]
+    return {
+        "exporters": [
+            {"name": e.name, "extensions": list(e.extensions), "summary": e.summary, "source": source}
+            for e, source in exporters
+        ],
+        "findings": [
+            {"name": f.name, "section": f.title or None, "summary": f.summary, "source": source}
+            for f, source in findings
+        ],
+        "failed": [
+            {
+                "group": f.origin.group,
+                "entry_point": f.origin.entry_point,
+                "source": f.origin.distribution,
+                "error": f.error,
+            }
+            for f in exporter_group.failed + finding_group.failed
+        ],
+    }

@@ -24,7 +24,7 @@ class PreloadPathCommand(Command):
         pass
 
     def run(self, args: argparse.Namespace) -> int:
-        from ..capture.preload_library import preload_path
+        from ..capture.preload.library import preload_path
 
         try:
             print(preload_path())

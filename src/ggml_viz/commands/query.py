@@ -54,8 +54,8 @@ class QueryCommand(Command):
         from rich.console import Console
         from rich.table import Table
 
-        from ..analysis.distributed import is_joined, open_joined
-        from ..analysis.sql import TABLE_DOCS, run_query
+        from ..analysis.join import is_joined, open_joined
+        from ..runformat.sql import TABLE_DOCS, run_query
 
         path = Path(args.run)
         tables = None
@@ -84,12 +84,12 @@ class QueryCommand(Command):
 
 def open_runs(path: Path) -> list[Run]:
     """The run at `path`, or every run in the folder `path` (a folder holding runs)."""
-    from ..runformat.reader import open_run
+    from ..capture.preload.opening import collect_and_open
     from ..runformat.schema import MANIFEST_FILE
 
     if (path / MANIFEST_FILE).exists() or (path / "spool").is_dir() or not path.is_dir():
-        return [open_run(path)]
+        return [collect_and_open(path)]
     found = sorted(child for child in path.iterdir() if (child / MANIFEST_FILE).exists())
     if not found:
         raise CommandError(f"{path} is neither a run nor a folder of runs (NAME.ggmlviz folders with a manifest)")
-    return [open_run(child) for child in found]
+    return [collect_and_open(child) for child in found]

@@ -16,9 +16,9 @@ from .common import (
     configuration,
     default_output_path,
     positive_int,
-    print_short_summary,
     start_viewer,
 )  # fmt: skip
+from .render import print_short_summary
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -71,7 +71,10 @@ class RecordCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         from rich.console import Console
 
+        from ..capture.llama_cpp_python.session import InProcessRecording
+        from ..capture.settings import settings_from_options
         from ..modelfile.locate import locate_model
+        from ..runformat.reader import open_run
         from ..runformat.writer import unique_run_dir
 
         config = configuration(args)
@@ -86,13 +89,12 @@ class RecordCommand(Command):
             "n_ctx": args.ctx_size,
             "n_threads": args.threads,
         }
-        import ggml_viz
-
         console = Console(stderr=True)
         if args.view and not args.force:
             output = unique_run_dir(output)  # the viewer follows this very directory
         try:
-            recording = ggml_viz.record(output, metadata=settings, overwrite=args.force, **config.capture_options())
+            recording = InProcessRecording(output, settings=settings_from_options(config.capture_options()),
+                                           metadata=settings, overwrite=args.force)  # fmt: skip
         except CaptureError as error:
             raise CommandError(str(error), exit_code=1) from None
         if model.source is not None:
@@ -103,7 +105,7 @@ class RecordCommand(Command):
         with recording:
             recording.annotate(generated_text=_generate(model.path, args, console))
         print(f"run written to {recording.output}")
-        print_short_summary(ggml_viz.open(recording.output))
+        print_short_summary(open_run(recording.output))
         if viewer is not None:
             print("the viewer keeps serving the run: press Ctrl-C to stop", file=sys.stderr)
             try:

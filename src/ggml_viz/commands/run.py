@@ -8,7 +8,8 @@ from pathlib import Path
 
 from .._errors import CaptureError, CommandError
 from .base import Command
-from .common import add_capture_arguments, add_config_argument, configuration, default_output_path, print_short_summary
+from .common import add_capture_arguments, add_config_argument, configuration, default_output_path
+from .render import print_short_summary
 
 PASSED_THROUGH = ("GGML_VIZ_CUPTI", "GGML_VIZ_GPU_DETACH", "GGML_VIZ_READ_GRAPHS")
 
@@ -47,7 +48,7 @@ class RunCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         from rich.console import Console
 
-        from ..capture.native_program import ProgramKind, describe_exit, program_kind, run_native
+        from ..capture.preload.program import ProgramKind, describe_exit, program_kind, run_native
         from ..runformat.reader import open_run
         from ..runformat.writer import prepare_run_dir
 

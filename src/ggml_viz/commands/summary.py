@@ -4,7 +4,8 @@ import argparse
 import json
 
 from .base import Command
-from .common import positive_int, render_summary
+from .common import positive_int
+from .render import render_summary
 
 
 class SummaryCommand(Command):
@@ -25,15 +26,16 @@ class SummaryCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         from pathlib import Path
 
-        from ..analysis.distributed import is_joined, open_joined, render_joined
+        from ..analysis.join import is_joined, open_joined
         from ..analysis.summary import summarize
-        from ..runformat.reader import open_run
+        from ..capture.preload.opening import collect_and_open
+        from .render import render_joined
 
         if is_joined(Path(args.run)):  # a distributed run: its summary across hosts
             joined = open_joined(Path(args.run))[0]["summary"]
             print(json.dumps(joined, indent=2, default=str)) if args.json else render_joined(joined)
             return 0
-        summary = summarize(open_run(args.run), top=args.top)
+        summary = summarize(collect_and_open(args.run), top=args.top)
         if args.json:
             print(json.dumps(summary, indent=2, default=str))
         else:

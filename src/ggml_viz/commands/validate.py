@@ -32,10 +32,10 @@ class ValidateCommand(Command):
         parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
     def run(self, args: argparse.Namespace) -> int:
-        from ..runformat.reader import open_run
+        from ..capture.preload.opening import collect_and_open
 
         try:
-            problems = validate_run(open_run(args.run))
+            problems = validate_run(collect_and_open(args.run))
         except GgmlVizError as error:
             problems = [str(error)]
         if args.json:

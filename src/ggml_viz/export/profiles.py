@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..analysis.breakdowns import TOKEN_PHASES
 from ..analysis.components import structure_components
-from ..analysis.summary import TOKEN_PHASES
 from ..runformat.reader import Run
 from ..runformat.schema import NO_ID
 from .base import Exporter, ExportOptions, node_time_chunks, window_graphs, window_note

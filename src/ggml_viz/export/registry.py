@@ -3,10 +3,11 @@ the output's extension."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from .._errors import CommandError
-from ..plugins import exporter_plugins
+from ..plugins import PluginGroup, load_group
 from .base import Exporter
 from .graphs import DotExporter, PngGraphExporter, SvgGraphExporter
 from .pictures import MemoryPngExporter, MemorySvgExporter, TimelinePngExporter, TimelineSvgExporter
@@ -38,6 +39,15 @@ EXPORTERS: dict[str, Exporter] = {
         SafetensorsExporter(),
     )
 }
+
+
+EXPORTERS_GROUP = "ggml_viz.exporters"
+
+
+@functools.cache
+def exporter_plugins() -> PluginGroup[Exporter]:
+    """The installed packages' exporters (loaded once per process, when first asked for)."""
+    return load_group(EXPORTERS_GROUP, Exporter, taken=EXPORTERS.keys())
 
 
 def all_exporters() -> dict[str, Exporter]:

@@ -21,8 +21,9 @@ from typing import Any
 import numpy as np
 
 from ..runformat.reader import Run
-from ..ui.data import RunView, json_safe
+from ..ui.context import json_safe
 from ..ui.inline import inline_modules
+from ..ui.run_view import RunView
 from .base import Exporter, ExportOptions
 from .graphs import default_graph
 

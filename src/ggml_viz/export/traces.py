@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..analysis.breakdowns import backends
 from ..analysis.memory import bytes_in_use, kv_cache_fill
-from ..analysis.summary import backends
 from ..runformat.reader import Run
 from ..runformat.schema import NO_ID
 from .base import (

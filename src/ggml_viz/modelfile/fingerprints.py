@@ -3,7 +3,7 @@ the file by its bytes (capture/weight_names.py).
 
 A program that reads its weights into memory byte for byte (whisper.cpp does, and names none
 of them) gives the recorder nothing but their addresses. The recorder hashes three samples of
-each such weight's bytes (native/recorder.c: weight_fingerprint); the same hash of each
+each such weight's bytes (capture/core/recorder.c: weight_fingerprint); the same hash of each
 tensor's bytes in the file says which tensor it is. Both sides must hash alike: FNV-1a (64
 bits) over the first, the middle and the last 64 bytes (all of them when fewer).
 """

@@ -1,4 +1,5 @@
-"""The run's manifest: one JSON object describing the recording, written atomically."""
+"""The run's manifest: one JSON object describing the recording, written atomically, and read
+back checked (its format and version, and whether a run marked `recording` still is)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from .._errors import RunFormatError
 from .._version import __version__
-from .schema import FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE
+from .schema import FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE, READER_SUPPORTED_VERSIONS, SPOOL_DIR
 
 STATUS_RECORDING = "recording"
 STATUS_COMPLETE = "complete"
@@ -96,3 +98,51 @@ def _total_memory() -> int | None:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return None
+
+
+def load_manifest(path: Path) -> dict[str, Any]:
+    if not path.is_dir():
+        raise RunFormatError(f"{path} is not a run directory")
+    manifest_path = path / MANIFEST_FILE
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except FileNotFoundError:
+        if (path / SPOOL_DIR).is_dir():
+            raise RunFormatError(
+                f"{path} holds a native program's spool, not yet a run: `ggml-viz collect {path}` makes it one"
+            ) from None
+        raise RunFormatError(f"{path} has no {MANIFEST_FILE}: it is not a ggml-viz run") from None
+    except (OSError, ValueError) as error:
+        raise RunFormatError(f"{manifest_path} cannot be read: {error}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
+        raise RunFormatError(f"{path} is not a ggml-viz run (its manifest names another format)")
+    version = manifest.get("format_version")
+    if version not in READER_SUPPORTED_VERSIONS:
+        supported = ", ".join(map(str, READER_SUPPORTED_VERSIONS))
+        raise RunFormatError(f"{path} uses run format version {version}; this ggml-viz reads version {supported}")
+    if not isinstance(manifest.get("experiment_id"), str):
+        raise RunFormatError(f"{manifest_path} has no experiment id")
+    return manifest
+
+
+def effective_status(manifest: dict[str, Any]) -> str:
+    """A run still marked `recording` whose recorder is gone is `incomplete`."""
+    status = str(manifest.get("status"))
+    if status != STATUS_RECORDING:
+        return status
+    recorder = manifest.get("recorder") or {}
+    if recorder.get("host") == socket.gethostname() and _process_alive(recorder.get("pid")):
+        return STATUS_RECORDING
+    return STATUS_INCOMPLETE
+
+
+def _process_alive(pid: Any) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -23,6 +23,9 @@ FORMAT_VERSION = 2
 READER_SUPPORTED_VERSIONS = (1, 2)
 
 MANIFEST_FILE = "manifest.json"
+# Where a native program's preload library spools what it records, inside the run folder, until
+# the collector (capture/preload/collector.py) has written it into the run.
+SPOOL_DIR = "spool"
 STREAM_SUFFIX = ".arrows"
 PARQUET_SUFFIX = ".parquet"
 

@@ -23,7 +23,7 @@ from starlette.routing import Route
 
 from .._errors import GgmlVizError
 from ..runformat.schema import MANIFEST_FILE
-from .data import EventFilter, RunView, json_safe
+from .context import json_safe
 from .payloads import (
     ComparisonPayload,
     GraphListPayload,
@@ -33,7 +33,9 @@ from .payloads import (
     RunsPayload,
     SearchPayload,
 )
+from .run_view import RunView
 from .security import Guard
+from .views.events import EventFilter
 
 MEDIA_TYPES = {".js": "text/javascript", ".css": "text/css", ".html": "text/html"}
 LIVE_POLL_SECONDS = 0.25  # a live run is checked for new graphs this often (a stat of its files)

@@ -1,27 +1,11 @@
-"""The viewer's GPU side: what a run's GPU tables (CUDA, from CUPTI's kernel records) add to
-the timeline, the overview, the statistics and a node's details.
-
-`gpu_kernels` holds every kernel, memcpy and memset of the traced graphs: millions in a
-long run. It is read the way the host lane reads node times: in blocks (the Parquet row
-groups of a closed run, slices of one being recorded), only the blocks whose span of GPU
-time meets the timeline's window, the last few kept for panning. Once per view the table is
-also streamed block by block into pieces (per graph, device and op: the span of those
-kernels, their busy time and count), small enough to keep, which draw the windows holding
-too many kernels to send (summed per pixel column, as the host lane does) and give the
-overview its top kernels.
-
-A kernel's op is its node's (the host lane's colors); the other kinds of activity get codes
-below zero: UNATTRIBUTED (a kernel the recorder could not map to a node), MEMCPY, MEMSET.
-Kernels outside the run's graphs (graph_id -1: work the program started between traced
-calls) are left out: they belong to no graph's time. Times go to the browser relative to
-the run's first graph, like the host lane's.
-"""
+"""The run's GPU tables (CUDA, from CUPTI's kernel records) read for the views, over the run context:
+the kernels in blocks, their pieces, a lane per context and device, and each node's GPU time."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -29,31 +13,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..analysis.summary import timing_label
 from ..runformat.schema import PARQUET_SUFFIX
-from .payloads import (
-    GpuLane,
-    GpuOverview,
-    GpuStep,
-    KernelBars,
-    KernelTime,
-    NodeGpuTime,
-    PixelColumns,
-    TimeSource,
-    TracedSpans,
-)
-
-if TYPE_CHECKING:
-    from .data import RunView
+from .context import RunContext
+from .payloads import NodeGpuTime
 
 UNATTRIBUTED, MEMCPY, MEMSET = -1, -2, -3  # op codes of what is not a node's kernel
 OTHER_CODES = 3  # codes below zero
 BLOCK_ROWS = 1 << 17  # rows of a block of a run being recorded (a closed run's: its row groups)
 BLOCKS_KEPT = 8  # decoded blocks a view keeps (a pan reuses them)
-DETAIL_LIMIT = 4000  # as the host lane: a window with more kernels sums the narrow ones per pixel column
-WINDOW_KERNEL_LIMIT = 400_000  # a window over more kernels is drawn from the pieces, without reading them
-OVERVIEW_BINS = 16_384  # time bins of a lane's whole-run view (see _bins)
-TOP_KERNELS = 12
 SOURCE = "CUPTI kernel records"
 _COLUMNS = ["graph_id", "node_index", "device", "kind", "kernel", "name", "start_ns", "end_ns", "busy_ns", "bytes"]
 
@@ -63,18 +30,39 @@ def device_name(device: int) -> str:
     return f"CUDA{device}"
 
 
-class GpuRun:
-    """The GPU tables of one run, for one RunView (whose graphs, structures and ops it reads)."""
+def gpu_of(context: RunContext) -> GpuRun | None:
+    """The run's GPU side; None: the run has no GPU times."""
+    run = context.run
+    return GpuRun(context) if run.has_gpu_times or len(run.raw("gpu_graphs")) else None
 
-    def __init__(self, view: RunView) -> None:
-        self.view = view
-        self.run = view.run
+
+class GpuRun:
+    """The GPU tables of one run, for one run context (whose graphs, structures and ops it reads).
+
+    `gpu_kernels` holds every kernel, memcpy and memset of the traced graphs: millions in a
+    long run. It is read the way the host lane reads node times: in blocks (the Parquet row
+    groups of a closed run, slices of one being recorded), only the blocks whose span of GPU
+    time meets the timeline's window, the last few kept for panning. Once per view the table is
+    also streamed block by block into pieces (per graph, device and op: the span of those
+    kernels, their busy time and count), small enough to keep, which draw the windows holding
+    too many kernels to send and give the overview its top kernels.
+
+    A kernel's op is its node's (the host lane's colors); the other kinds of activity get codes
+    below zero: UNATTRIBUTED (a kernel the recorder could not map to a node), MEMCPY, MEMSET.
+    Kernels outside the run's graphs (graph_id -1: work the program started between traced
+    calls) are left out: they belong to no graph's time. Times are relative to the run's first
+    graph, like the host lane's.
+    """
+
+    def __init__(self, context: RunContext) -> None:
+        self.context = context
+        self.run = context.run
         self.short_names: list[str] = []  # kernel functions (quantize_q8_1), by id
         self.full_names: list[str] = []  # the same kernels' whole demangled names
         self._name_ids: dict[tuple[str, str], int] = {}
         self._decoded: dict[int, dict[str, np.ndarray]] = {}  # blocks, the most recently used last
         graphs = self.run.gpu_graphs
-        self.graphs = graphs[graphs["graph_id"].isin(view.graphs["graph_id"])].reset_index(drop=True)
+        self.graphs = graphs[graphs["graph_id"].isin(context.graphs["graph_id"])].reset_index(drop=True)
 
     # -- reading kernels -------------------------------------------------------------------
 
@@ -83,7 +71,7 @@ class GpuRun:
         """Where the kernels are (a closed run's Parquet file, or the table as read) and each
         block's span of GPU time, relative to the run's first graph (from the row groups'
         statistics: no kernel is read to know it)."""
-        origin = self.view.origin_ns
+        origin = self.context.origin_ns
         path = self.run.path / ("gpu_kernels" + PARQUET_SUFFIX)
         if path.exists():
             file = pq.ParquetFile(path, read_dictionary=["kind", "kernel", "name"])
@@ -124,35 +112,37 @@ class GpuRun:
         """Kernels as arrays, those of the run's graphs only: times relative to the run's
         first graph, each kernel's op code (its node's op, or one of the codes below zero),
         its node's event number (-1: none), its graph's context, and its names' id."""
-        view = self.view
+        context = self.context
         graph_id = table.column("graph_id").to_numpy().astype(np.int64)
-        row = np.minimum(view.graph_rows(graph_id), max(len(view.graphs) - 1, 0))
-        known = (graph_id >= 0) & (len(view.graphs) > 0)
-        if len(view.graphs):
-            known &= view.graphs["graph_id"].to_numpy()[row] == graph_id
+        row = np.minimum(context.graph_rows(graph_id), max(len(context.graphs) - 1, 0))
+        known = (graph_id >= 0) & (len(context.graphs) > 0)
+        if len(context.graphs):
+            known &= context.graphs["graph_id"].to_numpy()[row] == graph_id
         keep = np.flatnonzero(known)
         row, table = row[keep], table.take(pa.array(keep))
         node = table.column("node_index").to_numpy().astype(np.int64)
-        n_nodes = view.graph_first_event[row + 1] - view.graph_first_event[row]
+        n_nodes = context.graph_first_event[row + 1] - context.graph_first_event[row]
         attributed = (node >= 0) & (node < n_nodes)
-        structure = view.graphs["structure_id"].to_numpy()[row]
-        first = view.structure_first.reindex(structure).fillna(0).to_numpy(np.int64)
+        structure = context.graphs["structure_id"].to_numpy()[row]
+        first = context.structure_first.reindex(structure).fillna(0).to_numpy(np.int64)
         at = np.where(attributed, first + node, 0)
-        tensor = view.structure["tensor_id"].to_numpy()[at] if len(view.structure) else np.zeros(len(at), np.int64)
-        op = np.where(attributed, view.tensor_op[tensor] if len(view.tensor_op) else 0, UNATTRIBUTED)
+        tensor = (
+            context.structure["tensor_id"].to_numpy()[at] if len(context.structure) else np.zeros(len(at), np.int64)
+        )
+        op = np.where(attributed, context.tensor_op[tensor] if len(context.tensor_op) else 0, UNATTRIBUTED)
         kind = table.column("kind").cast(pa.string())
         is_copy, is_set = (pc.equal(kind, value).to_numpy(zero_copy_only=False) for value in ("memcpy", "memset"))
         op = np.where(is_copy, MEMCPY, np.where(is_set, MEMSET, op)).astype(np.int16)
-        origin = view.origin_ns
+        origin = context.origin_ns
         return {
             "start": table.column("start_ns").to_numpy().astype(np.int64) - origin,
             "end": table.column("end_ns").to_numpy().astype(np.int64) - origin,
             "busy": table.column("busy_ns").to_numpy().astype(np.int64),
             "bytes": table.column("bytes").to_numpy().astype(np.int64),
             "op": op,
-            "event": np.where(attributed, view.graph_first_event[row] + node, -1),
+            "event": np.where(attributed, context.graph_first_event[row] + node, -1),
             "graph_row": row,
-            "context": view.graphs["context_id"].to_numpy(np.int64)[row],
+            "context": context.graphs["context_id"].to_numpy(np.int64)[row],
             "device": table.column("device").to_numpy().astype(np.int64),
             "name": self._name_codes(table.column("kernel"), table.column("name")),
         }
@@ -180,7 +170,7 @@ class GpuRun:
         for index in range(len(self._source[2])):
             yield self._decode(self._read_block(index))
 
-    def _kernels_in(self, t0: float, t1: float) -> dict[str, np.ndarray]:
+    def kernels_in(self, t0: float, t1: float) -> dict[str, np.ndarray]:
         """The kernels meeting [t0, t1), read from the blocks whose span meets it."""
         blocks = [self._block(i) for i, (lo, hi) in enumerate(self._source[2]) if hi >= t0 and lo <= t1]
         if not blocks:
@@ -212,6 +202,17 @@ class GpuRun:
         return {"pieces": {column: joined[column].to_numpy(np.int64) for column in joined.columns},
                 "kernels": by_name}  # fmt: skip
 
+    @property
+    def pieces(self) -> dict[str, np.ndarray]:
+        """The pieces (per graph, context, device and op code: span, busy time, count), sorted by
+        context, device and start."""
+        return cast(dict[str, np.ndarray], self._scan["pieces"])
+
+    @property
+    def kernel_totals(self) -> pd.DataFrame:
+        """Per kernel function (names' id) and op code: count, busy time and time."""
+        return cast(pd.DataFrame, self._scan["kernels"])
+
     @cached_property
     def lanes(self) -> list[dict[str, Any]]:
         """A lane per (context, device) the traced graphs ran kernels on, with those graphs'
@@ -235,120 +236,14 @@ class GpuRun:
         """The traced graphs on each device (gpu_graphs), with their context; GPU times relative
         to the run's first graph."""
         graphs = self.graphs
-        contexts = self.view.graphs.set_index("graph_id")["context_id"]
+        contexts = self.context.graphs.set_index("graph_id")["context_id"]
         return {"context": contexts.reindex(graphs["graph_id"]).to_numpy(np.int64),
                 "device": graphs["device"].to_numpy(np.int64), "graph_id": graphs["graph_id"].to_numpy(np.int64),
-                "start": graphs["start_ns"].to_numpy(np.int64) - self.view.origin_ns,
-                "end": graphs["end_ns"].to_numpy(np.int64) - self.view.origin_ns,
+                "start": graphs["start_ns"].to_numpy(np.int64) - self.context.origin_ns,
+                "end": graphs["end_ns"].to_numpy(np.int64) - self.context.origin_ns,
                 "kernels": graphs["kernels"].to_numpy(np.int64)}  # fmt: skip
 
-    # -- the timeline ----------------------------------------------------------------------
-
-    def timeline_lanes(self, t0: int, t1: int, width: int) -> dict[int, list[GpuLane]]:
-        """Per context, its GPU lanes for the window [t0, t1) at `width` pixels: each kernel
-        (DETAIL_LIMIT at most, the widest), or the narrow ones summed per pixel column, or
-        for a window over more than WINDOW_KERNEL_LIMIT kernels the pieces summed so."""
-        ns_per_px = (t1 - t0) / width
-        in_window = []
-        for lane in self.lanes:
-            first = int(np.searchsorted(lane["end_max"], t0, side="right"))
-            last = int(np.searchsorted(lane["start"], t1, side="left"))
-            in_window.append(slice(first, max(first, last)))
-        many = [int(lane["kernels"][graphs].sum()) > WINDOW_KERNEL_LIMIT
-                for lane, graphs in zip(self.lanes, in_window, strict=True)]  # fmt: skip
-        kernels = self._kernels_in(t0, t1) if not all(many) else None
-        found: dict[int, list[GpuLane]] = {}
-        for lane, graphs, wide_window in zip(self.lanes, in_window, many, strict=True):
-            if wide_window or kernels is None:
-                bars, columns = _no_kernels(), self._columns_of_pieces(lane, t0, t1, width, ns_per_px)
-                names: list[int] = []
-            else:
-                mine = (kernels["context"] == lane["context_id"]) & (kernels["device"] == lane["device"])
-                bars, columns, names = self._kernel_bars({k: v[mine] for k, v in kernels.items()}, t0, t1, width,
-                                                         ns_per_px)  # fmt: skip
-            # the traced graphs met: where the GPU was watched (elsewhere nothing was recorded)
-            spans = lane["end"][graphs] > t0
-            traced: TracedSpans = {"start": lane["start"][graphs][spans].tolist(),
-                                   "end": lane["end"][graphs][spans].tolist(),
-                                   "graph_id": lane["graph_id"][graphs][spans].tolist()}  # fmt: skip
-            found.setdefault(lane["context_id"], []).append({
-                "label": lane["label"], "device": lane["device"], "device_name": device_name(lane["device"]),
-                "kernels": [self.short_names[i] for i in names], "names": [self.full_names[i] for i in names],
-                "bars": bars, "columns": columns, "traced": traced,
-            })  # fmt: skip
-        return found
-
-    def _kernel_bars(self, kernels: dict[str, np.ndarray], t0: int, t1: int, width: int, ns_per_px: float
-                     ) -> tuple[KernelBars, PixelColumns, list[int]]:  # fmt: skip
-        """A lane's kernels in the window: each its own bar, or (more than DETAIL_LIMIT) the
-        widest DETAIL_LIMIT so and the rest summed per pixel column; and the names' ids the
-        bars index (KernelBars.kernel)."""
-        order = np.argsort(kernels["start"], kind="stable")
-        kernels = {key: values[order] for key, values in kernels.items()}
-        s, e = kernels["start"], kernels["end"]
-        wide = np.ones(len(s), dtype=bool)
-        columns = _no_columns()
-        if len(s) > DETAIL_LIMIT:
-            wide_index = np.sort(np.argsort(s - e, kind="stable")[:DETAIL_LIMIT])
-            wide = np.zeros(len(s), dtype=bool)
-            wide[wide_index[(e - s)[wide_index] >= 2 * ns_per_px]] = True
-            # a column is as busy as the device was in it: the narrow kernels' busy time (overlap
-            # counted once) spread over the columns each covers
-            narrow = np.flatnonzero(~wide)
-            column, pick, busy = spread(s[narrow], e[narrow], kernels["busy"][narrow], t0, t1, ns_per_px, width)
-            columns = pixel_columns(column, kernels["op"][narrow][pick], busy, ns_per_px)
-        names, name_index = np.unique(kernels["name"][wide], return_inverse=True)
-        bars: KernelBars = {
-            "start": s[wide].tolist(), "end": e[wide].tolist(), "busy": kernels["busy"][wide].tolist(),
-            "op": kernels["op"][wide].tolist(), "event": kernels["event"][wide].tolist(),
-            "kernel": name_index.tolist(), "bytes": kernels["bytes"][wide].tolist(),
-        }  # fmt: skip
-        return bars, columns, names.tolist()
-
-    def _columns_of_pieces(self, lane: dict[str, Any], t0: int, t1: int, width: int, ns_per_px: float
-                           ) -> PixelColumns:  # fmt: skip
-        """A wide window's pixel columns from the pieces, each spread evenly over its span;
-        a window wider than a few of the lane's OVERVIEW_BINS from those bins (computed once)."""
-        bins = self._bins(lane)
-        bin_ns = bins["bin_ns"]
-        if ns_per_px >= 4 * bin_ns:
-            first, last = int(max(t0, 0) // bin_ns), int(min(np.ceil(t1 / bin_ns), OVERVIEW_BINS))
-            keep = (bins["bin"] >= first) & (bins["bin"] < last)
-            column = np.clip(((bins["bin"][keep] * bin_ns - t0) / ns_per_px).astype(np.int64), 0, width - 1)
-            return pixel_columns(column, bins["op"][keep], bins["busy"][keep], ns_per_px)
-        pieces, rows = self._scan["pieces"], self._pieces_of(lane)
-        first = int(np.searchsorted(lane["pieces_end_max"], t0, side="right"))
-        rows = rows[first : max(first, int(np.searchsorted(pieces["start"][rows], t1, side="left")))]
-        column, pick, busy = spread(pieces["start"][rows], pieces["end"][rows], pieces["busy"][rows], t0, t1,
-                                    ns_per_px, width)  # fmt: skip
-        return pixel_columns(column, pieces["op"][rows][pick], busy, ns_per_px)
-
-    def _pieces_of(self, lane: dict[str, Any]) -> np.ndarray:
-        """The rows of the pieces that are the lane's (sorted by start; the running maximum of
-        their ends kept with the lane)."""
-        if "pieces" not in lane:
-            pieces = self._scan["pieces"]
-            rows = np.flatnonzero((pieces["context"] == lane["context_id"]) & (pieces["device"] == lane["device"]))
-            lane["pieces"] = rows
-            lane["pieces_end_max"] = np.maximum.accumulate(pieces["end"][rows]) if len(rows) else pieces["end"][rows]
-        return lane["pieces"]
-
-    def _bins(self, lane: dict[str, Any]) -> dict[str, Any]:
-        """The lane's whole run cut into OVERVIEW_BINS equal spans: each op code's busy time
-        in each (sparse: only the bins with some)."""
-        if "bins" not in lane:
-            duration = self.view.duration_ns
-            bin_ns = max(1.0, duration / OVERVIEW_BINS)
-            pieces, rows = self._scan["pieces"], self._pieces_of(lane)
-            column, pick, busy = spread(pieces["start"][rows], pieces["end"][rows], pieces["busy"][rows], 0,
-                                        duration, bin_ns, OVERVIEW_BINS)  # fmt: skip
-            key = column * (1 << 16) + (pieces["op"][rows][pick] + OTHER_CODES)
-            keys, index = np.unique(key, return_inverse=True)
-            lane["bins"] = {"bin_ns": bin_ns, "bin": keys >> 16, "op": (keys & 0xFFFF) - OTHER_CODES,
-                            "busy": np.bincount(index, weights=busy, minlength=len(keys))}  # fmt: skip
-        return lane["bins"]
-
-    # -- overview, statistics, details -----------------------------------------------------
+    # -- what the overview, the statistics and a node's details say -------------------------
 
     @cached_property
     def devices(self) -> list[str]:
@@ -361,55 +256,14 @@ class GpuRun:
     @cached_property
     def graphs_on_gpu(self) -> int:
         """Graphs of the contexts the GPU timer traced (the M of "N of M graphs traced")."""
-        contexts = self.view.graphs.set_index("graph_id")["context_id"].reindex(self.graphs["graph_id"])
-        return int(self.view.graphs["context_id"].isin(set(contexts.dropna().tolist())).sum())
+        contexts = self.context.graphs.set_index("graph_id")["context_id"].reindex(self.graphs["graph_id"])
+        return int(self.context.graphs["context_id"].isin(set(contexts.dropna().tolist())).sum())
 
     @cached_property
     def label(self) -> str:
         """Where GPU node times come from, in words."""
         return (f"GPU time ({', '.join(self.devices)}, {SOURCE}, {self.traced_graphs:,} of {self.graphs_on_gpu:,} "
                 "graphs traced)")  # fmt: skip
-
-    @cached_property
-    def overview(self) -> GpuOverview:
-        """Per device and phase, the median traced graph: its time on the host against the
-        device's busy time; and the kernel functions taking most of the device's time."""
-        graphs = self.graphs.assign(span_ns=self.graphs["end_ns"] - self.graphs["start_ns"])
-        graphs["busy_share"] = graphs["busy_ns"] / graphs["host_ns"].where(graphs["host_ns"] > 0)
-        steps: list[GpuStep] = []
-        for (device, phase), group in graphs.groupby(["device", "phase"], sort=True):
-            share = group["busy_share"].median()
-            steps.append({
-                "device": device_name(int(device)), "phase": str(phase), "graphs": int(group["graph_id"].nunique()),
-                "host_ns": int(group["host_ns"].median()), "busy_ns": int(group["busy_ns"].median()),
-                "span_ns": int(group["span_ns"].median()), "busy_share": None if pd.isna(share) else float(share),
-            })  # fmt: skip
-        steps.sort(key=lambda step: (step["phase"] != "decode", step["device"]))  # a decode step first
-        kernels = self._scan["kernels"]
-        is_kernel = kernels["op"] >= UNATTRIBUTED
-        return {"label": self.label, "devices": self.devices, "source": SOURCE, "traced_graphs": self.traced_graphs,
-                "graphs": self.graphs_on_gpu, "steps": steps, "top_kernels": self.top_kernels,
-                "kernels": int(kernels.loc[is_kernel, "count"].sum()),
-                "unattributed": int(kernels.loc[kernels["op"] == UNATTRIBUTED, "count"].sum()),
-                "copies": int(kernels.loc[~is_kernel, "count"].sum())}  # fmt: skip
-
-    @cached_property
-    def top_kernels(self) -> list[KernelTime]:
-        """The kernel functions (and copies) by the device's busy time they took."""
-        kernels = self._scan["kernels"]
-        if kernels.empty:
-            return []
-        kernels = kernels.assign(kernel=[self.short_names[int(i)] for i in kernels["name"]],
-                                 kind=np.select([kernels["op"] == MEMCPY, kernels["op"] == MEMSET],
-                                                ["memcpy", "memset"], "kernel"))  # fmt: skip
-        by_kernel = kernels.groupby(["kernel", "kind"], as_index=False)[["count", "busy", "time"]].sum()
-        total = max(int(by_kernel["busy"].sum()), 1)
-        by_kernel = by_kernel.sort_values(["busy", "kernel"], ascending=[False, True]).head(TOP_KERNELS)
-        return [
-            {"kernel": row.kernel, "kind": row.kind, "count": int(row.count), "time_ns": int(row.busy),
-             "share": int(row.busy) / total, "mean_ns": float(row.time) / max(int(row.count), 1)}
-            for row in by_kernel.itertuples()
-        ]  # fmt: skip
 
     def node_time(self, graph_id: int, node_index: int) -> NodeGpuTime | None:
         """A node's GPU time in a traced graph: its own kernels', or those of the fused group
@@ -421,7 +275,7 @@ class GpuRun:
         if carrying.empty:
             return None
         row = carrying.sort_values("node_index").iloc[-1]
-        origin = self.view.origin_ns
+        origin = self.context.origin_ns
         return {"device": device_name(int(row["device"])), "node_index": int(row["node_index"]),
                 "group_end": int(row["group_end"]), "start_ns": int(row["start_ns"]) - origin,
                 "end_ns": int(row["end_ns"]) - origin, "gpu_ns": int(row["gpu_ns"]),
@@ -433,21 +287,6 @@ class GpuRun:
 
         table = self.run.dataset("gpu_node_times").to_table(filter=ds.field("graph_id") == graph_id)
         return dict(zip(table.column("node_index").to_pylist(), table.column("gpu_ns").to_pylist(), strict=True))
-
-
-def time_sources(view: RunView, gpu: GpuRun | None) -> list[TimeSource]:
-    """Where the node times of the statistics come from: the host's clock, the GPU's, both."""
-    totals = view.run.node_totals
-    timing = (view.run.manifest.get("capture") or {}).get("timing")
-    labels = {"host": f"timing {timing_label(timing)}" if timing else "host clock",
-              "gpu": gpu.label if gpu is not None else "GPU time"}  # fmt: skip
-    sources: list[TimeSource] = []
-    for clock in ("host", "gpu"):
-        rows = totals[totals["clock"] == clock]
-        if len(rows):
-            sources.append({"clock": clock, "label": labels[clock], "timed": int(rows["timed"].sum()),
-                            "time_ns": int(rows["time_ns"].sum())})  # fmt: skip
-    return sources
 
 
 _PIECE_KEYS = ("graph_row", "context", "device", "op")
@@ -463,49 +302,3 @@ def _pieces(kernels: pd.DataFrame) -> pd.DataFrame:
 def _encoded(column: pa.ChunkedArray) -> pa.DictionaryArray:
     """A string column (dictionary-encoded or not) as one dictionary array."""
     return pc.dictionary_encode(column.cast(pa.string()).combine_chunks())
-
-
-def spread(start: np.ndarray, end: np.ndarray, busy: np.ndarray, t0: float, t1: float, ns_per_px: float, width: int
-           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
-    """Each span's busy time spread evenly over the pixel columns of [t0, t1) it covers (a
-    span reaching out of the window: the part of its time inside): (column, the span's
-    index, busy ns) per piece of it."""
-    inside = np.flatnonzero((end > t0) & (start < t1) | ((end == start) & (start >= t0) & (start < t1)))
-    length = np.maximum(end[inside] - start[inside], 1)
-    start, end = np.maximum(start[inside], t0), np.minimum(end[inside], t1)
-    busy = busy[inside] * (np.maximum(end - start, 1) / length)
-    first = np.clip(((start - t0) / ns_per_px).astype(np.int64), 0, width - 1)
-    last = np.clip(((np.maximum(end, start + 1) - 1 - t0) / ns_per_px).astype(np.int64), 0, width - 1)
-    span = last - first + 1
-    repeat = np.repeat(np.arange(len(start)), span)
-    column = first[repeat] + (np.arange(len(repeat)) - np.repeat(np.cumsum(span) - span, span))
-    return column, inside[repeat], (busy / span)[repeat]
-
-
-def pixel_columns(column: np.ndarray, op: np.ndarray, busy_ns: np.ndarray, ns_per_px: float) -> PixelColumns:
-    """Per pixel column with work in it: the op code that kept it busiest, and how busy it
-    was (summed sparsely: a report's million-pixel window costs its kernels, not its width)."""
-    if not len(column):
-        return _no_columns()
-    codes = 1 << 16
-    keys, index = np.unique(column.astype(np.int64) * codes + (op.astype(np.int64) + OTHER_CODES), return_inverse=True)
-    busy = np.bincount(index, weights=busy_ns, minlength=len(keys))
-    px = keys // codes
-    order = np.lexsort((busy, px))  # by column, then busy: each column's busiest last
-    last = np.flatnonzero(np.append(px[order][1:] != px[order][:-1], True))
-    columns, column_index = np.unique(px, return_inverse=True)
-    total = np.bincount(column_index, weights=busy, minlength=len(columns))
-    used = total > 0
-    return {
-        "px": columns[used].tolist(),
-        "op": ((keys[order][last] % codes) - OTHER_CODES)[used].tolist(),
-        "fill": np.minimum(total[used] / ns_per_px, 1.0).round(3).tolist(),
-    }
-
-
-def _no_kernels() -> KernelBars:
-    return {"start": [], "end": [], "busy": [], "op": [], "event": [], "kernel": [], "bytes": []}
-
-
-def _no_columns() -> PixelColumns:
-    return {"px": [], "op": [], "fill": []}

@@ -12,8 +12,8 @@ from pathlib import Path
 import uvicorn
 
 from .._errors import CommandError, GgmlVizError
-from ..config import DEFAULT_PORT
 from .app import RunRegistry, create_app
+from .defaults import DEFAULT_PORT
 from .security import is_loopback, new_token
 
 

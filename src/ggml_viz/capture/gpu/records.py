@@ -1,4 +1,4 @@
-"""What the GPU timer's C side hands over for one closed trace window (native/gpu/gpu_tracer.h),
+"""What the GPU timer's C side hands over for one closed trace window (gpu_tracer.h beside it),
 as numpy records: the spool's SPOOL_GPU frame, or the Python extension's bytes, read alike.
 """
 
@@ -11,7 +11,7 @@ import numpy as np
 
 from ..._errors import RunFormatError
 
-# native/gpu/gpu_tracer.h and native/gpu/cupti_activity.h lay these out; their sizes are
+# gpu_tracer.h and cupti_activity.h lay these out; their sizes are
 # checked against the C side's (tests/unit/test_gpu_records.py).
 COMPUTE_DTYPE = np.dtype(
     [("start_ns", "<i8"), ("end_ns", "<i8"), ("call_end_ns", "<i8"), ("compute", "<u4"), ("context_id", "<u4"),
@@ -67,7 +67,7 @@ class GpuWindow:
 
 
 def parse_window(payload: bytes) -> GpuWindow:
-    """A SPOOL_GPU frame's payload (native/spool.h), checked against its own sizes."""
+    """A SPOOL_GPU frame's payload (preload/spool.h), checked against its own sizes."""
     try:
         head = _HEAD.unpack_from(payload, 0)
     except struct.error:

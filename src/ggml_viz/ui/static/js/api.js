@@ -1,5 +1,5 @@
 // The viewer's API: one fetch helper per endpoint, and the JSON each one returns. The
-// typedefs below mirror src/ggml_viz/ui/payloads.py name for name (the server's TypedDicts,
+// typedefs below mirror src/ggml_viz/ui/payloads/ name for name (the server's TypedDicts,
 // which mypy checks and a test compares with the server's answers): change both together.
 // Columnar records hold one list per field, all of one length. Times are nanoseconds from
 // the run's first graph.

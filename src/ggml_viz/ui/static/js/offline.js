@@ -40,7 +40,7 @@ function eventRowMaker(events) {
   return (i) => Object.fromEntries(columns.map((key) => [key, events[key][i]]).concat([["event", i]]));
 }
 
-// The events a query selects, in order, by the server's rules (ui/data.py RunView._filtered):
+// The events a query selects, in order, by the server's rules (ui/views/events.py EventLog._filtered):
 // op, name (a search also matches the op), layer, time window, and file region.
 export function matchingEvents(answers, query, isSearch = false) {
   const events = answers.events, n = events.graph_id.length;

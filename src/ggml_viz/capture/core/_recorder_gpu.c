@@ -1,0 +1,210 @@
+/*
+ * ggml_viz.capture.core._recorder, GPU part: what a Python program needs for GPU time (the C side
+ * is capture/gpu/, shared with the preload library). A llama context on a GPU backend gets
+ * no eval callback: its graphs are read at the scheduler's compute call, which libllama
+ * calls through its GOT, redirected here (hook_graph_compute); ggml-cuda's per-node
+ * ggml_is_empty calls likewise reach the GPU timer. Around each llama_decode Python says
+ * which recorder the call's graphs go to (gpu_begin_call, gpu_end_call).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdbool.h>
+#include <string.h>
+
+#include "got_hook.h"
+#include "../gpu/cupti_activity.h"
+#include "../gpu/gpu_tracer.h"
+#include "../gpu/graph_compute.h"
+
+/* The llama_decode call running on this thread: its recorder, context, and whether CUDA. */
+static __thread struct {
+    Recorder *recorder;
+    uint32_t context_id;
+    int on_cuda;
+    void *sched; /* the scheduler its graphs ran on, to synchronize when a window closes */
+} current;
+
+static GraphAccess graph_access;
+static void (*sched_synchronize)(void *);
+static sched_compute_fn compute_async_original;
+static bool (*is_empty_original)(const void *);
+
+static int compute_async_hooked(void *sched, void *graph) {
+    if (!current.recorder || current.recorder->mode == MODE_OFF) return compute_async_original(sched, graph);
+    current.sched = sched;
+    return compute_reading_graph(current.recorder, current.context_id, current.on_cuda, &graph_access,
+                                 compute_async_original, sched, graph);
+}
+
+static bool (*alloc_graph_original)(void *, void *);
+
+static bool alloc_graph_hooked(void *sched, void *graph) {
+    if (current.recorder) current.recorder->graph_allocated = 1; /* a graph (re)built: read at its compute */
+    return alloc_graph_original(sched, graph);
+}
+
+static void *alloc_graph_replacement(void *original, void *context) {
+    (void)context;
+    if (!alloc_graph_original) alloc_graph_original = (bool (*)(void *, void *))original;
+    return alloc_graph_original == (bool (*)(void *, void *))original ? (void *)alloc_graph_hooked : NULL;
+}
+
+static bool is_empty_hooked(const void *tensor) {
+    gpu_node_call(tensor, __builtin_return_address(0));
+    return is_empty_original(tensor);
+}
+
+static void *compute_replacement(void *original, void *context) {
+    (void)context;
+    if (!compute_async_original) compute_async_original = (sched_compute_fn)original;
+    return compute_async_original == (sched_compute_fn)original ? (void *)compute_async_hooked : NULL;
+}
+
+static void *is_empty_replacement(void *original, void *context) {
+    (void)context;
+    if (!is_empty_original) is_empty_original = (bool (*)(const void *))original;
+    return is_empty_original == (bool (*)(const void *))original ? (void *)is_empty_hooked : NULL;
+}
+
+/* hook_graph_compute(graph_n_nodes, graph_node, buffer_offset, sched_synchronize) -> slots
+   redirected: the loaded libraries' calls of the scheduler's compute (and of its graph
+   allocation, and of ggml_is_empty). */
+static PyObject *hook_graph_compute(PyObject *module, PyObject *args) {
+    unsigned long long n_nodes, node, synchronize;
+    Py_ssize_t buffer_offset;
+    if (!PyArg_ParseTuple(args, "KKnK", &n_nodes, &node, &buffer_offset, &synchronize)) return NULL;
+    if (!n_nodes || !node || !synchronize) {
+        PyErr_SetString(PyExc_ValueError, "a ggml function address is null");
+        return NULL;
+    }
+    graph_access = (GraphAccess){(int (*)(void *))(uintptr_t)n_nodes, (void *(*)(void *, int))(uintptr_t)node,
+                                 (size_t)buffer_offset};
+    sched_synchronize = (void (*)(void *))(uintptr_t)synchronize;
+    int failed = 0, more = 0;
+    int hooked = got_hook("ggml_backend_sched_graph_compute_async", compute_replacement, NULL, &failed);
+    got_hook("ggml_backend_sched_alloc_graph", alloc_graph_replacement, NULL, &more);
+    got_hook("ggml_is_empty", is_empty_replacement, NULL, &more);
+    return PyLong_FromLong(failed ? -1 : hooked);
+}
+
+/* configure_gpu(mode, window, period, detach, cupti_paths or None) */
+static PyObject *configure_gpu(PyObject *module, PyObject *args) {
+    GpuTraceSettings settings;
+    const char *paths = NULL;
+    if (!PyArg_ParseTuple(args, "iiip|z", &settings.mode, &settings.window, &settings.period, &settings.finalize,
+                          &paths)) {
+        return NULL;
+    }
+    settings.cupti_paths = paths;
+    gpu_configure(&settings);
+    Py_RETURN_NONE;
+}
+
+/* gpu_begin_call(recorder_address, context_id, on_cuda): a llama_decode begins on this thread. */
+static PyObject *gpu_begin_call(PyObject *module, PyObject *args) {
+    unsigned long long recorder;
+    unsigned int context_id;
+    int on_cuda;
+    if (!PyArg_ParseTuple(args, "KIp", &recorder, &context_id, &on_cuda)) return NULL;
+    current.recorder = (Recorder *)(uintptr_t)recorder;
+    current.context_id = context_id;
+    current.on_cuda = on_cuda;
+    Py_RETURN_NONE;
+}
+
+static void synchronize_current(void *sched) {
+    if (sched && sched_synchronize) sched_synchronize(sched);
+}
+
+/* gpu_end_call() -> whether a closed window waits to be taken (gpu_take). */
+static PyObject *gpu_end_call(PyObject *module, PyObject *unused) {
+    int on_cuda = current.on_cuda;
+    void *sched = current.sched;
+    current.recorder = NULL;
+    return PyBool_FromLong(on_cuda && gpu_call_done(synchronize_current, sched));
+}
+
+static PyObject *gpu_finish_now(PyObject *module, PyObject *unused) {
+    return PyBool_FromLong(gpu_finish());
+}
+
+/* gpu_take() -> bytes (as the spool's SPOOL_GPU frame) or None. */
+static PyObject *gpu_take_now(PyObject *module, PyObject *unused) {
+    Array out;
+    array_init(&out, 1);
+    int taken = gpu_take_serialized(&out);
+    PyObject *result = taken < 0 ? PyErr_NoMemory()
+                       : taken ? PyBytes_FromStringAndSize((const char *)out.items, (Py_ssize_t)out.count)
+                               : Py_NewRef(Py_None);
+    array_free(&out);
+    return result;
+}
+
+/* gpu_state() -> (cupti_path, cupti_version, cupti_reads_our_clock, problem or None) */
+static PyObject *gpu_state(PyObject *module, PyObject *unused) {
+    const char *problem = gpu_problem();
+    return Py_BuildValue("(sIOz)", gpu_cupti_path(), gpu_cupti_version(), gpu_own_clock() ? Py_True : Py_False,
+                         problem);
+}
+
+/* convert_cupti_records(records, clock_offset_ns) -> (activities, api_calls, name_lengths, names): CUPTI
+   activity records laid out as cupti_abi.h says, turned into ggml-viz's as CUPTI's buffers
+   are (tests build the records; kernel name pointers must point at NUL-terminated text). */
+static PyObject *convert_cupti_records(PyObject *module, PyObject *args) {
+    PyObject *records;
+    long long offset;
+    if (!PyArg_ParseTuple(args, "O!L", &PyList_Type, &records, &offset)) return NULL;
+    CuptiActivity a;
+    memset(&a, 0, sizeof a);
+    cupti_records_init(&a);
+    a.clock_offset_ns = offset;
+    a.own_clock = offset == 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(records); i++) {
+        PyObject *record = PyList_GET_ITEM(records, i);
+        if (!PyBytes_Check(record)) {
+            cupti_records_free(&a);
+            PyErr_SetString(PyExc_TypeError, "records: a list of bytes");
+            return NULL;
+        }
+        if (cupti_convert_record(&a, (const uint8_t *)PyBytes_AS_STRING(record)) < 0) {
+            cupti_records_free(&a);
+            return PyErr_NoMemory();
+        }
+    }
+    PyObject *result = Py_BuildValue(
+        "(y#y#y#y#K)", a.activities.items, (Py_ssize_t)(a.activities.count * a.activities.item_size),
+        a.api_calls.items, (Py_ssize_t)(a.api_calls.count * a.api_calls.item_size), a.name_lengths.items,
+        (Py_ssize_t)(a.name_lengths.count * a.name_lengths.item_size), a.names.items, (Py_ssize_t)a.names.count,
+        (unsigned long long)a.invalid);
+    cupti_records_free(&a);
+    return result;
+}
+
+PyMethodDef gpu_methods[] = {
+    {"hook_graph_compute", hook_graph_compute, METH_VARARGS,
+     "hook_graph_compute(graph_n_nodes, graph_node, buffer_offset, sched_synchronize): read graphs at their "
+     "compute call (slots redirected, -1 on failure)"},
+    {"configure_gpu", configure_gpu, METH_VARARGS, "configure_gpu(mode, window, period, detach, cupti_paths)"},
+    {"gpu_begin_call", gpu_begin_call, METH_VARARGS,
+     "gpu_begin_call(recorder_address, context_id, on_cuda): this thread's llama_decode records there"},
+    {"gpu_end_call", gpu_end_call, METH_NOARGS, "the call ended: whether a GPU window waits to be taken"},
+    {"gpu_finish", gpu_finish_now, METH_NOARGS, "the recording ends: close the open window (whether one waits)"},
+    {"gpu_take", gpu_take_now, METH_NOARGS, "a closed GPU window's records, as bytes, or None"},
+    {"gpu_state", gpu_state, METH_NOARGS, "(cupti_path, cupti_version, cupti_reads_our_clock, problem)"},
+    {"convert_cupti_records", convert_cupti_records, METH_VARARGS,
+     "convert_cupti_records(records, clock_offset_ns): CUPTI records as ggml-viz's (tests)"},
+    {NULL, NULL, 0, NULL},
+};
+
+int add_gpu_constants(PyObject *module) {
+    return PyModule_AddIntConstant(module, "GPU_COMPUTE_RECORD_SIZE", sizeof(GpuComputeRecord)) < 0 ||
+                   PyModule_AddIntConstant(module, "GPU_NODE_CALL_SIZE", sizeof(GpuNodeCall)) < 0 ||
+                   PyModule_AddIntConstant(module, "GPU_API_RECORD_SIZE", sizeof(GpuApiRecord)) < 0 ||
+                   PyModule_AddIntConstant(module, "GPU_ACTIVITY_RECORD_SIZE", sizeof(GpuActivityRecord)) < 0 ||
+                   PyModule_AddIntConstant(module, "GPU_TRACE_OFF", GPU_TRACE_OFF) < 0 ||
+                   PyModule_AddIntConstant(module, "GPU_TRACE_WINDOWS", GPU_TRACE_WINDOWS) < 0 ||
+                   PyModule_AddIntConstant(module, "GPU_TRACE_EVERY", GPU_TRACE_EVERY) < 0
+               ? -1
+               : 0;
+}

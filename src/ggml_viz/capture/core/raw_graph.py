@@ -1,0 +1,130 @@
+"""What a recorder hands over per graph: raw copies of ggml_tensor structs and times.
+
+Both recorders (in C and in pure Python) produce `RawGraph`s; everything after that is
+shared, in bulk, with numpy: see graph_decoder.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+from functools import cached_property
+from typing import NamedTuple
+
+import numpy as np
+
+from .ggml_api import BufferInfo
+
+# Per-node flags, as the C recorder sets them.
+NODE_ANSWERED = 1  # we asked the scheduler to compute the node in a slice ending with it
+NODE_TIMED = 2  # its start/end are its own compute interval (sync: its slice held it alone; inline: its ticks fit)
+NODE_SELECTED = 4  # the node matched the selection (filters)
+NODE_VALUES = 8  # its output's statistics are read after it is computed (--values stats)
+NODE_CAPTURE = 16  # its output is copied whole after it is computed (--capture)
+NODE_ELSEWHERE = 32  # read at the compute call, its split ran on a backend that does not tick (an RPC server)
+
+
+# --values stats, as the C recorder's StatsRecord lays it out.
+VALUES_DTYPE = np.dtype(
+    [("node", "<u4"), ("readable", "<u4"), ("n", "<i8"), ("nan", "<i8"), ("inf", "<i8"), ("min", "<f8"),
+     ("max", "<f8"), ("sum", "<f8"), ("sum_squares", "<f8"), ("sum_abs", "<f8")]
+)  # fmt: skip
+# A buffer a graph used, as the C recorder's BufferRecord lays it out.
+BUFFER_DTYPE = np.dtype(
+    [("address", "<u8"), ("usage", "<i8"), ("size", "<u8"), ("base", "<u8"), ("name", "S64"), ("buffer_type", "S64")]
+)
+# A llama_decode call, as the C recorder's DecodeRecord lays it out.
+DECODE_DTYPE = np.dtype(
+    [("index", "<i8"), ("start_ns", "<i8"), ("end_ns", "<i8"), ("return_code", "<i4"), ("n_tokens", "<i4"),
+     ("lowest_position", "<i4"), ("graphs_closed", "<u4"), ("first_token", "<u8")]
+)  # fmt: skip
+# --capture, as the C recorder's CaptureRecord lays it out.
+CAPTURE_DTYPE = np.dtype(
+    [("node", "<u4"), ("type", "<i4"), ("ne", "<i8", (4,)), ("offset", "<u8"), ("nbytes", "<u8"), ("name", "S64")]
+)
+
+
+@dataclass(frozen=True)
+class Capture:
+    node: int  # index in the graph
+    name: str
+    ggml_type: int
+    ne: tuple[int, int, int, int]
+    data: bytes
+
+
+class Mode(IntEnum):
+    """What a recorder does with the callbacks it gets (same numbers as the C recorder)."""
+
+    OFF = 0  # recording stopped: answer as if untraced
+    RECORD = 1  # copy and time
+    COUNT = 2  # over the event bound: only count the nodes that are dropped
+
+
+@dataclass
+class RawGraph:
+    """One executed graph, as the eval callback saw it."""
+
+    node_ptrs: np.ndarray  # uint64, address of each node, in execution order
+    nodes: np.ndarray  # TENSOR_DTYPE, each node's struct, copied when it was asked about
+    start_ns: np.ndarray  # int64, when each node started (recorders: when it was asked about)
+    end_ns: np.ndarray  # int64, when it ended (sync: its slice; == start_ns if it ended no slice)
+    flags: np.ndarray  # uint8, NODE_* flags
+    leaf_ptrs: np.ndarray  # uint64, sources that are not nodes: weights, inputs, KV cache
+    leaves: np.ndarray  # TENSOR_DTYPE
+    buffers: dict[int, BufferInfo] = field(default_factory=dict)  # every buffer it used, by address
+    boundary_ns: int = 0  # when the graph was over: the next graph began or llama_decode returned
+    fingerprint: tuple[bytes, ...] = ()  # the copied structs and addresses, byte for byte
+    # The recorder found this graph identical to its previous one, struct for struct, and
+    # left out the structs (nodes, leaves and their addresses are empty).
+    same_as_previous: bool = False
+    n_timed: int = -1  # nodes timed alone (-1: count them from the flags)
+    end_of_graph_ns: int = -1  # its last node's end, or boundary_ns if that node ended no slice (-1: work it out)
+    graph_start_ns: int = -1  # when the scheduler began it: asked about its first node (-1: work it out)
+    # int64 per node, inline timing: how long of its interval thread 0 waited for the other
+    # threads to finish it (-1: not seen); None where not measured (sync timing).
+    wait_ns: np.ndarray | None = None
+    values: np.ndarray | None = None  # VALUES_DTYPE, --values stats: one row per node read
+    captures: list[Capture] = field(default_factory=list)  # --capture: whole outputs
+
+    def __post_init__(self) -> None:
+        if self.graph_start_ns < 0:
+            self.graph_start_ns = int(self.start_ns[0]) if self.n_nodes else 0
+        if self.n_timed < 0:
+            self.n_timed = int(((self.flags & NODE_TIMED) != 0).sum())
+        if self.end_of_graph_ns < 0:
+            last_answered = self.n_nodes > 0 and bool(self.flags[-1] & NODE_ANSWERED)
+            self.end_of_graph_ns = int(self.end_ns[-1]) if last_answered else self.boundary_ns
+        if not self.fingerprint:
+            self.fingerprint = tuple(a.tobytes() for a in (self.nodes, self.leaves, self.node_ptrs, self.leaf_ptrs))
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.start_ns)
+
+    @cached_property
+    def timed(self) -> np.ndarray:
+        return (self.flags & NODE_TIMED) != 0
+
+    @property
+    def detail(self) -> str:
+        """op: every node timed alone; graph: none; selected: some (filters)."""
+        if self.n_timed == self.n_nodes and self.n_nodes:
+            return "op"
+        return "selected" if self.n_timed else "graph"
+
+
+class RepeatedGraph(NamedTuple):
+    """A graph its recorder found identical to the one before it, struct for struct and
+    buffer for buffer, with no node timed alone and no output read (graph detail, or a
+    decode graph sampled out): all that is new about it is when it ran. Such graphs are
+    most of a generation's, and are written in bulk (Recording.write_repeats)."""
+
+    n_nodes: int
+    graph_start_ns: int  # asked about its first node
+    end_of_graph_ns: int  # its boundary (no node ended a slice of its own making)
+
+    @property
+    def detail(self) -> str:
+        """As RawGraph.detail: no node timed alone."""
+        return "graph"

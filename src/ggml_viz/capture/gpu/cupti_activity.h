@@ -1,0 +1,76 @@
+/*
+ * CUPTI's activity records, owned in one place (no Python, no CUDA header here).
+ *
+ * libcupti is loaded at run time with dlopen (it is never a build requirement), attached
+ * for a trace window and detached after it (cuptiFinalize: a process with CUPTI attached
+ * launches CUDA graphs more slowly, even with its activity switched off). What CUPTI hands
+ * over, in buffers on its own thread, is turned at once into ggml-viz's records below, on
+ * the recorder's clock (CLOCK_MONOTONIC): CUPTI is asked to read that clock itself, or,
+ * where it cannot be, its clock's offset is measured at attach (`clock_offset_ns`).
+ */
+#ifndef GGML_VIZ_CUPTI_ACTIVITY_H
+#define GGML_VIZ_CUPTI_ACTIVITY_H
+
+#include <stdint.h>
+
+#include "../core/recorder.h"
+
+enum { GPU_KERNEL = 1, GPU_MEMCPY = 2, GPU_MEMSET = 3 };
+
+/* One kernel, copy or memset the GPU ran (56 bytes; capture/gpu/records.py ACTIVITY_DTYPE). */
+typedef struct {
+    int64_t start_ns, end_ns;
+    uint64_t bytes;         /* copies and memsets */
+    uint64_t graph_node_id; /* the CUDA graph node that launched it (replays) */
+    uint32_t correlation_id; /* the runtime API call that launched it */
+    uint32_t graph_id;      /* the CUDA graph (0: launched on its own) */
+    uint32_t device, stream, name_id; /* name_id: kernels (GpuNames), else 0 */
+    uint8_t kind, copy_kind;
+    uint8_t reserved[2];
+} GpuActivityRecord;
+
+/* One CUDA runtime API call (32 bytes; API_DTYPE). */
+typedef struct {
+    int64_t start_ns, end_ns;
+    uint32_t correlation_id, cbid;
+    uint32_t thread; /* pthread_self(), as CUPTI gives it: its low 32 bits */
+    uint32_t reserved;
+} GpuApiRecord;
+
+typedef struct {
+    int loaded;
+    int in_session; /* CUPTI is in the process (until cuptiFinalize) */
+    int attached;   /* its records are on: a window is open */
+    char path[512];       /* the libcupti loaded */
+    uint32_t version;     /* CUPTI's API version */
+    int own_clock;        /* CUPTI reads the recorder's clock (else: clock_offset_ns) */
+    int64_t clock_offset_ns, clock_uncertainty_ns; /* CUPTI's time minus the recorder's */
+    /* records since the last take, and kernel names not yet taken */
+    Array activities, api_calls, names, name_lengths; /* name bytes; uint32 per new name */
+    uint64_t dropped, invalid;
+} CuptiActivity;
+
+/* Load libcupti: the first of `candidates` (colon-separated paths) that loads, else the one
+   beside the CUDA runtime the program loaded, else the loader's search. NULL, or why not. */
+const char *cupti_load(CuptiActivity *a, const char *candidates);
+/* Attach and switch on kernel, copy, memset and runtime-API records. NULL, or why not. */
+const char *cupti_attach(CuptiActivity *a);
+/* Hand over every record of the work done so far (the device synchronized first). */
+const char *cupti_flush(CuptiActivity *a);
+/* Hand over every record of the work done so far (the device synchronized first), then
+   detach (`finalize`: CUPTI leaves the process) or only switch the records off. */
+const char *cupti_detach(CuptiActivity *a, int finalize);
+
+/* Taking: the records gathered (under the activity lock), then forget them. */
+void cupti_lock(CuptiActivity *a);
+void cupti_unlock(CuptiActivity *a);
+void cupti_forget_taken(CuptiActivity *a);
+
+/* One CUPTI activity record (laid out as cupti_abi.h says) turned into ours, as the buffer
+   callback does for each record: 1 kept, 0 not a kind we keep or not valid (counted),
+   -1 out of memory. The tests call it with records they build. */
+int cupti_convert_record(CuptiActivity *a, const uint8_t *record);
+void cupti_records_init(CuptiActivity *a);
+void cupti_records_free(CuptiActivity *a);
+
+#endif

@@ -1,0 +1,31 @@
+/*
+ * A graph computed on a GPU scheduler, recorded without an eval callback: the graph is read
+ * at the scheduler's compute call (recorder_read_graph) and, on CUDA, the compute may be
+ * traced by the GPU timer (gpu_tracer.h). The preload library and the Python extension both
+ * put this around the scheduler's compute function.
+ */
+#ifndef GGML_VIZ_GRAPH_COMPUTE_H
+#define GGML_VIZ_GRAPH_COMPUTE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../core/recorder.h"
+
+typedef int (*sched_compute_fn)(void *sched, void *graph);
+
+/* ggml's graph accessors, and where a tensor keeps its buffer. */
+typedef struct {
+    int (*n_nodes)(void *graph);
+    void *(*node)(void *graph, int i);
+    size_t buffer_offset;
+} GraphAccess;
+
+/* Read `graph` into `r` and compute it with `original` (traced on the GPU when `on_cuda`
+   and a window is open); returns what `original` returned. The owner sets
+   r->graph_allocated when the program allocates a graph (ggml_backend_sched_alloc_graph):
+   a graph computed again without that is the one read before. */
+int compute_reading_graph(Recorder *r, uint32_t context_id, int on_cuda, const GraphAccess *access,
+                          sched_compute_fn original, void *sched, void *graph);
+
+#endif

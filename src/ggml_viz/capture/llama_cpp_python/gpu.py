@@ -1,0 +1,96 @@
+"""A Python program's llama contexts on a GPU (llama-cpp-python built with CUDA, Vulkan, ...).
+
+Such a context gets no eval callback (with one, ggml-cuda gives up its CUDA graphs and
+synchronizes after every split): the C extension reads each graph at the scheduler's
+compute call instead, redirecting libllama's call of it, and on CUDA the GPU timer traces
+windows of computes with CUPTI, as the preload library does in a native program.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from ...log import say_once
+from ..core import ggml_api
+from ..core.extension import extension
+from ..settings import CaptureSettings
+
+_hooked: int | None = None  # GOT slots redirected to the graph reader (once per process)
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    """How a context's graphs are recorded: read at the compute call; timed by CUPTI on CUDA."""
+
+    on_cuda: bool
+
+
+def gpu_reading(settings: CaptureSettings) -> GpuReading | None:
+    """A context's GPU reading, if its graphs should be read at the compute call: a GPU
+    device (or GGML_VIZ_READ_GRAPHS=compute), the C recorder, and no node that must be
+    answered (inline timing, no values or captures). None: the eval callback, as on a CPU."""
+    if extension is None or settings.timing != "inline" or settings.values.wanted:
+        return None
+    devices = ggml_api.gpu_devices()
+    if not devices and os.environ.get("GGML_VIZ_READ_GRAPHS") != "compute":
+        return None
+    if not _hook_graph_compute():
+        say_once("cannot reach llama.cpp's graph compute call (a static build?): GPU graphs are recorded with the "
+                 "eval callback, which costs a GPU its CUDA graphs")  # fmt: skip
+        return None
+    on_cuda = any(device.startswith("CUDA") for device in devices)
+    if devices and not on_cuda:
+        say_once(f"this program computes on {', '.join(devices)}: ggml-viz times GPU nodes on CUDA only (with "
+                 "CUPTI); its graphs keep their graph times")  # fmt: skip
+    return GpuReading(on_cuda=on_cuda)
+
+
+def configure_gpu_timer(settings: CaptureSettings) -> None:
+    """The GPU timer's settings, as the preload library reads them from the environment."""
+    if extension is None:
+        return
+    modes = {"off": extension.GPU_TRACE_OFF, "windows": extension.GPU_TRACE_WINDOWS, "every": extension.GPU_TRACE_EVERY}
+    mode = modes["off" if settings.detail == "graph" else settings.gpu]
+    detach = os.environ.get("GGML_VIZ_GPU_DETACH", "1").strip().lower() not in ("0", "false", "no", "off")
+    extension.configure_gpu(mode, settings.gpu_window, settings.gpu_period, detach,
+                          os.environ.get("GGML_VIZ_CUPTI") or None)  # fmt: skip
+
+
+def begin_call(recorder_address: int, context_id: int, gpu: GpuReading) -> None:
+    """A llama_decode of this context begins on this thread: its graphs go to that recorder."""
+    extension.gpu_begin_call(recorder_address, context_id, gpu.on_cuda)
+
+
+def end_call() -> bool:
+    """The call ended: whether a GPU trace window closed with it (take_window takes it)."""
+    return bool(extension.gpu_end_call())
+
+
+def finish() -> bool:
+    """The recording ends: the window open, if any, closes (whether one waits)."""
+    return bool(extension is not None and extension.gpu_finish())
+
+
+def take_window() -> bytes | None:
+    """A closed window's records (as the spool's GPU frame holds them), or None."""
+    return extension.gpu_take() if extension is not None else None
+
+
+def timer_state() -> dict[str, Any]:
+    """What the GPU timer used, or why it timed nothing (for the run's manifest)."""
+    path, version, own_clock, problem = extension.gpu_state()
+    return {"cupti": path, "cupti_version": version, "clock": "recorder" if own_clock else "offset",
+            "problem": problem}  # fmt: skip
+
+
+def _hook_graph_compute() -> bool:
+    global _hooked
+    if _hooked is None:
+        lib = ggml_api.libggml()
+        _hooked = extension.hook_graph_compute(
+            ggml_api.address_of(lib.ggml_graph_n_nodes), ggml_api.address_of(lib.ggml_graph_node),
+            ggml_api.field_bytes("buffer").start, ggml_api.address_of(lib.ggml_backend_sched_synchronize),
+        )  # fmt: skip
+    return bool(_hooked and _hooked > 0)

@@ -1,0 +1,210 @@
+/*
+ * The preload library's parts (preload.c: what it interposes, and its state;
+ * preload_setup.c: finding the program's ggml, checking its layout, reading the settings;
+ * preload_spool.c: what it writes). Internal: nothing here is exported.
+ */
+#ifndef GGML_VIZ_PRELOAD_H
+#define GGML_VIZ_PRELOAD_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../gpu/gpu_tracer.h"
+#include "../gpu/graph_compute.h"
+#include "../core/recorder.h"
+#include "spool.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* ---- what we call, declared here (no ggml or llama header is needed to build this) ----- */
+
+typedef bool (*eval_fn)(void *tensor, bool ask, void *user_data);
+struct ggml_init_params_abi {
+    size_t mem_size;
+    void *mem_buffer;
+    bool no_alloc;
+};
+struct gguf_init_params_abi {
+    bool no_alloc;
+    void **ctx;
+};
+struct llama_embd_abi {
+    const float *data;
+    size_t n_rows, n_embd;
+};
+/* llama_batch, as llama.h declares it (passed by value to llama_decode). */
+typedef struct {
+    int32_t n_tokens;
+    int32_t *token;
+    float *embd;
+    int32_t *pos;
+    int32_t *n_seq_id;
+    int32_t **seq_id;
+    int8_t *logits;
+} llama_batch_abi;
+
+/* Functions of the program's own libraries, found once (NULL where its ggml lacks them). */
+typedef struct {
+    size_t (*tensor_overhead)(void);
+    void *(*init)(struct ggml_init_params_abi);
+    void (*free)(void *);
+    void *(*new_tensor_2d)(void *, int, int64_t, int64_t);
+    void *(*view_1d)(void *, void *, int64_t, size_t);
+    void *(*add)(void *, void *, void *);
+    void *(*set_name)(void *, const char *);
+    char *(*get_name)(const void *);
+    size_t (*nbytes)(const void *);
+    bool (*is_contiguous)(const void *);
+    bool (*buffer_is_host)(const void *);
+    float (*fp16_to_fp32)(uint16_t);
+    const char *(*version)(void);
+    const char *(*commit)(void);
+    int (*sched_n_backends)(void *);
+    void *(*sched_backend)(void *, int);
+    void (*sched_synchronize)(void *);
+    bool (*is_cpu)(void *);
+    const char *(*backend_name)(void *);
+    int (*graph_n_nodes)(void *);
+    void *(*graph_node)(void *, int);
+    GgmlFunctions recorder;
+    /* llama (absent in a plain ggml program) */
+    void *(*get_model)(const void *);
+    const void *(*model_vocab)(const void *);
+    int32_t (*token_to_piece)(const void *, int32_t, char *, int32_t, int32_t, bool);
+    int32_t (*vocab_bos)(const void *), (*vocab_eos)(const void *);
+    int32_t (*model_desc)(const void *, char *, size_t);
+    int32_t (*meta_val_str)(const void *, const char *, char *, size_t);
+    uint32_t (*n_ctx)(const void *), (*n_batch)(const void *), (*n_ubatch)(const void *), (*n_seq_max)(const void *);
+    int32_t (*n_threads)(void *), (*n_threads_batch)(void *);
+    int32_t (*model_n_layer)(const void *), (*model_n_ctx_train)(const void *), (*model_n_embd)(const void *);
+    uint64_t (*model_n_params)(const void *), (*model_size)(const void *);
+    const char *(*system_info)(void);
+    void (*synchronize)(void *);
+} Api;
+extern Api api;
+
+
+/* ---- state -------------------------------------------------------------------------------- */
+
+enum { MAX_ENTRIES = 64, MAX_BATCHES = 64, MAX_FILES = 16, MAX_CPU_BACKENDS = 8 };
+
+/* One recorded context: a llama context (owner: its llama_context) or, in a plain ggml
+   program, a backend scheduler (owner: the scheduler). */
+enum { ENTRY_SCHEDULER, ENTRY_LLAMA, ENTRY_BACKEND };
+typedef struct {
+    void *owner;
+    int is_llama, is_backend, context_id, live;
+    Recorder recorder;
+    pthread_mutex_t lock;  /* held by the thread in a call, and while writing */
+    int in_call, unwritten;
+    eval_fn chained_eval;  /* the program's own eval callback, called from ours */
+    void *chained_data;
+    int chained_answered;  /* it asked for the node in flight */
+    void *abort_set[MAX_CPU_BACKENDS]; /* CPU backends whose abort callback is ours */
+    /* A scheduler with a backend that is not a CPU (a GPU): its graphs are read at their
+       compute call, with no eval callback, which would cost a GPU its fast path. */
+    void *checked_sched;   /* the scheduler the two below were worked out for */
+    int on_gpu, on_cuda;
+    char gpu_name[64];     /* its first GPU backend (CUDA0, Vulkan0, ...) */
+    /* A backend computing graphs itself (owner: the backend): the graphs made in the process when
+       it last computed (a new one since is read again). */
+    uint64_t graphs_made_seen;
+    Array frame;           /* the frame being built */
+} Entry;
+
+/* A callback the program set (an eval callback on a scheduler, an abort callback on a llama
+   context or a CPU backend), remembered to be called from ours even when it was set before
+   we saw the scheduler or context compute. */
+enum { EVAL_ON_SCHEDULER = 1, ABORT_ON_CONTEXT, ABORT_ON_BACKEND, MAX_CALLBACKS = 128 };
+typedef struct {
+    int kind;
+    void *key;
+    void *function, *data;
+} ProgramCallback;
+
+/* What llama.cpp's own programs add to a llama_batch_ext, seen where they add it. */
+typedef struct {
+    void *batch;
+    Array columns[BATCH_COLUMNS];
+} BatchShadow;
+
+typedef struct {
+    pthread_once_t once;
+    int enabled, verbose;
+    pthread_mutex_t lock; /* entries, shadows, program callbacks, the spool file, the claim */
+    /* A Python process: its spool is opened with the first graph, unless ggml-viz's start-up
+       hook claimed the process first (it records llama-cpp-python's contexts itself). */
+    int in_python, spool_opened, claimed_by_python;
+    const char *untraced_reason; /* why this process runs untraced (its ggml, the settings), if it does */
+    int untraced_said;
+    int spool;
+    char spool_path[4096];
+    Entry *entries[MAX_ENTRIES];
+    int n_entries;
+    BatchShadow *shadows[MAX_BATCHES];
+    char *files[MAX_FILES];
+    int n_files;
+    TensorLayout layout;
+    /* settings */
+    int detail_graph, sync_timing, values_stats;
+    GpuTraceSettings gpu;
+    int read_graphs_at_compute; /* GGML_VIZ_READ_GRAPHS=compute: as on a GPU, on any backend */
+    int gpu_problem_said;
+    long long sample, capture_bytes;
+    int n_ops, n_names, n_ranges, no_layer, n_captures;
+    char *ops[MAX_OPS], *names[MAX_NAMES], *captures[MAX_CAPTURES];
+    int64_t ranges[MAX_LAYER_RANGES][2];
+    pthread_t idle_writer;
+    int idle_writer_started, stopping;
+    /* the program's own callbacks, kept to be called from ours (ProgramCallback) */
+    ProgramCallback callbacks[MAX_CALLBACKS];
+} State;
+extern State state;
+
+
+extern const char ggml_viz_preload_settings[];
+
+/* preload.c */
+/* Whether this process records to its spool now (a native program that computes with ggml). */
+bool preload_recording(void);
+void say(const char *format, ...) __attribute__((format(printf, 1, 2)));
+/* A function of the program's (ours: our own of that name, skipped): in the global scope, or
+   in a library loaded into a local one (a Python extension's ggml). */
+void *find_original(const char *name, void *ours);
+/* The original of a function we interpose (`name`, ours), looked up on first use. */
+#define ORIGINAL(name, type)                                          \
+    static type original_##name;                                     \
+    if (!original_##name) original_##name = (type)find_original(#name, (void *)name)
+
+/* preload_setup.c */
+const char *find_functions(void);
+const char *ggml_library_path(void);
+const char *ggml_description(void);
+const char *check_layout(const TensorLayout *layout);
+const char *env(const char *name);
+bool env_flag(const char *name);
+int split_list(const char *text, char **items, int limit, bool upper);
+const char *read_settings(void);
+
+/* preload_spool.c */
+int open_spool(const char *output);
+void spool_frame(uint32_t kind, uint32_t context_id, const void *payload, size_t size);
+void stop_recording(const char *reason);
+void write_start_frame(void);
+void describe_context(Entry *e);
+void write_entry(Entry *e);
+void write_end_frame(void);
+void write_end_frame_on_signal(int signal_number);
+void write_gpu_take(void);
+void write_untraced_note(const char *reason);
+
+/* preload_wire.c */
+void write_wire(void);
+bool wire_written(void); /* every message recorded is in the spool */
+
+#endif

@@ -1,0 +1,224 @@
+"""Reading the spool a native program's preload library writes (its layout: spool.h beside it).
+
+A spool is read as it grows: `SpoolReader.read_new()` gives the whole frames written since
+the last call and leaves a frame cut short (the program is writing it, or died in it) for
+later. What a SPOOL_TAKE frame holds comes back as the same named records the Python
+extension gives (GraphRecord, RepeatRecord, DecodesRecord), so both paths share the code
+that turns records into a run.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ..._errors import RunFormatError
+from ...runformat.schema import SPOOL_DIR
+from ..core.raw_graph import DECODE_DTYPE
+
+MAGIC = b"GGVZSPL2"
+START, CONTEXT, TAKE, FAILED, END, GPU, WEIGHTS, UNTRACED, CONNECTION, WIRE = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
+KINDS = (START, CONTEXT, TAKE, FAILED, END, GPU, WEIGHTS, UNTRACED, CONNECTION, WIRE)
+MAX_FRAME_BYTES = 1 << 34  # no take is this large: a size past it is damage
+FRAME_HEADER = struct.Struct("<IIQ")
+TRAILER_BYTES = 4  # the payload's CRC-32
+SPOOL_SUFFIX = ".spool"
+# The parts of a graph, in core/recorder.h's order (GRAPH_PART_NAMES).
+GRAPH_PARTS = ("nodes", "node_ptrs", "starts", "ends", "flags", "leaves", "leaf_ptrs", "buffers", "tick_ns",
+               "tick_asked", "tick_barrier_ns", "stats", "capture_records", "capture_bytes")  # fmt: skip
+GRAPH_HEADER_DTYPE = np.dtype(
+    [("plain_repeat", "<u4"), ("same", "<u4"), ("n_nodes", "<u8"), ("start_ns", "<i8"), ("end_ns", "<i8"),
+     ("boundary_ns", "<i8"), ("n_timed", "<i8"), ("part_sizes", "<u8", (len(GRAPH_PARTS),))]
+)  # fmt: skip
+TAKE_COUNTS = struct.Struct("<QQQQ")  # calls, tokens, graphs, text bytes
+
+
+class GraphRecord(NamedTuple):
+    """One graph, as core/_recorder.c's GraphRecord names its fields."""
+
+    nodes: bytes
+    node_ptrs: bytes
+    starts: bytes
+    ends: bytes
+    flags: bytes
+    leaves: bytes
+    leaf_ptrs: bytes
+    buffers: bytes
+    tick_ns: bytes
+    tick_asked: bytes
+    tick_barrier_ns: bytes
+    stats: bytes
+    capture_records: bytes
+    capture_bytes: bytes
+    boundary_ns: int
+    same: bool
+    n_timed: int
+    end_ns: int
+
+
+class RepeatRecord(NamedTuple):
+    """A plain repeat of the graph before it, as core/_recorder.c's RepeatRecord."""
+
+    n_nodes: int
+    start_ns: int
+    end_ns: int
+
+
+class DecodesRecord(NamedTuple):
+    """The calls closed by a take and their tokens, as core/_recorder.c's DecodesRecord."""
+
+    calls: bytes
+    token_ids: bytes
+    positions: bytes
+    seq_ids: bytes
+    outputs: bytes
+
+
+@dataclass
+class Take:
+    """What a SPOOL_TAKE frame holds: one take of a context's recorder."""
+
+    decodes: DecodesRecord
+    token_texts: dict[int, str]
+    graphs: list[GraphRecord | RepeatRecord]
+
+
+class Frame(NamedTuple):
+    kind: int
+    context_id: int
+    payload: bytes
+
+    def json(self) -> dict[str, Any]:
+        return json.loads(self.payload.decode("utf-8", "replace"))
+
+    def take(self) -> Take:
+        return parse_take(self.payload)
+
+
+@dataclass
+class SpoolReader:
+    """Reads one spool file from where it left off. A frame whose checksum is wrong stops the
+    reading there (`damage` says where): the frames before it are kept."""
+
+    path: Path
+    offset: int = 0  # bytes read so far
+    damage: str | None = None
+    _started: bool = False  # the magic was read
+    _pending: bytes = field(default=b"", repr=False)
+
+    def read_new(self) -> list[Frame]:
+        """The whole frames written since the last call (RunFormatError: not a spool at all)."""
+        if self.damage is not None:
+            return []
+        with open(self.path, "rb") as spool:
+            spool.seek(self.offset)
+            data = self._pending + spool.read()
+            self.offset = spool.tell()
+        position = 0
+        if not self._started:
+            if len(data) < len(MAGIC):
+                self._pending = data
+                return []
+            if data[: len(MAGIC)] != MAGIC:
+                raise RunFormatError(f"{self.path} is not a ggml-viz spool")
+            position, self._started = len(MAGIC), True
+        frames = []
+        while len(data) - position >= FRAME_HEADER.size:
+            kind, context_id, size = FRAME_HEADER.unpack_from(data, position)
+            end = position + FRAME_HEADER.size + size
+            if kind not in KINDS or size > MAX_FRAME_BYTES:
+                self.damage = f"{self.path.name}: a damaged frame header at byte {self.offset - len(data) + position}"
+                break
+            if len(data) < end + TRAILER_BYTES:
+                break  # being written, or cut short by the program's death
+            payload = data[position + FRAME_HEADER.size : end]
+            (checksum,) = struct.unpack_from("<I", data, end)
+            if checksum != zlib.crc32(payload):
+                self.damage = f"{self.path.name}: a damaged frame at byte {self.offset - len(data) + position}"
+                break
+            frames.append(Frame(kind, context_id, payload))
+            position = end + TRAILER_BYTES
+        self._pending = data[position:] if self.damage is None else b""
+        return frames
+
+    @property
+    def unread_bytes(self) -> int:
+        """Bytes at the end that make no whole frame (a frame cut short by a crash, if the writer is gone)."""
+        return len(self._pending)
+
+
+def first_frame(path: Path) -> Frame | None:
+    """A spool's first frame (its START), read alone: not the whole spool. None if it is not
+    there whole and sound."""
+    with open(path, "rb") as spool:
+        head = spool.read(len(MAGIC) + FRAME_HEADER.size)
+        if len(head) < len(MAGIC) + FRAME_HEADER.size or head[: len(MAGIC)] != MAGIC:
+            return None
+        kind, context_id, size = FRAME_HEADER.unpack_from(head, len(MAGIC))
+        if kind not in KINDS or size > MAX_FRAME_BYTES:
+            return None
+        rest = spool.read(size + TRAILER_BYTES)
+    if len(rest) < size + TRAILER_BYTES or struct.unpack_from("<I", rest, size)[0] != zlib.crc32(rest[:size]):
+        return None
+    return Frame(kind, context_id, rest[:size])
+
+
+def spool_files(run_dir: Path) -> list[Path]:
+    """The spool files of a run (one per traced process), oldest first."""
+    folder = run_dir / SPOOL_DIR
+    if not folder.is_dir():
+        return []
+    return sorted(folder.glob("*" + SPOOL_SUFFIX), key=lambda path: (path.stat().st_mtime, path.name))
+
+
+def parse_take(payload: bytes) -> Take:
+    """A SPOOL_TAKE payload (see spool.h), checked against its own sizes."""
+    try:
+        n_calls, n_tokens, n_graphs, text_bytes = TAKE_COUNTS.unpack_from(payload, 0)
+        position = TAKE_COUNTS.size
+        calls = _cut(payload, position, n_calls * DECODE_DTYPE.itemsize)
+        position += len(calls)
+        columns = []
+        for width in (4, 4, 4, 1):
+            columns.append(_cut(payload, position, n_tokens * width))
+            position += n_tokens * width
+        lengths = np.frombuffer(_cut(payload, position, n_tokens * 4), np.uint32)
+        position += n_tokens * 4
+        texts = _cut(payload, position, text_bytes)
+        position += text_bytes
+        token_texts: dict[int, str] = {}
+        if text_bytes:
+            ends = np.cumsum(lengths, dtype=np.int64)
+            for token, start, end in zip(np.frombuffer(columns[0], np.int32).tolist(), (ends - lengths).tolist(),
+                                         ends.tolist(), strict=True):  # fmt: skip
+                token_texts[token] = texts[start:end].decode("utf-8", "replace")
+        graphs: list[GraphRecord | RepeatRecord] = []
+        for _ in range(n_graphs):
+            header = np.frombuffer(_cut(payload, position, GRAPH_HEADER_DTYPE.itemsize), GRAPH_HEADER_DTYPE)[0]
+            position += GRAPH_HEADER_DTYPE.itemsize
+            if header["plain_repeat"]:
+                graphs.append(RepeatRecord(int(header["n_nodes"]), int(header["start_ns"]), int(header["end_ns"])))
+                continue
+            parts: dict[str, bytes] = {}
+            for name, size in zip(GRAPH_PARTS, header["part_sizes"].tolist(), strict=True):
+                parts[name] = _cut(payload, position, size)
+                position += size
+            graphs.append(GraphRecord(**parts, boundary_ns=int(header["boundary_ns"]), same=bool(header["same"]),
+                                      n_timed=int(header["n_timed"]), end_ns=int(header["end_ns"])))  # fmt: skip
+    except struct.error as error:
+        raise RunFormatError(f"a damaged spool frame: {error}") from None
+    if position != len(payload):
+        raise RunFormatError(f"a spool frame holds {len(payload) - position} bytes more than it says")
+    return Take(DecodesRecord(calls, *columns), token_texts, graphs)
+
+
+def _cut(payload: bytes, start: int, size: int) -> bytes:
+    if start + size > len(payload):
+        raise RunFormatError("a spool frame is shorter than its sizes say")
+    return payload[start : start + size]

@@ -1,0 +1,204 @@
+"""The run's summary inside the overview's JSON: what `ggml-viz summary` shows (analysis.summary.summarize)."""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+
+class NodeWaits(TypedDict):
+    seen: int
+    not_seen: int
+    wait_ns: int
+    time_ns: int
+
+
+class PhaseRow(TypedDict):
+    phase: str
+    graphs: int
+    tokens: int
+    time_ns: int
+    tokens_per_s: float | None
+
+
+class _TimeRow(TypedDict):
+    count: int
+    time_ns: int
+    mean_ns: float | None
+    wait_ns: int
+    share: float
+
+
+class OpTime(_TimeRow):
+    op: str
+
+
+class LayerTime(_TimeRow):
+    layer: int | str  # "none": nodes outside layers
+
+
+class TensorTime(_TimeRow):
+    name: str
+
+
+class ComponentTime(_TimeRow):
+    component: str
+
+
+class BufferKindRow(TypedDict):
+    kind: str
+    buffers: int
+    bytes: int
+    names: str
+    peak_bytes: int
+
+
+class WeightReads(TypedDict):
+    weight_bytes_per_graph: int
+    weight_bytes_per_decode_step: int
+    all_experts_counted: bool
+    weights_read: int
+    weights_from_mmap: bool
+    weight_edges_resolved_to_file: float | None
+
+
+class _KvSummaryBase(TypedDict):
+    layers: int
+
+
+class KvSummary(_KvSummaryBase, total=False):
+    used: int  # in the last graph; absent without a KV cache
+    capacity: int
+    fill: float
+
+
+class OpThroughput(TypedDict):
+    op: str
+    time_ns: int
+    flops: float
+    bytes: float
+    gflop_per_s: float | None
+    gb_per_s: float | None
+    flops_per_byte: float | None
+
+
+class RequestText(TypedDict):
+    """One request a run served, in one sequence (analysis.summary.requests)."""
+
+    seq_id: int
+    start_ns: int  # from the run's first graph
+    prompt: str
+    prompt_tokens: int
+    generated: str  # the tokens fed back while decoding (all but the last generated)
+    generated_tokens: int
+
+
+class ComputationRow(TypedDict):
+    """Graphs of one kind (analysis.summary.graphs_by_computation)."""
+
+    label: str  # what they compute, from the weights they read ("" none)
+    phase: str
+    graphs: int
+    time_ns: int
+
+
+class FoundSection(TypedDict):
+    """A titled finding's sentences (analysis.findings.FoundSection): a plugin's section."""
+
+    title: str
+    lines: list[str]
+    source: str  # "built-in", or the plugin's package and version
+
+
+class RunSummary(TypedDict):
+    """What `ggml-viz summary` shows (analysis.summary.summarize)."""
+
+    run: str
+    experiment_id: str
+    status: str
+    incomplete_reason: str | None
+    created: str | None
+    model: dict[str, Any] | None  # the manifest's own sections, as recorded
+    contexts: list[dict[str, Any]] | None
+    prompt: str | None
+    generated_text: str | None
+    requests: list[RequestText]  # the first LISTED_REQUESTS
+    n_requests: int
+    backends: list[str]
+    graphs: int
+    node_events: int
+    timed_node_events: int
+    dropped_graphs: int
+    dropped_events: int
+    untimed_graphs: int
+    timing: str
+    timing_label: str  # what the timing measures, in words
+    node_waits: NodeWaits
+    phases: list[PhaseRow]
+    computations: list[ComputationRow]  # the top ones, by time
+    time_by_op: list[OpTime]
+    top_layers: list[LayerTime]
+    top_tensors: list[TensorTime]
+    time_by_component: list[ComponentTime]
+    memory_by_buffer: list[BufferKindRow]
+    weight_reads: WeightReads
+    kv_cache: KvSummary
+    throughput_by_op: list[OpThroughput]
+    findings: list[str]
+    sections: list[FoundSection]  # titled findings, each shown apart
+    clocks: dict[str, int]  # timed node events by their clock: host, gpu
+    gpu: GpuTimerSummary | None  # the GPU timer's account (None: no GPU the timer saw)
+
+
+class GpuDecodeStep(TypedDict):
+    """The median traced decode step from the GPU's side (analysis.gpu.decode_step)."""
+
+    steps: int
+    busy_ns: float
+    span_ns: float
+    host_ns: float
+    host_of: str  # whose host time: untraced steps, or the traced ones
+    busy_share: float
+
+
+class GpuKernelRow(TypedDict):
+    function: str
+    count: int
+    busy_ns: int
+    share: float
+    mean_ns: float
+
+
+class GpuSideKernel(TypedDict):
+    op: str
+    function: str
+    main: str
+    busy_ns: int
+    share: float
+
+
+class GpuTimerCost(TypedDict):
+    attach_ns: float
+    traced_extra_ns: float
+    compared: int
+    graph_ns: float
+    share: float
+
+
+class GpuTimerSummary(TypedDict):
+    """analysis.gpu.gpu_summary."""
+
+    mode: str | None
+    cupti: str | None
+    clock: str | None
+    problem: str | None
+    devices: list[int]
+    graphs: int
+    graphs_traced: int
+    windows: int
+    unattributed_graphs: int
+    kernels: int
+    attributed_kernels: int
+    decode_step: GpuDecodeStep | None
+    top_kernels: list[GpuKernelRow]
+    side_kernels: list[GpuSideKernel]
+    cost: GpuTimerCost | None

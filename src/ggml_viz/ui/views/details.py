@@ -1,0 +1,86 @@
+"""A node's details (GET .../node), shared by the timeline, the graph and the event log: its description
+and times, each source and where its bytes live, its --values stats and its GPU time."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any, cast
+
+import numpy as np
+import pandas as pd
+
+from ...runformat.schema import NO_ID
+from ..context import RunContext, json_safe, shape_text
+from ..gpu import GpuRun
+from ..payloads import NodePayload, NodeValues
+
+
+class NodeDetails:
+    """The details of one run's nodes (read from a node's graph alone)."""
+
+    def __init__(self, context: RunContext, gpu: GpuRun | None) -> None:
+        self.context = context
+        self.gpu = gpu
+
+    def of_event(self, event: int) -> NodePayload:
+        """Everything about one node event, with each source and where its bytes live."""
+        context = self.context
+        row = int(np.searchsorted(context.graph_first_event, event, side="right")) - 1
+        graph_id, node_index = int(context.graphs["graph_id"].iloc[row]), event - int(context.graph_first_event[row])
+        node = context.run.nodes_of(graph_id)
+        node = node[node["node_index"] == node_index].iloc[0]
+        timed = bool(node["timed"])
+        details: dict[str, Any] = {
+            "event": int(event), "graph_id": graph_id, "node_index": node_index,
+            "start_ns": int(node["start_ns"]) - context.origin_ns if timed else None,
+            "end_ns": int(node["end_ns"]) - context.origin_ns if timed else None,
+            "tokens": context.graph_texts[row],
+        }  # fmt: skip
+        tensor = context.tensors.iloc[int(node["tensor_id"])] if len(context.tensors) else None
+        if tensor is not None:
+            details.update(_describe_tensor(tensor, self._buffer_names))
+        details["layer"] = None if pd.isna(node["layer"]) else int(node["layer"])  # from the graph
+        sources = []
+        for row in context.run.edges_of(graph_id, node_index).itertuples():
+            memory = row.memory
+            sources.append(
+                {
+                    "slot": int(row.src_slot), "name": row.src_name, "op": row.src_op, "type": row.src_type,
+                    "shape": shape_text(row.src_ne0, row.src_ne1, row.src_ne2, row.src_ne3),
+                    "nbytes": int(row.src_nbytes), "usage": row.src_usage, "memory": memory,
+                    "buffer": None if pd.isna(row.src_buffer_name) else row.src_buffer_name,
+                    "file_offset": None if pd.isna(row.file_offset) else int(row.file_offset),
+                    "buffer_offset": None if pd.isna(row.buffer_offset) else int(row.buffer_offset),
+                }
+            )  # fmt: skip
+        details["sources"] = sources
+        details["values"] = self._values_of(graph_id, node_index)
+        details["gpu"] = self.gpu.node_time(graph_id, node_index) if self.gpu is not None else None
+        return cast(NodePayload, details)
+
+    @cached_property
+    def _values(self) -> pd.DataFrame:
+        return self.context.run.raw("node_values").set_index(["graph_id", "node_index"]).sort_index()
+
+    def _values_of(self, graph_id: int, node_index: int) -> NodeValues | None:
+        """--values stats of one node event, if the run has them."""
+        if (graph_id, node_index) not in self._values.index:
+            return None
+        row = self._values.loc[(graph_id, node_index)]
+        return json_safe({column: row[column].item() for column in self._values.columns})
+
+    @cached_property
+    def _buffer_names(self) -> dict[int, str]:
+        buffers = self.context.run.raw("buffers")
+        return dict(zip(buffers["buffer_id"].tolist(), buffers["name"].tolist(), strict=True))
+
+
+def _describe_tensor(tensor: pd.Series, buffer_names: dict[int, str]) -> dict[str, Any]:
+    buffer = int(tensor["buffer_id"])
+    return {
+        "name": tensor["name"], "op": tensor["op"], "op_base": tensor["op_base"], "type": tensor["type"],
+        "shape": shape_text(tensor["ne0"], tensor["ne1"], tensor["ne2"], tensor["ne3"]),
+        "nbytes": int(tensor["nbytes"]),
+        "buffer": buffer_names.get(buffer) if buffer != NO_ID else None,
+        "buffer_offset": None if tensor["buffer_offset"] == NO_ID else int(tensor["buffer_offset"]),
+    }  # fmt: skip

@@ -1,0 +1,187 @@
+"""The timeline view (GET .../timeline): per context lane, a window's graph bars and node bars, the nodes
+narrower than a pixel summed per pixel column, and the GPU lanes under each (timeline_gpu.py)."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ...runformat.totals import GRAPH_OP_TOTALS
+from ..context import RunContext
+from ..gpu import GpuRun
+from ..payloads import LaneBars, NodeBars, PixelColumns, TimelineGraphs, TimelineLane, TimelinePayload
+from .timeline_gpu import gpu_lanes
+
+DETAIL_LIMIT = 4000  # a window holding more node bars than this is summed per pixel column
+WINDOW_EVENT_LIMIT = 400_000  # a window over more node events is drawn from per-graph op totals
+OVERVIEW_BINS = 16_384  # time bins of a run's whole-run timeline (see _overview_bins)
+
+
+class Timeline:
+    """The timeline of one run. A window reads the node times of the graphs in view (the
+    context's chunks); a window over many graphs is drawn from the stored per-graph op totals
+    or, for the whole run, from time bins computed once (nodes narrower than a pixel are
+    summed per pixel column, so the browser never holds a million bars)."""
+
+    def __init__(self, context: RunContext, gpu: GpuRun | None) -> None:
+        self.context = context
+        self.gpu = gpu
+
+    def window(self, t0: int, t1: int, width: int) -> TimelinePayload:
+        """Graph and node bars meeting [t0, t1), for a canvas `width` pixels wide."""
+        context = self.context
+        width = max(1, min(int(width), 8192))
+        t1 = max(t1, t0 + 1)
+        ns_per_px = (t1 - t0) / width
+        lanes: list[TimelineLane] = []
+        gpu_by_context = gpu_lanes(self.gpu, t0, t1, width) if self.gpu is not None else {}
+        for lane in context.lanes:
+            g0 = np.searchsorted(lane["graph_end_max"], t0, side="right") if len(lane["graph_end"]) else 0
+            g1 = np.searchsorted(lane["graph_start"], t1, side="left") if len(lane["graph_start"]) else 0
+            graph_slice = slice(int(g0), int(max(g0, g1)))
+            graph_ids = lane["graph_id"][graph_slice]
+            graph_bars: TimelineGraphs = {
+                "start": lane["graph_start"][graph_slice].tolist(),
+                "end": lane["graph_end"][graph_slice].tolist(),
+                "graph_id": graph_ids.tolist(),
+                "label": [context.graph_labels[row] for row in context.graph_rows(graph_ids).tolist()],
+                "phase": context.graphs["phase"].to_numpy()[context.graph_rows(graph_ids)].tolist(),
+            }
+            rows = lane["graph_row"][graph_slice]
+            lanes.append(
+                {"label": lane["label"], "graphs": graph_bars, **self._node_bars(lane, rows, t0, t1, width, ns_per_px),
+                 "gpu": gpu_by_context.get(lane["context_id"], [])}
+            )  # fmt: skip
+        return {"t0": t0, "t1": t1, "width": width, "ops": context.ops, "lanes": lanes}
+
+    def _node_bars(
+        self, lane: dict[str, Any], rows: np.ndarray, t0: int, t1: int, width: int, ns_per_px: float
+    ) -> LaneBars:
+        """The node bars of the graphs at `rows` meeting [t0, t1): each node, or (more than
+        DETAIL_LIMIT of them) the wide ones with the rest summed per pixel column; a window
+        over more than WINDOW_EVENT_LIMIT node events is summed per pixel column from each
+        graph's time per op, without reading its events."""
+        first_event = self.context.graph_first_event
+        n_events = int((first_event[rows + 1] - first_event[rows]).sum())
+        if n_events > WINDOW_EVENT_LIMIT:
+            return {
+                "nodes": _no_bars(),
+                "columns": self._columns_from_graph_totals(lane, rows, t0, t1, width, ns_per_px),
+            }
+        events, s, e, ops = self.context.timed_events_of(rows)
+        meets = (e > t0) & (s < t1) | ((e == s) & (s >= t0) & (s < t1))
+        order = np.flatnonzero(meets)
+        order = order[np.argsort(s[order], kind="stable")]
+        events, s, e, ops = events[order], s[order], e[order], ops[order]
+        if len(events) <= DETAIL_LIMIT:
+            return {"nodes": _bars(events, s, e, ops), "columns": _no_columns()}
+        # Wide enough to see: its own bar (the widest DETAIL_LIMIT); the rest summed per pixel.
+        wide = (e - s) >= 2 * ns_per_px
+        wide_index = np.flatnonzero(wide)
+        if len(wide_index) > DETAIL_LIMIT:
+            wide_index = wide_index[np.argsort(s[wide_index] - e[wide_index], kind="stable")[:DETAIL_LIMIT]]
+            wide_index.sort()
+            wide = np.zeros(len(s), dtype=bool)
+            wide[wide_index] = True
+        narrow = ~wide
+        ns, ne = np.maximum(s[narrow], t0), np.minimum(e[narrow], t1)
+        column = np.clip(((ns - t0) / ns_per_px).astype(np.int64), 0, width - 1)
+        return {
+            "nodes": _bars(events[wide], s[wide], e[wide], ops[wide]),
+            "columns": self._columns(column, ops[narrow].astype(np.int64), (ne - ns).astype(np.float64), width,
+                                     ns_per_px),
+        }  # fmt: skip
+
+    def _columns(self, column: np.ndarray, ops: np.ndarray, busy_ns: np.ndarray, width: int, ns_per_px: float
+                 ) -> PixelColumns:  # fmt: skip
+        """Per pixel column with work in it: the op that kept it busiest, and how busy it was."""
+        n_ops = len(self.context.ops)
+        busy = np.bincount(column * n_ops + ops, weights=busy_ns, minlength=width * n_ops).reshape(width, n_ops)
+        total = busy.sum(axis=1)
+        used = np.flatnonzero(total > 0)
+        return {
+            "px": used.tolist(),
+            "op": busy[used].argmax(axis=1).tolist(),
+            "fill": np.minimum(total[used] / ns_per_px, 1.0).round(3).tolist(),
+        }
+
+    def _columns_from_graph_totals(self, lane: dict[str, Any], rows: np.ndarray, t0: int, t1: int, width: int,
+                                   ns_per_px: float
+                                   ) -> PixelColumns:  # fmt: skip
+        """Pixel columns from each graph's time per op (graph_op_totals), spread evenly over
+        the columns the graph spans: the zoomed-out timeline of a long run. A window wider
+        than a few of the run's OVERVIEW_BINS is drawn from those bins instead (computed
+        once), so a whole-run view costs the same at any length."""
+        bins = self._overview_bins
+        bin_ns = bins["bin_ns"]
+        if ns_per_px >= 4 * bin_ns:
+            # a window may reach past the run on either side (the whole run, with a margin)
+            first, last = max(int(t0 // bin_ns), 0), int(min(np.ceil(t1 / bin_ns), OVERVIEW_BINS))
+            busy = bins["by_lane"][lane["context_id"]][first:last]
+            column = np.clip(((np.arange(first, last) * bin_ns - t0) / ns_per_px).astype(np.int64), 0, width - 1)
+            cells = np.nonzero(busy)
+            return self._columns(column[cells[0]], cells[1].astype(np.int64), busy[cells], width, ns_per_px)
+        column, ops, busy_ns = self._spread(rows, t0, t1, ns_per_px, width)
+        return self._columns(column, ops, busy_ns, width, ns_per_px)
+
+    def _spread(self, rows: np.ndarray, t0: int, t1: int, ns_per_px: float, width: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+        """Each (graph, op) time of the graphs at `rows`, spread evenly over the columns
+        [t0, t1) at ns_per_px that the graph spans: (column, op, busy ns) per piece."""
+        totals = self._graph_op_time
+        context = self.context
+        in_window = np.zeros(len(context.graphs), dtype=bool)
+        in_window[rows] = True
+        lo, hi = np.searchsorted(totals["row"], [rows.min(), rows.max() + 1]) if len(rows) else (0, 0)
+        picked = np.arange(lo, hi)[in_window[totals["row"][lo:hi]]]
+        row, op, time_ns = totals["row"][picked], totals["op"][picked], totals["time_ns"][picked]
+        start = np.maximum(context.graphs["start_ns"].to_numpy(np.int64)[row] - context.origin_ns, t0)
+        end = np.minimum(context.graphs["end_ns"].to_numpy(np.int64)[row] - context.origin_ns, t1)
+        first = np.clip(((start - t0) / ns_per_px).astype(np.int64), 0, width - 1)
+        last = np.clip(((np.maximum(end, start + 1) - 1 - t0) / ns_per_px).astype(np.int64), 0, width - 1)
+        span = last - first + 1
+        repeat = np.repeat(np.arange(len(row)), span)  # each (graph, op) once per column it spans
+        column = first[repeat] + (np.arange(len(repeat)) - np.repeat(np.cumsum(span) - span, span))
+        return column, op[repeat].astype(np.int64), (time_ns / span)[repeat]
+
+    @cached_property
+    def _overview_bins(self) -> dict[str, Any]:
+        """The multi-resolution index's coarse level: per context, the run cut into
+        OVERVIEW_BINS equal spans of time, each op's busy time in each."""
+        context = self.context
+        bin_ns = max(1.0, context.duration_ns / OVERVIEW_BINS)
+        by_lane = {}
+        for lane in context.lanes:
+            column, ops, busy_ns = self._spread(lane["graph_row"], 0, context.duration_ns, bin_ns, OVERVIEW_BINS)
+            n_ops = len(context.ops)
+            busy = np.bincount(column * n_ops + ops, weights=busy_ns, minlength=OVERVIEW_BINS * n_ops)
+            by_lane[lane["context_id"]] = busy.reshape(OVERVIEW_BINS, n_ops)
+        return {"bin_ns": bin_ns, "by_lane": by_lane}
+
+    @cached_property
+    def _graph_op_time(self) -> dict[str, np.ndarray]:
+        totals = self.context.run.totals_table(GRAPH_OP_TOTALS)
+        op = pc.index_in(totals.column("op"), value_set=pa.array(self.context.ops, pa.string()))
+        row = self.context.graph_rows(totals.column("graph_id").to_numpy())
+        order = np.argsort(row, kind="stable")  # by graph row: a window's graphs are one slice
+        return {
+            "row": row[order],
+            "op": op.fill_null(0).to_numpy().astype(np.int64)[order],
+            "time_ns": totals.column("time_ns").to_numpy().astype(np.float64)[order],
+        }
+
+
+def _no_bars() -> NodeBars:
+    return _bars(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
+
+
+def _bars(events: np.ndarray, start: np.ndarray, end: np.ndarray, ops: np.ndarray) -> NodeBars:
+    return {"start": start.tolist(), "end": end.tolist(), "op": ops.tolist(), "event": events.tolist()}
+
+
+def _no_columns() -> PixelColumns:
+    return {"px": [], "op": [], "fill": []}
