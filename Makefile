@@ -125,7 +125,8 @@ test: setup system-packages lint $(LLAMA_VOCABS)
 	$(PY) -m pytest --cov --cov-report=term
 
 lint:
-	@echo "== Checking the code (ruff, mypy)"
+	@echo "== Checking the code (ruff, mypy, the import layers)"
 	$(VENV)/bin/ruff check src tests $(wildcard benchmarks)
 	$(VENV)/bin/ruff format --check src tests $(wildcard benchmarks)
 	$(VENV)/bin/mypy
+	PYTHONPATH=src $(VENV)/bin/lint-imports --no-cache
