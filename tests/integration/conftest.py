@@ -31,7 +31,7 @@ RECORDERS = ["native", "python"]
 
 @pytest.fixture(params=RECORDERS)
 def recorder(request) -> str:
-    """Tests taking this run once with the native recorder and once with its Python twin."""
+    """Tests taking this run once with the C recorder (`--recorder native`) and once with its Python twin."""
     return request.param
 
 

@@ -130,7 +130,7 @@ def test_a_graph_shape_seen_before_keeps_its_structure(tmp_path, model_path, rec
             == list(range(prompts["n_tokens"].iloc[1])))  # fmt: skip
 
 
-@pytest.mark.parametrize("detail", ["op", "graph"])  # graph: the native recorder's decode graphs come as repeats
+@pytest.mark.parametrize("detail", ["op", "graph"])  # graph: the C recorder's decode graphs come as repeats
 def test_bounded_recording_keeps_whole_graphs_and_counts_the_rest(tmp_path, model_path, recorder, detail):
     # GIVEN a bound that holds two graphs of about 1,086 nodes
     with ggml_viz.record(tmp_path / "bounded.ggmlviz", max_events=2500, recorder=recorder, detail=detail):
@@ -145,7 +145,7 @@ def test_bounded_recording_keeps_whole_graphs_and_counts_the_rest(tmp_path, mode
 
 
 def test_a_bound_reached_among_repeated_graphs_keeps_the_graphs_before_it(tmp_path, model_path, recorder):
-    # GIVEN graph detail, where the native recorder hands most decode graphs over as repeats,
+    # GIVEN graph detail, where the C recorder hands most decode graphs over as repeats,
     # written several at once, and a bound that three graphs fill
     with ggml_viz.record(tmp_path / "bounded.ggmlviz", max_events=3500, recorder=recorder, detail="graph"):
         greedy(load_model(model_path))

@@ -1,4 +1,4 @@
-"""The native recorder against its Python twin, and what detail levels, filters, sampling
+"""The C recorder (`--recorder native`) against its Python twin, and what detail levels, filters, sampling
 and bounds do on the real SmolLM2 model."""
 
 from __future__ import annotations

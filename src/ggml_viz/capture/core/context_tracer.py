@@ -34,7 +34,7 @@ def batch_arrays(copy: BatchCopy) -> dict[str, np.ndarray]:
 
 
 class GraphRecorder(Protocol):
-    """What the native and the Python recorder both offer."""
+    """What the C and the Python recorder offer (and, for a native program, the spool's: preload/collector.py)."""
 
     mode: Mode
     time_nodes: bool
