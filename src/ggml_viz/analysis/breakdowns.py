@@ -18,11 +18,6 @@ from .components import structure_components
 from .memory import peak_bytes
 
 
-def timed_nodes(run: Run) -> pd.DataFrame:
-    nodes = run.nodes
-    return nodes[nodes["timed"]]
-
-
 def graph_times(run: Run) -> pd.DataFrame:
     graphs = run.graphs.copy()
     graphs["duration_ns"] = graphs["end_ns"] - graphs["start_ns"]

@@ -8,20 +8,17 @@ import os
 import shutil
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..._errors import GgmlVizError
 from ...runformat.merge import MergeMember, merge_runs
-from ...runformat.reader import open_run
+from ...runformat.reader import Run, open_run
 from .joined import Joined
 from .remote_nodes import REMOTE_NODES_SCHEMA
 from .summary import summarize_joined
-
-if TYPE_CHECKING:
-    from ...runformat.reader import Run
 
 JOIN_FILE = "join.json"
 JOIN_FORMAT = "ggml-viz-join"

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from ..core.ggml_api import address_of
 
 
-class Recording(Protocol):
+class HookedRecording(Protocol):
     """What the hooks ask of the recording they serve (session.py's InProcessRecording)."""
 
     def attach(self, params: Any, model: int) -> Any: ...  # the new context's tracer, or None
@@ -40,7 +40,7 @@ def _modules() -> list[Any]:
     return [sys.modules["llama_cpp.llama_cpp"], sys.modules["llama_cpp"]]
 
 
-def install(recording: Recording) -> None:
+def install(recording: HookedRecording) -> None:
     modules = _modules()
     core = modules[0]
     factories = {
@@ -64,7 +64,7 @@ def install(recording: Recording) -> None:
                 setattr(module, name, wrapper)
 
 
-def uninstall(recording: Recording) -> None:
+def uninstall(recording: HookedRecording) -> None:
     if "llama_cpp.llama_cpp" not in sys.modules:
         return
     for module in _modules():
@@ -85,7 +85,7 @@ def existing_contexts() -> bool:
     return any(isinstance(obj, context_class) and getattr(obj, "ctx", None) for obj in gc.get_objects())
 
 
-def _wrap_init(original: Callable[..., Any], recording: Recording) -> Callable[..., Any]:
+def _wrap_init(original: Callable[..., Any], recording: HookedRecording) -> Callable[..., Any]:
     @functools.wraps(original)
     def init_from_model(model: Any, params: Any) -> Any:
         tracer = None
@@ -117,7 +117,7 @@ def _install_abort_callback(ctx: Any, tracer: Any, params: Any) -> None:
     recorder.hook_barriers()  # the barrier that ends each node: the wait for its stragglers
 
 
-def _wrap_set_abort_callback(original: Callable[..., Any], recording: Recording) -> Callable[..., Any]:
+def _wrap_set_abort_callback(original: Callable[..., Any], recording: HookedRecording) -> Callable[..., Any]:
     @functools.wraps(original)
     def llama_set_abort_callback(ctx: Any, abort_callback: Any, abort_callback_data: Any) -> Any:
         tracer = _tracers.get(address_of(ctx))
@@ -129,7 +129,7 @@ def _wrap_set_abort_callback(original: Callable[..., Any], recording: Recording)
     return llama_set_abort_callback
 
 
-def _wrap_decode(original: Callable[..., Any], recording: Recording) -> Callable[..., Any]:
+def _wrap_decode(original: Callable[..., Any], recording: HookedRecording) -> Callable[..., Any]:
     @functools.wraps(original)
     def llama_decode(ctx: Any, batch: Any) -> Any:
         tracer = _tracers.get(address_of(ctx))
@@ -154,7 +154,7 @@ def _wrap_decode(original: Callable[..., Any], recording: Recording) -> Callable
     return llama_decode
 
 
-def _wrap_free(original: Callable[..., Any], recording: Recording) -> Callable[..., Any]:
+def _wrap_free(original: Callable[..., Any], recording: HookedRecording) -> Callable[..., Any]:
     @functools.wraps(original)
     def llama_free(ctx: Any) -> Any:
         tracer = _tracers.pop(address_of(ctx), None)
@@ -168,7 +168,7 @@ def _wrap_free(original: Callable[..., Any], recording: Recording) -> Callable[.
     return llama_free
 
 
-def _wrap_load(original: Callable[..., Any], recording: Recording) -> Callable[..., Any]:
+def _wrap_load(original: Callable[..., Any], recording: HookedRecording) -> Callable[..., Any]:
     @functools.wraps(original)
     def load_model(path_model: bytes, params: Any) -> Any:
         model = original(path_model, params)
