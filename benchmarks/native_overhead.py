@@ -15,7 +15,10 @@ ratio (above 1: recording slows the program).
 
 `--baseline SITE` adds a third run to each round: the program under another ggml-viz, installed
 in SITE (`pip install --no-deps --target SITE CHECKOUT`), so that a change is measured against
-what it changes in the same rounds, and prints that one's median ratio too.
+what it changes in the same rounds, and prints that one's median ratio too. `--baseline-options`
+gives the baseline run options of its own (this checkout's ggml-viz, unless --baseline names
+another): `--model moe.gguf --baseline-options="--routing off"` measures what reading a mixture of
+experts' routing costs, against the same recording without it.
 """
 
 from __future__ import annotations
@@ -72,16 +75,18 @@ def tokens_per_second(program: str, completed: subprocess.CompletedProcess) -> f
     return float(match.group(1))
 
 
-def run_round(program: str, command: list[str], folder: Path, index: int, baseline: str | None) -> dict[str, float]:
+def run_round(program: str, command: list[str], folder: Path, index: int, baseline: str | None,
+              baseline_options: list[str]) -> dict[str, float]:  # fmt: skip
     """One untraced and one traced run (and one under the baseline ggml-viz), in an order that
     turns from round to round (drift cancels)."""
     runs: dict[str, tuple[list[str], dict[str, str] | None]] = {"untraced": (command, None)}
     for name, site in (("traced", None), ("baseline", baseline)):
-        if name == "baseline" and site is None:
+        if name == "baseline" and site is None and not baseline_options:
             continue
         output = folder / f"{program}-{name}-{index}.ggmlviz"
         env = {**os.environ, "PYTHONPATH": site} if site else None
-        runs[name] = ([sys.executable, "-m", "ggml_viz", "run", "-o", str(output), "--", *command], env)
+        options = baseline_options if name == "baseline" else []
+        runs[name] = ([sys.executable, "-m", "ggml_viz", "run", "-o", str(output), *options, "--", *command], env)
     names = sorted(runs)
     order = names[index % len(names) :] + names[: index % len(names)]
     results = {}
@@ -97,17 +102,20 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=7)
     parser.add_argument("--programs", nargs="+", default=["llama-bench", "llama-completion"])
     parser.add_argument("--baseline", metavar="SITE", help="a folder holding another ggml-viz to compare with")
+    parser.add_argument("--baseline-options", default="", help="options of `ggml-viz run` for the baseline run")
+    parser.add_argument("--model", default="", help="a GGUF model (default: SmolLM2-135M Q4_1)")
     args = parser.parse_args()
     if args.baseline and not (Path(args.baseline) / "ggml_viz").is_dir():
         sys.exit(f"{args.baseline} holds no ggml_viz package: pip install --no-deps --target {args.baseline} CHECKOUT")
-    model = model_path()
+    model = args.model or model_path()
     all_commands = commands(model)
     with tempfile.TemporaryDirectory() as folder:
         for program in args.programs:
             ratios: dict[str, list[float]] = {"traced": [], "baseline": []}
             print(f"{program}: {' '.join(all_commands[program][1:])}")
             for index in range(args.pairs):
-                rates = run_round(program, all_commands[program], Path(folder), index, args.baseline)
+                rates = run_round(program, all_commands[program], Path(folder), index, args.baseline,
+                                  args.baseline_options.split())  # fmt: skip
                 line = f"  pair {index + 1}: untraced {rates['untraced']:7.1f} tok/s"
                 for name in ("traced", "baseline"):
                     if name in rates:

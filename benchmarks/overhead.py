@@ -15,6 +15,10 @@ the floor under `native-graph`.
     python benchmarks/overhead.py --pairs 11 --configs native-op python-op
     python benchmarks/overhead.py --in-process    # also: paired within one process
     python benchmarks/overhead.py --in-process --no-fresh   # only that
+    python benchmarks/overhead.py --model moe.gguf --configs native-op native-op-routing-off --in-process
+
+`--model` measures another model (a mixture of experts, written by benchmarks/moe_model.py: its
+routing is read by default, `native-op-routing-off` is the same recording without it).
 
 Fresh processes are what a user sees, but on a shared machine they differ from each
 other by more than recording costs. `--in-process` adds a paired measurement with less
@@ -43,6 +47,7 @@ CONFIGS: dict[str, dict[str, object]] = {
     # Not a recorder: a C callback that declines every node, the floor of graph-level recording.
     "floor-graph": {"floor": "GRAPH_FLOOR_CALLBACK_ADDRESS"},
     "native-op": {"recorder": "native"},
+    "native-op-routing-off": {"recorder": "native", "routing": "off"},
     "native-op-sync": {"recorder": "native", "timing": "sync"},
     "native-graph": {"recorder": "native", "detail": "graph"},
     "native-sample-8": {"recorder": "native", "sample": 8},
@@ -72,11 +77,12 @@ WORKER = INSTALL_FLOOR + textwrap.dedent(
     from ggml_viz.modelfile.locate import default_model_path
     config = json.loads(sys.argv[1])
     output = sys.argv[2]
+    model_path = sys.argv[3] or str(default_model_path())
     if config and "floor" in config:
         install_floor_callback(config.pop("floor"))
     recording = ggml_viz.record(output, **config) if config else contextlib.nullcontext()
     with recording:
-        llm = Llama(model_path=str(default_model_path()), n_ctx=512, n_threads=%(threads)d, seed=0, verbose=False)
+        llm = Llama(model_path=model_path, n_ctx=512, n_threads=%(threads)d, seed=0, verbose=False)
         prompt_tokens = len(llm.tokenize(%(prompt)r.encode()))
         start = time.perf_counter()
         out = llm(%(prompt)r, max_tokens=%(n)d, temperature=0.0)
@@ -86,10 +92,10 @@ WORKER = INSTALL_FLOOR + textwrap.dedent(
 ) % {"threads": THREADS, "prompt": PROMPT, "n": N_PREDICT}
 
 
-def run_once(config: dict[str, object] | None, workdir: str, index: int) -> dict[str, float]:
+def run_once(config: dict[str, object] | None, workdir: str, index: int, model: str = "") -> dict[str, float]:
     output = os.path.join(workdir, f"run-{index}.ggmlviz")
     result = subprocess.run(
-        [sys.executable, "-c", WORKER, json.dumps(config), output],
+        [sys.executable, "-c", WORKER, json.dumps(config), output, model],
         capture_output=True,
         text=True,
         check=True,
@@ -105,8 +111,9 @@ IN_PROCESS_WORKER = INSTALL_FLOOR + textwrap.dedent(
     import ggml_viz
     from ggml_viz.modelfile.locate import default_model_path
     config, pairs, output = json.loads(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    model_path = sys.argv[4] or str(default_model_path())
     def load():
-        return Llama(model_path=str(default_model_path()), n_ctx=512, n_threads=%(threads)d, seed=0, verbose=False)
+        return Llama(model_path=model_path, n_ctx=512, n_threads=%(threads)d, seed=0, verbose=False)
     untraced = load()
     if "floor" in config:
         install_floor_callback(config.pop("floor"))
@@ -131,10 +138,10 @@ IN_PROCESS_WORKER = INSTALL_FLOOR + textwrap.dedent(
 ) % {"threads": THREADS, "prompt": PROMPT, "n": N_PREDICT}
 
 
-def run_in_process(name: str, pairs: int, workdir: str) -> dict[str, float]:
+def run_in_process(name: str, pairs: int, workdir: str, model: str = "") -> dict[str, float]:
     config = dict(CONFIGS[name])
     result = subprocess.run(
-        [sys.executable, "-c", IN_PROCESS_WORKER, json.dumps(config), str(pairs), os.path.join(workdir, name)],
+        [sys.executable, "-c", IN_PROCESS_WORKER, json.dumps(config), str(pairs), os.path.join(workdir, name), model],
         capture_output=True,
         text=True,
         check=True,
@@ -150,8 +157,10 @@ def main() -> None:
     parser.add_argument("--in-process", action="store_true", help="also measure pairs within one process")
     parser.add_argument("--in-process-pairs", type=int, default=15)
     parser.add_argument("--no-fresh", action="store_true", help="skip the fresh-process pairs")
+    parser.add_argument("--model", default="", help="a GGUF model (default: SmolLM2-135M Q4_1)")
     args = parser.parse_args()
-    print(f"SmolLM2-135M Q4_1, {THREADS} threads, {N_PREDICT} generated tokens, {args.pairs} pairs per configuration")
+    model = args.model or "SmolLM2-135M Q4_1"
+    print(f"{model}, {THREADS} threads, {N_PREDICT} generated tokens, {args.pairs} pairs per configuration")
     header = ("configuration", "untraced tok/s", "traced tok/s", "median ratio", "ratios (min..max)")
     print(f"{header[0]:<18} {header[1]:>15} {header[2]:>13} {header[3]:>13} {header[4]:>19}")
     with tempfile.TemporaryDirectory() as workdir:
@@ -160,8 +169,8 @@ def main() -> None:
             ratios, untraced_rates, traced_rates = [], [], []
             for _ in range(args.pairs):
                 counter += 1
-                untraced = run_once(None, workdir, counter)
-                traced = run_once(CONFIGS[name], workdir, counter)
+                untraced = run_once(None, workdir, counter, args.model)
+                traced = run_once(CONFIGS[name], workdir, counter, args.model)
                 ratios.append(traced["seconds"] / untraced["seconds"])
                 untraced_rates.append(untraced["tokens"] / untraced["seconds"])
                 traced_rates.append(traced["tokens"] / traced["seconds"])
@@ -173,7 +182,7 @@ def main() -> None:
         if args.in_process:
             print(f"\npaired in one process, {args.in_process_pairs} pairs: median ratio (quartiles)")
             for name in args.configs:
-                result = run_in_process(name, args.in_process_pairs, workdir)
+                result = run_in_process(name, args.in_process_pairs, workdir, args.model)
                 print(f"{name:<18} {result['median']:>6.3f}  ({result['q1']:.3f}..{result['q3']:.3f})", flush=True)
 
 

@@ -362,3 +362,46 @@ def test_a_live_timeline_follows_new_graphs_and_the_overview_catches_up_when_sho
             assert page.evaluate("() => window.ggmlViz.overview.graph_bars.graph_id.length") == 8
     finally:
         recording.close()
+
+
+def test_a_mixture_of_experts_shows_its_routing(page, tmp_path, screenshots):
+    from .moe_models import write_moe_model
+    from .test_moe_routing import PROMPT
+    from .arch_models import generate, load
+
+    model = write_moe_model(tmp_path / "qwen3moe.gguf", "qwen3moe")
+    path = tmp_path / "moe.ggmlviz"
+    with ggml_viz.record(path):
+        generate(load(model), prompt=PROMPT, n_predict=3)
+    run = ggml_viz.open(path)
+    with serving(page, path) as viewer:
+        # GIVEN the Experts tab: THEN a layer × expert heatmap, one row per MoE layer
+        open_view(page, viewer.url, "experts")
+        page.wait_for_selector("[data-testid=experts-canvas]")
+        page.wait_for_timeout(200)
+        assert colored_pixels(page, "[data-testid=experts-canvas]") > 200
+        labels = page.inner_text("[data-testid=experts-map]")
+        assert all(f"layer {layer} · CPU" in labels for layer in range(model.n_layers))
+        # AND hovering a cell names its layer and expert, with the tokens the run routed to it
+        box = page.locator("[data-testid=experts-canvas]").bounding_box()
+        page.mouse.move(box["x"] + 3, box["y"] + 3)
+        tooltip = page.inner_text("[data-testid=tooltip]")
+        routed = int(run.moe_experts.query("layer == 0 and expert == 0")["tokens"].iloc[0])
+        assert "layer 0, expert 0" in tooltip and f"tokens: {routed}" in tooltip
+        # AND the bytes can be shown instead
+        page.select_option("[data-testid=experts-metric]", "bytes")
+        page.wait_for_timeout(100)
+        assert "bytes of weights read" in page.inner_text("[data-testid=experts-map]")
+        page.screenshot(path=str(screenshots / "experts.png"))
+        # AND a MUL_MAT_ID's details list each token's experts and weights
+        open_view(page, viewer.url, "events")
+        page.select_option("[data-testid=filter-op]", "MUL_MAT_ID")
+        page.wait_for_function("() => { const rows = [...document.querySelectorAll('[data-testid=event-table] .vrow')];"
+                               " return rows.length > 0 && rows.every((row) => row.textContent.includes('MUL_MAT_ID')); }")
+        page.click("[data-testid=event-table] .vrow >> nth=0")
+        page.wait_for_selector("[data-testid=details-name]")
+        page.wait_for_selector("[data-testid=node-routing]")
+        table = page.inner_text("[data-testid=node-routing]")
+        first = run.moe_routing.sort_values(["graph_id", "node_index", "row", "slot"]).iloc[0]
+        assert f"{int(first['expert'])} (" in table and "experts (weight)" in table
+        assert shown_nulls(page, "body") == []

@@ -111,25 +111,46 @@ def memory_by_buffer(run: Run) -> pd.DataFrame:
     return table.sort_values("bytes", ascending=False).reset_index()
 
 
+def weight_bytes_per_graph(run: Run, disk: pd.DataFrame) -> tuple[pd.Series, bool]:
+    """The bytes of the model file's weights each graph read (indexed by graph_id; graphs that read
+    none left out), from `disk` (structure_edges whose memory is disk), and whether any graph was
+    charged every expert of a mixture (a MUL_MAT_ID whose routing was not recorded). Graphs of one
+    structure read the same weights, except a node reading experts by ids (MUL_MAT_ID, ADD_ID):
+    the slices of the experts its batch chose (run.expert_reads), which replace its edge's
+    every-expert bytes."""
+    graphs = run.graphs
+    per_structure = disk.groupby("structure_id")["src_bytes_read"].sum()  # GET_ROWS: its rows
+    reading = graphs[graphs["structure_id"].isin(per_structure.index)].set_index("graph_id")
+    per_graph = reading["structure_id"].map(per_structure).astype("int64")
+    by_ids = run.expert_nodes.rename(columns={"experts_tensor_id": "src_tensor_id"})
+    keys = ["structure_id", "node_index", "src_tensor_id"]
+    experts = disk.merge(by_ids[keys], on=keys)  # the edges that read experts by ids
+    if experts.empty:
+        return per_graph, False
+    every = experts.groupby("structure_id")["src_bytes_read"].sum()  # each graph charged every expert
+    exact = run.expert_reads.merge(experts[["structure_id", "node_index"]], on=["structure_id", "node_index"])
+    exact_per_graph = exact.groupby("graph_id")["bytes_read"].sum()
+    routed = per_graph.index.isin(exact_per_graph.index)
+    charged_every = reading["structure_id"].isin(every.index) & ~routed
+    per_graph[routed] = (per_graph[routed] - reading.loc[routed, "structure_id"].map(every).fillna(0)
+                         + exact_per_graph.reindex(per_graph.index[routed])).astype("int64")  # fmt: skip
+    return per_graph, bool(charged_every.any())
+
+
 def weight_reads(run: Run) -> dict[str, Any]:
-    """Bytes of weights the graphs read, and how much of them came from the file mapping.
-    Graphs of one structure read the same weights: each structure is described once."""
+    """Bytes of weights the graphs read, and how much of them came from the file mapping."""
     graphs = run.graphs
     edges = run.structure_edges
     disk = edges[edges["memory"] == "disk"]
-    per_structure = disk.groupby("structure_id")["src_bytes_read"].sum()  # the bytes really read: GET_ROWS its rows
-    reading = graphs[graphs["structure_id"].isin(per_structure.index)]  # the graphs that read the file
-    per_graph = reading["structure_id"].map(per_structure).astype("int64")
-    per_step = per_graph[reading["phase"] == "decode"]
-    ops = run.raw("tensors").set_index("tensor_id")["op_base"]
-    node_tensor = run.raw("structure_nodes").set_index(["structure_id", "node_index"])["tensor_id"]
-    readers = ops.reindex(node_tensor.reindex(pd.MultiIndex.from_frame(disk[["structure_id", "node_index"]])))
+    per_graph, all_experts_counted = weight_bytes_per_graph(run, disk)
+    phases = graphs.set_index("graph_id")["phase"].reindex(per_graph.index)
+    per_step = per_graph[phases == "decode"]
     weights = edges[edges["src_usage"] == "weights"]
     return {
         "weight_bytes_per_graph": int(per_graph.median()) if len(per_graph) else 0,
         "weight_bytes_per_decode_step": int(per_step.median()) if len(per_step) else 0,
-        # MUL_MAT_ID counts every expert's slice: which experts a token selected is not recorded
-        "all_experts_counted": bool((readers.to_numpy() == "MUL_MAT_ID").any()),
+        # a MUL_MAT_ID without recorded routing is charged every expert's slice
+        "all_experts_counted": all_experts_counted,
         "weights_read": int(disk["src_tensor_id"].nunique()),
         "weights_from_mmap": bool(disk["mmap"].all()) if len(disk) else False,
         "weight_edges_resolved_to_file": float((weights["memory"] == "disk").mean()) if len(weights) else 0.0,

@@ -96,8 +96,19 @@ class GpuFindings(Finding):
         return gpu_findings(context.gpu)
 
 
+class ExpertRouting(Finding):
+    name = "moe-routing"
+    summary = ("mixtures of experts: layers whose tokens crowd onto few experts, experts never chosen, the "
+               "share of tokens the experts on each device carry")  # fmt: skip
+
+    def find(self, run: Run, context: FindingContext) -> list[str]:
+        from .moe import moe_summary
+
+        return _routing_findings(moe_summary(run))
+
+
 # In the order they are said; plugins' findings come after these.
-BUILTIN_FINDINGS: list[Finding] = [NonFiniteValues(), NodeTime(), GpuFindings()]
+BUILTIN_FINDINGS: list[Finding] = [NonFiniteValues(), NodeTime(), ExpertRouting(), GpuFindings()]
 FINDINGS_GROUP = "ggml_viz.findings"
 
 
@@ -203,7 +214,7 @@ def _time_findings(run: Run, phases: pd.DataFrame, reads: dict[str, Any], compon
         seconds = float((decode["end_ns"] - decode["start_ns"]).median()) / 1e9
         if seconds > 0:
             experts = (
-                " (at most: every expert of a mixture counted, which ones a token selected is not recorded)"
+                " (at most: every expert of a mixture counted where the experts a token chose were not recorded)"
                 if reads.get("all_experts_counted")
                 else ""
             )
@@ -239,4 +250,37 @@ def _growth_with_context(run: Run) -> list[str]:
                 f"{op} time grows with context length: {end / start:.1f}× from position "
                 f"{int(context.min())} to {int(context.max())} (correlation {correlation:.2f})."
             )
+    return said
+
+
+CROWDED = 2.0  # a layer whose busiest expert takes this many times the mean load is said
+
+
+def _routing_findings(moe: dict[str, Any]) -> list[str]:
+    """A mixture of experts' routing in words (moe.moe_summary)."""
+    if not moe.get("layers"):
+        return []
+    said = []
+    crowded = [row for row in moe["balance"] if row["max_over_mean"] >= CROWDED]
+    if crowded:
+        worst = max(crowded, key=lambda row: row["max_over_mean"])
+        expert, share = worst["hottest"][0]
+        said.append(
+            f"{len(crowded)} of {moe['layers']} MoE layers send at least {CROWDED:g}× the mean load to one expert; "
+            f"worst: layer {worst['layer']}, where expert {expert} takes {share:.0%} of the tokens "
+            f"({worst['max_over_mean']:.1f}× an even share)."
+        )
+    if moe["never_used"]:
+        unused = sorted(((row["never_used"], row["layer"]) for row in moe["balance"]), reverse=True)
+        n, layer = unused[0]
+        said.append(
+            f"{moe['never_used']} experts (counted per layer) were never chosen in this run; layer {layer} "
+            f"left {n} of its {moe['n_expert']} unused."
+        )
+    devices = moe.get("decode_expert_bytes_by_device") or {}
+    if len(devices) > 1:
+        shares = moe.get("token_share_by_device") or {}
+        parts = [f"{device}: {shares.get(device, 0):.0%} of the tokens, {size / 2**20:,.1f} MiB read per decode step"
+                 for device, size in devices.items()]  # fmt: skip
+        said.append("Experts by device — " + "; ".join(parts) + ".")
     return said

@@ -156,6 +156,40 @@ _INPUT_FLAG = 1  # GGML_TENSOR_FLAG_INPUT: the program sets it before each compu
 
 
 def gathered_rows(run: Run) -> pd.DataFrame:
+    """The rows of model-file tables read in part, one row per (table, row) with how many times
+    it was read, its file bytes [start, end) and the table's name: the rows GET_ROWS nodes
+    gathered (token_rows), and the experts' slices of a mixture's weights that the tokens chose
+    (expert_slices: a slice is a row of the experts' weight)."""
+    rows = [token_rows(run), expert_slices(run)]
+    rows = [frame for frame in rows if len(frame)]
+    return pd.concat(rows, ignore_index=True) if rows else token_rows(run)
+
+
+def expert_slices(run: Run) -> pd.DataFrame:
+    """Of each weight read by experts' ids (MUL_MAT_ID, ADD_ID), the slices of the experts the
+    graphs' tokens chose: per (weight, expert), how many node reads of it, and its file bytes."""
+    columns = ["name", "row", "start", "end", "reads"]
+    by_ids = run.expert_nodes
+    routing = run.raw("moe_routing")
+    memory_map = run.memory_map
+    in_file = memory_map[memory_map["kind"] == "tensor"].drop_duplicates("name").set_index("name")
+    if by_ids.empty or routing.empty or in_file.empty:
+        return pd.DataFrame(columns=columns)
+    chosen = routing[["graph_id", "node_index", "expert"]].drop_duplicates().rename(columns={"node_index": "routed_at"})
+    chosen = chosen.merge(run.graphs[["graph_id", "structure_id"]], on="graph_id")
+    names = run.raw("tensors").set_index("tensor_id")["name"]
+    nodes = by_ids.assign(name=names.reindex(by_ids["experts_tensor_id"]).to_numpy())
+    reads = chosen.merge(nodes[["structure_id", "routed_at", "name", "slice_bytes", "n_expert"]],
+                         on=["structure_id", "routed_at"])  # fmt: skip
+    reads = reads[reads["name"].isin(in_file.index) & (reads["expert"] >= 0) & (reads["expert"] < reads["n_expert"])]
+    slices = reads.groupby(["name", "expert", "slice_bytes"]).size().rename("reads").reset_index()
+    start = in_file["start"].reindex(slices["name"]).to_numpy() + slices["expert"].to_numpy() * slices["slice_bytes"]
+    slices = slices.assign(row=slices["expert"], start=start.astype(np.int64),
+                           end=(start + slices["slice_bytes"]).astype(np.int64))  # fmt: skip
+    return slices[columns]
+
+
+def token_rows(run: Run) -> pd.DataFrame:
     """The rows of model-file tables that GET_ROWS nodes gathered, one row per (table, row)
     with how many times it was gathered, its file bytes [start, end) and the table's name.
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 
+from .moe import moe_summary
 from ..runformat.reader import Run
 from .breakdowns import (
     backends,
@@ -87,6 +88,7 @@ def summarize(run: Run, top: int = 10) -> dict[str, Any]:
         "memory_by_buffer": records(memory_by_buffer(run)),
         "weight_reads": reads,
         "kv_cache": _kv_summary(run),
+        "moe": moe_summary(run),
         "throughput_by_op": records(throughput_by_op(run).head(top)),
         "findings": said,
         "sections": [asdict(section) for section in sections],  # titled findings (plugins'), each shown apart

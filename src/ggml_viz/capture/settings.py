@@ -22,6 +22,7 @@ DETAILS = ("op", "graph")
 TIMINGS = ("inline", "sync")
 POLICIES = ("keep-first", "keep-last")
 VALUE_MODES = ("off", "stats")
+ROUTING_MODES = ("on", "off")
 GPU_MODES = ("windows", "every", "off")
 DEFAULT_GPU_WINDOW = 4  # computes CUPTI traces in a row, from a graph structure's first
 DEFAULT_GPU_PERIOD = 256  # computes between two windows
@@ -73,6 +74,9 @@ class CaptureSettings:
     max_events: int | None = None
     policy: str = "keep-first"
     values: ValueSettings = field(default_factory=ValueSettings)
+    # mixture-of-experts models: each MoE layer's experts and weights per token, read right after
+    # the layer's first MUL_MAT_ID (on the CPU; on a GPU in the GPU timer's windows)
+    routing: str = "on"
     # CUDA: kernel records from CUPTI in windows of graphs, for every graph, or none
     gpu: str = "windows"
     gpu_window: int = DEFAULT_GPU_WINDOW
@@ -85,6 +89,7 @@ class CaptureSettings:
             (self.timing, TIMINGS, "timing"),
             (self.policy, POLICIES, "policy"),
             (self.gpu, GPU_MODES, "gpu"),
+            (self.routing, ROUTING_MODES, "routing"),
         ):
             if value not in allowed:
                 raise CaptureError(f"unknown {what} {value!r}; choose one of {', '.join(allowed)}")
@@ -280,6 +285,13 @@ CAPTURE_SETTINGS: tuple[Setting, ...] = (
         doc=f"at most N bytes of captures per run (default {_MIB} MiB)",
     ),
     Setting(
+        "routing", "choice", "on", choices=ROUTING_MODES,
+        help="mixture-of-experts models: record which experts each token chose in each MoE layer, and their "
+        "weights (default on)",
+        doc="mixture-of-experts models: which experts each token chose, with their weights (`on`, default; "
+        'see "Mixture-of-experts models")',
+    ),
+    Setting(
         "gpu", "choice", "windows", choices=GPU_MODES,
         help="CUDA: GPU time per node from CUPTI's kernel records, in windows of graphs (default), for every "
         "graph, or off",
@@ -392,6 +404,7 @@ def settings_from_options(options: Mapping[str, Any]) -> CaptureSettings:
         max_events=given["max_events"],
         policy=given["policy"],
         values=values_from(given["values"], given["capture"], given["capture_bytes"]),
+        routing=given["routing"],
         gpu=given["gpu"],
         gpu_window=DEFAULT_GPU_WINDOW if given["gpu_window"] is None else given["gpu_window"],
         gpu_period=DEFAULT_GPU_PERIOD if given["gpu_period"] is None else given["gpu_period"],

@@ -33,11 +33,17 @@ class QueryCommand(Command):
     tables; empty for other runs. nodes holds host times only: a GPU node's time is in
     gpu_node_times (and node_totals, clock 'gpu').
 
+    Mixture-of-experts models: moe_routing (per graph, MoE layer, token and slot: the expert
+    chosen and its weight, with the layer, the token's position and sequence) and moe_experts
+    (per layer and expert: tokens routed, weight mass, bytes read, an estimate of its share of
+    the layer's expert time); empty for a dense model.
+
     example:
       ggml-viz query france.ggmlviz "select op, sum(duration_ns)/1e6 ms from nodes group by op order by ms desc"
       ggml-viz query france.ggmlviz "select layer, sum(duration_ns) from nodes where op = 'MUL_MAT' group by 1" -o csv
       ggml-viz query servers/ "select run, phase, count(*) graphs from graphs group by all"   # every run in servers/
       ggml-viz query cuda.ggmlviz "select op, kernel, sum(busy_ns)/1e6 ms from gpu_kernels group by 1, 2"
+      ggml-viz query moe.ggmlviz "select layer, expert, tokens from moe_experts order by tokens desc limit 10"
       ggml-viz query france.joined "select host, op, sum(duration_ns)/1e6 ms from remote_nodes group by all"
     """
 

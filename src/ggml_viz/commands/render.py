@@ -135,6 +135,7 @@ def render_summary(summary: dict[str, Any], console: Console | None = None, shor
         source = "the file mapping" if reads["weights_from_mmap"] else "loaded copies"
         per_graph = format_bytes(reads["weight_bytes_per_graph"])
         console.print(f"weight bytes the ops of a graph take as sources: {per_graph}, from {source}")
+    _render_moe(console, summary.get("moe") or {}, short)
     if summary.get("findings"):
         console.print("[bold]findings[/]")
         for finding in summary["findings"]:
@@ -143,6 +144,33 @@ def render_summary(summary: dict[str, Any], console: Console | None = None, shor
         console.print(f"[bold]{escape(section['title'])}[/]")
         for line in section["lines"]:
             console.print(f"  {line}", markup=False, highlight=False)
+
+
+def _render_moe(console: Console, moe: dict[str, Any], short: bool) -> None:
+    """A mixture of experts' routing: per layer, how evenly its tokens spread over its experts."""
+    if not moe.get("layers"):
+        return
+    console.print(
+        f"[bold]mixture of experts[/]: {moe['layers']} MoE layers, {moe['n_expert']} experts, "
+        f"{moe['experts_per_token']} per token; load imbalance (busiest / mean) median "
+        f"{moe['median_max_over_mean']:.2f}, worst {moe['worst_max_over_mean']:.2f} (layer {moe['worst_layer']}); "
+        f"{moe['never_used']} expert-layer pairs never chosen"
+    )
+    if short:
+        return
+    from rich.table import Table
+
+    table = Table("layer", "tokens", "busiest/mean", "never used", "entropy", "hottest experts (share of load)",
+                  title="expert load per MoE layer", title_justify="left")  # fmt: skip
+    for row in moe["balance"]:
+        hottest = ", ".join(f"{expert} ({share:.0%})" for expert, share in row["hottest"])
+        table.add_row(str(row["layer"]), f"{row['tokens']:,}", f"{row['max_over_mean']:.2f}",
+                      f"{row['never_used']}/{row['n_expert']}", f"{row['entropy_share']:.0%}", hottest)  # fmt: skip
+    console.print(table)
+    for device, size in moe["decode_expert_bytes_by_device"].items():
+        share = moe["token_share_by_device"].get(device)
+        console.print(f"  experts on {device}: a decode step reads {format_bytes(size)} of them"
+                      + (f"; they computed {share:.0%} of the routed tokens" if share is not None else ""))  # fmt: skip
 
 
 def _render_gpu(console: Console, summary: dict[str, Any], short: bool) -> None:

@@ -13,7 +13,7 @@ from .graphs import DotExporter, PngGraphExporter, SvgGraphExporter
 from .pictures import MemoryPngExporter, MemorySvgExporter, TimelinePngExporter, TimelineSvgExporter
 from .profiles import SpeedscopeExporter, TensorBoardExporter
 from .report import HtmlReportExporter
-from .tables import CsvExporter, ParquetExporter
+from .tables import CsvExporter, ParquetExporter, RoutingExporter
 from .tensors import NpzExporter, SafetensorsExporter
 from .traces import ChromeJsonExporter, PerfettoExporter
 
@@ -25,6 +25,7 @@ EXPORTERS: dict[str, Exporter] = {
         ChromeJsonExporter(),
         CsvExporter(),
         ParquetExporter(),
+        RoutingExporter(),
         DotExporter(),
         SvgGraphExporter(),
         PngGraphExporter(),

@@ -17,17 +17,21 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .._errors import CommandError
 from ..runformat.reader import Run
 from .base import Exporter, ExportOptions, described_gpu_rows, in_chunks, node_names, window_graphs
 
 TABLE_NAMES = ("graphs", "nodes", "edges", "tokens", "buffers", "tensors", "memory_map")
 GPU_TABLE_NAMES = ("gpu_kernels", "gpu_node_times", "gpu_graphs")  # a run with GPU times only
-PER_GRAPH = ("graphs", "tokens", "gpu_graphs")  # small tables, one row per graph or token: cut to the window
+MOE_TABLE_NAMES = ("moe_routing", "moe_experts")  # a mixture of experts' run with its routing only
+# one row per graph, token or routed token: cut to the window
+PER_GRAPH = ("graphs", "tokens", "gpu_graphs", "moe_routing")
 
 
 def table_names(run: Run) -> tuple[str, ...]:
     """The tables an export of `run` writes."""
-    return TABLE_NAMES + (GPU_TABLE_NAMES if not run.gpu_graphs.empty else ())
+    return (TABLE_NAMES + (GPU_TABLE_NAMES if not run.gpu_graphs.empty else ())
+            + (MOE_TABLE_NAMES if len(run.raw("moe_routing")) else ()))  # fmt: skip
 
 
 def reader_tables(run: Run, options: ExportOptions) -> Iterator[tuple[str, Iterator[pd.DataFrame]]]:
@@ -71,7 +75,8 @@ class _TablesExporter(Exporter):
 class CsvExporter(_TablesExporter):
     name = "csv"
     extensions = (".csv",)
-    summary = "the reader's tables (graphs, nodes, edges, tokens, buffers, tensors, memory_map, gpu_*) as CSV files"
+    summary = ("the reader's tables (graphs, nodes, edges, tokens, buffers, tensors, memory_map, gpu_*, moe_*) as "
+               "CSV files")
     suffix = ".csv"
 
     def write(self, chunks: Iterator[pd.DataFrame], path: Path) -> int:
@@ -106,3 +111,20 @@ class ParquetExporter(_TablesExporter):
             if writer is not None:
                 writer.close()
         return rows
+
+
+class RoutingExporter(Exporter):
+    name = "moe-routing"
+    extensions = ()
+    summary = ("a mixture of experts' routing alone, one row per graph, MoE layer, token and slot (run.moe_routing): "
+               "a .csv or .parquet file, for tools that reorder or place experts by their use")  # fmt: skip
+
+    def export(self, run: Run, output: Path, options: ExportOptions) -> str:
+        ids = window_graphs(run, options)["graph_id"]
+        routing = run.moe_routing
+        routing = routing[routing["graph_id"].isin(ids)]
+        if not len(run.raw("moe_routing")):
+            raise CommandError("this run recorded no mixture-of-experts routing (a dense model, or --routing off)")
+        writer = CsvExporter() if output.suffix.lower() == ".csv" else ParquetExporter()
+        rows = writer.write(iter([routing]), output)
+        return f"{output}: {rows:,} routed (token, slot) rows"

@@ -69,8 +69,9 @@ def bytes_read(raw_edges: pd.DataFrame, structure_nodes: pd.DataFrame, tensors: 
     """The bytes of its source each edge really reads (per row of `raw_edges`): a source's
     whole bytes, except that a view reads nothing, and GET_ROWS reads of its table (source 0)
     only the rows it gathers: one per id, each the table's row size (a token embedding: the
-    batch's tokens' rows, not the whole vocabulary). MUL_MAT_ID still counts every expert
-    (which were selected is not recorded)."""
+    batch's tokens' rows, not the whole vocabulary). A node reading experts by ids (MUL_MAT_ID,
+    ADD_ID) counts every expert here: which ones a graph's tokens chose is its own, in the run's
+    routing (experts.expert_reads has those bytes, graph by graph)."""
     description = tensors.set_index("tensor_id")
     node_tensor = structure_nodes.set_index(["structure_id", "node_index"])["tensor_id"]
     keys = pd.MultiIndex.from_frame(raw_edges[["structure_id", "node_index"]])

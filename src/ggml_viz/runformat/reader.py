@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .captures import decode_tensor
+from .experts import expert_nodes, expert_reads, expert_table, routing_rows
 from .labels import node_labels, structure_labels
 from .memory_sources import buffer_kinds, buffer_seen_times, bytes_read, edge_memory
 from .schema import CAPTURES_FILE, NO_ID
@@ -272,6 +273,32 @@ class Run(StoredRun):
             buffers[column] = buffers[column].astype("Int64")
         buffers["buffer_id"] = buffers["buffer_id"].astype("Int32")
         return buffers.rename(columns={"buffer_id": "buffer"}).sort_values("buffer", ignore_index=True)
+
+    @cached_property
+    def moe_routing(self) -> pd.DataFrame:
+        """Mixture-of-experts models: per graph, MoE layer, token of the batch and slot, the expert
+        chosen and its weight, with the graph's phase, the layer, the token's position and
+        sequence (experts.routing_rows). Empty for a dense model."""
+        return routing_rows(self.raw("moe_routing"), self.graphs, self.tokens, self.raw("structure_nodes"))
+
+    @cached_property
+    def expert_nodes(self) -> pd.DataFrame:
+        """Each node of each structure that reads experts by ids (MUL_MAT_ID, ADD_ID), with the weight
+        it reads and one expert's slice of it in bytes (experts.expert_nodes)."""
+        return expert_nodes(self.raw("structure_nodes"), self.raw("edges"), self.raw("tensors"))
+
+    @cached_property
+    def expert_reads(self) -> pd.DataFrame:
+        """Per graph with routing and node reading experts by ids: the experts its batch chose, and
+        the bytes of its weight that reads (experts.expert_reads)."""
+        return expert_reads(self.raw("moe_routing"), self.graphs, self.expert_nodes)
+
+    @cached_property
+    def moe_experts(self) -> pd.DataFrame:
+        """Per MoE layer and expert: tokens routed, weight mass, bytes read, estimated share of
+        the layer's expert time (experts.expert_table)."""
+        return expert_table(self.moe_routing, self.expert_reads, self.expert_nodes, self.graphs,
+                            self.raw("node_times"))  # fmt: skip
 
     @cached_property
     def tokens(self) -> pd.DataFrame:

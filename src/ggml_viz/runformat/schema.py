@@ -169,6 +169,22 @@ TABLES: dict[str, pa.Schema] = {
             ("nbytes", pa.int64()),
         ]
     ),
+    # Mixture-of-experts models: the experts each token of a graph's batch chose in each MoE layer,
+    # one row per token and slot, read once per layer right after its first MUL_MAT_ID
+    "moe_routing": pa.schema(
+        [
+            ("graph_id", pa.int32()),
+            ("node_index", pa.int32()),  # the layer's first MUL_MAT_ID (its layer: structure_nodes.layer)
+            ("row", pa.int32()),  # the row of the layer's input: 0 .. tokens the layer computed - 1
+            # that row's token, by its place in the graph's batch (graphs.token_positions[i]); -1 where
+            # the graph's tokens are not known row by row (a batch llama.cpp split by sequence)
+            ("token_index", pa.int32()),
+            ("slot", pa.int32()),  # 0 .. experts per token - 1, in the router's order (best first)
+            ("expert", pa.int32()),
+            ("weight", pa.float32()),  # what the expert's output is multiplied by (null: not found)
+            ("n_expert", pa.int32()),  # experts the layer chooses among
+        ]
+    ),
     # GPU time (CUDA, from CUPTI's records; see capture/gpu/): what the GPU ran in traced graphs
     "gpu_kernels": pa.schema(
         [
@@ -231,10 +247,11 @@ TABLES: dict[str, pa.Schema] = {
 }
 
 # Tables a run of an earlier ggml-viz may lack (read as empty).
-OPTIONAL_TABLES = ("node_values", "captures", "gpu_kernels", "gpu_node_times", "gpu_graphs", "rpc_messages")
+OPTIONAL_TABLES = ("node_values", "captures", "gpu_kernels", "gpu_node_times", "gpu_graphs", "rpc_messages",
+                   "moe_routing")
 GPU_TABLES = ("gpu_kernels", "gpu_node_times", "gpu_graphs")
 # Tables written only by a run that has rows for them (no file otherwise).
-SPARSE_TABLES = (*GPU_TABLES, "rpc_messages")
+SPARSE_TABLES = (*GPU_TABLES, "rpc_messages", "moe_routing")
 # Columns a run of an earlier ggml-viz may lack (read as nulls).
 OPTIONAL_COLUMNS = {"node_times": ("wait_ns",)}
 # Columns a run of an earlier ggml-viz may lack, which the reader then computes from the others.
@@ -242,7 +259,7 @@ DERIVED_COLUMNS = {"structure_nodes": ("layer",)}
 CAPTURES_FILE = "captures.bin"
 
 # Tables whose rows belong to one graph (filtered together by graph_id).
-GRAPH_TABLES = ("graphs", "node_times", "node_values", "captures", *GPU_TABLES)
+GRAPH_TABLES = ("graphs", "node_times", "node_values", "captures", *GPU_TABLES, "moe_routing")
 
 
 def table_metadata(table: str, experiment_id: str) -> dict[bytes, bytes]:

@@ -62,6 +62,13 @@ TABLE_DOCS = {
     "device, start_ns, end_ns, gpu_ns (busy share), kernels, phase, name, op, layer",
     "gpu_graphs": "GPU runs: per traced graph and device: run, graph_id, device, start_ns, end_ns, busy_ns, kernels, "
     "attributed, mapping, phase, host_start_ns, host_end_ns, host_ns, idle_ns",
+    "moe_routing": "mixture-of-experts models: per graph, MoE layer, token and slot, the expert chosen: run, "
+    "graph_id, context_id, phase, layer, node_index (the layer's first MUL_MAT_ID), row (of the layer's input), "
+    "token_index (in the graph's batch; -1: not known), position, sequence, slot (0: the router's first choice), expert, weight, n_expert",
+    "moe_experts": "mixture-of-experts models: per MoE layer and expert (the never chosen too): run, layer, expert, "
+    "n_expert, tokens (routed to it: prompt_tokens + decode_tokens), weight_mass, graphs (that read it), "
+    "bytes_read (its slices, once per graph that chose it), est_time_ns and time_share (an estimate: the "
+    "layer's MUL_MAT_ID time split by the rows each expert computed)",
     "runs": "one row per run: run, experiment_id, host (the machine's name), pid, rpc_role (head | worker in a "
     "distributed run), program, status",
     "rpc_messages": "distributed runs (ggml's RPC backend): each protocol message that passed the process, whole: "
@@ -73,10 +80,10 @@ TABLE_DOCS = {
     "raw_*": "the stored tables as they are, with run (raw_graphs, raw_node_times, raw_structure_nodes, "
     "raw_edges, ..., raw_gpu_kernels)",
 }
-SMALL_VIEWS = ("graphs", "tokens", "buffers", "tensors", "memory_map", "node_totals")
+SMALL_VIEWS = ("graphs", "tokens", "buffers", "tensors", "memory_map", "node_totals", "moe_routing", "moe_experts")
 GPU_TABLES = ("gpu_kernels", "gpu_node_times", "gpu_graphs")
 RAW = ("graphs", "node_times", "structure_nodes", "edges", "tensors", "buffers", "memory_map", *GPU_TABLES,
-       "rpc_messages")  # fmt: skip
+       "rpc_messages", "moe_routing")  # fmt: skip
 VIEWS = (*SMALL_VIEWS, "nodes", "edges", *GPU_TABLES, "runs", "rpc_messages")
 
 _NODES_SQL = """

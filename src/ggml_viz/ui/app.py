@@ -232,6 +232,9 @@ def create_app(registry: RunRegistry, *, host: str, port: int, token: str) -> tu
         except KeyError:
             raise _NotFound("no captured attention for that graph, layer and head") from None
 
+    def experts(request: Request) -> Response:
+        return _json(view_of(request).experts)
+
     def statistics(request: Request) -> Response:
         return _json(view_of(request).statistics)
 
@@ -289,6 +292,7 @@ def create_app(registry: RunRegistry, *, host: str, port: int, token: str) -> tu
         Route(f"{prefix}/memory", memory),
         Route(f"{prefix}/occupancy/{{graph_id:int}}", compute_occupancy),
         Route(f"{prefix}/stats", statistics),
+        Route(f"{prefix}/experts", experts),
         Route(f"{prefix}/attention-index", attention_index),
         Route(f"{prefix}/attention", attention),
         Route(f"{prefix}/events", events),

@@ -17,6 +17,7 @@ from .payloads import (
     DiskTrack,
     EventRow,
     EventsPayload,
+    ExpertsPayload,
     GraphListEntry,
     GraphPayload,
     NodePayload,
@@ -25,7 +26,7 @@ from .payloads import (
     StatsPayload,
     TimelinePayload,
 )
-from .views import attention, graph, memory, overview, stats
+from .views import attention, experts, graph, memory, overview, stats
 from .views.details import NodeDetails
 from .views.events import EventFilter, EventLog
 from .views.timeline import Timeline
@@ -92,6 +93,10 @@ class RunView(RunContext):
     @cached_property
     def statistics(self) -> StatsPayload:
         return stats.statistics(self, self.gpu, self.overview["summary"])
+
+    @cached_property
+    def experts(self) -> ExpertsPayload:
+        return experts.experts(self)
 
     @cached_property
     def attention_index(self) -> AttentionIndexPayload:

@@ -41,6 +41,8 @@ static PyStructSequence_Field graph_record_fields[] = {
     {"stats", "StatsRecord per node read (--values stats)"},
     {"capture_records", "CaptureRecord per node copied (--capture)"},
     {"capture_bytes", "the copies"},
+    {"routing_records", "RoutingRecord per MoE layer read (its experts' choice)"},
+    {"routing_bytes", "their ids and weights"},
     {"boundary_ns", "when the graph was closed"},
     {"same", "the graph repeats the one before it struct for struct"},
     {"n_timed", "nodes timed on their own"},
@@ -48,7 +50,7 @@ static PyStructSequence_Field graph_record_fields[] = {
     {NULL, NULL},
 };
 static PyStructSequence_Desc graph_record_desc = {"ggml_viz.capture.core._recorder.GraphRecord",
-                                                  "One graph taken from the recorder", graph_record_fields, 17};
+                                                  "One graph taken from the recorder", graph_record_fields, 19};
 
 static PyStructSequence_Field repeat_record_fields[] = {
     {"n_nodes", "nodes of the graph"}, {"start_ns", "when it began"}, {"end_ns", "when it ended"}, {NULL, NULL}};
@@ -306,6 +308,21 @@ static PyObject *Recorder_set_values(PyRecorder *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* set_routing(on, op_mul_mat_id, op_get_rows, (is_host, tensor_get, fp16_to_fp32)) */
+static PyObject *Recorder_set_routing(PyRecorder *self, PyObject *args) {
+    int on, op_mul_mat_id, op_get_rows;
+    unsigned long long f[3];
+    if (!PyArg_ParseTuple(args, "pii(KKK)", &on, &op_mul_mat_id, &op_get_rows, &f[0], &f[1], &f[2])) return NULL;
+    const char *problem = recorder_set_routing(&self->core, on, op_mul_mat_id, op_get_rows,
+                                               (tensor_bool_fn)(uintptr_t)f[0], (tensor_get_fn)(uintptr_t)f[1],
+                                               (fp16_fn)(uintptr_t)f[2]);
+    if (problem) {
+        PyErr_SetString(PyExc_ValueError, problem);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *Recorder_chain_abort(PyRecorder *self, PyObject *args) {
     unsigned long long function, data;
     if (!PyArg_ParseTuple(args, "KK", &function, &data)) return NULL;
@@ -333,6 +350,8 @@ static PyMethodDef Recorder_methods[] = {
     {"discard", (PyCFunction)Recorder_discard, METH_NOARGS, "forget what was recorded since the last take"},
     {"set_values", (PyCFunction)Recorder_set_values, METH_VARARGS,
      "set_values(stats, capture_patterns, capture_budget, functions): read node outputs"},
+    {"set_routing", (PyCFunction)Recorder_set_routing, METH_VARARGS,
+     "set_routing(on, op_mul_mat_id, op_get_rows, functions): read each MoE layer's routing"},
     {"chain_abort", (PyCFunction)Recorder_chain_abort, METH_VARARGS,
      "chain_abort(function, data): the program's abort callback, called after ours (0: none)"},
     {NULL, NULL, 0, NULL},
@@ -348,6 +367,9 @@ static PyMemberDef Recorder_members[] = {
     {"captures_skipped", T_LONGLONG, CORE_MEMBER(captures_skipped), READONLY, "captures over the budget"},
     {"capture_bytes_skipped", T_LONGLONG, CORE_MEMBER(capture_bytes_skipped), READONLY, "their bytes"},
     {"capture_budget", T_LONGLONG, CORE_MEMBER(capture_budget), READONLY, "capture bytes still allowed"},
+    {"routing_answered", T_LONGLONG, CORE_MEMBER(routing_answered), READONLY, "MoE layers read when answered"},
+    {"routing_at_ticks", T_LONGLONG, CORE_MEMBER(routing_at_ticks), READONLY, "... read at their tick"},
+    {"routing_dropped", T_LONGLONG, CORE_MEMBER(routing_dropped), READONLY, "... read at a tick that did not hold"},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -672,6 +694,7 @@ PyMODINIT_FUNC PyInit__recorder(void) {
         PyModule_AddIntConstant(module, "DECODE_RECORD_SIZE", sizeof(DecodeRecord)) < 0 ||
         PyModule_AddIntConstant(module, "STATS_RECORD_SIZE", sizeof(StatsRecord)) < 0 ||
         PyModule_AddIntConstant(module, "CAPTURE_RECORD_SIZE", sizeof(CaptureRecord)) < 0 ||
+        PyModule_AddIntConstant(module, "ROUTING_RECORD_SIZE", sizeof(RoutingRecord)) < 0 ||
         PyModule_AddFunctions(module, gpu_methods) < 0 || add_gpu_constants(module) < 0) {
         Py_DECREF(module);
         return NULL;

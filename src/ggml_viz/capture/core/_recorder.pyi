@@ -12,6 +12,7 @@ BUFFER_RECORD_SIZE: Final[int]
 DECODE_RECORD_SIZE: Final[int]
 STATS_RECORD_SIZE: Final[int]
 CAPTURE_RECORD_SIZE: Final[int]
+ROUTING_RECORD_SIZE: Final[int]
 
 class GraphRecord(tuple[object, ...]):
     """One graph taken from the recorder (parts as bytes; see recorder.h)."""
@@ -30,6 +31,8 @@ class GraphRecord(tuple[object, ...]):
     stats: bytes
     capture_records: bytes
     capture_bytes: bytes
+    routing_records: bytes
+    routing_bytes: bytes
     boundary_ns: int
     same: bool
     n_timed: int
@@ -62,6 +65,9 @@ class Recorder:
     captures_skipped: int
     capture_bytes_skipped: int
     capture_budget: int
+    routing_answered: int
+    routing_at_ticks: int
+    routing_dropped: int
     def __init__(self, layout: tuple[int, ...], functions: tuple[int, ...]) -> None: ...
     def take(self, boundary_ns: int, /) -> list[GraphRecord | RepeatRecord]: ...
     def set_filters(
@@ -72,6 +78,9 @@ class Recorder:
     def drop_open(self) -> None: ...
     def set_values(
         self, stats: bool, captures: tuple[str, ...], capture_budget: int, functions: tuple[int, int, int, int], /
+    ) -> None: ...
+    def set_routing(
+        self, on: bool, op_mul_mat_id: int, op_get_rows: int, functions: tuple[int, int, int], /
     ) -> None: ...
     def discard(self) -> None: ...
     def chain_abort(self, function: int, data: int, /) -> None: ...

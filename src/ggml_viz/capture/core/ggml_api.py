@@ -134,7 +134,7 @@ def use_library(path: str) -> None:
     if path == _library_path:
         return
     _library_path = path
-    for cached in (libggml, op_name, type_name, type_block, op_desc, ops_with_subop, cpu_walk_ops):
+    for cached in (libggml, op_name, type_name, type_block, op_desc, ops_with_subop, cpu_walk_ops, routing_ops):
         cached.cache_clear()
 
 
@@ -177,6 +177,9 @@ def libggml() -> ctypes.CDLL:
     _declare(lib, "ggml_transpose", p, p, p)
     _declare(lib, "ggml_rms_norm", p, p, p, ctypes.c_float)
     _declare(lib, "ggml_mul", p, p, p, p)
+    _declare(lib, "ggml_mul_mat_id", p, p, p, p, p)
+    _declare(lib, "ggml_get_rows", p, p, p, p)
+    _declare(lib, "ggml_backend_tensor_get", None, p, p, sz, sz)
     _declare(lib, "ggml_backend_buffer_name", ctypes.c_char_p, p)
     _declare(lib, "ggml_backend_buffer_get_usage", i32, p)
     _declare(lib, "ggml_backend_buffer_get_size", sz, p)
@@ -310,6 +313,27 @@ def cpu_walk_ops() -> CpuWalkOps:
 
     reshape, view, permute, transpose, rms_norm, mul = _probe_ops(build)
     return CpuWalkOps(empty=(0, reshape, view, permute, transpose), rms_norm=rms_norm, mul=mul)
+
+
+@dataclass(frozen=True)
+class RoutingOps:
+    """The op numbers that show a mixture of experts: MUL_MAT_ID selects each token's experts by
+    its I32 ids; GET_ROWS of the router's probabilities by the same ids gives their weights."""
+
+    mul_mat_id: int
+    get_rows: int
+
+
+@functools.cache
+def routing_ops() -> RoutingOps:
+    def build(lib: ctypes.CDLL, ctx: int, source: int) -> tuple[int, ...]:
+        experts = lib.ggml_new_tensor_2d(ctx, 0, 8, 4)  # one expert's 8x4 matrix
+        column = lib.ggml_new_tensor_2d(ctx, 0, 8, 1)
+        ids = lib.ggml_new_tensor_2d(ctx, 26, 1, 1)  # GGML_TYPE_I32 (26 in every ggml read)
+        return lib.ggml_mul_mat_id(ctx, experts, column, ids), lib.ggml_get_rows(ctx, experts, ids)
+
+    mul_mat_id, get_rows = _probe_ops(build)
+    return RoutingOps(mul_mat_id=mul_mat_id, get_rows=get_rows)
 
 
 def _probe_ops(build: Callable[[ctypes.CDLL, int, int], tuple[int, ...]]) -> tuple[int, ...]:

@@ -15,7 +15,7 @@ import numpy as np
 
 from .ggml_api import BUFFER_USAGE_NAMES, TENSOR_DTYPE, BufferInfo, tensor_name
 from .inline_times import InlineClock
-from .raw_graph import BUFFER_DTYPE, CAPTURE_DTYPE, DECODE_DTYPE, VALUES_DTYPE, Capture, RawGraph, RepeatedGraph
+from .raw_graph import BUFFER_DTYPE, CAPTURE_DTYPE, DECODE_DTYPE, VALUES_DTYPE, Capture, RawGraph, RepeatedGraph, routings
 
 
 class GraphRecordReader:
@@ -41,6 +41,8 @@ class GraphRecordReader:
             if len(record.stats) or len(record.capture_records):
                 raw = replace(raw, values=np.frombuffer(record.stats, VALUES_DTYPE).copy(),
                               captures=_captures(record.capture_records, record.capture_bytes))  # fmt: skip
+            if len(record.routing_records):
+                raw = replace(raw, routing=routings(record.routing_records, record.routing_bytes))
             if self.inline_timing:
                 raw = self.clock.apply(raw, np.frombuffer(record.tick_ns, np.int64),
                                        np.frombuffer(record.tick_asked, np.uint32),

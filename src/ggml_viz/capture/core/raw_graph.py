@@ -22,6 +22,7 @@ NODE_SELECTED = 4  # the node matched the selection (filters)
 NODE_VALUES = 8  # its output's statistics are read after it is computed (--values stats)
 NODE_CAPTURE = 16  # its output is copied whole after it is computed (--capture)
 NODE_ELSEWHERE = 32  # read at the compute call, its split ran on a backend that does not tick (an RPC server)
+NODE_ROUTING = 64  # a mixture of experts' choice was read after it ran (the first MUL_MAT_ID of its ids)
 
 
 # --values stats, as the C recorder's StatsRecord lays it out.
@@ -42,6 +43,38 @@ DECODE_DTYPE = np.dtype(
 CAPTURE_DTYPE = np.dtype(
     [("node", "<u4"), ("type", "<i4"), ("ne", "<i8", (4,)), ("offset", "<u8"), ("nbytes", "<u8"), ("name", "S64")]
 )
+
+
+# A mixture of experts' routing, as the C recorder's RoutingRecord lays it out.
+ROUTING_DTYPE = np.dtype(
+    [("node", "<u4"), ("n_used", "<i4"), ("n_tokens", "<i4"), ("n_expert", "<i4"), ("status", "<i4"),
+     ("reserved", "<u4"), ("offset", "<u8")]
+)  # fmt: skip
+ROUTING_READ, ROUTING_NO_WEIGHTS, ROUTING_UNREADABLE = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Routing:
+    """One MoE layer's choice in one graph: for each token of the graph's batch (rows), the
+    experts it was sent to (columns: slots, in the router's order) and their weights."""
+
+    node: int  # the MUL_MAT_ID it was read at, by index in the graph
+    n_expert: int  # experts chosen among
+    experts: np.ndarray  # int32 [n_tokens, n_used]
+    weights: np.ndarray  # float32 [n_tokens, n_used]; NaN where the weights were not found
+    status: int  # ROUTING_*
+
+
+def routings(records: bytes, data: bytes) -> list[Routing]:
+    """The routing a recorder read in one graph, from its records and bytes."""
+    found = []
+    for record in np.frombuffer(records, ROUTING_DTYPE):
+        n_used, n_tokens, offset = int(record["n_used"]), int(record["n_tokens"]), int(record["offset"])
+        count = n_used * n_tokens
+        experts = np.frombuffer(data, np.int32, count, offset).reshape(n_tokens, n_used)
+        weights = np.frombuffer(data, np.float32, count, offset + 4 * count).reshape(n_tokens, n_used)
+        found.append(Routing(int(record["node"]), int(record["n_expert"]), experts, weights, int(record["status"])))
+    return found
 
 
 @dataclass(frozen=True)
@@ -86,6 +119,7 @@ class RawGraph:
     wait_ns: np.ndarray | None = None
     values: np.ndarray | None = None  # VALUES_DTYPE, --values stats: one row per node read
     captures: list[Capture] = field(default_factory=list)  # --capture: whole outputs
+    routing: list[Routing] = field(default_factory=list)  # each MoE layer's choice of experts
 
     def __post_init__(self) -> None:
         if self.graph_start_ns < 0:

@@ -402,6 +402,10 @@ static void open_graph(Recorder *r) {
     r->graph_first_stats = r->stats.count;
     r->graph_first_capture = r->capture_records.count;
     r->graph_first_capture_byte = r->capture_data.count;
+    r->graph_first_routing = r->routing_records.count;
+    r->graph_first_routing_byte = r->routing_data.count;
+    r->routing_chains.count = r->routing_reads.count = 0;
+    r->planned_next = r->routing_plan_at = 0;
     r->leaf_end.count = r->buffer_end.count = 0;
     r->repeating = r->previous_node_ptrs.count > 0;
     r->pending = -1;
@@ -433,9 +437,12 @@ static int remember_as_previous(Recorder *r, bool *same) {
 
 /* Close the graph in flight: remember where it ended, what it selected, and whether it
    repeats the previous graph struct for struct (then the reader reuses what it decoded). */
+static int settle_routing(Recorder *r);
+
 static int close_graph(Recorder *r, int64_t boundary) {
     size_t n = r->node_flags.count - r->graph_first_node;
     if (n == 0) return 0;
+    if (r->routing && settle_routing(r) != 0) return -1;
     size_t *node_start = array_push(&r->graph_node_start);
     size_t *struct_start = array_push(&r->graph_struct_start);
     size_t *leaf_start = array_push(&r->graph_leaf_start);
@@ -444,10 +451,12 @@ static int close_graph(Recorder *r, int64_t boundary) {
     size_t *stats_start = array_push(&r->graph_stats_start);
     size_t *capture_start = array_push(&r->graph_capture_start);
     size_t *capture_data_start = array_push(&r->graph_capture_data_start);
+    size_t *routing_start = array_push(&r->graph_routing_start);
+    size_t *routing_data_start = array_push(&r->graph_routing_data_start);
     int64_t *boundary_ns = array_push(&r->graph_boundary);
     uint8_t *same_flag = array_push(&r->graph_same);
     if (!node_start || !struct_start || !leaf_start || !buffer_start || !tick_start || !boundary_ns || !same_flag ||
-        !stats_start || !capture_start || !capture_data_start) {
+        !stats_start || !capture_start || !capture_data_start || !routing_start || !routing_data_start) {
         return -1;
     }
     bool same;
@@ -467,6 +476,8 @@ static int close_graph(Recorder *r, int64_t boundary) {
     *stats_start = r->graph_first_stats;
     *capture_start = r->graph_first_capture;
     *capture_data_start = r->graph_first_capture_byte;
+    *routing_start = r->graph_first_routing;
+    *routing_data_start = r->graph_first_routing_byte;
     *boundary_ns = boundary;
     if (n > r->previous_capacity) {
         uint8_t *grown = realloc(r->previous_selection, n);
@@ -597,7 +608,6 @@ static bool starts_next_graph(Recorder *r, const uint8_t *tensor) {
     return op == r->first_op && strncmp((const char *)tensor + r->layout.name_offset, r->first_name, NAME_LEN) == 0;
 }
 
-/* Record a node the scheduler asks about; returns the answer, or -1 out of memory. */
 /* ---- the tokens of a graph computed outside llama ------------------------------------------ */
 
 enum { MAX_INPUT_IDS = 4096 };
@@ -657,6 +667,219 @@ static int note_input_ids(Recorder *r, const uint8_t *node) {
     return 0;
 }
 
+/* ---- mixture of experts: the experts each token chose ------------------------------------- */
+
+/* A GET_ROWS of probabilities by a mixture's ids, followed through the ops computed from it
+   with as many elements (llama.cpp's normalization, softmax, scale, reshapes): its last
+   tensor so far is the experts' weights. */
+typedef struct {
+    uint64_t ids, head;
+    int64_t n;
+} RoutingChain;
+
+/* One read of a layer's routing in the graph in flight: at its MUL_MAT_ID's result callback
+   (answered), or, where the graph repeats the previous one under inline timing, at the tick that
+   ends that node (planned: the previous graph's reads say which tick that is, and no node is
+   answered, so the graph runs in one piece as untraced). */
+typedef struct {
+    uint64_t ids, weights;
+    uint32_t node, tick; /* its node; the ticks of the graph counted once it ran */
+    int32_t experts, planned;
+    int64_t record; /* its RoutingRecord, once read (-1 before) */
+} RoutingRead;
+
+enum { ROUTING_CHAINS_FOLLOWED = 2 }; /* a chain is computed in one run of nodes: the latest ones */
+
+static int64_t n_elements(Recorder *r, const uint8_t *tensor) {
+    int64_t ne[4];
+    memcpy(ne, tensor + r->layout.ne_offset, sizeof ne);
+    return ne[0] * ne[1] * ne[2] * ne[3];
+}
+
+static int32_t type_of(Recorder *r, const uint8_t *tensor) {
+    int32_t type;
+    memcpy(&type, tensor + r->layout.type_offset, sizeof type);
+    return type;
+}
+
+/* Follow the experts' weights, and note a MUL_MAT_ID whose ids were not read yet in this graph:
+   its ids and weights are read right after it ran (its ids still hold then, the ops that use them
+   after it not run yet; llama.cpp computes the weights before it), at its result callback
+   (answered), or at its tick (planned: see RoutingRead). */
+static int note_routing(Recorder *r, const uint8_t *tensor, uint64_t address, uint32_t node, uint8_t *flags) {
+    int32_t op;
+    memcpy(&op, tensor + r->layout.op_offset, sizeof op);
+    uint64_t src0 = field_u64(tensor, r->layout.src_offset);
+    if (op == r->op_get_rows) {
+        const uint8_t *ids = (const uint8_t *)(uintptr_t)field_u64(tensor, r->layout.src_offset + 8);
+        if (!ids || type_of(r, ids) != TYPE_I32 || in_weights(r, ids)) return 0;
+        RoutingChain *chain = array_push(&r->routing_chains);
+        if (!chain) return -1;
+        *chain = (RoutingChain){(uint64_t)(uintptr_t)ids, address, n_elements(r, tensor)};
+        return 0;
+    }
+    if (op == r->op_mul_mat_id) {
+        uint64_t ids = field_u64(tensor, r->layout.src_offset + 16);
+        if (!ids || !src0) return 0;
+        for (size_t i = 0; i < r->routing_reads.count; i++) {
+            if (ARRAY_AT(r->routing_reads, RoutingRead, i).ids == ids) return 0;
+        }
+        RoutingRead *read = array_push(&r->routing_reads);
+        if (!read) return -1;
+        int64_t ne[4];
+        memcpy(ne, (const uint8_t *)(uintptr_t)src0 + r->layout.ne_offset, sizeof ne);
+        *read = (RoutingRead){.ids = ids, .node = node, .experts = (int32_t)ne[2], .record = -1};
+        for (size_t i = r->routing_chains.count; i-- > 0;) {
+            const RoutingChain *chain = &ARRAY_AT(r->routing_chains, RoutingChain, i);
+            if (chain->ids == ids) {
+                read->weights = chain->head;
+                break;
+            }
+        }
+        /* the graph repeats the previous one so far, whose read of this node came at a known
+           tick: read there, without answering */
+        bool ticking = r->inline_timing && r->time_nodes && r->repeating;
+        while (ticking && r->routing_plan_at < r->previous_routing_reads.count &&
+               ARRAY_AT(r->previous_routing_reads, RoutingRead, r->routing_plan_at).node < node) {
+            r->routing_plan_at++;
+        }
+        if (ticking && r->routing_plan_at < r->previous_routing_reads.count &&
+            ARRAY_AT(r->previous_routing_reads, RoutingRead, r->routing_plan_at).node == node) {
+            read->planned = 1;
+            read->tick = ARRAY_AT(r->previous_routing_reads, RoutingRead, r->routing_plan_at).tick;
+        } else {
+            *flags |= NODE_ROUTING;
+        }
+        return 0;
+    }
+    size_t n = r->routing_chains.count;
+    for (size_t i = n > ROUTING_CHAINS_FOLLOWED ? n - ROUTING_CHAINS_FOLLOWED : 0; src0 && i < n; i++) {
+        RoutingChain *chain = &ARRAY_AT(r->routing_chains, RoutingChain, i);
+        if (chain->head == src0 && n_elements(r, tensor) == chain->n) chain->head = address;
+    }
+    return 0;
+}
+
+/* Copy a tensor's elements (any strides) in order, ne0 fastest: from host memory, or through
+   ggml_backend_tensor_get row by row. Whether it could. */
+static bool read_elements(Recorder *r, const uint8_t *tensor, size_t element_size, uint8_t *out) {
+    uint64_t buffer = field_u64(tensor, r->layout.buffer_offset);
+    const uint8_t *data = (const uint8_t *)(uintptr_t)field_u64(tensor, r->layout.data_offset);
+    if (!data) return false;
+    int64_t ne[4];
+    uint64_t nb[4];
+    memcpy(ne, tensor + r->layout.ne_offset, sizeof ne);
+    memcpy(nb, tensor + r->layout.nb_offset, sizeof nb);
+    bool host = !buffer || r->routing_is_host((const void *)(uintptr_t)buffer);
+    if (!host && (!r->tensor_get || nb[0] != element_size)) return false;
+    size_t row = (size_t)ne[0] * element_size;
+    for (int64_t i3 = 0; i3 < ne[3]; i3++)
+        for (int64_t i2 = 0; i2 < ne[2]; i2++)
+            for (int64_t i1 = 0; i1 < ne[1]; i1++) {
+                size_t offset = (size_t)(i3 * nb[3] + i2 * nb[2] + i1 * nb[1]);
+                if (!host) {
+                    r->tensor_get(tensor, out, offset, row);
+                } else if (nb[0] == element_size) {
+                    memcpy(out, data + offset, row);
+                } else {
+                    for (int64_t i0 = 0; i0 < ne[0]; i0++) memcpy(out + i0 * element_size, data + offset + i0 * nb[0], element_size);
+                }
+                out += row;
+            }
+    return true;
+}
+
+/* A routing read noted at a MUL_MAT_ID, done now that the node ran. */
+static int read_routing(Recorder *r, RoutingRead *pending) {
+    const uint8_t *ids = (const uint8_t *)(uintptr_t)pending->ids;
+    const uint8_t *weights = (const uint8_t *)(uintptr_t)pending->weights;
+    pending->record = (int64_t)r->routing_records.count;
+    if (pending->planned) r->routing_at_ticks++;
+    else r->routing_answered++;
+    int64_t ne[4];
+    memcpy(ne, ids + r->layout.ne_offset, sizeof ne);
+    int64_t n = ne[0] * ne[1] * ne[2] * ne[3];
+    if (n <= 0 || ne[0] > INT32_MAX || n / ne[0] > INT32_MAX) return 0;
+    RoutingRecord *record = array_push(&r->routing_records);
+    if (!record || array_reserve(&r->routing_data, (size_t)n * 8) != 0) return -1;
+    *record = (RoutingRecord){.node = pending->node, .n_used = (int32_t)ne[0], .n_tokens = (int32_t)(n / ne[0]),
+                              .n_expert = pending->experts, .status = ROUTING_READ,
+                              .offset = r->routing_data.count - r->graph_first_routing_byte};
+    uint8_t *id_bytes = r->routing_data.items + r->routing_data.count;
+    float *weight_values = (float *)(id_bytes + n * 4);
+    r->routing_data.count += (size_t)n * 8;
+    if (!read_elements(r, ids, sizeof(int32_t), id_bytes)) {
+        memset(id_bytes, 0xff, (size_t)n * 4); /* -1 */
+        record->status = ROUTING_UNREADABLE;
+    }
+    int32_t type = weights ? type_of(r, weights) : -1;
+    bool read = weights && n_elements(r, weights) == n && (type == TYPE_F32 || type == TYPE_F16);
+    if (read && type == TYPE_F32) {
+        read = read_elements(r, weights, sizeof(float), (uint8_t *)weight_values);
+    } else if (read) { /* f16: read into the second half of the room, widened from there */
+        uint16_t *halves = (uint16_t *)(weight_values + n) - n;
+        read = read_elements(r, weights, sizeof(uint16_t), (uint8_t *)halves);
+        for (int64_t i = 0; read && i < n; i++) weight_values[i] = r->routing_fp16(halves[i]);
+    }
+    if (!read) {
+        for (int64_t i = 0; i < n; i++) weight_values[i] = NAN;
+        if (record->status == ROUTING_READ) record->status = ROUTING_NO_WEIGHTS;
+    }
+    return 0;
+}
+
+/* The answered read of this node: now, at its result callback; the graph's ticks so far say
+   where a graph repeating this one will read it. */
+static int read_answered_routing(Recorder *r, uint32_t node) {
+    for (size_t i = r->routing_reads.count; i-- > 0;) {
+        RoutingRead *read = &ARRAY_AT(r->routing_reads, RoutingRead, i);
+        if (read->node == node && !read->planned) {
+            read->tick = (uint32_t)(r->tick_ns.count - r->graph_first_tick);
+            return read_routing(r, read);
+        }
+    }
+    return 0;
+}
+
+/* Inline timing: thread 0 just finished the graph's `ticks`-th ticking node; the planned reads
+   due at this tick are done (in node order, as their ticks come). */
+static int read_planned_routing(Recorder *r, size_t ticks) {
+    while (r->planned_next < r->routing_reads.count) {
+        RoutingRead *read = &ARRAY_AT(r->routing_reads, RoutingRead, r->planned_next);
+        if (read->planned && read->tick > ticks) break;
+        r->planned_next++;
+        if (read->planned && read->tick == ticks && read_routing(r, read) != 0) return -1;
+    }
+    return 0;
+}
+
+/* When a graph closes: its planned reads count only if each was done and the graph ticked as
+   often as the one it repeated (else a tick may have been another node's: they are dropped, and
+   the next graph answers). If every read was done, and ticks counted them, the next graph that
+   repeats this one reads where this one did. */
+static int settle_routing(Recorder *r) {
+    size_t ticks = r->tick_ns.count - r->graph_first_tick, n = r->routing_reads.count;
+    bool all_read = true, planned_held = ticks == r->previous_ticks;
+    for (size_t i = 0; i < n; i++) all_read &= ARRAY_AT(r->routing_reads, RoutingRead, i).record >= 0;
+    for (size_t i = 0; i < n && !planned_held; i++) {
+        RoutingRead *read = &ARRAY_AT(r->routing_reads, RoutingRead, i);
+        if (read->planned && read->record >= 0) {
+            ARRAY_AT(r->routing_records, RoutingRecord, (size_t)read->record).status = ROUTING_UNREADABLE;
+            r->routing_dropped++;
+            all_read = false;
+        }
+    }
+    r->previous_routing_reads.count = 0;
+    if (all_read && n && r->inline_timing && r->time_nodes) {
+        if (array_append(&r->previous_routing_reads, &r->routing_reads, 0, n) != 0) return -1;
+        r->previous_ticks = ticks;
+    }
+    return 0;
+}
+
+/* ---- asking ------------------------------------------------------------------------------- */
+
+/* Record a node the scheduler asks about; returns the answer, or -1 out of memory. */
 static int on_ask(Recorder *r, uint64_t address) {
     if (r->fail_after_nodes > 0 && (long long)r->node_flags.count >= r->fail_after_nodes) return -1;
     const uint8_t *tensor = (const uint8_t *)(uintptr_t)address; /* live; the copy once there is one */
@@ -706,7 +929,8 @@ static int on_ask(Recorder *r, uint64_t address) {
        Views (KV cache writes among them) share their source's bytes: not read again. */
     if (r->values_mode && !field_u64(tensor, r->layout.view_src_offset)) *flags |= NODE_VALUES;
     if (r->n_captures && matches_capture(r, tensor)) *flags |= NODE_CAPTURE;
-    if (*flags & (NODE_VALUES | NODE_CAPTURE)) answer = true;
+    if (r->routing && note_routing(r, tensor, address, (uint32_t)index_in_graph, flags) != 0) return -1;
+    if (*flags & (NODE_VALUES | NODE_CAPTURE | NODE_ROUTING)) answer = true;
     if (answer) {
         *flags |= NODE_ANSWERED;
         /* Timed: selected (not just a fence), and alone: the previous slice ended right before it. */
@@ -735,7 +959,8 @@ bool recorder_eval_callback(void *tensor, bool ask, void *user_data) {
             const uint8_t *live = (const uint8_t *)(uintptr_t)ARRAY_AT(r->node_ptrs, uint64_t, r->pending);
             uint32_t node = (uint32_t)(r->pending - (int64_t)r->graph_first_node);
             if (((flags & NODE_VALUES) && record_stats(r, live, node) != 0) ||
-                ((flags & NODE_CAPTURE) && record_capture(r, live, node) != 0)) {
+                ((flags & NODE_CAPTURE) && record_capture(r, live, node) != 0) ||
+                ((flags & NODE_ROUTING) && read_answered_routing(r, node) != 0)) {
                 r->out_of_memory = 1;
                 r->mode = MODE_OFF;
             }
@@ -861,6 +1086,10 @@ bool recorder_abort_callback(void *user_data) {
             *barrier = 0;
             barrier_recorder = r;
             barrier_tick = r->tick_ns.count - 1;
+            if (r->routing && read_planned_routing(r, r->tick_ns.count - r->graph_first_tick) != 0) {
+                r->out_of_memory = 1;
+                r->mode = MODE_OFF;
+            }
         }
     }
     return r->chained_abort ? r->chained_abort(r->chained_abort_data) : false;
@@ -1101,7 +1330,14 @@ void array_free(Array *a) {
     X(r, batch[BATCH_POSITIONS], sizeof(int32_t)) \
     X(r, batch[BATCH_SEQ_IDS], sizeof(int32_t)) \
     X(r, batch[BATCH_OUTPUTS], 1) \
-    X(r, taken_buffers, sizeof(BufferRecord))
+    X(r, taken_buffers, sizeof(BufferRecord)) \
+    X(r, routing_chains, sizeof(RoutingChain)) \
+    X(r, routing_reads, sizeof(RoutingRead)) \
+    X(r, previous_routing_reads, sizeof(RoutingRead)) \
+    X(r, routing_records, sizeof(RoutingRecord)) \
+    X(r, routing_data, 1) \
+    X(r, graph_routing_start, sizeof(size_t)) \
+    X(r, graph_routing_data_start, sizeof(size_t))
 #define ARRAY_INIT(r, field, item_size) array_init(&(r)->field, item_size);
 #define ARRAY_FREE(r, field, item_size) array_free(&(r)->field);
 static void reset_recorded(Recorder *r) {
@@ -1110,6 +1346,8 @@ static void reset_recorded(Recorder *r) {
     r->tick_ns.count = r->tick_asked.count = r->tick_barrier_ns.count = r->graph_tick_start.count = 0;
     r->stats.count = r->capture_records.count = r->capture_data.count = 0;
     r->graph_stats_start.count = r->graph_capture_start.count = r->graph_capture_data_start.count = 0;
+    r->routing_records.count = r->routing_data.count = 0;
+    r->graph_routing_start.count = r->graph_routing_data_start.count = 0;
     r->graph_node_start.count = r->graph_struct_start.count = r->graph_leaf_start.count = 0;
     r->graph_buffer_start.count = r->graph_boundary.count = r->buffers.count = r->graph_same.count = 0;
     open_graph(r);
@@ -1207,6 +1445,21 @@ void recorder_set_decode_rules(Recorder *r, int detail_graph, long long sample, 
     r->last_take_ns = now_ns();
 }
 
+const char *recorder_set_routing(Recorder *r, int on, int32_t op_mul_mat_id, int32_t op_get_rows,
+                                 tensor_bool_fn buffer_is_host, tensor_get_fn tensor_get, fp16_fn fp16_to_fp32) {
+    r->routing = 0;
+    if (!on) return NULL;
+    if (!buffer_is_host || !fp16_to_fp32) return "a ggml function address is null";
+    if (op_mul_mat_id <= 0 || op_get_rows <= 0 || op_mul_mat_id == op_get_rows) return "bad op numbers";
+    r->op_mul_mat_id = op_mul_mat_id;
+    r->op_get_rows = op_get_rows;
+    r->routing_is_host = buffer_is_host;
+    r->tensor_get = tensor_get;
+    r->routing_fp16 = fp16_to_fp32;
+    r->routing = 1;
+    return NULL;
+}
+
 void recorder_chain_abort(Recorder *r, abort_fn function, void *data) {
     r->chained_abort = function;
     r->chained_abort_data = data;
@@ -1255,7 +1508,7 @@ static Bytes bytes_of(const Array *a, size_t from, size_t to) {
 }
 
 int recorder_take_graph(Recorder *r, size_t g, GraphTake *out) {
-    size_t n0, n1, m0, m1, l0, l1, b0, b1, k0, k1, v0, v1, c0, c1, d0, d1;
+    size_t n0, n1, m0, m1, l0, l1, b0, b1, k0, k1, v0, v1, c0, c1, d0, d1, e0, e1, f0, f1;
     graph_range(&r->graph_node_start, g, r->node_flags.count, &n0, &n1);
     graph_range(&r->graph_struct_start, g, r->nodes.count, &m0, &m1);
     graph_range(&r->graph_leaf_start, g, r->leaves.count, &l0, &l1);
@@ -1264,6 +1517,8 @@ int recorder_take_graph(Recorder *r, size_t g, GraphTake *out) {
     graph_range(&r->graph_stats_start, g, r->stats.count, &v0, &v1);
     graph_range(&r->graph_capture_start, g, r->capture_records.count, &c0, &c1);
     graph_range(&r->graph_capture_data_start, g, r->capture_data.count, &d0, &d1);
+    graph_range(&r->graph_routing_start, g, r->routing_records.count, &e0, &e1);
+    graph_range(&r->graph_routing_data_start, g, r->routing_data.count, &f0, &f1);
     memset(out, 0, sizeof *out);
     out->same = ARRAY_AT(r->graph_same, uint8_t, g);
     out->n_nodes = n1 - n0;
@@ -1287,7 +1542,8 @@ int recorder_take_graph(Recorder *r, size_t g, GraphTake *out) {
         memcpy(r->taken_buffers.items, buffers.data, buffers.size);
         r->taken_buffers.count = b1 - b0;
     }
-    out->plain_repeat = out->same && same_buffers && !out->n_timed && !n_selected && k1 == k0 && v1 == v0 && c1 == c0;
+    out->plain_repeat = out->same && same_buffers && !out->n_timed && !n_selected && k1 == k0 && v1 == v0 && c1 == c0 &&
+                        e1 == e0;
     if (out->plain_repeat) return 0;
     size_t s0 = out->same ? n1 : n0, t0 = out->same ? l1 : l0, u0 = out->same ? m1 : m0; /* empty when same */
     out->parts[PART_NODES] = bytes_of(&r->nodes, u0, m1);
@@ -1304,6 +1560,8 @@ int recorder_take_graph(Recorder *r, size_t g, GraphTake *out) {
     out->parts[PART_STATS] = bytes_of(&r->stats, v0, v1);
     out->parts[PART_CAPTURE_RECORDS] = bytes_of(&r->capture_records, c0, c1);
     out->parts[PART_CAPTURE_BYTES] = bytes_of(&r->capture_data, d0, d1);
+    out->parts[PART_ROUTING_RECORDS] = bytes_of(&r->routing_records, e0, e1);
+    out->parts[PART_ROUTING_BYTES] = bytes_of(&r->routing_data, f0, f1);
     return 0;
 }
 
@@ -1354,7 +1612,8 @@ void recorder_drop_open(Recorder *r) {
         r->graph_struct_start.count != n_graphs || r->graph_tick_start.count != n_graphs ||
         r->graph_boundary.count != n_graphs || r->graph_same.count != n_graphs ||
         r->graph_stats_start.count != n_graphs || r->graph_capture_start.count != n_graphs ||
-        r->graph_capture_data_start.count != n_graphs) {
+        r->graph_capture_data_start.count != n_graphs || r->graph_routing_start.count != n_graphs ||
+        r->graph_routing_data_start.count != n_graphs) {
         reset_recorded(r); /* failed while closing a graph: nothing is whole */
         return;
     }
@@ -1366,6 +1625,8 @@ void recorder_drop_open(Recorder *r) {
     r->stats.count = r->graph_first_stats;
     r->capture_records.count = r->graph_first_capture;
     r->capture_data.count = r->graph_first_capture_byte;
+    r->routing_records.count = r->graph_first_routing;
+    r->routing_data.count = r->graph_first_routing_byte;
     open_graph(r);
 }
 

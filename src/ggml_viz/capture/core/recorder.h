@@ -35,7 +35,8 @@
 enum { MODE_OFF = 0, MODE_RECORD = 1, MODE_COUNT = 2 };
 enum { MAX_OPS = 32, MAX_NAMES = 32, MAX_LAYER_RANGES = 64, NAME_LEN = 64 };
 enum { NODE_ANSWERED = 1, NODE_TIMED = 2, NODE_SELECTED = 4, NODE_VALUES = 8, NODE_CAPTURE = 16,
-       NODE_ELSEWHERE = 32 /* a split of a graph read at its compute call ran it on another backend */ };
+       NODE_ELSEWHERE = 32, /* a split of a graph read at its compute call ran it on another backend */
+       NODE_ROUTING = 64 /* a mixture of experts' choice is read after it: the first MUL_MAT_ID of its ids */ };
 /* ggml_type ids: the same in ggml 0.13.1 (whisper.cpp 1.8.5) and 0.25.3 (llama-cpp-python 0.3.36) */
 enum { MAX_CAPTURES = 16, TYPE_F32 = 0, TYPE_F16 = 1, TYPE_I32 = 26 };
 /* DecodeRecord.lowest_position of a call without a llama_batch (a plain ggml program's
@@ -51,6 +52,7 @@ typedef const char *(*op_name_fn)(int);
 typedef bool (*abort_fn)(void *);
 typedef bool (*tensor_bool_fn)(const void *);
 typedef float (*fp16_fn)(uint16_t);
+typedef void (*tensor_get_fn)(const void *tensor, void *data, size_t offset, size_t size);
 
 /* ggml_tensor's fields the recorder reads, as byte offsets (and its size). */
 typedef struct {
@@ -94,6 +96,22 @@ typedef struct {
     uint64_t offset, nbytes; /* in the graph's capture bytes */
     char name[NAME_LEN];
 } CaptureRecord;
+
+/* A mixture of experts' routing, read once per MoE layer and graph: the experts each token of
+   the graph's batch chose (the I32 ids a MUL_MAT_ID selects its experts by) and the weight of
+   each (the last tensor computed from GET_ROWS(probabilities, ids) before that MUL_MAT_ID, of
+   as many elements). In the graph's routing bytes, at `offset`: n_used * n_tokens int32 ids,
+   then as many float32 weights (NaN where status says there are none), slot fastest. */
+enum { ROUTING_READ = 0, ROUTING_NO_WEIGHTS = 1, ROUTING_UNREADABLE = 2 };
+typedef struct {
+    uint32_t node;    /* the MUL_MAT_ID it was read at, by index in its graph */
+    int32_t n_used;   /* experts per token: the ids' ne0 */
+    int32_t n_tokens; /* the ids' other dimensions */
+    int32_t n_expert; /* experts chosen among: the MUL_MAT_ID's weight's ne2 */
+    int32_t status;   /* ROUTING_* */
+    uint32_t reserved;
+    uint64_t offset;
+} RoutingRecord;
 
 typedef struct {
     uint64_t address;
@@ -149,6 +167,21 @@ typedef struct {
     ValueFunctions values;
     float *fp16_table; /* every f16 value as f32: a lookup per element, not a call */
     Array stats, capture_records, capture_data;
+    /* mixture of experts (recorder_set_routing): ggml's op numbers for the two ops that show
+       one; per graph, the GET_ROWS(·, ids) chains followed to the experts' weights
+       (RoutingChain) and the ids read; the read pending at the answered MUL_MAT_ID */
+    int routing;
+    int32_t op_mul_mat_id, op_get_rows;
+    tensor_bool_fn routing_is_host;
+    tensor_get_fn tensor_get; /* reads a tensor on any backend (a GPU's); NULL: host memory only */
+    fp16_fn routing_fp16;
+    Array routing_chains;
+    Array routing_reads;   /* RoutingRead: the reads of the graph in flight, answered or planned */
+    size_t planned_next;   /* the next of them to read at a tick */
+    Array previous_routing_reads; /* ... of the last graph closed, all read: where its ticks put them */
+    size_t previous_ticks, routing_plan_at; /* its ticks in all; the next of its reads to match */
+    long long routing_answered, routing_at_ticks, routing_dropped; /* reads, by how they were done */
+    Array routing_records, routing_data, graph_routing_start, graph_routing_data_start;
     int filtering;
     int n_ops, n_names, n_layer_ranges, select_no_layer;
     char ops[MAX_OPS][NAME_LEN];
@@ -175,7 +208,7 @@ typedef struct {
     int repeating;              /* it repeats the previous graph so far: nothing copied yet */
     int32_t first_op;           /* its first node's op and name, to recognize the next graph */
     char first_name[NAME_LEN];
-    size_t graph_first_stats, graph_first_capture, graph_first_capture_byte;
+    size_t graph_first_stats, graph_first_capture, graph_first_capture_byte, graph_first_routing, graph_first_routing_byte;
     uint64_t *set_keys; /* open-addressing set of pointers seen in this graph */
     uint8_t *set_kinds; /* 0 empty, 1 node, 2 leaf, 3 buffer */
     size_t set_capacity, set_count;
@@ -217,11 +250,12 @@ typedef struct {
 /* The parts of a taken graph, in this order (GRAPH_PART_NAMES gives their names). */
 enum {
     PART_NODES, PART_NODE_PTRS, PART_STARTS, PART_ENDS, PART_FLAGS, PART_LEAVES, PART_LEAF_PTRS, PART_BUFFERS,
-    PART_TICK_NS, PART_TICK_ASKED, PART_TICK_BARRIER_NS, PART_STATS, PART_CAPTURE_RECORDS, PART_CAPTURE_BYTES, GRAPH_PARTS
+    PART_TICK_NS, PART_TICK_ASKED, PART_TICK_BARRIER_NS, PART_STATS, PART_CAPTURE_RECORDS, PART_CAPTURE_BYTES,
+    PART_ROUTING_RECORDS, PART_ROUTING_BYTES, GRAPH_PARTS
 };
 #define GRAPH_PART_NAMES                                                                                    \
     "nodes", "node_ptrs", "starts", "ends", "flags", "leaves", "leaf_ptrs", "buffers", "tick_ns", "tick_asked", \
-        "tick_barrier_ns", "stats", "capture_records", "capture_bytes"
+        "tick_barrier_ns", "stats", "capture_records", "capture_bytes", "routing_records", "routing_bytes"
 
 /* One graph as take gives it. A plain repeat (the previous graph again, with the same
    buffers, no node selected for timing, nothing read from its outputs: most decode graphs
@@ -257,6 +291,11 @@ const char *recorder_set_values(Recorder *r, int stats, const char *const *patte
 void recorder_set_decode_rules(Recorder *r, int detail_graph, long long sample, long long graphs_per_write,
                                long long write_interval_ns, const size_t batch_offsets[5]);
 void recorder_chain_abort(Recorder *r, abort_fn function, void *data);
+/* Read every MoE layer's routing (on: 1): the numbers this ggml gives GGML_OP_MUL_MAT_ID and
+   GGML_OP_GET_ROWS, and ggml_backend_buffer_is_host, ggml_backend_tensor_get (NULL: host memory
+   only), ggml_fp16_to_fp32. Returns NULL, or what is wrong. */
+const char *recorder_set_routing(Recorder *r, int on, int32_t op_mul_mat_id, int32_t op_get_rows,
+                                 tensor_bool_fn buffer_is_host, tensor_get_fn tensor_get, fp16_fn fp16_to_fp32);
 /* Fingerprint each unnamed weight in host memory the first time a graph reads it (the owner
    takes them from r->weight_prints); the functions: ggml_backend_buffer_is_host, ggml_nbytes. */
 void recorder_set_weight_prints(Recorder *r, tensor_bool_fn buffer_is_host, size_fn nbytes);

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import numpy as np
+import pyarrow as pa
 
 from ..._errors import GgmlVizError
 from ...log import say
@@ -29,7 +30,7 @@ from ..settings import CaptureSettings
 from . import ggml_api
 from .context_tracer import ClosedDecode, ContextTracer, GraphCall
 from .graph_decoder import TensorCatalog
-from .raw_graph import Capture, Mode, RawGraph, RepeatedGraph
+from .raw_graph import ROUTING_UNREADABLE, Capture, Mode, RawGraph, RepeatedGraph, Routing
 
 TracerT = TypeVar("TracerT", bound=ContextTracer)
 
@@ -65,6 +66,8 @@ class Recording(Generic[TracerT]):
         self.dropped_graphs = 0
         self.captured_tensors = 0
         self.captured_bytes = 0
+        self.routing_unreadable = 0  # MoE layers whose experts could not be read (ids off the host, no reader)
+        self._routing: list[dict[str, Any]] = []  # moe_routing rows of graphs written, not yet in the stream
         self.bound_reached = False
         self.dropped_events = 0
         self.graph_sizes: list[int] = []  # nodes of each written graph, by graph id (keep-last bound)
@@ -92,6 +95,7 @@ class Recording(Generic[TracerT]):
             if self.writer is None:
                 return
             self._guarded(self._finish_gpu_timer)
+            self._guarded(self._write_routing)
             keep = self._graphs_kept_by_bound()
             self._update_counts()
             try:
@@ -160,6 +164,7 @@ class Recording(Generic[TracerT]):
             writer.journal_deferred = False
             with self.lock:
                 self._guarded(writer.sync_journal)
+                self._guarded(self._write_routing)
 
     def write_graph(self, tracer: ContextTracer, raw: RawGraph, call: ClosedDecode, ubatch: int) -> None:
         with self.lock:
@@ -209,7 +214,21 @@ class Recording(Generic[TracerT]):
             writer.append("node_values", values_rows(graph_id, raw.values))
         for capture in raw.captures:
             self._write_capture(graph_id, capture)
+        if raw.routing:
+            # a batch's graphs' routing goes to its stream in one write, when the batch ends
+            self._routing.append(routing_rows(graph_id, raw.routing, np.array(row["token_outputs"], bool)))
+            self.routing_unreadable += sum(routing.status == ROUTING_UNREADABLE for routing in raw.routing)
+            if not writer.journal_deferred:
+                self._write_routing()
         self._count_written([raw.n_nodes])
+
+    def _write_routing(self) -> None:
+        """The routing of the graphs written since the last call, as one batch of rows."""
+        if self._routing and self.writer is not None:
+            rows, self._routing = self._routing, []
+            self.writer.append("moe_routing", {column: pa.concat_arrays([pa.array(part[column]) for part in rows])
+                                               if column == "weight" else np.concatenate([part[column] for part in rows])
+                                               for column in rows[0]})  # fmt: skip
 
     def _write_repeats(self, tracer: ContextTracer, repeats: list[GraphCall]) -> None:
         assert self.writer is not None
@@ -323,6 +342,12 @@ class Recording(Generic[TracerT]):
             "captured_bytes": self.captured_bytes,
             "captures_skipped": sum(tracer.recorder.captures_skipped[0] for tracer in self.tracers),
             "capture_bytes_skipped": sum(tracer.recorder.captures_skipped[1] for tracer in self.tracers),
+            "routing_unreadable": self.routing_unreadable,
+            # MoE layers whose routing was read: answered (each a cut in its graph), at the tick
+            # that ended their node (no cut), read at a tick that did not hold and dropped
+            "routing_answered": sum(tracer.recorder.routing_reads[0] for tracer in self.tracers),
+            "routing_at_ticks": sum(tracer.recorder.routing_reads[1] for tracer in self.tracers),
+            "routing_dropped": sum(tracer.recorder.routing_reads[2] for tracer in self.tracers),
             "contexts": len(self.tracers),
         }
         self._update_manifest(counts=counts)
@@ -341,6 +366,42 @@ class Recording(Generic[TracerT]):
             action()
         except Exception as error:
             self.fail(f"{type(error).__name__}: {error}")
+
+
+def routing_rows(graph_id: int, routing: list[Routing], outputs: np.ndarray) -> dict[str, Any]:
+    """moe_routing rows: per MoE layer read, one per token of the batch and slot (a layer whose
+    ids could not be read has none). A layer's rows are the graph's tokens, or, where it computes
+    fewer (llama.cpp's last layer keeps only the tokens whose logits are wanted: `outputs`),
+    those tokens; rows that fit neither (a batch llama.cpp split by sequence into ubatches whose
+    tokens the graphs table does not know one by one) get token_index -1."""
+    read = [layer for layer in routing if layer.status != ROUTING_UNREADABLE]
+    counts = [layer.experts.size for layer in read]
+    total = sum(counts)
+    return {
+        "graph_id": np.full(total, graph_id, np.int32),
+        "node_index": np.repeat(np.array([layer.node for layer in read], np.int32), counts),
+        "row": np.concatenate([np.repeat(np.arange(layer.experts.shape[0]), layer.experts.shape[1])
+                               for layer in read] or [[]]).astype(np.int32),
+        "token_index": np.concatenate(
+            [np.repeat(_layer_tokens(layer.experts.shape[0], outputs), layer.experts.shape[1]) for layer in read]
+            or [[]]
+        ).astype(np.int32),
+        "slot": np.concatenate([np.tile(np.arange(layer.experts.shape[1]), layer.experts.shape[0])
+                                for layer in read] or [[]]).astype(np.int32),
+        "expert": np.concatenate([layer.experts.ravel() for layer in read] or [[]]).astype(np.int32),
+        "weight": pa.array(np.concatenate([layer.weights.ravel() for layer in read] or [[]]).astype(np.float32),
+                           from_pandas=True),  # NaN (no weights found) as null
+        "n_expert": np.repeat(np.array([layer.n_expert for layer in read], np.int32), counts),
+    }  # fmt: skip
+
+
+def _layer_tokens(n_rows: int, outputs: np.ndarray) -> np.ndarray:
+    """Which of the graph's tokens a layer's rows are (see routing_rows)."""
+    if n_rows == len(outputs):
+        return np.arange(n_rows)
+    if n_rows == int(outputs.sum()) and n_rows:
+        return np.flatnonzero(outputs)
+    return np.full(n_rows, -1)
 
 
 def values_rows(graph_id: int, values: np.ndarray) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.extension import IMPORT_ERROR, extension
-from ..core.ggml_api import TENSOR_DTYPE, address_of, field_bytes, libggml
+from ..core.ggml_api import TENSOR_DTYPE, address_of, field_bytes, libggml, routing_ops
 from ..core.graph_records import GraphRecordReader
 from ..core.raw_graph import Mode, RawGraph, RepeatedGraph
 from ..settings import NodeSelection, ValueSettings
@@ -51,7 +51,8 @@ class CGraphRecorder:
     """Records the graphs of one llama context with the C extension."""
 
     def __init__(
-        self, selection: NodeSelection | None = None, inline_timing: bool = True, values: ValueSettings | None = None
+        self, selection: NodeSelection | None = None, inline_timing: bool = True, values: ValueSettings | None = None,
+        routing: bool = True,
     ) -> None:
         import llama_cpp.llama_cpp as llama_cpp
 
@@ -72,6 +73,10 @@ class CGraphRecorder:
         self.values = values
         if values.wanted:
             self._recorder.set_values(values.stats, values.captures, values.capture_bytes, value_functions())
+        self.routing = routing
+        if routing:
+            ops = routing_ops()
+            self._recorder.set_routing(True, ops.mul_mat_id, ops.get_rows, routing_functions())
 
     @property
     def c_recorder(self) -> Any:
@@ -116,6 +121,12 @@ class CGraphRecorder:
         return int(self._recorder.open_nodes)
 
     @property
+    def routing_reads(self) -> tuple[int, int, int]:
+        """MoE layers whose routing was read at an answered node, at a tick; reads at a tick dropped."""
+        c = self._recorder
+        return int(c.routing_answered), int(c.routing_at_ticks), int(c.routing_dropped)
+
+    @property
     def captures_skipped(self) -> tuple[int, int]:
         """Captures left out for the byte budget: how many, and their bytes."""
         return int(self._recorder.captures_skipped), int(self._recorder.capture_bytes_skipped)
@@ -133,6 +144,14 @@ class CGraphRecorder:
 
     def discard(self) -> None:
         self._recorder.discard()
+
+
+def routing_functions() -> tuple[int, int, int]:
+    lib = libggml()
+    return tuple(  # type: ignore[return-value]
+        address_of(getattr(lib, name))
+        for name in ("ggml_backend_buffer_is_host", "ggml_backend_tensor_get", "ggml_fp16_to_fp32")
+    )
 
 
 def value_functions() -> tuple[int, int, int, int]:

@@ -26,6 +26,7 @@ from ..core.ggml_api import (
     op_desc,
     op_name,
     raw_bytes,
+    routing_ops,
     tensor_name,
     tensor_structs,
 )
@@ -33,27 +34,57 @@ from ..core.inline_times import InlineClock
 from ..core.raw_graph import (
     NODE_ANSWERED,
     NODE_CAPTURE,
+    NODE_ROUTING,
     NODE_SELECTED,
     NODE_TIMED,
     NODE_VALUES,
+    ROUTING_NO_WEIGHTS,
+    ROUTING_READ,
+    ROUTING_UNREADABLE,
     VALUES_DTYPE,
     Capture,
     Mode,
     RawGraph,
+    Routing,
 )  # fmt: skip
 from ..settings import NodeSelection, ValueSettings
 
 _INITIAL_CAPACITY = 2048
 
 
+_STRIDED_TYPES = {0: np.float32, 1: np.float16, 26: np.int32}  # ggml_type ids: F32, F16, I32
+_BUFFER_USAGE_WEIGHTS = 1
+
+
 def _strided(address: int, ggml_type: int, ne: np.ndarray, nb: np.ndarray) -> np.ndarray:
-    """A tensor's elements (f32 or f16) in place, as a numpy view with ggml's byte strides."""
-    dtype = np.dtype(np.float32 if ggml_type == 0 else np.float16)
+    """A tensor's elements (f32, f16 or i32) in place, as a numpy view with ggml's byte strides."""
+    dtype = np.dtype(_STRIDED_TYPES[ggml_type])
     shape = tuple(int(x) for x in ne[::-1])  # ne3, ne2, ne1, ne0
     strides = tuple(int(x) for x in nb[::-1])
     span = sum((n - 1) * stride for n, stride in zip(shape, strides, strict=True)) + dtype.itemsize
     memory = memoryview((ctypes.c_char * span).from_address(address)).cast("B")
     return np.ndarray(shape, dtype=dtype, buffer=memory, strides=strides)
+
+
+def _struct(tensor: int) -> np.void:
+    return np.frombuffer(ctypes.string_at(tensor, TENSOR_SIZE), dtype=TENSOR_DTYPE)[0]
+
+
+def _elements(struct: np.void) -> int:
+    return int(np.prod(struct["ne"].astype(np.int64)))
+
+
+def _in_weights(buffer: int) -> bool:
+    return bool(buffer) and libggml().ggml_backend_buffer_get_usage(buffer) == _BUFFER_USAGE_WEIGHTS
+
+
+def _read_elements(struct: np.void) -> np.ndarray | None:
+    """A tensor's elements in order (ne0 fastest), from host memory; None where it is not there
+    or not f32, f16 or i32."""
+    buffer, data, ggml_type = int(struct["buffer"]), int(struct["data"]), int(struct["type"])
+    if not data or ggml_type not in _STRIDED_TYPES or (buffer and not libggml().ggml_backend_buffer_is_host(buffer)):
+        return None
+    return _strided(data, ggml_type, struct["ne"], struct["nb"]).ravel().copy()
 
 
 _OP_OFFSET = field_bytes("op").start
@@ -89,10 +120,12 @@ class PythonGraphRecorder:
     """Records the graphs of one llama context, in Python."""
 
     def __init__(
-        self, selection: NodeSelection | None = None, inline_timing: bool = True, values: ValueSettings | None = None
+        self, selection: NodeSelection | None = None, inline_timing: bool = True, values: ValueSettings | None = None,
+        routing: bool = True,
     ) -> None:
         import llama_cpp.llama_cpp as llama_cpp
 
+        self._routing_ops = routing_ops() if routing else None  # (as the C recorder: recorder.c's note_routing)
         self.mode = Mode.RECORD
         self.time_nodes = True
         self.inline_timing = inline_timing
@@ -100,6 +133,7 @@ class PythonGraphRecorder:
         self.values = values or ValueSettings()
         self._capture_budget = self.values.capture_bytes
         self._skipped = (0, 0)
+        self._routing_read = 0
         self.selection = selection or NodeSelection()
         self.failure: str | None = None
         self.user_data: int | None = None
@@ -130,6 +164,10 @@ class PythonGraphRecorder:
         self._first: tuple[int, bytes] | None = None  # the first node's op and name, if it has one
         self._ticks: list[int] = []
         self._ticks_asked: list[int] = []
+        self._chains: list[list[int]] = []  # [ids, head, elements]: GET_ROWS(·, ids) followed to the weights
+        self._ids_read: set[int] = set()
+        self._routing: list[Routing] = []
+        self._pending_routing: tuple[int, int, int] = (0, 0, 0)  # ids, weights, experts
 
     # -- the callbacks ------------------------------------------------------------------
 
@@ -171,6 +209,8 @@ class PythonGraphRecorder:
                 self._ends[self._pending] = now
                 if self._flags[self._pending] & (NODE_VALUES | NODE_CAPTURE):
                     self._read_values(self._node_ptrs[self._pending], self._pending)
+                if self._flags[self._pending] & NODE_ROUTING:
+                    self._read_routing(self._pending)
                 self._pending = -1
             return True
         if tensor in self._node_set or self._starts_next_graph(tensor):  # the scheduler began the next graph
@@ -203,7 +243,9 @@ class PythonGraphRecorder:
         if self.values.captures and any(fnmatch.fnmatchcase(tensor_name(bytes(copied["name"])), pattern)
                                         for pattern in self.values.captures):  # fmt: skip
             flags |= NODE_CAPTURE
-        answer = answer or bool(flags & (NODE_VALUES | NODE_CAPTURE))
+        if self._routing_ops is not None and self._note_routing(tensor, copied):
+            flags |= NODE_ROUTING
+        answer = answer or bool(flags & (NODE_VALUES | NODE_CAPTURE | NODE_ROUTING))
         if answer:
             flags |= NODE_ANSWERED
             alone = index == 0 or self._flags[index - 1] & NODE_ANSWERED
@@ -216,9 +258,52 @@ class PythonGraphRecorder:
         self._ends.append(now)
         return answer
 
+    def _note_routing(self, tensor: int, copied: np.void) -> bool:
+        """Follow the experts' weights; whether this node is a MUL_MAT_ID whose ids were not read
+        yet in this graph (then they are read right after it ran)."""
+        ops = self._routing_ops
+        assert ops is not None
+        op, sources = int(copied["op"]), copied["src"].tolist()
+        if op == ops.get_rows:
+            ids = sources[1]
+            described = _struct(ids) if ids else None
+            if described is not None and int(described["type"]) == 26 and not _in_weights(int(described["buffer"])):
+                self._chains.append([ids, tensor, _elements(copied)])
+            return False
+        if op == ops.mul_mat_id:
+            ids = sources[2]
+            if not ids or not sources[0] or ids in self._ids_read:
+                return False
+            self._ids_read.add(ids)
+            weights = next((chain[1] for chain in reversed(self._chains) if chain[0] == ids), 0)
+            self._pending_routing = (ids, weights, int(_struct(sources[0])["ne"][2]))
+            return True
+        for chain in self._chains[-2:]:
+            if sources[0] and chain[1] == sources[0] and _elements(copied) == chain[2]:
+                chain[1] = tensor
+        return False
+
+    def _read_routing(self, node: int) -> None:
+        """The routing noted at this MUL_MAT_ID, read from host memory now that it ran."""
+        ids, weights, n_expert = self._pending_routing
+        ids_struct = _struct(ids)
+        n_used = int(ids_struct["ne"][0])
+        count = _elements(ids_struct)
+        experts = _read_elements(ids_struct)
+        status = ROUTING_READ if experts is not None else ROUTING_UNREADABLE
+        experts = np.full(count, -1, np.int32) if experts is None else experts.astype(np.int32)
+        read = _struct(weights) if weights else None
+        values = _read_elements(read) if read is not None and _elements(read) == count else None
+        if values is None and status == ROUTING_READ:
+            status = ROUTING_NO_WEIGHTS
+        values = np.full(count, np.nan, np.float32) if values is None else values.astype(np.float32)
+        shape = (count // max(n_used, 1), n_used)
+        self._routing.append(Routing(node, n_expert, experts.reshape(shape), values.reshape(shape), status))
+        self._routing_read += 1
+
     def _read_values(self, tensor: int, node: int) -> None:
         """Statistics (NODE_VALUES) and a copy (NODE_CAPTURE) of a computed node's output."""
-        struct = np.frombuffer(ctypes.string_at(tensor, TENSOR_SIZE), dtype=TENSOR_DTYPE)[0]
+        struct = _struct(tensor)
         flags = self._flags[node]
         lib = libggml()
         buffer, data = int(struct["buffer"]), int(struct["data"])
@@ -250,6 +335,11 @@ class PythonGraphRecorder:
     @property
     def captures_skipped(self) -> tuple[int, int]:
         return self._skipped
+
+    @property
+    def routing_reads(self) -> tuple[int, int, int]:
+        """MoE layers read: all at an answered node (no ticks here)."""
+        return self._routing_read, 0, 0
 
     def _is_selected(self, struct: np.void) -> bool:
         selection = self.selection
@@ -302,6 +392,7 @@ class PythonGraphRecorder:
             boundary_ns=boundary_ns,
             values=np.array(self._values, dtype=VALUES_DTYPE) if self._values else None,
             captures=self._captures,
+            routing=self._routing,
         )
         if self.inline_timing:
             ticks = np.array(self._ticks, dtype=np.int64)

@@ -189,7 +189,7 @@ class InProcessRecording(Recording[InProcessTracer]):
         if self.settings.recorder == "native":
             if extension_available():
                 self.recorder_used = "native"
-                recorder = CGraphRecorder(selection, inline_timing, self.settings.values)
+                recorder = CGraphRecorder(selection, inline_timing, self.settings.values, self.settings.routing == "on")
                 if not self.tracers:
                     gpu.configure_gpu_timer(self.settings)
                 return recorder
@@ -198,7 +198,7 @@ class InProcessRecording(Recording[InProcessTracer]):
                 "Python recorder (reinstall ggml-viz with a C compiler to get it back)"
             )
         self.recorder_used = "python"
-        return PythonGraphRecorder(selection, inline_timing, self.settings.values)
+        return PythonGraphRecorder(selection, inline_timing, self.settings.values, self.settings.routing == "on")
 
     def _write_when_idle(self) -> None:
         """The idle writer: a program that stops calling llama_decode has its last graphs

@@ -76,6 +76,7 @@ class SpoolRecorder:
         self.reader = GraphRecordReader(inline_timing)
         self.clock = self.reader.clock
         self.captures_skipped = (0, 0)
+        self.routing_reads = (0, 0, 0)
         self.records: list[Any] = []
 
     def take_graphs(self, boundary_ns: int) -> list[RawGraph | RepeatedGraph]:
@@ -296,6 +297,7 @@ class SpoolCollector:
         for (spool, _), tracer in self.tracers.items():
             if spool == path:
                 tracer.spool_recorder.captures_skipped = skipped
+                tracer.spool_recorder.routing_reads = tuple(int(n) for n in info.get("routing_reads", (0, 0, 0)))
                 break
         gpu = info.get("gpu")
         if gpu:

@@ -81,7 +81,7 @@ EXPORT const char ggml_viz_preload_settings[] =
     "GGML_VIZ_OUTPUT,GGML_VIZ_DISABLE,GGML_VIZ_VERBOSE,GGML_VIZ_SPOOL,GGML_VIZ_READ_GRAPHS,GGML_VIZ_CUPTI,"
     "GGML_VIZ_GPU_DETACH,"
     "GGML_VIZ_DETAIL,GGML_VIZ_TIMING,GGML_VIZ_SAMPLE,GGML_VIZ_OPS,GGML_VIZ_LAYERS,GGML_VIZ_NAMES,GGML_VIZ_VALUES,"
-    "GGML_VIZ_CAPTURE,GGML_VIZ_CAPTURE_BYTES,GGML_VIZ_GPU,GGML_VIZ_GPU_WINDOW,GGML_VIZ_GPU_PERIOD";
+    "GGML_VIZ_CAPTURE,GGML_VIZ_CAPTURE_BYTES,GGML_VIZ_ROUTING,GGML_VIZ_GPU,GGML_VIZ_GPU_WINDOW,GGML_VIZ_GPU_PERIOD";
 
 typedef void (*set_callback_fn)(void *, eval_fn, void *);
 typedef void (*set_abort_fn)(void *, abort_fn, void *);
@@ -296,6 +296,7 @@ static void start(void) {
         return;
     }
     state.layout = layout;
+    if (state.routing) probe_routing_ops();
     gpu_configure(&state.gpu);
     pthread_mutex_lock(&state.lock);
     state.enabled = !state.claimed_by_python;
@@ -345,6 +346,11 @@ static Entry *entry_for(void *owner, int kind) {
                 const char *problem = recorder_set_values(r, state.values_stats, (const char *const *)state.captures,
                                                           state.n_captures, state.capture_bytes, &values);
                 if (problem) say("values are not recorded: %s", problem);
+            }
+            if (state.routing && state.op_mul_mat_id && api.buffer_is_host && api.fp16_to_fp32) {
+                const char *problem = recorder_set_routing(r, 1, state.op_mul_mat_id, state.op_get_rows,
+                                                           api.buffer_is_host, api.tensor_get, api.fp16_to_fp32);
+                if (problem) say("mixture-of-experts routing is not recorded: %s", problem);
             }
             /* callbacks the program set before: called from ours */
             const ProgramCallback *eval = recall_callback(EVAL_ON_SCHEDULER, owner);

@@ -71,6 +71,10 @@ typedef struct {
     const char *(*backend_name)(void *);
     int (*graph_n_nodes)(void *);
     void *(*graph_node)(void *, int);
+    /* a mixture of experts' routing: the two ops probed for their numbers, a tensor read anywhere */
+    void *(*get_rows)(void *, void *, void *);
+    void *(*mul_mat_id)(void *, void *, void *, void *);
+    void (*tensor_get)(const void *, void *, size_t, size_t);
     GgmlFunctions recorder;
     /* llama (absent in a plain ggml program) */
     void *(*get_model)(const void *);
@@ -154,6 +158,8 @@ typedef struct {
     int detail_graph, sync_timing, values_stats;
     GpuTraceSettings gpu;
     int read_graphs_at_compute; /* GGML_VIZ_READ_GRAPHS=compute: as on a GPU, on any backend */
+    int routing;                /* GGML_VIZ_ROUTING (on unless off): read each MoE layer's experts */
+    int32_t op_mul_mat_id, op_get_rows; /* their numbers in this ggml (0: not found) */
     int gpu_problem_said;
     long long sample, capture_bytes;
     int n_ops, n_names, n_ranges, no_layer, n_captures;
@@ -186,6 +192,7 @@ const char *find_functions(void);
 const char *ggml_library_path(void);
 const char *ggml_description(void);
 const char *check_layout(const TensorLayout *layout);
+void probe_routing_ops(void);
 const char *env(const char *name);
 bool env_flag(const char *name);
 int split_list(const char *text, char **items, int limit, bool upper);

@@ -57,6 +57,9 @@ const char *find_functions(void) {
     FIND(backend_name, "ggml_backend_name");
     FIND(graph_n_nodes, "ggml_graph_n_nodes");
     FIND(graph_node, "ggml_graph_node");
+    FIND(get_rows, "ggml_get_rows");
+    FIND(mul_mat_id, "ggml_mul_mat_id");
+    FIND(tensor_get, "ggml_backend_tensor_get");
     NEED(recorder.buffer_name, "ggml_backend_buffer_name");
     NEED(recorder.buffer_usage, "ggml_backend_buffer_get_usage");
     NEED(recorder.buffer_size, "ggml_backend_buffer_get_size");
@@ -161,6 +164,24 @@ const char *check_layout(const TensorLayout *l) {
     return problem;
 }
 
+/* The numbers this ggml gives MUL_MAT_ID and GET_ROWS (the enum's numbering changes between
+   versions), read from probe tensors it builds (shapes every ggml accepts: one 2-D expert). */
+void probe_routing_ops(void) {
+    state.op_mul_mat_id = state.op_get_rows = 0;
+    if (!api.get_rows || !api.mul_mat_id) return;
+    size_t overhead = api.tensor_overhead();
+    void *ctx = api.init((struct ggml_init_params_abi){16 * overhead, NULL, true});
+    if (!ctx) return;
+    void *experts = api.new_tensor_2d(ctx, 0 /* F32 */, 8, 4);
+    void *input = api.new_tensor_2d(ctx, 0, 8, 1);
+    void *ids = api.new_tensor_2d(ctx, 26 /* I32 */, 1, 1);
+    void *rows = api.get_rows(ctx, experts, ids);
+    void *product = api.mul_mat_id(ctx, experts, input, ids);
+    memcpy(&state.op_get_rows, (char *)rows + state.layout.op_offset, 4);
+    memcpy(&state.op_mul_mat_id, (char *)product + state.layout.op_offset, 4);
+    api.free(ctx);
+}
+
 /* ---- settings from the environment --------------------------------------------------------- */
 
 const char *env(const char *name) {
@@ -222,6 +243,9 @@ const char *read_settings(void) {
         return "GGML_VIZ_READ_GRAPHS: choose compute or callback";
     }
     state.read_graphs_at_compute = read_graphs && !strcmp(read_graphs, "compute");
+    const char *routing = env("GGML_VIZ_ROUTING");
+    if (routing && strcmp(routing, "on") && strcmp(routing, "off")) return "GGML_VIZ_ROUTING: choose on or off";
+    state.routing = !routing || !strcmp(routing, "on");
     const char *gpu = env("GGML_VIZ_GPU");
     if (gpu && strcmp(gpu, "windows") && strcmp(gpu, "every") && strcmp(gpu, "off")) {
         return "GGML_VIZ_GPU: choose windows, every or off";

@@ -359,13 +359,18 @@ void write_entry(Entry *e) {
 void write_end_frame(void) {
     Array t;
     array_init(&t, 1);
-    long long skipped = 0, skipped_bytes = 0;
+    long long skipped = 0, skipped_bytes = 0, answered = 0, at_ticks = 0, dropped = 0;
     for (int i = 0; i < state.n_entries; i++) {
-        skipped += state.entries[i]->recorder.captures_skipped;
-        skipped_bytes += state.entries[i]->recorder.capture_bytes_skipped;
+        const Recorder *r = &state.entries[i]->recorder;
+        skipped += r->captures_skipped;
+        skipped_bytes += r->capture_bytes_skipped;
+        answered += r->routing_answered;
+        at_ticks += r->routing_at_ticks;
+        dropped += r->routing_dropped;
     }
-    text_add(&t, "{\"end_ns\":%lld,\"contexts\":%d,\"captures_skipped\":%lld,\"capture_bytes_skipped\":%lld",
-             (long long)now_ns(), state.n_entries, skipped, skipped_bytes);
+    text_add(&t, "{\"end_ns\":%lld,\"contexts\":%d,\"captures_skipped\":%lld,\"capture_bytes_skipped\":%lld,"
+             "\"routing_reads\":[%lld,%lld,%lld]",
+             (long long)now_ns(), state.n_entries, skipped, skipped_bytes, answered, at_ticks, dropped);
     int on_gpu = 0;
     for (int i = 0; i < state.n_entries; i++) on_gpu |= state.entries[i]->on_cuda;
     if (on_gpu) { /* the GPU timer: what it used, or why it timed nothing */

@@ -22,7 +22,7 @@ from ..._errors import RunFormatError
 from ...runformat.schema import SPOOL_DIR
 from ..core.raw_graph import DECODE_DTYPE
 
-MAGIC = b"GGVZSPL2"
+MAGIC = b"GGVZSPL3"
 START, CONTEXT, TAKE, FAILED, END, GPU, WEIGHTS, UNTRACED, CONNECTION, WIRE = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
 KINDS = (START, CONTEXT, TAKE, FAILED, END, GPU, WEIGHTS, UNTRACED, CONNECTION, WIRE)
 MAX_FRAME_BYTES = 1 << 34  # no take is this large: a size past it is damage
@@ -31,7 +31,8 @@ TRAILER_BYTES = 4  # the payload's CRC-32
 SPOOL_SUFFIX = ".spool"
 # The parts of a graph, in core/recorder.h's order (GRAPH_PART_NAMES).
 GRAPH_PARTS = ("nodes", "node_ptrs", "starts", "ends", "flags", "leaves", "leaf_ptrs", "buffers", "tick_ns",
-               "tick_asked", "tick_barrier_ns", "stats", "capture_records", "capture_bytes")  # fmt: skip
+               "tick_asked", "tick_barrier_ns", "stats", "capture_records", "capture_bytes", "routing_records",
+               "routing_bytes")  # fmt: skip
 GRAPH_HEADER_DTYPE = np.dtype(
     [("plain_repeat", "<u4"), ("same", "<u4"), ("n_nodes", "<u8"), ("start_ns", "<i8"), ("end_ns", "<i8"),
      ("boundary_ns", "<i8"), ("n_timed", "<i8"), ("part_sizes", "<u8", (len(GRAPH_PARTS),))]
@@ -56,6 +57,8 @@ class GraphRecord(NamedTuple):
     stats: bytes
     capture_records: bytes
     capture_bytes: bytes
+    routing_records: bytes
+    routing_bytes: bytes
     boundary_ns: int
     same: bool
     n_timed: int

@@ -22,6 +22,12 @@ from .details import (
     NodeSource,
     NodeValues,
 )
+from .experts import (
+    ExpertsPayload,
+    NodeRouting,
+    RequestRouting,
+    TokenRouting,
+)
 from .events import (
     EventRow,
     EventsPayload,
@@ -117,6 +123,7 @@ __all__ = [
     "DiskTrack",
     "EventRow",
     "EventsPayload",
+    "ExpertsPayload",
     "FoundSection",
     "GpuDecodeStep",
     "GpuKernelRow",
@@ -145,6 +152,7 @@ __all__ = [
     "NodeBars",
     "NodeGpuTime",
     "NodePayload",
+    "NodeRouting",
     "NodeSource",
     "NodeValues",
     "NodeWaits",
@@ -157,6 +165,7 @@ __all__ = [
     "PhaseRow",
     "PhaseSpeeds",
     "PixelColumns",
+    "RequestRouting",
     "RequestText",
     "RowsRead",
     "RunListEntry",
@@ -172,6 +181,7 @@ __all__ = [
     "TimelineGraphs",
     "TimelineLane",
     "TimelinePayload",
+    "TokenRouting",
     "TracedSpans",
     "WeightReads",
 ]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TypedDict
 
+from .experts import NodeRouting
+
 
 class NodeSource(TypedDict):
     slot: int
@@ -65,3 +67,4 @@ class NodePayload(TypedDict):
     sources: list[NodeSource]
     values: NodeValues | None
     gpu: NodeGpuTime | None  # None: not on a traced GPU graph
+    routing: NodeRouting | None  # a MUL_MAT_ID of a graph whose routing was recorded; else None

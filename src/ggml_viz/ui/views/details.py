@@ -13,6 +13,7 @@ from ...runformat.schema import NO_ID
 from ..context import RunContext, json_safe, shape_text
 from ..gpu import GpuRun
 from ..payloads import NodePayload, NodeValues
+from .experts import node_routing
 
 
 class NodeDetails:
@@ -56,6 +57,7 @@ class NodeDetails:
         details["sources"] = sources
         details["values"] = self._values_of(graph_id, node_index)
         details["gpu"] = self.gpu.node_time(graph_id, node_index) if self.gpu is not None else None
+        details["routing"] = node_routing(context, graph_id, node_index)
         return cast(NodePayload, details)
 
     @cached_property

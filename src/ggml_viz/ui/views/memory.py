@@ -19,7 +19,7 @@ def disk_track(context: RunContext) -> DiskTrack:
     if memory_map.empty:
         return {"files": []}
     reads = weight_reads_by_name(context.run)
-    rows = gathered_rows(context.run)  # the exact rows of tables that lookups read
+    rows = gathered_rows(context.run)  # the exact rows lookups read, and the experts' slices chosen
     rows_per_table = rows.groupby("name").agg(rows=("row", "size"), row_bytes=("end", "sum"))
     rows_per_table["row_bytes"] -= rows.groupby("name")["start"].sum()
     files: list[DiskFile] = []

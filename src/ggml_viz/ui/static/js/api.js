@@ -321,6 +321,7 @@ import { offlineAnswer } from "./offline.js";
  * @property {NodeSource[]} sources
  * @property {?NodeValues} values
  * @property {?NodeGpuTime} gpu null: not on a traced GPU graph
+ * @property {?NodeRouting} routing a MUL_MAT_ID's MoE layer routing in its graph; null: none
  *
  * @typedef {Object} EventRow
  * @property {number} event
@@ -504,6 +505,32 @@ import { offlineAnswer } from "./offline.js";
  * @property {FoundSection[]} sections titled findings (plugins' summary sections), each shown apart
  * @property {LayerActivation[]} activation_by_layer empty without --values stats
  *
+ * @typedef {Object} RequestRouting a server's request: its own layer × expert load
+ * @property {string} label
+ * @property {number} seq_id
+ * @property {number[][]} tokens [layer][expert]
+ *
+ * @typedef {Object} ExpertsPayload a mixture of experts' routing (empty layers: none recorded)
+ * @property {number[]} layers
+ * @property {number} n_expert
+ * @property {number} experts_per_token
+ * @property {number[][]} tokens [layer][expert]: (token, slot) rows routed to it
+ * @property {number[][]} bytes [layer][expert]: bytes of its weights read
+ * @property {number[][]} time_share [layer][expert]: estimated share of the layer's MUL_MAT_ID time
+ * @property {string[]} devices per layer: the device its experts live on
+ * @property {RequestRouting[]} requests a server's requests (none for one)
+ *
+ * @typedef {Object} TokenRouting columnar: each token the layer computed
+ * @property {number[]} position
+ * @property {string[]} text
+ * @property {number[][]} experts the router's choices, best first
+ * @property {Array<Array<?number>>} weights
+ *
+ * @typedef {Object} NodeRouting a MUL_MAT_ID's layer routing in its graph
+ * @property {?number} layer
+ * @property {number} n_expert
+ * @property {TokenRouting} tokens
+ *
  * @typedef {Object} AttentionIndexPayload
  * @property {Object<string, number[]>} graphs graph id -> layers with captured attention
  * @property {number} heads
@@ -573,6 +600,8 @@ export const getOccupancy = (runId, graphId) => api(`runs/${runId}/occupancy/${g
 /** @returns {Promise<StatsPayload>} */
 export const getStats = (runId) => api(`runs/${runId}/stats`);
 /** @returns {Promise<AttentionIndexPayload>} */
+export const getExperts = (runId) => api(`runs/${runId}/experts`);
+
 export const getAttentionIndex = (runId) => api(`runs/${runId}/attention-index`);
 /** @returns {Promise<AttentionPayload>} */
 export const getAttention = (runId, graph, layer, head) => api(`runs/${runId}/attention`, { graph, layer, head });

@@ -39,6 +39,16 @@ export function sourcePlace(src) {
   return `${src.buffer || "?"}${src.buffer_offset === null ? "" : " @ " + fmtInt(src.buffer_offset)}`;
 }
 
+// A MoE layer's routing in a node's graph: each token, its experts (best first) with their weights.
+function routingTable(routing) {
+  const t = routing.tokens;
+  return h("table", { "data-testid": "node-routing" },
+    h("tr", {}, ["pos", "token", "experts (weight)"].map((c) => h("th", { text: c }))),
+    t.position.map((position, i) => h("tr", {},
+      h("td", { text: position }), h("td", { text: JSON.stringify(t.text[i]) }),
+      h("td", { text: t.experts[i].map((e, k) => (t.weights[i][k] === null ? `${e}` : `${e} (${t.weights[i][k].toFixed(3)})`)).join(", ") }))));
+}
+
 // Where a node shows in the timeline: its host time, else its GPU time, else [null, null].
 export const timeSpan = (node) => (node.start_ns !== null ? [node.start_ns, node.end_ns]
   : node.gpu ? [node.gpu.start_ns, node.gpu.end_ns] : [null, null]);
@@ -66,6 +76,8 @@ export async function showDetails(panel, graphId, nodeIndex) {
       kv("min … max", `${fmtNum(values.min)} … ${fmtNum(values.max)}`),
       kv("mean ± std", `${fmtNum(values.mean)} ± ${fmtNum(values.std)}`), kv("mean |x|", fmtNum(values.mean_abs)),
       kv("NaN / Inf", `${fmtInt(values.nan)} / ${fmtInt(values.inf)}`)) : null,
+    node.routing ? h("h3", { text: `experts chosen (layer ${node.routing.layer ?? "?"}, ${node.routing.n_expert} experts)` }) : null,
+    node.routing ? routingTable(node.routing) : null,
     h("h3", { text: "sources" }),
     h("table", { "data-testid": "sources" },
       h("tr", {}, ["#", "name", "shape", "type", "lives in"].map((c) => h("th", { text: c }))),

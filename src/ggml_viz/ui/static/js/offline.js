@@ -3,7 +3,7 @@
 // (see export/report.py). A pure function of the embedded answers, a path and a query.
 
 const NOT_IN_REPORT = "not in this report: open the run with `ggml-viz view` for everything";
-const WHOLE_ANSWERS = ["overview", "stats", "graphs", "memory", "timeline", "attention-index"];
+const WHOLE_ANSWERS = ["overview", "stats", "graphs", "memory", "timeline", "attention-index", "experts"];
 
 const given = (value) => value !== undefined && value !== null && value !== "";
 
@@ -21,7 +21,7 @@ export function offlineAnswer(answers, path, query = {}) {
   if (part === "node") {
     for (let i = 0; i < n; i++) if (events.graph_id[i] === Number(query.graph) && events.node_index[i] === Number(query.index)) {
       const r = row(i); // a report keeps no sources: the details show what the row has
-      return { ...r, end_ns: r.start_ns === null ? null : r.start_ns + r.duration_ns, tokens: "", nbytes: null, buffer: null, sources: [], gpu: null };
+      return { ...r, end_ns: r.start_ns === null ? null : r.start_ns + r.duration_ns, tokens: "", nbytes: null, buffer: null, sources: [], gpu: null, routing: null };
     }
     return missing();
   }

@@ -1,0 +1,100 @@
+"""Mixture-of-experts models: how evenly each layer spreads its tokens, which experts are hot or
+never used, and where the experts' bytes live (run.moe_experts, run.expert_reads).
+
+Load is the tokens routed to an expert (one per token and slot). Per layer:
+- imbalance: the busiest expert's load over the mean load (1.0: perfectly even);
+- never used: experts no token chose in the whole run;
+- entropy: of the load's distribution, in bits, and as a share of the most it can be
+  (log2 of the experts): 1.0 is even, 0 all on one expert.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..runformat.reader import Run
+from .breakdowns import backend_names
+
+HOT_EXPERTS = 3  # the hottest experts named per layer
+
+
+def layer_balance(run: Run) -> pd.DataFrame:
+    """Per MoE layer: n_expert, tokens routed, max_over_mean, never_used, entropy_bits,
+    entropy_share, hottest (its HOT_EXPERTS busiest experts with their shares of the load), and
+    the same load split by phase (prompt_tokens, decode_tokens)."""
+    experts = run.moe_experts
+    rows = []
+    for layer, group in experts.groupby("layer"):
+        load = group["tokens"].to_numpy(dtype=np.float64)
+        total = load.sum()
+        if total <= 0:
+            continue
+        shares = load / total
+        nonzero = shares[shares > 0]
+        entropy = float(-(nonzero * np.log2(nonzero)).sum())
+        n_expert = len(load)
+        order = np.argsort(-load, kind="stable")[:HOT_EXPERTS]
+        rows.append({
+            "layer": int(layer), "n_expert": n_expert, "tokens": int(total),
+            "max_over_mean": float(load.max() / load.mean()), "never_used": int((load == 0).sum()),
+            "entropy_bits": entropy, "entropy_share": entropy / np.log2(n_expert) if n_expert > 1 else 1.0,
+            "hottest": [(int(group["expert"].iloc[i]), float(shares[i])) for i in order],
+            "prompt_tokens": int(group["prompt_tokens"].sum()), "decode_tokens": int(group["decode_tokens"].sum()),
+        })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def expert_devices(run: Run) -> pd.DataFrame:
+    """Per MUL_MAT_ID node of each structure (run.expert_nodes' rows), the device its experts'
+    weight lives on: the backend of its buffer (CPU, CUDA0, RPC[...])."""
+    by_ids = run.expert_nodes
+    buffers = run.tensors.set_index("tensor_id")["buffer"].reindex(by_ids["experts_tensor_id"])
+    kinds = buffers.map(run.buffers.set_index("buffer")["buffer_type"]).fillna("?").to_numpy()
+    return by_ids.assign(device=[(backend_names([kind]) or ["?"])[0] for kind in kinds])
+
+
+def expert_bytes_by_device(run: Run) -> pd.DataFrame:
+    """Per graph with routing and device holding experts: the bytes of experts' weights the graph
+    read there (the experts its batch chose), and how many expert slices that was."""
+    reads = run.expert_reads
+    if reads.empty:
+        return pd.DataFrame(columns=["graph_id", "phase", "device", "bytes_read", "experts_read"])
+    placed = reads.merge(expert_devices(run)[["structure_id", "node_index", "device"]], on=["structure_id", "node_index"])
+    placed = placed.merge(run.graphs[["graph_id", "phase"]], on="graph_id")
+    return placed.groupby(["graph_id", "phase", "device"], as_index=False).agg(
+        bytes_read=("bytes_read", "sum"), experts_read=("experts_read", "sum")
+    )
+
+
+def moe_summary(run: Run) -> dict[str, Any]:
+    """What `summary` says of a mixture of experts: per layer balance, the hottest experts, prompt
+    against decode, and the bytes of experts a decode step reads from each device."""
+    balance = layer_balance(run)
+    if balance.empty:
+        return {"layers": 0}
+    experts = run.moe_experts
+    devices = expert_bytes_by_device(run)
+    decode = devices[devices["phase"] == "decode"]
+    per_step = decode.groupby("device")["bytes_read"].median() if len(decode) else pd.Series(dtype="float64")
+    routed = experts.groupby("layer")["tokens"].sum()
+    token_share_by_device = {}
+    if len(devices):  # the share of the (token, slot) rows each device's experts computed
+        placement = expert_devices(run)[["layer", "device"]].drop_duplicates("layer")
+        load = experts.merge(placement, on="layer", how="left")
+        token_share_by_device = (load.groupby("device")["tokens"].sum() / max(int(routed.sum()), 1)).to_dict()
+    return {
+        "layers": int(len(balance)),
+        "n_expert": int(balance["n_expert"].max()),
+        "experts_per_token": int(run.raw("moe_routing")["slot"].max()) + 1,
+        "balance": [{**row, "hottest": [list(pair) for pair in row["hottest"]]} for row in balance.to_dict("records")],
+        "never_used": int(balance["never_used"].sum()),
+        "worst_layer": int(balance.loc[balance["max_over_mean"].idxmax(), "layer"]),
+        "worst_max_over_mean": float(balance["max_over_mean"].max()),
+        "median_max_over_mean": float(balance["max_over_mean"].median()),
+        "median_entropy_share": float(balance["entropy_share"].median()),
+        "decode_expert_bytes_by_device": {str(k): int(v) for k, v in per_step.items()},
+        "token_share_by_device": {str(k): float(v) for k, v in token_share_by_device.items()},
+    }
