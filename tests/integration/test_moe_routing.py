@@ -309,3 +309,26 @@ def test_a_dense_model_has_no_routing(tmp_path, model_path):
     assert run.raw("moe_routing").empty and run.moe_experts.empty and run.expert_nodes.empty
     assert not (path / "moe_routing.parquet").exists()
     assert json.loads(ggml_viz_cli("summary", str(path), "--json").stdout)["moe"] == {"layers": 0}
+
+
+def test_a_graph_read_at_its_compute_call_reads_the_same_routing(qwen3moe, tmp_path):
+    """GPU graphs are read at their compute call, without the eval callback; their routing is read
+    through a routing-only callback (in GPU windows). GGML_VIZ_READ_GRAPHS=compute reads a CPU
+    program the same way, at every compute: the routing must be the eval callback's."""
+    import os
+
+    completion = [str(llama_tool("llama-completion")), "-m", str(qwen3moe.path), "-p", PROMPT, "-n", "4", "-no-cnv",
+                  "--temp", "0", "-t", "2", "--seed", "1"]  # fmt: skip
+    runs = {}
+    for how in ("callback", "compute"):
+        output = tmp_path / f"{how}.ggmlviz"
+        env = {**os.environ, "GGML_VIZ_READ_GRAPHS": how}
+        done = subprocess.run([sys.executable, "-m", "ggml_viz", "run", "-o", str(output), "--", *completion],
+                              capture_output=True, text=True, timeout=300, env=env)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs[how] = ggml_viz.open(output)
+    read_at_compute = runs["compute"]
+    assert set(read_at_compute.graphs["detail"]) == {"graph"}  # read at the compute call: graph times only
+    counts = read_at_compute.manifest["counts"]
+    assert counts["routing_answered"] == len(read_at_compute.graphs) * qwen3moe.n_layers
+    pd.testing.assert_frame_equal(read_at_compute.raw("moe_routing"), runs["callback"].raw("moe_routing"))

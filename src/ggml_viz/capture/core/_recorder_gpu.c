@@ -67,19 +67,20 @@ static void *is_empty_replacement(void *original, void *context) {
     return is_empty_original == (bool (*)(const void *))original ? (void *)is_empty_hooked : NULL;
 }
 
-/* hook_graph_compute(graph_n_nodes, graph_node, buffer_offset, sched_synchronize) -> slots
-   redirected: the loaded libraries' calls of the scheduler's compute (and of its graph
+/* hook_graph_compute(graph_n_nodes, graph_node, buffer_offset, sched_synchronize, sched_set_eval_callback)
+   -> slots redirected: the loaded libraries' calls of the scheduler's compute (and of its graph
    allocation, and of ggml_is_empty). */
 static PyObject *hook_graph_compute(PyObject *module, PyObject *args) {
-    unsigned long long n_nodes, node, synchronize;
+    unsigned long long n_nodes, node, synchronize, set_callback;
     Py_ssize_t buffer_offset;
-    if (!PyArg_ParseTuple(args, "KKnK", &n_nodes, &node, &buffer_offset, &synchronize)) return NULL;
-    if (!n_nodes || !node || !synchronize) {
+    if (!PyArg_ParseTuple(args, "KKnKK", &n_nodes, &node, &buffer_offset, &synchronize, &set_callback)) return NULL;
+    if (!n_nodes || !node || !synchronize || !set_callback) {
         PyErr_SetString(PyExc_ValueError, "a ggml function address is null");
         return NULL;
     }
     graph_access = (GraphAccess){(int (*)(void *))(uintptr_t)n_nodes, (void *(*)(void *, int))(uintptr_t)node,
-                                 (size_t)buffer_offset};
+                                 (size_t)buffer_offset,
+                                 (void (*)(void *, bool (*)(void *, bool, void *), void *))(uintptr_t)set_callback};
     sched_synchronize = (void (*)(void *))(uintptr_t)synchronize;
     int failed = 0, more = 0;
     int hooked = got_hook("ggml_backend_sched_graph_compute_async", compute_replacement, NULL, &failed);
@@ -183,8 +184,8 @@ static PyObject *convert_cupti_records(PyObject *module, PyObject *args) {
 
 PyMethodDef gpu_methods[] = {
     {"hook_graph_compute", hook_graph_compute, METH_VARARGS,
-     "hook_graph_compute(graph_n_nodes, graph_node, buffer_offset, sched_synchronize): read graphs at their "
-     "compute call (slots redirected, -1 on failure)"},
+     "hook_graph_compute(graph_n_nodes, graph_node, buffer_offset, sched_synchronize, sched_set_eval_callback): "
+     "read graphs at their compute call (slots redirected, -1 on failure)"},
     {"configure_gpu", configure_gpu, METH_VARARGS, "configure_gpu(mode, window, period, detach, cupti_paths)"},
     {"gpu_begin_call", gpu_begin_call, METH_VARARGS,
      "gpu_begin_call(recorder_address, context_id, on_cuda): this thread's llama_decode records there"},

@@ -189,6 +189,7 @@ def libggml() -> ctypes.CDLL:
     _declare(lib, "ggml_graph_n_nodes", ctypes.c_int, p)
     _declare(lib, "ggml_graph_node", p, p, ctypes.c_int)
     _declare(lib, "ggml_backend_sched_synchronize", None, p)
+    _declare(lib, "ggml_backend_sched_set_eval_callback", None, p, p, p)
     for optional in ("ggml_version", "ggml_commit"):
         if hasattr(lib, optional):
             _declare(lib, optional, ctypes.c_char_p)

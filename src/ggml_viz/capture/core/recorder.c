@@ -706,7 +706,8 @@ static int32_t type_of(Recorder *r, const uint8_t *tensor) {
    its ids and weights are read right after it ran (its ids still hold then, the ops that use them
    after it not run yet; llama.cpp computes the weights before it), at its result callback
    (answered), or at its tick (planned: see RoutingRead). */
-static int note_routing(Recorder *r, const uint8_t *tensor, uint64_t address, uint32_t node, uint8_t *flags) {
+static int note_routing(Recorder *r, const uint8_t *tensor, uint64_t address, uint32_t node, bool can_plan,
+                        uint8_t *flags) {
     int32_t op;
     memcpy(&op, tensor + r->layout.op_offset, sizeof op);
     uint64_t src0 = field_u64(tensor, r->layout.src_offset);
@@ -738,7 +739,7 @@ static int note_routing(Recorder *r, const uint8_t *tensor, uint64_t address, ui
         }
         /* the graph repeats the previous one so far, whose read of this node came at a known
            tick: read there, without answering */
-        bool ticking = r->inline_timing && r->time_nodes && r->repeating;
+        bool ticking = can_plan && r->inline_timing && r->time_nodes && r->repeating;
         while (ticking && r->routing_plan_at < r->previous_routing_reads.count &&
                ARRAY_AT(r->previous_routing_reads, RoutingRead, r->routing_plan_at).node < node) {
             r->routing_plan_at++;
@@ -929,7 +930,7 @@ static int on_ask(Recorder *r, uint64_t address) {
        Views (KV cache writes among them) share their source's bytes: not read again. */
     if (r->values_mode && !field_u64(tensor, r->layout.view_src_offset)) *flags |= NODE_VALUES;
     if (r->n_captures && matches_capture(r, tensor)) *flags |= NODE_CAPTURE;
-    if (r->routing && note_routing(r, tensor, address, (uint32_t)index_in_graph, flags) != 0) return -1;
+    if (r->routing && note_routing(r, tensor, address, (uint32_t)index_in_graph, true, flags) != 0) return -1;
     if (*flags & (NODE_VALUES | NODE_CAPTURE | NODE_ROUTING)) answer = true;
     if (answer) {
         *flags |= NODE_ANSWERED;
@@ -975,6 +976,41 @@ bool recorder_eval_callback(void *tensor, bool ask, void *user_data) {
         return false;
     }
     return answer == 1;
+}
+
+void recorder_begin_routing_reads(Recorder *r) {
+    r->routing_cursor = 0;
+    r->routing_pending = -1;
+}
+
+bool recorder_routing_callback(void *tensor, bool ask, void *user_data) {
+    Recorder *r = (Recorder *)user_data;
+    if (r->mode != MODE_RECORD) return !ask;
+    if (!ask) {
+        if (r->routing_pending >= 0 &&
+            read_routing(r, &ARRAY_AT(r->routing_reads, RoutingRead, (size_t)r->routing_pending)) != 0) {
+            r->out_of_memory = 1;
+            r->mode = MODE_OFF;
+        }
+        r->routing_pending = -1;
+        return true;
+    }
+    /* the scheduler asks about the graph's nodes in order, and about copies it made of a split's
+       inputs, which are no node of the graph read */
+    uint64_t address = (uint64_t)(uintptr_t)tensor;
+    size_t first = r->graph_first_node, n = r->node_flags.count - first, i = r->routing_cursor;
+    while (i < n && ARRAY_AT(r->node_ptrs, uint64_t, first + i) != address) i++;
+    if (i == n) return false;
+    r->routing_cursor = i + 1;
+    uint8_t flags = 0;
+    if (note_routing(r, (const uint8_t *)tensor, address, (uint32_t)i, false, &flags) != 0) {
+        r->out_of_memory = 1;
+        r->mode = MODE_OFF;
+        return false;
+    }
+    if (!(flags & NODE_ROUTING)) return false;
+    r->routing_pending = (int64_t)r->routing_reads.count - 1;
+    return true;
 }
 
 /* A graph read whole at the scheduler's compute call, without an eval callback (which
@@ -1364,6 +1400,7 @@ int recorder_init(Recorder *r, const TensorLayout *layout, const GgmlFunctions *
     r->mode = MODE_RECORD;
     r->time_nodes = 1;
     r->pending = -1;
+    r->routing_pending = -1;
     r->graphs_per_write = 32;
     r->write_interval_ns = 500000000LL;
     r->last_take_ns = now_ns();

@@ -181,6 +181,9 @@ typedef struct {
     Array previous_routing_reads; /* ... of the last graph closed, all read: where its ticks put them */
     size_t previous_ticks, routing_plan_at; /* its ticks in all; the next of its reads to match */
     long long routing_answered, routing_at_ticks, routing_dropped; /* reads, by how they were done */
+    size_t routing_cursor;  /* a graph read at its compute call: the next node the routing callback expects */
+    int64_t routing_pending; /* ... and the read it answered for (-1: none) */
+    int routing_every_compute; /* ... read at every compute, not only in GPU windows (a CPU read so) */
     Array routing_records, routing_data, graph_routing_start, graph_routing_data_start;
     int filtering;
     int n_ops, n_names, n_layer_ranges, select_no_layer;
@@ -305,6 +308,11 @@ uint64_t weight_fingerprint(const uint8_t *bytes, uint64_t nbytes);
 /* The callbacks handed to ggml (user_data: the Recorder). */
 bool recorder_eval_callback(void *tensor, bool ask, void *user_data);
 bool recorder_abort_callback(void *user_data);
+
+/* A graph read at its compute call (GPU windows): the eval callback that reads its routing alone,
+   answering each MoE layer's first MUL_MAT_ID (user_data: the Recorder); begin before each compute. */
+void recorder_begin_routing_reads(Recorder *r);
+bool recorder_routing_callback(void *tensor, bool ask, void *user_data);
 
 /* Record a whole graph at its compute call, without an eval callback (nodes: node_at(graph,
    i), i < n_nodes; the graph began at start_ns): 1 if it repeats the previous graph struct for

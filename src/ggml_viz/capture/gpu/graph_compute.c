@@ -27,7 +27,16 @@ int compute_reading_graph(Recorder *r, uint32_t context_id, int on_cuda, const G
     r->graph_allocated = 0;
     if (repeats == 0) repeats = read_first ? recorder_read_graph(r, graph, n, access->node, start) : 1;
     int traced = on_cuda && gpu_compute_begin(context_id, graph, n, access->node, repeats == 0, start);
+    /* in a window, the routing too: the graph was read (its nodes known), so the callback only
+       answers each MoE layer's first MUL_MAT_ID and reads its ids where they are */
+    int routing = (traced || r->routing_every_compute) && read_first && r->routing && access->set_eval_callback &&
+                  repeats >= 0;
+    if (routing) {
+        recorder_begin_routing_reads(r);
+        access->set_eval_callback(sched, recorder_routing_callback, r);
+    }
     int status = original(sched, graph);
+    if (routing) access->set_eval_callback(sched, NULL, NULL);
     if (traced) gpu_compute_end(now_ns());
     if (!read_first) recorder_read_graph(r, graph, access->n_nodes(graph), access->node, start);
     return status;

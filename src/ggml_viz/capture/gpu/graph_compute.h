@@ -7,6 +7,7 @@
 #ifndef GGML_VIZ_GRAPH_COMPUTE_H
 #define GGML_VIZ_GRAPH_COMPUTE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -14,15 +15,19 @@
 
 typedef int (*sched_compute_fn)(void *sched, void *graph);
 
-/* ggml's graph accessors, and where a tensor keeps its buffer. */
+/* ggml's graph accessors, where a tensor keeps its buffer, and the scheduler's
+   ggml_backend_sched_set_eval_callback (NULL: none; a mixture's routing is then not read). */
 typedef struct {
     int (*n_nodes)(void *graph);
     void *(*node)(void *graph, int i);
     size_t buffer_offset;
+    void (*set_eval_callback)(void *sched, bool (*callback)(void *, bool, void *), void *user_data);
 } GraphAccess;
 
 /* Read `graph` into `r` and compute it with `original` (traced on the GPU when `on_cuda`
-   and a window is open); returns what `original` returned. The owner sets
+   and a window is open; then a mixture of experts' routing is read too, each MoE layer's
+   first MUL_MAT_ID answered through a routing-only eval callback, the compute cut there);
+   returns what `original` returned. The owner sets
    r->graph_allocated when the program allocates a graph (ggml_backend_sched_alloc_graph):
    a graph computed again without that is the one read before. */
 int compute_reading_graph(Recorder *r, uint32_t context_id, int on_cuda, const GraphAccess *access,

@@ -548,6 +548,12 @@ static void check_backends(Entry *e, void *sched) {
     }
 }
 
+/* The scheduler's own ggml_backend_sched_set_eval_callback (ours records a program's callback). */
+static void set_scheduler_callback(void *sched, eval_fn callback, void *user_data) {
+    ORIGINAL(ggml_backend_sched_set_eval_callback, set_callback_fn);
+    if (original_ggml_backend_sched_set_eval_callback) original_ggml_backend_sched_set_eval_callback(sched, callback, user_data);
+}
+
 /* A GPU scheduler's graph is read at its compute call (no eval callback), unless a node must
    be answered: sync timing, values, captures, or the program's own eval callback. */
 static bool reads_at_compute(Entry *e) {
@@ -574,7 +580,7 @@ static int compute_graph(compute_fn original, void *sched, void *graph) {
     compute_depth++;
     int status;
     if (reads_at_compute(e)) {
-        GraphAccess access = {api.graph_n_nodes, api.graph_node, state.layout.buffer_offset};
+        GraphAccess access = {api.graph_n_nodes, api.graph_node, state.layout.buffer_offset, set_scheduler_callback};
         /* A scheduler with a CPU backend beside one ggml-viz does not time (an RPC server, Vulkan):
            its CPU splits are timed by the CPU backend's ticks, split by split as they compute. */
         int time_splits = e->on_gpu && !e->on_cuda && !state.sync_timing && !state.detail_graph;
@@ -583,6 +589,9 @@ static int compute_graph(compute_fn original, void *sched, void *graph) {
             e->recorder.tick_reads = 1;
             splits_of = e;
         }
+        /* a CPU program read at its compute calls (GGML_VIZ_READ_GRAPHS=compute) keeps graph times only:
+           its routing is read at every compute, as in a GPU window */
+        e->recorder.routing_every_compute = !e->on_gpu;
         status = compute_reading_graph(&e->recorder, (uint32_t)e->context_id, e->on_cuda, &access, original, sched,
                                        graph);
         splits_of = NULL;
@@ -648,7 +657,7 @@ static int compute_on_backend(compute_fn original, void *backend, void *graph) {
     if (made != e->graphs_made_seen) e->recorder.graph_allocated = 1;
     e->graphs_made_seen = made;
     compute_depth++;
-    GraphAccess access = {api.graph_n_nodes, api.graph_node, state.layout.buffer_offset};
+    GraphAccess access = {api.graph_n_nodes, api.graph_node, state.layout.buffer_offset, NULL}; /* no scheduler */
     int status = compute_reading_graph(&e->recorder, (uint32_t)e->context_id, e->on_cuda, &access, original, backend,
                                        graph);
     compute_depth--;

@@ -33,10 +33,16 @@ SPOOL_SUFFIX = ".spool"
 GRAPH_PARTS = ("nodes", "node_ptrs", "starts", "ends", "flags", "leaves", "leaf_ptrs", "buffers", "tick_ns",
                "tick_asked", "tick_barrier_ns", "stats", "capture_records", "capture_bytes", "routing_records",
                "routing_bytes")  # fmt: skip
-GRAPH_HEADER_DTYPE = np.dtype(
-    [("plain_repeat", "<u4"), ("same", "<u4"), ("n_nodes", "<u8"), ("start_ns", "<i8"), ("end_ns", "<i8"),
-     ("boundary_ns", "<i8"), ("n_timed", "<i8"), ("part_sizes", "<u8", (len(GRAPH_PARTS),))]
-)  # fmt: skip
+# A spool of an earlier version (its magic) has the parts of its day: version 2 had no routing.
+PARTS_OF = {MAGIC: GRAPH_PARTS, b"GGVZSPL2": GRAPH_PARTS[:14]}
+
+
+def graph_header_dtype(parts: tuple[str, ...] = GRAPH_PARTS) -> np.dtype:
+    """A graph's header in a SPOOL_TAKE frame, with the sizes of these parts."""
+    return np.dtype(
+        [("plain_repeat", "<u4"), ("same", "<u4"), ("n_nodes", "<u8"), ("start_ns", "<i8"), ("end_ns", "<i8"),
+         ("boundary_ns", "<i8"), ("n_timed", "<i8"), ("part_sizes", "<u8", (len(parts),))]
+    )  # fmt: skip
 TAKE_COUNTS = struct.Struct("<QQQQ")  # calls, tokens, graphs, text bytes
 
 
@@ -96,12 +102,13 @@ class Frame(NamedTuple):
     kind: int
     context_id: int
     payload: bytes
+    parts: tuple[str, ...] = GRAPH_PARTS  # a graph's parts in its spool's version
 
     def json(self) -> dict[str, Any]:
         return json.loads(self.payload.decode("utf-8", "replace"))
 
     def take(self) -> Take:
-        return parse_take(self.payload)
+        return parse_take(self.payload, self.parts)
 
 
 @dataclass
@@ -113,6 +120,7 @@ class SpoolReader:
     offset: int = 0  # bytes read so far
     damage: str | None = None
     _started: bool = False  # the magic was read
+    _parts: tuple[str, ...] = GRAPH_PARTS
     _pending: bytes = field(default=b"", repr=False)
 
     def read_new(self) -> list[Frame]:
@@ -128,9 +136,9 @@ class SpoolReader:
             if len(data) < len(MAGIC):
                 self._pending = data
                 return []
-            if data[: len(MAGIC)] != MAGIC:
+            if data[: len(MAGIC)] not in PARTS_OF:
                 raise RunFormatError(f"{self.path} is not a ggml-viz spool")
-            position, self._started = len(MAGIC), True
+            position, self._started, self._parts = len(MAGIC), True, PARTS_OF[data[: len(MAGIC)]]
         frames = []
         while len(data) - position >= FRAME_HEADER.size:
             kind, context_id, size = FRAME_HEADER.unpack_from(data, position)
@@ -145,7 +153,7 @@ class SpoolReader:
             if checksum != zlib.crc32(payload):
                 self.damage = f"{self.path.name}: a damaged frame at byte {self.offset - len(data) + position}"
                 break
-            frames.append(Frame(kind, context_id, payload))
+            frames.append(Frame(kind, context_id, payload, self._parts))
             position = end + TRAILER_BYTES
         self._pending = data[position:] if self.damage is None else b""
         return frames
@@ -161,7 +169,7 @@ def first_frame(path: Path) -> Frame | None:
     there whole and sound."""
     with open(path, "rb") as spool:
         head = spool.read(len(MAGIC) + FRAME_HEADER.size)
-        if len(head) < len(MAGIC) + FRAME_HEADER.size or head[: len(MAGIC)] != MAGIC:
+        if len(head) < len(MAGIC) + FRAME_HEADER.size or head[: len(MAGIC)] not in PARTS_OF:
             return None
         kind, context_id, size = FRAME_HEADER.unpack_from(head, len(MAGIC))
         if kind not in KINDS or size > MAX_FRAME_BYTES:
@@ -180,8 +188,10 @@ def spool_files(run_dir: Path) -> list[Path]:
     return sorted(folder.glob("*" + SPOOL_SUFFIX), key=lambda path: (path.stat().st_mtime, path.name))
 
 
-def parse_take(payload: bytes) -> Take:
-    """A SPOOL_TAKE payload (see spool.h), checked against its own sizes."""
+def parse_take(payload: bytes, graph_parts: tuple[str, ...] = GRAPH_PARTS) -> Take:
+    """A SPOOL_TAKE payload (see spool.h), checked against its own sizes; its graphs have
+    `graph_parts` (an earlier spool's lack the later ones: empty)."""
+    header_dtype = graph_header_dtype(graph_parts)
     try:
         n_calls, n_tokens, n_graphs, text_bytes = TAKE_COUNTS.unpack_from(payload, 0)
         position = TAKE_COUNTS.size
@@ -203,13 +213,13 @@ def parse_take(payload: bytes) -> Take:
                 token_texts[token] = texts[start:end].decode("utf-8", "replace")
         graphs: list[GraphRecord | RepeatRecord] = []
         for _ in range(n_graphs):
-            header = np.frombuffer(_cut(payload, position, GRAPH_HEADER_DTYPE.itemsize), GRAPH_HEADER_DTYPE)[0]
-            position += GRAPH_HEADER_DTYPE.itemsize
+            header = np.frombuffer(_cut(payload, position, header_dtype.itemsize), header_dtype)[0]
+            position += header_dtype.itemsize
             if header["plain_repeat"]:
                 graphs.append(RepeatRecord(int(header["n_nodes"]), int(header["start_ns"]), int(header["end_ns"])))
                 continue
-            parts: dict[str, bytes] = {}
-            for name, size in zip(GRAPH_PARTS, header["part_sizes"].tolist(), strict=True):
+            parts: dict[str, bytes] = dict.fromkeys(GRAPH_PARTS, b"")
+            for name, size in zip(graph_parts, header["part_sizes"].tolist(), strict=True):
                 parts[name] = _cut(payload, position, size)
                 position += size
             graphs.append(GraphRecord(**parts, boundary_ns=int(header["boundary_ns"]), same=bool(header["same"]),
