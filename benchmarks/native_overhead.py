@@ -69,7 +69,8 @@ def tokens_per_second(program: str, completed: subprocess.CompletedProcess) -> f
         results, _ = json.JSONDecoder().raw_decode(completed.stdout.lstrip())
         return float(next(result["avg_ts"] for result in results if result["n_gen"] > 0))
     # llama_perf_context_print: "eval time = X ms / N runs ( ... ms per token, R tokens per second)"
-    match = re.search(r"\beval time =.*?([\d.]+) tokens per second", completed.stderr)
+    # (not the "prompt eval time" line before it)
+    match = re.search(r"(?<!prompt )\beval time =.*?([\d.]+) tokens per second", completed.stderr)
     if not match:
         raise RuntimeError(f"no eval rate in llama-completion's output: {completed.stderr[-2000:]}")
     return float(match.group(1))

@@ -14,7 +14,6 @@ import threading
 import time
 import urllib.request
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -149,8 +148,11 @@ def test_a_step_reads_only_the_chosen_experts_slices(model, recorded):
     assert summary["all_experts_counted"] is False
     disk = run.structure_edges[run.structure_edges["memory"] == "disk"]
     experts = disk["src_name"].isin(slices)
-    dense = int(disk[~experts & disk["structure_id"].isin(run.graphs.loc[run.graphs["graph_id"].isin(decode),
-                                                                         "structure_id"])]["src_bytes_read"].sum())
+    dense = int(
+        disk[~experts & disk["structure_id"].isin(run.graphs.loc[run.graphs["graph_id"].isin(decode), "structure_id"])][
+            "src_bytes_read"
+        ].sum()
+    )
     assert summary["weight_bytes_per_decode_step"] == dense + int(read_in_steps.median())
     # AND the per-device view of a CPU run puts every expert byte on the CPU
     devices = expert_bytes_by_device(run)
@@ -290,7 +292,8 @@ def test_llama_server_s_routing_is_kept_per_request(qwen3moe, tmp_path):
     assert assert_routing_is_the_routers(run, model, {"prompt", "decode"})
     # (a batch of both slots' prompts that llama.cpp splits by sequence into ubatches has rows whose
     # tokens the graphs table cannot name one by one: those keep their row, token_index -1)
-    routed = run.moe_routing[run.moe_routing["phase"].isin(["prompt", "decode"]) & (run.moe_routing["token_index"] >= 0)]
+    routing = run.moe_routing
+    routed = routing[routing["phase"].isin(["prompt", "decode"]) & (routing["token_index"] >= 0)]
     assert set(routed["sequence"]) == {0, 1}
     # AND the viewer gives each request its own layer × expert load, adding up to the tokens routed
     view = RunView("r0", output)

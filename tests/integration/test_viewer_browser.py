@@ -365,9 +365,9 @@ def test_a_live_timeline_follows_new_graphs_and_the_overview_catches_up_when_sho
 
 
 def test_a_mixture_of_experts_shows_its_routing(page, tmp_path, screenshots):
+    from .arch_models import generate, load
     from .moe_models import write_moe_model
     from .test_moe_routing import PROMPT
-    from .arch_models import generate, load
 
     model = write_moe_model(tmp_path / "qwen3moe.gguf", "qwen3moe")
     path = tmp_path / "moe.ggmlviz"
@@ -396,8 +396,10 @@ def test_a_mixture_of_experts_shows_its_routing(page, tmp_path, screenshots):
         # AND a MUL_MAT_ID's details list each token's experts and weights
         open_view(page, viewer.url, "events")
         page.select_option("[data-testid=filter-op]", "MUL_MAT_ID")
-        page.wait_for_function("() => { const rows = [...document.querySelectorAll('[data-testid=event-table] .vrow')];"
-                               " return rows.length > 0 && rows.every((row) => row.textContent.includes('MUL_MAT_ID')); }")
+        page.wait_for_function(
+            "() => { const rows = [...document.querySelectorAll('[data-testid=event-table] .vrow')];"
+            " return rows.length > 0 && rows.every((row) => row.textContent.includes('MUL_MAT_ID')); }"
+        )
         page.click("[data-testid=event-table] .vrow >> nth=0")
         page.wait_for_selector("[data-testid=details-name]")
         page.wait_for_selector("[data-testid=node-routing]")

@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from ..runformat.reader import Run
@@ -111,10 +112,10 @@ def memory_by_buffer(run: Run) -> pd.DataFrame:
     return table.sort_values("bytes", ascending=False).reset_index()
 
 
-def weight_bytes_per_graph(run: Run, disk: pd.DataFrame) -> tuple[pd.Series, bool]:
+def weight_bytes_per_graph(run: Run, disk: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     """The bytes of the model file's weights each graph read (indexed by graph_id; graphs that read
-    none left out), from `disk` (structure_edges whose memory is disk), and whether any graph was
-    charged every expert of a mixture (a MUL_MAT_ID whose routing was not recorded). Graphs of one
+    none left out), from `disk` (structure_edges whose memory is disk), and, per graph, whether it
+    was charged every expert of a mixture (a MUL_MAT_ID whose routing was not recorded). Graphs of one
     structure read the same weights, except a node reading experts by ids (MUL_MAT_ID, ADD_ID):
     the slices of the experts its batch chose (run.expert_reads), which replace its edge's
     every-expert bytes."""
@@ -126,7 +127,7 @@ def weight_bytes_per_graph(run: Run, disk: pd.DataFrame) -> tuple[pd.Series, boo
     keys = ["structure_id", "node_index", "src_tensor_id"]
     experts = disk.merge(by_ids[keys], on=keys)  # the edges that read experts by ids
     if experts.empty:
-        return per_graph, False
+        return per_graph, pd.Series(False, index=per_graph.index)
     every = experts.groupby("structure_id")["src_bytes_read"].sum()  # each graph charged every expert
     exact = run.expert_reads.merge(experts[["structure_id", "node_index"]], on=["structure_id", "node_index"])
     exact_per_graph = exact.groupby("graph_id")["bytes_read"].sum()
@@ -134,7 +135,7 @@ def weight_bytes_per_graph(run: Run, disk: pd.DataFrame) -> tuple[pd.Series, boo
     charged_every = reading["structure_id"].isin(every.index) & ~routed
     per_graph[routed] = (per_graph[routed] - reading.loc[routed, "structure_id"].map(every).fillna(0)
                          + exact_per_graph.reindex(per_graph.index[routed])).astype("int64")  # fmt: skip
-    return per_graph, bool(charged_every.any())
+    return per_graph, pd.Series(np.asarray(charged_every), index=per_graph.index)
 
 
 def weight_reads(run: Run) -> dict[str, Any]:
@@ -142,15 +143,20 @@ def weight_reads(run: Run) -> dict[str, Any]:
     graphs = run.graphs
     edges = run.structure_edges
     disk = edges[edges["memory"] == "disk"]
-    per_graph, all_experts_counted = weight_bytes_per_graph(run, disk)
+    per_graph, charged_every = weight_bytes_per_graph(run, disk)
     phases = graphs.set_index("graph_id")["phase"].reindex(per_graph.index)
-    per_step = per_graph[phases == "decode"]
+    decode = per_graph[phases == "decode"]
+    # the steps whose experts are known (a GPU reads routing in its windows only), where there are some
+    routed = decode[~charged_every.reindex(decode.index, fill_value=False)]
+    per_step = routed if len(routed) else decode
     weights = edges[edges["src_usage"] == "weights"]
     return {
         "weight_bytes_per_graph": int(per_graph.median()) if len(per_graph) else 0,
         "weight_bytes_per_decode_step": int(per_step.median()) if len(per_step) else 0,
         # a MUL_MAT_ID without recorded routing is charged every expert's slice
-        "all_experts_counted": all_experts_counted,
+        "all_experts_counted": bool(charged_every.reindex(per_step.index, fill_value=False).any()),
+        # of a mixture's decode steps, those whose routing was read, when not all were (else 0)
+        "routed_decode_steps": len(routed) if len(routed) < len(decode) and charged_every.any() else 0,
         "weights_read": int(disk["src_tensor_id"].nunique()),
         "weights_from_mmap": bool(disk["mmap"].all()) if len(disk) else False,
         "weight_edges_resolved_to_file": float((weights["memory"] == "disk").mean()) if len(weights) else 0.0,

@@ -213,9 +213,12 @@ def _time_findings(run: Run, phases: pd.DataFrame, reads: dict[str, Any], compon
     if step_bytes and len(decode):
         seconds = float((decode["end_ns"] - decode["start_ns"]).median()) / 1e9
         if seconds > 0:
+            routed = reads.get("routed_decode_steps")
             experts = (
                 " (at most: every expert of a mixture counted where the experts a token chose were not recorded)"
                 if reads.get("all_experts_counted")
+                else f" (the {routed} decode steps whose routing was read)"
+                if routed
                 else ""
             )
             said.append(
@@ -261,6 +264,11 @@ def _routing_findings(moe: dict[str, Any]) -> list[str]:
     if not moe.get("layers"):
         return []
     said = []
+    if moe["graphs_routed"] < moe["graphs_with_experts"]:
+        said.append(
+            f"The routing below is that of {moe['graphs_routed']} of the {moe['graphs_with_experts']} graphs that ran "
+            "experts: on a GPU it is read in the GPU timer's windows only."
+        )
     crowded = [row for row in moe["balance"] if row["max_over_mean"] >= CROWDED]
     if crowded:
         worst = max(crowded, key=lambda row: row["max_over_mean"])
@@ -274,7 +282,7 @@ def _routing_findings(moe: dict[str, Any]) -> list[str]:
         unused = sorted(((row["never_used"], row["layer"]) for row in moe["balance"]), reverse=True)
         n, layer = unused[0]
         said.append(
-            f"{moe['never_used']} experts (counted per layer) were never chosen in this run; layer {layer} "
+            f"{moe['never_used']} experts (counted per layer) were never chosen in the graphs read; layer {layer} "
             f"left {n} of its {moe['n_expert']} unused."
         )
     devices = moe.get("decode_expert_bytes_by_device") or {}

@@ -62,7 +62,8 @@ def expert_bytes_by_device(run: Run) -> pd.DataFrame:
     reads = run.expert_reads
     if reads.empty:
         return pd.DataFrame(columns=["graph_id", "phase", "device", "bytes_read", "experts_read"])
-    placed = reads.merge(expert_devices(run)[["structure_id", "node_index", "device"]], on=["structure_id", "node_index"])
+    keys = ["structure_id", "node_index"]
+    placed = reads.merge(expert_devices(run)[[*keys, "device"]], on=keys)
     placed = placed.merge(run.graphs[["graph_id", "phase"]], on="graph_id")
     return placed.groupby(["graph_id", "phase", "device"], as_index=False).agg(
         bytes_read=("bytes_read", "sum"), experts_read=("experts_read", "sum")
@@ -85,8 +86,12 @@ def moe_summary(run: Run) -> dict[str, Any]:
         placement = expert_devices(run)[["layer", "device"]].drop_duplicates("layer")
         load = experts.merge(placement, on="layer", how="left")
         token_share_by_device = (load.groupby("device")["tokens"].sum() / max(int(routed.sum()), 1)).to_dict()
+    structures = set(run.expert_nodes["structure_id"])
     return {
         "layers": int(len(balance)),
+        # graphs whose routing was read, of those that ran MoE layers (a GPU's: its windows')
+        "graphs_routed": int(run.raw("moe_routing")["graph_id"].nunique()),
+        "graphs_with_experts": int(run.graphs["structure_id"].isin(structures).sum()),
         "n_expert": int(balance["n_expert"].max()),
         "experts_per_token": int(run.raw("moe_routing")["slot"].max()) + 1,
         "balance": [{**row, "hottest": [list(pair) for pair in row["hottest"]]} for row in balance.to_dict("records")],

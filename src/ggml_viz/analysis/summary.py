@@ -8,7 +8,6 @@ from typing import Any
 
 import pandas as pd
 
-from .moe import moe_summary
 from ..runformat.reader import Run
 from .breakdowns import (
     backends,
@@ -28,6 +27,7 @@ from .findings import FindingContext, find_all
 from .flops import throughput_by_op
 from .gpu import gpu_summary
 from .memory import kv_cache_fill
+from .moe import moe_summary
 
 TIMING_LABELS = {
     "inline": "inline (host clock, each graph run whole)",

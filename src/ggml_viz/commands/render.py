@@ -155,7 +155,9 @@ def _render_moe(console: Console, moe: dict[str, Any], short: bool) -> None:
         f"{moe['experts_per_token']} per token; load imbalance (busiest / mean) median "
         f"{moe['median_max_over_mean']:.2f}, worst {moe['worst_max_over_mean']:.2f} (layer {moe['worst_layer']}); "
         f"{moe['never_used']} expert-layer pairs never chosen"
-    )
+        + (f"; the routing of {moe['graphs_routed']} of its {moe['graphs_with_experts']} graphs with experts "
+           "(read in the GPU timer's windows)" if moe["graphs_routed"] < moe["graphs_with_experts"] else "")
+    )  # fmt: skip
     if short:
         return
     from rich.table import Table

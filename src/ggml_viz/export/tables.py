@@ -75,8 +75,9 @@ class _TablesExporter(Exporter):
 class CsvExporter(_TablesExporter):
     name = "csv"
     extensions = (".csv",)
-    summary = ("the reader's tables (graphs, nodes, edges, tokens, buffers, tensors, memory_map, gpu_*, moe_*) as "
-               "CSV files")
+    summary = (
+        "the reader's tables (graphs, nodes, edges, tokens, buffers, tensors, memory_map, gpu_*, moe_*) as CSV files"
+    )
     suffix = ".csv"
 
     def write(self, chunks: Iterator[pd.DataFrame], path: Path) -> int:

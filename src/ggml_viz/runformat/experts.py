@@ -48,7 +48,8 @@ def expert_nodes(structure_nodes: pd.DataFrame, edges: pd.DataFrame, tensors: pd
     found = nodes[[*keys, "op", "layer"]].merge(edges[[*keys, "src_slot", "src_tensor_id"]], on=keys)
     weight_slot = found["op"].map({op: slot for op, (slot, _) in BY_IDS.items()})
     weights = found[found["src_slot"] == weight_slot].rename(columns={"src_tensor_id": "experts_tensor_id"})
-    ids = found[found["src_slot"] == _IDS_SLOT][[*keys, "src_tensor_id"]].rename(columns={"src_tensor_id": "ids_tensor_id"})
+    ids = found[found["src_slot"] == _IDS_SLOT][[*keys, "src_tensor_id"]]
+    ids = ids.rename(columns={"src_tensor_id": "ids_tensor_id"})
     found = weights.drop(columns="src_slot").merge(ids, on=keys)
     weight = described.reindex(found["experts_tensor_id"])
     dimension = found["op"].map({op: ne for op, (_, ne) in BY_IDS.items()}).to_numpy()

@@ -247,8 +247,15 @@ TABLES: dict[str, pa.Schema] = {
 }
 
 # Tables a run of an earlier ggml-viz may lack (read as empty).
-OPTIONAL_TABLES = ("node_values", "captures", "gpu_kernels", "gpu_node_times", "gpu_graphs", "rpc_messages",
-                   "moe_routing")
+OPTIONAL_TABLES = (
+    "node_values",
+    "captures",
+    "gpu_kernels",
+    "gpu_node_times",
+    "gpu_graphs",
+    "rpc_messages",
+    "moe_routing",
+)
 GPU_TABLES = ("gpu_kernels", "gpu_node_times", "gpu_graphs")
 # Tables written only by a run that has rows for them (no file otherwise).
 SPARSE_TABLES = (*GPU_TABLES, "rpc_messages", "moe_routing")

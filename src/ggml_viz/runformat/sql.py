@@ -64,7 +64,8 @@ TABLE_DOCS = {
     "attributed, mapping, phase, host_start_ns, host_end_ns, host_ns, idle_ns",
     "moe_routing": "mixture-of-experts models: per graph, MoE layer, token and slot, the expert chosen: run, "
     "graph_id, context_id, phase, layer, node_index (the layer's first MUL_MAT_ID), row (of the layer's input), "
-    "token_index (in the graph's batch; -1: not known), position, sequence, slot (0: the router's first choice), expert, weight, n_expert",
+    "token_index (in the graph's batch; -1: not known), position, sequence, slot (0: the router's first choice), "
+    "expert, weight, n_expert",
     "moe_experts": "mixture-of-experts models: per MoE layer and expert (the never chosen too): run, layer, expert, "
     "n_expert, tokens (routed to it: prompt_tokens + decode_tokens), weight_mass, graphs (that read it), "
     "bytes_read (its slices, once per graph that chose it), est_time_ns and time_share (an estimate: the "

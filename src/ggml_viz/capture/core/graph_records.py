@@ -15,7 +15,16 @@ import numpy as np
 
 from .ggml_api import BUFFER_USAGE_NAMES, TENSOR_DTYPE, BufferInfo, tensor_name
 from .inline_times import InlineClock
-from .raw_graph import BUFFER_DTYPE, CAPTURE_DTYPE, DECODE_DTYPE, VALUES_DTYPE, Capture, RawGraph, RepeatedGraph, routings
+from .raw_graph import (
+    BUFFER_DTYPE,
+    CAPTURE_DTYPE,
+    DECODE_DTYPE,
+    VALUES_DTYPE,
+    Capture,
+    RawGraph,
+    RepeatedGraph,
+    routings,
+)
 
 
 class GraphRecordReader:

@@ -50,7 +50,8 @@ ROUTING_DTYPE = np.dtype(
     [("node", "<u4"), ("n_used", "<i4"), ("n_tokens", "<i4"), ("n_expert", "<i4"), ("status", "<i4"),
      ("reserved", "<u4"), ("offset", "<u8")]
 )  # fmt: skip
-ROUTING_READ, ROUTING_NO_WEIGHTS, ROUTING_UNREADABLE = 0, 1, 2
+ROUTING_READ, ROUTING_NO_WEIGHTS, ROUTING_UNREADABLE, ROUTING_DROPPED = 0, 1, 2, 3
+ROUTING_KEPT = (ROUTING_READ, ROUTING_NO_WEIGHTS)  # the others' rows are not written
 
 
 @dataclass(frozen=True)

@@ -865,7 +865,7 @@ static int settle_routing(Recorder *r) {
     for (size_t i = 0; i < n && !planned_held; i++) {
         RoutingRead *read = &ARRAY_AT(r->routing_reads, RoutingRead, i);
         if (read->planned && read->record >= 0) {
-            ARRAY_AT(r->routing_records, RoutingRecord, (size_t)read->record).status = ROUTING_UNREADABLE;
+            ARRAY_AT(r->routing_records, RoutingRecord, (size_t)read->record).status = ROUTING_DROPPED;
             r->routing_dropped++;
             all_read = false;
         }

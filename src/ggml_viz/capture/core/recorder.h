@@ -102,7 +102,8 @@ typedef struct {
    each (the last tensor computed from GET_ROWS(probabilities, ids) before that MUL_MAT_ID, of
    as many elements). In the graph's routing bytes, at `offset`: n_used * n_tokens int32 ids,
    then as many float32 weights (NaN where status says there are none), slot fastest. */
-enum { ROUTING_READ = 0, ROUTING_NO_WEIGHTS = 1, ROUTING_UNREADABLE = 2 };
+enum { ROUTING_READ = 0, ROUTING_NO_WEIGHTS = 1, ROUTING_UNREADABLE = 2,
+       ROUTING_DROPPED = 3 /* read at a tick that did not hold: not the layer's ids for sure */ };
 typedef struct {
     uint32_t node;    /* the MUL_MAT_ID it was read at, by index in its graph */
     int32_t n_used;   /* experts per token: the ids' ne0 */

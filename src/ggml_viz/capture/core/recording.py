@@ -30,7 +30,7 @@ from ..settings import CaptureSettings
 from . import ggml_api
 from .context_tracer import ClosedDecode, ContextTracer, GraphCall
 from .graph_decoder import TensorCatalog
-from .raw_graph import ROUTING_UNREADABLE, Capture, Mode, RawGraph, RepeatedGraph, Routing
+from .raw_graph import ROUTING_KEPT, ROUTING_UNREADABLE, Capture, Mode, RawGraph, RepeatedGraph, Routing
 
 TracerT = TypeVar("TracerT", bound=ContextTracer)
 
@@ -226,9 +226,11 @@ class Recording(Generic[TracerT]):
         """The routing of the graphs written since the last call, as one batch of rows."""
         if self._routing and self.writer is not None:
             rows, self._routing = self._routing, []
-            self.writer.append("moe_routing", {column: pa.concat_arrays([pa.array(part[column]) for part in rows])
-                                               if column == "weight" else np.concatenate([part[column] for part in rows])
-                                               for column in rows[0]})  # fmt: skip
+            joined = {
+                column: np.concatenate([part[column] for part in rows]) for column in rows[0] if column != "weight"
+            }
+            weights = pa.concat_arrays([part["weight"] for part in rows])  # nulls kept
+            self.writer.append("moe_routing", {**joined, "weight": weights})
 
     def _write_repeats(self, tracer: ContextTracer, repeats: list[GraphCall]) -> None:
         assert self.writer is not None
@@ -374,25 +376,25 @@ def routing_rows(graph_id: int, routing: list[Routing], outputs: np.ndarray) -> 
     fewer (llama.cpp's last layer keeps only the tokens whose logits are wanted: `outputs`),
     those tokens; rows that fit neither (a batch llama.cpp split by sequence into ubatches whose
     tokens the graphs table does not know one by one) get token_index -1."""
-    read = [layer for layer in routing if layer.status != ROUTING_UNREADABLE]
-    counts = [layer.experts.size for layer in read]
-    total = sum(counts)
+    read = [layer for layer in routing if layer.status in ROUTING_KEPT]
+    empty = np.zeros(0, np.int32)
+
+    def joined(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+        return np.concatenate([empty, *parts]).astype(dtype)
+
+    shapes = [layer.experts.shape for layer in read]  # (rows, slots)
+    counts = [rows * slots for rows, slots in shapes]
     return {
-        "graph_id": np.full(total, graph_id, np.int32),
+        "graph_id": np.full(sum(counts), graph_id, np.int32),
         "node_index": np.repeat(np.array([layer.node for layer in read], np.int32), counts),
-        "row": np.concatenate([np.repeat(np.arange(layer.experts.shape[0]), layer.experts.shape[1])
-                               for layer in read] or [[]]).astype(np.int32),
-        "token_index": np.concatenate(
-            [np.repeat(_layer_tokens(layer.experts.shape[0], outputs), layer.experts.shape[1]) for layer in read]
-            or [[]]
-        ).astype(np.int32),
-        "slot": np.concatenate([np.tile(np.arange(layer.experts.shape[1]), layer.experts.shape[0])
-                                for layer in read] or [[]]).astype(np.int32),
-        "expert": np.concatenate([layer.experts.ravel() for layer in read] or [[]]).astype(np.int32),
-        "weight": pa.array(np.concatenate([layer.weights.ravel() for layer in read] or [[]]).astype(np.float32),
-                           from_pandas=True),  # NaN (no weights found) as null
+        "row": joined([np.repeat(np.arange(rows), slots) for rows, slots in shapes], np.int32),
+        "token_index": joined([np.repeat(_layer_tokens(rows, outputs), slots) for rows, slots in shapes], np.int32),
+        "slot": joined([np.tile(np.arange(slots), rows) for rows, slots in shapes], np.int32),
+        "expert": joined([layer.experts.ravel() for layer in read], np.int32),
+        # NaN (no weights found) as null
+        "weight": pa.array(joined([layer.weights.ravel() for layer in read], np.float32), from_pandas=True),
         "n_expert": np.repeat(np.array([layer.n_expert for layer in read], np.int32), counts),
-    }  # fmt: skip
+    }
 
 
 def _layer_tokens(n_rows: int, outputs: np.ndarray) -> np.ndarray:

@@ -51,7 +51,10 @@ class CGraphRecorder:
     """Records the graphs of one llama context with the C extension."""
 
     def __init__(
-        self, selection: NodeSelection | None = None, inline_timing: bool = True, values: ValueSettings | None = None,
+        self,
+        selection: NodeSelection | None = None,
+        inline_timing: bool = True,
+        values: ValueSettings | None = None,
         routing: bool = True,
     ) -> None:
         import llama_cpp.llama_cpp as llama_cpp

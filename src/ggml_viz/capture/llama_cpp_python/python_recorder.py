@@ -120,7 +120,10 @@ class PythonGraphRecorder:
     """Records the graphs of one llama context, in Python."""
 
     def __init__(
-        self, selection: NodeSelection | None = None, inline_timing: bool = True, values: ValueSettings | None = None,
+        self,
+        selection: NodeSelection | None = None,
+        inline_timing: bool = True,
+        values: ValueSettings | None = None,
         routing: bool = True,
     ) -> None:
         import llama_cpp.llama_cpp as llama_cpp

@@ -297,7 +297,8 @@ class SpoolCollector:
         for (spool, _), tracer in self.tracers.items():
             if spool == path:
                 tracer.spool_recorder.captures_skipped = skipped
-                tracer.spool_recorder.routing_reads = tuple(int(n) for n in info.get("routing_reads", (0, 0, 0)))
+                answered, at_ticks, dropped = (int(n) for n in info.get("routing_reads", (0, 0, 0)))
+                tracer.spool_recorder.routing_reads = (answered, at_ticks, dropped)
                 break
         gpu = info.get("gpu")
         if gpu:

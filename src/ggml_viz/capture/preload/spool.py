@@ -43,6 +43,8 @@ def graph_header_dtype(parts: tuple[str, ...] = GRAPH_PARTS) -> np.dtype:
         [("plain_repeat", "<u4"), ("same", "<u4"), ("n_nodes", "<u8"), ("start_ns", "<i8"), ("end_ns", "<i8"),
          ("boundary_ns", "<i8"), ("n_timed", "<i8"), ("part_sizes", "<u8", (len(parts),))]
     )  # fmt: skip
+
+
 TAKE_COUNTS = struct.Struct("<QQQQ")  # calls, tokens, graphs, text bytes
 
 

@@ -22,16 +22,16 @@ from .details import (
     NodeSource,
     NodeValues,
 )
+from .events import (
+    EventRow,
+    EventsPayload,
+    SearchPayload,
+)
 from .experts import (
     ExpertsPayload,
     NodeRouting,
     RequestRouting,
     TokenRouting,
-)
-from .events import (
-    EventRow,
-    EventsPayload,
-    SearchPayload,
 )
 from .graph import (
     GraphItem,

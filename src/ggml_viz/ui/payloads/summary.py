@@ -56,6 +56,7 @@ class WeightReads(TypedDict):
     weight_bytes_per_graph: int
     weight_bytes_per_decode_step: int
     all_experts_counted: bool
+    routed_decode_steps: int  # of a mixture's decode steps, those whose routing was read, when not all were
     weights_read: int
     weights_from_mmap: bool
     weight_edges_resolved_to_file: float | None

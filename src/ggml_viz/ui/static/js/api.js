@@ -89,6 +89,7 @@ import { offlineAnswer } from "./offline.js";
  * @property {number} weight_bytes_per_graph
  * @property {number} weight_bytes_per_decode_step
  * @property {boolean} all_experts_counted
+ * @property {number} routed_decode_steps of a mixture's decode steps, those whose routing was read, when not all were
  * @property {number} weights_read
  * @property {boolean} weights_from_mmap
  * @property {?number} weight_edges_resolved_to_file
