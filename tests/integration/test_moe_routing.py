@@ -183,6 +183,21 @@ def test_the_views_of_routing_agree_with_the_table(model, recorded):
         load = experts.loc[experts["layer"] == row.layer, "tokens"].to_numpy(dtype=float)
         assert row.max_over_mean == pytest.approx(load.max() / load.mean())
         assert row.never_used == int((load == 0).sum())
+    # AND the viewer's answers have their declared keys: the experts view, a MUL_MAT_ID's routing, the summary
+    from ggml_viz.ui import payloads
+    from ggml_viz.ui.run_view import RunView
+
+    from ..payload_shapes import shape_problems
+
+    view = RunView("r0", run.path)
+    assert shape_problems(view.experts, payloads.ExpertsPayload) == []
+    assert view.experts["tokens"] == [[int(n) for n in experts.loc[experts["layer"] == layer, "tokens"]]
+                                      for layer in range(model.n_layers)]  # fmt: skip
+    first = run.expert_nodes.iloc[0]
+    graph = int(run.graphs.loc[run.graphs["structure_id"] == first["structure_id"], "graph_id"].iloc[0])
+    node = view.node(view.event_index(graph, int(first["node_index"])))
+    assert shape_problems(node, payloads.NodePayload) == [] and node["routing"]["layer"] == 0
+    assert shape_problems(view.overview, payloads.OverviewPayload) == []
     # AND the summary says it in words
     summary = json.loads(ggml_viz_cli("summary", str(run.path), "--json").stdout)
     assert summary["moe"]["layers"] == model.n_layers and summary["moe"]["n_expert"] == model.n_expert

@@ -39,6 +39,7 @@ NOT_DEFAULT = {
     "values": "stats",
     "capture": "kq_soft_max-*",
     "capture_bytes": "1000",
+    "routing": "off",
     "gpu": "every",
     "gpu_window": "8",
     "gpu_period": "64",

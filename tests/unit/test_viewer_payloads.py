@@ -46,6 +46,7 @@ ENDPOINTS: list[tuple[str, str, Any]] = [
     (f"{PREFIX}/occupancy/{{graph_id:int}}", "/api/runs/r0/occupancy/2", payloads.OccupancyPayload),
     (f"{PREFIX}/stats", "/api/runs/r0/stats", payloads.StatsPayload),
     (f"{PREFIX}/attention-index", "/api/runs/r0/attention-index", payloads.AttentionIndexPayload),
+    (f"{PREFIX}/experts", "/api/runs/r0/experts", payloads.ExpertsPayload),
     (f"{PREFIX}/events", "/api/runs/r0/events?op=MUL_MAT&offset=10&limit=5", payloads.EventsPayload),
     (
         f"{PREFIX}/events",

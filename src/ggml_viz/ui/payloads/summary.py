@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any, Required, TypedDict
 
 
 class NodeWaits(TypedDict):
@@ -102,6 +102,39 @@ class ComputationRow(TypedDict):
     time_ns: int
 
 
+class MoeLayerBalance(TypedDict):
+    """One MoE layer's load over its experts (analysis.moe.layer_balance)."""
+
+    layer: int
+    n_expert: int
+    tokens: int  # (token, slot) rows routed
+    max_over_mean: float  # the busiest expert's load over the mean
+    never_used: int
+    entropy_bits: float
+    entropy_share: float  # of log2(n_expert): 1.0 even
+    hottest: list[list[float]]  # [expert, share of the load], busiest first
+    prompt_tokens: int
+    decode_tokens: int
+
+
+class MoeSummary(TypedDict, total=False):
+    """A mixture of experts' routing (analysis.moe.moe_summary): only `layers` (0) for a dense model."""
+
+    layers: Required[int]
+    graphs_routed: int  # graphs whose routing was read ...
+    graphs_with_experts: int  # ... of those that ran experts (a GPU reads it in its windows)
+    n_expert: int
+    experts_per_token: int
+    balance: list[MoeLayerBalance]
+    never_used: int
+    worst_layer: int
+    worst_max_over_mean: float
+    median_max_over_mean: float
+    median_entropy_share: float
+    decode_expert_bytes_by_device: dict[str, int]
+    token_share_by_device: dict[str, float]
+
+
 class FoundSection(TypedDict):
     """A titled finding's sentences (analysis.findings.FoundSection): a plugin's section."""
 
@@ -143,6 +176,7 @@ class RunSummary(TypedDict):
     memory_by_buffer: list[BufferKindRow]
     weight_reads: WeightReads
     kv_cache: KvSummary
+    moe: MoeSummary
     throughput_by_op: list[OpThroughput]
     findings: list[str]
     sections: list[FoundSection]  # titled findings, each shown apart

@@ -156,6 +156,7 @@ import { offlineAnswer } from "./offline.js";
  * @property {BufferKindRow[]} memory_by_buffer
  * @property {WeightReads} weight_reads
  * @property {KvSummary} kv_cache
+ * @property {MoeSummary} moe a mixture of experts' routing ({layers: 0} for a dense model)
  * @property {OpThroughput[]} throughput_by_op
  * @property {string[]} findings
  * @property {FoundSection[]} sections titled findings (plugins' summary sections), each shown apart
@@ -531,6 +532,33 @@ import { offlineAnswer } from "./offline.js";
  * @property {?number} layer
  * @property {number} n_expert
  * @property {TokenRouting} tokens
+ *
+ * @typedef {Object} MoeLayerBalance one MoE layer's load over its experts
+ * @property {number} layer
+ * @property {number} n_expert
+ * @property {number} tokens
+ * @property {number} max_over_mean
+ * @property {number} never_used
+ * @property {number} entropy_bits
+ * @property {number} entropy_share
+ * @property {number[][]} hottest [expert, share of the load], busiest first
+ * @property {number} prompt_tokens
+ * @property {number} decode_tokens
+ *
+ * @typedef {Object} MoeSummary (only layers, 0, for a dense model)
+ * @property {number} layers
+ * @property {number} [graphs_routed]
+ * @property {number} [graphs_with_experts]
+ * @property {number} [n_expert]
+ * @property {number} [experts_per_token]
+ * @property {MoeLayerBalance[]} [balance]
+ * @property {number} [never_used]
+ * @property {number} [worst_layer]
+ * @property {number} [worst_max_over_mean]
+ * @property {number} [median_max_over_mean]
+ * @property {number} [median_entropy_share]
+ * @property {Object<string, number>} [decode_expert_bytes_by_device]
+ * @property {Object<string, number>} [token_share_by_device]
  *
  * @typedef {Object} AttentionIndexPayload
  * @property {Object<string, number[]>} graphs graph id -> layers with captured attention
