@@ -794,13 +794,13 @@ static bool read_elements(Recorder *r, const uint8_t *tensor, size_t element_siz
 static int read_routing(Recorder *r, RoutingRead *pending) {
     const uint8_t *ids = (const uint8_t *)(uintptr_t)pending->ids;
     const uint8_t *weights = (const uint8_t *)(uintptr_t)pending->weights;
-    pending->record = (int64_t)r->routing_records.count;
-    if (pending->planned) r->routing_at_ticks++;
-    else r->routing_answered++;
     int64_t ne[4];
     memcpy(ne, ids + r->layout.ne_offset, sizeof ne);
     int64_t n = ne[0] * ne[1] * ne[2] * ne[3];
-    if (n <= 0 || ne[0] > INT32_MAX || n / ne[0] > INT32_MAX) return 0;
+    if (n <= 0 || ne[0] > INT32_MAX || n / ne[0] > INT32_MAX) return 0; /* no ids: nothing to read */
+    pending->record = (int64_t)r->routing_records.count;
+    if (pending->planned) r->routing_at_ticks++;
+    else r->routing_answered++;
     RoutingRecord *record = array_push(&r->routing_records);
     if (!record || array_reserve(&r->routing_data, (size_t)n * 8) != 0) return -1;
     *record = (RoutingRecord){.node = pending->node, .n_used = (int32_t)ne[0], .n_tokens = (int32_t)(n / ne[0]),
