@@ -17,15 +17,19 @@ from .smollm2 import greedy, load_model
 pytestmark = pytest.mark.model
 
 
-@pytest.fixture(scope="module")
-def inline_and_sync(tmp_path_factory, model_path):
-    folder = tmp_path_factory.mktemp("timing")
+def record_both(folder, model_path):
+    """The same greedy generation recorded with inline timing, then with sync timing."""
     runs, texts = {}, {}
     for timing in ("inline", "sync"):
         with ggml_viz.record(folder / f"{timing}.ggmlviz", timing=timing):
             texts[timing] = greedy(load_model(model_path), n_predict=8)
         runs[timing] = ggml_viz.open(folder / f"{timing}.ggmlviz")
     return runs, texts
+
+
+@pytest.fixture(scope="module")
+def inline_and_sync(tmp_path_factory, model_path):
+    return record_both(tmp_path_factory.mktemp("timing"), model_path)
 
 
 def test_inline_and_sync_time_the_same_nodes(inline_and_sync):
@@ -81,8 +85,19 @@ def test_inline_views_and_fused_nodes_take_no_time(inline_and_sync):
     assert (matmuls["duration_ns"] > 0).all()
 
 
-def test_inline_and_sync_agree_where_the_time_goes(inline_and_sync):
-    runs, _ = inline_and_sync
+def test_inline_and_sync_agree_where_the_time_goes(inline_and_sync, tmp_path, model_path):
+    ratios = [big_matmul_ratio(inline_and_sync[0])]
+    # A shared machine that takes a thread away for a while skews one pair of recordings (seen
+    # once in a CI run: 0.61, then 1.0 twice right after): such a pair is recorded again, twice at most.
+    for attempt in range(2):
+        if 0.8 < ratios[-1] < 1.5:
+            break
+        ratios.append(big_matmul_ratio(record_both(tmp_path / str(attempt), model_path)[0]))
+    assert 0.8 < ratios[-1] < 1.5, ratios
+
+
+def big_matmul_ratio(runs):
+    """Sync over inline time of the biggest matrix multiplications, typical over the decode steps."""
     typical = {}
     for timing, run in runs.items():
         nodes = run.nodes[run.nodes["graph_id"].isin(run.graphs.loc[run.graphs["phase"] == "decode", "graph_id"])]
@@ -97,8 +112,7 @@ def test_inline_and_sync_agree_where_the_time_goes(inline_and_sync):
     # biggest matrix multiplications take about the same time both ways: never much less in
     # sync (inline would then be charging them other nodes' time), at most that call's cost more.
     big = typical["inline"] >= typical["inline"].quantile(0.75)
-    ratio = (typical["sync"][big] / typical["inline"][big]).median()
-    assert 0.8 < ratio < 1.5, ratio
+    return float((typical["sync"][big] / typical["inline"][big]).median())
 
 
 def test_the_programs_abort_callback_still_runs(tmp_path, model_path, recorded_run):
