@@ -10,6 +10,7 @@ the vocabulary makes the embedding, and so the file, megabytes (gemma3 3 MB, qwe
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,15 +97,32 @@ def write_model(path: Path, architecture: str) -> ModelSpec:
     recipe = RECIPES[architecture]
     tokenizer = _tokenizer(require_vocab_file(recipe.vocab))
     n_vocab = len(tokenizer["tokenizer.ggml.tokens"][0])
+    types = write_gguf(path, architecture, tokenizer, lambda writer: _add_hparams(writer, recipe),
+                       _tensors(recipe, n_vocab), _random_values, SEED)  # fmt: skip
+    return ModelSpec(path, architecture, recipe.n_layers, n_vocab, recipe.tied_embeddings, types)
+
+
+def write_gguf(
+    path: Path,
+    architecture: str,
+    tokenizer: dict[str, tuple[Any, Any, Any]],
+    add_hparams: Callable[[GGUFWriter], None],
+    tensors: list[tuple[str, tuple[int, ...], GGMLType]],
+    random_values: Callable[[np.random.Generator, str, tuple[int, ...]], np.ndarray],
+    seed: int,
+) -> dict[str, str]:
+    """A tiny model's file: its name, its hyperparameters, the tokenizer's keys, and each tensor
+    (name, numpy shape, type) filled with random values in its type. Returns every tensor's name
+    and ggml type name, in file order."""
     writer = GGUFWriter(str(path), architecture)
     writer.add_name(f"ggml-viz tiny {architecture}")
-    _add_hparams(writer, recipe)
+    add_hparams(writer)
     for key, (value, vtype, sub_type) in tokenizer.items():
         writer.add_key_value(key, value, vtype, sub_type)
-    rng = np.random.default_rng(SEED)
+    rng = np.random.default_rng(seed)
     types = {}
-    for name, shape, qtype in _tensors(recipe, n_vocab):
-        data = _random_values(rng, name, shape)
+    for name, shape, qtype in tensors:
+        data = random_values(rng, name, shape)
         if qtype in (GGMLType.F32, GGMLType.F16):
             writer.add_tensor(name, quantize(data, qtype))
         else:
@@ -114,7 +132,7 @@ def write_model(path: Path, architecture: str) -> ModelSpec:
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    return ModelSpec(path, architecture, recipe.n_layers, n_vocab, recipe.tied_embeddings, types)
+    return types
 
 
 def _add_hparams(writer: GGUFWriter, recipe: Recipe) -> None:

@@ -34,10 +34,9 @@ from typing import Any
 import numpy as np
 from gguf import MODEL_ARCH_NAMES, MODEL_TENSOR, MODEL_TENSORS, TENSOR_NAMES, GGUFReader, GGUFWriter
 from gguf import GGMLQuantizationType as GGMLType
-from gguf.quants import quantize
 
 from ..vocab_files import require_vocab_file
-from .arch_models import CONTEXT_LENGTH, N_HEAD, N_HEAD_KV, RMS_EPS, SEED, _tokenizer
+from .arch_models import CONTEXT_LENGTH, N_HEAD, N_HEAD_KV, RMS_EPS, SEED, _tokenizer, write_gguf
 
 MOE_ARCHITECTURES = ("qwen3moe", "qwen2moe", "gpt-oss")
 
@@ -135,24 +134,8 @@ def write_moe_model(path: Path, architecture: str, **overrides: Any) -> MoeSpec:
     recipe = dataclasses.replace(RECIPES[architecture], **overrides)
     tokenizer = _tokenizer(require_vocab_file(recipe.vocab))
     n_vocab = len(tokenizer["tokenizer.ggml.tokens"][0])
-    writer = GGUFWriter(str(path), architecture)
-    writer.add_name(f"ggml-viz tiny {architecture}")
-    _add_hparams(writer, recipe)
-    for key, (value, vtype, sub_type) in tokenizer.items():
-        writer.add_key_value(key, value, vtype, sub_type)
-    rng = np.random.default_rng(recipe.seed)
-    types = {}
-    for name, shape, qtype in _tensors(recipe, n_vocab):
-        data = _random_values(rng, name, shape)
-        if qtype in (GGMLType.F32, GGMLType.F16):
-            writer.add_tensor(name, quantize(data, qtype))
-        else:
-            writer.add_tensor(name, quantize(data, qtype), raw_dtype=qtype)
-        types[name] = qtype.name.lower()
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    types = write_gguf(path, architecture, tokenizer, lambda writer: _add_hparams(writer, recipe),
+                       _tensors(recipe, n_vocab), _random_values, recipe.seed)  # fmt: skip
     return MoeSpec(
         path, architecture, recipe.n_layers, recipe.n_expert, recipe.n_expert_used, recipe.n_embd,
         recipe.n_ff_exp, recipe.gating, recipe.shared_experts, recipe.router_input, n_vocab,

@@ -30,21 +30,18 @@ def _layout() -> tuple[int, ...]:
     )
 
 
-def _functions() -> tuple[int, ...]:
+def _addresses(*names: str) -> tuple[int, ...]:
+    """The addresses of these libggml-base functions, for the C recorder to call."""
     lib = libggml()
-    return tuple(
-        address_of(getattr(lib, name))
-        for name in (
-            "ggml_backend_buffer_name",
-            "ggml_backend_buffer_get_usage",
-            "ggml_backend_buffer_get_size",
-            "ggml_backend_buffer_get_base",
-            "ggml_backend_buffer_get_type",
-            "ggml_backend_buft_name",
-            "ggml_op_desc",
-            "ggml_op_name",
-        )
-    )
+    return tuple(address_of(getattr(lib, name)) for name in names)
+
+
+def _functions() -> tuple[int, ...]:
+    return _addresses(
+        "ggml_backend_buffer_name", "ggml_backend_buffer_get_usage", "ggml_backend_buffer_get_size",
+        "ggml_backend_buffer_get_base", "ggml_backend_buffer_get_type", "ggml_backend_buft_name", "ggml_op_desc",
+        "ggml_op_name",
+    )  # fmt: skip
 
 
 class CGraphRecorder:
@@ -150,16 +147,10 @@ class CGraphRecorder:
 
 
 def routing_functions() -> tuple[int, int, int]:
-    lib = libggml()
-    return tuple(  # type: ignore[return-value]
-        address_of(getattr(lib, name))
-        for name in ("ggml_backend_buffer_is_host", "ggml_backend_tensor_get", "ggml_fp16_to_fp32")
-    )
+    return _addresses("ggml_backend_buffer_is_host", "ggml_backend_tensor_get", "ggml_fp16_to_fp32")  # type: ignore[return-value]
 
 
 def value_functions() -> tuple[int, int, int, int]:
-    lib = libggml()
-    return tuple(  # type: ignore[return-value]
-        address_of(getattr(lib, name))
-        for name in ("ggml_backend_buffer_is_host", "ggml_is_contiguous", "ggml_nbytes", "ggml_fp16_to_fp32")
+    return _addresses(  # type: ignore[return-value]
+        "ggml_backend_buffer_is_host", "ggml_is_contiguous", "ggml_nbytes", "ggml_fp16_to_fp32"
     )
