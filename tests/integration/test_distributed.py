@@ -497,3 +497,46 @@ def test_a_head_computing_layers_itself_has_its_cpu_nodes_timed(tmp_path, model_
     summary = summarize_joined(join_runs([run, ggml_viz.open(worker.output)]))
     counts = summary["remote_nodes"]
     assert counts["nodes"] == remote.sum() == counts["timed"] == counts["matched_to_head"]
+
+
+def test_a_split_model_says_where_each_device_waits_and_predicts_other_splits(tmp_path, model_path):
+    # GIVEN SmolLM2 with its last 15 blocks (14 layers and the output) on a recorded worker, joined
+    worker = start_worker(tmp_path, "worker")
+    command = [*head_command(model_path, [worker], n_predict=12), "-ngl", "15"]
+    try:
+        traced = ggml_viz_cli("run", "-o", str(tmp_path / "head.ggmlviz"), "--", *command)
+    finally:
+        worker.stop()
+    assert traced.returncode == 0, traced.stderr[-2000:]
+    joined = tmp_path / "split.joined"
+    assert ggml_viz_cli("join", str(tmp_path / "head.ggmlviz"), str(worker.output), "-o", str(joined)).returncode == 0
+    # WHEN its summary is asked for
+    result = ggml_viz_cli("summary", str(joined), "--json")
+    assert result.returncode == 0, result.stderr
+    devices = json.loads(result.stdout)["devices"]
+    # THEN each phase's mean step is every device's busy time plus its idle time by cause, exactly
+    decode = {phase["phase"]: phase for phase in devices["phases"]}["decode"]
+    assert decode["steps"] == 11
+    names = {device["device"] for device in decode["devices"]}
+    assert names == {"CPU", f"RPC0[{worker.endpoint}]"}
+    for device in decode["devices"]:
+        assert device["busy_ns"] > 0
+        assert device["busy_ns"] + sum(device["parts"].values()) == pytest.approx(decode["step_ns"], rel=1e-9)
+        assert any(part.startswith("waiting for ") and part != "waiting for transfers" for part in device["parts"])
+    # AND the finding names the wait in words, with the layers on the other side
+    assert "waits for" in devices["finding"] and "layers computed there" in devices["finding"]
+    # AND `whatif` predicts the recorded split as it ran (its parts, measured), and the others with
+    # every layer on one side
+    result = ggml_viz_cli("whatif", str(joined), "--ngl", "0,31", "--json")
+    assert result.returncode == 0, result.stderr
+    prediction = json.loads(result.stdout)
+    assert prediction["recorded_ngl"] == 15 and prediction["n_layer"] == 30
+    rows = {row["ngl"]: row for row in prediction["predictions"]}
+    assert rows[15]["recorded"] and (rows[15]["cpu_layers"], rows[15]["other_layers"]) == (16, 14)
+    assert rows[15]["decode_step_ns"] == pytest.approx(decode["step_ns"], rel=0.05)
+    assert rows[0]["other_layers"] == 0 and rows[0][f"RPC0[{worker.endpoint}]_bytes"] == 0
+    assert rows[31]["cpu_layers"] == 0 and rows[31]["output_on"] == f"RPC0[{worker.endpoint}]"
+    assert rows[31]["CPU_bytes"] < rows[15]["CPU_bytes"] < rows[0]["CPU_bytes"]
+    # AND a run on one device has nothing to move
+    one = ggml_viz_cli("whatif", str(tmp_path / "head.ggmlviz"), "--ngl", "4")
+    assert one.returncode == 1 and "one other device" in one.stderr

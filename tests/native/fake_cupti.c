@@ -2,11 +2,14 @@
  * A stand-in for libcupti, for tests on machines without a GPU: the CUPTI functions the GPU
  * timer calls, with activity records that the test queues (fake_cupti_kernel, fake_cupti_api)
  * laid out as CUPTI lays them out, handed over at each flush through the registered buffer
- * callbacks. It counts what the timer did (enables, flushes, detaches).
+ * callbacks. It counts what the timer did (enables, flushes, detaches), and says which record
+ * kinds are still on (fake_cupti_kinds_on).
  *
  * FAKE_CUPTI_OWN_CLOCK=1: refuse the timestamp callback, and stamp every record and
  * cuptiGetTimestamp with a clock one second ahead of CLOCK_MONOTONIC (the timer then measures
  * the offset).
+ * FAKE_CUPTI_REFUSE_KIND=K: refuse to switch on record kind K (the others are switched on).
+ * FAKE_CUPTI_REFUSE_FINALIZE=1: refuse cuptiFinalize (every kind on stays on).
  */
 #define _GNU_SOURCE
 #include <stdint.h>
@@ -30,6 +33,16 @@ int fake_cupti_enables, fake_cupti_flushes, fake_cupti_finalizes;
 
 static int own_clock(void) {
     const char *value = getenv("FAKE_CUPTI_OWN_CLOCK");
+    return value && *value == '1';
+}
+
+static int refused_kind(void) {
+    const char *value = getenv("FAKE_CUPTI_REFUSE_KIND");
+    return value ? atoi(value) : -1;
+}
+
+static int finalize_refused(void) {
+    const char *value = getenv("FAKE_CUPTI_REFUSE_FINALIZE");
     return value && *value == '1';
 }
 
@@ -68,14 +81,23 @@ void fake_cupti_kernel(const char *name, uint64_t start, uint64_t end, uint32_t 
     put32(record, 156, graph_id);
 }
 
-void fake_cupti_api(uint32_t cbid, uint64_t start, uint64_t end, uint32_t correlation, uint32_t thread) {
-    uint8_t *record = queue(5); /* RUNTIME */
+static void queue_api(uint32_t kind, uint32_t cbid, uint64_t start, uint64_t end, uint32_t correlation,
+                      uint32_t thread) {
+    uint8_t *record = queue(kind);
     if (!record) return;
     put32(record, 4, cbid);
     put64(record, 8, stamped(start));
     put64(record, 16, stamped(end));
     put32(record, 28, thread);
     put32(record, 32, correlation);
+}
+
+void fake_cupti_api(uint32_t cbid, uint64_t start, uint64_t end, uint32_t correlation, uint32_t thread) {
+    queue_api(5, cbid, start, end, correlation, thread); /* RUNTIME */
+}
+
+void fake_cupti_driver_api(uint32_t cbid, uint64_t start, uint64_t end, uint32_t correlation, uint32_t thread) {
+    queue_api(4, cbid, start, end, correlation, thread); /* DRIVER */
 }
 
 void fake_cupti_memcpy(uint64_t bytes, uint64_t start, uint64_t end, uint32_t correlation, uint32_t graph_id) {
@@ -90,6 +112,12 @@ void fake_cupti_memcpy(uint64_t bytes, uint64_t start, uint64_t end, uint32_t co
 }
 
 int fake_cupti_recording(void) { return enabled[10]; }
+
+int fake_cupti_kinds_on(void) {
+    int on = 0;
+    for (int kind = 0; kind < 32; kind++) on += enabled[kind];
+    return on;
+}
 
 /* ---- CUPTI's functions --------------------------------------------------------------------- */
 
@@ -106,7 +134,7 @@ int cuptiActivityRegisterTimestampCallback(uint64_t (*function)(void)) {
 }
 
 int cuptiActivityEnable(int kind) {
-    if (kind < 0 || kind >= 32) return 1;
+    if (kind < 0 || kind >= 32 || kind == refused_kind()) return 1;
     enabled[kind] = 1;
     fake_cupti_enables++;
     return 0;
@@ -148,6 +176,7 @@ int cuptiActivityGetNumDroppedRecords(void *context, uint32_t stream, size_t *dr
 }
 
 int cuptiFinalize(void) {
+    if (finalize_refused()) return 1;
     memset(enabled, 0, sizeof enabled);
     n_queued = 0;
     fake_cupti_finalizes++;

@@ -5,11 +5,14 @@
  * so it is that ggml version's program. Prints the sum of y after each compute, so a test can
  * check the program's own output.
  *
- *   plain_ggml_program [RUNS [PAUSE_MS [callbacks|- [STRAGGLE_MS]]]]   (3 runs, no pause by default)
+ *   plain_ggml_program [RUNS [PAUSE_MS [callbacks|fork|- [STRAGGLE_MS]]]]   (3 runs, no pause by default)
  *
  * With `callbacks` it sets an abort callback on its CPU backend and an eval callback on its
  * scheduler of its own, which count their calls (printed at the end): a profiler must keep
  * calling them.
+ *
+ * With `fork`, after its first compute it forks a child that computes nothing and ends with
+ * exit(), running its exit handlers (a profiler's too), and waits for it before going on.
  *
  * With STRAGGLE_MS, a custom op between the ADD and the RELU copies its input on thread 0
  * while thread 1 sleeps that long: a node with a known straggler, whose wait a profiler
@@ -20,7 +23,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
@@ -60,7 +65,7 @@ static void straggle(struct ggml_tensor *dst, const struct ggml_tensor *a, int i
 int main(int argc, char **argv) {
     int runs = argc > 1 ? atoi(argv[1]) : 3;
     long pause_ms = argc > 2 ? atol(argv[2]) : 0;
-    bool callbacks = argc > 3 && argv[3][0] == 'c';
+    bool callbacks = argc > 3 && argv[3][0] == 'c', forks = argc > 3 && argv[3][0] == 'f';
     straggle_ms = argc > 4 ? atol(argv[4]) : 0;
     struct ggml_context *weights = ggml_init((struct ggml_init_params){8 * ggml_tensor_overhead(), NULL, true});
     struct ggml_tensor *w = ggml_set_name(ggml_new_tensor_2d(weights, GGML_TYPE_F32, IN, OUT), "layer.weight");
@@ -97,6 +102,11 @@ int main(int argc, char **argv) {
         printf("run %d: sum %.4f\n", run, total);
         fflush(stdout);
         ggml_backend_sched_reset(sched);
+        if (forks && run == 0) {
+            pid_t child = fork();
+            if (child == 0) exit(0);
+            waitpid(child, NULL, 0);
+        }
         if (pause_ms) nanosleep(&(struct timespec){pause_ms / 1000, (pause_ms % 1000) * 1000000L}, NULL);
     }
     if (callbacks) printf("abort calls %d, eval asks %d\n", abort_calls, eval_asks);

@@ -53,11 +53,84 @@ def test_gpu_times_are_on_the_recorders_clock(h200_run):
 def test_node_time_comes_from_the_gpu(h200_run):
     totals = h200_run.node_totals
     assert set(totals.loc[totals["timed"] > 0, "clock"]) == {"gpu"}
-    decode = time_by_op(h200_run)
-    assert decode.iloc[0]["op"] == "MUL_MAT" and 0.6 < decode.iloc[0]["share"] < 0.8
+    by_op = time_by_op(h200_run)
+    matmul = by_op[by_op["op"].str.startswith("MUL_MAT")]
+    assert by_op.iloc[0]["op"] == "MUL_MAT" and 0.6 < matmul["share"].sum() < 0.8
     # fused groups: a node's kernels compute it and the nodes ggml-cuda fused into it
     fused = totals[(totals["clock"] == "gpu") & (totals["group_end"] > totals["node_index"])]
     assert set(fused["op"]) >= {"RMS_NORM"}
+
+
+def _weighted_shares(run, key: str, values):
+    """Shares of the run by `key`, computed apart from the code under test: per traced graph
+    the sum of `values`, weighted by how many graphs of its phase and structure ran per traced
+    one (work outside any graph, once)."""
+    graphs = run.raw("graphs")[["graph_id", "phase", "structure_id"]]
+    ran = graphs.groupby(["phase", "structure_id"]).size().rename("ran")
+    rows = values.merge(graphs, on="graph_id", how="left")
+    traced = rows.groupby(["phase", "structure_id"])["graph_id"].nunique().rename("traced")
+    rows = rows.join(ran, on=["phase", "structure_id"]).join(traced, on=["phase", "structure_id"])
+    weighted = rows["value"] * (rows["ran"] / rows["traced"]).fillna(1.0)
+    by_key = weighted.groupby(rows[key]).sum()
+    return by_key / by_key.sum(), rows["value"].groupby(rows[key]).sum() / rows["value"].sum()
+
+
+def test_gpu_shares_count_each_structure_as_often_as_it_ran(h200_run):
+    # GIVEN the window: two prompt graphs (a structure each, each ran once) and four of the 127
+    # decode steps (one structure) traced: raw sums make the prompt half of the run's GPU time
+    run = h200_run
+    times = run.raw("gpu_node_times").rename(columns={"gpu_ns": "value"})
+    ops = run.raw("structure_nodes").merge(run.raw("tensors")[["tensor_id", "op"]], on="tensor_id")
+    times = times.merge(run.raw("graphs")[["graph_id", "structure_id"]], on="graph_id")
+    times = times.merge(ops[["structure_id", "node_index", "op"]], on=["structure_id", "node_index"])
+    expected, raw = _weighted_shares(run, "op", times.drop(columns="structure_id"))
+    phase, raw_phase = _weighted_shares(run, "phase", times.drop(columns="structure_id"))
+    assert round(raw_phase["prompt"], 2) == 0.49 and round(phase["prompt"], 2) == 0.03
+    assert round(raw["ADD"], 3) == 0.017 and round(raw["RMS_NORM"], 3) == 0.097
+    assert round(expected["RMS_NORM"], 3) == 0.126 and round(expected["ADD"], 3) == 0.002
+    # WHEN time by op is read (fused groups under their first op's name)
+    by_op = time_by_op(run)
+    shares = by_op.groupby(by_op["op"].str.split(" +", regex=False).str[0])["share"].sum()
+    # THEN its shares are the weighted ones, not the sums over the traced graphs
+    assert shares.to_dict() == pytest.approx(expected.to_dict(), abs=1e-6)
+    # AND the measured sums stay as they were: per node, and per traced graph and op
+    totals = run.node_totals
+    assert totals["time_ns"].sum() == times["value"].sum()
+    assert run.graph_op_totals["time_ns"].sum() == times["value"].sum()
+    # AND the kernel table, by kernel function: the prompt's quantized matrix multiplication
+    # (mul_mat_q, its stream-k fixup, its activation quantization) is not a quarter of the run
+    kernels = run.gpu_kernels
+    kernels = kernels.assign(function=kernels["kernel"].where(kernels["kind"] == "kernel", kernels["kind"]))
+    by_function, raw_function = _weighted_shares(
+        run, "function", kernels[["graph_id", "function", "busy_ns"]].rename(columns={"busy_ns": "value"})
+    )
+    mmq = ["mul_mat_q", "mul_mat_q_stream_k_fixup", "quantize_mmq_q8_1"]
+    assert raw_function[mmq[:2]].sum() == pytest.approx(0.233, abs=0.002)
+    assert by_function[mmq].sum() == pytest.approx(0.015, abs=0.001)
+    summary = summarize(run, top=100)
+    table = {row["function"]: row["share"] for row in summary["gpu"]["top_kernels"]}
+    assert table == pytest.approx(by_function.to_dict(), abs=1e-6)
+    # AND the summary says they are estimates, and from what
+    assert summary["gpu"]["estimate"] == (
+        "estimated from 6 traced graphs of 129, weighted by how often each graph structure ran"
+    )
+
+
+def test_time_by_op_names_the_fused_groups(h200_run):
+    # GIVEN nodes whose kernels computed a group of nodes (group_end past the node)
+    run = h200_run
+    times = run.raw("gpu_node_times")
+    assert (times["group_end"] > times["node_index"]).any()
+    # WHEN time by op is read
+    by_op = time_by_op(run).set_index("op")
+    # THEN each group is named by its ops, the views inside it left out
+    assert {"RMS_NORM +MUL", "MUL_MAT +ADD", "MUL_MAT +MUL_MAT +SWIGLU", "ROPE +SET_ROWS"} <= set(by_op.index)
+    # AND a node fused into another's group has no row of its own (every MUL was fused)
+    assert "MUL" not in by_op.index and (by_op["time_ns"] > 0).all()
+    totals = run.node_totals
+    group = totals[(totals["clock"] == "gpu") & (totals["op"] == "RMS_NORM")]
+    assert by_op.loc["RMS_NORM +MUL", "time_ns"] == group["est_ns"].sum()
+    assert by_op.loc["RMS_NORM +MUL", "count"] == group["timed"].sum()
 
 
 def test_the_summary_speaks_of_the_gpu(h200_run):

@@ -15,7 +15,19 @@ import numpy as np
 import pytest
 
 from ggml_viz.capture.gpu.attribution import AttributionState, attribute
-from ggml_viz.capture.gpu.records import ACTIVITY_DTYPE, API_DTYPE, GpuWindow, parse_window
+from ggml_viz.capture.gpu.records import (
+    ACTIVITY_DTYPE,
+    API_DTYPE,
+    COPY_CBIDS,
+    DRIVER,
+    GRAPH_LAUNCH_CBIDS,
+    LAUNCH_CBIDS,
+    NODE_CALL_CPU,
+    NODE_CALL_SPLIT,
+    RUNTIME,
+    GpuWindow,
+    parse_window,
+)
 
 NATIVE_TESTS = Path(__file__).parents[1] / "native"
 CAPTURE = Path(__file__).parents[2] / "src" / "ggml_viz" / "capture"
@@ -62,18 +74,23 @@ def run_timer(timer_program, tmp_path: Path, mode: str, computes: int, cupti: st
 def test_windows_open_for_a_new_structure_and_then_periodically(timer_program, tmp_path):
     # GIVEN windows of 2 computes every 6 computes, a graph new at compute 0
     stdout, windows = run_timer(timer_program, tmp_path, "windows", 20)
-    traced, counts = stdout.splitlines()
+    traced, counts, kept = stdout.splitlines()
     # THEN its first two computes are traced (eager, then captured), then 2 after each 6 untraced
     assert traced == "11000000110000001100"
     assert [w.reason for w in windows] == ["new structure", "periodic", "periodic"]
     assert [w.computes["compute"].tolist() for w in windows] == [[0, 1], [8, 9], [16, 17]]
-    # ... and CUPTI is attached for each window (4 record kinds on) and detached after it
-    assert counts == "enables 12 finalizes 3 problem none"
+    # ... and CUPTI is attached for each window (5 record kinds on) and detached after it
+    assert counts == "enables 15 finalizes 3 problem none"
+    assert kept.startswith("kinds on 0, takes 3, at exit 0")
     assert all(w.overhead_ns > 0 for w in windows)
 
 
-def test_every_kernel_of_a_window_finds_its_node(timer_program, tmp_path):
-    _, windows = run_timer(timer_program, tmp_path, "windows", 20)
+# windows: kernels launched through the runtime; driver: one launched by the driver alone
+# (cuLaunchKernelEx), one runtime launch making a driver call of its own, CUDA graphs launched
+# with cudaGraphLaunch_ptsz; splits: the scheduler's split markers among ggml-cuda's node calls
+@pytest.mark.parametrize("mode", ["windows", "driver", "splits"])
+def test_every_kernel_of_a_window_finds_its_node(timer_program, tmp_path, mode):
+    _, windows = run_timer(timer_program, tmp_path, mode, 20)
     state = AttributionState()
     mapped = [attribute(w, np.zeros(len(w.computes), dtype=np.int64), state) for w in windows]
     # eager, then the CUDA graph captured; later windows replay it by position
@@ -101,12 +118,104 @@ def test_every_kernel_of_a_window_finds_its_node(timer_program, tmp_path):
         assert (window.activities["start_ns"] >= window.computes["start_ns"].min()).all()
 
 
+def test_a_kernel_launched_by_the_driver_alone_is_its_nodes(timer_program, tmp_path):
+    # GIVEN node 1's second kernel launched by cuLaunchKernelEx alone (no runtime call), node 0's
+    # cudaLaunchKernel making its own cuLaunchKernel under the same correlation id, and the CUDA
+    # graph launched with cudaGraphLaunch_ptsz
+    _, windows = run_timer(timer_program, tmp_path, "driver", 20)
+    first = windows[0]
+    calls, activities = first.api_calls, first.activities
+    # THEN the driver's launch is kept, as the driver's, and its kernel finds node 1
+    driver = calls[calls["domain"] == DRIVER]
+    assert driver["cbid"].tolist() == [LAUNCH_CBIDS[DRIVER]["cuLaunchKernelEx"]] * 2  # eager, capture
+    state = AttributionState()
+    mapped = attribute(first, np.zeros(len(first.computes), dtype=np.int64), state)
+    launched = np.isin(activities["correlation_id"], driver["correlation_id"]) & (activities["graph_id"] == 0)
+    assert launched.sum() == 1 and mapped.node[launched].tolist() == [1]
+    # AND a runtime launch's own driver call (cuLaunchKernel) is dropped: each correlation id has
+    # one call, the runtime's
+    assert len(np.unique(calls["correlation_id"])) == len(calls)
+    node_0 = activities["correlation_id"][(activities["graph_id"] == 0) & (mapped.node == 0)]
+    assert calls[np.isin(calls["correlation_id"], node_0)][["cbid", "domain"]].tolist() == [(211, RUNTIME)]
+    # AND the replays launched with cudaGraphLaunch_ptsz map
+    for window in windows[1:]:
+        replays = attribute(window, np.zeros(len(window.computes), dtype=np.int64), state)
+        assert replays.mapping.tolist() == ["replay", "replay"]
+        assert set(window.api_calls["cbid"].tolist()) >= {GRAPH_LAUNCH_CBIDS[RUNTIME]["cudaGraphLaunch_ptsz_v10000"]}
+
+
+def test_split_markers_say_where_each_split_began(timer_program, tmp_path):
+    # GIVEN a scheduler beginning two splits in each traced compute: at node 0 on CUDA, at node 5 on the CPU
+    _, windows = run_timer(timer_program, tmp_path, "splits", 20)
+    for window in windows:
+        calls = window.node_calls
+        markers = calls[calls["flags"] != 0]
+        # THEN each compute's node calls hold both, in order, from no call site of ggml-cuda's
+        for compute in window.computes["compute"].tolist():
+            mine = markers[markers["compute"] == compute]
+            assert mine[["node_index", "flags"]].tolist() == [(0, NODE_CALL_SPLIT),
+                                                              (5, NODE_CALL_SPLIT | NODE_CALL_CPU)]  # fmt: skip
+            assert (mine["return_address"] == 0).all()
+        assert (calls["return_address"][calls["flags"] == 0] != 0).all()
+
+
+def test_a_forked_child_has_no_gpu_timer_and_nothing_of_the_parents(timer_program, tmp_path):
+    # GIVEN a program forking a child while its first window is open
+    stdout, windows = run_timer(timer_program, tmp_path, "fork", 20)
+    traced, counts, kept = stdout.splitlines()
+    # THEN the child's timer was off and it held no record to hand over (its exit status: 0)
+    assert kept.endswith("child 0")
+    # AND the parent's windows are whole, as without the fork
+    assert traced == "11000000110000001100" and counts == "enables 15 finalizes 3 problem none"
+    assert [w.computes["compute"].tolist() for w in windows] == [[0, 1], [8, 9], [16, 17]]
+    assert len(windows[0].activities) > 0
+
+
 def test_every_graph_traced_hands_over_every_period(timer_program, tmp_path):
     stdout, windows = run_timer(timer_program, tmp_path, "every", 14)
-    traced, counts = stdout.splitlines()
+    traced, counts, _ = stdout.splitlines()
     assert traced == "1" * 14
     assert [len(w.computes) for w in windows] == [6, 6, 2]  # handed over every 6 computes, the rest at the end
-    assert counts.startswith("enables 4 finalizes 1 ")  # attached once, detached at the end
+    assert counts.startswith("enables 5 finalizes 1 ")  # attached once, detached at the end
+
+
+def test_a_graph_changing_structure_all_the_time_is_traced_within_the_cap(timer_program, tmp_path):
+    # GIVEN the default policy (windows of 4 computes, every 256), a graph whose structure changes
+    # every 2 computes, 5,000 computes in calls of 1 to 6
+    stdout, windows = run_timer(timer_program, tmp_path, "churn", 5000)
+    traced, _, kept = stdout.splitlines()
+    # THEN about a tenth of the computes are traced: new structures open and extend windows
+    # only within a tenth of all, plus a window (and the last call's computes)
+    assert traced.count("1") <= 5000 // 10 + 2 * 4 + 5
+    assert sum(len(w.computes) for w in windows) == traced.count("1")
+    # AND the windows are handed over as they close, not held until the end
+    takes, at_exit = (int(part.split()[-1]) for part in kept.split(", ")[1:3])
+    assert takes == len(windows) > 50 and at_exit == 0
+    assert max(len(w.computes) for w in windows) <= 64 + 5  # the bound on a take, and the rest of a call
+
+
+def test_a_window_is_handed_over_once_it_holds_64_computes(timer_program, tmp_path):
+    # GIVEN every compute traced, to be handed over every 100,000 computes, and 200 computes
+    stdout, windows = run_timer(timer_program, tmp_path, "bound", 200)
+    traced, counts, _ = stdout.splitlines()
+    # THEN each take holds at most 64 computes, CUPTI staying attached between them
+    assert traced == "1" * 200
+    assert [len(w.computes) for w in windows] == [64, 64, 64, 8]
+    assert counts.startswith("enables 5 finalizes 1 ")
+
+
+@pytest.mark.parametrize("refusal", [{"FAKE_CUPTI_REFUSE_KIND": "2"}, {"FAKE_CUPTI_REFUSE_FINALIZE": "1"}])
+def test_a_cupti_that_refuses_is_left_recording_nothing(timer_program, tmp_path, refusal):
+    # GIVEN a CUPTI that refuses memset records after switching the other kinds on (an attach
+    # half done), or refuses to detach after the first window (every kind still on)
+    stdout, windows = run_timer(timer_program, tmp_path, "windows", 6, **refusal)
+    traced, counts, kept = stdout.splitlines()
+    # THEN the timer gives up with one reason, and every record kind it switched on is off again
+    assert "problem CUPTI refused" in counts
+    assert kept.startswith("kinds on 0,")
+    # AND the program went on, untraced from then on
+    assert traced == ("000000" if "FAKE_CUPTI_REFUSE_KIND" in refusal else "110000")
+    assert len(windows) == (0 if "FAKE_CUPTI_REFUSE_KIND" in refusal else 1)
 
 
 def test_cupti_on_its_own_clock_is_brought_to_the_recorders(timer_program, tmp_path):
@@ -125,7 +234,7 @@ def test_no_usable_cupti_leaves_graph_times_and_one_reason(timer_program, tmp_pa
     bogus = tmp_path / "libcupti.so"
     bogus.write_text("not a library")
     stdout, windows = run_timer(timer_program, tmp_path, "windows", 6, cupti=str(bogus), CUDA_HOME=str(tmp_path))
-    traced, counts = stdout.splitlines()
+    traced, counts, _ = stdout.splitlines()
     # THEN nothing is traced, the program ran to its end, and the timer says why
     assert traced == "000000" and windows == []
     assert "problem none" not in counts and ("CUPTI" in counts or "libcupti" in counts)
@@ -137,6 +246,21 @@ def test_cupti_declarations_match_the_cuda_toolkit(tmp_path):
         pytest.skip("no CUDA toolkit headers (cupti.h) on this machine")
     result = subprocess.run([_compiler(), "-fsyntax-only", "-std=c11", f"-I{include}", f"-I{CAPTURE}",
                              str(NATIVE_TESTS / "cupti_abi_check.c")], capture_output=True, text=True)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+
+
+def test_callback_ids_match_the_cuda_toolkit(tmp_path):
+    include = _toolkit_include()
+    if include is None:
+        pytest.skip("no CUDA toolkit headers (cupti.h) on this machine")
+    prefixes = {RUNTIME: "CUPTI_RUNTIME_TRACE_CBID_", DRIVER: "CUPTI_DRIVER_TRACE_CBID_"}
+    checks = [f"_Static_assert({prefixes[domain]}{name} == {cbid}, \"{name}\");"
+              for table in (LAUNCH_CBIDS, COPY_CBIDS, GRAPH_LAUNCH_CBIDS)
+              for domain, named in table.items() for name, cbid in named.items()]  # fmt: skip
+    source = tmp_path / "cbids.c"
+    source.write_text("#include <cupti.h>\n" + "\n".join(checks) + "\n")
+    result = subprocess.run([_compiler(), "-fsyntax-only", "-std=c11", f"-I{include}", str(source)],
+                            capture_output=True, text=True)  # fmt: skip
     assert result.returncode == 0, result.stderr
 
 
@@ -182,21 +306,26 @@ def test_the_record_layouts_are_the_c_sides():
 
 def test_cupti_records_become_ggml_vizs():
     extension = pytest.importorskip("ggml_viz.capture.core._recorder")
-    # GIVEN a kernel, a runtime API call, a memcpy, a record of another kind, and a kernel never completed
+    # GIVEN a kernel, a runtime and a driver API call, a memcpy, a record of another kind, and a
+    # kernel never completed
     kernel, _ = _kernel_record(b"_Z13quantize_q8_1PKf", 1_000, 1_500, 42, graph_id=3)
     api = bytearray(40)
     struct.pack_into("<II", api, 0, 5, 211)
     struct.pack_into("<QQ", api, 8, 900, 950)
     struct.pack_into("<II", api, 28, 77, 42)
+    driver = bytearray(40)
+    struct.pack_into("<II", driver, 0, 4, 652)  # DRIVER, cuLaunchKernelEx
+    struct.pack_into("<QQ", driver, 8, 1_000, 1_050)
+    struct.pack_into("<II", driver, 28, 77, 45)
     copy = bytearray(96)
     struct.pack_into("<IB", copy, 0, 1, 2)  # MEMCPY, device to host
     struct.pack_into("<QQQ", copy, 8, 4096, 2_000, 2_300)
     struct.pack_into("<I", copy, 44, 43)
-    other = struct.pack("<I", 4) + bytes(60)  # DRIVER: not kept
+    other = struct.pack("<I", 6) + bytes(60)  # EVENT: not kept
     unfinished, _ = _kernel_record(b"_Z13quantize_q8_1PKf", 0, 0, 44)
     # WHEN converted as CUPTI's buffers are, CUPTI's clock 100 ns ahead of the recorder's
     activities, calls, lengths, names, invalid = extension.convert_cupti_records(
-        [kernel, bytes(api), bytes(copy), other, unfinished], 100
+        [kernel, bytes(api), bytes(driver), bytes(copy), other, unfinished], 100
     )
     activities = np.frombuffer(activities, ACTIVITY_DTYPE)
     calls = np.frombuffer(calls, API_DTYPE)
@@ -204,7 +333,8 @@ def test_cupti_records_become_ggml_vizs():
     assert activities[["start_ns", "end_ns", "correlation_id", "graph_id", "stream", "kind"]].tolist() == [
         (900, 1400, 42, 3, 13, 1), (1900, 2200, 43, 0, 0, 2)]  # fmt: skip
     assert activities["bytes"].tolist() == [0, 4096] and activities["copy_kind"].tolist() == [0, 2]
-    assert calls[["start_ns", "end_ns", "correlation_id", "cbid", "thread"]].tolist() == [(800, 850, 42, 211, 77)]
+    assert calls[["start_ns", "end_ns", "correlation_id", "cbid", "thread", "domain"]].tolist() == [
+        (800, 850, 42, 211, 77, RUNTIME), (900, 950, 45, 652, 77, DRIVER)]  # fmt: skip
     assert invalid == 1
     assert np.frombuffer(lengths, np.uint32).tolist() in ([], [len(b"_Z13quantize_q8_1PKf")])
     assert names in (b"", b"_Z13quantize_q8_1PKf")

@@ -146,7 +146,10 @@ def test_a_window_reads_only_the_blocks_of_kernels_it_meets(run_path, tmp_path, 
 
 def test_the_overview_shows_a_step_s_gpu_busy_time_against_the_host_s_and_the_top_kernels(view):
     overview = view.overview["gpu"]
-    assert overview["label"] == "GPU time (CUDA0, CUPTI kernel records, 5 of 40 graphs traced)"
+    assert overview["label"] == (
+        "GPU time (CUDA0, CUPTI kernel records, 5 of 40 graphs traced), times over the run estimated from 5 traced "
+        "graphs of 40, weighted by how often each graph structure ran"
+    )
     assert (overview["devices"], overview["traced_graphs"], overview["graphs"]) == (["CUDA0"], 5, 40)
     graphs = view.run.gpu_graphs
     decode = graphs[graphs["phase"] == "decode"]
@@ -154,12 +157,18 @@ def test_the_overview_shows_a_step_s_gpu_busy_time_against_the_host_s_and_the_to
     assert (step["phase"], step["device"], step["graphs"]) == ("decode", "CUDA0", 4)
     assert step["host_ns"] == int(decode["host_ns"].median()) and step["busy_ns"] == int(decode["busy_ns"].median())
     assert step["busy_share"] == pytest.approx((decode["busy_ns"] / decode["host_ns"]).median())
+    # the top kernels over the run: the prompt graph (1 of 1 traced) once, each traced decode step
+    # for the 39 / 4 decode steps it stands for
     kernels = view.run.gpu_kernels
-    by_kernel = kernels.groupby("kernel")["busy_ns"].sum().sort_values(ascending=False)
+    weight = kernels["phase"].map({"prompt": 1.0, "decode": 39 / 4})
+    by_kernel = (kernels["busy_ns"] * weight).groupby(kernels["kernel"]).sum().sort_values(ascending=False)
     top = overview["top_kernels"]
     assert [k["kernel"] for k in top[:2]] == by_kernel.index[:2].tolist() == ["mul_mat_vec_q", "quantize_q8_1"]
-    assert top[0]["time_ns"] == by_kernel.iloc[0]
+    assert top[0]["time_ns"] == int(by_kernel.iloc[0])
     assert top[0]["share"] == pytest.approx(by_kernel.iloc[0] / by_kernel.sum())
+    first = kernels[kernels["kernel"] == "mul_mat_vec_q"]  # count and mean: as traced
+    durations = first["end_ns"] - first["start_ns"]
+    assert top[0]["count"] == len(first) and top[0]["mean_ns"] == pytest.approx(durations.mean())
     assert {k["kernel"]: k["kind"] for k in top}["HtoD"] == "memcpy"
     n_traced = len(TRACED)
     assert overview["unattributed"] == n_traced and overview["copies"] == 2 * n_traced

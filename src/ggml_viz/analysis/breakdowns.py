@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..runformat.memory_sources import VIEW_OPS
 from ..runformat.reader import Run
 from .components import structure_components
 from .memory import peak_bytes
@@ -50,7 +51,35 @@ def timed_totals(run: Run) -> pd.DataFrame:
 
 
 def time_by_op(run: Run) -> pd.DataFrame:
-    return _time_by(timed_totals(run), "op")
+    """Node time by op; a node whose kernels computed a fused group, by the group's ops
+    (fused_op_labels): the nodes fused into it have no time, nor a row, of their own."""
+    totals = run.node_totals
+    timed = totals["timed"] > 0
+    return _time_by(totals[timed].assign(op=fused_op_labels(totals)[timed]), "op")
+
+
+def fused_op_labels(totals: pd.DataFrame) -> pd.Series:
+    """Each node's op (over node totals), named with the ops ggml-cuda fused into it where its
+    kernels computed nodes up to `group_end` ("RMS_NORM +MUL", "MUL_MAT +ADD"): the group's time
+    is all the first node's, and a SWIGLU or a residual ADD fused into a MUL_MAT would otherwise
+    read as free. Views inside the group (no work of their own) are not named."""
+    labels = totals["op"].astype(object)
+    carriers = totals[totals["group_end"] > totals["node_index"]]
+    if carriers.empty:
+        return labels
+    size = (carriers["group_end"] - carriers["node_index"]).to_numpy(np.int64)
+    offset = np.arange(size.sum()) - np.repeat(np.cumsum(size) - size, size) + 1
+    members = pd.DataFrame({
+        "carrier": np.repeat(carriers.index.to_numpy(), size),
+        "phase": np.repeat(carriers["phase"].to_numpy(), size),
+        "structure_id": np.repeat(carriers["structure_id"].to_numpy(), size),
+        "node_index": np.repeat(carriers["node_index"].to_numpy(np.int64), size) + offset,
+    })  # fmt: skip
+    ops = totals[["phase", "structure_id", "node_index", "op", "op_base"]].astype({"node_index": "int64"})
+    members = members.merge(ops, on=["phase", "structure_id", "node_index"], how="left")  # (in node order)
+    members = members[members["op"].notna() & ~members["op_base"].isin(VIEW_OPS)]
+    fused = members.groupby("carrier", sort=False)["op"].agg(lambda group: "".join(f" +{op}" for op in group))
+    return labels.add(fused.reindex(labels.index, fill_value=""))
 
 
 def time_by_layer(run: Run) -> pd.DataFrame:
@@ -76,10 +105,14 @@ def time_by_tensor(run: Run) -> pd.DataFrame:
 
 
 def _time_by(totals: pd.DataFrame, key: str) -> pd.DataFrame:
-    """Per key, over node totals: timed events (`count`), their time, mean and wait (of
-    the time, waiting for other threads, where seen)."""
-    table = totals.groupby(key, dropna=False)[["timed", "time_ns", "wait_ns"]].sum().rename(columns={"timed": "count"})
+    """Per key, over node totals: timed events (`count`), their time over the run and its
+    share, the mean of a timed event, and the wait (of the time, waiting for other threads,
+    where seen). A GPU node's time over the run is estimated from the graphs the GPU timer
+    traced, each structure counted as often as it ran (`est_ns`); its mean is as measured."""
+    columns = ["timed", "time_ns", "est_ns", "wait_ns"]
+    table = totals.groupby(key, dropna=False)[columns].sum().rename(columns={"timed": "count"})
     table["mean_ns"] = table["time_ns"] / table["count"]
+    table["time_ns"] = table["est_ns"]
     total = table["time_ns"].sum()
     table["share"] = table["time_ns"] / total if total else 0.0
     table = table[["count", "time_ns", "mean_ns", "wait_ns", "share"]]

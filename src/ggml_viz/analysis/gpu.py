@@ -2,10 +2,15 @@
 tables. Node times by op, layer and tensor come from run.node_totals, where GPU nodes carry
 the GPU's time (`clock` gpu); here: the GPU timer itself, the decode step from the GPU's side
 (busy against the host's time), the kernels, and the kernels a node runs besides its main one.
+
+The timer traces a few graphs of each new structure and a few every 256: shares of the GPU's
+time over the run are estimates, each traced graph weighted by how many graphs of its phase
+and structure ran per traced one (Run.gpu_graph_weights), as node totals' `est_ns` are.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import pandas as pd
@@ -21,6 +26,7 @@ def gpu_summary(run: Run, top: int = 8) -> dict[str, Any] | None:
     graphs = run.gpu_graphs
     kernels = run.gpu_kernels
     is_kernel = kernels["kind"] == "kernel"
+    weights = run.gpu_graph_weights
     return {
         "mode": info.get("mode"),
         "cupti": info.get("cupti") or None,
@@ -33,11 +39,40 @@ def gpu_summary(run: Run, top: int = 8) -> dict[str, Any] | None:
         "unattributed_graphs": int((graphs["mapping"] == "unattributed").sum()),
         "kernels": int(is_kernel.sum()),
         "attributed_kernels": int((is_kernel & (kernels["node_index"] >= 0)).sum()),
+        "estimate": estimate_note(run.graphs, weights.index) if len(weights) else None,
+        "warnings": record_warnings(info),
         "decode_step": decode_step(run),
-        "top_kernels": kernel_table(kernels).head(top).to_dict(orient="records"),
+        "top_kernels": kernel_table(kernels, weights).head(top).to_dict(orient="records"),
         "side_kernels": side_kernels(run).head(top).to_dict(orient="records"),
         "cost": timer_cost(run, info),
     }
+
+
+def estimate_note(graphs: pd.DataFrame, traced: Iterable[int]) -> str:
+    """How the GPU's shares over the run are estimated, in words (`graphs`: the run's; `traced`:
+    the graph ids traced), with the graphs of the phases and structures never traced, which
+    count nowhere."""
+    traced_ids = set(traced)
+    kinds = graphs.assign(traced=graphs["graph_id"].isin(traced_ids)).groupby(["phase", "structure_id"])["traced"]
+    never = kinds.sum() == 0
+    note = (f"estimated from {len(traced_ids):,} traced graphs of {len(graphs):,}, weighted by how often each "
+            "graph structure ran")  # fmt: skip
+    if never.any():
+        untraced = int(kinds.size()[never].sum())
+        note += f"; {int(never.sum()):,} graph structures never traced ({untraced:,} graphs) count nowhere"
+    return note
+
+
+def record_warnings(info: dict[str, Any]) -> list[str]:
+    """What CUPTI could not keep (the manifest's counts), as warnings beside the GPU's figures."""
+    said = []
+    if info.get("dropped_records"):
+        said.append(f"CUPTI dropped {int(info['dropped_records']):,} records: node times of the traced graphs are "
+                    "incomplete")  # fmt: skip
+    if info.get("invalid_records"):
+        said.append(f"CUPTI left {int(info['invalid_records']):,} records without times: node times of the traced "
+                    "graphs are incomplete")  # fmt: skip
+    return said
 
 
 def decode_step(run: Run) -> dict[str, Any] | None:
@@ -71,25 +106,35 @@ def decode_step(run: Run) -> dict[str, Any] | None:
     }
 
 
-def kernel_table(kernels: pd.DataFrame) -> pd.DataFrame:
-    """The GPU's work by kernel function (copies and memsets by their kind): how many ran,
-    their share of the GPU's busy time, the mean time each was the one running."""
+def kernel_table(kernels: pd.DataFrame, weights: pd.Series | None = None) -> pd.DataFrame:
+    """The GPU's work by kernel function (copies and memsets by their kind): how many ran in the
+    traced graphs and the mean time each was the one running, as measured; their busy time over
+    the run and its share, estimated with `weights` (per graph_id: Run.gpu_graph_weights; work
+    outside any graph, and every kernel without weights, counted as traced)."""
     work = kernels.assign(function=kernels["kernel"].where(kernels["kind"] == "kernel", kernels["kind"]))
-    table = work.groupby("function").agg(count=("busy_ns", "size"), busy_ns=("busy_ns", "sum"))
+    weight = work["graph_id"].map(weights).fillna(1.0) if weights is not None else 1.0
+    work = work.assign(estimated=work["busy_ns"] * weight)
+    table = work.groupby("function").agg(count=("busy_ns", "size"), traced_ns=("busy_ns", "sum"),
+                                         busy_ns=("estimated", "sum"))  # fmt: skip
     total = table["busy_ns"].sum()
     table["share"] = table["busy_ns"] / total if total else 0.0
-    table["mean_ns"] = table["busy_ns"] / table["count"]
+    table["mean_ns"] = table["traced_ns"] / table["count"]
+    table["busy_ns"] = table["busy_ns"].round().astype("int64")
+    table = table[["count", "busy_ns", "share", "mean_ns"]]
     return table.sort_values("busy_ns", ascending=False).reset_index()
 
 
 def side_kernels(run: Run) -> pd.DataFrame:
     """Kernels a node runs besides its main one (the one with most of its time), in the decode
-    steps where any were traced: per op and function, their share of the GPU's busy time there,
-    and the main kernel they ran beside most often. A quantized matrix multiplication
-    quantizes its activations first; a node may convert a type or copy before it computes."""
+    steps where any were traced: per op and function, their share of the GPU's busy time there
+    (estimated over the run's decode steps), and the main kernel they ran beside most often. A
+    quantized matrix multiplication quantizes its activations first; a node may convert a type
+    or copy before it computes."""
     kernels = run.gpu_kernels
     if (kernels["phase"] == "decode").any():
         kernels = kernels[kernels["phase"] == "decode"]
+    # each decode structure as often as it ran (busy_ns estimated over the run)
+    kernels = kernels.assign(busy_ns=kernels["busy_ns"] * kernels["graph_id"].map(run.gpu_graph_weights).fillna(1.0))
     total = float(kernels["busy_ns"].sum())
     kernels = kernels[(kernels["kind"] == "kernel") & (kernels["node_index"] >= 0)]
     if kernels.empty or not total:
@@ -101,7 +146,8 @@ def side_kernels(run: Run) -> pd.DataFrame:
     sides = sides[sides["kernel"] != sides["main"]].merge(_node_ops(run), on=["graph_id", "node_index"], how="left")
     table = sides.groupby(["op", "kernel"]).agg(busy_ns=("busy_ns", "sum"), main=("main", lambda m: m.mode()[0]))
     table["share"] = table["busy_ns"] / total
-    table = table.reset_index().rename(columns={"kernel": "function"})
+    table = table.reset_index().rename(columns={"kernel": "function"}).astype({"busy_ns": "float64"})
+    table["busy_ns"] = table["busy_ns"].round().astype("int64")
     return table[["op", "function", "main", "busy_ns", "share"]].sort_values("busy_ns", ascending=False,
                                                                              ignore_index=True)  # fmt: skip
 

@@ -23,6 +23,7 @@ from .breakdowns import (
     weight_reads,
 )
 from .components import structure_components
+from .devices import device_summary, run_devices
 from .findings import FindingContext, find_all
 from .flops import throughput_by_op
 from .gpu import gpu_summary
@@ -55,6 +56,10 @@ def summarize(run: Run, top: int = 10) -> dict[str, Any]:
     phases, reads, components = phase_stats(run), weight_reads(run), structure_components(run)  # findings use them too
     gpu = gpu_summary(run, top)
     said, sections = find_all(run, FindingContext(phases=phases, reads=reads, components=components, gpu=gpu))
+    activity = run_devices(run)
+    devices = device_summary(run, activity) if activity is not None else None
+    if devices and devices["finding"]:
+        said.append(devices["finding"])
     return {
         "run": str(run.path),
         "experiment_id": run.experiment_id,
@@ -78,6 +83,7 @@ def summarize(run: Run, top: int = 10) -> dict[str, Any]:
         "timing_label": timing_label((manifest.get("capture") or {}).get("timing", "sync")),
         "clocks": {str(k): int(v) for k, v in totals.groupby("clock")["timed"].sum().items()},
         "gpu": gpu,
+        "devices": devices,
         "node_waits": node_waits(run),
         "phases": records(phases),
         "computations": records(graphs_by_computation(run).head(top)),

@@ -30,11 +30,12 @@ from .run import RunCommand
 from .summary import SummaryCommand
 from .validate import ValidateCommand
 from .view import ViewCommand
+from .whatif import WhatifCommand
 
 COMMANDS: list[type[Command]] = [
     RecordCommand, RunCommand, SummaryCommand, ViewCommand, ExportCommand, QueryCommand, DiffCommand, BenchCommand,
     NumericsCommand, MemmapCommand, ValidateCommand, CollectCommand, PreloadPathCommand, ConfigCommand,
-    PluginsCommand, JoinCommand,
+    PluginsCommand, JoinCommand, WhatifCommand,
 ]  # fmt: skip
 
 

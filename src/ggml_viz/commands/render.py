@@ -94,6 +94,7 @@ def render_summary(summary: dict[str, Any], console: Console | None = None, shor
                 "each of their times holds the wait for the stragglers of the node before it[/]"
             )
     _render_gpu(console, summary, short)
+    render_devices(summary.get("devices"), console)
     if summary["untimed_graphs"]:
         console.print(
             f"[yellow]{summary['untimed_graphs']:,} graphs to be timed inline kept graph times only "
@@ -193,6 +194,10 @@ def _render_gpu(console: Console, summary: dict[str, Any], short: bool) -> None:
     else:
         reason = gpu.get("problem") or ("--gpu off" if gpu.get("mode") == "off" else "no graph traced")
         console.print(f"[yellow]GPU nodes: graph times only ({reason})[/]", highlight=False)
+    if gpu.get("estimate"):
+        console.print(f"GPU time over the run, by op, layer, tensor, component and kernel: {gpu['estimate']}")
+    for warning in gpu.get("warnings") or []:
+        console.print(f"[yellow]{warning}[/]", highlight=False)
     if gpu["unattributed_graphs"]:
         console.print(
             f"[yellow]{gpu['unattributed_graphs']:,} traced graphs kept their graph time: their kernels did not "
@@ -217,7 +222,8 @@ def _render_gpu(console: Console, summary: dict[str, Any], short: bool) -> None:
             f"host ({step['host_of']}): busy {step['busy_share']:.0%}"
         )
     if gpu["top_kernels"] and not short:
-        table = Table("kernel", "count", "busy", "share", "mean", title="GPU time by kernel", title_justify="left")
+        title = "GPU time by kernel (busy, share: the run's, estimated; count, mean: the traced graphs')"
+        table = Table("kernel", "count", "busy", "share", "mean", title=title, title_justify="left")
         for row in gpu["top_kernels"]:
             table.add_row(row["function"], f"{row['count']:,}", format_ms(row["busy_ns"]), f"{row['share']:.1%}",
                           f"{row['mean_ns'] / 1e3:,.1f} µs")  # fmt: skip
@@ -308,8 +314,37 @@ def render_joined(summary: dict[str, Any]) -> None:
                           *(f"{step['worker_compute_ns'].get(w, 0) / 1e6:.2f} ms" for w in workers),
                           f"{step['wire_and_protocol_ns'] / 1e6:.2f} ms")  # fmt: skip
         console.print(table)
+    render_devices(summary.get("devices"), console)
     nodes = summary["remote_nodes"]
     console.print(
         f"remote nodes: {nodes['nodes']} ({nodes['timed']} timed on their worker, "
         f"{nodes['matched_to_head']} matched to the head's graph); slowest worker: {summary['slowest_worker']}"
     )
+
+
+def render_devices(devices: dict[str, Any] | None, console: Console | None = None) -> None:
+    """Where a step's time goes per device (analysis.devices.device_summary): per phase, each
+    device's busy time and its idle time by cause, the mean step (the parts add up to it)."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    if not devices or not devices["phases"]:
+        return
+    console = console or Console()
+    table = Table("phase (steps)", "device", "busy", "waits for a device", "transfers", "launches, scheduling",
+                  "host", "idle", title="where a mean step's time goes, per device", title_justify="left")  # fmt: skip
+    for phase in devices["phases"]:
+        for i, device in enumerate(phase["devices"]):
+            parts = device["parts"]
+            waits = {p.removeprefix("waiting for "): ns for p, ns in parts.items()
+                     if p.startswith("waiting for ") and p != "waiting for transfers"}  # fmt: skip
+            waited = "; ".join(f"{escape(other)} {format_ms(ns)}" for other, ns in waits.items()) or "—"
+            label = f"{phase['phase']} ({phase['steps']}): {format_ms(phase['step_ns'])}" if i == 0 else ""
+            table.add_row(label, escape(device["device"]), format_ms(device["busy_ns"]), waited,
+                          format_ms(parts.get("waiting for transfers", 0.0)),
+                          format_ms(parts.get("launches and scheduling", 0.0)), format_ms(parts.get("host", 0.0)),
+                          f"{device['idle_share']:.0%}")  # fmt: skip
+    console.print(table)
+    if devices.get("finding"):
+        console.print(f"  • {devices['finding']}", markup=False, highlight=False)

@@ -26,6 +26,7 @@ class SummaryCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         from pathlib import Path
 
+        from ..analysis.devices import device_summary, open_activity
         from ..analysis.join import is_joined, open_joined
         from ..analysis.summary import summarize
         from ..capture.preload.opening import collect_and_open
@@ -33,6 +34,7 @@ class SummaryCommand(Command):
 
         if is_joined(Path(args.run)):  # a distributed run: its summary across hosts
             joined = open_joined(Path(args.run))[0]["summary"]
+            joined["devices"] = device_summary(*open_activity(Path(args.run)))
             print(json.dumps(joined, indent=2, default=str)) if args.json else render_joined(joined)
             return 0
         summary = summarize(collect_and_open(args.run), top=args.top)

@@ -23,7 +23,7 @@ from .labels import node_labels, structure_labels
 from .memory_sources import buffer_kinds, buffer_seen_times, bytes_read, edge_memory
 from .schema import CAPTURES_FILE, NO_ID
 from .stored import StoredRun
-from .totals import GRAPH_OP_TOTALS, NODE_TOTALS, TOTALS_SCHEMAS, connect, gpu_totals
+from .totals import GRAPH_OP_TOTALS, NODE_TOTALS, TOTALS_SCHEMAS, connect, gpu_totals, traced_graph_weights
 
 
 def open_run(path: str | os.PathLike[str]) -> Run:
@@ -51,7 +51,9 @@ class Run(StoredRun):
         """Per (phase, structure_id, node_index): the timed events, their time and wait
         summed, with the node's description (name, op, layer, ...) and how many graphs ran
         that structure in that phase. Every aggregate over node events is one over these
-        rows (see runformat/totals.py): stored with a closed run, else computed streaming."""
+        rows (see runformat/totals.py): stored with a closed run, else computed streaming.
+        `est_ns`: the time of all those graphs' events, estimated where only some were timed (a
+        GPU node: its traced graphs' mean times `graphs`); `time_ns` where the host timed them."""
         totals = self._totals[NODE_TOTALS].to_pandas()
         graphs = self.graphs.groupby(["phase", "structure_id"]).size().rename("graphs").reset_index()
         structure = self.raw("structure_nodes")
@@ -73,19 +75,26 @@ class Run(StoredRun):
     def _with_gpu_times(self, totals: pd.DataFrame) -> pd.DataFrame:
         """Nodes a GPU computed carry the GPU's time where no host time was taken (the GPU
         timer's traced graphs: `clock` gpu); `group_end`: the last node of the fused group
-        its kernels computed."""
+        its kernels computed. `timed` and `time_ns` stay what was measured (`diff` divides
+        them by the timed graphs of a phase); `est_ns` weights each structure's traced graphs
+        by how many graphs of it ran (shares over the run: the prompt's two graphs of 129 are
+        not half of a run's time because the timer traced them as often as the decode steps)."""
         gpu = self._gpu_totals[0].to_pandas()
         totals["clock"] = pd.Series("host", index=totals.index).where(totals["timed"] > 0)
         totals["group_end"] = totals["node_index"].astype("int64")
+        totals["est_ns"] = totals["time_ns"]
         if gpu.empty:
             return totals
         merged = totals.merge(gpu, on=["phase", "structure_id", "node_index"], how="left")
         on_gpu = merged["gpu_timed"].fillna(0).gt(0).to_numpy() & (merged["timed"] == 0).to_numpy()
         merged["timed"] = np.where(on_gpu, merged["gpu_timed"].fillna(0), merged["timed"]).astype("int64")
         merged["time_ns"] = np.where(on_gpu, merged["gpu_ns"].fillna(0), merged["time_ns"]).astype("int64")
+        per_graph = merged["gpu_ns"].astype("float64") / merged["traced_graphs"].astype("float64")
+        estimate = (per_graph * merged["graphs"]).fillna(0).round()
+        merged["est_ns"] = np.where(on_gpu, estimate, merged["est_ns"]).astype("int64")
         merged["clock"] = np.where(on_gpu, "gpu", merged["clock"])
         merged["group_end"] = np.where(on_gpu, merged["group_end_gpu"].fillna(-1), merged["group_end"]).astype("int64")
-        return merged.drop(columns=["gpu_timed", "gpu_ns", "group_end_gpu", "kernels"])
+        return merged.drop(columns=["gpu_timed", "gpu_ns", "group_end_gpu", "kernels", "traced_graphs"])
 
     @cached_property
     def graph_op_totals(self) -> pd.DataFrame:
@@ -93,6 +102,13 @@ class Run(StoredRun):
         whose time grows with the context); the GPU's time in graphs the GPU timer traced."""
         host, gpu = self._totals[GRAPH_OP_TOTALS], self._gpu_totals[1]
         return (pa.concat_tables([host, gpu]) if gpu.num_rows else host).to_pandas()
+
+    @cached_property
+    def gpu_graph_weights(self) -> pd.Series:
+        """Per graph the GPU timer traced (indexed by graph_id): how many graphs of its phase and
+        structure ran per traced one (totals.traced_graph_weights), what turns sums over the
+        traced graphs' kernels into estimates for the run."""
+        return traced_graph_weights(self.graphs, self.raw("gpu_graphs")["graph_id"].unique().tolist())
 
     @cached_property
     def has_gpu_times(self) -> bool:

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -72,11 +74,17 @@ _GRAPH_OP_TOTALS_SQL = """
 
 # GPU time (capture/gpu): per (phase, structure, node) and per (graph, op), from the kernels'
 # share of the device's busy time in the graphs traced. Computed when the run is read (the
-# traced graphs are windows of a run, a small part of its events).
+# traced graphs are windows of a run, a small part of its events). A node has a row per
+# device it ran kernels on: its graphs are counted once. `traced_graphs`: the graphs of the
+# node's phase and structure whose kernels found their nodes, which its time is summed over
+# (the reader's estimate for the run, `est_ns`: that sum / traced_graphs x the graphs that ran).
 _GPU_NODE_TOTALS_SQL = """
-    select g.phase, g.structure_id, t.node_index, count(*) as gpu_timed, sum(t.gpu_ns) as gpu_ns,
-           max(t.group_end) as group_end, sum(t.kernels) as kernels
-    from gpu_node_times t join graphs g using (graph_id)
+    with traced as (select g.phase, g.structure_id, count(distinct t.graph_id) as traced_graphs
+                    from gpu_node_times t join graphs g using (graph_id)
+                    group by all)
+    select g.phase, g.structure_id, t.node_index, count(distinct t.graph_id) as gpu_timed, sum(t.gpu_ns) as gpu_ns,
+           max(t.group_end) as group_end, sum(t.kernels) as kernels, any_value(traced.traced_graphs) as traced_graphs
+    from gpu_node_times t join graphs g using (graph_id) join traced using (phase, structure_id)
     group by all
 """
 _GPU_GRAPH_OP_TOTALS_SQL = """
@@ -96,6 +104,21 @@ def gpu_totals(connection: Any) -> tuple[pa.Table, pa.Table]:
     nodes = connection.sql(_GPU_NODE_TOTALS_SQL).to_arrow_table()
     per_graph_op = connection.sql(_GPU_GRAPH_OP_TOTALS_SQL).to_arrow_table().cast(TOTALS_SCHEMAS[GRAPH_OP_TOTALS])
     return nodes, per_graph_op
+
+
+def traced_graph_weights(graphs: pd.DataFrame, traced: Iterable[int]) -> pd.Series:
+    """Per traced graph (indexed by graph_id): how many graphs of its phase and structure ran
+    per traced one. The GPU timer traces a few computes of each new structure and a few every
+    256, so a run's first graphs (the prompt) are traced as often as a long decode: a sum over
+    the traced graphs, each weighted so, estimates the whole run's (each structure counts as
+    often as it ran); a phase and structure never traced counts nowhere."""
+    graphs = graphs[["graph_id", "phase", "structure_id"]]
+    ran = graphs.groupby(["phase", "structure_id"]).size().rename("ran")
+    measured = graphs[graphs["graph_id"].isin(list(traced))]
+    counted = measured.groupby(["phase", "structure_id"]).size().rename("traced")
+    kinds = pd.concat([ran, counted], axis=1, join="inner")
+    weights = measured.join((kinds["ran"] / kinds["traced"]).rename("weight"), on=["phase", "structure_id"])
+    return weights.set_index("graph_id")["weight"].astype("float64")
 
 
 def connect() -> Any:

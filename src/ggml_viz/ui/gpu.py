@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..analysis.gpu import estimate_note, record_warnings
 from ..runformat.schema import PARQUET_SUFFIX
 from .context import RunContext
 from .payloads import NodeGpuTime
@@ -187,17 +188,21 @@ class GpuRun:
     def _scan(self) -> dict[str, Any]:
         """One pass over the kernels (block by block, bounded memory): the pieces, per graph,
         device and op code (their kernels' span, busy time and count), sorted by start; and
-        per kernel function its count, busy time, time and kind."""
+        per kernel function and op code its count, busy time, time and busy time over the run
+        (kernel_totals)."""
         pieces, kernels = [], []
+        weights = self._graph_row_weights
         for block in self._blocks():
             frame = pd.DataFrame({key: block[key] for key in _PIECE_KEYS + ("start", "end", "busy", "name")})
             frame["count"] = 1
             frame["time"] = frame["end"] - frame["start"]
+            frame["estimated"] = frame["busy"] * weights[frame["graph_row"].to_numpy()]
             pieces.append(_pieces(frame))
-            kernels.append(frame.groupby(["name", "op"], as_index=False)[["count", "busy", "time"]].sum())
+            kernels.append(frame.groupby(["name", "op"], as_index=False)[["count", "busy", "time", "estimated"]].sum())
         joined = _pieces(pd.concat(pieces)) if pieces else pd.DataFrame(columns=[*_PIECE_KEYS, *_PIECE_SUMS])
         by_name = pd.concat(kernels).groupby(["name", "op"], as_index=False).sum() if kernels else pd.DataFrame(
-            columns=["name", "op", "count", "busy", "time"])  # fmt: skip
+            columns=["name", "op", "count", "busy", "time", "estimated"])  # fmt: skip
+        by_name = by_name.rename(columns={"busy": "traced_busy", "estimated": "busy"})
         joined = joined.sort_values(["context", "device", "start"], ignore_index=True)
         return {"pieces": {column: joined[column].to_numpy(np.int64) for column in joined.columns},
                 "kernels": by_name}  # fmt: skip
@@ -210,8 +215,17 @@ class GpuRun:
 
     @property
     def kernel_totals(self) -> pd.DataFrame:
-        """Per kernel function (names' id) and op code: count, busy time and time."""
+        """Per kernel function (names' id) and op code, in the traced graphs: count, time and busy
+        time (`traced_busy`); and `busy`, the busy time over the run, estimated: each traced graph
+        weighted by how many graphs of its phase and structure ran per traced one."""
         return cast(pd.DataFrame, self._scan["kernels"])
+
+    @cached_property
+    def _graph_row_weights(self) -> np.ndarray:
+        """Per row of the context's graphs: its weight in estimates over the run
+        (Run.gpu_graph_weights; 1 for a graph not traced, which has no kernels to weight)."""
+        graph_ids = self.context.graphs["graph_id"]
+        return self.run.gpu_graph_weights.reindex(graph_ids).fillna(1.0).to_numpy(np.float64)
 
     @cached_property
     def lanes(self) -> list[dict[str, Any]]:
@@ -254,39 +268,54 @@ class GpuRun:
         return int(self.graphs["graph_id"].nunique())
 
     @cached_property
+    def _graphs_of_traced_contexts(self) -> pd.DataFrame:
+        contexts = self.context.graphs.set_index("graph_id")["context_id"].reindex(self.graphs["graph_id"])
+        return self.context.graphs[self.context.graphs["context_id"].isin(set(contexts.dropna().tolist()))]
+
+    @cached_property
     def graphs_on_gpu(self) -> int:
         """Graphs of the contexts the GPU timer traced (the M of "N of M graphs traced")."""
-        contexts = self.context.graphs.set_index("graph_id")["context_id"].reindex(self.graphs["graph_id"])
-        return int(self.context.graphs["context_id"].isin(set(contexts.dropna().tolist())).sum())
+        return len(self._graphs_of_traced_contexts)
 
     @cached_property
     def label(self) -> str:
-        """Where GPU node times come from, in words."""
-        return (f"GPU time ({', '.join(self.devices)}, {SOURCE}, {self.traced_graphs:,} of {self.graphs_on_gpu:,} "
-                "graphs traced)")  # fmt: skip
+        """Where GPU node times come from, in words: how the times over the run are estimated
+        from the traced graphs, and the records CUPTI could not keep, if any."""
+        estimate = estimate_note(self._graphs_of_traced_contexts, self.graphs["graph_id"].unique().tolist())
+        said = [f"GPU time ({', '.join(self.devices)}, {SOURCE}, {self.traced_graphs:,} of {self.graphs_on_gpu:,} "
+                f"graphs traced), times over the run {estimate}"]  # fmt: skip
+        return ". ".join(said + self.warnings)
+
+    @cached_property
+    def warnings(self) -> list[str]:
+        """Records CUPTI dropped or left without times (the manifest's counts), in words."""
+        return record_warnings(self.run.manifest.get("gpu") or {})
 
     def node_time(self, graph_id: int, node_index: int) -> NodeGpuTime | None:
         """A node's GPU time in a traced graph: its own kernels', or those of the fused group
-        that computed it (whose first node carries them)."""
+        that computed it (whose first node carries them), on every device they ran on (a row
+        each in gpu_node_times)."""
         import pyarrow.dataset as ds
 
         table = self.run.dataset("gpu_node_times").to_table(filter=ds.field("graph_id") == graph_id).to_pandas()
         carrying = table[(table["node_index"] <= node_index) & (table["group_end"] >= node_index)]
         if carrying.empty:
             return None
-        row = carrying.sort_values("node_index").iloc[-1]
+        rows = carrying[carrying["node_index"] == carrying["node_index"].max()]
         origin = self.context.origin_ns
-        return {"device": device_name(int(row["device"])), "node_index": int(row["node_index"]),
-                "group_end": int(row["group_end"]), "start_ns": int(row["start_ns"]) - origin,
-                "end_ns": int(row["end_ns"]) - origin, "gpu_ns": int(row["gpu_ns"]),
-                "kernels": int(row["kernels"])}  # fmt: skip
+        return {"device": ", ".join(device_name(int(d)) for d in sorted(rows["device"].unique())),
+                "node_index": int(rows["node_index"].iloc[0]), "group_end": int(rows["group_end"].max()),
+                "start_ns": int(rows["start_ns"].min()) - origin, "end_ns": int(rows["end_ns"].max()) - origin,
+                "gpu_ns": int(rows["gpu_ns"].sum()), "kernels": int(rows["kernels"].sum())}  # fmt: skip
 
     def graph_node_times(self, graph_id: int) -> dict[int, int]:
-        """A traced graph's GPU time per node (the graph view's "time" where the host has none)."""
+        """A traced graph's GPU time per node, on all its devices (the graph view's "time" where
+        the host has none)."""
         import pyarrow.dataset as ds
 
-        table = self.run.dataset("gpu_node_times").to_table(filter=ds.field("graph_id") == graph_id)
-        return dict(zip(table.column("node_index").to_pylist(), table.column("gpu_ns").to_pylist(), strict=True))
+        table = self.run.dataset("gpu_node_times").to_table(filter=ds.field("graph_id") == graph_id).to_pandas()
+        per_node = table.groupby("node_index")["gpu_ns"].sum()
+        return {int(node): int(time) for node, time in per_node.items()}
 
 
 _PIECE_KEYS = ("graph_row", "context", "device", "op")

@@ -3,12 +3,15 @@
  * is capture/gpu/, shared with the preload library). A llama context on a GPU backend gets
  * no eval callback: its graphs are read at the scheduler's compute call, which libllama
  * calls through its GOT, redirected here (hook_graph_compute); ggml-cuda's per-node
- * ggml_is_empty calls likewise reach the GPU timer. Around each llama_decode Python says
- * which recorder the call's graphs go to (gpu_begin_call, gpu_end_call).
+ * ggml_is_empty calls likewise reach the GPU timer, and so do the scheduler's calls that compute
+ * each split (libggml-base's own call of ggml_backend_graph_compute_async), which mark where the
+ * splits of a traced compute began. Around each llama_decode Python says which recorder the
+ * call's graphs go to (gpu_begin_call, gpu_end_call).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <dlfcn.h>
 #include <stdbool.h>
 #include <string.h>
 
@@ -61,6 +64,37 @@ static void *compute_replacement(void *original, void *context) {
     return compute_async_original == (sched_compute_fn)original ? (void *)compute_async_hooked : NULL;
 }
 
+/* A split's backend, whether a CPU: libggml-base's device functions (GGML_BACKEND_DEVICE_TYPE_CPU is 0). */
+static void *(*backend_device)(void *);
+static int (*device_type)(void *);
+static sched_compute_fn split_compute_original;
+
+static int split_compute_hooked(void *backend, void *graph) {
+    if (current.on_cuda && graph_access.n_nodes(graph) > 0) { /* nothing unless a traced compute runs here */
+        gpu_split_call(graph_access.node(graph, 0), device_type(backend_device(backend)) == 0);
+    }
+    return split_compute_original(backend, graph);
+}
+
+/* Only where a split's backend can be told: by the device functions of the original's library. */
+static void *split_compute_replacement(void *original, void *context) {
+    (void)context;
+    if (!split_compute_original) {
+        Dl_info where;
+        void *library = dladdr(original, &where) && where.dli_fname
+                            ? dlopen(where.dli_fname, RTLD_LAZY | RTLD_NOLOAD)
+                            : NULL;
+        if (library) {
+            *(void **)&backend_device = dlsym(library, "ggml_backend_get_device");
+            *(void **)&device_type = dlsym(library, "ggml_backend_dev_type");
+            dlclose(library);
+        }
+        if (!backend_device || !device_type) return NULL;
+        split_compute_original = (sched_compute_fn)original;
+    }
+    return split_compute_original == (sched_compute_fn)original ? (void *)split_compute_hooked : NULL;
+}
+
 static void *is_empty_replacement(void *original, void *context) {
     (void)context;
     if (!is_empty_original) is_empty_original = (bool (*)(const void *))original;
@@ -69,7 +103,7 @@ static void *is_empty_replacement(void *original, void *context) {
 
 /* hook_graph_compute(graph_n_nodes, graph_node, buffer_offset, sched_synchronize, sched_set_eval_callback)
    -> slots redirected: the loaded libraries' calls of the scheduler's compute (and of its graph
-   allocation, and of ggml_is_empty). */
+   allocation, of ggml_is_empty, and of a split's compute). */
 static PyObject *hook_graph_compute(PyObject *module, PyObject *args) {
     unsigned long long n_nodes, node, synchronize, set_callback;
     Py_ssize_t buffer_offset;
@@ -86,6 +120,7 @@ static PyObject *hook_graph_compute(PyObject *module, PyObject *args) {
     int hooked = got_hook("ggml_backend_sched_graph_compute_async", compute_replacement, NULL, &failed);
     got_hook("ggml_backend_sched_alloc_graph", alloc_graph_replacement, NULL, &more);
     got_hook("ggml_is_empty", is_empty_replacement, NULL, &more);
+    got_hook("ggml_backend_graph_compute_async", split_compute_replacement, NULL, &more);
     return PyLong_FromLong(failed ? -1 : hooked);
 }
 

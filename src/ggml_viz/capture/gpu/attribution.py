@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .records import COPY_CBIDS, GRAPH_LAUNCH_CBID, KERNEL, LAUNCH_CBIDS, GpuWindow
+from .records import KERNEL, GpuWindow, is_copy, is_graph_launch, is_launch, without_split_markers
 
 NO_NODE = -1
 
@@ -172,9 +172,9 @@ def _work_nodes(window: GpuWindow, api_compute: np.ndarray, state: AttributionSt
     """Per runtime API call that created GPU work (a launch, a copy, a memset) while
     ggml-cuda's loop was computing a node, that node: the last one the loop reached before
     the call, in the same compute (-1 for other calls); and the loop's node calls."""
-    calls, node_calls = window.api_calls, window.node_calls
-    launches = np.flatnonzero(np.isin(calls["cbid"], LAUNCH_CBIDS))
-    work = np.flatnonzero(np.isin(calls["cbid"], LAUNCH_CBIDS + COPY_CBIDS))
+    calls, node_calls = window.api_calls, without_split_markers(window.node_calls)
+    launches = np.flatnonzero(is_launch(calls))
+    work = np.flatnonzero(is_launch(calls) | is_copy(calls))
     nodes = np.full(len(calls), NO_NODE, dtype=np.int64)
     if not len(launches) or not len(node_calls):
         return nodes, node_calls[:0]
@@ -248,7 +248,7 @@ def _map_compute(
             nodes[order] = api_node[launches]
             return "capture", nodes, None
         template = state.templates.get(structure) if structure >= 0 else None
-        graph_launches = calls["cbid"][activity_api[items]] == GRAPH_LAUNCH_CBID
+        graph_launches = is_graph_launch(calls)[activity_api[items]]
         if (
             template is not None
             and graph_launches.all()

@@ -4,10 +4,11 @@
  * whose ggml computes on CUDA.
  *
  * Values and record layouts are CUPTI's own (cupti_activity.h, cupti_result.h,
- * cupti_runtime_cbid.h). The fields read from activity records sit at the same offsets in
- * every record version since CUDA 11.0 (CUpti_ActivityKernel5 .. CUpti_ActivityKernel10,
- * CUpti_ActivityMemcpy4 .. 6, CUpti_ActivityMemset3 .. 4): tests/native/cupti_abi_check.c
- * compares every value and offset here with the CUDA toolkit's headers where one is found.
+ * cupti_runtime_cbid.h; runtime and driver API calls share one record, CUpti_ActivityAPI).
+ * The fields read from activity records sit at the same offsets in every record version
+ * since CUDA 11.0 (CUpti_ActivityKernel5 .. CUpti_ActivityKernel10, CUpti_ActivityMemcpy4
+ * .. 6, CUpti_ActivityMemset3 .. 4): tests/native/cupti_abi_check.c compares every value
+ * and offset here with the CUDA toolkit's headers where one is found.
  */
 #ifndef GGML_VIZ_CUPTI_ABI_H
 #define GGML_VIZ_CUPTI_ABI_H
@@ -22,12 +23,14 @@ enum {
     CUPTI_ABI_KIND_MEMCPY = 1,
     CUPTI_ABI_KIND_MEMSET = 2,
     CUPTI_ABI_KIND_KERNEL = 3,
+    CUPTI_ABI_KIND_DRIVER = 4, /* a driver API call (cuLaunchKernelEx: cuBLAS launches so) */
     CUPTI_ABI_KIND_RUNTIME = 5,
     CUPTI_ABI_KIND_CONCURRENT_KERNEL = 10,
 };
 #define CUPTI_ABI_FLUSH_FORCED 1
 
-/* Runtime API calls that launch GPU work one piece at a time, or a whole CUDA graph. */
+/* Runtime API calls that launch GPU work one piece at a time, or a whole CUDA graph (the
+   ones attribution reads, of both APIs, are in capture/gpu/records.py, checked there). */
 enum {
     CUPTI_ABI_CBID_LAUNCH_KERNEL = 211,     /* cudaLaunchKernel_v7000 */
     CUPTI_ABI_CBID_GRAPH_LAUNCH = 311,      /* cudaGraphLaunch_v10000 */

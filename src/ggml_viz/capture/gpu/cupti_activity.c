@@ -14,8 +14,10 @@
 #include "cupti_abi.h"
 
 static CuptiFunctions cupti;
-static const int RECORD_KINDS[] = {CUPTI_ABI_KIND_CONCURRENT_KERNEL, CUPTI_ABI_KIND_RUNTIME, CUPTI_ABI_KIND_MEMCPY,
-                                   CUPTI_ABI_KIND_MEMSET};
+/* The driver's calls too: a kernel launched with cuLaunchKernelEx (cuBLAS's) has no runtime call. */
+static const int RECORD_KINDS[] = {CUPTI_ABI_KIND_CONCURRENT_KERNEL, CUPTI_ABI_KIND_RUNTIME, CUPTI_ABI_KIND_DRIVER,
+                                   CUPTI_ABI_KIND_MEMCPY, CUPTI_ABI_KIND_MEMSET};
+#define N_RECORD_KINDS (sizeof RECORD_KINDS / sizeof RECORD_KINDS[0])
 static CuptiActivity *receiver; /* whose arrays CUPTI's buffers are emptied into */
 static pthread_mutex_t records_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -113,7 +115,7 @@ void cupti_records_free(CuptiActivity *a) {
 int cupti_convert_record(CuptiActivity *a, const uint8_t *record) {
     uint32_t kind = u32_at(record, 0);
     int64_t offset = a->own_clock ? 0 : a->clock_offset_ns; /* CUPTI's clock to the recorder's */
-    if (kind == CUPTI_ABI_KIND_RUNTIME) {
+    if (kind == CUPTI_ABI_KIND_RUNTIME || kind == CUPTI_ABI_KIND_DRIVER) {
         int64_t start = (int64_t)u64_at(record, CUPTI_ABI_API_START), end = (int64_t)u64_at(record, CUPTI_ABI_API_END);
         if (!start || end < start) {
             a->invalid++;
@@ -122,7 +124,8 @@ int cupti_convert_record(CuptiActivity *a, const uint8_t *record) {
         GpuApiRecord *call = array_push(&a->api_calls);
         if (!call) return -1;
         *call = (GpuApiRecord){start - offset, end - offset, u32_at(record, CUPTI_ABI_API_CORRELATION),
-                               u32_at(record, CUPTI_ABI_API_CBID), u32_at(record, CUPTI_ABI_API_THREAD), 0};
+                               u32_at(record, CUPTI_ABI_API_CBID), u32_at(record, CUPTI_ABI_API_THREAD),
+                               kind == CUPTI_ABI_KIND_DRIVER ? GPU_API_DRIVER : GPU_API_RUNTIME};
         return 1;
     }
     GpuActivityRecord out;
@@ -316,12 +319,20 @@ const char *cupti_attach(CuptiActivity *a) {
         if (!a->own_clock) measure_clock_offset(a);
         a->in_session = 1;
     }
-    for (size_t i = 0; i < sizeof RECORD_KINDS / sizeof RECORD_KINDS[0]; i++) {
+    for (size_t i = 0; i < N_RECORD_KINDS; i++) {
         r = cupti.enable(RECORD_KINDS[i]);
         if (r != CUPTI_ABI_SUCCESS) return cupti_failed("kernel records", r);
+        a->enabled_kinds |= 1u << RECORD_KINDS[i];
     }
     a->attached = 1;
     return NULL;
+}
+
+static void switch_kinds_off(CuptiActivity *a) {
+    for (size_t i = 0; i < N_RECORD_KINDS; i++) {
+        if (a->enabled_kinds & (1u << RECORD_KINDS[i])) cupti.disable(RECORD_KINDS[i]);
+    }
+    a->enabled_kinds = 0;
 }
 
 const char *cupti_flush(CuptiActivity *a) {
@@ -339,12 +350,31 @@ const char *cupti_detach(CuptiActivity *a, int finalize) {
         r = cupti.finalize();
         if (r != CUPTI_ABI_SUCCESS) return cupti_failed("to detach", r);
         a->in_session = 0;
+        a->enabled_kinds = 0;
     } else {
         /* Switched off, CUPTI stays: its records are whole only when flushed before. */
-        for (size_t i = 0; i < sizeof RECORD_KINDS / sizeof RECORD_KINDS[0]; i++) cupti.disable(RECORD_KINDS[i]);
+        switch_kinds_off(a);
     }
     a->attached = 0;
     return NULL;
+}
+
+void cupti_stop(CuptiActivity *a) {
+    switch_kinds_off(a);
+    /* only a session of ours: CUPTI may be another profiler's too */
+    if (a->in_session && cupti.finalize) cupti.finalize();
+    a->in_session = a->attached = 0;
+    pthread_mutex_lock(&records_lock);
+    receiver = NULL;
+    cupti_forget_taken(a);
+    pthread_mutex_unlock(&records_lock);
+}
+
+void cupti_forget_after_fork(CuptiActivity *a) {
+    receiver = NULL;
+    cupti_forget_taken(a);
+    a->in_session = a->attached = 0;
+    a->enabled_kinds = 0;
 }
 
 void cupti_lock(CuptiActivity *a) {

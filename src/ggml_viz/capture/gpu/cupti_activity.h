@@ -16,6 +16,7 @@
 #include "../core/recorder.h"
 
 enum { GPU_KERNEL = 1, GPU_MEMCPY = 2, GPU_MEMSET = 3 };
+enum { GPU_API_RUNTIME = 0, GPU_API_DRIVER = 1 }; /* GpuApiRecord.domain: whose callback ids */
 
 /* One kernel, copy or memset the GPU ran (56 bytes; capture/gpu/records.py ACTIVITY_DTYPE). */
 typedef struct {
@@ -29,18 +30,19 @@ typedef struct {
     uint8_t reserved[2];
 } GpuActivityRecord;
 
-/* One CUDA runtime API call (32 bytes; API_DTYPE). */
+/* One CUDA runtime or driver API call (32 bytes; API_DTYPE). */
 typedef struct {
     int64_t start_ns, end_ns;
-    uint32_t correlation_id, cbid;
+    uint32_t correlation_id, cbid; /* cbid: numbered per domain (the two overlap) */
     uint32_t thread; /* pthread_self(), as CUPTI gives it: its low 32 bits */
-    uint32_t reserved;
+    uint32_t domain; /* GPU_API_* */
 } GpuApiRecord;
 
 typedef struct {
     int loaded;
     int in_session; /* CUPTI is in the process (until cuptiFinalize) */
     int attached;   /* its records are on: a window is open */
+    uint32_t enabled_kinds; /* 1 << kind for each record kind switched on and not yet off */
     char path[512];       /* the libcupti loaded */
     uint32_t version;     /* CUPTI's API version */
     int own_clock;        /* CUPTI reads the recorder's clock (else: clock_offset_ns) */
@@ -53,13 +55,20 @@ typedef struct {
 /* Load libcupti: the first of `candidates` (colon-separated paths) that loads, else the one
    beside the CUDA runtime the program loaded, else the loader's search. NULL, or why not. */
 const char *cupti_load(CuptiActivity *a, const char *candidates);
-/* Attach and switch on kernel, copy, memset and runtime-API records. NULL, or why not. */
+/* Attach and switch on kernel, copy, memset, runtime- and driver-API records. NULL, or why
+   not (then some kinds may be on: cupti_stop switches them off). */
 const char *cupti_attach(CuptiActivity *a);
 /* Hand over every record of the work done so far (the device synchronized first). */
 const char *cupti_flush(CuptiActivity *a);
 /* Hand over every record of the work done so far (the device synchronized first), then
    detach (`finalize`: CUPTI leaves the process) or only switch the records off. */
 const char *cupti_detach(CuptiActivity *a, int finalize);
+/* After a failure, for good: every record kind still on is switched off and CUPTI detached
+   where it can be, so nothing keeps recording; the records not taken are dropped. */
+void cupti_stop(CuptiActivity *a);
+/* In a forked child (the records lock held): CUPTI's threads and the parent's device are not
+   the child's, so nothing is called; the parent's records and state are forgotten. */
+void cupti_forget_after_fork(CuptiActivity *a);
 
 /* Taking: the records gathered (under the activity lock), then forget them. */
 void cupti_lock(CuptiActivity *a);

@@ -118,16 +118,21 @@ def _group_first(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _node_rows(activities: np.ndarray, attribution: Attribution, graph: np.ndarray) -> dict[str, Any]:
-    """Per (graph, node) with kernels: their span on the GPU and share of its busy time."""
+    """Per (graph, node, device) with kernels: their span on that GPU and share of its busy time
+    (a node whose kernels ran on two devices has a row for each: one device's busy share and
+    span are not the other's)."""
     rows = np.flatnonzero((attribution.node >= 0) & (graph >= 0))
     if not len(rows):
         return {}
-    key = (graph[rows].astype(np.int64) << 32) | attribution.node[rows]
-    order, starts, keys = _group_first(key)
-    rows = rows[order]
+    node_key = (graph[rows].astype(np.int64) << 32) | attribution.node[rows]
+    device = activities["device"][rows].astype(np.int64)
+    order = np.lexsort((device, node_key))
+    rows, node_key, device = rows[order], node_key[order], device[order]
+    starts = np.flatnonzero(np.concatenate(([True], (node_key[1:] != node_key[:-1]) | (device[1:] != device[:-1]))))
+    keys = node_key[starts]
     return {
         "graph_id": keys >> 32, "node_index": keys & 0xFFFFFFFF, "group_end": attribution.group_end[rows][starts],
-        "device": activities["device"][rows][starts],
+        "device": device[starts],
         "start_ns": np.minimum.reduceat(activities["start_ns"][rows], starts),
         "end_ns": np.maximum.reduceat(activities["end_ns"][rows], starts),
         "gpu_ns": np.add.reduceat(attribution.busy_ns[rows], starts),

@@ -48,6 +48,10 @@ static int traced_running;
 
 /* ---- settings and state ------------------------------------------------------------------- */
 
+static void before_fork(void);
+static void after_fork_in_parent(void);
+static void after_fork_in_child(void);
+
 void gpu_configure(const GpuTraceSettings *settings) {
     pthread_mutex_lock(&lock);
     tracer.settings = *settings;
@@ -66,6 +70,7 @@ void gpu_configure(const GpuTraceSettings *settings) {
         array_init(&tracer.taken_name_lengths, sizeof(uint32_t));
         cupti_records_init(&tracer.cupti);
         tracer.next_name_id = 1;
+        pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
     }
     pthread_mutex_unlock(&lock);
 }
@@ -90,23 +95,59 @@ const char *gpu_problem(void) {
     return tracer.problem;
 }
 
-/* GPU times stop for good (the program goes on); lock held. */
+/* GPU times stop for good (the program goes on), CUPTI's records with them: nothing is left
+   recording, whatever failed (an attach half done, a detach refused, memory); lock held. */
 static void give_up(const char *problem) {
     static char kept[768];
     if (tracer.problem) return;
     snprintf(kept, sizeof kept, "%s", problem);
     tracer.problem = kept;
+    cupti_stop(&tracer.cupti);
     tracer.window_open = 0;
+    tracer.computes.count = tracer.node_calls.count = 0; /* the window being gathered: never whole now */
+}
+
+/* fork: the lock and CUPTI's records lock are taken around it, so the child's copies are whole. */
+static void before_fork(void) {
+    pthread_mutex_lock(&lock);
+    cupti_lock(&tracer.cupti);
+}
+
+static void after_fork_in_parent(void) {
+    cupti_unlock(&tracer.cupti);
+    pthread_mutex_unlock(&lock);
+}
+
+/* The child runs none of CUPTI's threads and does not own the parent's device or records:
+   its timer is off, the records it inherited dropped (the parent hands them over). */
+static void after_fork_in_child(void) {
+    cupti_forget_after_fork(&tracer.cupti);
+    if (!tracer.problem) tracer.problem = "a forked child process: its GPU is not timed";
+    tracer.window_open = tracer.waiting = 0;
+    tracer.computes.count = tracer.node_calls.count = 0;
+    tracer.taken_computes.count = tracer.taken_calls.count = tracer.taken_activities.count = 0;
+    tracer.taken_api.count = tracer.taken_names.count = tracer.taken_name_lengths.count = 0;
+    current.active = current.call_open = 0;
+    traced_running = 0;
+    cupti_unlock(&tracer.cupti);
+    pthread_mutex_unlock(&lock);
 }
 
 /* ---- windows -------------------------------------------------------------------------------- */
+
+/* Whether a new structure may open a window, or extend the open one: only while the computes
+   traced stay within a tenth of all, plus a window (lock held). */
+static int within_new_structure_cap(void) {
+    return tracer.traced_computes <= tracer.n_computes / 10 + (uint32_t)tracer.settings.window;
+}
 
 /* Whether the compute about to begin is traced, opening a window if one is due (lock held). */
 static int traced_now(int new_structure) {
     GpuTraceSettings *s = &tracer.settings;
     if (s->mode == GPU_TRACE_OFF || tracer.problem) return 0;
     if (tracer.window_open) {
-        if (new_structure && s->mode == GPU_TRACE_WINDOWS && tracer.window_left < s->window) {
+        if (new_structure && s->mode == GPU_TRACE_WINDOWS && tracer.window_left < s->window &&
+            within_new_structure_cap()) {
             tracer.window_left = s->window; /* a structure seen first inside the window: trace its start too */
         }
         return 1;
@@ -116,7 +157,7 @@ static int traced_now(int new_structure) {
         reason = WINDOW_EVERY;
     } else if (tracer.since_window >= (uint32_t)s->period) {
         reason = WINDOW_PERIODIC;
-    } else if (new_structure && tracer.traced_computes <= tracer.n_computes / 10 + (uint32_t)s->window) {
+    } else if (new_structure && within_new_structure_cap()) {
         reason = WINDOW_NEW_STRUCTURE;
     }
     if (!reason) return 0;
@@ -207,6 +248,17 @@ void gpu_node_call(const void *tensor, void *return_address) {
     }
 }
 
+void gpu_split_call(const void *first_node, int on_cpu) {
+    if (!__atomic_load_n(&traced_running, __ATOMIC_RELAXED) || !current.active) return;
+    int64_t index = node_index_of(&current, (uint64_t)(uintptr_t)first_node);
+    if (index < 0) return;
+    GpuNodeCall *call = array_push(&current.calls);
+    if (call) {
+        *call = (GpuNodeCall){now_ns(), 0, current.compute, (uint32_t)index, (uint32_t)pthread_self(),
+                              NODE_CALL_SPLIT | (on_cpu ? NODE_CALL_CPU : 0)};
+    }
+}
+
 void gpu_compute_end(int64_t end_ns) {
     if (!current.active) return;
     current.active = 0;
@@ -246,33 +298,41 @@ static void hand_over(int reason) {
         tracer.taken_reason = reason;
     }
     tracer.next_name_id += (uint32_t)a->name_lengths.count;
-    if (move_items(&tracer.taken_computes, &tracer.computes) || move_items(&tracer.taken_calls, &tracer.node_calls) ||
-        move_items(&tracer.taken_activities, &a->activities) || move_items(&tracer.taken_api, &a->api_calls) ||
-        move_items(&tracer.taken_names, &a->names) || move_items(&tracer.taken_name_lengths, &a->name_lengths)) {
-        give_up("out of memory");
-    }
+    int failed = move_items(&tracer.taken_computes, &tracer.computes) ||
+                 move_items(&tracer.taken_calls, &tracer.node_calls) ||
+                 move_items(&tracer.taken_activities, &a->activities) || move_items(&tracer.taken_api, &a->api_calls) ||
+                 move_items(&tracer.taken_names, &a->names) || move_items(&tracer.taken_name_lengths, &a->name_lengths);
     tracer.taken_dropped += a->dropped;
     tracer.taken_invalid += a->invalid;
     a->dropped = a->invalid = 0;
-    cupti_unlock(a);
+    cupti_unlock(a); /* before giving up: CUPTI's last buffers come back under that lock */
+    if (failed) give_up("out of memory");
     tracer.taken_overhead_ns += tracer.overhead_ns;
     tracer.overhead_ns = 0;
     tracer.waiting = 1;
 }
 
-/* Close the open window: CUPTI hands over its records and leaves (or, every: stays). */
-static int close_window(int reason, void (*synchronize)(void *), void *data) {
+/* Hand the open window's records over: CUPTI flushes them and stays (`stay`: the window goes
+   on), or detaches (the window closes). */
+static int hand_over_window(int stay, void (*synchronize)(void *), void *data) {
     int64_t began = now_ns();
     if (synchronize) synchronize(data);
-    int stay = tracer.settings.mode == GPU_TRACE_EVERY && reason != WINDOW_END; /* every: hand over, go on */
     const char *problem = stay ? cupti_flush(&tracer.cupti) : cupti_detach(&tracer.cupti, tracer.settings.finalize);
     tracer.overhead_ns += now_ns() - began;
     hand_over(tracer.window_reason);
-    tracer.window_open = stay;
-    tracer.window_left = stay ? tracer.settings.period : 0;
+    tracer.window_open = stay && !tracer.problem;
+    if (!stay) tracer.window_left = 0;
     tracer.since_window = 0;
     if (problem) give_up(problem);
     return 1;
+}
+
+/* Whether the open window holds as much as one take may (lock held). */
+static int window_full(void) {
+    cupti_lock(&tracer.cupti);
+    size_t activities = tracer.cupti.activities.count;
+    cupti_unlock(&tracer.cupti);
+    return tracer.computes.count >= WINDOW_MAX_COMPUTES || activities >= WINDOW_MAX_ACTIVITIES;
 }
 
 /* The call on this thread ended: its traced computes learn when (lock held). */
@@ -292,7 +352,13 @@ int gpu_call_done(void (*synchronize)(void *), void *data) {
     pthread_mutex_lock(&lock);
     if (current.call_open) end_call_of_computes(now);
     int waiting = tracer.waiting;
-    if (tracer.window_open && tracer.window_left <= 0) waiting = close_window(tracer.window_reason, synchronize, data);
+    if (tracer.window_open && tracer.window_left <= 0) {
+        int every = tracer.settings.mode == GPU_TRACE_EVERY; /* every: hand over, go on */
+        waiting = hand_over_window(every, synchronize, data);
+        if (every) tracer.window_left = tracer.settings.period;
+    } else if (tracer.window_open && window_full()) {
+        waiting = hand_over_window(1, synchronize, data);
+    }
     pthread_mutex_unlock(&lock);
     return waiting;
 }
@@ -300,7 +366,7 @@ int gpu_call_done(void (*synchronize)(void *), void *data) {
 int gpu_finish(void) {
     pthread_mutex_lock(&lock);
     int waiting = tracer.waiting;
-    if (tracer.window_open) waiting = close_window(WINDOW_END, NULL, NULL);
+    if (tracer.window_open) waiting = hand_over_window(0, NULL, NULL);
     pthread_mutex_unlock(&lock);
     return waiting;
 }

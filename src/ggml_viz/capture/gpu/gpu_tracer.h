@@ -9,14 +9,22 @@
  * waits. ggml-cuda calls the exported ggml_is_empty once per node just before computing it
  * (eager passes and CUDA-graph captures; its CUDA-graph check calls it too): the owner
  * routes those calls to gpu_node_call, which notes when each node of the traced compute
- * was reached, and from where. ggml_viz/capture/gpu/attribution.py maps kernels to nodes.
+ * was reached, and from where; where it sees the scheduler begin each split of the graph
+ * (ggml_backend_graph_compute_async), it calls gpu_split_call, which notes that too.
+ * ggml_viz/capture/gpu/attribution.py maps kernels to nodes.
  *
  * Windows (GGML_VIZ_GPU=windows, the default): CUPTI is attached for `window` consecutive
  * computes when a compute's graph structure is new (its eager pass shows which kernels each
  * node launches; later CUDA-graph replays run them again in that order), and again every
- * `period` computes; between windows it is detached. At most a tenth of the computes open
- * windows for new structures (a server's prompts each have a structure of their own).
- * `every`: CUPTI stays attached, its records handed over every `period` computes.
+ * `period` computes; between windows it is detached. New structures open or extend windows
+ * only while the computes traced stay within a tenth of all (plus a window): a server's
+ * prompts each have a structure of their own. `every`: CUPTI stays attached, its records
+ * handed over every `period` computes. Either way a window's records are handed over (CUPTI
+ * staying attached) once it holds WINDOW_MAX_COMPUTES computes or WINDOW_MAX_ACTIVITIES
+ * records, so memory stays bounded however long a window lasts.
+ *
+ * Any failure switches the timer off for good, CUPTI's records with it. A forked child's
+ * timer is off, and the parent's records it inherited are dropped.
  */
 #ifndef GGML_VIZ_GPU_TRACER_H
 #define GGML_VIZ_GPU_TRACER_H
@@ -29,6 +37,12 @@
 enum { GPU_TRACE_OFF = 0, GPU_TRACE_WINDOWS = 1, GPU_TRACE_EVERY = 2 };
 enum { COMPUTE_NEW_STRUCTURE = 1 };
 enum { WINDOW_NEW_STRUCTURE = 1, WINDOW_PERIODIC = 2, WINDOW_EVERY = 3, WINDOW_END = 4 };
+/* 64 computes: a window's eager pass, capture and replays are 4 computes; more than 64 come only
+   from a window a stream of new structures kept open. 1 << 18 activities (56 bytes each, 14 MiB,
+   with their API calls about 22 MiB): a large model's eager pass launches about a thousand
+   kernels, so 64 of them fit four times over. */
+enum { WINDOW_MAX_COMPUTES = 64, WINDOW_MAX_ACTIVITIES = 1 << 18 };
+enum { NODE_CALL_SPLIT = 1, NODE_CALL_CPU = 2 }; /* GpuNodeCall.flags */
 
 /* A traced compute (48 bytes; capture/gpu/records.py COMPUTE_DTYPE). */
 typedef struct {
@@ -38,11 +52,13 @@ typedef struct {
     uint32_t context_id, thread, n_nodes, flags, reserved;
 } GpuComputeRecord;
 
-/* ggml-cuda reached a node of a traced compute (32 bytes; NODE_CALL_DTYPE). */
+/* ggml-cuda reached a node of a traced compute, or the scheduler began a split of it there
+   (flags NODE_CALL_SPLIT, with NODE_CALL_CPU if a CPU backend computes it; return_address 0)
+   (32 bytes; NODE_CALL_DTYPE). */
 typedef struct {
     int64_t ns;
     uint64_t return_address; /* tells ggml-cuda's compute loop from its other callers */
-    uint32_t compute, node_index, thread, reserved;
+    uint32_t compute, node_index, thread, flags;
 } GpuNodeCall;
 
 typedef struct {
@@ -82,6 +98,9 @@ int gpu_compute_begin(uint32_t context_id, void *graph, int n_nodes, void *(*nod
                       int new_structure, int64_t start_ns);
 void gpu_compute_end(int64_t end_ns);
 void gpu_node_call(const void *tensor, void *return_address);
+/* The scheduler begins a split of the traced compute in flight on this thread, at its node
+   `first_node`, on a CPU backend (`on_cpu`) or not. Nothing if no traced compute runs here. */
+void gpu_split_call(const void *first_node, int on_cpu);
 /* A call ended with the device synchronized (`synchronize(data)` is called first when a
    window must close and the device may not be): 1 if a take waits. */
 int gpu_call_done(void (*synchronize)(void *), void *data);

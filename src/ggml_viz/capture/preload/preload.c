@@ -31,13 +31,18 @@
  *   ggml_backend_graph_compute                a graph computed on a backend without a scheduler
  *       (ggml's RPC server, for each graph the head sends): a call of its own, read at the call
  *   ggml_backend_graph_compute_async          each split of a scheduler's graph read at its compute
- *       call: on a CPU backend, timed by its ticks; elsewhere (an RPC server), marked so
+ *       call: on a CPU backend, timed by its ticks; elsewhere (an RPC server, CUDA), marked so;
+ *       in a traced compute on CUDA, where each split began (gpu_split_call)
  *   ggml_new_graph_custom                     a graph made: one computed where the last one was is new
  *   connect, accept, send, recv               ggml's RPC protocol on the wire (preload_wire.c)
  *
  * A scheduler with a GPU backend gets no eval callback (with one, ggml-cuda gives up its
  * CUDA graphs and synchronizes per split): its graphs are read at the compute call, and on
  * CUDA the GPU times its nodes itself (CUPTI, gpu/).
+ *
+ * A child the program forks records nothing: the spool, named by the parent's pid, is the
+ * parent's (the child neither appends to it nor ends it at its exit), and so is what the
+ * recorders held at the fork.
  *
  * This file holds what is interposed and the library's state; preload_setup.c finds the
  * program's ggml and reads the settings, preload_spool.c writes the spool.
@@ -157,8 +162,9 @@ static const size_t LLAMA_BATCH_OFFSETS[5] = {
 /* The llama call in progress on this thread, if any. */
 static __thread Entry *call_entry;
 static __thread int compute_depth;
-/* The entry whose graph, read at the compute call, computes split by split now (its CPU splits
-   timed by ticks): ggml_backend_graph_compute_async tells it each split. */
+/* The entry whose graph, read at the compute call, computes split by split now (on a GPU
+   scheduler: its CPU splits timed by ticks, a traced compute's splits marked for the GPU
+   timer): ggml_backend_graph_compute_async tells it each split. */
 static __thread Entry *splits_of;
 
 void say(const char *format, ...) {
@@ -210,6 +216,27 @@ static void end_runs_on_signals(void) {
     }
 }
 
+/* fork: the lock is taken around it, so that no frame is half written and the child's copy of
+   the lock is free. */
+static void before_fork(void) {
+    pthread_mutex_lock(&state.lock);
+}
+
+static void after_fork_in_parent(void) {
+    pthread_mutex_unlock(&state.lock);
+}
+
+/* The child is not the process the spool records: it stops recording, without a word in the
+   spool, and closes its copy of the spool (the parent's stays open); no thread of ours runs in
+   it, and its exit writes nothing (flush_at_exit). */
+static void after_fork_in_child(void) {
+    state.enabled = 0;
+    state.stopping = 1;
+    if (state.spool >= 0) close(state.spool);
+    state.spool = -1;
+    pthread_mutex_unlock(&state.lock);
+}
+
 /* The spool, its first frame, and what ends it at exit: at the start of a native program, with
    the first graph of a Python one. 0 recording, -1 not (claimed, or no spool). */
 static int open_recording(void) {
@@ -227,6 +254,7 @@ static int open_recording(void) {
     }
     write_start_frame();
     atexit(flush_at_exit);
+    pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
     if (!state.in_python) end_runs_on_signals();
     if (pthread_create(&state.idle_writer, NULL, write_when_idle, NULL) == 0) state.idle_writer_started = 1;
     if (state.verbose) say("recording pid %d to %s", (int)getpid(), state.spool_path);
@@ -413,6 +441,7 @@ static void flush_entry(Entry *e, int retire) {
 
 static void flush_at_exit(void) {
     state.stopping = 1;
+    if (!state.enabled) return; /* stopped, or a forked child: nothing here is this process's to write */
     for (int i = 0; i < state.n_entries; i++) {
         Entry *e = state.entries[i];
         if (e->live && !e->in_call) flush_entry(e, 0);
@@ -581,14 +610,15 @@ static int compute_graph(compute_fn original, void *sched, void *graph) {
     int status;
     if (reads_at_compute(e)) {
         GraphAccess access = {api.graph_n_nodes, api.graph_node, state.layout.buffer_offset, set_scheduler_callback};
-        /* A scheduler with a CPU backend beside one ggml-viz does not time (an RPC server, Vulkan):
-           its CPU splits are timed by the CPU backend's ticks, split by split as they compute. */
-        int time_splits = e->on_gpu && !e->on_cuda && !state.sync_timing && !state.detail_graph;
+        /* A scheduler with a CPU backend beside a GPU (CUDA, an RPC server, Vulkan): its CPU splits
+           are timed by the CPU backend's ticks, split by split as they compute; the GPU's nodes are
+           marked (CUDA's get the GPU timer's times in its windows). */
+        int time_splits = e->on_gpu && !state.sync_timing && !state.detail_graph;
         if (time_splits) {
             time_cpu_backends(e, sched);
             e->recorder.tick_reads = 1;
-            splits_of = e;
         }
+        if (e->on_gpu) splits_of = e;
         /* a CPU program read at its compute calls (GGML_VIZ_READ_GRAPHS=compute) keeps graph times only:
            its routing is read at every compute, as in a GPU window */
         e->recorder.routing_every_compute = !e->on_gpu;
@@ -675,9 +705,11 @@ EXPORT int ggml_backend_graph_compute_async(void *backend, void *graph) {
     ORIGINAL(ggml_backend_graph_compute_async, compute_fn);
     if (!original_ggml_backend_graph_compute_async) return -1;
     Entry *e = splits_of;
-    if (e && api.is_cpu && api.graph_n_nodes && api.graph_node) {
-        recorder_split_computed(&e->recorder, graph, api.graph_n_nodes(graph), api.graph_node, api.is_cpu(backend),
-                                now_ns());
+    int n_nodes = e && api.is_cpu && api.graph_n_nodes && api.graph_node ? api.graph_n_nodes(graph) : 0;
+    if (n_nodes > 0) {
+        int on_cpu = api.is_cpu(backend);
+        if (e->recorder.tick_reads) recorder_split_computed(&e->recorder, graph, n_nodes, api.graph_node, on_cpu, now_ns());
+        if (e->on_cuda) gpu_split_call(api.graph_node(graph, 0), on_cpu); /* nothing unless traced here */
     }
     return original_ggml_backend_graph_compute_async(backend, graph);
 }

@@ -37,12 +37,12 @@ class NodeValues(TypedDict):
 class NodeGpuTime(TypedDict):
     """A node's time on the GPU, in a traced graph."""
 
-    device: str
+    device: str  # "CUDA0"; "CUDA0, CUDA1" where its kernels ran on several
     node_index: int  # the node whose kernels computed it: itself, or the first of its fused group
     group_end: int  # the last node those kernels computed
     start_ns: int  # the first kernel began ...
     end_ns: int  # ... and the last ended
-    gpu_ns: int  # their share of the device's busy time
+    gpu_ns: int  # their share of the device's busy time (of each device's, summed)
     kernels: int
 
 

@@ -33,16 +33,16 @@ class GpuStep(TypedDict):
 class KernelTime(TypedDict):
     kernel: str  # the kernel's function (quantize_q8_1), or a copy's kind (HtoD)
     kind: str  # kernel | memcpy | memset
-    count: int
-    time_ns: int  # its share of the device's busy time, summed
-    share: float  # of all the traced graphs' busy time
+    count: int  # in the traced graphs
+    time_ns: int  # its share of the device's busy time over the run, estimated from the traced graphs
+    share: float  # of the device's busy time over the run (each traced structure weighted by how often it ran)
     mean_ns: float  # mean duration
 
 
 class GpuOverview(TypedDict):
     """What the GPU timer recorded (CUDA, CUPTI's kernel records): absent without GPU times."""
 
-    label: str  # where GPU node times come from, in words
+    label: str  # where GPU node times come from, in words (how they are estimated, what CUPTI dropped)
     devices: list[str]
     source: str
     traced_graphs: int

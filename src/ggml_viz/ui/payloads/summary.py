@@ -182,6 +182,30 @@ class RunSummary(TypedDict):
     sections: list[FoundSection]  # titled findings, each shown apart
     clocks: dict[str, int]  # timed node events by their clock: host, gpu
     gpu: GpuTimerSummary | None  # the GPU timer's account (None: no GPU the timer saw)
+    devices: DeviceSummary | None  # where a step's time goes per device (None: one device)
+
+
+class DeviceTime(TypedDict):
+    """One device's part of a phase's mean step (analysis.devices.steps.phase_breakdown)."""
+
+    device: str
+    busy_ns: float
+    idle_share: float
+    parts: dict[str, float]  # idle time by cause: "waiting for D", "waiting for transfers", ...
+
+
+class DevicePhase(TypedDict):
+    phase: str
+    steps: int
+    step_ns: float  # the mean step: each device's busy time and parts add up to it
+    devices: list[DeviceTime]
+
+
+class DeviceSummary(TypedDict):
+    """Where a step's time goes per device (analysis.devices.device_summary)."""
+
+    phases: list[DevicePhase]
+    finding: str | None
 
 
 class GpuDecodeStep(TypedDict):
@@ -197,10 +221,10 @@ class GpuDecodeStep(TypedDict):
 
 class GpuKernelRow(TypedDict):
     function: str
-    count: int
-    busy_ns: int
-    share: float
-    mean_ns: float
+    count: int  # in the traced graphs
+    busy_ns: int  # over the run, estimated (the traced graphs weighted by how often each structure ran)
+    share: float  # of that
+    mean_ns: float  # in the traced graphs
 
 
 class GpuSideKernel(TypedDict):
@@ -233,6 +257,8 @@ class GpuTimerSummary(TypedDict):
     unattributed_graphs: int
     kernels: int
     attributed_kernels: int
+    estimate: str | None  # how its shares over the run are estimated from the traced graphs (None: none traced)
+    warnings: list[str]  # records CUPTI dropped or left without times: the traced graphs' times are incomplete
     decode_step: GpuDecodeStep | None
     top_kernels: list[GpuKernelRow]
     side_kernels: list[GpuSideKernel]

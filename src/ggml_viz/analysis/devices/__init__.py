@@ -1,0 +1,72 @@
+"""Devices side by side: what each computed in each step, where each waited and why
+(steps.py), and what another placement of the model's layers would do (placement.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ...runformat.reader import Run, open_run
+from ..join import is_joined, open_joined
+from .activity import COMPUTE, device_of_buffer, joined_activity, run_activity
+from .steps import TRANSFERS, device_parts, phase_breakdown, step_windows
+
+
+def open_activity(path: Path) -> tuple[Run, pd.DataFrame]:
+    """A run's (or a joined distributed run's) head run and every device's activity in its steps."""
+    if not is_joined(path):
+        run = open_run(path)
+        return run, run_activity(run)
+    description, runs, tables = open_joined(path)
+    roles = [member.get("role") for member in description["members"]]
+    head = runs[roles.index("head")]
+    remote = pd.read_parquet(tables["remote_nodes"]) if "remote_nodes" in tables else pd.DataFrame()
+    transfers = pd.read_parquet(tables["transfers"]) if "transfers" in tables else pd.DataFrame()
+    return head, joined_activity(head, remote, transfers)
+
+
+def run_devices(run: Run) -> pd.DataFrame | None:
+    """A single run's activity where it computed on more than one device (None: one device, whose
+    story the rest of the summary tells; checked on the buffers before any node is read)."""
+    buffers = run.buffers
+    compute = buffers[buffers["kind"] == "compute"]["name"].map(device_of_buffer)
+    if compute.nunique() < 2 and not run.has_gpu_times:
+        return None
+    return run_activity(run)
+
+
+def device_summary(head: Run, activity: pd.DataFrame) -> dict[str, Any] | None:
+    """Where a step's time goes per device (steps.phase_breakdown) and, in words, the longest wait
+    of a device for another; None for a run that computed on one device."""
+    devices = set(activity.loc[activity["kind"] == COMPUTE, "device"])
+    if len(devices) < 2:
+        return None
+    steps = step_windows(head.graphs)
+    phases = phase_breakdown(device_parts(steps, activity), steps)
+    return {"phases": phases, "finding": _longest_wait(phases, activity)}
+
+
+def _longest_wait(phases: list[dict[str, Any]], activity: pd.DataFrame) -> str | None:
+    """'RPC0[...] is idle 55 % of a decode step, 38 % waiting for CPU (its 16 layers there)': the
+    device that waits for another the largest share of a step, in the phase most steps are of."""
+    if not phases:
+        return None
+    phase = max(phases, key=lambda p: p["steps"])
+    waits = [(ns, device["device"], part, device["idle_share"]) for device in phase["devices"]
+             for part, ns in device["parts"].items()
+             if part.startswith("waiting for ") and part != TRANSFERS]  # fmt: skip
+    if not waits or not phase["step_ns"]:
+        return None
+    ns, device, part, idle = max(waits)
+    other = part.removeprefix("waiting for ")
+    compute = activity[(activity["kind"] == COMPUTE) & activity["layer"].notna()]
+    per_layer = compute.assign(ns=compute["end_ns"] - compute["start_ns"]).groupby(["layer", "device"])["ns"].sum()
+    mostly = per_layer.reset_index().sort_values("ns").drop_duplicates("layer", keep="last")
+    layers = int((mostly["device"] == other).sum())
+    what = f" (the {layers} layers computed there)" if layers else ""
+    return (
+        f"{device} is idle {idle:.0%} of a {phase['phase']} step; {ns / phase['step_ns']:.0%} of the step it "
+        f"waits for {other}{what}"
+    )
