@@ -167,7 +167,7 @@ def _weight_bytes(head: Run) -> dict[int, int]:
     graph = int(head.graphs["graph_id"].max())
     edges = head.edges_of(graph)
     weights = edges[edges["src_buffer_kind"] == "weights"]
-    nodes = head.nodes_of(graph) if hasattr(head, "nodes_of") else head.nodes[head.nodes["graph_id"] == graph]
+    nodes = head.nodes_of(graph, times=False)
     block = block_of_nodes(nodes).set_axis(nodes["node_index"].to_numpy())
     weights = weights.assign(block=block.reindex(weights["node_index"].to_numpy()).to_numpy())
     unique = weights.drop_duplicates("src_tensor_id")
