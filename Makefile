@@ -74,6 +74,37 @@ $(WHISPER_TOOLS_LINKED): | $(WHISPER_TOOLS) $(PY)
 	ln -sf $(WHISPER_TOOLS)/bin/whisper-* $(VENV)/bin/
 	touch $@
 
+# Python programs on ggml builds of their own, for the tests: installed once per machine outside
+# the checkout, each in a folder of its own that a test puts on PYTHONPATH (none goes into $(VENV):
+# two versions of one package, each with its own ggml):
+# - ggml-python (Python bindings calling ggml's C API through ctypes), built from its sdist with
+#   the ggml it vendors, CPU only: 0.0.45 (ggml 0.15.3, portable with GGML_NATIVE=OFF as above;
+#   about 50 seconds on 2 cores) and 0.0.37 (May 2024: a ggml of the first half of 2024, whose
+#   ggml_tensor still has the backend, grad and perf fields; about 17 seconds). That older ggml has
+#   no GGML_NATIVE and never uses -march=native: it compiles for the SSE3, AVX, AVX2, FMA and F16C
+#   that the machine's /proc/cpuinfo lists, never AVX-512.
+# - gpt4all 2.8.2's wheel (a 120 MB download: 3 seconds here): its libraries bundle a llama.cpp of
+#   mid-2024, one copy per backend variant, which gpt4all loads itself with dlopen; on the CPU
+#   (device='cpu') it loads no GPU library, so no libvulkan is needed. Its own
+#   dependencies, requests and tqdm, are ggml-viz's already (through gguf and huggingface_hub).
+GGML_PYTHON := $(GGML_VIZ_CACHE)/ggml-python-0.0.45
+GGML_PYTHON_2024 := $(GGML_VIZ_CACHE)/ggml-python-0.0.37
+GPT4ALL_VERSION := 2.8.2
+GPT4ALL := $(GGML_VIZ_CACHE)/gpt4all-$(GPT4ALL_VERSION)
+
+$(GGML_PYTHON): | $(PY)
+	sh scripts/build-ggml-python.sh 0.0.45 $@ $(PY) $(JOBS) -DGGML_NATIVE=OFF
+
+$(GGML_PYTHON_2024): | $(PY)
+	sh scripts/build-ggml-python.sh 0.0.37 $@ $(PY) $(JOBS)
+
+# The folder is filled as $@.partial and renamed, so an interrupted install is never taken for one.
+$(GPT4ALL): | $(PY)
+	@echo "== Installing gpt4all $(GPT4ALL_VERSION) (its wheel: 120 MB) into $@"
+	rm -rf $@.partial
+	$(PY) -m pip install --quiet --no-deps --only-binary :all: --target $@.partial gpt4all==$(GPT4ALL_VERSION)
+	mv $@.partial $@
+
 # ggml-viz itself, installed again only when its sources change (a second `make demo` or
 # `make test` sets nothing up again).
 PROJECT_SOURCES := pyproject.toml $(shell find src -type f ! -path '*/__pycache__/*' ! -path '*.egg-info/*' ! -name '*.so')
@@ -94,7 +125,7 @@ $(TEST_INSTALLED): $(DEMO_INSTALLED) $(LLAMA_TOOLS_LINKED) $(WHISPER_TOOLS_LINKE
 	touch $@
 
 setup-demo: $(DEMO_INSTALLED)
-setup: $(TEST_INSTALLED)
+setup: $(TEST_INSTALLED) $(GGML_PYTHON) $(GGML_PYTHON_2024) $(GPT4ALL)
 
 # `record` prints the summary itself, then the viewer serves the run.
 demo: setup-demo

@@ -14,7 +14,9 @@ C_FLAGS = ["-O2", "-std=c11", "-D_GNU_SOURCE"]
 # The C both the extension and the preload library build on: the recorder core and GOT
 # redirection (capture/core/), the GPU timer (capture/gpu/).
 CORE = ("core/recorder", "core/got_hook", "gpu/cupti_activity", "gpu/gpu_tracer", "gpu/graph_compute")
-PRELOAD_SOURCES = ("preload/preload", "preload/preload_setup", "preload/preload_spool", "preload/preload_wire")
+PRELOAD_SOURCES = (
+    "preload/preload", "preload/preload_setup", "preload/preload_spool", "preload/preload_wire", "preload/preload_dlsym"
+)
 
 
 class BuildWithStartupHook(build_py):

@@ -1,4 +1,5 @@
-"""Tiny GGUF models of architectures other than llama, for the real llama.cpp to run.
+"""Tiny GGUF models of architectures other than SmolLM2's, for the real llama.cpp to run, and a
+tiny llama for the llama.cpp of mid-2024 that gpt4all bundles.
 
 Each is written with gguf-py's own writer: random weights (a seeded generator), tensor names
 from gguf's tables for the architecture, hyperparameters as llama.cpp's loader for it reads
@@ -75,6 +76,14 @@ RECIPES = {
         architecture="qwen2", vocab="qwen2", n_layers=2, head_dim=N_EMBD // N_HEAD, tied_embeddings=False,
         embedding_type=GGMLType.Q4_0, matrix_type=GGMLType.Q4_0, output_type=GGMLType.Q8_0,
         layer_extras=((T.ATTN_Q, "bias"), (T.ATTN_K, "bias"), (T.ATTN_V, "bias"), (T.FFN_NORM, "weight")),
+    ),
+    # Llama, in types and keys a llama.cpp of mid-2024 reads too: the one gpt4all 2.8.2 bundles
+    # runs it (tests/programs/gpt4all_generate.py). Not in ARCHITECTURES: llama.cpp's own tests
+    # run SmolLM2, a llama.
+    "llama": Recipe(
+        architecture="llama", vocab="llama-spm", n_layers=2, head_dim=N_EMBD // N_HEAD, tied_embeddings=False,
+        embedding_type=GGMLType.Q8_0, matrix_type=GGMLType.F16, output_type=GGMLType.Q8_0,
+        layer_extras=((T.FFN_NORM, "weight"),),
     ),
 }  # fmt: skip
 

@@ -1,5 +1,5 @@
-"""Native programs for the tests: a plain ggml program they build, and llama.cpp's and
-whisper.cpp's own tools."""
+"""Native programs for the tests: the plain ggml programs they build, llama.cpp's and
+whisper.cpp's own tools, and the other ggml programs `make setup` installs (ggml-python, gpt4all)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import sys
 from dataclasses import dataclass
 from importlib.metadata import distribution
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -17,6 +18,10 @@ from ..whisper_models import MISSING_TOOLS, whisper_tools_folder
 
 HERE = Path(__file__).parent
 PLAIN_PROGRAM_SOURCE = HERE.parent / "native" / "plain_ggml_program.c"
+SIMPLE_CTX_PROGRAM_SOURCE = HERE.parent / "native" / "simple_ctx_program.c"
+# Python programs of the tests' own on other ggml bindings (ggml-python's and gpt4all's run with
+# ggml_python()'s or gpt4all_folder()'s folder on PYTHONPATH)
+PROGRAMS = HERE.parent / "programs"
 
 
 def llama_cpp_lib_dir() -> Path:
@@ -70,8 +75,7 @@ def llama_cpp_ggml() -> Ggml:
         return Ggml(lib, beside)
     if installed:
         return Ggml(lib, Path(str(installed[0].locate())).parent)
-    message = "no ggml headers beside llama-cpp-python's libraries: run `make setup`"
-    pytest.fail(message) if os.environ.get("GGML_VIZ_REQUIRE_NATIVE_TOOLS") else pytest.skip(message)
+    missing("no ggml headers beside llama-cpp-python's libraries: run `make setup`")
 
 
 def whisper_cpp_ggml() -> Ggml:
@@ -80,23 +84,35 @@ def whisper_cpp_ggml() -> Ggml:
     folder = whisper_tools_folder()
     ggml = Ggml(folder / "lib", folder / "include")
     if not ggml.base_library.exists() or not (ggml.include / "ggml.h").exists():
-        if os.environ.get("GGML_VIZ_REQUIRE_NATIVE_TOOLS"):
-            pytest.fail(MISSING_TOOLS)
-        pytest.skip(MISSING_TOOLS)
+        missing(MISSING_TOOLS)
     return ggml
 
 
 def build_plain_program(folder: Path, ggml: Ggml | None = None) -> Path:
     """Compile the plain ggml program against a ggml's headers and shared libraries
     (llama-cpp-python's by default)."""
+    return _build_ggml_program(PLAIN_PROGRAM_SOURCE, folder, ggml)
+
+
+def build_simple_ctx_program(folder: Path, ggml: Ggml | None = None) -> Path:
+    """Compile the simple-ctx ggml program (tensors in a ggml context, no backend; its modes
+    compute with ggml_graph_compute_with_ctx, ggml_graph_plan and ggml_graph_compute, or a CPU
+    backend's graph plan) against a ggml's headers and shared libraries (llama-cpp-python's by
+    default; ggml_python_ggml("0.0.37") makes it a program on a ggml of early 2024)."""
+    return _build_ggml_program(SIMPLE_CTX_PROGRAM_SOURCE, folder, ggml)
+
+
+def _build_ggml_program(source: Path, folder: Path, ggml: Ggml | None) -> Path:
     compiler = shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
-        pytest.skip("no C compiler to build the plain ggml program")
+        pytest.skip(f"no C compiler to build {source.name}")
     ggml = ggml or llama_cpp_ggml()
-    program = folder / "plain_ggml_program"
+    program = folder / source.stem
+    # a ggml of early 2024 is one library, libggml
+    libraries = ["-lggml", "-lggml-base", "-lggml-cpu"] if (ggml.lib / "libggml-base.so").exists() else ["-lggml"]
     subprocess.run(
-        [compiler, "-O1", "-o", str(program), str(PLAIN_PROGRAM_SOURCE), f"-I{ggml.include}", f"-L{ggml.lib}",
-         "-lggml", "-lggml-base", "-lggml-cpu", f"-Wl,-rpath,{ggml.lib}"],
+        [compiler, "-O1", "-o", str(program), str(source), f"-I{ggml.include}", f"-L{ggml.lib}", *libraries,
+         f"-Wl,-rpath,{ggml.lib}"],
         check=True, capture_output=True, text=True,
     )  # fmt: skip
     return program
@@ -116,10 +132,7 @@ def llama_tool(name: str) -> Path:
     """llama.cpp's own program `name`, as `make setup` installs it beside ggml-viz."""
     path = Path(sys.executable).parent / name
     if not path.exists():
-        message = f"{name} is not installed beside ggml-viz (make setup builds llama.cpp's own programs)"
-        if os.environ.get("GGML_VIZ_REQUIRE_NATIVE_TOOLS"):
-            pytest.fail(message)
-        pytest.skip(message)
+        missing(f"{name} is not installed beside ggml-viz (make setup builds llama.cpp's own programs)")
     return path
 
 
@@ -129,15 +142,61 @@ def whisper_tool(name: str) -> Path:
     for path in (Path(sys.executable).parent / name, whisper_tools_folder() / "bin" / name):
         if path.exists():
             return path
-    message = f"{name} is not installed beside ggml-viz (make setup builds whisper.cpp's own programs)"
+    missing(f"{name} is not installed beside ggml-viz (make setup builds whisper.cpp's own programs)")
+
+
+def cache_folder() -> Path:
+    """Where the Makefile keeps what it builds and installs outside the checkout (its GGML_VIZ_CACHE)."""
+    return Path(os.environ.get("GGML_VIZ_CACHE", Path.home() / ".cache/ggml-viz"))
+
+
+def ggml_python(version: str) -> Path:
+    """The folder `make setup` installed ggml-python `version` into (0.0.45: ggml 0.15.3; 0.0.37:
+    a ggml of the first half of 2024), with its own ggml libraries: put it on PYTHONPATH to
+    `import ggml`. The test skips without it (fails where GGML_VIZ_REQUIRE_NATIVE_TOOLS says every
+    tool must be there)."""
+    folder = cache_folder() / f"ggml-python-{version}"
+    return _installed(folder, folder / "ggml" / "__init__.py", f"ggml-python {version}")
+
+
+def ggml_python_ggml(version: str) -> Ggml:
+    """The ggml ggml-python `version` vendors, as its build installed it beside the package
+    (lib/, include/), for C programs built against it. 0.0.37's is a ggml of early 2024: one
+    library, libggml, with no soname version (so no base_library, version() or op_number())."""
+    folder = ggml_python(version)
+    include = folder / "include"
+    return Ggml(folder / "lib", include / "ggml" if (include / "ggml" / "ggml.h").exists() else include)
+
+
+def gpt4all_folder() -> Path:
+    """The folder `make setup` installed gpt4all 2.8.2 into (its llmodel libraries bundle a
+    llama.cpp of mid-2024): put it on PYTHONPATH to `import gpt4all`. The test skips without it
+    (fails where GGML_VIZ_REQUIRE_NATIVE_TOOLS says every tool must be there)."""
+    folder = cache_folder() / "gpt4all-2.8.2"
+    return _installed(folder, folder / "gpt4all" / "__init__.py", "gpt4all 2.8.2")
+
+
+def _installed(folder: Path, marker: Path, name: str) -> Path:
+    if not marker.exists():
+        missing(f"{name} is not installed in {folder} (make setup installs it)")
+    return folder
+
+
+def missing(message: str) -> NoReturn:
+    """A tool the test needs is not there: the test skips, or fails where GGML_VIZ_REQUIRE_NATIVE_TOOLS
+    says every tool must be there (CI)."""
     if os.environ.get("GGML_VIZ_REQUIRE_NATIVE_TOOLS"):
         pytest.fail(message)
     pytest.skip(message)
 
 
-def untraced(program: list[str], preload: Path | None = None, **kwargs) -> subprocess.CompletedProcess:
-    """The program run without ggml-viz (with `preload` alone in LD_PRELOAD, if given)."""
+def untraced(
+    program: list[str], preload: Path | None = None, extra_env: dict[str, str] | None = None, **kwargs
+) -> subprocess.CompletedProcess:
+    """The program run without ggml-viz (with `preload` alone in LD_PRELOAD, if given), with
+    `extra_env` set besides (PYTHONPATH=ggml_python(...) for a ggml-python program, say)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GGML_VIZ_") and k != "LD_PRELOAD"}
     if preload is not None:
         env["LD_PRELOAD"] = str(preload)
+    env.update(extra_env or {})
     return subprocess.run(program, capture_output=True, text=True, timeout=300, env=env, **kwargs)

@@ -196,9 +196,18 @@ def weight_reads(run: Run) -> dict[str, Any]:
     }
 
 
+def untimed_reason(manifest: dict[str, Any]) -> str:
+    """Why no node of a run was timed on its own, in words: what the recorder said (a ggml whose CPU
+    threads give no node boundaries), or graph detail."""
+    return (manifest.get("capture") or {}).get("untimed_reason") or "graph detail"
+
+
 def backends(run: Run) -> list[str]:
-    """Backends named by the buffers of computed nodes (CPU, CUDA0, Metal, ...)."""
-    return backend_names(run.buffers["buffer_type"])
+    """Backends named by the buffers of computed nodes (CPU, CUDA0, Metal, ...), and by the contexts
+    whose graphs computed in a ggml context's own memory, without buffers (ggml_graph_compute: CPU)."""
+    contexts = run.manifest.get("contexts") or []
+    in_context_memory = [c["backend"] for c in contexts if c.get("compute") and c.get("backend")]
+    return backend_names([*run.buffers["buffer_type"], *in_context_memory])
 
 
 def backend_names(buffer_types: Iterable[str]) -> list[str]:

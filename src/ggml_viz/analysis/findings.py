@@ -17,7 +17,7 @@ import pandas as pd
 
 from ..plugins import BUILT_IN, PluginGroup, call_plugin, load_group
 from ..runformat.reader import Run
-from .breakdowns import phase_stats, timed_totals, weight_reads
+from .breakdowns import phase_stats, timed_totals, untimed_reason, weight_reads
 from .components import structure_components
 
 _LAYER_PART = r"(blk|blocks|layers|h)\.\d+\."  # a layer in a weight's name
@@ -182,7 +182,8 @@ def _non_finite(run: Run) -> list[str]:
 def _time_findings(run: Run, phases: pd.DataFrame, reads: dict[str, Any], components: pd.DataFrame) -> list[str]:
     totals = timed_totals(run)
     if totals.empty:
-        return ["No node was timed on its own in this run (graph detail): only graph times are known."]
+        why = untimed_reason(run.manifest)
+        return [f"No node was timed on its own in this run ({why}): only graph times are known."]
     totals = totals.merge(components, on=["structure_id", "node_index"], how="left")
     said = []
     for phase in ("decode", "prompt", "encode"):

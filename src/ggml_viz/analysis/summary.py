@@ -20,6 +20,7 @@ from .breakdowns import (
     time_by_layer,
     time_by_op,
     time_by_tensor,
+    untimed_reason,
     weight_reads,
 )
 from .components import structure_components
@@ -81,6 +82,7 @@ def summarize(run: Run, top: int = 10) -> dict[str, Any]:
         "untimed_graphs": int((manifest.get("counts") or {}).get("untimed_graphs", 0)),
         "timing": (manifest.get("capture") or {}).get("timing", "sync"),
         "timing_label": timing_label((manifest.get("capture") or {}).get("timing", "sync")),
+        "untimed_reason": untimed_reason(manifest),
         "clocks": {str(k): int(v) for k, v in totals.groupby("clock")["timed"].sum().items()},
         "gpu": gpu,
         "devices": devices,

@@ -119,7 +119,7 @@ def render_summary(summary: dict[str, Any], console: Console | None = None, shor
             console.print(_time_table("time by component", "component", summary["time_by_component"]))
             console.print(_throughput_table(summary["throughput_by_op"]))
     elif not summary.get("gpu"):
-        console.print("no node was timed on its own (graph detail): graph times only")
+        console.print(f"no node was timed on its own ({summary['untimed_reason']}): graph times only")
     memory = Table(
         "kind", "buffers", "bytes", "peak in use", "names", title="memory by buffer kind", title_justify="left"
     )

@@ -92,10 +92,20 @@ class RunCommand(Command):
                 "or no ggml at all), so there was nothing to interpose",
                 file=sys.stderr,
             )
+        elif python:
+            print(
+                f"ggml-viz: no run was written: {program[0]} (a Python program) computed no ggml graph that ggml-viz "
+                "saw: it loaded no ggml binding, or never computed with it (llama-cpp-python is recorded from its "
+                "first llama context, any other binding from its first graph); try the script's own command line "
+                "without ggml-viz to check that it computes",
+                file=sys.stderr,
+            )
         else:
             print(
-                "ggml-viz: no run was written: the program computed no ggml graph (a Python program: it computed "
-                "with no ggml binding, or created no llama context in a Python environment without ggml-viz)",
+                f"ggml-viz: no run was written: {program[0]} computed no ggml graph that ggml-viz saw (it records "
+                "graphs computed through ggml's scheduler, a backend, ggml_graph_compute or "
+                "ggml_graph_compute_with_ctx, and llama.cpp's calls); a program that loads ggml only to read a "
+                "model file, or exits before computing, leaves none",
                 file=sys.stderr,
             )
         return exit_code

@@ -121,7 +121,13 @@ GPU_TRACE_WINDOWS: int
 GPU_TRACE_EVERY: int
 
 def hook_graph_compute(
-    graph_n_nodes: int, graph_node: int, buffer_offset: int, sched_synchronize: int, sched_set_eval_callback: int, /
+    graph_n_nodes: int,
+    graph_node: int,
+    buffer_offset: int,
+    data_offset: int,
+    sched_synchronize: int,
+    sched_set_eval_callback: int,
+    /,
 ) -> int: ...
 def configure_gpu(mode: int, window: int, period: int, detach: bool, cupti_paths: str | None = None, /) -> None: ...
 def gpu_begin_call(recorder_address: int, context_id: int, on_cuda: bool, /) -> None: ...

@@ -101,19 +101,21 @@ static void *is_empty_replacement(void *original, void *context) {
     return is_empty_original == (bool (*)(const void *))original ? (void *)is_empty_hooked : NULL;
 }
 
-/* hook_graph_compute(graph_n_nodes, graph_node, buffer_offset, sched_synchronize, sched_set_eval_callback)
+/* hook_graph_compute(graph_n_nodes, graph_node, buffer_offset, data_offset, sched_synchronize, sched_set_eval_callback)
    -> slots redirected: the loaded libraries' calls of the scheduler's compute (and of its graph
    allocation, of ggml_is_empty, and of a split's compute). */
 static PyObject *hook_graph_compute(PyObject *module, PyObject *args) {
     unsigned long long n_nodes, node, synchronize, set_callback;
-    Py_ssize_t buffer_offset;
-    if (!PyArg_ParseTuple(args, "KKnKK", &n_nodes, &node, &buffer_offset, &synchronize, &set_callback)) return NULL;
+    Py_ssize_t buffer_offset, data_offset;
+    if (!PyArg_ParseTuple(args, "KKnnKK", &n_nodes, &node, &buffer_offset, &data_offset, &synchronize, &set_callback)) {
+        return NULL;
+    }
     if (!n_nodes || !node || !synchronize || !set_callback) {
         PyErr_SetString(PyExc_ValueError, "a ggml function address is null");
         return NULL;
     }
     graph_access = (GraphAccess){(int (*)(void *))(uintptr_t)n_nodes, (void *(*)(void *, int))(uintptr_t)node,
-                                 (size_t)buffer_offset,
+                                 (size_t)buffer_offset, (size_t)data_offset,
                                  (void (*)(void *, bool (*)(void *, bool, void *), void *))(uintptr_t)set_callback};
     sched_synchronize = (void (*)(void *))(uintptr_t)synchronize;
     int failed = 0, more = 0;

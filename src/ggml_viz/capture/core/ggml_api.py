@@ -116,7 +116,10 @@ def address_of(pointer: Any) -> int:
 
 
 def _declare(lib: ctypes.CDLL, name: str, restype: object, *argtypes: object) -> None:
-    function = getattr(lib, name)
+    """Declare `name` where this ggml has it (an older one lacks some: ggml_swiglu, the buffers' usage)."""
+    function = getattr(lib, name, None)
+    if function is None:
+        return
     function.restype = restype
     function.argtypes = list(argtypes)
 
@@ -288,7 +291,10 @@ def op_desc(op: int, first_param: int) -> str:
 @functools.cache
 def ops_with_subop() -> tuple[int, ...]:
     """The ggml_op values (UNARY, GLU) whose specific op is op_params[0]."""
-    return _probe_ops(lambda lib, ctx, source: (lib.ggml_silu(ctx, source), lib.ggml_swiglu(ctx, source)))
+    glu = hasattr(libggml(), "ggml_swiglu")  # GLU ops came in 2025; UNARY was the only one before
+    return _probe_ops(
+        lambda lib, ctx, source: (lib.ggml_silu(ctx, source), *([lib.ggml_swiglu(ctx, source)] if glu else []))
+    )
 
 
 @dataclass(frozen=True)

@@ -186,13 +186,19 @@ static bool is_selected(Recorder *r, const uint8_t *tensor) {
 
 /* ---- recording ------------------------------------------------------------------------ */
 
+/* What a buffer holds (GGML_BACKEND_BUFFER_USAGE_*), or -1 where ggml cannot say (a ggml of 2024 H1
+   has no ggml_backend_buffer_get_usage): its buffers are then of unknown use. */
+static int buffer_usage_of(const Recorder *r, const void *buffer) {
+    return r->ggml.buffer_usage ? r->ggml.buffer_usage(buffer) : -1;
+}
+
 static int describe_buffer(Recorder *r, uint64_t buffer) {
     BufferRecord *record = array_push(&r->buffers);
     if (!record) return -1;
     memset(record, 0, sizeof *record);
     const void *b = (const void *)(uintptr_t)buffer;
     record->address = buffer;
-    record->usage = r->ggml.buffer_usage(b);
+    record->usage = buffer_usage_of(r, b);
     record->size = r->ggml.buffer_size(b);
     record->base = (uint64_t)(uintptr_t)r->ggml.buffer_base(b);
     const char *name = r->ggml.buffer_name(b);
@@ -258,7 +264,7 @@ static int print_weight(Recorder *r, const uint8_t *tensor) {
     if (name[0] && strncmp(name, "leaf_", 5) != 0) return 0;
     const void *buffer = (const void *)(uintptr_t)field_u64(tensor, r->layout.buffer_offset);
     const uint8_t *data = (const uint8_t *)(uintptr_t)field_u64(tensor, r->layout.data_offset);
-    if (!buffer || !data || r->ggml.buffer_usage(buffer) != BUFFER_USAGE_WEIGHTS || !r->print_buffer_is_host(buffer)) {
+    if (!buffer || !data || buffer_usage_of(r, buffer) != BUFFER_USAGE_WEIGHTS || !r->print_buffer_is_host(buffer)) {
         return 0;
     }
     size_t at;
@@ -614,7 +620,7 @@ enum { MAX_INPUT_IDS = 4096 };
 
 static bool in_weights(Recorder *r, const uint8_t *tensor) {
     const void *buffer = (const void *)(uintptr_t)field_u64(tensor, r->layout.buffer_offset);
-    return buffer && r->ggml.buffer_usage(buffer) == BUFFER_USAGE_WEIGHTS;
+    return buffer && buffer_usage_of(r, buffer) == BUFFER_USAGE_WEIGHTS;
 }
 
 /* A plain program's graph (whisper.cpp's decoder) takes its tokens as an input: the integer

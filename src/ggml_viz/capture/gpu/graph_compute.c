@@ -5,14 +5,16 @@
 
 #include "gpu_tracer.h"
 
-/* Whether a graph's nodes have their buffers yet (a program may leave the allocation to the
-   compute call; then the graph is read after it). */
+/* Whether a graph's nodes have their memory yet: a buffer, or data in a ggml context's own memory
+   (a graph computed without a backend). A program may leave the allocation to the compute call;
+   then the graph is read after it. */
 static int allocated(const GraphAccess *access, void *graph, int n_nodes) {
     if (n_nodes <= 0) return 0;
     const uint8_t *first = access->node(graph, 0);
-    uint64_t buffer;
+    uint64_t buffer, data;
     memcpy(&buffer, first + access->buffer_offset, sizeof buffer);
-    return buffer != 0;
+    memcpy(&data, first + access->data_offset, sizeof data);
+    return buffer != 0 || data != 0;
 }
 
 int compute_reading_graph(Recorder *r, uint32_t context_id, int on_cuda, const GraphAccess *access,

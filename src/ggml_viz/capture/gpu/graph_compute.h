@@ -15,12 +15,12 @@
 
 typedef int (*sched_compute_fn)(void *sched, void *graph);
 
-/* ggml's graph accessors, where a tensor keeps its buffer, and the scheduler's
+/* ggml's graph accessors, where a tensor keeps its buffer and its data, and the scheduler's
    ggml_backend_sched_set_eval_callback (NULL: none; a mixture's routing is then not read). */
 typedef struct {
     int (*n_nodes)(void *graph);
     void *(*node)(void *graph, int i);
-    size_t buffer_offset;
+    size_t buffer_offset, data_offset;
     void (*set_eval_callback)(void *sched, bool (*callback)(void *, bool, void *), void *user_data);
 } GraphAccess;
 

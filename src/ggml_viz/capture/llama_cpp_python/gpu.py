@@ -91,7 +91,8 @@ def _hook_graph_compute() -> bool:
         lib = ggml_api.libggml()
         _hooked = extension.hook_graph_compute(
             ggml_api.address_of(lib.ggml_graph_n_nodes), ggml_api.address_of(lib.ggml_graph_node),
-            ggml_api.field_bytes("buffer").start, ggml_api.address_of(lib.ggml_backend_sched_synchronize),
+            ggml_api.field_bytes("buffer").start, ggml_api.field_bytes("data").start,
+            ggml_api.address_of(lib.ggml_backend_sched_synchronize),
             ggml_api.address_of(lib.ggml_backend_sched_set_eval_callback),
         )  # fmt: skip
     return bool(_hooked and _hooked > 0)

@@ -192,10 +192,15 @@ class SpoolCollector:
         versions = {**writer.manifest["versions"], "llama_cpp_system_info": info.get("system_info"),
                     "ggml": {"version": info.get("ggml_version"), "commit": info.get("ggml_commit")}}  # fmt: skip
         program = {**self.programs[0], "processes": self.programs, "exit_status": None}
-        capture = {**writer.manifest["capture"], "recorder": "native-preload"}
+        capture = {**writer.manifest["capture"], "recorder": "native-preload",
+                   "tensor_layout": info.get("tensor_layout")}  # fmt: skip
         self.inline_timing = info.get("timing") == "inline"
         if self.inline_timing and not info.get("inline_timing_available", True):
             say("this program's ggml has no CPU backend functions to time nodes inline: graph times only")
+        no_ticks = info.get("no_node_ticks")
+        if self.inline_timing and no_ticks:  # an older ggml: its graphs were recorded without node times
+            self.inline_timing = False
+            capture["untimed_reason"] = f"{no_ticks}; --timing sync times its nodes one by one"
         writer.update_manifest(versions=versions, program=program, capture=capture)
 
     def _context(self, path: Path, frame: Frame) -> None:
@@ -320,7 +325,7 @@ class SpoolCollector:
         if damage and self.recording.failed is None:
             self.recording.fail(f"the spool is damaged ({'; '.join(damage)}): the graphs after that are lost")
         if not self.recording.tracers and self.recording.failed is None:
-            self.recording.fail("the program computed no graph with ggml")
+            self.recording.fail(self._no_graph_reason())
         elif self.started and self.ended < len(self.readers) - len(self.untraced) and self.recording.failed is None:
             how = f"killed by signal {-exit_status}" if exit_status is not None and exit_status < 0 else "ended"
             self.recording.fail(
@@ -330,6 +335,17 @@ class SpoolCollector:
         self.recording.stop()
         if self.recording.failed is None:
             shutil.rmtree(self.run_dir / SPOOL_DIR, ignore_errors=True)
+
+    def _no_graph_reason(self) -> str:
+        """Why a run that started holds no graph: the processes loaded ggml, and never computed with it
+        through a call ggml-viz records."""
+        loaded = sorted({str(p.get("ggml_library")) for p in self.programs if p.get("ggml_library")})
+        where = f" (ggml loaded from {', '.join(loaded)})" if loaded else ""
+        return (
+            f"the program computed no graph with ggml through a call ggml-viz records{where}: ggml's scheduler, a "
+            "backend's graph compute, ggml_graph_compute and ggml_graph_compute_with_ctx are; a ggml linked into "
+            "another library that calls them directly, not through its exported symbols, passes them by"
+        )
 
 
 def model_of_file(layout: ModelLayout) -> dict[str, Any]:

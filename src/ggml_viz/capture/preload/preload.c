@@ -88,10 +88,6 @@ EXPORT const char ggml_viz_preload_settings[] =
     "GGML_VIZ_DETAIL,GGML_VIZ_TIMING,GGML_VIZ_SAMPLE,GGML_VIZ_OPS,GGML_VIZ_LAYERS,GGML_VIZ_NAMES,GGML_VIZ_VALUES,"
     "GGML_VIZ_CAPTURE,GGML_VIZ_CAPTURE_BYTES,GGML_VIZ_ROUTING,GGML_VIZ_GPU,GGML_VIZ_GPU_WINDOW,GGML_VIZ_GPU_PERIOD";
 
-typedef void (*set_callback_fn)(void *, eval_fn, void *);
-typedef void (*set_abort_fn)(void *, abort_fn, void *);
-typedef void (*free_fn)(void *);
-typedef void *(*gguf_init_fn)(const char *, struct gguf_init_params_abi);
 typedef int32_t (*batch_add_fn)(void *, int32_t);
 typedef int32_t (*batch_add_token_fn)(void *, int32_t, int32_t);
 typedef int32_t (*batch_add_embd_fn)(void *, int32_t, struct llama_embd_abi);
@@ -102,10 +98,13 @@ typedef bool (*batch_set_output_fn)(void *, int32_t, bool);
 EXPORT int ggml_backend_sched_graph_compute(void *sched, void *graph);
 EXPORT int ggml_backend_graph_compute(void *backend, void *graph);
 EXPORT int ggml_backend_graph_compute_async(void *backend, void *graph);
+EXPORT int ggml_graph_compute(void *graph, void *cplan);
+EXPORT int ggml_graph_compute_with_ctx(void *ctx, void *graph, int n_threads);
 EXPORT void *ggml_new_graph_custom(void *ctx, size_t size, bool grads);
 EXPORT int ggml_backend_sched_graph_compute_async(void *sched, void *graph);
 EXPORT void ggml_backend_sched_set_eval_callback(void *sched, eval_fn callback, void *user_data);
 EXPORT void ggml_backend_sched_free(void *sched);
+EXPORT void ggml_backend_free(void *backend);
 EXPORT void ggml_backend_cpu_set_abort_callback(void *backend, abort_fn callback, void *data);
 EXPORT void llama_free(void *ctx);
 EXPORT void llama_set_abort_callback(void *ctx, abort_fn callback, void *data);
@@ -149,6 +148,38 @@ void *find_original(const char *name, void *ours) {
     SymbolSearch search = {name, ours, NULL};
     dl_iterate_phdr(search_library, &search);
     return search.found;
+}
+
+/* The original a call of one of our interposers must reach: the function of that name in the
+   calling library's own scope. A process may hold two copies of ggml (gpt4all loads a llama.cpp
+   built for AVX2 and one for AVX only, each with its ggml; a Python process, two bindings'), and
+   a call from one must run that one's code. A caller in the executable, or in no library that
+   sees the name, gets find_original's. Cached per thread by call site (its return address), so a
+   call costs a lookup in a small table. */
+enum { CALL_SITES = 64 };
+typedef struct {
+    const void *caller;
+    const char *name;
+    void *original;
+} CallSite;
+static __thread CallSite call_sites[CALL_SITES];
+
+void *original_for(const char *name, void *ours, const void *caller) {
+    CallSite *site = &call_sites[(((uintptr_t)caller >> 2) ^ ((uintptr_t)name >> 3)) % CALL_SITES];
+    if (site->caller == caller && site->name == name && site->original) return site->original;
+    void *found = NULL;
+    Dl_info info;
+    if (caller && dladdr(caller, &info) && info.dli_fname && info.dli_fname[0] && !preload_owns(caller)) {
+        void *handle = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+        if (handle) {
+            found = dlsym(handle, name); /* the library and what it depends on */
+            dlclose(handle);
+        }
+        if (found == ours) found = NULL;
+    }
+    if (!found) found = find_original(name, ours);
+    *site = (CallSite){caller, name, found};
+    return found;
 }
 
 /* ---- state -------------------------------------------------------------------------------- */
@@ -289,13 +320,14 @@ static void say_untraced(void) {
     write_untraced_note(reason);
 }
 
-/* Whether the program's ggml is one ggml-viz reads (its functions, its ggml_tensor layout);
-   NULL if so, else why not, naming the ggml found. */
-static const char *ggml_problem(TensorLayout *layout) {
+/* Whether the program's ggml is one ggml-viz reads (its functions, its ggml_tensor layout among
+   those it knows, its graphs); NULL if so, else why not, naming the ggml found. */
+static const char *ggml_problem(TensorLayout *layout, const char **layout_name) {
     static char reason[5200];
     const char *missing = find_functions();
     if (!ggml_library_path()) return "no ggml function is visible to ggml-viz in this program";
-    const char *problem = missing ? NULL : check_layout(layout);
+    const char *problem = missing ? NULL : choose_layout(layout, layout_name);
+    if (!missing && !problem) problem = check_graph_struct();
     if (missing) {
         snprintf(reason, sizeof reason, "this program's %s lacks functions ggml-viz calls: %s", ggml_description(),
                  missing);
@@ -316,7 +348,8 @@ static void start(void) {
     pthread_mutex_unlock(&state.lock);
     if (claimed) return; /* ggml-viz's start-up hook records this process (and checked its ggml) */
     TensorLayout layout = RECORDER_TENSOR_LAYOUT;
-    const char *problem = ggml_problem(&layout);
+    const char *layout_name = NULL;
+    const char *problem = ggml_problem(&layout, &layout_name);
     if (!problem) problem = read_settings();
     if (problem) {
         state.untraced_reason = problem;
@@ -324,6 +357,13 @@ static void start(void) {
         return;
     }
     state.layout = layout;
+    state.layout_name = layout_name;
+    /* An older ggml's CPU threads all call the abort callback, in a loop of their own, with no barrier
+       ending each node: its ticks would not be node boundaries. */
+    if (!api.threadpool_new) {
+        state.no_ticks_reason = "this ggml's CPU threads end no node at a barrier, which node times need (a ggml "
+                                "from before August 2024)";
+    }
     if (state.routing) probe_routing_ops();
     gpu_configure(&state.gpu);
     pthread_mutex_lock(&state.lock);
@@ -343,8 +383,9 @@ bool preload_recording(void) {
     return active() && state.spool_opened;
 }
 
-/* The entry of a llama context or a plain scheduler, made on first sight (NULL: not recording). */
-static Entry *entry_for(void *owner, int kind) {
+/* The entry of a llama context or a plain scheduler, made on first sight (NULL: not recording);
+   `code`: the program's function the call reaches, whose library the context names. */
+static Entry *entry_for(void *owner, int kind, const void *code) {
     int is_llama = kind == ENTRY_LLAMA;
     Entry *found = NULL, *made = NULL;
     if (open_recording() != 0) return NULL;
@@ -358,13 +399,21 @@ static Entry *entry_for(void *owner, int kind) {
             made->owner = owner;
             made->is_llama = is_llama;
             made->is_backend = kind == ENTRY_BACKEND;
+            made->is_cpu_graphs = kind == ENTRY_CPU_GRAPHS;
             made->live = 1;
             made->context_id = state.n_entries;
+            Dl_info library;
+            if (code && dladdr(code, &library) && library.dli_fname) {
+                snprintf(made->library, sizeof made->library, "%s", library.dli_fname);
+            }
             pthread_mutex_init(&made->lock, NULL);
             array_init(&made->frame, 1);
+            array_init(&made->nodes_rewritten, 1);
+            array_init(&made->leaves_rewritten, 1);
             Recorder *r = &made->recorder;
             r->inline_timing = !state.sync_timing;
-            r->time_nodes = !state.detail_graph;
+            /* an older ggml's nodes are timed only where asked one by one (sync timing) */
+            r->time_nodes = !state.detail_graph && (!state.no_ticks_reason || state.sync_timing);
             recorder_set_decode_rules(r, state.detail_graph, state.sample, 32, 500000000LL, LLAMA_BATCH_OFFSETS);
             if (api.buffer_is_host && api.nbytes) recorder_set_weight_prints(r, api.buffer_is_host, api.nbytes);
             recorder_set_filters(r, (const char *const *)state.ops, state.n_ops, (const int64_t(*)[2])state.ranges,
@@ -515,7 +564,7 @@ static void time_cpu_backends(Entry *e, void *sched) {
 
 /* Our eval callback on the scheduler, and our abort callback on its CPU backends. */
 static void install_callbacks(Entry *e, void *sched) {
-    ORIGINAL(ggml_backend_sched_set_eval_callback, set_callback_fn);
+    ORIGINAL(ggml_backend_sched_set_eval_callback, set_eval_fn);
     if (original_ggml_backend_sched_set_eval_callback) {
         original_ggml_backend_sched_set_eval_callback(sched, preload_eval_callback, e);
     }
@@ -523,8 +572,6 @@ static void install_callbacks(Entry *e, void *sched) {
 }
 
 /* ---- interposed: ggml's scheduler --------------------------------------------------------- */
-
-typedef sched_compute_fn compute_fn;
 
 /* The bracket around a call that computes graphs (a llama call with its batch, or a plain
    ggml program's graph without one): the entry is held for the call, its graphs closed at
@@ -579,7 +626,7 @@ static void check_backends(Entry *e, void *sched) {
 
 /* The scheduler's own ggml_backend_sched_set_eval_callback (ours records a program's callback). */
 static void set_scheduler_callback(void *sched, eval_fn callback, void *user_data) {
-    ORIGINAL(ggml_backend_sched_set_eval_callback, set_callback_fn);
+    ORIGINAL(ggml_backend_sched_set_eval_callback, set_eval_fn);
     if (original_ggml_backend_sched_set_eval_callback) original_ggml_backend_sched_set_eval_callback(sched, callback, user_data);
 }
 
@@ -587,12 +634,12 @@ static void set_scheduler_callback(void *sched, eval_fn callback, void *user_dat
    be answered: sync timing, values, captures, or the program's own eval callback. */
 static bool reads_at_compute(Entry *e) {
     return (e->on_gpu || state.read_graphs_at_compute) && !state.sync_timing && !state.values_stats &&
-           !state.n_captures && !e->chained_eval && api.graph_n_nodes && api.graph_node;
+           !state.n_captures && !e->chained_eval;
 }
 
 /* A graph computed through the scheduler: inside a llama call, part of it; else (a plain ggml
    program) a call of its own, without tokens. */
-static int compute_graph(compute_fn original, void *sched, void *graph) {
+static int compute_graph(backend_compute_fn original, void *sched, void *graph) {
     if (!original) return -1;
     if (compute_depth > 0 || !active()) {
         if (state.untraced_reason) say_untraced(); /* a Python process's first graph */
@@ -601,7 +648,7 @@ static int compute_graph(compute_fn original, void *sched, void *graph) {
     Entry *e = call_entry;
     bool own_call = !e;
     if (own_call) {
-        e = entry_for(sched, ENTRY_SCHEDULER);
+        e = entry_for(sched, ENTRY_SCHEDULER, (const void *)original);
         if (!e) return original(sched, graph);
         begin_call(e, NULL);
     }
@@ -609,7 +656,8 @@ static int compute_graph(compute_fn original, void *sched, void *graph) {
     compute_depth++;
     int status;
     if (reads_at_compute(e)) {
-        GraphAccess access = {api.graph_n_nodes, api.graph_node, state.layout.buffer_offset, set_scheduler_callback};
+        GraphAccess access = {graph_n_nodes, graph_node, state.layout.buffer_offset, state.layout.data_offset,
+                             set_scheduler_callback};
         /* A scheduler with a CPU backend beside a GPU (CUDA, an RPC server, Vulkan): its CPU splits
            are timed by the CPU backend's ticks, split by split as they compute; the GPU's nodes are
            marked (CUDA's get the GPU timer's times in its windows). */
@@ -639,13 +687,17 @@ static int compute_graph(compute_fn original, void *sched, void *graph) {
     return status;
 }
 
+int traced_sched_compute(backend_compute_fn original, void *sched, void *graph) {
+    return compute_graph(original, sched, graph);
+}
+
 EXPORT int ggml_backend_sched_graph_compute(void *sched, void *graph) {
-    ORIGINAL(ggml_backend_sched_graph_compute, compute_fn);
+    ORIGINAL(ggml_backend_sched_graph_compute, backend_compute_fn);
     return compute_graph(original_ggml_backend_sched_graph_compute, sched, graph);
 }
 
 EXPORT int ggml_backend_sched_graph_compute_async(void *sched, void *graph) {
-    ORIGINAL(ggml_backend_sched_graph_compute_async, compute_fn);
+    ORIGINAL(ggml_backend_sched_graph_compute_async, backend_compute_fn);
     return compute_graph(original_ggml_backend_sched_graph_compute_async, sched, graph);
 }
 
@@ -655,24 +707,24 @@ EXPORT int ggml_backend_sched_graph_compute_async(void *sched, void *graph) {
    one before (ggml's RPC server does, for each graph the head sends) has it read again. */
 static uint64_t graphs_made;
 
-typedef void *(*new_graph_fn)(void *, size_t, bool);
+void *traced_new_graph_custom(new_graph_fn original, void *ctx, size_t size, bool grads) {
+    __atomic_add_fetch(&graphs_made, 1, __ATOMIC_RELAXED);
+    return original ? original(ctx, size, grads) : NULL;
+}
 
 EXPORT void *ggml_new_graph_custom(void *ctx, size_t size, bool grads) {
     ORIGINAL(ggml_new_graph_custom, new_graph_fn);
-    __atomic_add_fetch(&graphs_made, 1, __ATOMIC_RELAXED);
-    return original_ggml_new_graph_custom ? original_ggml_new_graph_custom(ctx, size, grads) : NULL;
+    return traced_new_graph_custom(original_ggml_new_graph_custom, ctx, size, grads);
 }
 
 /* A graph computed on a backend directly (ggml's RPC server computes each graph the head sends
    so; so do small ggml programs): a call of its own, without tokens, its graph read at the call.
    A CPU backend's nodes are timed by its ticks; a GPU's as on a scheduler. Calls made inside a
    scheduler's or llama's compute are theirs. */
-static int compute_on_backend(compute_fn original, void *backend, void *graph) {
+static int compute_on_backend(backend_compute_fn original, void *backend, void *graph) {
     if (!original) return -1;
-    if (compute_depth > 0 || call_entry || !active() || !api.graph_n_nodes || !api.graph_node) {
-        return original(backend, graph);
-    }
-    Entry *e = entry_for(backend, ENTRY_BACKEND);
+    if (compute_depth > 0 || call_entry || !active()) return original(backend, graph);
+    Entry *e = entry_for(backend, ENTRY_BACKEND, (const void *)original);
     if (!e) return original(backend, graph);
     begin_call(e, NULL);
     if (!e->checked_sched) {
@@ -687,7 +739,8 @@ static int compute_on_backend(compute_fn original, void *backend, void *graph) {
     if (made != e->graphs_made_seen) e->recorder.graph_allocated = 1;
     e->graphs_made_seen = made;
     compute_depth++;
-    GraphAccess access = {api.graph_n_nodes, api.graph_node, state.layout.buffer_offset, NULL}; /* no scheduler */
+    GraphAccess access = {graph_n_nodes, graph_node, state.layout.buffer_offset, state.layout.data_offset,
+                          NULL}; /* no scheduler */
     int status = compute_reading_graph(&e->recorder, (uint32_t)e->context_id, e->on_cuda, &access, original, backend,
                                        graph);
     compute_depth--;
@@ -695,27 +748,149 @@ static int compute_on_backend(compute_fn original, void *backend, void *graph) {
     return status;
 }
 
+int traced_backend_compute(backend_compute_fn original, void *backend, void *graph) {
+    return compute_on_backend(original, backend, graph);
+}
+
 EXPORT int ggml_backend_graph_compute(void *backend, void *graph) {
-    ORIGINAL(ggml_backend_graph_compute, compute_fn);
+    ORIGINAL(ggml_backend_graph_compute, backend_compute_fn);
     return compute_on_backend(original_ggml_backend_graph_compute, backend, graph);
+}
+
+/* ---- interposed: a graph computed on the CPU, without a backend -------------------------- */
+
+/* ggml's own compute path (its examples, rwkv.cpp, whisper.cpp and llama.cpp before backends):
+   ggml_graph_compute(graph, &cplan) with a plan the program made, or ggml_graph_compute_with_ctx,
+   which makes one and calls ggml_graph_compute. A graph so computed is a call of its own, without
+   tokens, read at the call; the graphs each thread computes so are one context. Its nodes are
+   timed by ticks: our abort callback goes into the plan for the call (the program's own, if it
+   set one, is called from ours), and the plan is given back as it was. */
+
+/* ggml_cplan, since threadpools (August 2024): what follows n_threads moved then */
+typedef struct {
+    size_t work_size;
+    uint8_t *work_data;
+    int n_threads;
+    void *threadpool;
+    abort_fn abort_callback;
+    void *abort_callback_data;
+} CplanAbi;
+
+/* The key of this thread's CPU-graph context (its address is unique to the thread). */
+static __thread char cpu_graphs_key;
+/* ggml_graph_compute_with_ctx in progress on this thread: the entry its inner ggml_graph_compute
+   puts our abort callback in the plan for (the call is recorded by the outer one). */
+static __thread Entry *plan_of;
+
+typedef struct {
+    graph_compute_fn plan_compute;
+    void *cplan;
+    graph_compute_with_ctx_fn with_ctx;
+    void *ctx;
+    int n_threads;
+} CpuCompute;
+
+static int run_cpu_compute(void *call, void *graph) {
+    CpuCompute *c = call;
+    return c->plan_compute ? c->plan_compute(graph, c->cplan) : c->with_ctx(c->ctx, graph, c->n_threads);
+}
+
+/* Whether this entry's graphs are timed by ticks: not on an older ggml (its plan and its threads
+   are laid out otherwise), nor with sync timing or graph detail. The graph is read before its
+   compute, so this is settled first; a compute whose ticks never come (a ggml_graph_compute_with_ctx
+   whose inner call passes us by) keeps its graph time, as any graph whose ticks do not match. */
+static int ticks_on(Entry *e) {
+    if (state.no_ticks_reason || state.sync_timing || state.detail_graph) return 0;
+    if (!e->recorder.tick_reads) recorder_hook_barriers(); /* the barrier that ends each node */
+    e->recorder.tick_reads = 1;
+    return 1;
+}
+
+/* Our abort callback in the plan, for this compute, calling the program's own (1), or not (0). */
+static int tick_in_plan(Entry *e, CplanAbi *plan, CplanAbi *saved) {
+    if (!plan || !ticks_on(e)) return 0;
+    *saved = *plan;
+    if (plan->abort_callback == recorder_abort_callback) return 0; /* ours already (a plan computed again, inside) */
+    recorder_chain_abort(&e->recorder, plan->abort_callback, plan->abort_callback_data);
+    plan->abort_callback = recorder_abort_callback;
+    plan->abort_callback_data = &e->recorder;
+    return 1;
+}
+
+static int compute_on_cpu(CpuCompute *call, void *graph) {
+    if (compute_depth > 0 || call_entry || !active()) return run_cpu_compute(call, graph);
+    const void *code = call->plan_compute ? (const void *)call->plan_compute : (const void *)call->with_ctx;
+    Entry *e = entry_for(&cpu_graphs_key, ENTRY_CPU_GRAPHS, code);
+    if (!e) return run_cpu_compute(call, graph);
+    begin_call(e, NULL);
+    uint64_t made = __atomic_load_n(&graphs_made, __ATOMIC_RELAXED); /* a graph made since: read again */
+    if (made != e->graphs_made_seen) e->recorder.graph_allocated = 1;
+    e->graphs_made_seen = made;
+    CplanAbi saved;
+    int ticking = tick_in_plan(e, call->cplan, &saved);
+    if (!call->cplan && ticks_on(e)) plan_of = e; /* _with_ctx: its plan is made inside */
+    compute_depth++;
+    GraphAccess access = {graph_n_nodes, graph_node, state.layout.buffer_offset, state.layout.data_offset, NULL};
+    int status = compute_reading_graph(&e->recorder, (uint32_t)e->context_id, 0, &access, run_cpu_compute, call, graph);
+    compute_depth--;
+    plan_of = NULL;
+    if (ticking) { /* the plan as the program made it */
+        ((CplanAbi *)call->cplan)->abort_callback = saved.abort_callback;
+        ((CplanAbi *)call->cplan)->abort_callback_data = saved.abort_callback_data;
+    }
+    end_call(e, status, NULL);
+    return status;
+}
+
+int traced_graph_compute(graph_compute_fn original, void *graph, void *cplan) {
+    if (!original) return -1;
+    if (plan_of && compute_depth > 0) { /* inside ggml_graph_compute_with_ctx: its plan, made now */
+        Entry *e = plan_of;
+        plan_of = NULL;
+        CplanAbi saved;
+        int ticking = tick_in_plan(e, cplan, &saved);
+        int status = original(graph, cplan);
+        if (ticking) {
+            ((CplanAbi *)cplan)->abort_callback = saved.abort_callback;
+            ((CplanAbi *)cplan)->abort_callback_data = saved.abort_callback_data;
+        }
+        return status;
+    }
+    CpuCompute call = {original, cplan, NULL, NULL, 0};
+    return compute_on_cpu(&call, graph);
+}
+
+int traced_graph_compute_with_ctx(graph_compute_with_ctx_fn original, void *ctx, void *graph, int n_threads) {
+    if (!original) return -1;
+    CpuCompute call = {NULL, NULL, original, ctx, n_threads};
+    return compute_on_cpu(&call, graph);
+}
+
+EXPORT int ggml_graph_compute(void *graph, void *cplan) {
+    ORIGINAL(ggml_graph_compute, graph_compute_fn);
+    return traced_graph_compute(original_ggml_graph_compute, graph, cplan);
+}
+
+EXPORT int ggml_graph_compute_with_ctx(void *ctx, void *graph, int n_threads) {
+    ORIGINAL(ggml_graph_compute_with_ctx, graph_compute_with_ctx_fn);
+    return traced_graph_compute_with_ctx(original_ggml_graph_compute_with_ctx, ctx, graph, n_threads);
 }
 
 /* Each split a scheduler computes (its own call, through the library's exported symbol). */
 EXPORT int ggml_backend_graph_compute_async(void *backend, void *graph) {
-    ORIGINAL(ggml_backend_graph_compute_async, compute_fn);
+    ORIGINAL(ggml_backend_graph_compute_async, backend_compute_fn);
     if (!original_ggml_backend_graph_compute_async) return -1;
     Entry *e = splits_of;
-    int n_nodes = e && api.is_cpu && api.graph_n_nodes && api.graph_node ? api.graph_n_nodes(graph) : 0;
+    int n_nodes = e && api.is_cpu ? graph_n_nodes(graph) : 0;
     if (n_nodes > 0) {
         int on_cpu = api.is_cpu(backend);
-        if (e->recorder.tick_reads) recorder_split_computed(&e->recorder, graph, n_nodes, api.graph_node, on_cpu, now_ns());
-        if (e->on_cuda) gpu_split_call(api.graph_node(graph, 0), on_cpu); /* nothing unless traced here */
+        if (e->recorder.tick_reads) recorder_split_computed(&e->recorder, graph, n_nodes, graph_node, on_cpu, now_ns());
+        if (e->on_cuda) gpu_split_call(graph_node(graph, 0), on_cpu); /* nothing unless traced here */
     }
     return original_ggml_backend_graph_compute_async(backend, graph);
 }
 
-EXPORT void ggml_backend_sched_set_eval_callback(void *sched, eval_fn callback, void *user_data) {
-    ORIGINAL(ggml_backend_sched_set_eval_callback, set_callback_fn);
+void traced_set_eval_callback(set_eval_fn original, void *sched, eval_fn callback, void *user_data) {
     if (callback != preload_eval_callback && active()) {
         /* the program's own: kept, and called from ours once we compute with this scheduler */
         pthread_mutex_lock(&state.lock);
@@ -729,13 +904,15 @@ EXPORT void ggml_backend_sched_set_eval_callback(void *sched, eval_fn callback, 
         }
         pthread_mutex_unlock(&state.lock);
     }
-    if (original_ggml_backend_sched_set_eval_callback) original_ggml_backend_sched_set_eval_callback(sched, callback, user_data);
+    if (original) original(sched, callback, user_data);
 }
 
-typedef bool (*alloc_graph_fn)(void *, void *);
+EXPORT void ggml_backend_sched_set_eval_callback(void *sched, eval_fn callback, void *user_data) {
+    ORIGINAL(ggml_backend_sched_set_eval_callback, set_eval_fn);
+    traced_set_eval_callback(original_ggml_backend_sched_set_eval_callback, sched, callback, user_data);
+}
 
-EXPORT bool ggml_backend_sched_alloc_graph(void *sched, void *graph) {
-    ORIGINAL(ggml_backend_sched_alloc_graph, alloc_graph_fn);
+bool traced_sched_alloc_graph(alloc_graph_fn original, void *sched, void *graph) {
     if (state.enabled) { /* a graph (re)built: the next compute reads it */
         Entry *e = call_entry;
         for (int i = 0; i < state.n_entries && !e; i++) {
@@ -743,11 +920,15 @@ EXPORT bool ggml_backend_sched_alloc_graph(void *sched, void *graph) {
         }
         if (e) e->recorder.graph_allocated = 1;
     }
-    return original_ggml_backend_sched_alloc_graph ? original_ggml_backend_sched_alloc_graph(sched, graph) : false;
+    return original ? original(sched, graph) : false;
 }
 
-EXPORT void ggml_backend_sched_free(void *sched) {
-    ORIGINAL(ggml_backend_sched_free, free_fn);
+EXPORT bool ggml_backend_sched_alloc_graph(void *sched, void *graph) {
+    ORIGINAL(ggml_backend_sched_alloc_graph, alloc_graph_fn);
+    return traced_sched_alloc_graph(original_ggml_backend_sched_alloc_graph, sched, graph);
+}
+
+void traced_sched_free(free_fn original, void *sched) {
     if (state.enabled) {
         for (int i = 0; i < state.n_entries; i++) {
             Entry *e = state.entries[i];
@@ -755,12 +936,41 @@ EXPORT void ggml_backend_sched_free(void *sched) {
         }
         if (gpu_finish()) write_gpu_take(); /* while the device lives */
     }
-    if (original_ggml_backend_sched_free) original_ggml_backend_sched_free(sched);
+    if (original) original(sched);
 }
 
-EXPORT void ggml_backend_cpu_set_abort_callback(void *backend, abort_fn callback, void *data) {
-    ORIGINAL(ggml_backend_cpu_set_abort_callback, set_abort_fn);
-    if (!original_ggml_backend_cpu_set_abort_callback) return;
+EXPORT void ggml_backend_sched_free(void *sched) {
+    ORIGINAL(ggml_backend_sched_free, free_fn);
+    traced_sched_free(original_ggml_backend_sched_free, sched);
+}
+
+/* A backend freed: the graphs it computed itself are written and its context retired, and no entry
+   takes a backend made later at the same address for one whose abort callback is ours already. */
+void traced_backend_free(free_fn original, void *backend) {
+    if (state.enabled) {
+        pthread_mutex_lock(&state.lock);
+        int n = state.n_entries;
+        pthread_mutex_unlock(&state.lock);
+        for (int i = 0; i < n; i++) {
+            Entry *e = state.entries[i];
+            if (e->live && e->is_backend && e->owner == backend) flush_entry(e, 1);
+            pthread_mutex_lock(&e->lock);
+            for (int k = 0; k < MAX_CPU_BACKENDS; k++) {
+                if (e->abort_set[k] == backend) e->abort_set[k] = NULL;
+            }
+            pthread_mutex_unlock(&e->lock);
+        }
+    }
+    if (original) original(backend);
+}
+
+EXPORT void ggml_backend_free(void *backend) {
+    ORIGINAL(ggml_backend_free, free_fn);
+    traced_backend_free(original_ggml_backend_free, backend);
+}
+
+void traced_cpu_set_abort_callback(set_abort_fn original, void *backend, abort_fn callback, void *data) {
+    if (!original) return;
     if (callback != recorder_abort_callback && active()) {
         pthread_mutex_lock(&state.lock);
         remember_callback(ABORT_ON_BACKEND, backend, (void *)callback, data);
@@ -776,15 +986,20 @@ EXPORT void ggml_backend_cpu_set_abort_callback(void *backend, abort_fn callback
             return;
         }
     }
-    original_ggml_backend_cpu_set_abort_callback(backend, callback, data);
+    original(backend, callback, data);
+}
+
+EXPORT void ggml_backend_cpu_set_abort_callback(void *backend, abort_fn callback, void *data) {
+    ORIGINAL(ggml_backend_cpu_set_abort_callback, set_abort_fn);
+    traced_cpu_set_abort_callback(original_ggml_backend_cpu_set_abort_callback, backend, callback, data);
 }
 
 /* ---- interposed: llama ---------------------------------------------------------------------- */
 
 /* A llama call: the batch's tokens are copied, the graphs it computes are attributed to it. */
 static int32_t llama_call(void *ctx, const llama_batch_abi *batch, int32_t (*compute)(void *, const void *),
-                          const void *argument) {
-    Entry *e = active() && !call_entry ? entry_for(ctx, ENTRY_LLAMA) : NULL;
+                          const void *argument, const void *code) {
+    Entry *e = active() && !call_entry ? entry_for(ctx, ENTRY_LLAMA, code) : NULL;
     if (!e) return compute(ctx, argument);
     begin_call(e, batch);
     call_entry = e;
@@ -796,27 +1011,27 @@ static int32_t llama_call(void *ctx, const llama_batch_abi *batch, int32_t (*com
     return status;
 }
 
-typedef int32_t (*batch_call_fn)(void *, llama_batch_abi);
-static batch_call_fn decode_original, encode_original;
+typedef int32_t (*batch_call_fn)(void *, llama_batch_passed);
+static __thread batch_call_fn decode_original, encode_original; /* the call's, on its thread */
 
 static int32_t call_decode(void *ctx, const void *batch) {
-    return decode_original(ctx, *(const llama_batch_abi *)batch);
+    return decode_original(ctx, *(const llama_batch_passed *)batch);
 }
 
 static int32_t call_encode(void *ctx, const void *batch) {
-    return encode_original(ctx, *(const llama_batch_abi *)batch);
+    return encode_original(ctx, *(const llama_batch_passed *)batch);
 }
 
-EXPORT int32_t llama_decode(void *ctx, llama_batch_abi batch) {
-    if (!decode_original) decode_original = (batch_call_fn)find_original("llama_decode", (void *)llama_decode);
+EXPORT int32_t llama_decode(void *ctx, llama_batch_passed batch) {
+    decode_original = (batch_call_fn)original_for("llama_decode", (void *)llama_decode, __builtin_return_address(0));
     if (!decode_original) return -1;
-    return llama_call(ctx, &batch, call_decode, &batch);
+    return llama_call(ctx, &batch.batch, call_decode, &batch, (const void *)decode_original);
 }
 
-EXPORT int32_t llama_encode(void *ctx, llama_batch_abi batch) {
-    if (!encode_original) encode_original = (batch_call_fn)find_original("llama_encode", (void *)llama_encode);
+EXPORT int32_t llama_encode(void *ctx, llama_batch_passed batch) {
+    encode_original = (batch_call_fn)original_for("llama_encode", (void *)llama_encode, __builtin_return_address(0));
     if (!encode_original) return -1;
-    return llama_call(ctx, &batch, call_encode, &batch);
+    return llama_call(ctx, &batch.batch, call_encode, &batch, (const void *)encode_original);
 }
 
 EXPORT void llama_free(void *ctx) {
@@ -862,12 +1077,16 @@ static void note_model_file(const char *name) {
     pthread_mutex_unlock(&state.lock);
 }
 
-EXPORT void *gguf_init_from_file(const char *fname, struct gguf_init_params_abi params) {
-    ORIGINAL(gguf_init_from_file, gguf_init_fn);
-    if (!original_gguf_init_from_file) return NULL;
-    void *gguf = original_gguf_init_from_file(fname, params);
+void *traced_gguf_init_from_file(gguf_init_fn original, const char *fname, struct gguf_init_params_abi params) {
+    if (!original) return NULL;
+    void *gguf = original(fname, params);
     if (gguf && fname && active()) note_model_file(fname);
     return gguf;
+}
+
+EXPORT void *gguf_init_from_file(const char *fname, struct gguf_init_params_abi params) {
+    ORIGINAL(gguf_init_from_file, gguf_init_fn);
+    return traced_gguf_init_from_file(original_gguf_init_from_file, fname, params);
 }
 
 /* A file opened for reading that starts like a model: GGUF, or the legacy ggml format
@@ -895,14 +1114,14 @@ static void notice_model_file(FILE *file, const char *name, const char *mode) {
 typedef FILE *(*fopen_fn)(const char *, const char *);
 
 EXPORT FILE *fopen(const char *name, const char *mode) {
-    ORIGINAL(fopen, fopen_fn);
+    ORIGINAL_ONCE(fopen, fopen_fn);
     FILE *file = original_fopen ? original_fopen(name, mode) : NULL;
     notice_model_file(file, name, mode);
     return file;
 }
 
 EXPORT FILE *fopen64(const char *name, const char *mode) {
-    ORIGINAL(fopen64, fopen_fn);
+    ORIGINAL_ONCE(fopen64, fopen_fn);
     FILE *file = original_fopen64 ? original_fopen64(name, mode) : NULL;
     notice_model_file(file, name, mode);
     return file;
@@ -1035,7 +1254,7 @@ EXPORT bool llama_batch_ext_set_output_embd(void *batch, int32_t index, bool val
 }
 
 typedef int32_t (*process_fn)(void *, int, void *);
-static process_fn process_original;
+static __thread process_fn process_original;
 static __thread int process_type;
 
 static int32_t call_process(void *ctx, const void *batch) {
@@ -1043,7 +1262,7 @@ static int32_t call_process(void *ctx, const void *batch) {
 }
 
 EXPORT int32_t llama_process(void *ctx, int type, void *batch) {
-    if (!process_original) process_original = (process_fn)find_original("llama_process", (void *)llama_process);
+    process_original = (process_fn)original_for("llama_process", (void *)llama_process, __builtin_return_address(0));
     if (!process_original) return -1;
     process_type = type;
     if (!active()) return process_original(ctx, type, batch);
@@ -1062,7 +1281,7 @@ EXPORT int32_t llama_process(void *ctx, int type, void *batch) {
                                  (int32_t *)s->columns[BATCH_POSITIONS].items, n_seq, seq,
                                  (int8_t *)s->columns[BATCH_OUTPUTS].items};
     }
-    int32_t status = llama_call(ctx, &copy, call_process, batch);
+    int32_t status = llama_call(ctx, &copy, call_process, batch, (const void *)process_original);
     free(n_seq);
     free(seq);
     return status;

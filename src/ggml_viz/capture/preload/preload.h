@@ -47,6 +47,16 @@ typedef struct {
     int32_t **seq_id;
     int8_t *logits;
 } llama_batch_abi;
+/* llama_batch as llama_decode and llama_encode receive it, by value, and pass it on: llama.h's fields,
+   then room for the three int32 fields llama.cpp had after them until late 2024 (all_pos_0,
+   all_pos_1, all_seq_id; gpt4all 2.8.2's llama.cpp has them). A struct this size is passed in
+   memory (on x86-64, on the caller's stack): an interposer declaring fewer bytes would hand such a
+   llama_decode garbage for those fields. Declaring more reads a few bytes of a newer caller's own
+   frame, which the original it calls never looks at. */
+typedef struct {
+    llama_batch_abi batch;
+    int32_t older_fields[4];
+} llama_batch_passed;
 
 /* Functions of the program's own libraries, found once (NULL where its ggml lacks them). */
 typedef struct {
@@ -69,8 +79,10 @@ typedef struct {
     void (*sched_synchronize)(void *);
     bool (*is_cpu)(void *);
     const char *(*backend_name)(void *);
+    /* ggml's graph accessors; a ggml from before them (2024) is read through its ggml_cgraph struct */
     int (*graph_n_nodes)(void *);
     void *(*graph_node)(void *, int);
+    void *threadpool_new; /* ggml_threadpool_new: a ggml whose CPU threads end each node at a barrier */
     /* a mixture of experts' routing: the two ops probed for their numbers, a tensor read anywhere */
     void *(*get_rows)(void *, void *, void *);
     void *(*mul_mat_id)(void *, void *, void *, void *);
@@ -98,11 +110,13 @@ extern Api api;
 enum { MAX_ENTRIES = 64, MAX_BATCHES = 64, MAX_FILES = 16, MAX_CPU_BACKENDS = 8 };
 
 /* One recorded context: a llama context (owner: its llama_context) or, in a plain ggml
-   program, a backend scheduler (owner: the scheduler). */
-enum { ENTRY_SCHEDULER, ENTRY_LLAMA, ENTRY_BACKEND };
+   program, a backend scheduler (owner: the scheduler), a backend (owner: the backend), or the
+   graphs a thread computes on the CPU without a backend (owner: that thread's key). */
+enum { ENTRY_SCHEDULER, ENTRY_LLAMA, ENTRY_BACKEND, ENTRY_CPU_GRAPHS };
 typedef struct {
     void *owner;
-    int is_llama, is_backend, context_id, live;
+    int is_llama, is_backend, is_cpu_graphs, context_id, live;
+    char library[512]; /* the library whose code it computes with (a process may hold two ggml copies) */
     Recorder recorder;
     pthread_mutex_t lock;  /* held by the thread in a call, and while writing */
     int in_call, unwritten;
@@ -119,6 +133,7 @@ typedef struct {
        it last computed (a new one since is read again). */
     uint64_t graphs_made_seen;
     Array frame;           /* the frame being built */
+    Array nodes_rewritten, leaves_rewritten; /* an older ggml's tensor structs, in the current layout */
 } Entry;
 
 /* A callback the program set (an eval callback on a scheduler, an abort callback on a llama
@@ -154,6 +169,11 @@ typedef struct {
     char *files[MAX_FILES];
     int n_files;
     TensorLayout layout;
+    const char *layout_name; /* which ggml_tensor layout this ggml has (preload_setup.c: KNOWN_LAYOUTS) */
+    /* Whether nodes can be timed by the CPU backend's ticks: on a ggml whose thread 0 ticks after each
+       node and whose threads then meet at a barrier (ggml with threadpools, from August 2024). NULL if
+       so, else why not (an older ggml: its graphs keep graph times, unless sync timing asks per node). */
+    const char *no_ticks_reason;
     /* settings */
     int detail_graph, sync_timing, values_stats;
     GpuTraceSettings gpu;
@@ -182,16 +202,55 @@ void say(const char *format, ...) __attribute__((format(printf, 1, 2)));
 /* A function of the program's (ours: our own of that name, skipped): in the global scope, or
    in a library loaded into a local one (a Python extension's ggml). */
 void *find_original(const char *name, void *ours);
-/* The original of a function we interpose (`name`, ours), looked up on first use. */
-#define ORIGINAL(name, type)                                          \
+/* The original of a function we interpose (`name`, ours) that this call must reach: the calling
+   library's (original_for). Used at the top of the interposer, where the return address is its caller's. */
+void *original_for(const char *name, void *ours, const void *caller);
+#define ORIGINAL(name, type) \
+    type original_##name = (type)original_for(#name, (void *)name, __builtin_return_address(0))
+/* ... and of a function the process has once (the C library's: fopen, send, ...), found on first use. */
+#define ORIGINAL_ONCE(name, type)                                     \
     static type original_##name;                                     \
     if (!original_##name) original_##name = (type)find_original(#name, (void *)name)
+
+/* What ggml-viz puts between a program and its ggml, each called with the program's function
+   (the one the program would have called): the exported interposers use the one found in the
+   process, and preload_dlsym.c's entry points the one a program looked up with dlsym. */
+typedef int (*graph_compute_fn)(void *graph, void *cplan);
+typedef int (*graph_compute_with_ctx_fn)(void *ctx, void *graph, int n_threads);
+typedef int (*backend_compute_fn)(void *backend_or_sched, void *graph);
+typedef void (*set_eval_fn)(void *sched, eval_fn callback, void *user_data);
+typedef void (*set_abort_fn)(void *owner, abort_fn callback, void *data);
+typedef void (*free_fn)(void *);
+typedef bool (*alloc_graph_fn)(void *sched, void *graph);
+typedef void *(*gguf_init_fn)(const char *fname, struct gguf_init_params_abi params);
+typedef void *(*new_graph_fn)(void *ctx, size_t size, bool grads);
+int traced_graph_compute(graph_compute_fn original, void *graph, void *cplan);
+int traced_graph_compute_with_ctx(graph_compute_with_ctx_fn original, void *ctx, void *graph, int n_threads);
+int traced_sched_compute(backend_compute_fn original, void *sched, void *graph);
+int traced_backend_compute(backend_compute_fn original, void *backend, void *graph);
+void traced_set_eval_callback(set_eval_fn original, void *sched, eval_fn callback, void *user_data);
+void traced_cpu_set_abort_callback(set_abort_fn original, void *backend, abort_fn callback, void *data);
+void traced_sched_free(free_fn original, void *sched);
+void traced_backend_free(free_fn original, void *backend);
+bool traced_sched_alloc_graph(alloc_graph_fn original, void *sched, void *graph);
+void *traced_gguf_init_from_file(gguf_init_fn original, const char *fname, struct gguf_init_params_abi params);
+void *traced_new_graph_custom(new_graph_fn original, void *ctx, size_t size, bool grads);
+
+/* preload_dlsym.c: whether an address is in this library's own code */
+bool preload_owns(const void *address);
 
 /* preload_setup.c */
 const char *find_functions(void);
 const char *ggml_library_path(void);
 const char *ggml_description(void);
 const char *check_layout(const TensorLayout *layout);
+/* The first of the ggml_tensor layouts ggml-viz knows that this ggml passes check_layout with (its
+   name in *name), or NULL and the problem the current layout has. */
+const char *choose_layout(TensorLayout *layout, const char **name);
+/* ggml's graph accessors, or their stand-ins reading an older ggml's ggml_cgraph struct */
+int graph_n_nodes(void *graph);
+void *graph_node(void *graph, int i);
+const char *check_graph_struct(void);
 void probe_routing_ops(void);
 const char *env(const char *name);
 bool env_flag(const char *name);
@@ -209,6 +268,9 @@ void write_end_frame(void);
 void write_end_frame_on_signal(int signal_number);
 void write_gpu_take(void);
 void write_untraced_note(const char *reason);
+/* Record bytes of ggml_tensor structs in this ggml's layout rewritten in the current one (what the
+   reader decodes): `out` holds them (NULL: the layout is the current one, the bytes go as they are). */
+const void *tensors_in_current_layout(const void *structs, size_t size, Array *out, size_t *out_size);
 
 /* preload_wire.c */
 void write_wire(void);

@@ -57,11 +57,12 @@ const char *find_functions(void) {
     FIND(backend_name, "ggml_backend_name");
     FIND(graph_n_nodes, "ggml_graph_n_nodes");
     FIND(graph_node, "ggml_graph_node");
+    FIND(threadpool_new, "ggml_threadpool_new");
     FIND(get_rows, "ggml_get_rows");
     FIND(mul_mat_id, "ggml_mul_mat_id");
     FIND(tensor_get, "ggml_backend_tensor_get");
     NEED(recorder.buffer_name, "ggml_backend_buffer_name");
-    NEED(recorder.buffer_usage, "ggml_backend_buffer_get_usage");
+    FIND(recorder.buffer_usage, "ggml_backend_buffer_get_usage"); /* 2024 H1 has none: buffers of unknown use */
     NEED(recorder.buffer_size, "ggml_backend_buffer_get_size");
     NEED(recorder.buffer_base, "ggml_backend_buffer_get_base");
     NEED(recorder.buffer_type, "ggml_backend_buffer_get_type");
@@ -84,6 +85,10 @@ const char *find_functions(void) {
     FIND(model_n_layer, "llama_model_n_layer");
     FIND(model_n_ctx_train, "llama_model_n_ctx_train");
     FIND(model_n_embd, "llama_model_n_embd");
+    /* llama.cpp before 2025 named these without `model_` */
+    if (!api.model_n_layer) FIND(model_n_layer, "llama_n_layer");
+    if (!api.model_n_ctx_train) FIND(model_n_ctx_train, "llama_n_ctx_train");
+    if (!api.model_n_embd) FIND(model_n_embd, "llama_n_embd");
     FIND(model_n_params, "llama_model_n_params");
     FIND(model_size, "llama_model_size");
     FIND(system_info, "llama_print_system_info");
@@ -117,6 +122,81 @@ int64_t i64_at(const void *tensor, size_t offset) {
     int64_t value;
     memcpy(&value, (const char *)tensor + offset, sizeof value);
     return value;
+}
+
+/* The ggml_tensor layouts ggml-viz reads (LP64), read from each version's ggml.h, newest first.
+   ggml_tensor kept its first fields (type, buffer, ne, nb, op, op_params, flags) where they are;
+   what changed is what came after: */
+static const struct {
+    const char *name;
+    TensorLayout layout;
+} KNOWN_LAYOUTS[] = {
+    /* ggml 0.9 and later (llama.cpp since late 2024, whisper.cpp 1.7.2 and later) */
+    {"current", RECORDER_TENSOR_LAYOUT},
+    /* with `grad` before `src` (mid-2024: the backend field and the perf counters gone; gpt4all 2.8.2's
+       llama.cpp) */
+    {"2024 (with grad)", {336, 8, 80, 160, 10, 240, 264, 0, 16, 48, 256}},
+    /* with `backend` after `type`, `grad`, and the perf counters before `view_src` (2024 H1: llama.cpp
+       until June 2024, ggml-python 0.0.37) */
+    {"2024 H1 (with backend, grad and perf counters)", {368, 8, 80, 160, 10, 264, 288, 0, 16, 48, 280}},
+};
+
+const char *choose_layout(TensorLayout *layout, const char **name) {
+    static char problem[256]; /* the current layout's problem is the one said */
+    for (size_t i = 0; i < sizeof KNOWN_LAYOUTS / sizeof KNOWN_LAYOUTS[0]; i++) {
+        const char *wrong = check_layout(&KNOWN_LAYOUTS[i].layout);
+        if (!wrong) {
+            *layout = KNOWN_LAYOUTS[i].layout;
+            *name = KNOWN_LAYOUTS[i].name;
+            return NULL;
+        }
+        if (i == 0) snprintf(problem, sizeof problem, "%s", wrong);
+    }
+    return problem;
+}
+
+/* ---- graphs: ggml's accessors, or an older ggml's ggml_cgraph read directly --------------- */
+
+/* ggml_cgraph began {int size; int n_nodes; int n_leafs; struct ggml_tensor **nodes; ...} from
+   ggml_new_graph_custom's introduction (October 2023) until it became opaque, and still does
+   inside ggml (ggml-impl.h); an older ggml without ggml_graph_n_nodes is read so, once
+   check_graph_struct said it holds. */
+typedef struct {
+    int size, n_nodes, n_leafs;
+    void **nodes;
+} GraphStart;
+
+int graph_n_nodes(void *graph) {
+    return api.graph_n_nodes ? api.graph_n_nodes(graph) : ((GraphStart *)graph)->n_nodes;
+}
+
+void *graph_node(void *graph, int i) {
+    if (api.graph_node) return api.graph_node(graph, i);
+    GraphStart *start = graph;
+    return start->nodes[i < 0 ? start->n_nodes + i : i]; /* as ggml_graph_node counts from the end */
+}
+
+/* Whether an older ggml's graphs are read right by the stand-ins above: NULL if so (or if this
+   ggml has its own accessors), else why not. */
+const char *check_graph_struct(void) {
+    if (api.graph_n_nodes && api.graph_node) return NULL;
+    size_t (*graph_overhead)(void) = find_original("ggml_graph_overhead", NULL);
+    void *(*new_graph)(void *) = find_original("ggml_new_graph", NULL);
+    void (*expand)(void *, void *) = find_original("ggml_build_forward_expand", NULL);
+    if (!graph_overhead || !new_graph || !expand || !find_original("ggml_new_graph_custom", NULL)) {
+        return "it has neither ggml_graph_n_nodes nor the ggml_cgraph of ggml_new_graph_custom (a ggml from "
+               "before October 2023)";
+    }
+    size_t overhead = api.tensor_overhead();
+    void *ctx = api.init((struct ggml_init_params_abi){8 * overhead + graph_overhead(), NULL, true});
+    if (!ctx) return "ggml_init failed while checking the graph layout";
+    void *input = api.new_tensor_2d(ctx, 0 /* F32 */, 4, 1);
+    void *total = api.add(ctx, input, input);
+    void *graph = new_graph(ctx);
+    expand(graph, total);
+    int holds = graph_n_nodes(graph) == 1 && graph_node(graph, 0) == total && graph_node(graph, -1) == total;
+    api.free(ctx);
+    return holds ? NULL : "its ggml_cgraph is not laid out as ggml-viz reads an older ggml's graphs";
 }
 
 /* Whether the loaded ggml lays ggml_tensor out as the recorder reads it, checked on tensors

@@ -167,8 +167,13 @@ void write_start_frame(void) {
     json_string(&t, api.commit ? api.commit() : NULL);
     text_add(&t, ",\"system_info\":");
     json_string(&t, api.system_info ? api.system_info() : NULL);
-    text_add(&t, ",\"timing\":\"%s\",\"inline_timing_available\":%s,\"environment\":{",
+    text_add(&t, ",\"timing\":\"%s\",\"inline_timing_available\":%s,\"tensor_layout\":",
              state.sync_timing ? "sync" : "inline", api.is_cpu ? "true" : "false");
+    json_string(&t, state.layout_name);
+    text_add(&t, ",\"no_node_ticks\":"); /* why nodes are not timed by ticks on this ggml, if they are not */
+    if (state.no_ticks_reason) json_string(&t, state.no_ticks_reason);
+    else text_add(&t, "null");
+    text_add(&t, ",\"environment\":{");
     char *names[32];
     int n_names = split_list(ggml_viz_preload_settings, names, 32, false), n_set = 0;
     for (int i = 0; i < n_names; i++) { /* the settings as given, for the run's manifest */
@@ -237,7 +242,13 @@ void describe_context(Entry *e) {
     array_init(&t, 1);
     text_add(&t, "{\"context_id\":%d,\"kind\":\"%s\"", e->context_id,
              e->is_llama ? "llama" : e->is_backend ? "backend" : "ggml");
-    if (e->is_backend) { /* a backend computing graphs itself: which */
+    if (e->library[0]) {
+        text_add(&t, ",\"library\":");
+        json_string(&t, e->library);
+    }
+    if (e->is_cpu_graphs) { /* the graphs a thread computed on the CPU without a backend */
+        text_add(&t, ",\"backend\":\"CPU\",\"compute\":\"ggml_graph_compute\"");
+    } else if (e->is_backend) { /* a backend computing graphs itself: which */
         text_add(&t, ",\"backend\":");
         json_string(&t, api.backend_name ? api.backend_name(e->owner) : NULL);
     }
@@ -287,6 +298,32 @@ static void frame_add(Array *frame, const void *data, size_t size) {
     }
 }
 
+/* ggml_tensor in the current layout (RECORDER_TENSOR_LAYOUT): where the reader finds each field. */
+static const TensorLayout CURRENT = RECORDER_TENSOR_LAYOUT;
+enum { FIELDS_KEPT_IN_PLACE = 152 /* type, buffer, ne, nb, op, op_params, flags: where every layout has them */ };
+
+const void *tensors_in_current_layout(const void *structs, size_t size, Array *out, size_t *out_size) {
+    const TensorLayout *l = &state.layout;
+    *out_size = size;
+    if (!memcmp(l, &CURRENT, sizeof *l) || !size) return structs;
+    size_t n = size / l->tensor_size;
+    out->count = 0;
+    if (array_reserve(out, n * CURRENT.tensor_size) != 0) return NULL;
+    uint8_t *to = out->items;
+    const uint8_t *from = structs;
+    memset(to, 0, n * CURRENT.tensor_size);
+    for (size_t i = 0; i < n; i++, to += CURRENT.tensor_size, from += l->tensor_size) {
+        memcpy(to, from, FIELDS_KEPT_IN_PLACE);
+        memset(to + 4, 0, 4); /* 2024 H1's `backend` field, padding now */
+        memcpy(to + CURRENT.src_offset, from + l->src_offset, 8 * CURRENT.n_src);
+        memcpy(to + CURRENT.view_src_offset, from + l->view_src_offset, 16); /* view_src, view_offs */
+        memcpy(to + CURRENT.data_offset, from + l->data_offset, 8);
+        memcpy(to + CURRENT.name_offset, from + l->name_offset, 64 + 8); /* name, extra */
+    }
+    out->count = *out_size = n * CURRENT.tensor_size;
+    return out->items;
+}
+
 /* Take what a context's recorder holds and write it as one frame (e->lock held). */
 void write_entry(Entry *e) {
     Recorder *r = &e->recorder;
@@ -315,9 +352,10 @@ void write_entry(Entry *e) {
     /* each token's text, read now, while its model lives */
     const int32_t *tokens = decodes.columns[BATCH_TOKENS].data;
     const void *vocab = NULL;
-    if (e->is_llama && api.get_model && api.model_vocab && api.token_to_piece) {
+    if (e->is_llama && api.get_model && api.token_to_piece) {
+        /* llama.cpp before its vocabulary API (2025) took the model where it now takes the vocabulary */
         void *model = api.get_model(e->owner);
-        vocab = model ? api.model_vocab(model) : NULL;
+        vocab = model && api.model_vocab ? api.model_vocab(model) : model;
     }
     size_t lengths_at = frame->count;
     if (array_reserve(frame, decodes.n_tokens * 4) == 0) {
@@ -342,6 +380,16 @@ void write_entry(Entry *e) {
         }
         SpoolGraphHeader header = {(uint32_t)taken.plain_repeat, (uint32_t)taken.same, taken.n_nodes,
                                    taken.start_ns, taken.end_ns, taken.boundary_ns, taken.n_timed, {0}};
+        /* the node and leaf structs as the reader decodes them, whatever this ggml's layout */
+        Bytes *node_part = &taken.parts[PART_NODES], *leaf_part = &taken.parts[PART_LEAVES];
+        node_part->data = tensors_in_current_layout(node_part->data, node_part->size, &e->nodes_rewritten,
+                                                    &node_part->size);
+        leaf_part->data = tensors_in_current_layout(leaf_part->data, leaf_part->size, &e->leaves_rewritten,
+                                                    &leaf_part->size);
+        if ((node_part->size && !node_part->data) || (leaf_part->size && !leaf_part->data)) {
+            failed = 1;
+            break;
+        }
         for (int p = 0; p < GRAPH_PARTS; p++) header.part_sizes[p] = taken.parts[p].size;
         frame_add(frame, &header, sizeof header);
         for (int p = 0; p < GRAPH_PARTS; p++) frame_add(frame, taken.parts[p].data, taken.parts[p].size);

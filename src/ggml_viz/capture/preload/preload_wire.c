@@ -283,7 +283,7 @@ typedef ssize_t (*send_fn)(int, const void *, size_t, int);
 typedef ssize_t (*recv_fn)(int, void *, size_t, int);
 
 EXPORT int connect(int fd, const struct sockaddr *address, socklen_t size) {
-    ORIGINAL(connect, connect_fn);
+    ORIGINAL_ONCE(connect, connect_fn);
     if (!original_connect) {
         errno = ENOSYS;
         return -1;
@@ -294,7 +294,7 @@ EXPORT int connect(int fd, const struct sockaddr *address, socklen_t size) {
 }
 
 EXPORT int accept(int fd, struct sockaddr *address, socklen_t *size) {
-    ORIGINAL(accept, accept_fn);
+    ORIGINAL_ONCE(accept, accept_fn);
     if (!original_accept) {
         errno = ENOSYS;
         return -1;
@@ -305,7 +305,7 @@ EXPORT int accept(int fd, struct sockaddr *address, socklen_t *size) {
 }
 
 EXPORT int accept4(int fd, struct sockaddr *address, socklen_t *size, int flags) {
-    ORIGINAL(accept4, accept4_fn);
+    ORIGINAL_ONCE(accept4, accept4_fn);
     if (!original_accept4) {
         errno = ENOSYS;
         return -1;
@@ -316,7 +316,7 @@ EXPORT int accept4(int fd, struct sockaddr *address, socklen_t *size, int flags)
 }
 
 EXPORT ssize_t send(int fd, const void *bytes, size_t n, int flags) {
-    ORIGINAL(send, send_fn);
+    ORIGINAL_ONCE(send, send_fn);
     if (!original_send) {
         errno = ENOSYS;
         return -1;
@@ -333,7 +333,7 @@ EXPORT ssize_t send(int fd, const void *bytes, size_t n, int flags) {
 }
 
 EXPORT ssize_t recv(int fd, void *bytes, size_t n, int flags) {
-    ORIGINAL(recv, recv_fn);
+    ORIGINAL_ONCE(recv, recv_fn);
     if (!original_recv) {
         errno = ENOSYS;
         return -1;

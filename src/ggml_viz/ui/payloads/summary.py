@@ -166,6 +166,7 @@ class RunSummary(TypedDict):
     untimed_graphs: int
     timing: str
     timing_label: str  # what the timing measures, in words
+    untimed_reason: str  # why a run whose nodes were not timed has graph times only, in words
     node_waits: NodeWaits
     phases: list[PhaseRow]
     computations: list[ComputationRow]  # the top ones, by time
