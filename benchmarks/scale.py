@@ -7,6 +7,8 @@ size, in fresh processes:
 
 - `ggml-viz summary` (the whole summary, as a user runs it): wall time and peak RSS,
   median over the repeats;
+- its analysis alone (`ggml_viz.analysis.summary.summarize`, the run opened, nothing printed):
+  seconds and peak RSS, and `ggml-viz summary --json` (no text rendering) beside it;
 - the same on a copy of the run without its stored totals (as a run from an older
   ggml-viz is first opened): the streaming path that computes and stores them;
 - the viewer's server side: seconds from start to the first whole-run timeline (run
@@ -61,6 +63,19 @@ with contextlib.redirect_stdout(io.StringIO()):
 if status:
     sys.exit(status)
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+# The summary's analysis alone: seconds of summarize(run) (the run opened first), peak RSS (MB).
+MEASURED_SUMMARIZE = """
+import json, resource, sys, time
+from ggml_viz.analysis.summary import summarize
+from ggml_viz.runformat.reader import open_run
+run = open_run(sys.argv[1])
+start = time.perf_counter()
+summarize(run)
+print(json.dumps({"seconds": time.perf_counter() - start,
+                  "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
 
@@ -123,6 +138,15 @@ def measure_command(*args: str) -> tuple[float, float]:
 def measure_summary(run: Path) -> tuple[float, float]:
     """Seconds and peak RSS (MB) of `ggml-viz summary RUN` in a fresh process."""
     return measure_command("summary", str(run))
+
+
+def measure_summarize(run: Path) -> tuple[float, float]:
+    """Seconds of the summary's analysis (summarize, the run opened) and the process's peak RSS (MB)."""
+    done = subprocess.run([sys.executable, "-c", MEASURED_SUMMARIZE, str(run)], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"summarize on {run} failed: {done.stderr[-2000:]}")
+    figures = json.loads(done.stdout.splitlines()[-1])
+    return figures["seconds"], figures["peak_mb"]
 
 
 def measure_view(run: Path) -> dict[str, float]:
@@ -190,6 +214,8 @@ def main() -> None:
     for millions in args.sizes:
         run = synthetic_run(millions)
         stored = [measure_summary(run) for _ in range(args.repeats)]
+        analysis = [measure_summarize(run) for _ in range(args.repeats)]
+        as_json = [measure_command("summary", str(run), "--json") for _ in range(args.repeats)]
         streamed = []
         for _ in range(args.repeats):
             copy = without_totals(run)
@@ -202,6 +228,10 @@ def main() -> None:
             "node events (M)": millions,
             "summary s": statistics.median(s for s, _ in stored),
             "summary peak MB": statistics.median(m for _, m in stored),
+            "summarize s": statistics.median(s for s, _ in analysis),
+            "summarize peak MB": statistics.median(m for _, m in analysis),
+            "summary --json s": statistics.median(s for s, _ in as_json),
+            "summary --json peak MB": statistics.median(m for _, m in as_json),
             "first open, no stored totals s": statistics.median(s for s, _ in streamed),
             "first open peak MB": statistics.median(m for _, m in streamed),
             **{f"view {key}": statistics.median(view[key] for view in views) for key in views[0]},

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..runformat.memory_sources import VIEW_OPS
 from ..runformat.reader import Run
@@ -34,13 +36,31 @@ TOKEN_PHASES = ("prompt", "decode")
 def phase_stats(run: Run) -> pd.DataFrame:
     """Per phase (prompt, decode, warmup, ...): graphs, tokens, time, and tokens per second
     for the phases whose tokens make a rate (TOKEN_PHASES; None for the others)."""
-    phases = graph_times(run).groupby("phase")
-    stats = pd.DataFrame(
-        {"graphs": phases.size(), "tokens": phases["n_tokens"].sum(), "time_ns": phases["duration_ns"].sum()}
-    )
+    stats = _graph_sums(run, ["phase"]).set_index("phase")
+    stats = stats.rename(columns={"n_tokens": "tokens", "duration_ns": "time_ns"})[["graphs", "tokens", "time_ns"]]
     rate = stats["tokens"] / (stats["time_ns"] / 1e9)
     stats["tokens_per_s"] = rate.astype(object).where(stats.index.isin(TOKEN_PHASES), None)
     return stats.reset_index()
+
+
+def _graph_sums(run: Run, keys: list[str], missing: bool = False) -> pd.DataFrame:
+    """Per value of `keys` (columns of the graphs table), sorted by them: the graphs, their
+    tokens (n_tokens) and time (duration_ns), summed by Arrow over the graphs as stored (a row
+    per graph: a million for a billion node events), not a pandas frame of them all. Graphs
+    whose key is missing are left out, as pandas' groupby leaves them (missing: a group of their own)."""
+    graphs = run.arrow("graphs")
+    duration = pc.subtract(graphs.column("end_ns"), graphs.column("start_ns"))
+    table = pa.table({**{key: graphs.column(key) for key in keys}, "n_tokens": graphs.column("n_tokens"),
+                      "duration_ns": duration})  # fmt: skip
+    for key in [] if missing else keys:
+        table = table.filter(pc.is_valid(table.column(key)))
+    every = pc.ScalarAggregateOptions(min_count=0)  # (a sum of nothing: 0)
+    sums = table.group_by(keys).aggregate([([], "count_all"), ("n_tokens", "sum", every),
+                                           ("duration_ns", "sum", every)])  # fmt: skip
+    sums = sums.rename_columns([{"count_all": "graphs", "n_tokens_sum": "n_tokens", "duration_ns_sum": "duration_ns"}
+                                .get(name, name) for name in sums.column_names])  # fmt: skip
+    frame = sums.to_pandas().astype({"graphs": "int64", "n_tokens": "int64", "duration_ns": "int64"})
+    return frame.sort_values(keys, ignore_index=True)
 
 
 def timed_totals(run: Run) -> pd.DataFrame:
@@ -173,27 +193,62 @@ def weight_bytes_per_graph(run: Run, disk: pd.DataFrame) -> tuple[pd.Series, pd.
 
 def weight_reads(run: Run) -> dict[str, Any]:
     """Bytes of weights the graphs read, and how much of them came from the file mapping."""
-    graphs = run.graphs
     edges = run.structure_edges
     disk = edges[edges["memory"] == "disk"]
-    per_graph, charged_every = weight_bytes_per_graph(run, disk)
-    phases = graphs.set_index("graph_id")["phase"].reindex(per_graph.index)
-    decode = per_graph[phases == "decode"]
-    # the steps whose experts are known (a GPU reads routing in its windows only), where there are some
-    routed = decode[~charged_every.reindex(decode.index, fill_value=False)]
-    per_step = routed if len(routed) else decode
+    by_ids = run.expert_nodes.rename(columns={"experts_tensor_id": "src_tensor_id"})
+    keys = ["structure_id", "node_index", "src_tensor_id"]
+    if disk.merge(by_ids[keys], on=keys).empty:  # no expert read by ids: a graph reads its structure's weights
+        median_graph, median_step = _structure_medians(run, disk.groupby("structure_id")["src_bytes_read"].sum())
+        all_experts_counted, routed_steps = False, 0
+    else:
+        per_graph_bytes, charged_every = weight_bytes_per_graph(run, disk)
+        graphs = run.graphs
+        phases = graphs.set_index("graph_id")["phase"].reindex(per_graph_bytes.index)
+        decode_bytes = per_graph_bytes[phases == "decode"]
+        # the steps whose experts are known (a GPU reads routing in its windows only), where there are some
+        routed = decode_bytes[~charged_every.reindex(decode_bytes.index, fill_value=False)]
+        per_step = routed if len(routed) else decode_bytes
+        median_graph = int(per_graph_bytes.median()) if len(per_graph_bytes) else 0
+        median_step = int(per_step.median()) if len(per_step) else 0
+        # a MUL_MAT_ID without recorded routing is charged every expert's slice
+        all_experts_counted = bool(charged_every.reindex(per_step.index, fill_value=False).any())
+        # of a mixture's decode steps, those whose routing was read, when not all were (else 0)
+        routed_steps = len(routed) if len(routed) < len(decode_bytes) and charged_every.any() else 0
     weights = edges[edges["src_usage"] == "weights"]
     return {
-        "weight_bytes_per_graph": int(per_graph.median()) if len(per_graph) else 0,
-        "weight_bytes_per_decode_step": int(per_step.median()) if len(per_step) else 0,
-        # a MUL_MAT_ID without recorded routing is charged every expert's slice
-        "all_experts_counted": bool(charged_every.reindex(per_step.index, fill_value=False).any()),
-        # of a mixture's decode steps, those whose routing was read, when not all were (else 0)
-        "routed_decode_steps": len(routed) if len(routed) < len(decode) and charged_every.any() else 0,
+        "weight_bytes_per_graph": median_graph,
+        "weight_bytes_per_decode_step": median_step,
+        "all_experts_counted": all_experts_counted,
+        "routed_decode_steps": routed_steps,
         "weights_read": int(disk["src_tensor_id"].nunique()),
         "weights_from_mmap": bool(disk["mmap"].all()) if len(disk) else False,
         "weight_edges_resolved_to_file": float((weights["memory"] == "disk").mean()) if len(weights) else 0.0,
     }
+
+
+def _structure_medians(run: Run, per_structure: pd.Series) -> tuple[int, int]:
+    """Where every graph of a structure reads the same bytes (`per_structure`, by structure_id):
+    the median of those bytes over the graphs that read some, and over the decode steps among
+    them, as int (0: none), from each structure's count of graphs (not a row per graph)."""
+    counts = _graph_sums(run, ["structure_id", "phase"], missing=True)
+    counts = counts[counts["structure_id"].isin(per_structure.index)]
+    values = counts["structure_id"].map(per_structure).astype("int64").to_numpy()
+    decode = (counts["phase"] == "decode").to_numpy()
+    every = _median_of_counts(values, counts["graphs"].to_numpy())
+    return every, _median_of_counts(values[decode], counts["graphs"].to_numpy()[decode])
+
+
+def _median_of_counts(values: np.ndarray, counts: np.ndarray) -> int:
+    """int(the median) of `values`, each repeated `counts` times (as pandas' median of them all
+    gives it: the middle one, or the mean of the middle two), 0 when there are none."""
+    total = int(counts.sum())
+    if not total:
+        return 0
+    order = np.argsort(values, kind="stable")
+    values, ends = values[order], np.cumsum(counts[order])
+    middle = [(total - 1) // 2, total // 2]  # the middle one twice, or the middle two
+    picked = values[np.searchsorted(ends, middle, side="right")].astype(np.float64)
+    return int(np.median(picked))
 
 
 def untimed_reason(manifest: dict[str, Any]) -> str:
@@ -225,17 +280,14 @@ def backend_names(buffer_types: Iterable[str]) -> list[str]:
 def graphs_by_computation(run: Run) -> pd.DataFrame:
     """The run's graphs grouped by what they compute (Run.structure_labels: an encoder, a
     decoder step, ...): per label and phase, how many graphs and their time."""
-    graphs = graph_times(run)
-    labels = graphs["structure_id"].map(run.structure_labels).fillna("")
-    table = graphs.assign(label=labels).groupby(["label", "phase"], as_index=False)
-    stats = table.agg(graphs=("graph_id", "size"), time_ns=("duration_ns", "sum"))
+    sums = _graph_sums(run, ["structure_id", "phase"])
+    labels = sums["structure_id"].map(run.structure_labels).fillna("")
+    table = sums.assign(label=labels).groupby(["label", "phase"], as_index=False)
+    stats = table.agg(graphs=("graphs", "sum"), time_ns=("duration_ns", "sum"))
     return stats.sort_values("time_ns", ascending=False, ignore_index=True)
 
 
-# At most this many requests are listed in a summary (the first ones), with the count of all.
-
-
-def requests(run: Run) -> list[dict[str, Any]]:
+def requests(run: Run, limit: int | None = None) -> list[dict[str, Any]]:
     """Each request the run served, per sequence, in the order they began: the prompt it fed
     and the text it generated (the tokens fed back while decoding: all but the last generated
     token, which no graph reads). Read token by token, as a server batches them: a sequence's
@@ -244,29 +296,111 @@ def requests(run: Run) -> list[dict[str, Any]]:
     request begins with a sequence's first tokens, where its positions go back (a slot's next
     request, whose prompt may start past a cached prefix), and with a prompt after generating.
     The warm-up is no request, nor are tokens of no sequence (a plain program's, read from its
-    graphs' inputs: whisper.cpp's decoder steps)."""
-    tokens = run.tokens.merge(run.graphs[["graph_id", "phase", "start_ns"]], on="graph_id")
-    tokens = tokens[tokens["phase"].isin(TOKEN_PHASES) & (tokens["seq_id"] >= 0)]
-    tokens = tokens.sort_values(["start_ns", "batch_index"], kind="stable")
-    if tokens.empty:
-        return []
-    in_batch = tokens.groupby(["graph_id", "seq_id"])["pos"].transform("size").to_numpy()
-    found: list[dict[str, Any]] = []
-    current: dict[int, dict[str, Any]] = {}  # per sequence: its request in progress
-    columns = (tokens[c].to_numpy() for c in ("seq_id", "pos", "output", "start_ns", "text"))
-    for several, seq_id, pos, output, start_ns, text in zip(in_batch > 1, *columns, strict=True):
-        request = current.get(int(seq_id))
-        if request is None or pos <= request["last_pos"] or (several and request["generated_tokens"]):
-            request = current[int(seq_id)] = {"seq_id": int(seq_id), "start_ns": int(start_ns), "prompt": [],
-                                              "prompt_tokens": 0, "generated": [], "generated_tokens": 0,
-                                              "last_pos": -1, "prompt_ended": False}  # fmt: skip
-            found.append(request)
-        side = "generated" if request["prompt_ended"] and not several else "prompt"
-        request[side].append(text)
-        request[f"{side}_tokens"] += 1
-        request["last_pos"] = int(pos)
-        request["prompt_ended"] = request["prompt_ended"] or bool(output)
-    origin = int(run.graphs["start_ns"].min())
-    return [{"seq_id": r["seq_id"], "start_ns": r["start_ns"] - origin, "prompt": "".join(r["prompt"]),
-             "prompt_tokens": r["prompt_tokens"], "generated": "".join(r["generated"]),
-             "generated_tokens": r["generated_tokens"]} for r in found]  # fmt: skip
+    graphs' inputs: whisper.cpp's decoder steps). limit: only the first ones, with their texts."""
+    return requests_and_count(run, limit)[0]
+
+
+def requests_and_count(run: Run, limit: int | None = None) -> tuple[list[dict[str, Any]], int]:
+    """The first `limit` requests (all: None), as `requests` gives them, and how many there are.
+
+    Over the graphs' token lists as stored (Arrow), with numpy: no Python object per token,
+    the texts joined by Arrow for the requests listed only."""
+    tokens = _served_tokens(run)
+    if tokens is None:
+        return [], 0
+    seq, pos, output, several, start_ns, text_index, texts = tokens
+    n = len(seq)
+    # per sequence, in the order the tokens were read: a sequence's tokens side by side
+    by_seq = np.argsort(seq, kind="stable")
+    seq, pos, output, several = seq[by_seq], pos[by_seq], output[by_seq], several[by_seq]
+    first_of_seq = np.ones(n, bool)
+    first_of_seq[1:] = seq[1:] != seq[:-1]
+    starts = first_of_seq.copy()
+    starts[1:] |= pos[1:] <= pos[:-1]  # positions going back: a new request
+    while True:  # a prompt after generating: the first such token of each request begins a new one
+        generated = _generated(starts, output, several)
+        request = np.cumsum(starts) - 1
+        before = _count_before(starts, request, generated)
+        candidates = np.flatnonzero(several & (before > 0) & ~starts)
+        if not len(candidates):
+            break
+        _, first = np.unique(request[candidates], return_index=True)
+        starts[candidates[first]] = True
+    request = np.cumsum(starts) - 1
+    heads = np.flatnonzero(starts)  # each request's first token (in `by_seq` order)
+    order = np.argsort(by_seq[heads], kind="stable")  # the requests in the order they began
+    count = len(heads)
+    listed = order if limit is None else order[:limit]
+    generated_tokens = np.bincount(request, weights=generated, minlength=count).astype(np.int64)
+    all_tokens = np.bincount(request, minlength=count).astype(np.int64)
+    rank = np.empty(count, np.int64)
+    rank[listed] = np.arange(len(listed))
+    chosen = np.isin(request, listed)  # the listed requests' tokens, joined into their texts
+    side = generated[chosen].astype(np.int64)  # 0: prompt, 1: generated
+    group = rank[request[chosen]] * 2 + side
+    tokens_order = np.lexsort((by_seq[chosen], group))  # per (request, side), in reading order
+    lengths = np.bincount(group, minlength=2 * len(listed))
+    offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int32)
+    picked = texts.take(pa.array(text_index[by_seq[chosen][tokens_order]]))
+    joined = pc.binary_join(pa.ListArray.from_arrays(pa.array(offsets), picked), "").to_pylist()
+    origin = int(pc.min(run.arrow("graphs").column("start_ns")).as_py())
+    found = []
+    for place, r in enumerate(listed.tolist()):
+        head = heads[r]
+        found.append({"seq_id": int(seq[head]), "start_ns": int(start_ns[by_seq[head]]) - origin,
+                      "prompt": joined[2 * place] or "", "prompt_tokens": int(all_tokens[r] - generated_tokens[r]),
+                      "generated": joined[2 * place + 1] or "",
+                      "generated_tokens": int(generated_tokens[r])})  # fmt: skip
+    return found, count
+
+
+def _served_tokens(run: Run) -> tuple[Any, ...] | None:
+    """The tokens of requests (of a prompt or decode graph, of a sequence), in the order they were
+    read (by their graph's start, then place in the batch): sequence, position, whether it asked for
+    logits, whether its sequence had several tokens in its batch, its graph's start, its place in
+    `texts` (every token's text, as stored); None if there are none."""
+    columns = ["graph_id", "phase", "start_ns", "first_batch_index", "token_ids", "token_positions",
+               "token_seq_ids", "token_outputs", "token_texts"]  # fmt: skip
+    graphs = run.arrow("graphs").select(columns)
+    lists = graphs.column("token_ids").combine_chunks()
+    row = pc.list_parent_indices(lists).to_numpy()  # each token's graph row
+    if not len(row):
+        return None
+    lengths = pc.list_value_length(lists).fill_null(0).to_numpy()
+    starts = np.concatenate(([0], np.cumsum(lengths)))
+
+    def flat(column: str) -> np.ndarray:
+        return pc.list_flatten(graphs.column(column).combine_chunks()).to_numpy(zero_copy_only=False)
+
+    graph_id = graphs.column("graph_id").to_numpy()[row].astype(np.int64)
+    in_list = np.arange(len(row)) - starts[row]  # each token's place in its graph's list
+    batch_index = graphs.column("first_batch_index").to_numpy()[row].astype(np.int64) + in_list
+    seq, pos = flat("token_seq_ids").astype(np.int64), flat("token_positions").astype(np.int64)
+    output = flat("token_outputs")
+    phase = pc.is_in(graphs.column("phase"), value_set=pa.array(TOKEN_PHASES)).to_numpy(zero_copy_only=False)
+    start_ns = graphs.column("start_ns").to_numpy()[row].astype(np.int64)
+    keep = np.flatnonzero(phase[row] & (seq >= 0))
+    if not len(keep):
+        return None
+    # by graph (and place in it), as the reader's tokens table, then by the graph's start (stable)
+    order = keep[np.lexsort((graph_id[keep], batch_index[keep], start_ns[keep]))]
+    # a sequence's tokens in one batch (graph)
+    pair = graph_id[order] * (np.int64(1) << 32) + seq[order]
+    _, inverse, counts = np.unique(pair, return_inverse=True, return_counts=True)
+    texts = pc.fill_null(pc.list_flatten(graphs.column("token_texts").combine_chunks()), "")
+    return (seq[order], pos[order], output[order].astype(bool), counts[inverse] > 1, start_ns[order], order, texts)
+
+
+def _count_before(starts: np.ndarray, request: np.ndarray, flags: np.ndarray) -> np.ndarray:
+    """Per token, how many tokens before it in its request (requests: runs of tokens, each
+    beginning where `starts`) have `flags` set."""
+    total = np.cumsum(flags, dtype=np.int64)
+    at_start = (total - flags)[np.flatnonzero(starts)]  # the count before each request's first token
+    return total - flags - at_start[request]
+
+
+def _generated(starts: np.ndarray, output: np.ndarray, several: np.ndarray) -> np.ndarray:
+    """Per token, whether it is a generated one fed back: its request's prompt ended before it (a
+    token of the request asked for logits) and it is alone in its batch."""
+    request = np.cumsum(starts) - 1
+    return (_count_before(starts, request, output) > 0) & ~several

@@ -14,9 +14,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..plugins import BUILT_IN, PluginGroup, call_plugin, load_group
 from ..runformat.reader import Run
+from ..runformat.totals import GRAPH_OP_TOTALS
 from .breakdowns import phase_stats, timed_totals, untimed_reason, weight_reads
 from .components import structure_components
 
@@ -209,10 +212,13 @@ def _time_findings(run: Run, phases: pd.DataFrame, reads: dict[str, Any], compon
             f"Prompt processing runs {ratio:,.1f}× faster per token than decoding "
             f"({phases.loc['prompt', 'tokens_per_s']:,.0f} vs {phases.loc['decode', 'tokens_per_s']:,.1f} tokens/s)."
         )
-    decode = run.graphs[run.graphs["phase"] == "decode"]
     step_bytes = reads.get("weight_bytes_per_decode_step")
-    if step_bytes and len(decode):
-        seconds = float((decode["end_ns"] - decode["start_ns"]).median()) / 1e9
+    graphs = run.arrow("graphs")
+    decode = pc.equal(graphs.column("phase"), "decode").fill_null(False).to_numpy(zero_copy_only=False)
+    if step_bytes and decode.any():
+        steps = graphs.filter(decode)  # (the decode steps' times, not a pandas frame of every graph)
+        durations = steps.column("end_ns").to_numpy() - steps.column("start_ns").to_numpy()
+        seconds = float(np.median(durations.astype(np.float64))) / 1e9
         if seconds > 0:
             routed = reads.get("routed_decode_steps")
             experts = (
@@ -231,30 +237,80 @@ def _time_findings(run: Run, phases: pd.DataFrame, reads: dict[str, Any], compon
 
 
 def _growth_with_context(run: Run) -> list[str]:
-    """Ops whose time per decode step grows with the context (attention over more cells)."""
-    decode = run.graphs.loc[run.graphs["phase"] == "decode", "graph_id"]
-    positions = run.tokens.groupby("graph_id")["pos"].max()
-    per_graph = run.graph_op_totals.rename(columns={"time_ns": "duration_ns"})
-    # the steps whose tokens (and so positions) are known: a non-LLM program's may have none
-    per_graph = per_graph[per_graph["graph_id"].isin(decode) & per_graph["graph_id"].isin(positions.index)]
-    if per_graph["graph_id"].nunique() < 8:
+    """Ops whose time per decode step grows with the context (attention over more cells).
+
+    Over the per-graph op totals as Arrow, with numpy (a billion node events: some twenty million
+    rows): each op's rows picked out by its code, in the order they are stored."""
+    graphs = run.arrow("graphs").select(["graph_id", "phase", "token_positions"])
+    lists = graphs.column("token_positions").combine_chunks()
+    lengths = pc.list_value_length(lists).fill_null(0).to_numpy()
+    with_tokens = lengths > 0
+    graph_ids = graphs.column("graph_id").to_numpy().astype(np.int64)
+    keys = np.sort(graph_ids)
+    keys = keys[np.concatenate(([True], keys[1:] != keys[:-1]))]  # each graph id once
+    # per graph id: the last position its tokens reached (the steps whose tokens are known: a
+    # non-LLM program's may have none), and whether it is a decode step
+    context_of = np.full(len(keys), np.iinfo(np.int64).min, np.int64)
+    if with_tokens.any():
+        values = pc.list_flatten(lists).to_numpy(zero_copy_only=False).astype(np.int64)
+        starts = (np.cumsum(lengths) - lengths)[with_tokens]
+        np.maximum.at(context_of, _places(keys, graph_ids[with_tokens]), np.maximum.reduceat(values, starts))
+    decode = pc.equal(graphs.column("phase"), "decode").fill_null(False).to_numpy(zero_copy_only=False)
+    usable = np.zeros(len(keys) + 1, bool)  # (the last: no graph)
+    usable[_places(keys, graph_ids[decode])] = True
+    usable[:-1] &= context_of > np.iinfo(np.int64).min
+    per_graph = _graph_op_totals(run)
+    place = _places(keys, per_graph.column("graph_id").to_numpy())  # (int32: 4 bytes a row, not 8)
+    kept = usable[place]
+    steps = np.zeros(len(keys) + 1, bool)
+    steps[place[kept]] = True
+    if steps.sum() < 8:  # the steps with rows
         return []
-    contexts = positions.reindex(per_graph["graph_id"]).to_numpy(np.float64)
-    times = per_graph["duration_ns"].to_numpy(np.float64)
+    ops = per_graph.column("op").combine_chunks().dictionary_encode()
+    codes = np.where(kept, ops.indices.fill_null(-1).to_numpy(), -1)  # (-1: no op, or a row left out)
+    times = per_graph.column("time_ns").to_numpy()
     said = []
-    for op, rows in per_graph.groupby("op").indices.items():  # each op's rows, in order
-        context, time = contexts[rows], times[rows]
+    names = ops.dictionary.to_pylist()
+    for op in sorted(names):  # each op's rows, in order
+        rows = np.flatnonzero(codes == names.index(op))
+        if not len(rows):
+            continue
+        context, time = context_of[place[rows]].astype(np.float64), times[rows].astype(np.float64)
         if np.std(context) == 0 or np.std(time) == 0:
             continue
         correlation = float(np.corrcoef(context, time)[0, 1])
+        if not correlation > 0.6:  # (the fit, the costlier part, only where it can matter)
+            continue
         slope, intercept = np.polyfit(context, time, 1)
         start, end = slope * context.min() + intercept, slope * context.max() + intercept
-        if correlation > 0.6 and start > 0 and end / start > 1.25:
+        if start > 0 and end / start > 1.25:
             said.append(
                 f"{op} time grows with context length: {end / start:.1f}× from position "
                 f"{int(context.min())} to {int(context.max())} (correlation {correlation:.2f})."
             )
     return said
+
+
+def _places(keys: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Each id's place in `keys` (sorted, each once), len(keys) where it is none of them."""
+    if not len(keys):
+        return np.zeros(len(ids), np.int64)
+    low, span = int(keys[0]), int(keys[-1]) - int(keys[0]) + 1
+    if span <= 4 * len(keys) + 1024:  # graph ids: mostly 0, 1, 2, ... (a table over them)
+        table = np.full(span + 1, len(keys), np.int32 if len(keys) < 2**31 - 1 else np.int64)  # (4 bytes a row)
+        table[keys - low] = np.arange(len(keys))
+        offset = ids - low
+        return table[np.where((offset >= 0) & (offset < span), offset, span)]
+    place = np.minimum(np.searchsorted(keys, ids), len(keys) - 1)
+    return np.where(keys[place] == ids, place, len(keys))
+
+
+def _graph_op_totals(run: Run) -> pa.Table:
+    """run.graph_op_totals as Arrow: the host's as stored (its ops Arrow strings, not a Python
+    object per row), or, where the GPU timer traced graphs, with the GPU's after them."""
+    if not run.has_gpu_times:
+        return run.totals_table(GRAPH_OP_TOTALS)
+    return pa.Table.from_pandas(run.graph_op_totals, preserve_index=False)
 
 
 CROWDED = 2.0  # a layer whose busiest expert takes this many times the mean load is said

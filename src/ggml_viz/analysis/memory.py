@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow.compute as pc
 
 from ..runformat.reader import Run
 
@@ -69,14 +70,50 @@ def live_bytes(table: pd.DataFrame) -> pd.Series:
     return pd.Series(np.cumsum(delta)[:steps], name="bytes")
 
 
+def _kv_cache_capacity(run: Run) -> pd.Series:
+    """Per layer (sorted), the KV cache's capacity: its cache tensors' largest second dimension."""
+    tensors = run.tensors
+    cache = tensors[tensors["name"].str.match(r"^cache_[kv]_l\d+$") & (tensors["op"] == "NONE")]
+    return cache.groupby("layer")["ne1"].max()
+
+
+def kv_cache_extremes(run: Run) -> dict[str, Any] | None:
+    """What the summary says of kv_cache_fill(run), from each graph's last position (Arrow,
+    numpy) rather than a row per graph and layer: the layers, and of the last graph (the largest
+    graph_id) the most cells used, the largest capacity and the fullest fill over its layers, and
+    the fullest fill of any graph; None where kv_cache_fill is empty."""
+    capacity = _kv_cache_capacity(run)
+    if capacity.empty:
+        return None
+    graphs = run.arrow("graphs").select(["graph_id", "context_id", "token_positions"])
+    graphs = graphs.filter(pc.is_valid(graphs.column("context_id")))
+    lists = graphs.column("token_positions").combine_chunks()
+    lengths = pc.list_value_length(lists).fill_null(0).to_numpy()
+    with_tokens = lengths > 0
+    if not with_tokens.any():
+        return None
+    positions = pc.list_flatten(lists).to_numpy(zero_copy_only=False).astype(np.int64)
+    last_pos = np.maximum.reduceat(positions, (np.cumsum(lengths) - lengths)[with_tokens])
+    graph_ids = graphs.column("graph_id").to_numpy()[with_tokens].astype(np.int64)
+    contexts = graphs.column("context_id").to_numpy()[with_tokens].astype(np.int64)
+    last = graph_ids.max()
+    # cells in use: the positions seen so far in the graph's context (the last graph's: all of them)
+    used_last = last_pos[contexts == contexts[graph_ids == last][0]].max() + 1
+    cells = capacity.to_numpy()
+
+    def fills(used: int) -> np.ndarray:
+        return np.minimum(used, cells) / cells
+
+    return {"layers": len(cells), "used": int(np.minimum(used_last, cells).max()), "capacity": int(cells.max()),
+            "fill": float(fills(used_last).max()), "fullest": float(fills(last_pos.max() + 1).max())}  # fmt: skip
+
+
 def kv_cache_fill(run: Run) -> pd.DataFrame:
     """Per graph and layer: KV cache cells in use (positions seen so far in the context)
     against the cache's capacity (its tensors' second dimension)."""
-    tensors = run.tensors
-    cache = tensors[tensors["name"].str.match(r"^cache_[kv]_l\d+$") & (tensors["op"] == "NONE")]
-    if cache.empty:
+    capacity = _kv_cache_capacity(run)
+    if capacity.empty:
         return pd.DataFrame(columns=["graph_id", "layer", "used", "capacity", "fill"])
-    capacity = cache.groupby("layer")["ne1"].max()
     tokens = run.tokens.merge(run.graphs[["graph_id", "context_id"]], on="graph_id")
     per_graph = tokens.groupby(["context_id", "graph_id"])["pos"].max().reset_index()
     per_graph["used"] = per_graph.groupby("context_id")["pos"].cummax() + 1
@@ -99,9 +136,9 @@ def peak_bytes(run: Run) -> pd.DataFrame:
         live = live_bytes(occupancy(run, int(structure_graph)))
         compute_peak = max(compute_peak, int(live.max()) if len(live) else 0)
     peaks["compute"] = compute_peak
-    fill = kv_cache_fill(run)
-    if not fill.empty and "kv_cache" in sizes:
-        peaks["kv_cache"] = int(sizes["kv_cache"] * fill["fill"].max())
+    kv = kv_cache_extremes(run) if "kv_cache" in sizes else None
+    if kv is not None:
+        peaks["kv_cache"] = int(sizes["kv_cache"] * kv["fullest"])
     rows = [
         {"kind": kind, "buffer_bytes": int(size), "peak_bytes": int(peaks.get(kind, size))}
         for kind, size in sizes.items()

@@ -25,6 +25,8 @@ def layer_balance(run: Run) -> pd.DataFrame:
     """Per MoE layer: n_expert, tokens routed, max_over_mean, never_used, entropy_bits,
     entropy_share, hottest (its HOT_EXPERTS busiest experts with their shares of the load), and
     the same load split by phase (prompt_tokens, decode_tokens)."""
+    if run.arrow("moe_routing").num_rows == 0:  # a dense model (run.moe_experts would read every node time)
+        return pd.DataFrame()
     experts = run.moe_experts
     rows = []
     for layer, group in experts.groupby("layer"):

@@ -15,7 +15,7 @@ from .breakdowns import (
     memory_by_buffer,
     node_waits,
     phase_stats,
-    requests,
+    requests_and_count,
     time_by_component,
     time_by_layer,
     time_by_op,
@@ -28,7 +28,7 @@ from .devices import device_summary, run_devices
 from .findings import FindingContext, find_all
 from .flops import throughput_by_op
 from .gpu import gpu_summary
-from .memory import kv_cache_fill
+from .memory import kv_cache_extremes
 from .moe import moe_summary
 
 TIMING_LABELS = {
@@ -49,10 +49,10 @@ LISTED_REQUESTS = 50
 def summarize(run: Run, top: int = 10) -> dict[str, Any]:
     """Everything `ggml-viz summary` shows, as plain data."""
     manifest = run.manifest
-    served = requests(run)
+    served, n_requests = requests_and_count(run, LISTED_REQUESTS)
     generation = manifest.get("generation") or {}
     # one request: its prompt and text are the run's (a server's requests are listed apart)
-    only = served[0] if len(served) == 1 else {"prompt": "", "generated": None}
+    only = served[0] if n_requests == 1 else {"prompt": "", "generated": None}
     totals = run.node_totals
     phases, reads, components = phase_stats(run), weight_reads(run), structure_components(run)  # findings use them too
     gpu = gpu_summary(run, top)
@@ -71,8 +71,8 @@ def summarize(run: Run, top: int = 10) -> dict[str, Any]:
         "contexts": manifest.get("contexts"),
         "prompt": generation.get("prompt", only["prompt"]),
         "generated_text": generation.get("generated_text", only["generated"]),
-        "requests": served[:LISTED_REQUESTS],
-        "n_requests": len(served),
+        "requests": served,
+        "n_requests": n_requests,
         "backends": backends(run),
         "graphs": int(len(run.graphs)),
         "node_events": int(totals["graphs"].sum()),  # each graph runs each node of its structure once
@@ -104,12 +104,12 @@ def summarize(run: Run, top: int = 10) -> dict[str, Any]:
 
 
 def _kv_summary(run: Run) -> dict[str, Any]:
-    fill = kv_cache_fill(run)
-    if fill.empty:
+    """The KV cache's layers, and the last graph's cells in use, capacity and fill (memory.kv_cache_fill's,
+    from each graph's last position: kv_cache_extremes)."""
+    kv = kv_cache_extremes(run)
+    if kv is None:
         return {"layers": 0}
-    last = fill[fill["graph_id"] == fill["graph_id"].max()]
-    return {"layers": int(fill["layer"].nunique()), "used": int(last["used"].max()),
-            "capacity": int(last["capacity"].max()), "fill": float(last["fill"].max())}  # fmt: skip
+    return {key: kv[key] for key in ("layers", "used", "capacity", "fill")}
 
 
 def records(table: pd.DataFrame) -> list[dict[str, Any]]:

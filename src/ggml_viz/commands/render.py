@@ -26,6 +26,20 @@ def format_bytes(size: float) -> str:
     return f"{size:,.1f} GiB"
 
 
+# What of a text the terminal summary shows: its start and its end, the rest counted (the whole
+# text stays in the run and in `summary --json`). A day of a server generates megabytes of it.
+TEXT_SHOWN = 300
+
+
+def readable(text: str, limit: int = TEXT_SHOWN) -> str:
+    """`text` quoted as repr does, cut to its first and last limit/2 characters where longer, with
+    how many characters were left out between them."""
+    if len(text) <= limit:
+        return repr(text)
+    half = limit // 2
+    return f"{text[:half]!r} … [{len(text) - 2 * half:,} characters left out] … {text[-half:]!r}"
+
+
 def print_short_summary(run: Run, console: Console | None = None) -> None:
     from ..analysis.summary import summarize
 
@@ -35,13 +49,11 @@ def print_short_summary(run: Run, console: Console | None = None) -> None:
 def _render_requests(console: Console, summary: dict[str, Any], width: int = 60) -> None:
     """A server's (or a benchmark's) requests: per sequence, its prompt and generated text."""
 
-    def cut(text: str) -> str:
-        return repr(text if len(text) <= width else "…" + text[-width:])
-
     console.print(f"requests: {summary['n_requests']:,}")
     for request in summary["requests"]:
-        console.print(f"  seq {request['seq_id']} at {format_ms(request['start_ns'])}: {cut(request['prompt'])} "
-                      f"→ {cut(request['generated'])}", markup=False, highlight=False)  # fmt: skip
+        prompt, generated = readable(request["prompt"], width), readable(request["generated"], width)
+        console.print(f"  seq {request['seq_id']} at {format_ms(request['start_ns'])}: {prompt} → {generated}",
+                      markup=False, highlight=False)  # fmt: skip
     if summary["n_requests"] > len(summary["requests"]):
         console.print(f"  and {summary['n_requests'] - len(summary['requests']):,} more")
 
@@ -65,9 +77,9 @@ def render_summary(summary: dict[str, Any], console: Console | None = None, shor
         )
         console.print(f"file:  {model.get('path')}", markup=False, highlight=False)
     if summary.get("prompt") and not short:
-        console.print(f"prompt: {summary['prompt']!r}", markup=False, highlight=False)
+        console.print(f"prompt: {readable(summary['prompt'])}", markup=False, highlight=False)
         if summary.get("generated_text"):
-            console.print(f"generated: {summary['generated_text']!r}", markup=False, highlight=False)
+            console.print(f"generated: {readable(summary['generated_text'])}", markup=False, highlight=False)
     if summary.get("n_requests", 0) > 1 and not short:
         _render_requests(console, summary)
     console.print(

@@ -33,7 +33,7 @@ from .schema import (
 )
 from .streams import NodeTimesSegment, node_times_segment, read_stream, read_stream_once, stream_schema
 from .structure_layers import structure_layers
-from .totals import compute_totals, connect, merge_totals, read_totals, write_totals
+from .totals import PARQUET_DAMAGE, compute_totals, connect, merge_totals, one_line, read_totals, write_totals
 
 UPGRADE_NOTICE_EVENTS = 1_000_000  # an older run's first open says it sums this many node events or more
 
@@ -105,32 +105,49 @@ class StoredRun:
 
     @cached_property
     def _totals(self) -> dict[str, pa.Table]:
-        stored = read_totals(self.path, self.experiment_id) if self.status == STATUS_COMPLETE else None
+        if self.status != STATUS_COMPLETE:
+            return self._compute_totals()
+        try:
+            stored = read_totals(self.path, self.experiment_id)
+        except RunFormatError as damage:  # derived: summed again from the node times (and stored again)
+            try:
+                totals = self._compute_totals(rebuilding=True)
+            except RunFormatError as error:  # its sources damaged too: one error, saying both
+                raise RunFormatError(
+                    f"{str(damage).rstrip('.')}, and the totals cannot be summed again from the node times: {error}"
+                ) from None
+            say(f"{str(damage).rstrip('.')} (derived: its totals were summed again from the node times)")
+            return totals
         return stored or self._compute_totals()
 
-    def _compute_totals(self) -> dict[str, pa.Table]:
+    def _compute_totals(self, rebuilding: bool = False) -> dict[str, pa.Table]:
         """The totals by DuckDB, streaming the node times (a Parquet file, or the stream and
-        journal of a run still recording); a closed run of an older ggml-viz keeps them."""
+        journal of a run still recording); a closed run of an older ggml-viz, or one whose
+        stored totals are damaged (`rebuilding`), keeps them."""
         parquet = self.path / ("node_times" + PARQUET_SUFFIX)
         if not parquet.exists():  # still recording (or cut short): its stream segments
             return self._totals_of_segments()
         try:
             events = pq.ParquetFile(parquet).metadata.num_rows
-        except (pa.ArrowInvalid, OSError) as error:
-            raise RunFormatError(f"{parquet} cannot be read as a table: {error}") from None
+        except PARQUET_DAMAGE as error:
+            raise RunFormatError(f"{parquet} cannot be read as a table: {one_line(error)}") from None
         upgrading = self.status == STATUS_COMPLETE  # (else a run being closed: its totals come next)
-        if upgrading and events >= UPGRADE_NOTICE_EVENTS:  # seconds per 10M events: say why the wait
+        if upgrading and not rebuilding and events >= UPGRADE_NOTICE_EVENTS:  # seconds per 10M events: say why
             say(f"{self.path.name}: summing its {events:,} node events once (an older ggml-viz recorded it "
                 f"without their totals); later opens read the stored totals")  # fmt: skip
+        import duckdb  # (imported by connect() already)
+
         connection = connect()
         try:
             escaped = str(parquet).replace("'", "''")
             connection.execute(f"create view node_times as select * from read_parquet('{escaped}')")
             totals = self._totals_over(connection)
+        except duckdb.Error as error:  # damage in a page of the node times shows only when it is read
+            raise RunFormatError(f"{parquet} cannot be read as a table: {one_line(error)}") from None
         finally:
             connection.close()
         if upgrading:
-            try:  # an older run, upgraded: next time it opens without reading its events
+            try:  # an older run upgraded, or damaged totals replaced: next time it opens without reading its events
                 write_totals(self.path, totals, self.experiment_id)
             except OSError as error:
                 if events >= UPGRADE_NOTICE_EVENTS:
@@ -304,8 +321,8 @@ class StoredRun:
                 # node times whole (a user asked): read once; a small table: only what is new
                 read = read_stream_once if table == "node_times" else read_stream
                 data = pa.concat_tables([read(path) for path in files])
-        except (pa.ArrowInvalid, OSError) as error:
-            raise RunFormatError(f"{files[0]} cannot be read as a table: {error}") from None
+        except PARQUET_DAMAGE as error:  # (the whole table: damage in a page shows only when it is decoded)
+            raise RunFormatError(f"{files[0]} cannot be read as a table: {one_line(error)}") from None
         return _with_optional_columns(data, table)
 
 

@@ -23,6 +23,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .._errors import RunFormatError
 from .schema import META_EXPERIMENT_ID, PARQUET_SUFFIX, table_metadata
 
 NODE_TOTALS = "node_totals"
@@ -157,26 +158,42 @@ def totals_of_parquet_run(run_dir: Path) -> dict[str, pa.Table]:
 
 def write_totals(run_dir: Path, totals: dict[str, pa.Table], experiment_id: str) -> None:
     """Store the totals beside the run's tables, stamped as they are (each file whole or not
-    at all)."""
+    at all), each page with its checksum: a damaged page is refused when read, not summed."""
     for name, table in totals.items():
         path = run_dir / f"{name}{PARQUET_SUFFIX}"
         partial = run_dir / f"{name}{PARQUET_SUFFIX}.partial"
-        pq.write_table(table.replace_schema_metadata(table_metadata(name, experiment_id)), partial, compression="zstd")
+        stamped = table.replace_schema_metadata(table_metadata(name, experiment_id))
+        pq.write_table(stamped, partial, compression="zstd", write_page_checksum=True)
         os.replace(partial, path)
 
 
+# What reading a damaged Parquet file raises, at its footer or only when a page is decoded
+# (no magic bytes, bad thrift, a failed decompression or checksum, a column renamed or retyped).
+PARQUET_DAMAGE = (pa.ArrowException, OSError, ValueError, KeyError)
+
+
 def read_totals(run_dir: Path, experiment_id: str) -> dict[str, pa.Table] | None:
-    """The totals stored with a run, if both are there and are this recording's."""
+    """The totals stored with a run, if both are there and are this recording's (None if
+    not); RunFormatError naming the file if one cannot be read whole: the totals are derived,
+    the caller sums them again from the node times."""
     totals = {}
     for name, schema in TOTALS_SCHEMAS.items():
         path = run_dir / f"{name}{PARQUET_SUFFIX}"
         if not path.exists():
             return None
-        table = pq.ParquetFile(path).read()  # (pq.read_table would import pyarrow.dataset)
-        if (table.schema.metadata or {}).get(META_EXPERIMENT_ID, b"").decode() != experiment_id:
-            return None
-        totals[name] = table.select(schema.names).cast(schema)
+        try:  # the whole table: damage in a data page shows only when that page is decoded
+            table = pq.ParquetFile(path, page_checksum_verification=True).read()  # (not pq.read_table: pyarrow.dataset)
+            if (table.schema.metadata or {}).get(META_EXPERIMENT_ID, b"").decode() != experiment_id:
+                return None
+            totals[name] = table.select(schema.names).cast(schema)
+        except PARQUET_DAMAGE as error:
+            raise RunFormatError(f"{path} cannot be read as a table: {one_line(error)}") from None
     return totals
+
+
+def one_line(error: BaseException) -> str:
+    """An error's message on one line (DuckDB's and Arrow's may span several)."""
+    return " ".join(str(error).split()) or type(error).__name__
 
 
 def merge_totals(parts: list[dict[str, pa.Table]]) -> dict[str, pa.Table]:

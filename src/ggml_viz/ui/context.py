@@ -10,6 +10,7 @@ from typing import Any, cast
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..analysis.breakdowns import backend_names
@@ -125,21 +126,46 @@ class RunContext:
         return int(self.graphs["end_ns"].max()) - self.origin_ns
 
     @cached_property
-    def graph_texts(self) -> list[str]:
-        """Each graph's tokens' text, joined (in `graphs` order)."""
+    def _graph_text_array(self) -> pa.Array:
+        """Each graph's tokens' text, joined (in `graphs` order), as Arrow strings."""
         graphs = self.run.arrow("graphs")
         texts = pc.binary_join(graphs.column("token_texts"), "").fill_null("")
         order = pc.sort_indices(graphs.column("graph_id"))
-        return cast(list[str], texts.take(order).to_pylist())
+        return cast(pa.Array, texts.take(order).combine_chunks())
+
+    @cached_property
+    def graph_texts(self) -> list[str]:
+        """Each graph's tokens' text, joined (in `graphs` order)."""
+        return cast(list[str], self._graph_text_array.to_pylist())
+
+    def graph_text(self, row: int) -> str:
+        """The tokens' text of the graph at `row` of `graphs`."""
+        return cast(str, self._graph_text_array[row].as_py())
+
+    @cached_property
+    def _graph_label_array(self) -> pa.Array:
+        """graph_labels as Arrow strings."""
+        texts = self._graph_text_array
+        computes = self.run.structure_labels
+        if not computes or not len(texts):
+            return texts
+        structures = pa.array(self.graphs["structure_id"].to_numpy(np.int64))
+        known = pa.array(list(computes), pa.int64())
+        labels = pc.take(pa.array(list(computes.values()), pa.string()), pc.index_in(structures, value_set=known))
+        return cast(pa.Array, pc.if_else(pc.equal(texts, ""), labels.fill_null(""), texts))
 
     @cached_property
     def graph_labels(self) -> list[str]:
         """What to call each graph (in `graphs` order): its tokens' text, or for a graph without
         tokens (an encoder's, a plain program's) what it computes (Run.structure_labels)."""
-        computes = self.run.structure_labels
-        structures = self.graphs["structure_id"].tolist()
-        return [text or computes.get(int(structure), "") for text, structure in zip(self.graph_texts, structures,
-                strict=True)]  # fmt: skip
+        return cast(list[str], self._graph_label_array.to_pylist())
+
+    def graph_labels_of(self, rows: np.ndarray) -> list[str]:
+        """graph_labels of the graphs at `rows` of `graphs`."""
+        if "graph_labels" in self.__dict__:
+            labels = self.graph_labels
+            return [labels[row] for row in rows.tolist()]
+        return cast(list[str], self._graph_label_array.take(pa.array(rows, pa.int64())).to_pylist())
 
     # -- node events -----------------------------------------------------------------
 

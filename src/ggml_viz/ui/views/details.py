@@ -35,7 +35,7 @@ class NodeDetails:
             "event": int(event), "graph_id": graph_id, "node_index": node_index,
             "start_ns": int(node["start_ns"]) - context.origin_ns if timed else None,
             "end_ns": int(node["end_ns"]) - context.origin_ns if timed else None,
-            "tokens": context.graph_texts[row],
+            "tokens": context.graph_text(row),
         }  # fmt: skip
         tensor = context.tensors.iloc[int(node["tensor_id"])] if len(context.tensors) else None
         if tensor is not None:

@@ -3,6 +3,7 @@ narrower than a pixel summed per pixel column, and the GPU lanes under each (tim
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from functools import cached_property
 from typing import Any
 
@@ -19,6 +20,7 @@ from .timeline_gpu import gpu_lanes
 DETAIL_LIMIT = 4000  # a window holding more node bars than this is summed per pixel column
 WINDOW_EVENT_LIMIT = 400_000  # a window over more node events is drawn from per-graph op totals
 OVERVIEW_BINS = 16_384  # time bins of a run's whole-run timeline (see _overview_bins)
+TOTALS_SLICE = 1 << 18  # per-graph op totals summed into the overview bins at a time
 
 
 class Timeline:
@@ -43,15 +45,14 @@ class Timeline:
             g0 = np.searchsorted(lane["graph_end_max"], t0, side="right") if len(lane["graph_end"]) else 0
             g1 = np.searchsorted(lane["graph_start"], t1, side="left") if len(lane["graph_start"]) else 0
             graph_slice = slice(int(g0), int(max(g0, g1)))
-            graph_ids = lane["graph_id"][graph_slice]
+            rows = lane["graph_row"][graph_slice]
             graph_bars: TimelineGraphs = {
                 "start": lane["graph_start"][graph_slice].tolist(),
                 "end": lane["graph_end"][graph_slice].tolist(),
-                "graph_id": graph_ids.tolist(),
-                "label": [context.graph_labels[row] for row in context.graph_rows(graph_ids).tolist()],
-                "phase": context.graphs["phase"].to_numpy()[context.graph_rows(graph_ids)].tolist(),
+                "graph_id": lane["graph_id"][graph_slice].tolist(),
+                "label": context.graph_labels_of(rows),
+                "phase": self._phases[rows].tolist(),
             }
-            rows = lane["graph_row"][graph_slice]
             lanes.append(
                 {"label": lane["label"], "graphs": graph_bars, **self._node_bars(lane, rows, t0, t1, width, ns_per_px),
                  "gpu": gpu_by_context.get(lane["context_id"], [])}
@@ -133,14 +134,14 @@ class Timeline:
         """Each (graph, op) time of the graphs at `rows`, spread evenly over the columns
         [t0, t1) at ns_per_px that the graph spans: (column, op, busy ns) per piece."""
         totals = self._graph_op_time
-        context = self.context
-        in_window = np.zeros(len(context.graphs), dtype=bool)
+        in_window = np.zeros(len(self.context.graphs), dtype=bool)
         in_window[rows] = True
         lo, hi = np.searchsorted(totals["row"], [rows.min(), rows.max() + 1]) if len(rows) else (0, 0)
         picked = np.arange(lo, hi)[in_window[totals["row"][lo:hi]]]
         row, op, time_ns = totals["row"][picked], totals["op"][picked], totals["time_ns"][picked]
-        start = np.maximum(context.graphs["start_ns"].to_numpy(np.int64)[row] - context.origin_ns, t0)
-        end = np.minimum(context.graphs["end_ns"].to_numpy(np.int64)[row] - context.origin_ns, t1)
+        graph_start, graph_end = self._graph_spans
+        start = np.maximum(graph_start[row], t0)
+        end = np.minimum(graph_end[row], t1)
         first = np.clip(((start - t0) / ns_per_px).astype(np.int64), 0, width - 1)
         last = np.clip(((np.maximum(end, start + 1) - 1 - t0) / ns_per_px).astype(np.int64), 0, width - 1)
         span = last - first + 1
@@ -149,30 +150,111 @@ class Timeline:
         return column, op[repeat].astype(np.int64), (time_ns / span)[repeat]
 
     @cached_property
+    def _phases(self) -> np.ndarray:
+        """Each graph's phase (in `graphs` order)."""
+        return self.context.graphs["phase"].to_numpy()
+
+    @cached_property
+    def _graph_spans(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each graph's start and end (in `graphs` order), relative to the run's origin."""
+        graphs, origin = self.context.graphs, self.context.origin_ns
+        return graphs["start_ns"].to_numpy(np.int64) - origin, graphs["end_ns"].to_numpy(np.int64) - origin
+
+    @cached_property
     def _overview_bins(self) -> dict[str, Any]:
         """The multi-resolution index's coarse level: per context, the run cut into
-        OVERVIEW_BINS equal spans of time, each op's busy time in each."""
+        OVERVIEW_BINS equal spans of time, each op's busy time in each: each (graph, op) time
+        spread evenly over the bins its graph spans (as _spread). Summed a slice of the per-graph
+        op totals at a time, in graph order, each bin's sum carried from slice to slice: the same
+        additions in the same order as one pass over them all."""
         context = self.context
+        n_graphs, n_ops = len(context.graphs), len(context.ops)
         bin_ns = max(1.0, context.duration_ns / OVERVIEW_BINS)
-        by_lane = {}
-        for lane in context.lanes:
-            column, ops, busy_ns = self._spread(lane["graph_row"], 0, context.duration_ns, bin_ns, OVERVIEW_BINS)
-            n_ops = len(context.ops)
-            busy = np.bincount(column * n_ops + ops, weights=busy_ns, minlength=OVERVIEW_BINS * n_ops)
-            by_lane[lane["context_id"]] = busy.reshape(OVERVIEW_BINS, n_ops)
+        # Per graph row (and one past the graphs: no lane's), its lane; per graph, the bins it spans.
+        lane_of_row = np.full(n_graphs + 1, -1, np.int64)
+        for index, lane in enumerate(context.lanes):
+            lane_of_row[lane["graph_row"]] = index
+        graph_start, graph_end = self._graph_spans
+        start = np.maximum(graph_start, 0)
+        last = np.maximum(np.minimum(graph_end, context.duration_ns), start + 1) - 1
+        first_bin = np.clip((start / bin_ns).astype(np.int64), 0, OVERVIEW_BINS - 1).astype(np.int32)
+        del start
+        bins_spanned = np.clip((last / bin_ns).astype(np.int64), 0, OVERVIEW_BINS - 1).astype(np.int32)
+        del last
+        bins_spanned -= first_bin - 1
+        sums: list[np.ndarray] = [np.zeros(OVERVIEW_BINS * n_ops) for _ in context.lanes]
+        for row, op, time_ns in self._graph_op_time_slices():
+            lane_of = lane_of_row[row]
+            for index, lane_sums in enumerate(sums):
+                mine = lane_of == index
+                piece_row, piece_op, piece_time = row, op, time_ns
+                if not mine.all():
+                    piece_row, piece_op, piece_time = row[mine], op[mine], time_ns[mine]
+                first, span = first_bin[piece_row], bins_spanned[piece_row]
+                busy_ns = piece_time / span
+                if len(span) and int(span.max()) > 1:  # a graph over several bins: a piece in each
+                    repeat = np.repeat(np.arange(len(span)), span)
+                    first = first[repeat] + (np.arange(len(repeat)) - np.repeat(np.cumsum(span) - span, span))
+                    piece_op, busy_ns = piece_op[repeat], busy_ns[repeat]
+                carried = np.flatnonzero(lane_sums)
+                sums[index] = np.bincount(np.concatenate((carried, first.astype(np.int64) * n_ops + piece_op)),
+                                          weights=np.concatenate((lane_sums[carried], busy_ns)),
+                                          minlength=OVERVIEW_BINS * n_ops)  # fmt: skip
+        by_lane = {lane["context_id"]: busy.reshape(OVERVIEW_BINS, n_ops) for lane, busy in zip(context.lanes, sums,
+                   strict=True)}  # fmt: skip
         return {"bin_ns": bin_ns, "by_lane": by_lane}
+
+    def _graph_op_time_slices(self) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """The per-graph op totals (graph row, op, time), TOTALS_SLICE rows at a time in graph row
+        order (as _graph_op_time holds them): read a slice at a time from the stored table where
+        it is stored by graph_id (as ggml-viz stores it), else sorted whole."""
+        totals = self.context.run.totals_table(GRAPH_OP_TOTALS)
+        if "_graph_op_time" in self.__dict__ or not _sorted(totals.column("graph_id")):
+            whole = self._graph_op_time
+            for offset in range(0, len(whole["row"]), TOTALS_SLICE):
+                part = slice(offset, offset + TOTALS_SLICE)
+                yield whole["row"][part], whole["op"][part], whole["time_ns"][part]
+            return
+        for offset in range(0, totals.num_rows, TOTALS_SLICE):
+            piece = self._graph_op_time_of(totals.slice(offset, TOTALS_SLICE), sorted_ids=True)
+            yield piece["row"], piece["op"], piece["time_ns"]
 
     @cached_property
     def _graph_op_time(self) -> dict[str, np.ndarray]:
+        """The per-graph op totals by graph row (a window's graphs are one slice of them)."""
         totals = self.context.run.totals_table(GRAPH_OP_TOTALS)
+        if _sorted(totals.column("graph_id")):  # stored in graph order (as ggml-viz stores it)
+            return self._graph_op_time_of(totals, sorted_ids=True)
+        piece = self._graph_op_time_of(totals)
+        order = np.argsort(piece["row"], kind="stable")
+        return {key: column[order] for key, column in piece.items()}
+
+    def _graph_op_time_of(self, totals: pa.Table, sorted_ids: bool = False) -> dict[str, np.ndarray]:
+        """Per-graph op totals as arrays: graph row, op (index into the context's ops), time
+        (`sorted_ids`: the totals are in graph_id order, each graph's row looked up once)."""
         op = pc.index_in(totals.column("op"), value_set=pa.array(self.context.ops, pa.string()))
-        row = self.context.graph_rows(totals.column("graph_id").to_numpy())
-        order = np.argsort(row, kind="stable")  # by graph row: a window's graphs are one slice
+        graph_id = totals.column("graph_id").to_numpy()
+        if sorted_ids and len(graph_id):
+            first = np.flatnonzero(np.concatenate(([True], graph_id[1:] != graph_id[:-1])))
+            row = np.repeat(self.context.graph_rows(graph_id[first]), np.diff(np.append(first, len(graph_id))))
+        else:
+            row = self.context.graph_rows(graph_id)
         return {
-            "row": row[order],
-            "op": op.fill_null(0).to_numpy().astype(np.int64)[order],
-            "time_ns": totals.column("time_ns").to_numpy().astype(np.float64)[order],
+            "row": row,
+            "op": op.fill_null(0).to_numpy().astype(np.int64),
+            "time_ns": totals.column("time_ns").to_numpy().astype(np.float64),
         }
+
+
+def _sorted(column: pa.ChunkedArray) -> bool:
+    """Whether an integer column never decreases (checked TOTALS_SLICE values at a time)."""
+    last = None
+    for offset in range(0, len(column), TOTALS_SLICE):
+        values = column.slice(offset, TOTALS_SLICE).to_numpy()
+        if (last is not None and values[0] < last) or bool((values[1:] < values[:-1]).any()):
+            return False
+        last = values[-1]
+    return True
 
 
 def _no_bars() -> NodeBars:
