@@ -105,17 +105,20 @@ def test_a_windows_graph_labels_are_the_runs_labels_of_its_graphs(runs):
     labels = view.graph_labels
     # THEN each graph is called by its tokens' text, or without tokens by what it computes
     computes = view.run.structure_labels
+    texts = [view.graph_text(row) for row in range(len(view.graphs))]
     expected = [text or computes.get(int(structure), "")
-                for text, structure in zip(view.graph_texts, view.graphs["structure_id"], strict=True)]  # fmt: skip
+                for text, structure in zip(texts, view.graphs["structure_id"], strict=True)]  # fmt: skip
     assert labels == expected
     assert before == view.graph_labels_of(rows) == [expected[row] for row in rows]
-    assert [view.graph_text(row) for row in range(len(view.graphs))] == view.graph_texts
+    # AND a graph's text is its tokens' text, joined
+    joined = view.run.tokens.groupby("graph_id")["text"].apply("".join)
+    assert texts == [joined.get(int(graph), "") for graph in view.graphs["graph_id"]]
 
 
 def test_graphs_without_tokens_are_called_by_what_they_compute(runs):
     # GIVEN a run whose every other graph has no tokens' text (as an encoder's graphs)
     view = RunView("r", runs[0])
-    texts = ["" if row % 2 else text for row, text in enumerate(view.graph_texts)]
+    texts = ["" if row % 2 else view.graph_text(row) for row in range(len(view.graphs))]
     view.__dict__["_graph_text_array"] = pa.array(texts, pa.string())
     computes = view.run.structure_labels
     assert computes

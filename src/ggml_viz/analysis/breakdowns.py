@@ -21,13 +21,6 @@ from ..runformat.reader import Run
 from .components import structure_components
 from .memory import peak_bytes
 
-
-def graph_times(run: Run) -> pd.DataFrame:
-    graphs = run.graphs.copy()
-    graphs["duration_ns"] = graphs["end_ns"] - graphs["start_ns"]
-    return graphs
-
-
 # The phases whose tokens are a rate worth giving: the prompt read, the tokens generated (not
 # llama.cpp's warm-up decode, nor a non-LLM program's graphs).
 TOKEN_PHASES = ("prompt", "decode")

@@ -133,11 +133,6 @@ class RunContext:
         order = pc.sort_indices(graphs.column("graph_id"))
         return cast(pa.Array, texts.take(order).combine_chunks())
 
-    @cached_property
-    def graph_texts(self) -> list[str]:
-        """Each graph's tokens' text, joined (in `graphs` order)."""
-        return cast(list[str], self._graph_text_array.to_pylist())
-
     def graph_text(self, row: int) -> str:
         """The tokens' text of the graph at `row` of `graphs`."""
         return cast(str, self._graph_text_array[row].as_py())

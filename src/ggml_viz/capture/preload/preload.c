@@ -782,18 +782,6 @@ static __thread char cpu_graphs_key;
    puts our abort callback in the plan for (the call is recorded by the outer one). */
 static __thread Entry *plan_of;
 
-typedef struct {
-    graph_compute_fn plan_compute;
-    void *cplan;
-    graph_compute_with_ctx_fn with_ctx;
-    void *ctx;
-    int n_threads;
-} CpuCompute;
-
-static int run_cpu_compute(void *call, void *graph) {
-    CpuCompute *c = call;
-    return c->plan_compute ? c->plan_compute(graph, c->cplan) : c->with_ctx(c->ctx, graph, c->n_threads);
-}
 
 /* Whether this entry's graphs are timed by ticks: not on an older ggml (its plan and its threads
    are laid out otherwise), nor with sync timing or graph detail. The graph is read before its
@@ -806,15 +794,36 @@ static int ticks_on(Entry *e) {
     return 1;
 }
 
-/* Our abort callback in the plan, for this compute, calling the program's own (1), or not (0). */
-static int tick_in_plan(Entry *e, CplanAbi *plan, CplanAbi *saved) {
-    if (!plan || !ticks_on(e)) return 0;
-    *saved = *plan;
-    if (plan->abort_callback == recorder_abort_callback) return 0; /* ours already (a plan computed again, inside) */
-    recorder_chain_abort(&e->recorder, plan->abort_callback, plan->abort_callback_data);
+/* ggml_graph_compute(graph, plan), with our abort callback in the plan for the call where `e` (if
+   any) is timed by ticks (the program's own, if it set one, called from ours), and the plan handed
+   back as the program made it. */
+static int compute_plan_ticked(Entry *e, graph_compute_fn compute, void *graph, CplanAbi *plan) {
+    if (!e || !plan || !ticks_on(e) || plan->abort_callback == recorder_abort_callback) return compute(graph, plan);
+    abort_fn theirs = plan->abort_callback;
+    void *their_data = plan->abort_callback_data;
+    recorder_chain_abort(&e->recorder, theirs, their_data);
     plan->abort_callback = recorder_abort_callback;
     plan->abort_callback_data = &e->recorder;
-    return 1;
+    int status = compute(graph, plan);
+    plan->abort_callback = theirs;
+    plan->abort_callback_data = their_data;
+    return status;
+}
+
+/* One CPU compute as the program called it: with its plan, or with a context to make one in. */
+typedef struct {
+    Entry *entry; /* the context recording it (NULL: passed through untraced) */
+    graph_compute_fn plan_compute;
+    CplanAbi *cplan;
+    graph_compute_with_ctx_fn with_ctx;
+    void *ctx;
+    int n_threads;
+} CpuCompute;
+
+static int run_cpu_compute(void *call, void *graph) {
+    CpuCompute *c = call;
+    if (c->plan_compute) return compute_plan_ticked(c->entry, c->plan_compute, graph, c->cplan);
+    return c->with_ctx(c->ctx, graph, c->n_threads);
 }
 
 static int compute_on_cpu(CpuCompute *call, void *graph) {
@@ -826,18 +835,13 @@ static int compute_on_cpu(CpuCompute *call, void *graph) {
     uint64_t made = __atomic_load_n(&graphs_made, __ATOMIC_RELAXED); /* a graph made since: read again */
     if (made != e->graphs_made_seen) e->recorder.graph_allocated = 1;
     e->graphs_made_seen = made;
-    CplanAbi saved;
-    int ticking = tick_in_plan(e, call->cplan, &saved);
-    if (!call->cplan && ticks_on(e)) plan_of = e; /* _with_ctx: its plan is made inside */
+    call->entry = e;
+    if (ticks_on(e) && !call->cplan) plan_of = e; /* _with_ctx: its plan is made inside */
     compute_depth++;
     GraphAccess access = {graph_n_nodes, graph_node, state.layout.buffer_offset, state.layout.data_offset, NULL};
     int status = compute_reading_graph(&e->recorder, (uint32_t)e->context_id, 0, &access, run_cpu_compute, call, graph);
     compute_depth--;
     plan_of = NULL;
-    if (ticking) { /* the plan as the program made it */
-        ((CplanAbi *)call->cplan)->abort_callback = saved.abort_callback;
-        ((CplanAbi *)call->cplan)->abort_callback_data = saved.abort_callback_data;
-    }
     end_call(e, status, NULL);
     return status;
 }
@@ -847,22 +851,15 @@ int traced_graph_compute(graph_compute_fn original, void *graph, void *cplan) {
     if (plan_of && compute_depth > 0) { /* inside ggml_graph_compute_with_ctx: its plan, made now */
         Entry *e = plan_of;
         plan_of = NULL;
-        CplanAbi saved;
-        int ticking = tick_in_plan(e, cplan, &saved);
-        int status = original(graph, cplan);
-        if (ticking) {
-            ((CplanAbi *)cplan)->abort_callback = saved.abort_callback;
-            ((CplanAbi *)cplan)->abort_callback_data = saved.abort_callback_data;
-        }
-        return status;
+        return compute_plan_ticked(e, original, graph, cplan);
     }
-    CpuCompute call = {original, cplan, NULL, NULL, 0};
+    CpuCompute call = {NULL, original, cplan, NULL, NULL, 0};
     return compute_on_cpu(&call, graph);
 }
 
 int traced_graph_compute_with_ctx(graph_compute_with_ctx_fn original, void *ctx, void *graph, int n_threads) {
     if (!original) return -1;
-    CpuCompute call = {NULL, NULL, original, ctx, n_threads};
+    CpuCompute call = {NULL, NULL, NULL, original, ctx, n_threads};
     return compute_on_cpu(&call, graph);
 }
 
