@@ -1,4 +1,4 @@
-"""Runs of any length: what reading a long run costs, at 1M, 10M and 100M node events.
+"""Runs of any length: what recording and reading a long run costs, at 1M to 1,000M node events.
 
 Synthetic runs (`ggml_viz.runformat.synthetic`: decode graphs of a 30-layer model, 572
 nodes each, as the recorder writes them, node totals included) are generated once and
@@ -27,8 +27,20 @@ window <= 200 ms, zoomed <= 50 ms, RSS <= 2 GB; a 10-graph Perfetto export <= 5 
 profile exports hold bounded memory: their peak RSS must not grow with the run's events.
 Noisy shared machines: read medians, and compare sizes with each other, not single times.
 
+Recording: each synthetic run is written as the recorder writes (graph by graph, streams
+rolled into Parquet parts as they fill), its folder's size sampled while it writes, and its
+close timed (the seconds `ggml-viz run` spends on the run after the program exits); kept
+beside the cached run. Goals (issue "A day of a busy server"): at a billion events, the close
+<= 10 s, <= 12 bytes an event on disk while recording, `summary --json` <= 5 s and <= 1.5 GB,
+the viewer's first timeline <= 5 s and <= 2 GB. The last table prints each figure beside its goal.
+
+Disk: the 1,000M run takes about 6 GB in the cache (and 25-30 minutes to write, once);
+whole-run exports and the first open without stored totals read every event, so they are
+measured up to 100M only.
+
     python benchmarks/scale.py                        # 1M and 10M
     python benchmarks/scale.py --sizes 1 10 100 --repeats 3
+    python benchmarks/scale.py --sizes 1000 --repeats 1 --long-short 2000 100
 """
 
 from __future__ import annotations
@@ -46,12 +58,57 @@ from pathlib import Path
 NODES_PER_GRAPH = 572  # the synthetic 30-layer graph
 CACHE = Path.home() / ".cache" / "ggml-viz" / "scale-runs"
 TENSORBOARD_UP_TO = 10  # millions of node events (see the docstring)
+# Whole-run measures that read every event (minutes at a billion): up to this size only.
+SPEEDSCOPE_UP_TO = 100
+WITHOUT_TOTALS_UP_TO = 100
+# (figure, the most it may be, the sizes it applies to (millions; None: every size))
+GOALS = (
+    ("summary s", 1.0, (1,)),
+    ("summary s", 30.0, (100,)),
+    ("summary --json s", 5.0, (1000,)),
+    ("summary --json peak MB", 1536, None),
+    ("view first_timeline_s", 3.0, (100,)),
+    ("view first_timeline_s", 5.0, (1000,)),
+    ("view whole_ms", 200, None),
+    ("view zoomed_new_place_ms", 50, None),
+    ("view peak_mb", 2048, None),
+    ("export of 10 graphs s", 5.0, None),
+    ("close s", 10.0, None),
+    ("bytes an event while recording", 12.0, (1000,)),
+)
 # ggml_viz.runformat.totals.TOTALS_SCHEMAS's names (not imported: see synthetic_run)
 TOTALS = ("node_totals", "graph_op_totals")
+# Records the run as the recorder does, sampling the run folder's size while it writes (a
+# run in progress: streams and the parts full segments became), and times its close: the
+# seconds `ggml-viz run` spends on the run after the program exits. Prints them as JSON.
 WRITE_RUN = """
-import sys
-from ggml_viz.runformat.synthetic import write_synthetic_run
-write_synthetic_run(sys.argv[1], graphs=int(sys.argv[2]), layers=30)
+import json, os, sys, threading, time
+from pathlib import Path
+from ggml_viz.runformat.synthetic import SyntheticRecording
+path, graphs = Path(sys.argv[1]), int(sys.argv[2])
+peak, done = [0], threading.Event()
+def sample():
+    while not done.wait(0.5):
+        try:
+            peak[0] = max(peak[0], sum(f.stat().st_size for f in path.iterdir()))
+        except OSError:
+            pass
+threading.Thread(target=sample, daemon=True).start()
+start = time.perf_counter()
+recording = SyntheticRecording(path, layers=30)
+for first in range(0, graphs, 10_000):
+    recording.append_graphs(min(10_000, graphs - first))
+recording.writer.flush_graphs()
+recording.writer.wait_for_parts()  # (as a long recording would have: its earlier segments converted)
+recorded = time.perf_counter()
+recording.close()
+closed = time.perf_counter()
+done.set()
+events = int(recording.writer.manifest["counts"]["node_times_rows"])
+final = sum(f.stat().st_size for f in path.iterdir())
+print(json.dumps({"events": events, "record_s": recorded - start, "close_s": closed - recorded,
+                  "peak_bytes_while_writing": peak[0], "final_bytes": final,
+                  "peak_bytes_per_event": peak[0] / events, "final_bytes_per_event": final / events}))
 """
 
 # Runs `ggml-viz ARGS...` in this interpreter and reports its own peak RSS (KiB) last.
@@ -80,16 +137,18 @@ print(json.dumps({"seconds": time.perf_counter() - start,
 
 
 # The viewer's server side, as `ggml-viz view` answers the browser: open the run, the
-# overview, the first whole-run timeline (seconds since start), then whole-run and zoomed
+# overview, the first whole-run timeline, each as the JSON sent (seconds since start; the page
+# shows nothing before the overview), then whole-run and zoomed
 # windows (a zoomed window at a new place reads its graphs' row groups; a pan reuses them).
 MEASURED_VIEW = """
 import json, resource, statistics, sys, time
 start = time.perf_counter()
 from pathlib import Path
+from ggml_viz.ui.app import _json
 from ggml_viz.ui.run_view import RunView
 view = RunView("r", Path(sys.argv[1]))
-view.overview
-view.timeline(0, view.duration_ns, 1600)
+overview_bytes = len(_json(view.overview).body)  # (as the server sends them: the browser waits for both)
+timeline_bytes = len(_json(view.timeline(0, view.duration_ns, 1600)).body)
 first = time.perf_counter() - start
 def ms(t0, t1):
     began = time.perf_counter()
@@ -99,7 +158,8 @@ d = view.duration_ns
 whole = [ms(0, d) for _ in range(7)]
 zoomed = [ms(d * k / 9, d * k / 9 + d / 20000) for k in range(1, 8)]
 panned = [ms(d * 0.5 + d * k / 400000, d * 0.5 + d * k / 400000 + d / 20000) for k in range(1, 8)]
-print(json.dumps({"first_timeline_s": first, "whole_ms": statistics.median(whole),
+print(json.dumps({"first_timeline_s": first, "overview_kb": overview_bytes / 1024, "timeline_kb": timeline_bytes / 1024,
+                  "whole_ms": statistics.median(whole),
                   "zoomed_new_place_ms": statistics.median(zoomed), "panned_ms": statistics.median(panned[1:]),
                   "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
@@ -115,14 +175,21 @@ def synthetic_run_of(graphs: int, name: str) -> Path:
     own: Linux hands a parent's peak RSS down to the children it starts, and the measured
     ones must not inherit the writer's)."""
     path = CACHE / name
-    if not (path / "manifest.json").exists():
+    if not (path / "manifest.json").exists() or not recording_figures(path):
         print(f"writing {path} ({graphs:,} graphs, {graphs * NODES_PER_GRAPH:,} node events) ...", flush=True)
-        start = time.perf_counter()
         shutil.rmtree(path, ignore_errors=True)
         CACHE.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-c", WRITE_RUN, str(path), str(graphs)], check=True)
-        print(f"  written in {time.perf_counter() - start:,.0f} s", flush=True)
+        done = subprocess.run([sys.executable, "-c", WRITE_RUN, str(path), str(graphs)], check=True,
+                              capture_output=True, text=True)  # fmt: skip
+        path.with_name(path.name + ".recording.json").write_text(done.stdout.splitlines()[-1])
+        print(f"  recorded: {recording_figures(path)}", flush=True)
     return path
+
+
+def recording_figures(run: Path) -> dict[str, float]:
+    """What writing the cached run measured (WRITE_RUN), kept beside it; {} if not known."""
+    kept = run.with_name(run.name + ".recording.json")
+    return json.loads(kept.read_text()) if kept.exists() else {}
 
 
 def measure_command(*args: str) -> tuple[float, float]:
@@ -158,9 +225,7 @@ def measure_view(run: Path) -> dict[str, float]:
 
 def measure_export(run: Path, graphs: int = 10) -> float:
     """Seconds of a Perfetto export of a window of `graphs` graphs from the middle of the run."""
-    import pyarrow.parquet as pq
-
-    n_graphs = pq.read_metadata(run / "graphs.parquet").num_rows
+    n_graphs = json.loads((run / "manifest.json").read_text())["counts"]["graphs_rows"]  # (a table may be in parts)
     first = n_graphs // 2
     output = run.parent / "window.pftrace"
     start = time.perf_counter()
@@ -217,12 +282,14 @@ def main() -> None:
         analysis = [measure_summarize(run) for _ in range(args.repeats)]
         as_json = [measure_command("summary", str(run), "--json") for _ in range(args.repeats)]
         streamed = []
-        for _ in range(args.repeats):
+        for _ in range(args.repeats if millions <= WITHOUT_TOTALS_UP_TO else 0):
             copy = without_totals(run)
             streamed.append(measure_summary(copy))
             shutil.rmtree(copy)
         views = [measure_view(run) for _ in range(args.repeats)]
-        speedscope = [measure_profile_export(run, "speedscope") for _ in range(args.repeats)]
+        speedscope = [measure_profile_export(run, "speedscope")
+                      for _ in range(args.repeats if millions <= SPEEDSCOPE_UP_TO else 0)]  # fmt: skip
+        recorded = recording_figures(run)
         tensorboard = measure_profile_export(run, "tensorboard") if millions <= TENSORBOARD_UP_TO else None
         row = {
             "node events (M)": millions,
@@ -232,31 +299,53 @@ def main() -> None:
             "summarize peak MB": statistics.median(m for _, m in analysis),
             "summary --json s": statistics.median(s for s, _ in as_json),
             "summary --json peak MB": statistics.median(m for _, m in as_json),
-            "first open, no stored totals s": statistics.median(s for s, _ in streamed),
-            "first open peak MB": statistics.median(m for _, m in streamed),
+            "first open, no stored totals s": statistics.median(s for s, _ in streamed) if streamed else None,
+            "first open peak MB": statistics.median(m for _, m in streamed) if streamed else None,
             **{f"view {key}": statistics.median(view[key] for view in views) for key in views[0]},
             "export of 10 graphs s": statistics.median(measure_export(run) for _ in range(args.repeats)),
-            "speedscope export s": statistics.median(s for s, _ in speedscope),
-            "speedscope peak MB": statistics.median(m for _, m in speedscope),
+            "speedscope export s": statistics.median(s for s, _ in speedscope) if speedscope else None,
+            "speedscope peak MB": statistics.median(m for _, m in speedscope) if speedscope else None,
             "tensorboard export s": tensorboard[0] if tensorboard else None,
             "tensorboard peak MB": tensorboard[1] if tensorboard else None,
+            "close s": recorded.get("close_s"),
+            "bytes an event while recording": recorded.get("peak_bytes_per_event"),
+            "bytes an event, closed": recorded.get("final_bytes_per_event"),
+            "disk GB": recorded.get("final_bytes", 0) / 1e9,
         }
         results.append(row)
         print(json.dumps(row), flush=True)
-    print("\n| node events | summary | its peak RSS | first open without stored totals (peak RSS) | view: first "
-          "timeline after start | whole-run window | zoomed, new place | zoomed, panned | view peak RSS | "
-          "Perfetto export of 10 graphs | speedscope export (peak RSS) | TensorBoard export (peak RSS) |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("\n| node events | disk | close | bytes an event while recording | summary | its peak RSS | "
+          "summary --json (peak RSS) | first open without stored totals (peak RSS) | view: first timeline after "
+          "start | whole-run window | zoomed, new place | zoomed, panned | view peak RSS | Perfetto export of 10 "
+          "graphs | speedscope export (peak RSS) | TensorBoard export (peak RSS) |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for row in results:
-        speedscope_cell = f"{row['speedscope export s']:.2f} s ({row['speedscope peak MB']:,.0f} MB)"
-        tensorboard_cell = (f"{row['tensorboard export s']:.1f} s ({row['tensorboard peak MB']:,.0f} MB)"
-                            if row["tensorboard export s"] is not None else "not measured")  # fmt: skip
-        print(f"| {row['node events (M)']}M | {row['summary s']:.2f} s | {row['summary peak MB']:,.0f} MB | "
-              f"{row['first open, no stored totals s']:.1f} s ({row['first open peak MB']:,.0f} MB) | "
+        print(f"| {row['node events (M)']}M | {row['disk GB']:.2f} GB | {_cell(row['close s'], '{:.1f} s')} | "
+              f"{_cell(row['bytes an event while recording'], '{:.1f} B')} | {row['summary s']:.2f} s | "
+              f"{row['summary peak MB']:,.0f} MB | {row['summary --json s']:.2f} s "
+              f"({row['summary --json peak MB']:,.0f} MB) | "
+              f"{_cell(row['first open, no stored totals s'], '{:.1f} s')} "
+              f"({_cell(row['first open peak MB'], '{:,.0f} MB')}) | "
               f"{row['view first_timeline_s']:.2f} s | {row['view whole_ms']:.0f} ms | "
               f"{row['view zoomed_new_place_ms']:.0f} ms | {row['view panned_ms']:.0f} ms | "
               f"{row['view peak_mb']:,.0f} MB | {row['export of 10 graphs s']:.2f} s | "
-              f"{speedscope_cell} | {tensorboard_cell} |")  # fmt: skip
+              f"{_cell(row['speedscope export s'], '{:.2f} s')} "
+              f"({_cell(row['speedscope peak MB'], '{:,.0f} MB')}) | "
+              f"{_cell(row['tensorboard export s'], '{:.1f} s')} "
+              f"({_cell(row['tensorboard peak MB'], '{:,.0f} MB')}) |")  # fmt: skip
+    print("\n| node events | figure | measured | goal | met |")
+    print("|---|---|---|---|---|")
+    for row in results:
+        for figure, goal, sizes in GOALS:
+            value = row.get(figure)
+            if value is None or (sizes is not None and row["node events (M)"] not in sizes):
+                continue
+            met = "yes" if value <= goal else "NO"
+            print(f"| {row['node events (M)']}M | {figure} | {value:,.2f} | <= {goal:,} | {met} |")
+
+
+def _cell(value: float | None, form: str) -> str:
+    return "not measured" if value is None else form.format(value)
 
 
 if __name__ == "__main__":

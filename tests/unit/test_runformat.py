@@ -357,7 +357,7 @@ def test_the_node_events_of_some_graphs_are_read_alone(tmp_path):
     assert window.equals(everything)
 
 
-def test_a_long_recording_rolls_its_streams_and_reads_them_as_one(tmp_path, monkeypatch):
+def test_a_long_recording_rolls_its_streams_into_parts_and_reads_them_as_one(tmp_path, monkeypatch):
     from ggml_viz.runformat import writer as writer_module
 
     # GIVEN streams that roll to a new segment every 5 rows
@@ -366,17 +366,29 @@ def test_a_long_recording_rolls_its_streams_and_reads_them_as_one(tmp_path, monk
     writer.graphs_per_batch = 1
     for graph_id in range(6):  # 3 timed nodes per graph: a new node_times segment every other graph
         writer.append_graph(graph_row(graph_id), journal_times(graph_id))
-    segments = sorted(p.name for p in (tmp_path / "r.ggmlviz").glob("node_times*.arrows"))
-    assert len(segments) >= 3 and "node_times.1.arrows" in segments
-    # THEN a reader sees every row while it records ...
+    writer.wait_for_parts()
+    # THEN each full segment became a Parquet part, its stream gone, while it records ...
+    names = {p.name for p in (tmp_path / "r.ggmlviz").iterdir()}
+    assert {"node_times.0.parquet", "node_times.1.parquet", "node_times.2.parquet", "graphs.0.parquet"} <= names
+    assert "node_times.arrows" not in names and "node_times.3.arrows" in names
+    # ... a reader sees every row and the totals of them all ...
     live = ggml_viz.open(tmp_path / "r.ggmlviz")
     assert len(live.raw("node_times")) == 18 and list(live.graphs["graph_id"]) == list(range(6))
-    # ... and closing makes one Parquet file of them, the segments gone
+    assert _totals_stored(live) == _totals_from_events(live)
+    assert live.nodes_of([2])["graph_id"].tolist() == [2, 2, 2]
+    # ... and closing adds the last parts, no stream left, the totals summed part by part
     writer.close()
     closed = ggml_viz.open(tmp_path / "r.ggmlviz")
     assert len(closed.raw("node_times")) == 18
-    assert not list((tmp_path / "r.ggmlviz").glob("*.arrows"))
+    assert not list((tmp_path / "r.ggmlviz").glob("*.arrows")) and not list((tmp_path / "r.ggmlviz").glob("*partial"))
+    assert not (tmp_path / "r.ggmlviz" / "node_times.parquet").exists()
     assert _totals_stored(closed) == _totals_from_events(closed)
+    assert closed.nodes_of([2, 5])["graph_id"].tolist() == [2, 2, 2, 5, 5, 5]
+    assert closed.manifest["counts"]["node_times_rows"] == 18
+    # AND the parts read as one table without ggml-viz
+    duckdb = pytest.importorskip("duckdb")
+    glob = str(tmp_path / "r.ggmlviz" / "node_times*.parquet")
+    assert duckdb.sql(f"select count(*) from read_parquet('{glob}')").fetchall() == [(18,)]
 
 
 def test_a_live_view_reads_only_what_the_recording_appended(tmp_path, monkeypatch):
@@ -384,36 +396,54 @@ def test_a_live_view_reads_only_what_the_recording_appended(tmp_path, monkeypatc
     from ggml_viz.runformat import writer as writer_module
 
     monkeypatch.setattr(writer_module, "ROLL_ROWS", 5)
-    monkeypatch.setattr(streams, "_tables", {})
-    monkeypatch.setattr(streams, "_segments", {})
+    for memo in ("_tables", "_segments", "_parts_read", "_part_totals"):
+        monkeypatch.setattr(streams, memo, {})
     writer = write_synthetic_run(tmp_path / "live.ggmlviz", graphs=0, close=False)
     writer.graphs_per_batch = 1
     for graph_id in range(4):
         writer.append_graph(graph_row(graph_id), journal_times(graph_id))
-    # GIVEN a reader of the run while it records: its totals are its segments' summed
+    writer.wait_for_parts()
+    # GIVEN a reader of the run while it records: its totals are its parts' and segments' summed
     first = ggml_viz.open(tmp_path / "live.ggmlviz")
     assert _totals_stored(first) == _totals_from_events(first)
     # WHEN more graphs arrive and the run is opened again
     for graph_id in range(4, 7):
         writer.append_graph(graph_row(graph_id), journal_times(graph_id))
+    writer.wait_for_parts()
     read_rows = []
-    original = streams._new_messages
+    original, original_part, original_totals = streams._new_messages, streams._read_parquet, streams.part_totals
 
     def counting(path, known):
         tail, messages, continues = original(path, known)
         read_rows.extend(message.batch.num_rows for message in messages)
         return tail, messages, continues
 
+    def counting_part(path):
+        table = original_part(path)
+        read_rows.append(table.num_rows)
+        return table
+
+    def counting_totals(path, totals_of):
+        def counted(part):
+            totals, whole = totals_of(part)
+            read_rows.append(sum(totals["node_totals"].column("timed").to_pylist()))
+            return totals, whole
+
+        return original_totals(path, counted)
+
     monkeypatch.setattr(streams, "_new_messages", counting)
+    monkeypatch.setattr(streams, "_read_parquet", counting_part)
+    monkeypatch.setattr("ggml_viz.runformat.stored.part_totals", counting_totals)
     again = ggml_viz.open(tmp_path / "live.ggmlviz")
     totals = _totals_stored(again)
-    # THEN only the rows appended since were read (3 graphs: 3 graph rows, 9 node times) ...
-    assert sum(read_rows) == 3 + 9
+    # THEN only the rows appended since were read (3 graphs: 3 graph rows, 9 node times), and
+    # the graph rows that moved from their full stream into its part (graphs 0-4: 5 rows) again
+    assert sum(read_rows) == 3 + 9 + 4
     monkeypatch.setattr(streams, "_new_messages", original)
     # ... and the totals are whole, and equal to a fresh reader's
     assert totals == _totals_from_events(ggml_viz.open(tmp_path / "live.ggmlviz"))
-    monkeypatch.setattr(streams, "_tables", {})
-    monkeypatch.setattr(streams, "_segments", {})
+    for memo in ("_tables", "_segments", "_parts_read", "_part_totals"):
+        monkeypatch.setattr(streams, memo, {})
     fresh = ggml_viz.open(tmp_path / "live.ggmlviz")
     assert _totals_stored(fresh) == totals
     assert again.raw("graphs").equals(fresh.raw("graphs"))

@@ -1,4 +1,5 @@
-"""A run being recorded keeps its rows in Arrow streams until it is closed: compressed batch by
+"""A run being recorded keeps its node times in Arrow streams until they become Parquet parts:
+compressed batch by
 batch as they are written, so that a day of a server takes about what its closed run will on disk
 (not three times as much), and a run cut short keeps every graph written, readable as it is."""
 

@@ -375,13 +375,30 @@ def _served_tokens(run: Run) -> tuple[Any, ...] | None:
     keep = np.flatnonzero(phase[row] & (seq >= 0))
     if not len(keep):
         return None
-    # by graph (and place in it), as the reader's tokens table, then by the graph's start (stable)
-    order = keep[np.lexsort((graph_id[keep], batch_index[keep], start_ns[keep]))]
-    # a sequence's tokens in one batch (graph)
-    pair = graph_id[order] * (np.int64(1) << 32) + seq[order]
-    _, inverse, counts = np.unique(pair, return_inverse=True, return_counts=True)
+    # by graph (and place in it), as the reader's tokens table, then by the graph's start (stable;
+    # as stored, they are so already: a day's 1.75M tokens are then not sorted again)
+    keys = (graph_id[keep], batch_index[keep], start_ns[keep])
+    order = keep if _in_order(*keys) else keep[np.lexsort(keys)]
+    # a sequence's tokens in one batch (graph): only a graph of several tokens can have them
+    several = np.zeros(len(order), bool)
+    multi = np.flatnonzero(lengths[row[order]] > 1)
+    if len(multi):
+        pair = graph_id[order[multi]] * (np.int64(1) << 32) + seq[order[multi]]
+        _, inverse, counts = np.unique(pair, return_inverse=True, return_counts=True)
+        several[multi] = counts[inverse] > 1
     texts = pc.fill_null(pc.list_flatten(graphs.column("token_texts").combine_chunks()), "")
-    return (seq[order], pos[order], output[order].astype(bool), counts[inverse] > 1, start_ns[order], order, texts)
+    return (seq[order], pos[order], output[order].astype(bool), several, start_ns[order], order, texts)
+
+
+def _in_order(last: np.ndarray, middle: np.ndarray, first: np.ndarray) -> bool:
+    """Whether rows are sorted by (first, middle, last) already (np.lexsort's key order)."""
+    if len(first) < 2:
+        return True
+    after = first[1:] > first[:-1]
+    tied = first[1:] == first[:-1]
+    after_middle = middle[1:] > middle[:-1]
+    tied_middle = middle[1:] == middle[:-1]
+    return bool(np.all(after | (tied & (after_middle | (tied_middle & (last[1:] >= last[:-1]))))))
 
 
 def _count_before(starts: np.ndarray, request: np.ndarray, flags: np.ndarray) -> np.ndarray:

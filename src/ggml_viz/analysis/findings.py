@@ -22,6 +22,7 @@ from ..runformat.reader import Run
 from ..runformat.totals import GRAPH_OP_TOTALS
 from .breakdowns import phase_stats, timed_totals, untimed_reason, weight_reads
 from .components import structure_components
+from .op_codes import op_codes
 
 _LAYER_PART = r"(blk|blocks|layers|h)\.\d+\."  # a layer in a weight's name
 _LAYER_SUFFIX = re.compile(r"-\d+(?=$|[\s(])")
@@ -246,36 +247,56 @@ def _growth_with_context(run: Run) -> list[str]:
     lengths = pc.list_value_length(lists).fill_null(0).to_numpy()
     with_tokens = lengths > 0
     graph_ids = graphs.column("graph_id").to_numpy().astype(np.int64)
-    keys = np.sort(graph_ids)
-    keys = keys[np.concatenate(([True], keys[1:] != keys[:-1]))]  # each graph id once
+    if len(graph_ids) < 2 or (graph_ids[1:] > graph_ids[:-1]).all():  # as stored: in order, each once
+        keys, graph_place = graph_ids, np.arange(len(graph_ids))
+    else:
+        keys = np.unique(graph_ids)
+        graph_place = _places(keys, graph_ids)
     # per graph id: the last position its tokens reached (the steps whose tokens are known: a
     # non-LLM program's may have none), and whether it is a decode step
     context_of = np.full(len(keys), np.iinfo(np.int64).min, np.int64)
     if with_tokens.any():
         values = pc.list_flatten(lists).to_numpy(zero_copy_only=False).astype(np.int64)
         starts = (np.cumsum(lengths) - lengths)[with_tokens]
-        np.maximum.at(context_of, _places(keys, graph_ids[with_tokens]), np.maximum.reduceat(values, starts))
+        np.maximum.at(context_of, graph_place[with_tokens], np.maximum.reduceat(values, starts))
     decode = pc.equal(graphs.column("phase"), "decode").fill_null(False).to_numpy(zero_copy_only=False)
     usable = np.zeros(len(keys) + 1, bool)  # (the last: no graph)
-    usable[_places(keys, graph_ids[decode])] = True
+    usable[graph_place[decode]] = True
     usable[:-1] &= context_of > np.iinfo(np.int64).min
+    # The per-graph op totals a batch of rows at a time (as stored: a million rows each): each
+    # row's graph place kept, every other array a batch's size, and each op's rows gathered into
+    # arrays of its own (a few full-length arrays of twenty million rows cost more in fresh
+    # memory than the arithmetic over them).
     per_graph = _graph_op_totals(run)
-    place = _places(keys, per_graph.column("graph_id").to_numpy())  # (int32: 4 bytes a row, not 8)
-    kept = usable[place]
+    names, all_codes = op_codes(per_graph)  # (-1: no op)
+    pieces = []  # per batch: its rows' graph places, op codes (-1 too: a row left out) and times
     steps = np.zeros(len(keys) + 1, bool)
-    steps[place[kept]] = True
+    at = 0
+    batches = per_graph.to_batches()
+    for batch, (run_place, run_rows) in zip(batches, _graph_runs(batches, keys), strict=True):
+        codes = all_codes[at : at + batch.num_rows]
+        at += batch.num_rows
+        run_kept = usable[run_place]
+        steps[run_place[run_kept]] = True
+        if not run_kept.all():
+            codes = np.where(np.repeat(run_kept, run_rows), codes, -1)
+        times = batch.column("time_ns").to_numpy(zero_copy_only=False)
+        pieces.append((np.repeat(run_place, run_rows), codes, times))
     if steps.sum() < 8:  # the steps with rows
         return []
-    ops = per_graph.column("op").combine_chunks().dictionary_encode()
-    codes = np.where(kept, ops.indices.fill_null(-1).to_numpy(), -1)  # (-1: no op, or a row left out)
-    times = per_graph.column("time_ns").to_numpy()
     said = []
-    names = ops.dictionary.to_pylist()
-    for op in sorted(names):  # each op's rows, in order
-        rows = np.flatnonzero(codes == names.index(op))
-        if not len(rows):
+    for op in sorted(names):  # each op's rows, in the order they are stored
+        code = names.index(op)
+        rows_of = [np.flatnonzero(codes == code) for _, codes, _ in pieces]
+        n_rows = sum(len(rows) for rows in rows_of)
+        if not n_rows:
             continue
-        context, time = context_of[place[rows]].astype(np.float64), times[rows].astype(np.float64)
+        context, time = np.empty(n_rows, np.float64), np.empty(n_rows, np.float64)
+        at = 0
+        for (place, _, times), rows in zip(pieces, rows_of, strict=True):
+            context[at : at + len(rows)] = context_of[place[rows]]
+            time[at : at + len(rows)] = times[rows]
+            at += len(rows)
         if np.std(context) == 0 or np.std(time) == 0:
             continue
         correlation = float(np.corrcoef(context, time)[0, 1])
@@ -289,6 +310,23 @@ def _growth_with_context(run: Run) -> list[str]:
                 f"{int(context.min())} to {int(context.max())} (correlation {correlation:.2f})."
             )
     return said
+
+
+def _graph_runs(batches: list[pa.RecordBatch], keys: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per batch of per-graph op totals, its runs of one graph's rows (the rows come a graph at a
+    time, some ten a graph): each run's graph place in `keys` (_places) and its number of rows.
+    Each run looked up once, those of every batch together (one table of the graph ids)."""
+    if not batches:
+        return []
+    firsts_of, run_ids = [], []
+    for batch in batches:
+        ids = batch.column("graph_id").to_numpy(zero_copy_only=False)
+        firsts = np.flatnonzero(np.concatenate(([True], ids[1:] != ids[:-1]))) if len(ids) else np.zeros(0, np.int64)
+        firsts_of.append((firsts, len(ids)))
+        run_ids.append(ids[firsts].astype(np.int64))
+    places = np.split(_places(keys, np.concatenate(run_ids or [np.zeros(0, np.int64)])),
+                      np.cumsum([len(ids) for ids in run_ids])[:-1])  # fmt: skip
+    return [(place, np.diff(np.append(firsts, n))) for place, (firsts, n) in zip(places, firsts_of, strict=True)]
 
 
 def _places(keys: np.ndarray, ids: np.ndarray) -> np.ndarray:

@@ -39,7 +39,9 @@ GPU_TID = 1000  # Chrome trace events: a context's GPU lanes are threads GPU_TID
 def graph_slices(run: Run, graphs: pd.DataFrame) -> list[dict[str, Any]]:
     """One slice per graph of `graphs` (rows of run.graphs), in time order."""
     graphs = graphs.sort_values("start_ns")
-    tokens = run.tokens.groupby("graph_id")["text"].agg("".join)
+    tokens = run.tokens
+    tokens = tokens[tokens["graph_id"].isin(graphs["graph_id"])]  # (a window's: not a day's 1.75M graphs)
+    tokens = tokens.groupby("graph_id")["text"].agg("".join)
     return [
         {
             "graph_id": int(g),

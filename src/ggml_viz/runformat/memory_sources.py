@@ -55,8 +55,11 @@ def buffer_seen_times(
         .merge(tensor_buffers, on="tensor_id")[["structure_id", "buffer_id"]]
         .drop_duplicates()
     )
-    spans = graphs[["structure_id", "start_ns", "end_ns"]].merge(used, on="structure_id")
-    by_buffer = spans.groupby("buffer_id")  # (plain min and max: named aggregations cost more)
+    # each structure's span first (a few structures, millions of graphs), then each buffer's
+    by_structure = graphs.groupby("structure_id")  # (plain min and max: named aggregations cost more)
+    structure_spans = pd.DataFrame({"start_ns": by_structure["start_ns"].min(), "end_ns": by_structure["end_ns"].max()})
+    spans = structure_spans.reset_index().merge(used, on="structure_id")
+    by_buffer = spans.groupby("buffer_id")
     seen = pd.DataFrame({"first_seen_ns": by_buffer["start_ns"].min(), "last_seen_ns": by_buffer["end_ns"].max()})
     return seen.reset_index()
 

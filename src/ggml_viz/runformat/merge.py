@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 
 from .manifest import STATUS_COMPLETE, STATUS_INCOMPLETE, new_manifest, utc_now, write_manifest
 from .reader import Run
-from .schema import GRAPH_TABLES, NO_ID, PARQUET_SUFFIX, SPARSE_TABLES, TABLES, table_schema
+from .schema import GRAPH_TABLES, NO_ID, PARQUET_SUFFIX, SPARSE_TABLES, TABLES, parquet_parts, table_schema
 from .totals import totals_of_parquet_run, write_totals
 
 # Per table: the id columns offset by each member (by which id), and the columns of times.
@@ -170,10 +170,11 @@ class _TableWriter:
 def _batches(run: Run, table: str) -> Iterator[pa.Table]:
     """A member's table a piece at a time: its node times (most of a run's bytes) a row group at
     a time from its Parquet file; the rest whole, as the reader gives it."""
-    parquet = run.path / f"{table}{PARQUET_SUFFIX}"
-    if table == "node_times" and parquet.exists():
-        for batch in pq.ParquetFile(parquet).iter_batches(batch_size=1 << 20):
-            yield pa.Table.from_batches([batch])
+    parquet = parquet_parts(run.path, table) if run.status == STATUS_COMPLETE else []
+    if table == "node_times" and parquet:
+        for part in parquet:
+            for batch in pq.ParquetFile(part).iter_batches(batch_size=1 << 20):
+                yield pa.Table.from_batches([batch])
     else:
         yield run.arrow(table)
 

@@ -100,7 +100,7 @@ class Run(StoredRun):
     def graph_op_totals(self) -> pd.DataFrame:
         """Per graph and op: the time of its timed nodes (per-step questions, such as an op
         whose time grows with the context); the GPU's time in graphs the GPU timer traced."""
-        host, gpu = self._totals[GRAPH_OP_TOTALS], self._gpu_totals[1]
+        host, gpu = self._totals[GRAPH_OP_TOTALS].cast(TOTALS_SCHEMAS[GRAPH_OP_TOTALS]), self._gpu_totals[1]
         return (pa.concat_tables([host, gpu]) if gpu.num_rows else host).to_pandas()
 
     @cached_property

@@ -2,7 +2,10 @@
 
 A run is a directory `NAME.ggmlviz/` holding `manifest.json` and one file per table.
 While recording, each table is an Arrow IPC stream (`TABLE.arrows`) appended once per
-graph; when the recording closes cleanly each stream becomes `TABLE.parquet`.
+graph; when the recording closes cleanly each stream becomes `TABLE.parquet`. A table that
+grows past a segment's bound while recording (a long run's node times and graphs) goes on
+in a new stream, and the full one becomes a Parquet part at once (`TABLE.0.parquet`,
+`TABLE.1.parquet`, ...): such a table is stored as its parts, in order.
 Descriptions of tensors are stored once in `tensors` and referenced by id, so a name,
 a shape or an op is not repeated per event. A graph's nodes and wiring
 (`structure_nodes`, `edges`) are stored once per distinct graph structure, which the
@@ -19,8 +22,9 @@ import pyarrow as pa
 FORMAT_NAME = "ggml-viz-run"
 # 2: a node's layer is structure_nodes.layer (inferred from the graph), no longer its
 # tensor's (a name hint); node_times.wait_ns. Version 1 runs are read (both computed).
-FORMAT_VERSION = 2
-READER_SUPPORTED_VERSIONS = (1, 2)
+# 3: a table may be stored in parts (TABLE.N.parquet), rolled while recording.
+FORMAT_VERSION = 3
+READER_SUPPORTED_VERSIONS = (1, 2, 3)
 
 MANIFEST_FILE = "manifest.json"
 # Where a native program's preload library spools what it records, inside the run folder, until
@@ -288,13 +292,56 @@ def stream_segment_name(table: str, segment: int) -> str:
     return f"{table}{STREAM_SUFFIX}" if segment == 0 else f"{table}.{segment}{STREAM_SUFFIX}"
 
 
+def part_name(table: str, segment: int) -> str:
+    """The Parquet part a rolled stream segment becomes: `node_times.0.parquet`, `node_times.1.parquet`, ..."""
+    return f"{table}.{segment}{PARQUET_SUFFIX}"
+
+
+def part_of_stream(stream: Path) -> Path:
+    """The Parquet part a stream segment becomes (`node_times.arrows`: `node_times.0.parquet`)."""
+    stem = stream.name.removesuffix(STREAM_SUFFIX)
+    table, _, segment = stem.partition(".")
+    return stream.with_name(part_name(table, int(segment or 0)))
+
+
 def stream_segments(run_dir: Path, table: str) -> list[Path]:
     """A recording table's stream segments, in order (none once the run is closed)."""
-    found = []
-    for path in run_dir.glob(f"{table}*{STREAM_SUFFIX}"):
-        middle = path.name[len(table) : -len(STREAM_SUFFIX)]
+    return [path for _, path in _numbered(run_dir, table, STREAM_SUFFIX)]
+
+
+def parquet_parts(run_dir: Path, table: str) -> list[Path]:
+    """A table's Parquet files, in order: `TABLE.parquet`, or the parts it was rolled into
+    while recording (none for a table still in its streams)."""
+    whole = run_dir / f"{table}{PARQUET_SUFFIX}"
+    if whole.exists():
+        return [whole]
+    return [path for segment, path in _numbered(run_dir, table, PARQUET_SUFFIX) if segment is not None]
+
+
+def table_segments(run_dir: Path, table: str) -> list[Path]:
+    """Where a table's rows are, in order: `TABLE.parquet`, or per segment its Parquet part
+    where it has one (a part is written whole, then its stream removed: a part wins) and its
+    stream where not; none for a table the run does not have."""
+    whole = run_dir / f"{table}{PARQUET_SUFFIX}"
+    if whole.exists():
+        return [whole]
+    found: dict[int, Path] = {}
+    for segment, path in _numbered(run_dir, table, STREAM_SUFFIX):
+        found[segment or 0] = path
+    for segment, path in _numbered(run_dir, table, PARQUET_SUFFIX):
+        if segment is not None:
+            found[segment] = path
+    return [found[segment] for segment in sorted(found)]
+
+
+def _numbered(run_dir: Path, table: str, suffix: str) -> list[tuple[int | None, Path]]:
+    """The table's files ending in `suffix`, by segment: `TABLE.N<suffix>` is segment N,
+    `TABLE<suffix>` None (sorted first)."""
+    found: list[tuple[int, int | None, Path]] = []
+    for path in run_dir.glob(f"{table}*{suffix}"):
+        middle = path.name[len(table) : -len(suffix)]
         if middle == "":
-            found.append((0, path))
+            found.append((-1, None, path))
         elif middle[0] == "." and middle[1:].isdigit():
-            found.append((int(middle[1:]), path))
-    return [path for _, path in sorted(found)]
+            found.append((int(middle[1:]), int(middle[1:]), path))
+    return [(segment, path) for _, segment, path in sorted(found)]

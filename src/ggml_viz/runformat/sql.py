@@ -25,7 +25,8 @@ import pandas as pd
 import pyarrow as pa
 
 from .._errors import GgmlVizError
-from .schema import OPTIONAL_COLUMNS, PARQUET_SUFFIX
+from .manifest import STATUS_COMPLETE
+from .schema import OPTIONAL_COLUMNS, parquet_parts
 from .totals import connect
 
 
@@ -185,11 +186,12 @@ def _raw_view(connection: Any, run: ReadableRun, table: str, view: str, name: st
     still recording; graphs and structures, as the reader completes them)."""
     import pyarrow.parquet as pq
 
-    parquet = run.path / (table + PARQUET_SUFFIX)
-    if parquet.exists() and table not in ("graphs", "structure_nodes"):
-        present = set(pq.read_schema(parquet).names)
+    parquet = parquet_parts(run.path, table) if run.status == STATUS_COMPLETE else []
+    if parquet and table not in ("graphs", "structure_nodes"):
+        present = set(pq.read_schema(parquet[0]).names)
         missing = [f"null::bigint as {column}" for column in OPTIONAL_COLUMNS.get(table, ()) if column not in present]
-        source = f"(select *{''.join(', ' + m for m in missing)} from read_parquet('{_quoted(str(parquet))}'))"
+        files = ", ".join(f"'{_quoted(str(path))}'" for path in parquet)
+        source = f"(select *{''.join(', ' + m for m in missing)} from read_parquet([{files}]))"
     else:
         connection.register(f"_{view}", run.arrow(table))
         source = f"_{view}"

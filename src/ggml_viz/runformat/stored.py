@@ -5,6 +5,7 @@ a closed run or summed when read (totals.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -29,11 +30,29 @@ from .schema import (
     OPTIONAL_TABLES,
     PARQUET_SUFFIX,
     TABLES,
-    stream_segments,
+    part_of_stream,
+    table_segments,
 )
-from .streams import NodeTimesSegment, node_times_segment, read_stream, read_stream_once, stream_schema
+from .streams import (
+    NodeTimesSegment,
+    node_times_segment,
+    part_totals,
+    read_part,
+    read_stream,
+    read_stream_once,
+    stream_schema,
+)
 from .structure_layers import structure_layers
-from .totals import PARQUET_DAMAGE, compute_totals, connect, merge_totals, one_line, read_totals, write_totals
+from .totals import (
+    NODE_TOTALS,
+    PARQUET_DAMAGE,
+    compute_totals,
+    connect,
+    merge_totals,
+    one_line,
+    read_totals,
+    write_totals,
+)
 
 UPGRADE_NOTICE_EVENTS = 1_000_000  # an older run's first open says it sums this many node events or more
 
@@ -74,7 +93,7 @@ class StoredRun:
             data = self._read_table(table)
             if table == "structure_nodes":
                 data = self._with_node_layers(data)
-            if table in GRAPH_TABLES:
+            if table in GRAPH_TABLES and data.num_rows:  # (the finished graphs: millions of ids to look up in)
                 # rows of finished graphs only (not the one a crash interrupted); the node
                 # times of a graph only the journal held when the run was opened, from it
                 finished = self._stream_graph_ids if table == "node_times" else self._raw["graphs"].column("graph_id")
@@ -96,11 +115,14 @@ class StoredRun:
 
         if table not in TABLES:
             raise RunFormatError(f"no table '{table}' (the tables: {', '.join(TABLES)})")
-        parquet = self.path / (table + PARQUET_SUFFIX)
-        return ds.dataset(parquet, format="parquet") if parquet.exists() else ds.dataset(self.arrow(table))
+        files = self._table_files(table)
+        if files and all(path.suffix == PARQUET_SUFFIX for path in files) and table not in self._raw:
+            return ds.dataset([str(path) for path in files], format="parquet")
+        return ds.dataset(self.arrow(table))
 
     def totals_table(self, name: str) -> pa.Table:
-        """A totals table (NODE_TOTALS or GRAPH_OP_TOTALS) as Arrow, as stored."""
+        """A totals table (NODE_TOTALS or GRAPH_OP_TOTALS) as Arrow, as stored (read from its
+        file: the per-graph ops an Arrow dictionary, totals.KEPT_AS_DICTIONARY)."""
         return self._totals[name]
 
     @cached_property
@@ -121,38 +143,38 @@ class StoredRun:
         return stored or self._compute_totals()
 
     def _compute_totals(self, rebuilding: bool = False) -> dict[str, pa.Table]:
-        """The totals by DuckDB, streaming the node times (a Parquet file, or the stream and
-        journal of a run still recording); a closed run of an older ggml-viz, or one whose
-        stored totals are damaged (`rebuilding`), keeps them."""
-        parquet = self.path / ("node_times" + PARQUET_SUFFIX)
-        if not parquet.exists():  # still recording (or cut short): its stream segments
+        """The totals by DuckDB, streaming the node times (Parquet files, or the streams,
+        parts and journal of a run still recording); a closed run of an older ggml-viz, or
+        one whose stored totals are damaged (`rebuilding`), keeps them."""
+        if self.status != STATUS_COMPLETE:  # still recording (or cut short)
             return self._totals_of_segments()
+        parquet = self._table_files("node_times")
         try:
-            events = pq.ParquetFile(parquet).metadata.num_rows
+            events = sum(pq.ParquetFile(path).metadata.num_rows for path in parquet)
         except PARQUET_DAMAGE as error:
-            raise RunFormatError(f"{parquet} cannot be read as a table: {one_line(error)}") from None
-        upgrading = self.status == STATUS_COMPLETE  # (else a run being closed: its totals come next)
-        if upgrading and not rebuilding and events >= UPGRADE_NOTICE_EVENTS:  # seconds per 10M events: say why
+            raise RunFormatError(f"{_file_of(error, parquet)} cannot be read as a table: {one_line(error)}") from None
+        if rebuilding:  # damage found beside them: the node times are summed only if their pages are sound
+            _verify_pages(parquet)
+        if not rebuilding and events >= UPGRADE_NOTICE_EVENTS:  # seconds per 10M events: say why
             say(f"{self.path.name}: summing its {events:,} node events once (an older ggml-viz recorded it "
                 f"without their totals); later opens read the stored totals")  # fmt: skip
         import duckdb  # (imported by connect() already)
 
         connection = connect()
         try:
-            escaped = str(parquet).replace("'", "''")
-            connection.execute(f"create view node_times as select * from read_parquet('{escaped}')")
+            listed = ", ".join(f"'{_quoted(path)}'" for path in parquet)
+            connection.execute(f"create view node_times as select * from read_parquet([{listed}])")
             totals = self._totals_over(connection)
         except duckdb.Error as error:  # damage in a page of the node times shows only when it is read
-            raise RunFormatError(f"{parquet} cannot be read as a table: {one_line(error)}") from None
+            raise RunFormatError(f"{_file_of(error, parquet)} cannot be read as a table: {one_line(error)}") from None
         finally:
             connection.close()
-        if upgrading:
-            try:  # an older run upgraded, or damaged totals replaced: next time it opens without reading its events
-                write_totals(self.path, totals, self.experiment_id)
-            except OSError as error:
-                if events >= UPGRADE_NOTICE_EVENTS:
-                    say(f"{self.path.name}: its totals cannot be stored ({error.strerror or error}): "
-                        f"every open sums its events again")  # fmt: skip
+        try:  # an older run upgraded, or damaged totals replaced: next time it opens without reading its events
+            write_totals(self.path, totals, self.experiment_id)
+        except OSError as error:
+            if events >= UPGRADE_NOTICE_EVENTS:
+                say(f"{self.path.name}: its totals cannot be stored ({error.strerror or error}): "
+                    f"every open sums its events again")  # fmt: skip
         return totals
 
     def _totals_over(self, connection: Any) -> dict[str, pa.Table]:
@@ -161,19 +183,57 @@ class StoredRun:
         return compute_totals(connection)
 
     def _totals_of_segments(self) -> dict[str, pa.Table]:
-        """The totals of a run being recorded: each stream segment's, summed with its
-        journal's. What a segment's batches add is summed once (streams.node_times_segment),
-        so a live view reads only what is new."""
-        parts = [segment.totals for segment in self._node_times_segments if segment.totals is not None]
+        """The totals of a run being recorded: each part's and stream segment's, summed with
+        its journal's. What a part holds, and what a segment's batches add, is summed once
+        (streams.part_totals, streams.node_times_segment): a live view reads only what is new."""
+        parts = [part_totals(path, self._totals_of_part) for path in self._node_times_parts]
+        parts += [segment.totals for segment in self._node_times_segments if segment.totals is not None]
         parts.append(self._totals_of_times(self._journaled_node_times))
         return merge_totals(parts)
 
-    @cached_property
+    @property
+    def _node_times_parts(self) -> list[Path]:
+        """The Parquet files of a run's node times (a run being recorded: the parts written so far)."""
+        return self._node_times_sources[0]
+
+    @property
     def _node_times_segments(self) -> list[NodeTimesSegment]:
         """The node-times segments of a run being recorded, as far as their graphs finished."""
+        return self._node_times_sources[1]
+
+    @cached_property
+    def _node_times_sources(self) -> tuple[list[Path], list[NodeTimesSegment]]:
+        """Where the node times are, listed once: Parquet files, and stream segments (a run
+        being recorded); a segment converted to its part since it was listed counts as the part."""
+        parts, segments = [], []
         finished = self._stream_graph_ids
-        return [node_times_segment(path, finished, self._totals_of_times)
-                for path in stream_segments(self.path, "node_times")]  # fmt: skip
+        for path in self._table_files("node_times"):
+            if path.suffix == PARQUET_SUFFIX:
+                parts.append(path)
+                continue
+            try:
+                segments.append(node_times_segment(path, finished, self._totals_of_times))
+            except RunFormatError:
+                if path.exists() or not part_of_stream(path).exists():
+                    raise
+                parts.append(part_of_stream(path))
+        return parts, segments
+
+    def _totals_of_part(self, part: Path) -> tuple[dict[str, pa.Table], bool]:
+        """A part's totals over the graphs this reader knows, and whether they are all of
+        its events (a part written after the run was opened may hold graphs it does not)."""
+        import duckdb
+
+        connection = connect()
+        try:
+            connection.execute(f"create view node_times as select * from read_parquet('{_quoted(part)}')")
+            totals = self._totals_over(connection)
+            events = pq.ParquetFile(part).metadata.num_rows
+        except (duckdb.Error, *PARQUET_DAMAGE) as error:
+            raise RunFormatError(f"{part} cannot be read as a table: {one_line(error)}") from None
+        finally:
+            connection.close()
+        return totals, (pc.sum(totals[NODE_TOTALS].column("timed")).as_py() or 0) == events
 
     def _totals_of_times(self, times: pa.Table) -> dict[str, pa.Table]:
         connection = connect()
@@ -184,59 +244,53 @@ class StoredRun:
             connection.close()
 
     def node_times_of(self, graph_ids: list[int]) -> pd.DataFrame:
-        """The stored node times of some graphs (their row groups only, once closed)."""
+        """The stored node times of some graphs: the Parquet row groups that can hold them,
+        and, of a run being recorded, the stream batches and the journal."""
         if not graph_ids:
             return TABLES["node_times"].empty_table().to_pandas()
-        parquet = self.path / ("node_times" + PARQUET_SUFFIX)
-        if "node_times" not in self._raw and not parquet.exists():
-            return self._node_times_of_segments(graph_ids)
+        wanted = pa.array(graph_ids, pa.int32())
         if "node_times" in self._raw:
             times = self.arrow("node_times")
-            wanted = pc.is_in(times.column("graph_id"), value_set=pa.array(graph_ids, pa.int32()))
-            return times.filter(wanted).to_pandas()
-        return self._node_times_of_row_groups(graph_ids)
-
-    @cached_property
-    def _node_times_row_groups(self) -> tuple[pq.ParquetFile, list[tuple[Any, Any]]]:
-        """The closed run's node times file, and each row group's graph ids (min, max) from
-        its footer's statistics ((None, None) where it has none)."""
-        file = pq.ParquetFile(self.path / ("node_times" + PARQUET_SUFFIX))
-        column = file.schema_arrow.get_field_index("graph_id")
-        spans = []
-        for index in range(file.metadata.num_row_groups):
-            stats = file.metadata.row_group(index).column(column).statistics
-            spans.append((stats.min, stats.max) if stats is not None and stats.has_min_max else (None, None))
-        return file, spans
-
-    def _node_times_of_row_groups(self, graph_ids: list[int]) -> pd.DataFrame:
-        """The node times of some graphs of a closed run: only the Parquet row groups whose
-        graph ids can hold them."""
-        file, spans = self._node_times_row_groups
+            return times.filter(pc.is_in(times.column("graph_id"), value_set=wanted)).to_pandas()
         lo, hi = min(graph_ids), max(graph_ids)
-        groups = [i for i, (first, last) in enumerate(spans) if first is None or (first <= hi and last >= lo)]
-        data = file.read_row_groups(groups) if groups else file.schema_arrow.empty_table()
-        data = data.filter(pc.is_in(data.column("graph_id"), value_set=pa.array(graph_ids, pa.int32())))
-        return _with_optional_columns(data, "node_times").to_pandas()
-
-    def _node_times_of_segments(self, graph_ids: list[int]) -> pd.DataFrame:
-        """node_times_of a run being recorded: the stream batches that can hold those graphs,
-        and the journal."""
-        wanted = pa.array(graph_ids, pa.int32())
-        lo, hi = min(graph_ids), max(graph_ids)
-        parts = [segment.read_graphs(lo, hi) for segment in self._node_times_segments]
+        parts = []
+        for file, spans in self._node_times_row_groups:
+            groups = [i for i, (first, last) in enumerate(spans) if first is None or (first <= hi and last >= lo)]
+            if groups:
+                parts.append(file.read_row_groups(groups))
+        if self.status != STATUS_COMPLETE:
+            parts += [segment.read_graphs(lo, hi) for segment in self._node_times_segments]
+            parts.append(self._journaled_node_times)
         parts = [_with_optional_columns(part, "node_times") for part in parts]
         parts = [part.filter(pc.is_in(part.column("graph_id"), value_set=wanted)) for part in parts]
-        journaled = self._journaled_node_times
-        parts.append(journaled.filter(pc.is_in(journaled.column("graph_id"), value_set=wanted)))
-        return pa.concat_tables(parts).to_pandas()
+        return pa.concat_tables(parts or [TABLES["node_times"].empty_table()]).to_pandas()
+
+    @cached_property
+    def _node_times_row_groups(self) -> list[tuple[pq.ParquetFile, list[tuple[Any, Any]]]]:
+        """The node times' Parquet files, each with its row groups' graph ids (min, max) from
+        its footer's statistics ((None, None) where it has none)."""
+        found = []
+        for path in self._node_times_parts:
+            try:
+                file = pq.ParquetFile(path)
+            except PARQUET_DAMAGE as error:
+                raise RunFormatError(f"{path} cannot be read as a table: {one_line(error)}") from None
+            column = file.schema_arrow.get_field_index("graph_id")
+            spans = []
+            for index in range(file.metadata.num_row_groups):
+                stats = file.metadata.row_group(index).column(column).statistics
+                spans.append((stats.min, stats.max) if stats is not None and stats.has_min_max else (None, None))
+            found.append((file, spans))
+        return found
 
     def _graphs_with_journal(self) -> tuple[pa.Table, list[tuple[dict[str, Any], dict[str, np.ndarray]]]]:
         """The graphs table, with the graphs a run still open (or cut short) keeps only in
         its journal; and those journal records (row, node times)."""
         graphs = self._read_table("graphs")
-        known = set(graphs.column("graph_id").to_pylist())
-        records = [record for record in journal.read(self.path / journal.JOURNAL_FILE)
-                   if record[0].get("graph_id") not in known]  # fmt: skip
+        records = journal.read(self.path / journal.JOURNAL_FILE)
+        if records:  # (a closed run has none: its graph ids, millions, are not looked through)
+            known = set(graphs.column("graph_id").to_pylist())
+            records = [record for record in records if record[0].get("graph_id") not in known]
         if not records:
             return graphs, records
         try:
@@ -278,52 +332,91 @@ class StoredRun:
         return nodes.append_column(TABLES["structure_nodes"].field("layer"), pa.array(layer))
 
     def _table_files(self, table: str) -> list[Path]:
-        """Where a table is stored: its Parquet file, or the stream segments of a run not
-        closed; none for an optional table the run does not have; RunFormatError if missing."""
-        parquet = self.path / (table + PARQUET_SUFFIX)
-        if parquet.exists():
-            return [parquet]
-        segments = stream_segments(self.path, table)
-        if segments or table in OPTIONAL_TABLES:  # an optional table: from before it existed
-            return segments
+        """Where a table is stored (schema.table_segments): its Parquet file or parts, or, of
+        a run not closed, its parts and stream segments; none for an optional table the run
+        does not have; RunFormatError if missing."""
+        files = table_segments(self.path, table)
+        if files or table in OPTIONAL_TABLES:  # an optional table: from before it existed
+            return files
         raise RunFormatError(f"{self.path} has no '{table}' table: the run is damaged or not a ggml-viz run")
 
     def _check_schema(self, table: str) -> None:
-        """The table is this recording's and has the columns this reader needs (its schema
-        alone is read)."""
-        files = self._table_files(table)
-        if not files:
-            return
-        path = files[0]
-        try:
-            schema = pq.read_schema(path) if path.suffix == PARQUET_SUFFIX else stream_schema(path)
-        except (pa.ArrowInvalid, OSError) as error:
-            raise RunFormatError(f"{path} cannot be read as a table: {error}") from None
-        found = (schema.metadata or {}).get(META_EXPERIMENT_ID, b"").decode()
-        if found != self.experiment_id:
-            raise RunFormatError(
-                f"{self.path}: table '{table}' belongs to experiment {found or '?'} but the manifest "
-                f"says {self.experiment_id}; the directory mixes files of different recordings"
-            )
-        optional = set(OPTIONAL_COLUMNS.get(table, ())) | set(DERIVED_COLUMNS.get(table, ()))
-        missing = set(TABLES[table].names) - set(schema.names) - optional
-        if missing:
-            raise RunFormatError(f"{self.path}: table '{table}' lacks columns {sorted(missing)}")
+        """The table is this recording's and has the columns this reader needs (each file's
+        schema alone is read)."""
+        for path in self._table_files(table):
+            try:
+                schema = pq.read_schema(path) if path.suffix == PARQUET_SUFFIX else _stream_schema(path)
+            except (pa.ArrowInvalid, OSError) as error:
+                raise RunFormatError(f"{path} cannot be read as a table: {error}") from None
+            found = (schema.metadata or {}).get(META_EXPERIMENT_ID, b"").decode()
+            if found != self.experiment_id:
+                raise RunFormatError(
+                    f"{self.path}: table '{table}' belongs to experiment {found or '?'} but the manifest "
+                    f"says {self.experiment_id}; the directory mixes files of different recordings"
+                )
+            optional = set(OPTIONAL_COLUMNS.get(table, ())) | set(DERIVED_COLUMNS.get(table, ()))
+            missing = set(TABLES[table].names) - set(schema.names) - optional
+            if missing:
+                raise RunFormatError(f"{self.path}: table '{table}' lacks columns {sorted(missing)}")
 
     def _read_table(self, table: str) -> pa.Table:
         files = self._table_files(table)
         if not files:
             return TABLES[table].empty_table()
+        data = []
+        for path in files:
+            try:
+                if path.suffix == PARQUET_SUFFIX and len(files) == 1:  # a closed table: read as asked
+                    data.append(pq.ParquetFile(path).read())  # (pq.read_table would import pyarrow.dataset)
+                elif path.suffix == PARQUET_SUFFIX:  # one of its parts: node times whole once, the rest kept
+                    data.append(pq.ParquetFile(path).read() if table == "node_times" else read_part(path))
+                else:
+                    # node times whole (a user asked): read once; a small table: only what is new
+                    data.append(_read_segment(path, read_stream_once if table == "node_times" else read_stream))
+            except PARQUET_DAMAGE as error:  # (the whole file: damage in a page shows only when it is decoded)
+                raise RunFormatError(f"{path} cannot be read as a table: {one_line(error)}") from None
+        return _with_optional_columns(pa.concat_tables(data), table)
+
+
+def _read_segment(stream: Path, read: Callable[[Path], pa.Table]) -> pa.Table:
+    """A stream segment, or the Parquet part it became since its name was listed (the
+    recording converts a full segment while a reader opens the run)."""
+    try:
+        return read(stream)
+    except RunFormatError:
+        part = part_of_stream(stream)
+        if stream.exists() or not part.exists():
+            raise
+        return pq.ParquetFile(part).read()
+
+
+def _stream_schema(stream: Path) -> pa.Schema:
+    try:
+        return stream_schema(stream)
+    except FileNotFoundError:  # converted since it was listed
+        return pq.read_schema(part_of_stream(stream))
+
+
+def _verify_pages(files: list[Path]) -> None:
+    """Every page of these Parquet files decoded against its checksum (written with each page
+    since format 3; a file without them is decoded alone): RunFormatError naming the first
+    damaged. Differences-encoded node times decode a flipped bit into other numbers, where
+    a dictionary's indices would fail: the checksum is what tells."""
+    for path in files:
         try:
-            if files[0].suffix == PARQUET_SUFFIX:
-                data = pq.ParquetFile(files[0]).read()  # (pq.read_table would import pyarrow.dataset)
-            else:
-                # node times whole (a user asked): read once; a small table: only what is new
-                read = read_stream_once if table == "node_times" else read_stream
-                data = pa.concat_tables([read(path) for path in files])
-        except PARQUET_DAMAGE as error:  # (the whole table: damage in a page shows only when it is decoded)
-            raise RunFormatError(f"{files[0]} cannot be read as a table: {one_line(error)}") from None
-        return _with_optional_columns(data, table)
+            for _ in pq.ParquetFile(path, page_checksum_verification=True).iter_batches(batch_size=1 << 20):
+                pass
+        except PARQUET_DAMAGE as error:
+            raise RunFormatError(f"{path} cannot be read as a table: {one_line(error)}") from None
+
+
+def _quoted(path: Path) -> str:
+    return str(path).replace("'", "''")
+
+
+def _file_of(error: BaseException, files: list[Path]) -> Path:
+    """The file an error is about: the one its message names, else the first."""
+    return next((path for path in files if str(path) in str(error)), files[0])
 
 
 def _with_optional_columns(data: pa.Table, table: str) -> pa.Table:

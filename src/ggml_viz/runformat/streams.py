@@ -12,7 +12,9 @@ What is remembered:
 - `node_times_segment`: for a segment of node times (most of a run's bytes, never held),
   where each batch lies in the file and which graphs it holds, so that a window of graphs
   reads only its batches; and the node totals of the batches read so far, to which an
-  update adds the new batches' totals.
+  update adds the new batches' totals;
+- `read_part`: a small table's Parquet part (a full segment became one), whole;
+- `part_totals`: the node totals of a Parquet part a full segment became (written once, whole).
 
 A message still being written, or cut off by a crash, ends what is read: the next read
 starts again from the last whole message.
@@ -29,6 +31,7 @@ from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from .._errors import RunFormatError
 from .totals import merge_totals
@@ -182,6 +185,53 @@ def node_times_segment(path: Path, finished: pa.Array, totals_of: Callable[[pa.T
             segment.totals = new_totals if segment.totals is None else merge_totals([segment.totals, new_totals])
         _remember(_segments, key, segment)
         return segment
+
+
+# -- Parquet parts, written once and whole: read once ----------------------------------
+
+_parts_read: dict[str, tuple[tuple[int, int, int], pa.Table]] = {}
+
+
+def read_part(path: Path) -> pa.Table:
+    """The Parquet part at `path` of a small table, read once per file."""
+    with _lock:
+        key = str(path)
+        identity = _identity(path)
+        known = _parts_read.pop(key, None)
+        table = known[1] if known is not None and known[0] == identity else _read_parquet(path)
+        _remember(_parts_read, key, (identity, table))
+        return table
+
+
+def _read_parquet(path: Path) -> pa.Table:
+    return pq.ParquetFile(path).read()  # (pq.read_table would import pyarrow.dataset)
+
+
+def _identity(path: Path) -> tuple[int, int, int]:
+    stat = os.stat(path)
+    return stat.st_dev, stat.st_ino, stat.st_size
+
+
+# -- parts of node times, summed once ------------------------------------------------------
+
+_part_totals: dict[str, tuple[tuple[int, int, int], dict[str, pa.Table]]] = {}
+
+
+def part_totals(path: Path, totals_of: Callable[[Path], tuple[dict[str, pa.Table], bool]]) -> dict[str, pa.Table]:
+    """The node totals of the Parquet part at `path` (`totals_of(path)`: the totals, and
+    whether they count all its events), summed once per file while they do."""
+    with _lock:
+        key = str(path)
+        identity = _identity(path)
+        known = _part_totals.pop(key, None)
+        if known is not None and known[0] == identity:
+            totals = known[1]
+        else:
+            totals, whole = totals_of(path)
+            if not whole:  # some of its graphs unknown to the reader yet: summed again next time
+                return totals
+        _remember(_part_totals, key, (identity, totals))
+        return totals
 
 
 def _remember(memo: dict[str, Any], key: str, value: Any) -> None:

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .._errors import RunFormatError
-from .schema import META_EXPERIMENT_ID, PARQUET_SUFFIX, table_metadata
+from .schema import META_EXPERIMENT_ID, PARQUET_SUFFIX, parquet_parts, table_metadata
 
 NODE_TOTALS = "node_totals"
 GRAPH_OP_TOTALS = "graph_op_totals"
@@ -149,8 +149,8 @@ def totals_of_parquet_run(run_dir: Path) -> dict[str, pa.Table]:
     connection = connect()
     try:
         for table in ("node_times", "graphs", "structure_nodes", "tensors"):
-            path = str(run_dir / f"{table}{PARQUET_SUFFIX}").replace("'", "''")
-            connection.execute(f"create view {table} as select * from read_parquet('{path}')")
+            files = ", ".join("'" + str(path).replace("'", "''") + "'" for path in parquet_parts(run_dir, table))
+            connection.execute(f"create view {table} as select * from read_parquet([{files}])")
         return compute_totals(connection)
     finally:
         connection.close()
@@ -172,6 +172,12 @@ def write_totals(run_dir: Path, totals: dict[str, pa.Table], experiment_id: str)
 PARQUET_DAMAGE = (pa.ArrowException, OSError, ValueError, KeyError)
 
 
+# Columns of the stored totals read as Arrow dictionaries, not strings: decoding every row's
+# string costs more than the reading (a billion node events: 0.5 s of a summary's 5); DuckDB,
+# Arrow and the viewer's op codes read either, totals summed when a run is read are strings.
+KEPT_AS_DICTIONARY = {GRAPH_OP_TOTALS: ("op",)}
+
+
 def read_totals(run_dir: Path, experiment_id: str) -> dict[str, pa.Table] | None:
     """The totals stored with a run, if both are there and are this recording's (None if
     not); RunFormatError naming the file if one cannot be read whole: the totals are derived,
@@ -181,8 +187,16 @@ def read_totals(run_dir: Path, experiment_id: str) -> dict[str, pa.Table] | None
         path = run_dir / f"{name}{PARQUET_SUFFIX}"
         if not path.exists():
             return None
+        # its strings (the ops, the phases: a few distinct ones in millions of rows) read as
+        # dictionaries and decoded once from them: faster than decoding each row's from the file;
+        # the per-graph ops (twenty million rows for a billion node events) kept so (KEPT_AS_DICTIONARY)
+        strings = [field.name for field in schema if field.type == pa.string()]
+        kept = KEPT_AS_DICTIONARY.get(name, ())
+        schema = pa.schema([field.with_type(pa.dictionary(pa.int32(), pa.string())) if field.name in kept else field
+                            for field in schema])  # fmt: skip
         try:  # the whole table: damage in a data page shows only when that page is decoded
-            table = pq.ParquetFile(path, page_checksum_verification=True).read()  # (not pq.read_table: pyarrow.dataset)
+            # (not pq.read_table: pyarrow.dataset)
+            table = pq.ParquetFile(path, page_checksum_verification=True, read_dictionary=strings).read()
             if (table.schema.metadata or {}).get(META_EXPERIMENT_ID, b"").decode() != experiment_id:
                 return None
             totals[name] = table.select(schema.names).cast(schema)

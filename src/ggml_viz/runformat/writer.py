@@ -1,17 +1,22 @@
-"""Writes a run directory: streams appended per graph, turned into Parquet at the end.
+"""Writes a run directory: streams appended per graph, turned into Parquet as they fill and at the end.
 
 Crash safety: every table is an Arrow IPC stream whose batches reach the file as soon
 as they are written, so a killed recorder loses at most the graph it was recording.
-`close()` converts each stream to Parquet (written under a temporary name, then
-renamed) and only then marks the manifest complete.
+A long recording's streams roll to a new segment as they fill (ROLL_ROWS, ROLL_SECONDS);
+a full segment becomes a Parquet part in the background (written under a temporary name,
+renamed, and only then its stream removed) with the node totals of its events, so that a
+run in progress takes about its final size on disk and its close converts only the last
+segments. `close()` converts what is left and only then marks the manifest complete.
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import shutil
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -30,14 +35,36 @@ from .schema import (
     PARQUET_SUFFIX,
     SPARSE_TABLES,
     TABLES,
+    parquet_parts,
+    part_name,
     stream_segment_name,
-    stream_segments,
+    table_metadata,
     table_schema,
+    table_segments,
 )
 from .streams import stream_schema
-from .totals import totals_of_parquet_run, write_totals
+from .totals import (
+    GRAPH_OP_TOTALS,
+    NODE_TOTALS,
+    TOTALS_SCHEMAS,
+    compute_totals,
+    connect,
+    merge_totals,
+    one_line,
+    totals_of_parquet_run,
+    write_totals,
+)
 
 PARQUET_ROW_GROUP = 1 << 17  # rows: a window of a long run reads the row groups it overlaps
+# Node times (most of a run's bytes: ints, each graph's times rising) stored as differences,
+# not dictionaries: 5.9 bytes an event instead of 11.3, written five times faster (8.4M events:
+# 1.4 s, not 7.3), read as fast, by any Parquet reader (a standard encoding).
+PARQUET_OPTIONS: dict[str, dict[str, Any]] = {
+    "node_times": {
+        "use_dictionary": False,
+        "column_encoding": dict.fromkeys(TABLES["node_times"].names, "DELTA_BINARY_PACKED"),
+    },
+}
 ROLL_ROWS = 1 << 23  # a stream segment holds at most this many rows (256 MiB of node times) ...
 ROLL_SECONDS = 600.0  # ... and is at most this old: then the table goes on in a new segment
 
@@ -85,10 +112,12 @@ def _is_taken(path: Path) -> bool:
 
 # Graphs journaled before they are written to the streams in one batch.
 GRAPHS_PER_BATCH = 64
-# Streams are compressed batch by batch as they are written (zstd: a run in progress takes about
-# what its Parquet will, not three times as much, and its close rewrites less); every Arrow reader
-# (pyarrow, polars, DuckDB's arrow scan) decompresses them.
-STREAM_OPTIONS = pa.ipc.IpcWriteOptions(compression="zstd")
+# The node times' stream is compressed batch by batch as it is written (zstd: 8 bytes an event,
+# not 32); every Arrow reader (pyarrow, polars, DuckDB's arrow scan) decompresses it. The other
+# streams are not: their batches are a few graphs' rows, and each compressed buffer costs about
+# as much to read back as the rows themselves (631,580 graph rows in batches of 64: 6.9 s
+# compressed, 0.5 s plain, for 0.15 KB a graph, 0.3 bytes a node event).
+STREAM_OPTIONS = {"node_times": pa.ipc.IpcWriteOptions(compression="zstd")}
 
 
 class RunWriter:
@@ -111,6 +140,12 @@ class RunWriter:
         self.journal_deferred = False
         self._journal = journal.JournalWriter(run_dir / journal.JOURNAL_FILE)
         self._captures: Any = None
+        # What a node-times part's totals need besides its events (kept as written: small tables) ...
+        self._described: dict[str, list[pa.RecordBatch]] = {table: [] for table in _DESCRIBING}
+        # ... and the phase and structure of the graphs in the open node-times segment.
+        self._segment_graphs: list[pa.RecordBatch] = []
+        self._rolled: list[_Rolled] = []  # full segments, to become parts once their graphs' rows are written
+        self._parts = _PartWriter(run_dir, experiment_id)
         write_manifest(run_dir, self.manifest)  # last: a run with a manifest has all its tables
 
     def append(self, table: str, columns: Mapping[str, Any]) -> None:
@@ -127,11 +162,12 @@ class RunWriter:
         self._write_batch(
             table, pa.record_batch([pa.array(columns[f.name], type=f.type) for f in schema], schema=schema)
         )
+        self._hand_over_rolled()
 
     def _open_segment(self, table: str, segment: int) -> _OpenTable:
         sink = pa.OSFile(str(self.run_dir / stream_segment_name(table, segment)), "wb")
         schema = table_schema(table, self.experiment_id)
-        stream = pa.ipc.new_stream(sink, schema, options=STREAM_OPTIONS)
+        stream = pa.ipc.new_stream(sink, schema, options=STREAM_OPTIONS.get(table))
         # An empty batch puts the schema on disk now: a reader can open the stream at once.
         stream.write_batch(pa.record_batch([pa.array([], type=f.type) for f in schema], schema=schema))
         sink.flush()
@@ -141,15 +177,33 @@ class RunWriter:
         open_table = self._tables[table]
         open_table.stream.write_batch(batch)
         open_table.sink.flush()
+        if table in self._described:
+            self._described[table].append(batch)
         self.rows[table] = self.rows.get(table, 0) + batch.num_rows
         rows = open_table.rows + batch.num_rows
         self._tables[table] = open_table._replace(rows=rows)
         # Roll to a new segment by size or age: no stream of a long recording grows without
-        # bound, and a live reader rereads only the segment still growing.
+        # bound, the full one becomes a Parquet part, and a live reader rereads only the
+        # segment still growing.
         if rows >= ROLL_ROWS or time.monotonic() - open_table.opened > ROLL_SECONDS:
             open_table.stream.close()
             open_table.sink.close()
+            graphs = None
+            if table == "node_times":
+                graphs, self._segment_graphs = self._segment_graphs, []
+            self._rolled.append(_Rolled(table, open_table.segment, graphs))
             self._tables[table] = self._open_segment(table, open_table.segment + 1)
+
+    def _hand_over_rolled(self) -> None:
+        """Full segments to the part writer (called once the rows of the graphs whose node
+        times they hold are written, so that a reader of the parts finds those graphs)."""
+        for rolled in self._rolled:
+            self._parts.submit(rolled, self._descriptions())
+        self._rolled = []
+
+    def _descriptions(self) -> dict[str, pa.Table]:
+        return {table: pa.Table.from_batches(batches, schema=table_schema(table, self.experiment_id))
+                for table, batches in self._described.items()}  # fmt: skip
 
     def append_graph(self, row: dict[str, Any], node_times: Mapping[str, np.ndarray]) -> None:
         """A graph's row and the times of its timed nodes: into the journal now (while
@@ -170,6 +224,7 @@ class RunWriter:
         if rows:
             self.flush_graphs()
             self._write_batch("graphs", pa.RecordBatch.from_pylist(rows, schema=self._tables["graphs"].schema))
+            self._hand_over_rolled()
 
     def sync_journal(self) -> None:
         """Journal the graphs appended since the last call: one write for all of them."""
@@ -183,13 +238,19 @@ class RunWriter:
         if not self._pending_rows:
             return
         graph_id, index, start, end, wait = (np.concatenate(parts) for parts in zip(*self._pending_times, strict=True))
-        self.append("node_times", {"graph_id": graph_id, "node_index": index, "start_ns": start, "end_ns": end,
-                                   "wait_ns": np.ma.masked_less(wait, 0)})  # fmt: skip
+        rows = [{key: row[key] for key in _SEGMENT_GRAPHS.names} for row in self._pending_rows]
+        self._segment_graphs.append(pa.RecordBatch.from_pylist(rows, schema=_SEGMENT_GRAPHS))
+        schema = self._tables["node_times"].schema
+        columns = {"graph_id": graph_id, "node_index": index, "start_ns": start, "end_ns": end,
+                   "wait_ns": np.ma.masked_less(wait, 0)}  # fmt: skip
+        self._write_batch("node_times", pa.record_batch([pa.array(columns[f.name], type=f.type) for f in schema],
+                                                         schema=schema))  # fmt: skip
         self._write_batch(
             "graphs", pa.RecordBatch.from_pylist(self._pending_rows, schema=self._tables["graphs"].schema)
         )
         self._pending_rows, self._pending_times, self._unjournaled = [], [], []
         self._journal.clear()
+        self._hand_over_rolled()
 
     def append_capture(self, data: bytes) -> int:
         """Append a captured tensor's bytes to captures.bin; returns their offset there."""
@@ -204,6 +265,11 @@ class RunWriter:
         self.manifest.update(fields)
         write_manifest(self.run_dir, self.manifest)
 
+    def wait_for_parts(self) -> None:
+        """Until the full segments handed over so far are Parquet parts (or failed to become
+        ones: their streams stay, and the close converts them)."""
+        self._parts.wait()
+
     def close(self, *, complete: bool = True, reason: str | None = None, keep_graphs: set[int] | None = None) -> None:
         """Finish the streams; on a complete recording turn them into Parquet files,
         keeping only the rows of `keep_graphs` when it is given (the keep-last bound)."""
@@ -211,22 +277,236 @@ class RunWriter:
         self._journal.close(remove=True)
         if self._captures is not None:
             self._captures.close()
-        for open_table in self._tables.values():
+        last = []  # the open segments: converted below, with any a worker could not convert
+        for table, open_table in self._tables.items():
             open_table.stream.close()
             open_table.sink.close()
+            last.append(_Rolled(table, open_table.segment, self._segment_graphs if table == "node_times" else None))
         self._tables.clear()
         if complete:
-            for table in TABLES:
-                if table in SPARSE_TABLES and not stream_segments(self.run_dir, table):
-                    continue
-                kept = _stream_to_parquet(self.run_dir, table, keep_graphs)
-                self.rows[table] = kept
-            write_totals(self.run_dir, totals_of_parquet_run(self.run_dir), self.experiment_id)
+            if keep_graphs is None:
+                self._finish_in_parts(last)
+            else:
+                self._parts.wait()
+                self._finish_whole(keep_graphs)
+        self._parts.close()
         self.manifest["finished"] = utc_now()
         self.manifest["status"] = STATUS_COMPLETE if complete else STATUS_INCOMPLETE
         self.manifest["incomplete_reason"] = reason
         self.manifest["counts"] = {**self.manifest.get("counts", {}), **{f"{t}_rows": n for t, n in self.rows.items()}}
         write_manifest(self.run_dir, self.manifest)
+
+    def _finish_in_parts(self, last: list[_Rolled]) -> None:
+        """The last segments converted, with any a worker failed to convert (two at a time:
+        the close waits for the longest); a table that never rolled becomes `TABLE.parquet`,
+        one that did gains its last parts; then the totals, summed part by part."""
+        descriptions = self._descriptions()
+        self._parts.wait()
+        left = self._parts.take_failed() + last
+        segments = {table: sum(rolled.table == table for rolled in left) for table in {r.table for r in left}}
+        # (largest first: node times, then graphs, then the small tables two at a time)
+        left.sort(key=lambda rolled: (rolled.table != "node_times", rolled.table != "graphs"))
+        self._parts.convert_now(
+            [(rolled, segments[rolled.table] == 1 and rolled.segment == 0) for rolled in left], descriptions
+        )  # fmt: skip  (one segment 0: the table never rolled)
+        failed = self._parts.take_failed()
+        if failed:
+            raise OSError(f"cannot write the run's Parquet files: {'; '.join(self._parts.failures[-len(failed) :])}")
+        for table in segments:
+            self.rows[table] = _rows_stored(self.run_dir, table)
+        if not self._parts.store_totals():  # a part's totals could not be summed as it was written: from all parts
+            write_totals(self.run_dir, totals_of_parquet_run(self.run_dir), self.experiment_id)
+
+    def _finish_whole(self, keep_graphs: set[int]) -> None:
+        """Every table one Parquet file of the kept graphs' rows (the keep-last bound: a
+        small part of what was recorded), and its totals summed from them."""
+        self._rolled = []
+        for table in TABLES:
+            sources = table_segments(self.run_dir, table)
+            if table in SPARSE_TABLES and not sources:
+                continue
+            keep = pa.array(sorted(keep_graphs), pa.int32()) if table in GRAPH_TABLES else None
+            self.rows[table] = _to_parquet(sources, self.run_dir / f"{table}{PARQUET_SUFFIX}", keep)
+        write_totals(self.run_dir, totals_of_parquet_run(self.run_dir), self.experiment_id)
+
+
+# The tables a node-times part's totals read beside its graphs, kept by the writer as written.
+_DESCRIBING = ("structure_nodes", "tensors")
+# What the totals read of a graph's row.
+_SEGMENT_GRAPHS = pa.schema([("graph_id", pa.int32()), ("phase", pa.string()), ("structure_id", pa.int32())])
+
+
+class _Rolled(NamedTuple):
+    """A table's segment whose stream is closed, to become a Parquet part."""
+
+    table: str
+    segment: int
+    graphs: list[pa.RecordBatch] | None  # node times: their graphs' phase and structure
+
+
+class _PartWriter:
+    """Turns closed stream segments into Parquet parts on a thread of its own (the recording
+    goes on), summing the node totals of each node-times part as it is written: the close
+    then stores the totals without reading the run's events again.
+
+    A segment that fails to become a part keeps its stream (a reader reads it there, the
+    close tries again); a part whose totals could not be summed leaves the totals to the
+    close, from all the parts."""
+
+    def __init__(self, run_dir: Path, experiment_id: str) -> None:
+        self.run_dir = run_dir
+        self.experiment_id = experiment_id
+        # One worker while recording, fed by a queue: a daemon, so that a program ending
+        # without closing its run is not held up (a part cut short stays `.partial`, its
+        # stream read in its place). Not concurrent.futures: it refuses work once the
+        # interpreter is exiting, when a Python program's run is closed.
+        self._queue: queue.Queue[tuple[_Rolled, dict[str, pa.Table]]] = queue.Queue()
+        self._worker: threading.Thread | None = None
+        self._lock = threading.Lock()  # the running totals, added to by two threads at the close
+        self._node_totals: pa.Table | None = None
+        # Each graph's op times, written to their file part by part in segment order (a
+        # part summed early waits for those before it): held in memory they would grow with the run.
+        self._graph_op_file: pq.ParquetWriter | None = None
+        self._graph_op_waiting: dict[int, pa.Table] = {}
+        self._graph_op_next = 0  # the node-times segment whose graph-op totals are written next
+        self._sound = True  # every node-times part's totals summed
+        self._failed: list[_Rolled] = []  # segments not converted (their streams stay)
+        self.failures: list[str] = []  # why, one line each
+
+    def submit(self, rolled: _Rolled, descriptions: dict[str, pa.Table]) -> None:
+        """Convert the segment on the worker, after those submitted before it."""
+        if self._worker is None:
+            self._worker = threading.Thread(target=self._work, name="ggml-viz-parts", daemon=True)
+            self._worker.start()
+        self._queue.put((rolled, descriptions))
+
+    def _work(self) -> None:
+        while True:
+            rolled, descriptions = self._queue.get()
+            try:
+                self._convert(rolled, descriptions)
+            finally:
+                self._queue.task_done()
+
+    def convert_now(self, segments: list[tuple[_Rolled, bool]], descriptions: dict[str, pa.Table]) -> None:
+        """Convert these segments (each: whether it is its table's only one, to become
+        `TABLE.parquet`), two at a time: the caller waits for the longest, not the sum."""
+        self.wait()
+        for first in range(0, len(segments), 2):
+            (rolled, whole), *beside = segments[first : first + 2]
+            helpers = [threading.Thread(target=self._convert, args=(other, descriptions, other_whole))
+                       for other, other_whole in beside]  # fmt: skip
+            for helper in helpers:
+                helper.start()
+            self._convert(rolled, descriptions, whole)
+            for helper in helpers:
+                helper.join()
+
+    def _convert(self, rolled: _Rolled, descriptions: dict[str, pa.Table], whole: bool = False) -> None:
+        stream = self.run_dir / stream_segment_name(rolled.table, rolled.segment)
+        name = f"{rolled.table}{PARQUET_SUFFIX}" if whole else part_name(rolled.table, rolled.segment)
+        try:
+            rows = _to_parquet([stream], self.run_dir / name, None)
+        except Exception as error:  # (the recording goes on) its stream stays: read there, converted at the close
+            with self._lock:
+                self.failures.append(f"{stream.name}: {one_line(error)}")
+                self._failed.append(rolled)
+            return
+        if rolled.graphs is not None:
+            self._add_totals(self.run_dir / name, rolled.segment, rows, rolled.graphs, descriptions)
+
+    def _add_totals(self, part: Path, segment: int, rows: int, graphs: list[pa.RecordBatch],
+                    descriptions: dict[str, pa.Table]) -> None:  # fmt: skip
+        """The part's node totals, added to the run's: sound only if every event of the
+        part found its graph and node (a structure described after its graphs' events were
+        written would leave some out: then the close sums all parts instead)."""
+        import duckdb
+
+        connection = connect()
+        try:
+            connection.register("graphs", pa.Table.from_batches(graphs, schema=_SEGMENT_GRAPHS))
+            for table, data in descriptions.items():
+                connection.register(table, data)
+            escaped = str(part).replace("'", "''")
+            connection.execute(f"create view node_times as select * from read_parquet('{escaped}')")
+            totals = compute_totals(connection)
+        except duckdb.Error:
+            totals = None
+        finally:
+            connection.close()
+        with self._lock:
+            if totals is None or _events_counted(totals) != rows or not _same_time(totals):
+                self._sound = False
+                return
+            self._node_totals = self._merged_node_totals(totals[NODE_TOTALS])
+            self._graph_op_waiting[segment] = totals[GRAPH_OP_TOTALS]
+            while self._sound and self._graph_op_next in self._graph_op_waiting:
+                self._write_graph_op_totals(self._graph_op_waiting.pop(self._graph_op_next))
+                self._graph_op_next += 1
+
+    def _write_graph_op_totals(self, table: pa.Table) -> None:
+        try:
+            if self._graph_op_file is None:
+                metadata = table_metadata(GRAPH_OP_TOTALS, self.experiment_id)
+                schema = TOTALS_SCHEMAS[GRAPH_OP_TOTALS].with_metadata(metadata)
+                self._graph_op_file = pq.ParquetWriter(self._graph_op_path(".partial"), schema, compression="zstd",
+                                                       write_page_checksum=True)  # fmt: skip
+            self._graph_op_file.write_table(table.cast(self._graph_op_file.schema))
+        except (OSError, pa.ArrowException):
+            self._sound = False  # (summed again from the parts at the close)
+
+    def _graph_op_path(self, suffix: str = "") -> Path:
+        return self.run_dir / f"{GRAPH_OP_TOTALS}{PARQUET_SUFFIX}{suffix}"
+
+    def _merged_node_totals(self, new: pa.Table) -> pa.Table:
+        if self._node_totals is None:
+            return new
+        empty = TOTALS_SCHEMAS[GRAPH_OP_TOTALS].empty_table()
+        parts = [{NODE_TOTALS: self._node_totals, GRAPH_OP_TOTALS: empty}, {NODE_TOTALS: new, GRAPH_OP_TOTALS: empty}]
+        return merge_totals(parts)[NODE_TOTALS]
+
+    def take_failed(self) -> list[_Rolled]:
+        with self._lock:
+            failed, self._failed = self._failed, []
+        return failed
+
+    def wait(self) -> None:
+        """Until the worker has converted every segment submitted."""
+        self._queue.join()
+
+    def store_totals(self) -> bool:
+        """Store the run's totals from its parts' (each graph's ops in one part: its events
+        are written together); False (nothing stored) if some part's could not be summed."""
+        with self._lock:
+            sound = self._sound and self._node_totals is not None and not self._graph_op_waiting
+            written, self._graph_op_file = self._graph_op_file, None
+            if written is not None:
+                written.close()
+            if not sound or written is None:
+                self._graph_op_path(".partial").unlink(missing_ok=True)
+                return False
+            os.replace(self._graph_op_path(".partial"), self._graph_op_path())
+            write_totals(self.run_dir, {NODE_TOTALS: self._node_totals}, self.experiment_id)
+            return True
+
+    def close(self) -> None:
+        """Wait for the worker; graph-op totals not stored (a run closed incomplete, or
+        kept in part) are dropped: the reader sums them from what was kept."""
+        self.wait()
+        if self._graph_op_file is not None:
+            self._graph_op_file.close()
+            self._graph_op_file = None
+            self._graph_op_path(".partial").unlink(missing_ok=True)
+
+
+def _events_counted(totals: dict[str, pa.Table]) -> int:
+    return int(pc.sum(totals[NODE_TOTALS].column("timed")).as_py() or 0)
+
+
+def _same_time(totals: dict[str, pa.Table]) -> bool:
+    """Both totals sum the same time: every event found its node's op too."""
+    return bool(pc.sum(totals[NODE_TOTALS].column("time_ns")).as_py() == pc.sum(
+        totals[GRAPH_OP_TOTALS].column("time_ns")).as_py())  # fmt: skip
 
 
 class _OpenTable(NamedTuple):
@@ -238,31 +518,45 @@ class _OpenTable(NamedTuple):
     opened: float  # when it was opened (time.monotonic)
 
 
-def _stream_to_parquet(run_dir: Path, table: str, keep_graphs: set[int] | None) -> int:
-    """The table's stream as one Parquet file, batch by batch (bounded memory at any length),
-    in row groups of about PARQUET_ROW_GROUP rows; returns the rows kept."""
-    parquet_path = run_dir / (table + PARQUET_SUFFIX)
-    partial = run_dir / (table + PARQUET_SUFFIX + ".partial")
-    keep = pa.array(sorted(keep_graphs), pa.int32()) if keep_graphs is not None and table in GRAPH_TABLES else None
-    segments = stream_segments(run_dir, table)
+def _to_parquet(sources: list[Path], target: Path, keep: pa.Array | None) -> int:
+    """The rows of `sources` (stream segments or Parquet parts, in order) as one Parquet file
+    `target`, batch by batch (bounded memory at any length), in row groups of about
+    PARQUET_ROW_GROUP rows, keeping only the rows of the graphs in `keep` when it is given;
+    written under a temporary name, renamed, and only then the sources removed; each page
+    with its checksum (a reader that verifies them refuses a damaged page). Returns the rows
+    written."""
+    partial = target.with_name(target.name + ".partial")
+    schema = stream_schema(sources[0]) if sources[0].suffix != PARQUET_SUFFIX else pq.read_schema(sources[0])
     rows = 0
-    with pq.ParquetWriter(partial, stream_schema(segments[0]), compression="zstd") as parquet:
+    options = PARQUET_OPTIONS.get(target.name.split(".")[0], {})
+    with pq.ParquetWriter(partial, schema, compression="zstd", write_page_checksum=True, **options) as parquet:
         pending: list[pa.RecordBatch] = []
         pending_rows = 0
-        for segment in segments:
-            with pa.OSFile(str(segment), "rb") as source:
-                reader = pa.ipc.open_stream(source)
-                for batch in reader:
-                    if keep is not None:
-                        batch = batch.filter(pc.is_in(batch.column("graph_id"), value_set=keep))
-                    pending.append(batch)
-                    pending_rows += batch.num_rows
-                    if pending_rows >= PARQUET_ROW_GROUP:
-                        parquet.write_table(pa.Table.from_batches(pending, parquet.schema), row_group_size=pending_rows)
-                        rows, pending, pending_rows = rows + pending_rows, [], 0
+        for batch in _batches_of(sources):
+            if keep is not None:
+                batch = batch.filter(pc.is_in(batch.column("graph_id"), value_set=keep))
+            pending.append(batch)
+            pending_rows += batch.num_rows
+            if pending_rows >= PARQUET_ROW_GROUP:
+                parquet.write_table(pa.Table.from_batches(pending, parquet.schema), row_group_size=pending_rows)
+                rows, pending, pending_rows = rows + pending_rows, [], 0
         parquet.write_table(pa.Table.from_batches(pending, parquet.schema), row_group_size=max(pending_rows, 1))
         rows += pending_rows
-    os.replace(partial, parquet_path)
-    for segment in segments:
-        segment.unlink()
+    os.replace(partial, target)
+    for source in sources:
+        if source != target:
+            source.unlink()
     return rows
+
+
+def _batches_of(sources: list[Path]) -> Iterator[pa.RecordBatch]:
+    for source in sources:
+        if source.suffix == PARQUET_SUFFIX:
+            yield from pq.ParquetFile(source).iter_batches(batch_size=PARQUET_ROW_GROUP)
+        else:
+            with pa.OSFile(str(source), "rb") as stream:
+                yield from pa.ipc.open_stream(stream)
+
+
+def _rows_stored(run_dir: Path, table: str) -> int:
+    return sum(pq.read_metadata(path).num_rows for path in parquet_parts(run_dir, table))

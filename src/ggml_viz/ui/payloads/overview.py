@@ -8,13 +8,15 @@ from .summary import RunSummary
 
 
 class GraphBars(TypedDict):
-    """One entry per graph, in graph order."""
+    """One entry per graph, in graph order; of a run of more graphs than the overview draws
+    (views/overview.GRAPH_BARS), one per slice of them: its longest graph."""
 
     graph_id: list[int]
     duration_ns: list[int]
     phase: list[str]
     n_tokens: list[int]
     text: list[str]  # the graph's tokens
+    graphs: int  # the run's graphs (more than the bars: each bar the longest of its slice)
 
 
 class GpuStep(TypedDict):

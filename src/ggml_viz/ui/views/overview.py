@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -11,16 +11,23 @@ import pandas as pd
 from ...analysis.summary import summarize
 from ..context import RunContext
 from ..gpu import MEMCPY, MEMSET, SOURCE, UNATTRIBUTED, GpuRun, device_name
-from ..payloads import GpuOverview, GpuStep, KernelTime, OverviewPayload, RunSummary
+from ..payloads import GpuOverview, GpuStep, GraphBars, KernelTime, OverviewPayload, RunSummary
 
 TOP_KERNELS = 12
+# Bars the overview sends at most: a canvas a few thousand pixels wide draws no more. A run of
+# more graphs sends, per slice of its graphs in order, the slice's longest (its peaks stay
+# seen), each a real graph: a day of a server (1.75M graphs) sends 4,096, not 100 MB of JSON.
+GRAPH_BARS = 4096
+# Characters of a text (prompt, generated text, a request's) the overview shows: its start and
+# end, with how many were left out between them (a day of a server generates megabytes; the run
+# and `summary --json` keep them whole, the event log and graph views show each token's).
+TEXT_SHOWN = 20_000
 
 
 def run_overview(context: RunContext, gpu: GpuRun | None) -> OverviewPayload:
     """The overview of one run, with its GPU side's where the run has GPU times."""
-    summary = summarize(context.run)
+    summary = _texts_cut(summarize(context.run))
     manifest = context.run.manifest
-    graphs = context.graphs
     return {
         "run_id": context.run_id,
         "name": context.path.name,
@@ -29,14 +36,48 @@ def run_overview(context: RunContext, gpu: GpuRun | None) -> OverviewPayload:
         "versions": manifest.get("versions"),
         "duration_ns": context.duration_ns,
         "ops": context.ops,
-        "graph_bars": {
-            "graph_id": graphs["graph_id"].tolist(),
-            "duration_ns": (graphs["end_ns"] - graphs["start_ns"]).tolist(),
-            "phase": graphs["phase"].tolist(),
-            "n_tokens": graphs["n_tokens"].tolist(),
-            "text": context.graph_labels,
-        },
+        "graph_bars": graph_bars(context),
         "gpu": gpu_overview(gpu) if gpu is not None else None,
+    }
+
+
+def _texts_cut(summary: dict[str, Any]) -> dict[str, Any]:
+    summary = {
+        **summary,
+        "prompt": shown(summary.get("prompt")),
+        "generated_text": shown(summary.get("generated_text")),
+    }
+    summary["requests"] = [{**request, "prompt": shown(request["prompt"]), "generated": shown(request["generated"])}
+                           for request in summary.get("requests") or []]  # fmt: skip
+    return summary
+
+
+def shown(text: str | None, limit: int | None = None) -> str | None:
+    """`text` cut to its first and last limit/2 (TEXT_SHOWN/2) characters where longer, saying how
+    many were left out."""
+    limit = TEXT_SHOWN if limit is None else limit
+    if text is None or len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]} … [{len(text) - 2 * half:,} characters left out] … {text[-half:]}"
+
+
+def graph_bars(context: RunContext) -> GraphBars:
+    """A bar per graph, or per slice of graphs (GRAPH_BARS): its longest."""
+    graphs = context.graphs
+    durations = (graphs["end_ns"] - graphs["start_ns"]).to_numpy()
+    rows = np.arange(len(graphs))
+    if len(graphs) > GRAPH_BARS:
+        bounds = np.linspace(0, len(graphs), GRAPH_BARS + 1).astype(np.int64)
+        rows = np.array([first + int(np.argmax(durations[first:last])) for first, last in zip(bounds[:-1], bounds[1:],
+                         strict=True)], np.int64)  # fmt: skip
+    return {
+        "graph_id": graphs["graph_id"].to_numpy()[rows].tolist(),
+        "duration_ns": durations[rows].tolist(),
+        "phase": graphs["phase"].to_numpy()[rows].tolist(),
+        "n_tokens": graphs["n_tokens"].to_numpy()[rows].tolist(),
+        "text": context.graph_labels_of(rows),
+        "graphs": len(graphs),
     }
 
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from ...analysis.op_codes import op_codes
 from ...runformat.totals import GRAPH_OP_TOTALS
 from ..context import RunContext
 from ..gpu import GpuRun
@@ -21,6 +21,9 @@ DETAIL_LIMIT = 4000  # a window holding more node bars than this is summed per p
 WINDOW_EVENT_LIMIT = 400_000  # a window over more node events is drawn from per-graph op totals
 OVERVIEW_BINS = 16_384  # time bins of a run's whole-run timeline (see _overview_bins)
 TOTALS_SLICE = 1 << 18  # per-graph op totals summed into the overview bins at a time
+# A window with more graphs than this per pixel column sends one graph bar per column (the
+# whole-run timeline of a long run: a million graphs, each drawn a pixel wide, over each other)
+GRAPH_BARS_PER_PX = 4
 
 
 class Timeline:
@@ -46,12 +49,15 @@ class Timeline:
             g1 = np.searchsorted(lane["graph_start"], t1, side="left") if len(lane["graph_start"]) else 0
             graph_slice = slice(int(g0), int(max(g0, g1)))
             rows = lane["graph_row"][graph_slice]
+            shown = np.arange(graph_slice.start, graph_slice.stop)
+            if len(rows) > GRAPH_BARS_PER_PX * width:  # (the node bars below are of every graph)
+                shown = shown[_longest_per_column(lane["graph_start"][shown], lane["graph_end"][shown], t0, ns_per_px)]
             graph_bars: TimelineGraphs = {
-                "start": lane["graph_start"][graph_slice].tolist(),
-                "end": lane["graph_end"][graph_slice].tolist(),
-                "graph_id": lane["graph_id"][graph_slice].tolist(),
-                "label": context.graph_labels_of(rows),
-                "phase": self._phases[rows].tolist(),
+                "start": lane["graph_start"][shown].tolist(),
+                "end": lane["graph_end"][shown].tolist(),
+                "graph_id": lane["graph_id"][shown].tolist(),
+                "label": context.graph_labels_of(lane["graph_row"][shown]),
+                "phase": self._phases[lane["graph_row"][shown]].tolist(),
             }
             lanes.append(
                 {"label": lane["label"], "graphs": graph_bars, **self._node_bars(lane, rows, t0, t1, width, ns_per_px),
@@ -215,24 +221,35 @@ class Timeline:
                 part = slice(offset, offset + TOTALS_SLICE)
                 yield whole["row"][part], whole["op"][part], whole["time_ns"][part]
             return
+        lookup, codes = self._op_codes(totals)
         for offset in range(0, totals.num_rows, TOTALS_SLICE):
-            piece = self._graph_op_time_of(totals.slice(offset, TOTALS_SLICE), sorted_ids=True)
+            ops = lookup[codes[offset : offset + TOTALS_SLICE]]
+            piece = self._graph_op_time_of(totals.slice(offset, TOTALS_SLICE), ops, sorted_ids=True)
             yield piece["row"], piece["op"], piece["time_ns"]
 
     @cached_property
     def _graph_op_time(self) -> dict[str, np.ndarray]:
         """The per-graph op totals by graph row (a window's graphs are one slice of them)."""
         totals = self.context.run.totals_table(GRAPH_OP_TOTALS)
+        lookup, codes = self._op_codes(totals)
         if _sorted(totals.column("graph_id")):  # stored in graph order (as ggml-viz stores it)
-            return self._graph_op_time_of(totals, sorted_ids=True)
-        piece = self._graph_op_time_of(totals)
+            return self._graph_op_time_of(totals, lookup[codes], sorted_ids=True)
+        piece = self._graph_op_time_of(totals, lookup[codes])
         order = np.argsort(piece["row"], kind="stable")
         return {key: column[order] for key, column in piece.items()}
 
-    def _graph_op_time_of(self, totals: pa.Table, sorted_ids: bool = False) -> dict[str, np.ndarray]:
-        """Per-graph op totals as arrays: graph row, op (index into the context's ops), time
-        (`sorted_ids`: the totals are in graph_id order, each graph's row looked up once)."""
-        op = pc.index_in(totals.column("op"), value_set=pa.array(self.context.ops, pa.string()))
+    def _op_codes(self, totals: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+        """Each row's op code (the findings hashed them already: analysis/op_codes.py) and, per
+        code, the index of its op in the context's ops (0: an op not among them, or none): a
+        row's op is lookup[code]."""
+        names, codes = op_codes(totals)
+        index = {op: code for code, op in enumerate(self.context.ops)}
+        lookup = np.array([index.get(name, 0) for name in names] + [0], np.int64)  # (the last: code -1, no op)
+        return lookup, codes
+
+    def _graph_op_time_of(self, totals: pa.Table, op: np.ndarray, sorted_ids: bool = False) -> dict[str, np.ndarray]:
+        """Per-graph op totals as arrays: graph row, op (`op`: its index into the context's ops),
+        time (`sorted_ids`: the totals are in graph_id order, each graph's row looked up once)."""
         graph_id = totals.column("graph_id").to_numpy()
         if sorted_ids and len(graph_id):
             first = np.flatnonzero(np.concatenate(([True], graph_id[1:] != graph_id[:-1])))
@@ -241,9 +258,25 @@ class Timeline:
             row = self.context.graph_rows(graph_id)
         return {
             "row": row,
-            "op": op.fill_null(0).to_numpy().astype(np.int64),
+            "op": op.astype(np.int64, copy=False),
             "time_ns": totals.column("time_ns").to_numpy().astype(np.float64),
         }
+
+
+def _longest_per_column(start: np.ndarray, end: np.ndarray, t0: int, ns_per_px: float) -> np.ndarray:
+    """Of graphs in start order, the place of the longest one starting in each pixel column
+    (the first of equals): the bar a column shows of the graphs packed into it, each a real graph
+    (a click still finds one); a graph spanning several columns is the longest of its first."""
+    if not len(start):
+        return np.zeros(0, np.int64)
+    column = np.floor((start - t0) / ns_per_px).astype(np.int64)  # (never decreasing: starts in order)
+    firsts = np.flatnonzero(np.concatenate(([True], column[1:] != column[:-1])))
+    counts = np.diff(np.append(firsts, len(column)))
+    duration = end - start
+    longest = np.repeat(np.maximum.reduceat(duration, firsts), counts)
+    candidates = np.flatnonzero(duration == longest)
+    columns = column[candidates]
+    return candidates[np.concatenate(([True], columns[1:] != columns[:-1]))]
 
 
 def _sorted(column: pa.ChunkedArray) -> bool:

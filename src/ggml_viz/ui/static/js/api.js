@@ -163,12 +163,14 @@ import { offlineAnswer } from "./offline.js";
  * @property {Object<string, number>} clocks  timed node events by clock: host, gpu
  * @property {?Object} gpu  the GPU timer's account (analysis.gpu.gpu_summary), or null
  *
- * @typedef {Object} GraphBars one entry per graph
+ * @typedef {Object} GraphBars one entry per graph (a run of more graphs than the overview
+ *   draws: one per slice of them, its longest graph)
  * @property {number[]} graph_id
  * @property {number[]} duration_ns
  * @property {string[]} phase
  * @property {number[]} n_tokens
  * @property {string[]} text
+ * @property {number} graphs the run's graphs
  *
  * @typedef {Object} GpuStep the median traced graph of a phase on one device
  * @property {string} device "CUDA0"

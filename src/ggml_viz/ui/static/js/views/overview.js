@@ -38,7 +38,7 @@ export function render(section) {
       sm.n_requests > 1 ? requestsCard(sm) : !sm.prompt && !sm.generated_text && sm.computations.length ? computationsCard(sm) :
         h("div", { class: "card" }, h("h3", { text: "prompt" }), h("div", { class: "text-block", "data-testid": "prompt", text: sm.prompt || "" }),
           h("h3", { text: "generated" }), h("div", { class: "text-block", "data-testid": "generated", text: sm.generated_text || "" }))),
-    h("div", { class: "card" }, h("h3", { text: "one bar per graph (token) over the run" }), barsCanvas,
+    h("div", { class: "card" }, h("h3", { "data-testid": "graph-bars-title", text: barsTitle(o.graph_bars) }), barsCanvas,
       h("div", { class: "legend", "data-testid": "phase-legend" }, [...new Set(o.graph_bars.phase)].map((phase) => h("span", {}, swatch(phaseColor(phase)), phaseName(phase))))),
     o.gpu ? gpuCards(o.gpu) : null,
     h("div", { class: "grid" },
@@ -108,6 +108,13 @@ function gpuCards(gpu) {
 
 // The bar under x of a canvas `width` wide holding n bars (-1: none).
 export const barAt = (x, width, n) => { const i = Math.floor((x / width) * n); return i >= 0 && i < n ? i : -1; };
+
+// What the bars are: a bar per graph, or (a long run) per slice of graphs, the slice's longest.
+export function barsTitle(bars) {
+  const n = bars.graph_id.length, total = bars.graphs ?? n;
+  if (total <= n) return "one bar per graph (token) over the run";
+  return `one bar per ${fmtInt(Math.round(total / n))} graphs over the run (${fmtInt(total)} graphs): the longest of each`;
+}
 
 function drawGraphBars(canvas, bars) {
   const { ctx, width, height } = setupCanvas(canvas);
