@@ -212,10 +212,11 @@ def one_line(error: BaseException) -> str:
 
 def merge_totals(parts: list[dict[str, pa.Table]]) -> dict[str, pa.Table]:
     """Totals of several parts of a run (its stream segments, its journal) as the totals of
-    the whole: sums of sums (a wait total stays null where no part saw a wait)."""
+    the whole: sums of sums (a wait total stays null where no part saw a wait). Each table the
+    parts hold (both, or one: the writer merges node totals alone) is merged."""
     merged = {}
-    for name, schema in TOTALS_SCHEMAS.items():
-        keys = _KEYS[name]
+    for name in parts[0] if parts else TOTALS_SCHEMAS:
+        schema, keys = TOTALS_SCHEMAS[name], _KEYS[name]
         values = [column for column in schema.names if column not in keys]
         table = pa.concat_tables([part[name].cast(schema) for part in parts] or [schema.empty_table()])
         summed = table.group_by(keys).aggregate([(column, "sum") for column in values])

@@ -320,7 +320,6 @@ class RunWriter:
     def _finish_whole(self, keep_graphs: set[int]) -> None:
         """Every table one Parquet file of the kept graphs' rows (the keep-last bound: a
         small part of what was recorded), and its totals summed from them."""
-        self._rolled = []
         for table in TABLES:
             sources = table_segments(self.run_dir, table)
             if table in SPARSE_TABLES and not sources:
@@ -438,7 +437,8 @@ class _PartWriter:
             if totals is None or _events_counted(totals) != rows or not _same_time(totals):
                 self._sound = False
                 return
-            self._node_totals = self._merged_node_totals(totals[NODE_TOTALS])
+            parts = [{NODE_TOTALS: table} for table in (self._node_totals, totals[NODE_TOTALS]) if table is not None]
+            self._node_totals = merge_totals(parts)[NODE_TOTALS]
             self._graph_op_waiting[segment] = totals[GRAPH_OP_TOTALS]
             while self._sound and self._graph_op_next in self._graph_op_waiting:
                 self._write_graph_op_totals(self._graph_op_waiting.pop(self._graph_op_next))
@@ -457,13 +457,6 @@ class _PartWriter:
 
     def _graph_op_path(self, suffix: str = "") -> Path:
         return self.run_dir / f"{GRAPH_OP_TOTALS}{PARQUET_SUFFIX}{suffix}"
-
-    def _merged_node_totals(self, new: pa.Table) -> pa.Table:
-        if self._node_totals is None:
-            return new
-        empty = TOTALS_SCHEMAS[GRAPH_OP_TOTALS].empty_table()
-        parts = [{NODE_TOTALS: self._node_totals, GRAPH_OP_TOTALS: empty}, {NODE_TOTALS: new, GRAPH_OP_TOTALS: empty}]
-        return merge_totals(parts)[NODE_TOTALS]
 
     def take_failed(self) -> list[_Rolled]:
         with self._lock:
