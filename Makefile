@@ -133,14 +133,16 @@ demo: setup-demo
 	$(VENV)/bin/ggml-viz view $(RUN)
 
 # The browser tests drive Debian's Chromium (no browser download), graph pictures need
-# Graphviz's `dot`, and the whisper tests speak their audio with espeak-ng: install them when we can.
+# Graphviz's `dot`, the whisper tests speak their audio with espeak-ng, and `ggml-viz limits`' read
+# bandwidth is checked against sysbench's: install them when we can.
 system-packages:
-	@{ command -v chromium >/dev/null && command -v dot >/dev/null && command -v espeak-ng >/dev/null; } || \
+	@{ command -v chromium >/dev/null && command -v dot >/dev/null && command -v espeak-ng >/dev/null && \
+		command -v sysbench >/dev/null; } || \
 		{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
-		echo "== Installing Debian's chromium, graphviz and espeak-ng (apt-get: a minute or two)" && \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium graphviz espeak-ng; } || \
-		echo "Chromium, Graphviz or espeak-ng is missing (apt-get install chromium graphviz espeak-ng):" \
-			"their tests will be skipped"
+		echo "== Installing Debian's chromium, graphviz, espeak-ng and sysbench (apt-get: a minute or two)" && \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium graphviz espeak-ng sysbench; } || \
+		echo "Chromium, Graphviz, espeak-ng or sysbench is missing (apt-get install chromium graphviz espeak-ng" \
+			"sysbench): their tests will be skipped"
 
 # llama.cpp's own vocabulary-only GGUF files (19 architectures), a test corpus of real model
 # files: taken from the llama.cpp source the libraries are built from, kept outside the checkout.

@@ -45,6 +45,30 @@ def collect_errors(page: Any) -> list[str]:
 
 
 @contextlib.contextmanager
+def checked_page(browser: Any, width: int = 1440, height: int = 900) -> Iterator[Any]:
+    """A page of its own context; the test fails if the page raised or logged an error."""
+    context = browser.new_context(viewport={"width": width, "height": height})
+    page = context.new_page()
+    errors = collect_errors(page)
+    yield page
+    context.close()
+    assert not errors, errors
+
+
+def open_offline(browser: Any, file: Path, width: int = 1440, height: int = 900) -> tuple[Any, list[str], list[str]]:
+    """A saved page (the HTML report) opened from its file, ready: the page, the URLs it
+    requested and its uncaught errors, as they happen."""
+    page = browser.new_page(viewport={"width": width, "height": height})
+    requests: list[str] = []
+    errors: list[str] = []
+    page.on("request", lambda request: requests.append(request.url))
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(file.as_uri())
+    page.wait_for_selector("body[data-ready='1']")
+    return page, requests, errors
+
+
+@contextlib.contextmanager
 def serving(page: Any, path: Path, **options: Any) -> Iterator[Any]:
     """A viewer for `path` while the block runs; the page lets go of it before it stops."""
     from ggml_viz.ui.server import make_viewer

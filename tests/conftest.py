@@ -1,6 +1,13 @@
 from __future__ import annotations
 
+import os
+import tempfile
+
 import pytest
+
+# The tests' own cache folder: a machine's measured limits (`ggml-viz limits`) would otherwise
+# go into the runs the tests record, and the tests' into the user's cache.
+os.environ["GGML_VIZ_LIMITS_DIR"] = tempfile.mkdtemp(prefix="ggml-viz-test-limits-")
 
 
 @pytest.fixture(autouse=True)

@@ -22,6 +22,7 @@ from gguf import GGUFReader
 
 import ggml_viz
 from ggml_viz.analysis.breakdowns import weight_reads
+from ggml_viz.analysis.flops import events_work, node_costs, throughput_by_op
 from ggml_viz.analysis.moe import expert_bytes_by_device, layer_balance
 
 from .arch_models import generate, load
@@ -158,6 +159,32 @@ def test_a_step_reads_only_the_chosen_experts_slices(model, recorded):
     devices = expert_bytes_by_device(run)
     assert set(devices["device"]) == {"CPU"}
     assert int(devices["bytes_read"].sum()) == int(run.expert_reads["bytes_read"].sum())
+
+
+def test_the_work_of_an_expert_node_counts_the_experts_chosen(model, recorded):
+    # GIVEN the recorded graphs' MUL_MAT_IDs and the slices their tokens chose
+    run = recorded.run
+    costs = node_costs(run)
+    nodes = run.expert_nodes[run.expert_nodes["op"] == "MUL_MAT_ID"]
+    every_expert = costs.merge(nodes[["structure_id", "node_index"]])["bytes"]
+    costs = costs[["structure_id", "node_index", "bytes"]]
+    # WHEN their work is counted per node event, as the throughput and the roofline count it
+    totals = run.node_totals[["phase", "structure_id", "node_index", "op"]]
+    work = events_work(run, totals).merge(nodes[["structure_id", "node_index", "slice_bytes", "n_expert"]])
+    # THEN each reads the mean of its graphs' chosen slices, not the whole weight
+    chosen = run.expert_reads.merge(run.graphs[["graph_id", "phase"]]).groupby(
+        ["phase", "structure_id", "node_index"], as_index=False)["bytes_read"].mean()  # fmt: skip
+    work = work.merge(chosen, on=["phase", "structure_id", "node_index"])
+    assert len(work) == len(nodes[nodes["structure_id"].isin(run.graphs["structure_id"])]) and not work.empty
+    full = work["slice_bytes"] * work["n_expert"]
+    assert not work["all_experts"].any()
+    counted = work.merge(costs.rename(columns={"bytes": "every_expert"}), on=["structure_id", "node_index"])
+    assert np.allclose(counted["bytes"] + full - counted["bytes_read"], counted["every_expert"])
+    assert (work["bytes_read"] <= full).all()
+    decode = work["phase"] == "decode"  # (one token: its top k of the experts)
+    assert decode.any() and (work.loc[decode, "bytes_read"] < full[decode]).all()
+    by_op = throughput_by_op(run).set_index("op")
+    assert by_op.loc["MUL_MAT_ID", "bytes"] < every_expert.sum() * len(run.graphs)
 
 
 def test_the_views_of_routing_agree_with_the_table(model, recorded):

@@ -14,7 +14,7 @@ import pytest
 import ggml_viz
 from ggml_viz.ui.server import make_viewer
 
-from ..browser import chromium, serving
+from ..browser import chromium, open_offline, serving
 from .smollm2 import greedy, load_model
 
 pytestmark = [pytest.mark.model, pytest.mark.browser]
@@ -246,13 +246,7 @@ def test_the_html_report_works_offline_and_shows_the_top_ops(browser, served_run
     _, run = served_run
     report = tmp_path / "report.html"
     assert main(["export", str(run.path), "-o", str(report)]) == 0
-    page = browser.new_page(viewport={"width": 1440, "height": 900})
-    requests: list[str] = []
-    errors: list[str] = []
-    page.on("request", lambda request: requests.append(request.url))
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    page.goto(report.as_uri())
-    page.wait_for_selector("body[data-ready='1']")
+    page, requests, errors = open_offline(browser, report)
     assert "MUL_MAT" in page.inner_text("[data-testid=time-by-op]")
     for view in ("timeline", "graph", "memory", "stats", "events"):
         page.click(f"#tabs button[data-tab={view}]")

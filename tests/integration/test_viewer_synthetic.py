@@ -12,7 +12,7 @@ from ggml_viz.analysis.findings import BUILTIN_FINDINGS, Finding
 from ggml_viz.runformat.synthetic import write_synthetic_run
 from ggml_viz.ui.server import make_viewer
 
-from ..browser import chromium, collect_errors, serving
+from ..browser import checked_page, chromium, collect_errors, serving
 from ..gpu_runs import write_gpu_run
 
 pytestmark = pytest.mark.browser
@@ -33,12 +33,8 @@ def run_path(tmp_path_factory):
 
 @pytest.fixture
 def page(browser):
-    context = browser.new_context(viewport={"width": 1440, "height": 900})
-    page = context.new_page()
-    errors = collect_errors(page)
-    yield page
-    context.close()
-    assert not errors, errors
+    with checked_page(browser) as page:
+        yield page
 
 
 @pytest.fixture(scope="module")

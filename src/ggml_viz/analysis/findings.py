@@ -23,6 +23,7 @@ from ..runformat.totals import GRAPH_OP_TOTALS
 from .breakdowns import phase_stats, timed_totals, untimed_reason, weight_reads
 from .components import structure_components
 from .op_codes import op_codes
+from .roofline import median_decode_step_ns
 
 _LAYER_PART = r"(blk|blocks|layers|h)\.\d+\."  # a layer in a weight's name
 _LAYER_SUFFIX = re.compile(r"-\d+(?=$|[\s(])")
@@ -36,6 +37,7 @@ class FindingContext:
     reads: dict[str, Any]  # weight_reads(run): the weight bytes a graph and a decode step read
     components: pd.DataFrame  # structure_components(run): each node's component (attention, ffn, ...)
     gpu: dict[str, Any] | None  # gpu_summary(run): None for a run without GPU times
+    roofline: dict[str, Any]  # roofline_summary(run): the run against this machine's limits
 
     @classmethod
     def of(
@@ -46,15 +48,19 @@ class FindingContext:
         reads: dict[str, Any] | None = None,
         components: pd.DataFrame | None = None,
         gpu: dict[str, Any] | None = None,
+        roofline: dict[str, Any] | None = None,
     ) -> FindingContext:
         """The context of `run`, computing whatever the caller does not have yet."""
         from .gpu import gpu_summary
+        from .roofline import roofline_summary
 
+        reads_ = weight_reads(run) if reads is None else reads
         return cls(
             phases=phase_stats(run) if phases is None else phases,
-            reads=weight_reads(run) if reads is None else reads,
+            reads=reads_,
             components=structure_components(run) if components is None else components,
             gpu=gpu_summary(run, 10) if gpu is None else gpu,
+            roofline=roofline_summary(run, reads_) if roofline is None else roofline,
         )
 
 
@@ -90,6 +96,17 @@ class NodeTime(Finding):
         return _time_findings(run, context.phases, context.reads, context.components)
 
 
+class MachineLimits(Finding):
+    name = "limits"
+    summary = ("the run against this machine's limits (ggml-viz limits): decode against the read bandwidth, "
+               "the prompt against the peak, the op furthest from its limit")  # fmt: skip
+
+    def find(self, run: Run, context: FindingContext) -> list[str]:
+        from .roofline import limit_findings
+
+        return limit_findings(context.roofline)
+
+
 class GpuFindings(Finding):
     name = "gpu"
     summary = "decode steps bound by kernel launches, GPU work besides the ops' own"
@@ -112,7 +129,7 @@ class ExpertRouting(Finding):
 
 
 # In the order they are said; plugins' findings come after these.
-BUILTIN_FINDINGS: list[Finding] = [NonFiniteValues(), NodeTime(), ExpertRouting(), GpuFindings()]
+BUILTIN_FINDINGS: list[Finding] = [NonFiniteValues(), NodeTime(), MachineLimits(), ExpertRouting(), GpuFindings()]
 FINDINGS_GROUP = "ggml_viz.findings"
 
 
@@ -214,12 +231,9 @@ def _time_findings(run: Run, phases: pd.DataFrame, reads: dict[str, Any], compon
             f"({phases.loc['prompt', 'tokens_per_s']:,.0f} vs {phases.loc['decode', 'tokens_per_s']:,.1f} tokens/s)."
         )
     step_bytes = reads.get("weight_bytes_per_decode_step")
-    graphs = run.arrow("graphs")
-    decode = pc.equal(graphs.column("phase"), "decode").fill_null(False).to_numpy(zero_copy_only=False)
-    if step_bytes and decode.any():
-        steps = graphs.filter(decode)  # (the decode steps' times, not a pandas frame of every graph)
-        durations = steps.column("end_ns").to_numpy() - steps.column("start_ns").to_numpy()
-        seconds = float(np.median(durations.astype(np.float64))) / 1e9
+    median_ns = median_decode_step_ns(run)
+    if step_bytes and median_ns:
+        seconds = median_ns / 1e9
         if seconds > 0:
             routed = reads.get("routed_decode_steps")
             experts = (
@@ -231,8 +245,7 @@ def _time_findings(run: Run, phases: pd.DataFrame, reads: dict[str, Any], compon
             )
             said.append(
                 f"Each decode step reads {step_bytes / 2**20:,.1f} MiB of weights{experts}: "
-                f"{step_bytes / seconds / 1e9:,.2f} GB/s at the median step, the memory "
-                "traffic that bounds decode speed."
+                f"{step_bytes / seconds / 1e9:,.2f} GB/s at the median step."
             )
     return said
 

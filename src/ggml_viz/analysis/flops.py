@@ -24,13 +24,18 @@ Each formula is stated here and in `FORMULAS` (docs/measuring.md has the table):
 
 Every other op (GET_ROWS, SET_ROWS, CPY, CONT, DUP, VIEW, RESHAPE, PERMUTE, TRANSPOSE,
 CONCAT, REPEAT, PAD, IM2COL, ARGSORT, TOP_K, ...) moves or views data: no FLOPs.
-FLASH_ATTN_EXT counts every KV cell of the graph (n_kv: llama.cpp's KV window, padded);
-ggml's CPU kernel skips the cells its mask hides (a token's future, other sequences), so
-where much of the window is masked its achieved GFLOP/s is an upper bound.
+FLASH_ATTN_EXT's formula counts every KV cell of the graph (n_kv: llama.cpp's KV window,
+padded); ggml's kernels skip the cells its mask hides (a token's future, other sequences).
+With a mask and the graph's tokens known, a run's figures count the cells a causal mask lets
+each query attend instead: a token at position p, its sequence's p + 1 (attended_flops); a
+sliding-window layer attends fewer, so there they are still an upper bound. Without the
+tokens (another ggml program) they count the whole window and are marked upper bounds.
 
 Bytes moved: the bytes each source is really read for (edges' src_bytes_read: GET_ROWS the
-rows it gathers) plus the output's bytes written (a lower bound: caches may read some twice,
-or not at all).
+rows it gathers) plus the output's bytes written (SET_ROWS: the rows of src0 it writes, not its
+whole destination); a lower bound: caches may read some twice, or not at all. A run's figures
+charge a node reading experts by ids (MUL_MAT_ID) the experts its tokens chose, where the
+routing was recorded (routed_bytes).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 import pandas as pd
+import pyarrow.compute as pc
 
 from ..runformat.memory_sources import VIEW_OPS, bytes_read
 from ..runformat.reader import Run
@@ -133,20 +139,96 @@ def node_costs(run: Run) -> pd.DataFrame:
     for row, (name, structure, index) in enumerate(zip(op, nodes["structure_id"], nodes["node_index"], strict=True)):
         if name in FORMULAS:
             flops[row] = op_flops(name, tuple(dst[row]), sources.get((int(structure), int(index)), {}))
-    moved = read.reindex(keys).fillna(0).to_numpy(np.float64) + nodes["nbytes"].to_numpy(np.float64)
+    written = nodes["nbytes"].to_numpy(np.float64)
+    # SET_ROWS writes src0's rows into its output, a view of the whole destination (a KV cache)
+    set_rows = np.flatnonzero(op == "SET_ROWS")
+    if len(set_rows):
+        per_element = written[set_rows] / np.maximum(dst[set_rows].prod(axis=1), 1)
+        rows_in = [np.prod(sources.get((int(nodes["structure_id"].iat[i]), int(nodes["node_index"].iat[i])), {})
+                           .get(0, (0, 0, 0, 0))) for i in set_rows]  # fmt: skip
+        written[set_rows] = per_element * np.asarray(rows_in, np.float64)
+    moved = read.reindex(keys).fillna(0).to_numpy(np.float64) + written
     moved[np.isin(op, VIEW_OPS)] = 0.0  # views move nothing
+    # FLASH_ATTN_EXT with a mask (slot 3): its queries and KV window, for attended_flops
+    masked = np.zeros(len(nodes), bool)
+    cells = np.full(len(nodes), np.nan)
+    for flash in np.flatnonzero(op == "FLASH_ATTN_EXT"):
+        shapes = sources.get((int(nodes["structure_id"].iat[flash]), int(nodes["node_index"].iat[flash])), {})
+        masked[flash] = 3 in shapes
+        cells[flash] = shapes.get(1, _NONE)[1] * shapes.get(0, _NONE)[1]  # window x queries (per head and batch)
     return pd.DataFrame({"structure_id": nodes["structure_id"], "node_index": nodes["node_index"], "op": op,
-                         "flops": flops, "bytes": moved})  # fmt: skip
+                         "flops": flops, "bytes": moved, "masked": masked, "window_cells": cells})  # fmt: skip
+
+
+def causal_cells(run: Run) -> pd.DataFrame:
+    """Per (phase, structure_id): `cells`, the KV cells a causal mask lets the graphs' queries
+    attend, per graph on average: a token at position p attends its sequence's p + 1 cells; NaN
+    where some graph of the group has no tokens recorded (another ggml program's)."""
+    graphs = run.arrow("graphs").select(["phase", "structure_id", "token_positions"])
+    positions = graphs.column("token_positions").combine_chunks()
+    lengths = pc.list_value_length(positions).fill_null(0).to_numpy().astype(np.float64)
+    flat = pc.list_flatten(positions).to_numpy(zero_copy_only=False).astype(np.float64)
+    parents = pc.list_parent_indices(positions).to_numpy()
+    attended = np.bincount(parents, weights=flat + 1, minlength=len(lengths)) if len(flat) else np.zeros(len(lengths))
+    frame = pd.DataFrame({"phase": graphs.column("phase").to_pandas(), "structure_id": graphs.column("structure_id")
+                          .to_numpy(), "cells": np.where(lengths > 0, attended, np.nan)})  # fmt: skip
+    return frame.groupby(["phase", "structure_id"], as_index=False)["cells"].agg(lambda c: c.mean(skipna=False))
+
+
+def attended_flops(run: Run, rows: pd.DataFrame) -> pd.DataFrame:
+    """`rows` (node_costs joined to node totals: phase, structure_id, flops, masked, window_cells)
+    with a masked FLASH_ATTN_EXT's FLOPs counted over the cells its causal mask lets it attend
+    (ggml's kernels skip the masked ones), and `upper_bound` True where that is not known: it
+    counts every cell of the window (no tokens recorded; sliding-window layers attend fewer)."""
+    flash = (rows["op"] == "FLASH_ATTN_EXT").to_numpy() if "op" in rows else np.zeros(len(rows), bool)
+    rows = rows.assign(upper_bound=flash)
+    if not flash.any():
+        return rows
+    cells = rows[["phase", "structure_id"]].merge(causal_cells(run), on=["phase", "structure_id"], how="left")["cells"]
+    known = flash & rows["masked"].fillna(False).to_numpy(bool) & cells.notna().to_numpy()
+    window = rows["window_cells"].to_numpy(np.float64)
+    share = np.ones(len(rows))
+    share[known] = np.minimum(cells.to_numpy()[known], window[known]) / np.maximum(window[known], 1)
+    return rows.assign(flops=rows["flops"] * share, upper_bound=flash & ~known & rows["masked"].fillna(False))
+
+
+def routed_bytes(run: Run, rows: pd.DataFrame) -> pd.DataFrame:
+    """`rows` (node_costs joined to node totals: phase, structure_id, node_index, bytes) with a
+    node that reads experts by ids (MUL_MAT_ID, ADD_ID) charged the experts its graphs' tokens
+    chose, on average over the graphs whose routing was recorded (run.expert_reads), instead of
+    every expert of its weight; `all_experts` True where no routing says which."""
+    rows = rows.assign(all_experts=False)
+    by_ids = run.expert_nodes
+    if by_ids.empty:
+        return rows
+    keys = ["structure_id", "node_index"]
+    full = by_ids.assign(full_bytes=by_ids["slice_bytes"] * by_ids["n_expert"])[[*keys, "full_bytes"]]
+    reads = run.expert_reads.merge(run.graphs[["graph_id", "phase"]], on="graph_id")
+    chosen = reads.groupby(["phase", *keys], as_index=False)["bytes_read"].mean()
+    joined = rows[["phase", *keys]].merge(full, on=keys, how="left").merge(chosen, on=["phase", *keys], how="left")
+    experts = joined["full_bytes"].notna().to_numpy()
+    known = experts & joined["bytes_read"].notna().to_numpy()
+    adjusted = rows["bytes"].to_numpy(np.float64).copy()
+    adjusted[known] += (joined["bytes_read"] - joined["full_bytes"]).to_numpy(np.float64)[known]
+    return rows.assign(bytes=adjusted, all_experts=experts & ~known)
+
+
+def events_work(run: Run, totals: pd.DataFrame) -> pd.DataFrame:
+    """Node totals (phase, structure_id, node_index, ...) with each node's work per event: its
+    node_costs, FLASH_ATTN_EXT's over the cells it attends, an expert node's bytes those of the
+    experts chosen."""
+    costs = node_costs(run).drop(columns="op")
+    rows = totals.merge(costs, on=["structure_id", "node_index"], how="left")
+    return routed_bytes(run, attended_flops(run, rows))
 
 
 def throughput_by_op(run: Run) -> pd.DataFrame:
     """Per op over the timed node events: time, GFLOP, GB moved, achieved GFLOP/s and GB/s,
     and arithmetic intensity (FLOPs per byte)."""
-    costs = node_costs(run)
-    totals = timed_totals(run)[["structure_id", "node_index", "op", "timed", "time_ns"]]
-    events = totals.merge(costs.drop(columns="op"), on=["structure_id", "node_index"])
+    events = events_work(run, timed_totals(run)[["phase", "structure_id", "node_index", "op", "timed", "time_ns"]])
     events = events.assign(flops=events["flops"] * events["timed"], bytes=events["bytes"] * events["timed"])
-    table = events.groupby("op")[["time_ns", "flops", "bytes"]].sum()
+    table = events.groupby("op").agg(time_ns=("time_ns", "sum"), flops=("flops", "sum"), bytes=("bytes", "sum"),
+                                     upper_bound=("upper_bound", "any"))  # fmt: skip
     seconds = table["time_ns"].astype(np.float64) / 1e9
     table["gflop_per_s"] = (table["flops"] / 1e9 / seconds).where(seconds > 0)
     table["gb_per_s"] = (table["bytes"] / 1e9 / seconds).where(seconds > 0)

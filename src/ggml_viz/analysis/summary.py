@@ -30,6 +30,7 @@ from .flops import throughput_by_op
 from .gpu import gpu_summary
 from .memory import kv_cache_extremes
 from .moe import moe_summary
+from .roofline import roofline_summary
 
 TIMING_LABELS = {
     "inline": "inline (host clock, each graph run whole)",
@@ -56,7 +57,10 @@ def summarize(run: Run, top: int = 10) -> dict[str, Any]:
     totals = run.node_totals
     phases, reads, components = phase_stats(run), weight_reads(run), structure_components(run)  # findings use them too
     gpu = gpu_summary(run, top)
-    said, sections = find_all(run, FindingContext(phases=phases, reads=reads, components=components, gpu=gpu))
+    roofline = roofline_summary(run, reads, top)
+    said, sections = find_all(
+        run, FindingContext(phases=phases, reads=reads, components=components, gpu=gpu, roofline=roofline)
+    )
     activity = run_devices(run)
     devices = device_summary(run, activity) if activity is not None else None
     if devices and devices["finding"]:
@@ -97,7 +101,8 @@ def summarize(run: Run, top: int = 10) -> dict[str, Any]:
         "weight_reads": reads,
         "kv_cache": _kv_summary(run),
         "moe": moe_summary(run),
-        "throughput_by_op": records(throughput_by_op(run).head(top)),
+        "throughput_by_op": roofline["by_op"] if roofline["limits"] else records(throughput_by_op(run).head(top)),
+        "roofline": roofline,  # against this machine's limits (analysis/roofline.py); limits None: none measured
         "findings": said,
         "sections": [asdict(section) for section in sections],  # titled findings (plugins'), each shown apart
     }

@@ -20,6 +20,7 @@ from .config import ConfigCommand
 from .diff import DiffCommand
 from .export import ExportCommand
 from .join import JoinCommand
+from .limits import LimitsCommand
 from .memmap import MemmapCommand
 from .numerics import NumericsCommand
 from .plugins import PluginsCommand
@@ -35,7 +36,7 @@ from .whatif import WhatifCommand
 COMMANDS: list[type[Command]] = [
     RecordCommand, RunCommand, SummaryCommand, ViewCommand, ExportCommand, QueryCommand, DiffCommand, BenchCommand,
     NumericsCommand, MemmapCommand, ValidateCommand, CollectCommand, PreloadPathCommand, ConfigCommand,
-    PluginsCommand, JoinCommand, WhatifCommand,
+    PluginsCommand, JoinCommand, WhatifCommand, LimitsCommand,
 ]  # fmt: skip
 
 

@@ -10,6 +10,8 @@ from .._errors import CommandError
 from .base import Command
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from ..runformat.reader import Run
 
 
@@ -33,6 +35,12 @@ class QueryCommand(Command):
     tables; empty for other runs. nodes holds host times only: a GPU node's time is in
     gpu_node_times (and node_totals, clock 'gpu').
 
+    Against this machine's limits (runs given them by `ggml-viz limits --for RUN`): node_limits,
+    per phase and node of each graph structure, its timed events' time, FLOPs and bytes, the
+    limit that binds it (bound: memory or compute; peak_gflop_per_s, bandwidth_gb_per_s at the
+    threads judged at), floor_ns (that work at the limit) and of_limit (floor_ns / time_ns);
+    graph_limits, per graph (a step): its duration against the floor of its nodes' work.
+
     Mixture-of-experts models: moe_routing (per graph, MoE layer, token and slot: the expert
     chosen and its weight, with the layer, the token's position and sequence) and moe_experts
     (per layer and expert: tokens routed, weight mass, bytes read, an estimate of its share of
@@ -44,6 +52,8 @@ class QueryCommand(Command):
       ggml-viz query servers/ "select run, phase, count(*) graphs from graphs group by all"   # every run in servers/
       ggml-viz query cuda.ggmlviz "select op, kernel, sum(busy_ns)/1e6 ms from gpu_kernels group by 1, 2"
       ggml-viz query moe.ggmlviz "select layer, expert, tokens from moe_experts order by tokens desc limit 10"
+      ggml-viz query france.ggmlviz "select op, sum(floor_ns) / sum(time_ns) of_limit from node_limits group by op"
+      ggml-viz query france.ggmlviz "select phase, median(of_limit) from graph_limits group by phase"
       ggml-viz query france.joined "select host, op, sum(duration_ns)/1e6 ms from remote_nodes group by all"
     """
 
@@ -70,12 +80,14 @@ class QueryCommand(Command):
         else:
             runs = open_runs(path)
         if args.tables:
-            for name, doc in TABLE_DOCS.items():
+            for name, doc in {**TABLE_DOCS, **LIMIT_VIEWS}.items():
                 print(f"{name}: {doc}")
             return 0
         if not args.sql:
             raise CommandError("give a query (or --tables)")
-        result = run_query(runs, args.sql, tables)
+        wanted = [name for name in LIMIT_VIEWS if name in args.sql.lower()]
+        frames = dict(zip(wanted, limit_views(runs, wanted), strict=True)) if wanted else None
+        result = run_query(runs, args.sql, tables, frames)
         if args.output == "csv":
             result.to_csv(sys.stdout, index=False)
         elif args.output == "json":
@@ -86,6 +98,49 @@ class QueryCommand(Command):
                 table.add_row(*["" if value is None else str(value) for value in row])
             Console().print(table)
         return 0
+
+
+# the views of runs against their machine's limits (analysis/roofline.py): made only when asked for
+LIMIT_VIEWS = {
+    "node_limits": "per phase and node of each structure: time against this machine's limits (roofline: bound, "
+    "floor_ns, of_limit); empty for a run without limits (ggml-viz limits --for RUN)",
+    "graph_limits": "per graph: duration_ns against floor_ns, its nodes' work at this machine's limits, and of_limit",
+}
+NODE_LIMIT_COLUMNS = ["phase", "structure_id", "node_index", "name", "op", "layer", "timed", "time_ns", "flops",
+                      "bytes", "weight_type", "device", "threads", "peak_gflop_per_s", "bandwidth_gb_per_s",
+                      "floor_ns", "bound", "of_limit"]  # fmt: skip
+GRAPH_LIMIT_COLUMNS = ["graph_id", "phase", "n_tokens", "duration_ns", "floor_ns", "of_limit"]
+
+
+def limit_views(runs: list[Run], names: list[str]) -> list[pd.DataFrame]:
+    """The views `names` (of LIMIT_VIEWS) over every run that holds limits, each row naming its run."""
+    from ..analysis.roofline import graph_floors, node_floors, run_limits
+    from ..runformat.sql import run_names
+
+    parts: dict[str, list[pd.DataFrame]] = {name: [] for name in names}
+    for run, run_name in zip(runs, run_names(runs), strict=True):
+        limits = run_limits(run)
+        if limits is None:
+            continue
+        floors = node_floors(run, limits)
+        if "node_limits" in parts:
+            parts["node_limits"].append(floors[NODE_LIMIT_COLUMNS].assign(run=run_name))
+        if "graph_limits" in parts:
+            parts["graph_limits"].append(graph_floors(run, floors)[GRAPH_LIMIT_COLUMNS].assign(run=run_name))
+    columns = {"node_limits": NODE_LIMIT_COLUMNS, "graph_limits": GRAPH_LIMIT_COLUMNS}
+    return [_stacked(parts[name], ["run", *columns[name]]) for name in names]
+
+
+def _stacked(parts: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
+    """The parts as one table of `columns` (nullable integers as floats: DuckDB reads them so)."""
+    import pandas as pd
+
+    if not parts:
+        return pd.DataFrame({column: [] for column in columns})
+    frame = pd.concat(parts, ignore_index=True)[columns]
+    nullable = [name for name, kind in frame.dtypes.items() if isinstance(kind, pd.api.extensions.ExtensionDtype)
+                and kind.kind in "iu"]  # fmt: skip
+    return frame.astype({name: "float64" for name in nullable})
 
 
 def open_runs(path: Path) -> list[Run]:

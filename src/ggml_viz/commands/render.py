@@ -130,6 +130,7 @@ def render_summary(summary: dict[str, Any], console: Console | None = None, shor
             console.print(_time_table("top tensors", "name", summary["top_tensors"]))
             console.print(_time_table("time by component", "component", summary["time_by_component"]))
             console.print(_throughput_table(summary["throughput_by_op"]))
+            _print_limits(console, summary.get("roofline") or {}, summary["run"])
     elif not summary.get("gpu"):
         console.print(f"no node was timed on its own ({summary['untimed_reason']}): graph times only")
     memory = Table(
@@ -242,30 +243,50 @@ def _render_gpu(console: Console, summary: dict[str, Any], short: bool) -> None:
         console.print(table)
 
 
-# Ops whose FLOPs count more than the kernel may do (analysis/flops.py says why): marked in the table.
-UPPER_BOUND_OPS = ("FLASH_ATTN_EXT",)
-
-
 def _throughput_table(rows: list[dict[str, Any]]) -> Table:
+    """Work and throughput per op; against this machine's limits where the run holds them."""
     from rich.table import Table
 
+    judged = any(row.get("of_limit") is not None for row in rows)
     title = "work and throughput by op (estimates, see ggml_viz.analysis.flops)"
-    table = Table("op", "time", "GFLOP", "GB moved", "GFLOP/s", "GB/s", "FLOP/byte", title=title, title_justify="left")
+    if judged:
+        title = "work, throughput and distance to this machine's limits by op (see ggml_viz.analysis.roofline)"
+    table = Table("op", "time", "GFLOP", "GB moved", "GFLOP/s", "GB/s", "FLOP/byte",
+                  *(["bound", "of limit"] if judged else []), title=title, title_justify="left")  # fmt: skip
 
     def number(value: Any, digits: int = 2) -> str:
         return "—" if value is None or value != value else f"{value:,.{digits}f}"
 
     for row in rows:
-        bound = "*" if row["op"] in UPPER_BOUND_OPS else ""  # (on the figures its FLOPs make)
+        bound = "*" if row.get("upper_bound") else ""  # (on the figures its FLOPs make)
+        limit = [row.get("bound") or "—", "—" if row.get("of_limit") is None else f"{row['of_limit']:.0%}"]
         table.add_row(
             row["op"], format_ms(row["time_ns"]), number(row["flops"] / 1e9, 3) + bound, number(row["bytes"] / 1e9, 3),
             number(row["gflop_per_s"]) + bound, number(row["gb_per_s"]), number(row["flops_per_byte"]) + bound,
+            *(limit if judged else []),
         )  # fmt: skip
-    if any(row["op"] in UPPER_BOUND_OPS for row in rows):
-        table.caption = ("* FLASH_ATTN_EXT over every KV cell of its graph (the padded window): an upper bound "
-                         "where its mask hides cells, which the CPU kernel skips")  # fmt: skip
+    if any(row.get("upper_bound") for row in rows):
+        table.caption = ("* over every KV cell of its graph's window (its tokens' positions are not known): an "
+                         "upper bound where its mask hides cells, which ggml's kernels skip")  # fmt: skip
         table.caption_justify = "left"
     return table
+
+
+def _print_limits(console: Console, roofline: dict[str, Any], run: str) -> None:
+    """Which limits the run was judged against, or how to measure them."""
+    limits = roofline.get("limits")
+    if not limits:
+        console.print(f"this machine's limits are not in the run: `ggml-viz limits --for {run}` measures them "
+                      "(about 20 s) and the summary then says how far each op is from them", markup=False)  # fmt: skip
+        return
+    where = "" if limits.get("same_machine") else " (not the machine the run was recorded on)"
+    rows = [row for row in limits["measurements"] if row["device"] == "CPU" and row["threads"] in limits["judged_at"]]
+    reads = ", ".join(f"{row['gb_per_s']:,.1f} GB/s at {row['threads']} threads" for row in rows
+                      if row["what"] == "memory_read")  # fmt: skip
+    console.print(f"judged against the limits measured on {(limits.get('machine') or {}).get('host')} "
+                  f"{limits.get('measured')}{where}: memory read {reads or '—'}; a node's limit is the larger of its "
+                  "bytes at that bandwidth and its FLOPs at its weight type's matrix-product peak",
+                  markup=False)  # fmt: skip
 
 
 def _time_table(title: str, key: str, rows: list[dict[str, Any]], waits: bool = False) -> Table:

@@ -4,9 +4,10 @@ script and style, and the run's answers embedded, so it opens offline from a fil
 The page's Content-Security-Policy forbids every connection, so opening it can reach
 nothing. Embedded data is JSON inside a non-executing script element, with `<` escaped, so
 no string from a run can close the element or become markup. What a report holds: the
-overview, statistics, the memory tracks, the whole timeline (every node for runs up to
-EVENT_LIMIT timed events, summed per pixel column beyond), one graph (collapsed and each
-layer) with its compute-buffer occupancy, and the event log's rows (without sources).
+overview, statistics (with the roofline, where the run holds its machine's measured limits),
+the memory tracks, the whole timeline (every node for runs up to EVENT_LIMIT timed events,
+summed per pixel column beyond), one graph (collapsed and each layer) with its
+compute-buffer occupancy, and the event log's rows (without sources).
 """
 
 from __future__ import annotations

@@ -16,6 +16,8 @@ from typing import Any
 
 from .._errors import RunFormatError
 from .._version import __version__
+from .limits import limits_for_new_run
+from .machine import environment
 from .schema import FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE, READER_SUPPORTED_VERSIONS, SPOOL_DIR
 
 STATUS_RECORDING = "recording"
@@ -44,6 +46,7 @@ def new_manifest(experiment_id: str) -> dict[str, Any]:
         "recorder": {"pid": os.getpid(), "host": socket.gethostname(), "argv": sys.argv[:]},
         "versions": package_versions(),
         "environment": environment(),
+        "limits": limits_for_new_run(),  # this machine's, as `ggml-viz limits` measured them (None: never)
         "contexts": [],
         "model": None,
         "generation": {},
@@ -68,36 +71,6 @@ def package_versions() -> dict[str, str | None]:
         except metadata.PackageNotFoundError:
             versions[distribution.replace("-", "_")] = None
     return versions
-
-
-def environment() -> dict[str, Any]:
-    return {
-        "os": platform.platform(),
-        "machine": platform.machine(),
-        "cpu_model": _cpu_model(),
-        "cpu_cores": os.cpu_count(),
-        "memory_bytes": _total_memory(),
-        "python": sys.version.split()[0],
-        "python_implementation": platform.python_implementation(),
-    }
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _total_memory() -> int | None:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
 
 
 def load_manifest(path: Path) -> dict[str, Any]:

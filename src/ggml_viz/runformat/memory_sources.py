@@ -72,7 +72,8 @@ def bytes_read(raw_edges: pd.DataFrame, structure_nodes: pd.DataFrame, tensors: 
     """The bytes of its source each edge really reads (per row of `raw_edges`): a source's
     whole bytes, except that a view reads nothing, and GET_ROWS reads of its table (source 0)
     only the rows it gathers: one per id, each the table's row size (a token embedding: the
-    batch's tokens' rows, not the whole vocabulary). A node reading experts by ids (MUL_MAT_ID,
+    batch's tokens' rows, not the whole vocabulary); SET_ROWS reads its rows and ids, not the
+    destination it writes them into (its source 2, the cache). A node reading experts by ids (MUL_MAT_ID,
     ADD_ID) counts every expert here: which ones a graph's tokens chose is its own, in the run's
     routing (experts.expert_reads has those bytes, graph by graph)."""
     description = tensors.set_index("tensor_id")
@@ -89,6 +90,7 @@ def bytes_read(raw_edges: pd.DataFrame, structure_nodes: pd.DataFrame, tensors: 
     read = whole.copy()
     read[with_rows] = whole[with_rows] / rows[with_rows] * ids[with_rows]
     read[pd.Series(op).isin(VIEW_OPS).to_numpy()] = 0
+    read[(op == "SET_ROWS") & (raw_edges["src_slot"].to_numpy() >= 2)] = 0  # its destination: written, not read
     return pd.Series(read.round().astype("int64"), index=raw_edges.index)
 
 

@@ -27,7 +27,7 @@ import pyarrow as pa
 from .._errors import GgmlVizError
 from .manifest import STATUS_COMPLETE
 from .schema import OPTIONAL_COLUMNS, parquet_parts
-from .totals import connect
+from .totals import connect, parquet_files, sql_string
 
 
 class ReadableRun(Protocol):
@@ -89,7 +89,7 @@ RAW = ("graphs", "node_times", "structure_nodes", "edges", "tensors", "buffers",
 VIEWS = (*SMALL_VIEWS, "nodes", "edges", *GPU_TABLES, "runs", "rpc_messages")
 
 _NODES_SQL = """
-    select g.run, '{host}' as host, {pid} as pid, g.graph_id, s.node_index, t.start_ns, t.end_ns, s.tensor_id,
+    select g.run, {host} as host, {pid} as pid, g.graph_id, s.node_index, t.start_ns, t.end_ns, s.tensor_id,
            t.start_ns is not null as timed, t.wait_ns, case when s.layer >= 0 then s.layer end as layer,
            d.* exclude (run, tensor_id, layer), d.layer as name_layer, t.end_ns - t.start_ns as duration_ns
     from raw_graphs_{i} g
@@ -121,15 +121,21 @@ _GPU_GRAPHS_SQL = """
 
 
 def run_query(
-    runs: ReadableRun | Sequence[ReadableRun], sql: str, tables: dict[str, Path] | None = None
+    runs: ReadableRun | Sequence[ReadableRun],
+    sql: str,
+    tables: dict[str, Path] | None = None,
+    frames: dict[str, pd.DataFrame] | None = None,
 ) -> pd.DataFrame:
-    """The result of `sql` over the views of one run or several (as one dataset), and over the
-    Parquet files `tables` (a joined distributed run's) as views by their names."""
+    """The result of `sql` over the views of one run or several (as one dataset), over the
+    Parquet files `tables` (a joined distributed run's) and the tables `frames` (an analysis's)
+    as views by their names."""
     import duckdb
 
     connection = connect_runs(runs)
     for name, path in (tables or {}).items():
-        connection.execute(f"create view {name} as select * from read_parquet('{_quoted(str(path))}')")
+        connection.execute(f"create view {name} as select * from {parquet_files([path])}")
+    for name, frame in (frames or {}).items():
+        connection.register(name, frame)
     try:
         try:
             return connection.execute(sql).fetchdf()
@@ -149,15 +155,15 @@ def connect_runs(runs: ReadableRun | Sequence[ReadableRun]) -> Any:
 
 def register_runs(connection: Any, runs: Sequence[ReadableRun]) -> None:
     """Create every view (see TABLE_DOCS) in `connection`, over all of `runs`."""
-    names = _run_names(runs)
+    names = run_names(runs)
     for i, (run, name) in enumerate(zip(runs, names, strict=True)):
         for table in RAW:
             _raw_view(connection, run, table, f"raw_{table}_{i}", name)
         host, pid = _host_and_pid(run)
         for view in SMALL_VIEWS:
             connection.register(f"_{view}_{i}", _plain(getattr(run, view)))
-            where = f"'{_quoted(name)}' as run" + (
-                f", '{_quoted(host)}' as host, {pid} as pid" if view == "graphs" else ""
+            where = f"{sql_string(name)} as run" + (
+                f", {sql_string(host)} as host, {pid} as pid" if view == "graphs" else ""
             )
             connection.execute(f"create view {view}_{i} as select {where}, * from _{view}_{i}")
         connection.register(f"_runs_{i}", pd.DataFrame([{
@@ -166,11 +172,11 @@ def register_runs(connection: Any, runs: Sequence[ReadableRun]) -> None:
             "program": " ".join((run.manifest.get("program") or {}).get("argv") or []) or None, "status": run.status,
         }]))  # fmt: skip
         connection.execute(f"create view runs_{i} as select * from _runs_{i}")
-        connection.execute(f"create view rpc_messages_{i} as select run, '{_quoted(host)}' as host, {pid} as pid, "
+        connection.execute(f"create view rpc_messages_{i} as select run, {sql_string(host)} as host, {pid} as pid, "
                            f"* exclude (run) from raw_rpc_messages_{i}")  # fmt: skip
         edges = run.structure_edges.assign(run=name)
         connection.register(f"structure_edges_{i}", _plain(edges))
-        connection.execute(f"create view nodes_{i} as {_NODES_SQL.format(i=i, host=_quoted(host), pid=pid)}")
+        connection.execute(f"create view nodes_{i} as {_NODES_SQL.format(i=i, host=sql_string(host), pid=pid)}")
         connection.execute(f"create view edges_{i} as {_EDGES_SQL.format(i=i)}")
         for table, name in (("gpu_kernels", "node_name"), ("gpu_node_times", "name")):
             connection.execute(f"create view {table}_{i} as {_GPU_NODES_SQL.format(i=i, table=table, name=name)}")
@@ -190,12 +196,11 @@ def _raw_view(connection: Any, run: ReadableRun, table: str, view: str, name: st
     if parquet and table not in ("graphs", "structure_nodes"):
         present = set(pq.read_schema(parquet[0]).names)
         missing = [f"null::bigint as {column}" for column in OPTIONAL_COLUMNS.get(table, ()) if column not in present]
-        files = ", ".join(f"'{_quoted(str(path))}'" for path in parquet)
-        source = f"(select *{''.join(', ' + m for m in missing)} from read_parquet([{files}]))"
+        source = f"(select *{''.join(', ' + m for m in missing)} from {parquet_files(parquet)})"
     else:
         connection.register(f"_{view}", run.arrow(table))
         source = f"_{view}"
-    connection.execute(f"create view {view} as select '{_quoted(name)}' as run, * from {source}")
+    connection.execute(f"create view {view} as select {sql_string(name)} as run, * from {source}")
 
 
 def _host_and_pid(run: ReadableRun) -> tuple[str, str]:
@@ -211,17 +216,13 @@ def _rpc_role(run: ReadableRun) -> str | None:
     return "head" if "head" in roles else "worker" if "worker" in roles else None
 
 
-def _run_names(runs: Sequence[ReadableRun]) -> list[str]:
+def run_names(runs: Sequence[ReadableRun]) -> list[str]:
     """Each run's directory name, made unique where two runs share one."""
     names: list[str] = []
     for run in runs:
         name = Path(run.path).name
         names.append(name if name not in names else f"{name} ({run.experiment_id[:8]})")
     return names
-
-
-def _quoted(text: str) -> str:
-    return text.replace("'", "''")
 
 
 def _plain(table: pd.DataFrame) -> pd.DataFrame:

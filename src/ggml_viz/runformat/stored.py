@@ -50,6 +50,7 @@ from .totals import (
     connect,
     merge_totals,
     one_line,
+    parquet_files,
     read_totals,
     write_totals,
 )
@@ -162,8 +163,7 @@ class StoredRun:
 
         connection = connect()
         try:
-            listed = ", ".join(f"'{_quoted(path)}'" for path in parquet)
-            connection.execute(f"create view node_times as select * from read_parquet([{listed}])")
+            connection.execute(f"create view node_times as select * from {parquet_files(parquet)}")
             totals = self._totals_over(connection)
         except duckdb.Error as error:  # damage in a page of the node times shows only when it is read
             raise RunFormatError(f"{_file_of(error, parquet)} cannot be read as a table: {one_line(error)}") from None
@@ -226,7 +226,7 @@ class StoredRun:
 
         connection = connect()
         try:
-            connection.execute(f"create view node_times as select * from read_parquet('{_quoted(part)}')")
+            connection.execute(f"create view node_times as select * from {parquet_files([part])}")
             totals = self._totals_over(connection)
             events = pq.ParquetFile(part).metadata.num_rows
         except (duckdb.Error, *PARQUET_DAMAGE) as error:
@@ -408,10 +408,6 @@ def _verify_pages(files: list[Path]) -> None:
                 pass
         except PARQUET_DAMAGE as error:
             raise RunFormatError(f"{path} cannot be read as a table: {one_line(error)}") from None
-
-
-def _quoted(path: Path) -> str:
-    return str(path).replace("'", "''")
 
 
 def _file_of(error: BaseException, files: list[Path]) -> Path:

@@ -144,13 +144,22 @@ def compute_totals(connection: Any) -> dict[str, pa.Table]:
     return totals
 
 
+def sql_string(text: object) -> str:
+    """`text` as an SQL string literal for DuckDB (a path, a run's name): quoted, its quotes doubled."""
+    return "'" + str(text).replace("'", "''") + "'"
+
+
+def parquet_files(paths: Iterable[Path]) -> str:
+    """DuckDB's read_parquet over these files, as SQL."""
+    return f"read_parquet([{', '.join(sql_string(path) for path in paths)}])"
+
+
 def totals_of_parquet_run(run_dir: Path) -> dict[str, pa.Table]:
     """The totals of a closed run, straight from its Parquet files."""
     connection = connect()
     try:
         for table in ("node_times", "graphs", "structure_nodes", "tensors"):
-            files = ", ".join("'" + str(path).replace("'", "''") + "'" for path in parquet_parts(run_dir, table))
-            connection.execute(f"create view {table} as select * from read_parquet([{files}])")
+            connection.execute(f"create view {table} as select * from {parquet_files(parquet_parts(run_dir, table))}")
         return compute_totals(connection)
     finally:
         connection.close()

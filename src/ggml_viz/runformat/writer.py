@@ -51,6 +51,7 @@ from .totals import (
     connect,
     merge_totals,
     one_line,
+    parquet_files,
     totals_of_parquet_run,
     write_totals,
 )
@@ -426,8 +427,7 @@ class _PartWriter:
             connection.register("graphs", pa.Table.from_batches(graphs, schema=_SEGMENT_GRAPHS))
             for table, data in descriptions.items():
                 connection.register(table, data)
-            escaped = str(part).replace("'", "''")
-            connection.execute(f"create view node_times as select * from read_parquet('{escaped}')")
+            connection.execute(f"create view node_times as select * from {parquet_files([part])}")
             totals = compute_totals(connection)
         except duckdb.Error:
             totals = None

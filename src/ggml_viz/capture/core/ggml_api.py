@@ -193,6 +193,25 @@ def libggml() -> ctypes.CDLL:
     _declare(lib, "ggml_graph_node", p, p, ctypes.c_int)
     _declare(lib, "ggml_backend_sched_synchronize", None, p)
     _declare(lib, "ggml_backend_sched_set_eval_callback", None, p, p, p)
+    # what a graph of ggml's own needs, computed on a device (capture/limits.py measures with it)
+    i64, status = ctypes.c_int64, ctypes.c_int
+    _declare(lib, "ggml_graph_overhead", sz)
+    _declare(lib, "ggml_new_graph", p, p)
+    _declare(lib, "ggml_build_forward_expand", None, p, p)
+    _declare(lib, "ggml_mul_mat", p, p, p, p)
+    _declare(lib, "ggml_row_size", sz, i32, i64)
+    _declare(lib, "ggml_quantize_chunk", sz, i32, p, p, i64, i64, i64, p)
+    _declare(lib, "ggml_quantize_requires_imatrix", ctypes.c_bool, i32)
+    _declare(lib, "ggml_backend_alloc_ctx_tensors", p, p, p)
+    _declare(lib, "ggml_backend_cpu_buffer_from_ptr", p, p, sz)
+    _declare(lib, "ggml_backend_tensor_alloc", status, p, p, p)
+    _declare(lib, "ggml_backend_tensor_set", None, p, p, sz, sz)
+    _declare(lib, "ggml_backend_graph_compute", status, p, p)
+    _declare(lib, "ggml_backend_buffer_free", None, p)
+    _declare(lib, "ggml_backend_free", None, p)
+    _declare(lib, "ggml_backend_get_device", p, p)
+    _declare(lib, "ggml_backend_dev_backend_reg", p, p)
+    _declare(lib, "ggml_backend_reg_get_proc_address", p, p, ctypes.c_char_p)
     for optional in ("ggml_version", "ggml_commit"):
         if hasattr(lib, optional):
             _declare(lib, optional, ctypes.c_char_p)
@@ -229,20 +248,38 @@ _DEVICE_GPU_TYPES = (1, 2)  # ggml_backend_dev_type: GGML_BACKEND_DEVICE_TYPE_GP
 
 
 @functools.cache
-def gpu_devices() -> tuple[str, ...]:
-    """The GPU devices llama-cpp-python's ggml computes on (CUDA0, Vulkan0, ...); none on a CPU build."""
+def backend_registry() -> ctypes.CDLL | None:
+    """libggml, ggml's registry of backends and devices, from llama-cpp-python's installation
+    (None where it has none: a ggml older than the registry)."""
     candidates = _loaded("libggml") + sorted(_llama_lib_dir().glob("libggml.so*"))
     if not candidates:
-        return ()
-    lib = ctypes.CDLL(str(candidates[0]))  # the backend registry: loaded by libllama already
+        return None
+    lib = ctypes.CDLL(str(candidates[0]))  # loaded by libllama already
     p = ctypes.c_void_p
     _declare(lib, "ggml_backend_dev_count", ctypes.c_size_t)
     _declare(lib, "ggml_backend_dev_get", p, ctypes.c_size_t)
     _declare(lib, "ggml_backend_dev_type", ctypes.c_int, p)
     _declare(lib, "ggml_backend_dev_name", ctypes.c_char_p, p)
+    _declare(lib, "ggml_backend_dev_description", ctypes.c_char_p, p)
+    _declare(lib, "ggml_backend_dev_init", p, p, ctypes.c_char_p)
+    return lib
+
+
+def gpu_device_handles() -> dict[str, int]:
+    """The GPU devices llama-cpp-python's ggml computes on (CUDA0, Vulkan0, ...), by name; none
+    on a CPU build."""
+    lib = backend_registry()
+    if lib is None:
+        return {}
     devices = (lib.ggml_backend_dev_get(i) for i in range(lib.ggml_backend_dev_count()))
-    return tuple((lib.ggml_backend_dev_name(d) or b"?").decode() for d in devices
-                 if lib.ggml_backend_dev_type(d) in _DEVICE_GPU_TYPES)  # fmt: skip
+    return {(lib.ggml_backend_dev_name(d) or b"?").decode(): d for d in devices
+            if lib.ggml_backend_dev_type(d) in _DEVICE_GPU_TYPES}  # fmt: skip
+
+
+@functools.cache
+def gpu_devices() -> tuple[str, ...]:
+    """The names of the GPU devices llama-cpp-python's ggml computes on (CUDA0, Vulkan0, ...)."""
+    return tuple(gpu_device_handles())
 
 
 def ggml_build_info() -> dict[str, str | None]:

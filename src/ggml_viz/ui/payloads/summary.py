@@ -72,14 +72,119 @@ class KvSummary(_KvSummaryBase, total=False):
     fill: float
 
 
-class OpThroughput(TypedDict):
-    op: str
+class _Throughput(TypedDict):
     time_ns: int
     flops: float
     bytes: float
+    upper_bound: bool  # the FLOPs count every cell of an attention window its mask may have skipped
     gflop_per_s: float | None
     gb_per_s: float | None
     flops_per_byte: float | None
+
+
+class OpThroughput(_Throughput, total=False):
+    """An op's achieved rates; with the run's limits measured, its roofline too (the summary's
+    throughput_by_op is then roofline.by_op)."""
+
+    op: Required[str]
+    floor_ns: float | None  # the least time its work could take at this machine's limits
+    bound: str | None  # "memory" or "compute": the roof that sets the floor (None: not judged)
+    of_limit: float | None  # floor / time: 1 at the limit
+
+
+class _RooflineRow(_Throughput):
+    floor_ns: float | None
+    bound: str | None
+    of_limit: float | None
+
+
+class RooflineOp(_RooflineRow):
+    op: str
+
+
+class RooflinePhase(_RooflineRow):
+    phase: str
+
+
+class RooflineLayer(_RooflineRow):
+    layer: int
+
+
+class LimitMeasurement(TypedDict):
+    """One limit `ggml-viz limits` measured (runformat/limits.py)."""
+
+    device: str  # "CPU", "CUDA0"
+    threads: int | None
+    what: str  # memory_read, matvec, matmul, page_cache_read, disk_read
+    type: str | None  # the ggml type measured (matvec, matmul)
+    gb_per_s: float | None
+    gflop_per_s: float | None
+    bytes: float | None
+    flops: float | None
+    seconds: float | None
+    repeats: int | None
+    note: str | None
+
+
+class RooflineLimits(TypedDict):
+    """The limits a run is judged against, and at which threads."""
+
+    measured: str | None
+    machine: dict[str, Any]
+    same_machine: bool  # measured on the machine that recorded the run
+    threads: dict[str, int | None]  # per phase, the threads it ran on
+    judged_at: list[int]  # the measured thread counts the nodes were judged at
+    weight_types: list[str]  # the types whose matrix-product peaks judge the nodes (F32 and the weights')
+    measurements: list[LimitMeasurement]
+
+
+class DecodeFloor(TypedDict):
+    """The decode step's weights read at the measured bandwidth, against its median time."""
+
+    bytes: int
+    median_ns: float
+    gb_per_s: float
+    bandwidth_gb_per_s: float
+    floor_ns: float
+    of_limit: float
+    threads: int | None
+    weight_type: str | None
+    kernel_gb_per_s: float | None  # the matrix-vector kernel of that type at best
+
+
+class PromptFloor(TypedDict):
+    """The prompt's FLOPs at the matrix product's peak for its main weight type, against its time."""
+
+    flops: float
+    time_ns: float
+    gflop_per_s: float
+    peak_gflop_per_s: float
+    weight_type: str | None
+    peak_type: str | None  # the type whose peak it is held to (F32's where its own was not measured)
+    of_limit: float
+    threads: int | None
+
+
+class FurthestOp(TypedDict):
+    op: str
+    of_limit: float
+    bound: str | None
+    share: float  # of node time
+    gflop_per_s: float
+    gb_per_s: float
+
+
+class RooflineSummary(TypedDict, total=False):
+    """The run against this machine's measured limits (analysis.roofline.roofline_summary): only
+    `limits` (None) where the run holds none (`ggml-viz limits --for RUN` measures them)."""
+
+    limits: Required[RooflineLimits | None]
+    by_op: list[RooflineOp]  # the top ops by time
+    by_phase: list[RooflinePhase]
+    by_layer: list[RooflineLayer]
+    decode_step: DecodeFloor | None
+    prompt: PromptFloor | None
+    furthest: FurthestOp | None
 
 
 class RequestText(TypedDict):
@@ -179,6 +284,7 @@ class RunSummary(TypedDict):
     kv_cache: KvSummary
     moe: MoeSummary
     throughput_by_op: list[OpThroughput]
+    roofline: RooflineSummary  # against this machine's measured limits
     findings: list[str]
     sections: list[FoundSection]  # titled findings, each shown apart
     clocks: dict[str, int]  # timed node events by their clock: host, gpu

@@ -105,9 +105,13 @@ import { offlineAnswer } from "./offline.js";
  * @property {number} time_ns
  * @property {number} flops
  * @property {number} bytes
+ * @property {boolean} upper_bound the FLOPs count every cell of an attention window its mask may have skipped
  * @property {?number} gflop_per_s
  * @property {?number} gb_per_s
  * @property {?number} flops_per_byte
+ * @property {?number} [floor_ns] with the run's limits measured: the least time its work could take at them
+ * @property {?string} [bound] "memory" or "compute": the roof that sets the floor (null: not judged)
+ * @property {?number} [of_limit] floor / time: 1 at the limit
  *
  * @typedef {Object} ComputationRow graphs of one kind
  * @property {string} label what they compute, from the weights they read ("" none)
@@ -122,6 +126,84 @@ import { offlineAnswer } from "./offline.js";
  * @property {number} prompt_tokens
  * @property {string} generated the tokens fed back while decoding (all but the last generated)
  * @property {number} generated_tokens
+ */
+
+// -- the roofline: the run against this machine's measured limits (`ggml-viz limits`)
+/**
+ * @typedef {Object} RooflineRow RooflineOp, RooflinePhase, RooflineLayer: these and their key
+ * @property {number} time_ns
+ * @property {number} flops
+ * @property {number} bytes
+ * @property {boolean} upper_bound the FLOPs count every cell of an attention window its mask may have skipped
+ * @property {?number} gflop_per_s
+ * @property {?number} gb_per_s
+ * @property {?number} flops_per_byte
+ * @property {?number} floor_ns the least time its work could take at this machine's limits
+ * @property {?string} bound "memory" or "compute" (null: not judged)
+ * @property {?number} of_limit floor / time: 1 at the limit
+ * @typedef {RooflineRow & {op: string}} RooflineOp
+ * @typedef {RooflineRow & {phase: string}} RooflinePhase
+ * @typedef {RooflineRow & {layer: number}} RooflineLayer
+ *
+ * @typedef {Object} LimitMeasurement one limit `ggml-viz limits` measured
+ * @property {string} device "CPU", "CUDA0"
+ * @property {?number} threads
+ * @property {string} what memory_read, matvec, matmul, page_cache_read, disk_read
+ * @property {?string} type the ggml type measured (matvec, matmul)
+ * @property {?number} gb_per_s
+ * @property {?number} gflop_per_s
+ * @property {?number} bytes
+ * @property {?number} flops
+ * @property {?number} seconds
+ * @property {?number} repeats
+ * @property {?string} note
+ *
+ * @typedef {Object} RooflineLimits the limits a run is judged against, and at which threads
+ * @property {?string} measured
+ * @property {Object} machine
+ * @property {boolean} same_machine measured on the machine that recorded the run
+ * @property {Object<string, ?number>} threads per phase, the threads it ran on
+ * @property {number[]} judged_at the measured thread counts the nodes were judged at
+ * @property {string[]} weight_types the types whose matrix-product peaks judge the nodes (F32 and the weights')
+ * @property {LimitMeasurement[]} measurements
+ *
+ * @typedef {Object} DecodeFloor the decode step's weights read at the measured bandwidth, against its median time
+ * @property {number} bytes
+ * @property {number} median_ns
+ * @property {number} gb_per_s
+ * @property {number} bandwidth_gb_per_s
+ * @property {number} floor_ns
+ * @property {number} of_limit
+ * @property {?number} threads
+ * @property {?string} weight_type
+ * @property {?number} kernel_gb_per_s the matrix-vector kernel of that type at best
+ *
+ * @typedef {Object} PromptFloor the prompt's FLOPs at the matrix product's peak, against its time
+ * @property {number} flops
+ * @property {number} time_ns
+ * @property {number} gflop_per_s
+ * @property {number} peak_gflop_per_s
+ * @property {?string} weight_type
+ * @property {?string} peak_type the type whose peak it is held to
+ * @property {number} of_limit
+ * @property {?number} threads
+ *
+ * @typedef {Object} FurthestOp
+ * @property {string} op
+ * @property {number} of_limit
+ * @property {?string} bound
+ * @property {number} share of node time
+ * @property {number} gflop_per_s
+ * @property {number} gb_per_s
+ *
+ * @typedef {Object} RooflineSummary only `limits` (null) where the run holds none
+ * @property {?RooflineLimits} limits
+ * @property {RooflineOp[]} [by_op] the top ops by time
+ * @property {RooflinePhase[]} [by_phase]
+ * @property {RooflineLayer[]} [by_layer]
+ * @property {?DecodeFloor} [decode_step]
+ * @property {?PromptFloor} [prompt]
+ * @property {?FurthestOp} [furthest]
  */
 
 /**
@@ -158,6 +240,7 @@ import { offlineAnswer } from "./offline.js";
  * @property {KvSummary} kv_cache
  * @property {MoeSummary} moe a mixture of experts' routing ({layers: 0} for a dense model)
  * @property {OpThroughput[]} throughput_by_op
+ * @property {RooflineSummary} roofline against this machine's measured limits
  * @property {string[]} findings
  * @property {FoundSection[]} sections titled findings (plugins' summary sections), each shown apart
  * @property {Object<string, number>} clocks  timed node events by clock: host, gpu

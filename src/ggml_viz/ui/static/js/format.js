@@ -25,3 +25,7 @@ export const fmtInt = (x) => (x === null || x === undefined ? "—" : Number(x).
 
 // A label cut to n characters, the last one an ellipsis.
 export const truncate = (text, n) => (text && text.length > n ? text.slice(0, n - 1) + "…" : text || "");
+
+// A rate (GB/s, GFLOP/s, FLOPs per byte): three significant digits or so, whatever its size.
+export const fmtRate = (x) => (x === null || x === undefined || !Number.isFinite(x) ? "—"
+  : x === 0 ? "0" : Math.abs(x) >= 100 ? x.toFixed(0) : Math.abs(x) >= 10 ? x.toFixed(1) : Math.abs(x) >= 0.01 ? x.toFixed(2) : x.toExponential(1));

@@ -1,4 +1,5 @@
-// Statistics: the top bottlenecks in words (and the summary sections plugins add), --values stats per layer, and sortable tables by
+// Statistics: the top bottlenecks in words (and the summary sections plugins add), the ops
+// against this machine's measured limits (the roofline), --values stats per layer, and sortable tables by
 // op, layer and tensor with share of time and of bytes written. Where node times come from
 // the GPU (a run with GPU times), the clocks are named, and each row says its clock.
 
@@ -7,6 +8,7 @@ import { h, setChildren } from "../dom.js";
 import { fmtBytes, fmtInt, fmtNs, fmtNum, fmtPct } from "../format.js";
 import { state } from "../store.js";
 import { setupCanvas, sizedCanvas, tooltip } from "../widgets.js";
+import { rooflineCard } from "./roofline.js";
 
 export async function render(section) {
   const stats = await getStats(state.runId);
@@ -16,6 +18,7 @@ export async function render(section) {
       onGpu ? h("div", { class: "muted", "data-testid": "time-sources" }, stats.time_sources.map((source) => h("div", { text: timeSourceText(source) }))) : null,
       h("ul", { class: "findings" }, stats.findings.map((text) => h("li", { text })))),
     ...stats.sections.map(foundSection),
+    rooflineCard(state.overview.summary.roofline, state.overview.ops),
     stats.activation_by_layer.length ? activationChart(stats.activation_by_layer) : null,
     h("h3", { text: "by op" }), sortableTable(stats.by_op, "op", "stats-op", onGpu),
     h("h3", { text: "by layer" }), sortableTable(stats.by_layer, "layer", "stats-layer", onGpu),

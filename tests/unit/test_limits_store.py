@@ -1,0 +1,83 @@
+"""Machines' limits as kept (runformat/limits.py) and looked up (analysis/roofline.Limits)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ggml_viz._errors import RunFormatError
+from ggml_viz.analysis.roofline import Limits
+from ggml_viz.runformat.limits import (
+    LIMITS_VERSION,
+    check_limits,
+    limits_file,
+    same_machine,
+    store_limits,
+    stored_limits,
+    this_machine,
+)
+from ggml_viz.runformat.manifest import new_manifest
+
+
+def row(what, threads, kind, gb=None, gflop=None, device="CPU"):
+    return {"device": device, "threads": threads, "what": what, "type": kind, "gb_per_s": gb, "gflop_per_s": gflop,
+            "bytes": 1, "flops": 1, "seconds": 1.0, "repeats": 1, "note": None}  # fmt: skip
+
+
+def limits_of(*rows):
+    return {"version": LIMITS_VERSION, "measured": "2026-11-27T00:00:00+00:00", "machine": this_machine(),
+            "measurements": list(rows)}  # fmt: skip
+
+
+LIMITS = limits_of(
+    row("memory_read", 1, "F32", gb=15.0), row("memory_read", 4, "F32", gb=40.0),
+    row("matmul", 1, "F32", gflop=60.0), row("matmul", 4, "F32", gflop=200.0), row("matmul", 4, "Q4_K", gflop=300.0),
+    row("matvec", 4, "Q4_K", gb=25.0, gflop=90.0), row("memory_read", None, "F32", gb=3000.0, device="CUDA0"),
+)  # fmt: skip
+
+
+def test_the_nearest_measured_thread_count_at_or_below_the_one_used_judges_it():
+    limits = Limits.from_json(LIMITS)
+    assert limits.threads_measured() == [1, 4]
+    assert [limits.nearest_threads(n) for n in (1, 2, 4, 8, None)] == [1, 1, 4, 4, 4]
+    assert limits.nearest_threads(3, "CUDA0") is None  # (a GPU has no thread count)
+
+
+def test_the_peak_is_the_weight_type_s_else_f32_s():
+    limits = Limits.from_json(LIMITS)
+    assert limits.peak("CPU", 4, "q4_k") == (300.0, "Q4_K")  # (the run's types are lower case)
+    assert limits.peak("CPU", 4, "Q6_K") == (200.0, "F32")
+    assert limits.peak("CPU", 1, None) == (60.0, "F32")
+    assert limits.bandwidth("CPU", 4) == 40.0 and limits.bandwidth("CUDA0", None) == 3000.0
+    assert limits.kernel_read("CPU", 4, "Q4_K") == 25.0 and limits.kernel_read("CPU", 1, "Q4_K") is None
+
+
+def test_limits_are_kept_per_machine_and_given_to_the_runs_it_records():
+    limits_file().unlink(missing_ok=True)
+    path = store_limits(LIMITS)
+    assert path == limits_file() and stored_limits() == LIMITS
+    assert new_manifest("x")["limits"] == LIMITS
+    other = {**this_machine(), "host": "elsewhere"}
+    assert stored_limits(other) is None and limits_file(other) != path
+    assert same_machine(this_machine(), LIMITS["machine"]) and not same_machine(other, LIMITS["machine"])
+    path.unlink()
+    assert new_manifest("x")["limits"] is None
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [("[1, 2]", "holds no ggml-viz limits"), ('{"version": 99, "measurements": []}', "limits of version 99"),
+     (json.dumps({**LIMITS, "measurements": [{"what": "rm -rf"}]}), "a measurement of an unknown kind")],
+)  # fmt: skip
+def test_a_damaged_or_foreign_limits_file_is_one_clear_error_and_never_stops_a_recording(text, said):
+    with pytest.raises(RunFormatError, match=said):
+        check_limits(json.loads(text), "the file")
+    path = limits_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    try:
+        assert stored_limits() is None
+        assert new_manifest("x")["limits"] is None
+    finally:
+        path.unlink()
