@@ -112,6 +112,8 @@ def test_a_run_judged_against_its_limits_says_how_far_decode_and_each_op_are(run
     assert f"Decode runs at {step['of_limit']:.0%} of this machine's read bandwidth" in said
     assert f"{step['gb_per_s']:,.1f} of {bandwidth:,.1f} GB/s at 1 thread" in said
     assert "the op furthest from its limit" in said
+    assert ("The run computed with 2 threads, judged at the nearest measured below (1): "
+            "`ggml-viz limits --for RUN` measures 2.") in said  # fmt: skip
 
     # and the query's node_limits holds the same rows
     query = ggml_viz_cli("query", str(run_here), "select sum(floor_ns) floor, sum(time_ns) time from node_limits",

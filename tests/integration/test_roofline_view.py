@@ -174,7 +174,7 @@ def test_the_statistics_show_each_op_against_the_machines_roofs(page, runs):
         check_the_chart(page, roofline)
         check_the_tooltip(page, roofline)
         check_the_floors(page, roofline)
-        assert NO_LIMITS_COMMAND not in page.inner_text("#view-stats")
+        assert page.locator("[data-testid=roofline-none]").count() == 0
 
 
 def test_a_run_without_limits_says_how_to_measure_them(page, runs):

@@ -81,3 +81,21 @@ def test_a_damaged_or_foreign_limits_file_is_one_clear_error_and_never_stops_a_r
         assert new_manifest("x")["limits"] is None
     finally:
         path.unlink()
+
+
+def test_the_findings_say_where_the_threads_judged_at_are_not_the_run_s():
+    from ggml_viz.analysis.roofline import limit_findings
+
+    step = {"of_limit": 0.25, "gb_per_s": 10.0, "bandwidth_gb_per_s": 40.0, "threads": 4, "weight_type": "Q4_K",
+            "kernel_gb_per_s": 25.0}  # fmt: skip
+    unknown = {"limits": {"judged_at": [4], "threads": {"decode": None, "prompt": None}}, "decode_step": step}
+    assert limit_findings(unknown) == [
+        "Decode runs at 25% of this machine's read bandwidth: 10.0 of 40.0 GB/s at 4 threads; the Q4_K "
+        "matrix-vector kernel alone reads at most 25.0 GB/s here.",
+        "The run does not say how many threads computed it: it is judged at 4 threads, the most measured.",
+    ]
+    more = {"limits": {"judged_at": [4], "threads": {"decode": 8, "prompt": 8}}}
+    assert limit_findings(more) == ["The run computed with 8 threads, judged at the nearest measured below (4): "
+                                    "`ggml-viz limits --for RUN` measures 8."]  # fmt: skip
+    assert limit_findings({"limits": {"judged_at": [4], "threads": {"decode": 4}}}) == []
+    assert limit_findings({"limits": None}) == []

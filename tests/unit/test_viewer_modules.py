@@ -501,3 +501,29 @@ def test_the_report_reads_each_module_s_exports_as_the_browser_does(page, module
     inlined = exports_of(read_module(module))
     # THEN they are the names the browser's own import of the module gives
     assert page.evaluate("async (module) => Object.keys(await import('/' + module)).sort()", module) == sorted(inlined)
+
+
+ROOFLINE = "js/views/roofline.js"
+
+
+def test_the_roofline_draws_the_roofs_of_the_device_and_threads_the_run_is_judged_at(page):
+    def row(device, threads, what, kind, gb=None, gflop=None):
+        return {"device": device, "threads": threads, "what": what, "type": kind, "gb_per_s": gb, "gflop_per_s": gflop}
+
+    measurements = [
+        row("CPU", 1, "memory_read", "F32", gb=15), row("CPU", 2, "memory_read", "F32", gb=30),
+        row("CPU", 2, "matmul", "F32", gflop=110), row("CPU", 2, "matmul", "Q4_1", gflop=55),
+        row("CPU", 2, "matmul", "Q6_K", gflop=135), row("CPU", 1, "matmul", "F32", gflop=60),
+        row("CUDA0", None, "memory_read", "F32", gb=4000), row("CUDA0", None, "matmul", "F32", gflop=50000),
+    ]  # fmt: skip
+    cpu = {"measurements": measurements, "judged_at": [2], "weight_types": ["F32", "Q4_1"], "device": "CPU"}
+    gpu = {**cpu, "judged_at": [], "device": "CUDA0"}
+    unsaid = {"measurements": measurements, "judged_at": [1]}  # (an older summary: every type, the CPU)
+    on_cpu, on_gpu, older = calls(page, ROOFLINE, "rooflineRoofs", (cpu,), (gpu,), (unsaid,))
+    # the judged threads' bandwidth and the peaks of the types judging nodes, highest first
+    peaks = [{"type": "F32", "gflop_per_s": 110}, {"type": "Q4_1", "gflop_per_s": 55}]
+    assert on_cpu == {"device": "CPU", "threads": 2, "bandwidth": 30, "compute": peaks}
+    # a GPU's roofs: no thread count
+    assert on_gpu == {"device": "CUDA0", "threads": None, "bandwidth": 4000,
+                      "compute": [{"type": "F32", "gflop_per_s": 50000}]}  # fmt: skip
+    assert older == {"device": "CPU", "threads": 1, "bandwidth": 15, "compute": [{"type": "F32", "gflop_per_s": 60}]}

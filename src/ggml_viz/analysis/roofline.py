@@ -254,6 +254,8 @@ def _limits_described(run: Run, limits: Limits, floors: pd.DataFrame) -> dict[st
         "same_machine": _recorded_here(run, limits),
         "threads": {phase: (int(n) if n is not None else None) for phase, n in phase_threads(run).items()},
         "judged_at": sorted({int(n) for n in floors["threads"].dropna()}),
+        # the device that holds most of the node time: the one whose roofs a chart draws
+        "device": str(floors.groupby("device")["time_ns"].sum().idxmax()) if len(floors) else CPU,
         # the types whose peaks judge the run's nodes (F32's: every op but the products')
         "weight_types": sorted({"F32", *(str(t) for t in floors["weight_type"].dropna())}),
         "measurements": table.to_dict(orient="records"),
@@ -352,7 +354,24 @@ def limit_findings(roofline: dict[str, Any]) -> list[str]:
         limit = "peak" if furthest["bound"] == "compute" else "read bandwidth"
         said.append(f"{furthest['op']} is {furthest['bound']}-bound at {furthest['of_limit']:.0%} of {limit} "
                     f"({achieved}, {furthest['share']:.0%} of node time): the op furthest from its limit.")  # fmt: skip
-    return said
+    return said + _threads_caveat(roofline["limits"])
+
+
+def _threads_caveat(limits: dict[str, Any]) -> list[str]:
+    """What to know where the run's thread counts are not the ones it was judged at."""
+    judged = limits.get("judged_at") or []
+    used = {n for n in (limits.get("threads") or {}).values() if n}
+    if not judged:
+        return []
+    if not used:
+        return [f"The run does not say how many threads computed it: it is judged{_at(max(judged))}, "
+                "the most measured."]  # fmt: skip
+    missing = sorted(used - set(judged))
+    if missing:
+        counts = ", ".join(str(n) for n in missing)
+        return [f"The run computed with {counts} threads, judged at the nearest measured below "
+                f"({', '.join(str(n) for n in judged)}): `ggml-viz limits --for RUN` measures {counts}."]  # fmt: skip
+    return []
 
 
 def _at(threads: int | None) -> str:

@@ -135,6 +135,7 @@ class RooflineLimits(TypedDict):
     threads: dict[str, int | None]  # per phase, the threads it ran on
     judged_at: list[int]  # the measured thread counts the nodes were judged at
     weight_types: list[str]  # the types whose matrix-product peaks judge the nodes (F32 and the weights')
+    device: str  # the device holding most of the node time: the one whose roofs a chart draws
     measurements: list[LimitMeasurement]
 
 

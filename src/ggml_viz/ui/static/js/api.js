@@ -165,6 +165,7 @@ import { offlineAnswer } from "./offline.js";
  * @property {Object<string, ?number>} threads per phase, the threads it ran on
  * @property {number[]} judged_at the measured thread counts the nodes were judged at
  * @property {string[]} weight_types the types whose matrix-product peaks judge the nodes (F32 and the weights')
+ * @property {string} device the device holding most of the node time: the one whose roofs a chart draws
  * @property {LimitMeasurement[]} measurements
  *
  * @typedef {Object} DecodeFloor the decode step's weights read at the measured bandwidth, against its median time

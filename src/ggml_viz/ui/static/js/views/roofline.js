@@ -20,17 +20,19 @@ const LABEL_GAP = 12; // px between the compute roofs' labels, stacked where the
 // ran on several; without judged nodes, the most measured): the CPU's read bandwidth (GB/s,
 // null: not measured) and each matrix-product type's peak (GFLOP/s), highest first.
 export function rooflineRoofs(limits) {
-  const cpu = limits.measurements.filter((m) => m.device === "CPU");
-  const measuredThreads = cpu.filter((m) => m.what === "memory_read").map((m) => m.threads ?? 0);
-  const threads = limits.judged_at.length ? Math.max(...limits.judged_at) : Math.max(0, ...measuredThreads);
-  const here = cpu.filter((m) => m.threads === threads);
+  // the device most of the run's node time was on (a GPU's roofs have no thread count)
+  const device = limits.device || "CPU";
+  const mine = limits.measurements.filter((m) => m.device === device);
+  const measuredThreads = mine.filter((m) => m.what === "memory_read").map((m) => m.threads ?? 0);
+  const threads = device !== "CPU" ? null : limits.judged_at.length ? Math.max(...limits.judged_at) : Math.max(0, ...measuredThreads);
+  const here = mine.filter((m) => (m.threads ?? null) === threads);
   const bandwidth = Math.max(0, ...here.filter((m) => m.what === "memory_read").map((m) => m.gb_per_s ?? 0)) || null;
   const peaks = {};
   // the roofs of the types that judge the run's nodes (all measured ones where not said)
   const judges = (type) => !limits.weight_types || limits.weight_types.includes(type);
   for (const m of here) if (m.what === "matmul" && m.type && m.gflop_per_s > 0 && judges(m.type)) peaks[m.type] = Math.max(peaks[m.type] ?? 0, m.gflop_per_s);
   const compute = Object.entries(peaks).map(([type, gflop_per_s]) => ({ type, gflop_per_s })).sort((a, b) => b.gflop_per_s - a.gflop_per_s);
-  return { threads, bandwidth, compute };
+  return { device, threads, bandwidth, compute };
 }
 
 // The ops a log-log chart can place (FLOPs, bytes and a rate above zero) and the ones it
@@ -136,7 +138,10 @@ export function rooflineCard(roofline, ops = []) {
 function limitsText(limits, roofs) {
   const host = limits.machine && limits.machine.host ? ` on ${limits.machine.host}` : "";
   const other = limits.same_machine ? "" : " (not the machine that recorded this run)";
-  return `limits measured ${limits.measured || "?"}${host}${other}; roofs at ${roofs.threads} thread${roofs.threads === 1 ? "" : "s"}, the threads the run is judged at`;
+  const at = roofs.threads === null
+    ? `the roofs of ${limits.device}, which holds most of the node time`
+    : `roofs at ${roofs.threads} thread${roofs.threads === 1 ? "" : "s"}, the threads the run is judged at`;
+  return `limits measured ${limits.measured || "?"}${host}${other}; ${at}`;
 }
 
 function rooflineChart(points, roofs, ops, byOp) {
