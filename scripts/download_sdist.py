@@ -1,51 +1,44 @@
-"""Download a project's source distribution from PyPI's index, checked against its sha256.
+"""Download a project's source distribution through pip, from the package index pip is set up
+to use (its config files, PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, --find-links: a mirror works),
+checked against the hash the index gives (pip checks it).
 
-`pip download --no-binary :all:` would do it too, but it first builds the sdist's build
-requirements from source to read its metadata (minutes for llama-cpp-python; pywhispercpp's
-setup.py fails outright): the file alone is what the builds need.
+`pip download --no-binary PROJECT`, not `--no-binary :all:`: the latter would also build the
+sdist's build requirements (scikit-build-core, cmake, ...) from source to read its metadata,
+minutes for llama-cpp-python; wheels of those take seconds. No dependency is downloaded.
 
 usage: python scripts/download_sdist.py PROJECT VERSION FOLDER
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
+import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
-INDEX = "https://pypi.org/simple/{project}/"
+
+def sdist_name(project: str, version: str) -> re.Pattern[str]:
+    """The sdist's file name, normalized as older and newer tools write it (llama_cpp_python, llama-cpp-python)."""
+    return re.compile(rf"^{re.sub(r'[-_.]+', '[-_.]+', project)}-{re.escape(version)}\.tar\.gz$", re.IGNORECASE)
 
 
-def main(project: str, version: str, folder: Path) -> None:
-    request = urllib.request.Request(
-        INDEX.format(project=project), headers={"Accept": "application/vnd.pypi.simple.v1+json"}
-    )
-    with urllib.request.urlopen(request, timeout=60) as response:
-        files = json.load(response)["files"]
-    # the sdist's name, normalized as older and newer tools write it (llama_cpp_python, llama-cpp-python)
-    name = re.compile(rf"^{re.sub(r'[-_.]+', '[-_.]+', project)}-{re.escape(version)}\.tar\.gz$", re.IGNORECASE)
-    entry = next((file for file in files if name.match(file["filename"])), None)
-    if entry is None:
-        sys.exit(f"PyPI lists no sdist of {project} {version}")
-    digest = hashlib.sha256()
+def main(project: str, version: str, folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    partial = folder / (entry["filename"] + ".partial")
-    with urllib.request.urlopen(entry["url"], timeout=300) as response, partial.open("wb") as out:
-        size, done, shown = int(response.headers.get("Content-Length") or 0), 0, -1
-        while chunk := response.read(1 << 20):
-            out.write(chunk)
-            digest.update(chunk)
-            done += len(chunk)
-            if size and done * 10 // size != shown:  # progress in tenths
-                shown = done * 10 // size
-                print(f"   {entry['filename']}: {done / 2**20:.0f} of {size / 2**20:.0f} MiB", file=sys.stderr)
-    if digest.hexdigest() != entry["hashes"]["sha256"]:
-        partial.unlink()
-        sys.exit(f"{entry['filename']}: sha256 {digest.hexdigest()}, but PyPI's index says {entry['hashes']['sha256']}")
-    partial.rename(folder / entry["filename"])
+    name = sdist_name(project, version)
+    partial = folder / ".partial"  # pip writes here; the sdist is moved into FOLDER once whole
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", project,
+               "--dest", str(partial), f"{project}=={version}"]  # fmt: skip
+    result = subprocess.run(command, check=False)
+    found = sorted(path for path in partial.glob("*") if name.match(path.name)) if partial.is_dir() else []
+    if result.returncode != 0 or not found:
+        sys.exit(f"pip could not download the sdist of {project} {version} (exit status {result.returncode}): "
+                 f"{' '.join(command)}")  # fmt: skip
+    target = folder / found[0].name
+    found[0].replace(target)
+    for leftover in partial.iterdir():
+        leftover.unlink()
+    partial.rmdir()
+    return target
 
 
 if __name__ == "__main__":

@@ -279,6 +279,7 @@ def test_llama_completion_s_routing_is_the_router_s(qwen3moe, tmp_path):
     completion = [str(llama_tool("llama-completion")), "-m", str(model.path), "-p", PROMPT, "-n", "4", "-no-cnv",
                   "--temp", "0", "-t", "2", "--seed", "1"]  # fmt: skip
     untraced = subprocess.run(completion, capture_output=True, text=True, timeout=300)
+    assert untraced.returncode == 0 and untraced.stdout, (untraced.returncode, untraced.stderr[-3000:])
     output = tmp_path / "completion.ggmlviz"
     traced = subprocess.run([sys.executable, "-m", "ggml_viz", "run", "-o", str(output),
                              "--capture", f"{model.router_input}-*", "--", *completion],

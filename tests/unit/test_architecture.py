@@ -79,8 +79,8 @@ def test_nothing_inside_the_package_imports_its_front_door():
 
 
 def test_the_public_names_are_where_the_readme_says():
-    # GIVEN every `from ggml_viz... import ...` and `ggml_viz.<function>(` the README shows users
-    readme = (REPO / "README.md").read_text()
+    # GIVEN every `from ggml_viz... import ...` and `ggml_viz.<function>(` the README and the docs show users
+    readme = "\n".join(path.read_text() for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))])
     imports = set(re.findall(r"^from (ggml_viz[\w.]*) import ([\w, ]+)$", readme, flags=re.MULTILINE))
     calls = set(re.findall(r"\bggml_viz\.(\w+)\(", readme))
     assert imports and {"open", "record"} <= calls

@@ -200,6 +200,25 @@ def _non_finite(run: Run) -> list[str]:
             f"node {first['node_index']}): `ggml-viz numerics` says what it read."]  # fmt: skip
 
 
+AS_FAST = 1.05  # speeds within this factor of each other are said to be about the same
+
+
+def how_fast(ratio: float, other: str) -> str:
+    """A speed ratio (this one's speed over `other`'s) in words: "2.5× faster than decoding",
+    "1.5× slower than decoding" (never "0.7× faster"), or "about as fast as decoding" within AS_FAST."""
+    if 1 / AS_FAST < ratio < AS_FAST:
+        return f"about as fast as {other}"
+    return f"{ratio:,.1f}× faster than {other}" if ratio >= AS_FAST else f"{1 / ratio:,.1f}× slower than {other}"
+
+
+def prompt_against_decode(prompt_tokens_per_s: float, decode_tokens_per_s: float) -> str:
+    """The finding that compares prompt processing's speed per token with decoding's."""
+    return (
+        f"Prompt processing runs {how_fast(prompt_tokens_per_s / decode_tokens_per_s, 'decoding')} per token "
+        f"({prompt_tokens_per_s:,.1f} vs {decode_tokens_per_s:,.1f} tokens/s)."
+    )
+
+
 def _time_findings(run: Run, phases: pd.DataFrame, reads: dict[str, Any], components: pd.DataFrame) -> list[str]:
     totals = timed_totals(run)
     if totals.empty:
@@ -225,11 +244,7 @@ def _time_findings(run: Run, phases: pd.DataFrame, reads: dict[str, Any], compon
     said.extend(_growth_with_context(run))
     phases = phases.set_index("phase")
     if {"prompt", "decode"} <= set(phases.index) and phases.loc["decode", "tokens_per_s"]:
-        ratio = phases.loc["prompt", "tokens_per_s"] / phases.loc["decode", "tokens_per_s"]
-        said.append(
-            f"Prompt processing runs {ratio:,.1f}× faster per token than decoding "
-            f"({phases.loc['prompt', 'tokens_per_s']:,.0f} vs {phases.loc['decode', 'tokens_per_s']:,.1f} tokens/s)."
-        )
+        said.append(prompt_against_decode(phases.loc["prompt", "tokens_per_s"], phases.loc["decode", "tokens_per_s"]))
     step_bytes = reads.get("weight_bytes_per_decode_step")
     median_ns = median_decode_step_ns(run)
     if step_bytes and median_ns:

@@ -18,6 +18,7 @@ from .bench import BenchCommand
 from .collect import CollectCommand
 from .config import ConfigCommand
 from .diff import DiffCommand
+from .doctor import DoctorCommand
 from .export import ExportCommand
 from .join import JoinCommand
 from .limits import LimitsCommand
@@ -36,7 +37,7 @@ from .whatif import WhatifCommand
 COMMANDS: list[type[Command]] = [
     RecordCommand, RunCommand, SummaryCommand, ViewCommand, ExportCommand, QueryCommand, DiffCommand, BenchCommand,
     NumericsCommand, MemmapCommand, ValidateCommand, CollectCommand, PreloadPathCommand, ConfigCommand,
-    PluginsCommand, JoinCommand, WhatifCommand, LimitsCommand,
+    PluginsCommand, JoinCommand, WhatifCommand, LimitsCommand, DoctorCommand,
 ]  # fmt: skip
 
 

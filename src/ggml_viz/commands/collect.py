@@ -39,6 +39,7 @@ class CollectCommand(Command):
         from ..capture.preload.spool import spool_files
         from ..runformat.reader import open_run
         from ..runformat.schema import MANIFEST_FILE, SPOOL_DIR
+        from .progress import spinner
 
         run_dir: Path = args.run
         if not spool_files(run_dir):
@@ -57,7 +58,8 @@ class CollectCommand(Command):
                 time.sleep(FOLLOW_INTERVAL_S)
         except KeyboardInterrupt:
             pass
-        collector.finish(exit_status=None)
+        with spinner(f"collecting the spool of {run_dir}"):
+            collector.finish(exit_status=None)
         print(f"run written to {run_dir}")
         print_short_summary(open_run(run_dir))
         return 0

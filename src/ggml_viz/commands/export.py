@@ -56,13 +56,13 @@ class ExportCommand(Command):
 
     def run(self, args: argparse.Namespace) -> int:
         from rich.console import Console
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
         from rich.table import Table
 
         from ..capture.preload.opening import collect_and_open
         from ..export import ExportOptions, all_exporters, exporter_for
         from ..export.registry import exporter_plugins
         from ..plugins import BUILT_IN
+        from .progress import progress_bar
 
         if args.list:
             table = Table("format", "file endings", "from", "what", title="export formats", title_justify="left")
@@ -80,22 +80,14 @@ class ExportCommand(Command):
         if output.parent and not output.parent.exists():
             raise CommandError(f"{output.parent} does not exist")
         console = Console(stderr=True)
-        with Progress(
-            TextColumn(f"exporting {exporter.name}"),
-            BarColumn(),
-            TextColumn("{task.percentage:>3.0f}%"),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-        ) as progress:
-            task = progress.add_task("export", total=None)
+        with progress_bar(f"exporting {exporter.name}") as report:
             options = ExportOptions(
                 graph_id=args.graph,
                 layer=args.layer,
                 tensors=tuple(args.tensors or ()),
                 graphs=_window(args.graphs, "--graphs", int),
                 time_ms=_window(args.time, "--time", float),
-                progress=lambda done, total: progress.update(task, completed=done, total=total or None),
+                progress=report,
                 notice=lambda text: console.print(f"[yellow]{text}[/]", highlight=False),
             )
             said = _export(exporter, run, output, options)
@@ -110,6 +102,10 @@ def _export(exporter: Exporter, run: Run, output: Path, options: ExportOptions) 
     from ..plugins import describe_error
 
     origin = exporter_plugins().origin_of(exporter)
+    missing = exporter.missing()
+    if missing:
+        raise CommandError(f"the {exporter.name} export needs {', '.join(missing)}, which is not installed: "
+                           "pip install 'ggml-viz[export]'")  # fmt: skip
     if origin is None:
         return exporter.export(run, output, options)
     try:

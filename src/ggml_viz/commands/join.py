@@ -41,6 +41,7 @@ class JoinCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         from ..analysis.join import is_joined, join_runs, write_joined
         from ..export.joined_trace import chrome_trace
+        from .progress import spinner
         from .query import open_runs
         from .render import render_joined
 
@@ -48,15 +49,19 @@ class JoinCommand(Command):
         for path in paths:
             if not path.exists():
                 raise CommandError(f"{path} does not exist")
-        # a folder of runs may hold an earlier join of them (itself a run): not a member
-        runs = [run for path in paths for run in open_runs(path) if not is_joined(run.path)]
         output = Path(args.output)
-        if any(run.path.resolve() == output.resolve() for run in runs):
-            raise CommandError(f"{output} is one of the runs: give the joined experiment a folder of its own")
-        joined = join_runs(runs)
-        summary = write_joined(joined, output)
-        if args.trace:
-            Path(args.trace).write_text(json.dumps(chrome_trace(joined)))
+        with spinner("opening the runs") as step:
+            # a folder of runs may hold an earlier join of them (itself a run): not a member
+            runs = [run for path in paths for run in open_runs(path) if not is_joined(run.path)]
+            if any(run.path.resolve() == output.resolve() for run in runs):
+                raise CommandError(f"{output} is one of the runs: give the joined experiment a folder of its own")
+            step(f"joining {len(runs)} runs")
+            joined = join_runs(runs)
+            step(f"writing the joined tables into {output}")
+            summary = write_joined(joined, output)
+            if args.trace:
+                step(f"writing the trace {args.trace}")
+                Path(args.trace).write_text(json.dumps(chrome_trace(joined)))
         if args.json:
             print(json.dumps(summary, indent=2, default=str))
         else:

@@ -47,6 +47,9 @@ class LimitsCommand(Command):
         parser.add_argument("--repeats", type=int, default=5, help="runs of each measurement; the best counts")
         parser.add_argument("--file-dir", type=Path, help="where the file read from disk is written (default: /tmp)")
         parser.add_argument("--no-gpu", action="store_true", help="measure the CPU only")
+        parser.add_argument("--ggml", type=Path, metavar="DIR",
+                            help="measure with the ggml libraries in DIR (a llama.cpp build's libggml-base.so, "
+                                 "libggml.so, ...) rather than llama-cpp-python's")  # fmt: skip
         parser.add_argument("--json", action="store_true", help="print the limits as one JSON object")
 
     def run(self, args: argparse.Namespace) -> int:
@@ -54,10 +57,15 @@ class LimitsCommand(Command):
 
         if min(args.threads or [1]) < 1 or args.size_mib < 16 or args.repeats < 1:
             raise CommandError("--threads takes counts of 1 or more, --size-mib 16 or more, --repeats 1 or more")
+        if args.ggml is not None:
+            if not any(args.ggml.glob("libggml-base.*")):
+                raise CommandError(f"{args.ggml} holds no libggml-base: give the folder of a ggml build's libraries")
+            # (read by ggml-viz's ggml loader and by llama-cpp-python's alike)
+            os.environ["LLAMA_CPP_LIB_PATH"] = str(args.ggml.resolve())
         runs = [_open_here(path) for path in args.runs]
         threads, types = _wanted(args, runs)
-        limits = None if args.again else stored_limits()
-        if limits is None or not _covers(limits, threads, types):
+        limits = stored_limits()
+        if args.again or limits is None or not _covers(limits, threads, types):
             limits = _measure(args, threads, types, limits)
             store_limits(limits)
         for run in runs:
@@ -110,12 +118,13 @@ def _covers(limits: dict[str, Any], threads: list[int], types: list[str]) -> boo
 
 def _measure(args: argparse.Namespace, threads: list[int], types: list[str],
              kept: dict[str, Any] | None) -> dict[str, Any]:  # fmt: skip
-    """Measure what is asked, and what the kept limits held besides (one consistent set)."""
+    """Measure what is asked, and what the kept limits held besides (one consistent set, all
+    measured now: a machine's limits change with its load, its kernel, its ggml)."""
     from rich.console import Console
 
     from ..capture.limits import measure
 
-    if kept is not None and not args.again:
+    if kept is not None:
         rows = [row for row in kept["measurements"] if row.get("device") == "CPU" and row.get("threads")]
         threads = sorted(set(threads) | {int(row["threads"]) for row in rows})
         types = sorted(set(types) | {row["type"].upper() for row in rows if row.get("what") == "matmul"})

@@ -30,14 +30,17 @@ class SummaryCommand(Command):
         from ..analysis.join import is_joined, open_joined
         from ..analysis.summary import summarize
         from ..capture.preload.opening import collect_and_open
+        from .progress import spinner
         from .render import render_joined
 
         if is_joined(Path(args.run)):  # a distributed run: its summary across hosts
-            joined = open_joined(Path(args.run))[0]["summary"]
-            joined["devices"] = device_summary(*open_activity(Path(args.run)))
+            with spinner(f"summarizing {args.run}"):
+                joined = open_joined(Path(args.run))[0]["summary"]
+                joined["devices"] = device_summary(*open_activity(Path(args.run)))
             print(json.dumps(joined, indent=2, default=str)) if args.json else render_joined(joined)
             return 0
-        summary = summarize(collect_and_open(args.run), top=args.top)
+        with spinner(f"summarizing {args.run}"):
+            summary = summarize(collect_and_open(args.run), top=args.top)
         if args.json:
             print(json.dumps(summary, indent=2, default=str))
         else:

@@ -33,9 +33,11 @@ class ValidateCommand(Command):
 
     def run(self, args: argparse.Namespace) -> int:
         from ..capture.preload.opening import collect_and_open
+        from .progress import spinner
 
         try:
-            problems = validate_run(collect_and_open(args.run))
+            with spinner(f"validating {args.run}"):
+                problems = validate_run(collect_and_open(args.run))
         except GgmlVizError as error:
             problems = [str(error)]
         if args.json:

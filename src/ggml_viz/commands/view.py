@@ -34,6 +34,7 @@ class ViewCommand(Command):
 
     def run(self, args: argparse.Namespace) -> int:
         from ..ui.app import RunRegistry
+        from .progress import showing_steps
 
         config = configuration(args)
         path = Path(args.run)
@@ -45,5 +46,6 @@ class ViewCommand(Command):
             raise CommandError(f"{path} holds no ggml-viz run (no manifest.json in it or its subdirectories)")
         viewer = start_viewer(path, args, config, live=args.live)
         print("press Ctrl-C to stop", file=sys.stderr)
-        viewer.serve()
+        with showing_steps():  # an older run's first open sums its node events: seconds on a long run
+            viewer.serve()
         return 0

@@ -140,9 +140,23 @@ class Exporter:
     name: ClassVar[str] = ""
     extensions: ClassVar[tuple[str, ...]] = ()
     summary: ClassVar[str] = ""
+    # modules it needs beyond ggml-viz's own dependencies (the extra `export` brings them)
+    requires: ClassVar[tuple[str, ...]] = ()
 
     def export(self, run: Run, output: Path, options: ExportOptions) -> str:
         raise NotImplementedError
+
+    def missing(self) -> list[str]:
+        """The modules of `requires` this installation lacks."""
+        import importlib.util
+
+        def found(module: str) -> bool:
+            try:
+                return importlib.util.find_spec(module) is not None
+            except (ImportError, ValueError):
+                return False
+
+        return [module for module in self.requires if not found(module)]
 
 
 def timed_events(run: Run, graph_ids: Iterable[int] | None = None) -> pd.DataFrame:

@@ -67,6 +67,7 @@ def graph_dot(run: Run, graph_id: int | None, layer: int | None) -> Any:
 
 class DotExporter(Exporter):
     name = "dot"
+    requires = ("graphviz",)
     extensions = (".dot", ".gv")
     summary = "one graph (--graph, layers collapsed) or one layer of it (--layer) as Graphviz DOT"
 
@@ -77,6 +78,8 @@ class DotExporter(Exporter):
 
 
 class _GraphPictureExporter(Exporter):
+    requires = ("graphviz",)
+
     def export(self, run: Run, output: Path, options: ExportOptions) -> str:
         if shutil.which("dot") is None:
             raise GgmlVizError("drawing a graph needs Graphviz's `dot` (apt-get install graphviz)")

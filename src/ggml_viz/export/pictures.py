@@ -43,6 +43,7 @@ def _figure(width: float, height: float):  # type: ignore[no-untyped-def]
 
 class _Picture(Exporter):
     picture_format = ""
+    requires = ("matplotlib",)
 
     def save(self, figure, output: Path) -> str:  # type: ignore[no-untyped-def]
         import matplotlib.pyplot as plt

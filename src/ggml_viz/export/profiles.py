@@ -163,6 +163,7 @@ class SpeedscopeExporter(Exporter):
 
 class TensorBoardExporter(Exporter):
     name = "tensorboard"
+    requires = ("tensorboardX",)
     extensions = (".tensorboard", ".tb")
     summary = "TensorBoard event files: per-token latency, per-op time histograms, per-layer times (GPU time apart)"
 

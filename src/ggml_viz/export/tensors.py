@@ -51,6 +51,7 @@ class NpzExporter(Exporter):
 
 class SafetensorsExporter(Exporter):
     name = "safetensors"
+    requires = ("safetensors",)
     extensions = (".safetensors",)
     summary = "captured tensors (--tensors GLOB) as safetensors, with graph and token positions in its metadata"
 

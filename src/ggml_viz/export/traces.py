@@ -234,6 +234,7 @@ class ChromeJsonExporter(Exporter):
 
 class PerfettoExporter(Exporter):
     name = "perfetto"
+    requires = ("perfetto",)
     extensions = (".perfetto-trace", ".pftrace")
     summary = "Perfetto's native protobuf trace (ui.perfetto.dev, trace_processor)"
 

@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .._errors import RunFormatError
-from ..log import say
+from ..log import long_step, say
 from . import journal
 from .manifest import STATUS_COMPLETE, effective_status, load_manifest
 from .schema import (
@@ -163,8 +163,9 @@ class StoredRun:
 
         connection = connect()
         try:
-            connection.execute(f"create view node_times as select * from {parquet_files(parquet)}")
-            totals = self._totals_over(connection)
+            with long_step(f"summing the {events:,} node events of {self.path.name}"):
+                connection.execute(f"create view node_times as select * from {parquet_files(parquet)}")
+                totals = self._totals_over(connection)
         except duckdb.Error as error:  # damage in a page of the node times shows only when it is read
             raise RunFormatError(f"{_file_of(error, parquet)} cannot be read as a table: {one_line(error)}") from None
         finally:

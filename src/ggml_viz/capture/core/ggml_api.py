@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import importlib.util
 import os
 import pathlib
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._errors import CaptureError
+from ..._errors import CaptureError, LlamaCppPythonMissing
 
 GGML_MAX_DIMS = 4
 GGML_MAX_SRC = 10
@@ -240,8 +241,22 @@ def _llama_lib_dir() -> pathlib.Path:
     try:
         import llama_cpp
     except ImportError as error:
-        raise CaptureError(f"llama-cpp-python is not installed ({error}); pip install llama-cpp-python") from None
+        raise LlamaCppPythonMissing(
+            error,
+            "loading ggml",
+            "or set LLAMA_CPP_LIB_PATH to a llama.cpp build's folder of libggml-base.so, libggml.so",
+        ) from None
     return pathlib.Path(llama_cpp.__file__).parent / "lib"
+
+
+def require_llama_cpp_python(needed_for: str) -> None:
+    """Raise LlamaCppPythonMissing (one line: how to get it) where llama_cpp cannot be imported."""
+    try:
+        found = importlib.util.find_spec("llama_cpp") is not None
+    except ImportError as error:
+        raise LlamaCppPythonMissing(error, needed_for) from None
+    if not found:
+        raise LlamaCppPythonMissing("no module named 'llama_cpp'", needed_for)
 
 
 _DEVICE_GPU_TYPES = (1, 2)  # ggml_backend_dev_type: GGML_BACKEND_DEVICE_TYPE_GPU, _IGPU (0.13.1 and 0.25.3)

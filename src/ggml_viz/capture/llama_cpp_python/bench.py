@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._errors import ModelNotFoundError
+from ..._errors import LlamaCppPythonMissing, ModelNotFoundError
 from ...runformat.reader import open_run
 from ..settings import settings_from_options
 from .session import InProcessRecording
@@ -54,7 +54,12 @@ class BenchResult:
 
 
 def _load(model_path: Path, n_ctx: int, n_batch: int, threads: int | None) -> Any:
-    from llama_cpp import Llama
+    try:
+        from llama_cpp import Llama
+    except ImportError as error:
+        raise LlamaCppPythonMissing(
+            error, "ggml-viz bench", "llama-bench, llama.cpp's own, is the native one"
+        ) from None
 
     try:
         return Llama(

@@ -77,6 +77,8 @@ class InProcessRecording(Recording[InProcessTracer]):
     directory. Use `ggml_viz.record(...)` (a context manager) rather than this class directly."""
 
     def __init__(self, output: str | os.PathLike[str], **options: Any) -> None:
+        # before the run directory is made: without llama-cpp-python, one line says how to get it
+        ggml_api.require_llama_cpp_python("recording a Python program's llama contexts (ggml_viz.record, record)")
         super().__init__(output, **options)  # (settings, metadata, verbose, overwrite, lazy: the base's)
         self.enabled = True  # False: this ggml's tensor layout is not one ggml-viz reads
         self.model_paths: dict[int, str] = {}
