@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.compute as pc
 
-from ..runformat.limits import check_limits
+from ..runformat.limits import check_limits, recorded_on, same_machine
 from ..runformat.reader import Run
 from .breakdowns import timed_totals
 from .flops import events_work
@@ -90,9 +90,6 @@ class Limits:
         rows = rows[rows["type"] == ggml_type.upper()]
         return float(rows["gb_per_s"].max()) if len(rows) else None
 
-    def of_kind(self, what: str) -> pd.DataFrame:
-        return self.table[self.table["what"] == what]
-
 
 def run_limits(run: Run) -> Limits | None:
     """The limits the run was judged against (kept in its manifest), or None."""
@@ -115,16 +112,8 @@ def phase_threads(run: Run) -> dict[str, int | None]:
 
 def weight_types_used(run: Run) -> list[str]:
     """The types of the weights the run's matrix products read (upper case, as ggml-viz limits takes them)."""
-    edges = run.raw("edges")
-    nodes = run.raw("structure_nodes")
-    tensors = run.raw("tensors").set_index("tensor_id")
-    with_op = nodes.join(tensors["op_base"], on="tensor_id")
-    products = with_op[with_op["op_base"].isin(list(WEIGHT_SLOT))]
-    keyed = edges.merge(products[["structure_id", "node_index", "op_base"]], on=["structure_id", "node_index"])
-    slot = keyed["op_base"].map(WEIGHT_SLOT)
-    sources = keyed.loc[keyed["src_slot"] == slot, "src_tensor_id"]
-    types = tensors.loc[tensors.index.intersection(sources.unique()), "type"]
-    return sorted({str(t).upper() for t in types.dropna()})
+    nodes = run.raw("structure_nodes").join(run.raw("tensors").set_index("tensor_id")["op_base"], on="tensor_id")
+    return sorted(set(_weight_types(run, nodes.reset_index(drop=True)).dropna()))
 
 
 def node_floors(run: Run, limits: Limits) -> pd.DataFrame:
@@ -263,11 +252,7 @@ def _limits_described(run: Run, limits: Limits, floors: pd.DataFrame) -> dict[st
 
 
 def _recorded_here(run: Run, limits: Limits) -> bool:
-    from ..runformat.limits import same_machine
-
-    environment = run.manifest.get("environment") or {}
-    recorder = run.manifest.get("recorder") or {}
-    return same_machine({**environment, "host": recorder.get("host")}, limits.machine)
+    return same_machine(recorded_on(run.manifest), limits.machine)
 
 
 def _main_type(rows: pd.DataFrame) -> str | None:

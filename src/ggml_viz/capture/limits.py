@@ -47,7 +47,6 @@ GPU_NODES = 8
 DEFAULT_TYPES = ("F32", "F16", "Q8_0", "Q4_0", "Q4_K", "Q6_K")
 SAMPLE_ROWS = 64
 TYPE_COUNT_0_25 = 40  # GGML_TYPE_COUNT of ggml 0.25.3 (MXFP4 the last)
-_DEVICE_CPU = 0  # ggml_backend_dev_type: GGML_BACKEND_DEVICE_TYPE_CPU
 ProgressFn = Callable[[str], None]
 
 
@@ -84,7 +83,7 @@ def measure(
         raise CaptureError(f"this ggml has no type {', '.join(unknown)}")
     types = [name.upper() for name in types if not lib.ggml_quantize_requires_imatrix(ids[name.upper()])]
     rows: list[Measurement] = []
-    cpu = _device_of_type(_DEVICE_CPU)
+    cpu = _cpu_device()
     with _backend(cpu) as backend:
         set_threads = _thread_setter(backend)
         for count in threads:
@@ -135,15 +134,13 @@ def type_ids(wanted: list[str] | tuple[str, ...]) -> dict[str, int]:
     return names
 
 
-def _device_of_type(kind: int) -> int:
-    registry = ggml_api.backend_registry()
-    if registry is None:
+def _cpu_device() -> int:
+    if ggml_api.backend_registry() is None:
         raise CaptureError("this ggml has no backend registry (libggml): it is older than ggml-viz measures with")
-    for index in range(registry.ggml_backend_dev_count()):
-        device = registry.ggml_backend_dev_get(index)
-        if registry.ggml_backend_dev_type(device) == kind:
-            return int(device)
-    raise CaptureError("ggml has no CPU device")
+    cpus = ggml_api.device_handles((ggml_api.DEVICE_CPU,))
+    if not cpus:
+        raise CaptureError("ggml has no CPU device")
+    return int(next(iter(cpus.values())))
 
 
 @contextlib.contextmanager

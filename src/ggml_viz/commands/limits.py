@@ -80,16 +80,16 @@ class LimitsCommand(Command):
 def _open_here(path: str) -> Any:
     """A closed run recorded on this machine (limits measured here say nothing of another)."""
     from ..capture.preload.opening import collect_and_open
-    from ..runformat.limits import same_machine, this_machine
+    from ..runformat.limits import recorded_on, same_machine, this_machine
 
     run = collect_and_open(path)
     if run.status == "recording":
         raise CommandError(f"{path} is still being recorded: give it its limits once it is closed")
-    recorded_on = {**(run.manifest.get("environment") or {}), "host": (run.manifest.get("recorder") or {}).get("host")}
+    machine = recorded_on(run.manifest)
     here = this_machine()
-    if not same_machine(recorded_on, here):
-        raise CommandError(f"{path} was recorded on {recorded_on.get('host')} ({recorded_on.get('cpu_model')}, "
-                           f"{recorded_on.get('cpu_cores')} cores), not on this machine, {here['host']} "
+    if not same_machine(machine, here):
+        raise CommandError(f"{path} was recorded on {machine.get('host')} ({machine.get('cpu_model')}, "
+                           f"{machine.get('cpu_cores')} cores), not on this machine, {here['host']} "
                            f"({here['cpu_model']}, {here['cpu_cores']} cores): measure its limits there")  # fmt: skip
     return run
 

@@ -59,6 +59,11 @@ def same_machine(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
     return bool(a and b) and all(a.get(key) == b.get(key) for key in keys)  # type: ignore[union-attr]
 
 
+def recorded_on(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The machine a run was recorded on, as its manifest names it (this_machine's keys)."""
+    return {**(manifest.get("environment") or {}), "host": (manifest.get("recorder") or {}).get("host")}
+
+
 def limits_file(machine: dict[str, Any] | None = None) -> Path:
     machine = machine or this_machine()
     key = json.dumps([machine.get(k) for k in ("host", "cpu_model", "cpu_cores", "memory_bytes")])

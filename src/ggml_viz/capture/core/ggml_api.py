@@ -280,15 +280,23 @@ def backend_registry() -> ctypes.CDLL | None:
     return lib
 
 
-def gpu_device_handles() -> dict[str, int]:
-    """The GPU devices llama-cpp-python's ggml computes on (CUDA0, Vulkan0, ...), by name; none
-    on a CPU build."""
+DEVICE_CPU = 0  # ggml_backend_dev_type: GGML_BACKEND_DEVICE_TYPE_CPU
+
+
+def device_handles(kinds: tuple[int, ...]) -> dict[str, int]:
+    """The devices of these kinds (ggml_backend_dev_type) llama-cpp-python's ggml computes on, by
+    name (CPU, CUDA0, Vulkan0, ...); none where it has no backend registry."""
     lib = backend_registry()
     if lib is None:
         return {}
     devices = (lib.ggml_backend_dev_get(i) for i in range(lib.ggml_backend_dev_count()))
     return {(lib.ggml_backend_dev_name(d) or b"?").decode(): d for d in devices
-            if lib.ggml_backend_dev_type(d) in _DEVICE_GPU_TYPES}  # fmt: skip
+            if lib.ggml_backend_dev_type(d) in kinds}  # fmt: skip
+
+
+def gpu_device_handles() -> dict[str, int]:
+    """The GPU devices llama-cpp-python's ggml computes on, by name; none on a CPU build."""
+    return device_handles(_DEVICE_GPU_TYPES)
 
 
 @functools.cache
