@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 RUN ?= demo.ggmlviz
 
-.PHONY: setup setup-demo demo test lint system-packages wheel docs
+.PHONY: setup setup-demo demo test lint system-packages llama-vulkan wheel docs
 
 $(PY):
 	@echo "== Making the virtual environment $(VENV)"
@@ -57,6 +57,26 @@ $(LLAMA_INSTALLED): $(LLAMA_WHEEL) $(LLAMA_CPP)/libraries.done
 $(LLAMA_TOOLS_LINKED): $(LLAMA_CPP)/programs.done | $(PY)
 	ln -sf $(LLAMA_CPP)/bin/llama-* $(LLAMA_CPP)/bin/ggml-rpc-server $(VENV)/bin/
 	touch $@
+
+# llama.cpp again with ggml's Vulkan backend, for the tests of GPU times on Vulkan: they run on
+# Mesa's lavapipe, Debian's software Vulkan device (mesa-vulkan-drivers). A build of its own, kept
+# outside the checkout like the first: its libraries, llama-completion and llama-bench (about 6
+# minutes on 2 cores: glslc compiles a few hundred shaders). It needs Debian's libvulkan-dev and
+# glslc (installed by system-packages) and newer Vulkan headers than Debian 12's
+# (scripts/vulkan-headers.sh). Where glslc is missing it is left out, and its tests are skipped.
+VULKAN_HEADERS := $(GGML_VIZ_CACHE)/vulkan-headers-1.4.309
+LLAMA_VULKAN := $(GGML_VIZ_CACHE)/llama.cpp-$(LLAMA_CPP_VERSION)-vulkan
+
+$(VULKAN_HEADERS):
+	sh scripts/vulkan-headers.sh $@
+
+$(LLAMA_VULKAN)/vulkan.done: | $(PY) $(VULKAN_HEADERS)
+	sh scripts/build-llama.sh $(LLAMA_CPP_VERSION) $(LLAMA_VULKAN) $(PY) $(JOBS) vulkan \
+		"-DGGML_VULKAN=ON -DVulkan_INCLUDE_DIR=$(VULKAN_HEADERS)/usr/include"
+
+llama-vulkan: system-packages
+	@if command -v glslc >/dev/null; then $(MAKE) --no-print-directory $(LLAMA_VULKAN)/vulkan.done; else \
+		echo "glslc is missing (apt-get install glslc libvulkan-dev mesa-vulkan-drivers): the Vulkan tests will be skipped"; fi
 
 # whisper.cpp's own program (whisper-cli), built once per machine (about a minute on 2 cores) from
 # the whisper.cpp 1.8.5 (ggml 0.13) that the pywhispercpp sdist vendors, with portable flags and
@@ -135,16 +155,19 @@ demo: setup-demo
 	$(VENV)/bin/ggml-viz view $(RUN)
 
 # The browser tests drive Debian's Chromium (no browser download), graph pictures need
-# Graphviz's `dot`, the whisper tests speak their audio with espeak-ng, and `ggml-viz limits`' read
-# bandwidth is checked against sysbench's: install them when we can.
+# Graphviz's `dot`, the whisper tests speak their audio with espeak-ng, `ggml-viz limits`' read
+# bandwidth is checked against sysbench's, and the Vulkan tests build ggml's Vulkan backend
+# (libvulkan-dev, glslc, spirv-headers) and run it on Mesa's software device (mesa-vulkan-drivers):
+# install them when we can.
+SYSTEM_PACKAGES := chromium graphviz espeak-ng sysbench mesa-vulkan-drivers libvulkan-dev glslc spirv-headers
 system-packages:
 	@{ command -v chromium >/dev/null && command -v dot >/dev/null && command -v espeak-ng >/dev/null && \
-		command -v sysbench >/dev/null; } || \
+		command -v sysbench >/dev/null && command -v glslc >/dev/null && [ -f /usr/include/vulkan/vk_layer.h ] && \
+		ls /usr/share/vulkan/icd.d/lvp_icd.*.json >/dev/null 2>&1; } || \
 		{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
-		echo "== Installing Debian's chromium, graphviz, espeak-ng and sysbench (apt-get: a minute or two)" && \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium graphviz espeak-ng sysbench; } || \
-		echo "Chromium, Graphviz, espeak-ng or sysbench is missing (apt-get install chromium graphviz espeak-ng" \
-			"sysbench): their tests will be skipped"
+		echo "== Installing Debian's $(SYSTEM_PACKAGES) (apt-get: a minute or two)" && \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y $(SYSTEM_PACKAGES); } || \
+		echo "Some of $(SYSTEM_PACKAGES) is missing (apt-get install them): their tests will be skipped"
 
 # llama.cpp's own vocabulary-only GGUF files (19 architectures), a test corpus of real model
 # files: taken from the llama.cpp source the libraries are built from, kept outside the checkout.
@@ -156,7 +179,7 @@ $(LLAMA_VOCABS): | $(LLAMA_CPP)/libraries.done
 	cp $(LLAMA_CPP)/src/*/vendor/llama.cpp/models/ggml-vocab-*.gguf $@.partial/
 	rm -rf $@ && mv $@.partial $@
 
-test: setup system-packages lint $(LLAMA_VOCABS)
+test: setup system-packages llama-vulkan lint $(LLAMA_VOCABS)
 	$(PY) -m pytest --cov --cov-report=term
 
 # The documentation site (docs/, mkdocs.yml) into site/, warnings as errors. Its reference pages

@@ -13,7 +13,7 @@ CAPTURE = "src/ggml_viz/capture"
 C_FLAGS = ["-O2", "-std=c11", "-D_GNU_SOURCE"]
 # The C both the extension and the preload library build on: the recorder core and GOT
 # redirection (capture/core/), the GPU timer (capture/gpu/).
-CORE = ("core/recorder", "core/got_hook", "gpu/cupti_activity", "gpu/gpu_tracer", "gpu/graph_compute")
+CORE = ("core/recorder", "core/got_hook", "gpu/cupti_activity", "gpu/vulkan_timer", "gpu/gpu_tracer", "gpu/graph_compute")
 PRELOAD_SOURCES = (
     "preload/preload", "preload/preload_setup", "preload/preload_spool", "preload/preload_wire", "preload/preload_dlsym"
 )
@@ -36,9 +36,11 @@ class BuildWithPreloadLibrary(build_ext):
     without a C compiler, ggml-viz records Python programs with its Python recorder."""
 
     PRELOAD = "ggml_viz/capture/preload/libggml_viz_preload.so"
+    VULKAN_LAYER = "ggml_viz/capture/gpu/libggml_viz_vulkan_layer.so"
 
     def run(self) -> None:
         super().run()
+        self.build_vulkan_layer()
         try:
             objects = self.compiler.compile(
                 [f"{CAPTURE}/{name}.c" for name in (*PRELOAD_SOURCES, *CORE)],
@@ -52,8 +54,28 @@ class BuildWithPreloadLibrary(build_ext):
         except Exception as error:  # noqa: BLE001 - optional, as the extension is
             print(f"warning: the preload library for native programs was not built: {error}")
 
+    def build_vulkan_layer(self) -> None:
+        """libggml_viz_vulkan_layer.so: the Vulkan layer that times GPU nodes on Vulkan (no libvulkan
+        linked: it calls the next layer's functions). Optional: it needs Vulkan's headers
+        (Debian's libvulkan-dev); without them, Vulkan programs keep their graph times."""
+        try:
+            objects = self.compiler.compile(
+                [f"{CAPTURE}/gpu/vulkan_layer.c"],
+                output_dir=self.build_temp,
+                extra_preargs=[*C_FLAGS, "-fPIC", "-fvisibility=hidden", "-Wall"],
+            )
+            output = os.path.join(self.build_lib, self.VULKAN_LAYER)
+            self.compiler.link_shared_object(
+                objects, output, libraries=["pthread"], extra_postargs=["-Wl,-soname,libggml_viz_vulkan_layer.so"]
+            )
+            if self.inplace:
+                self.copy_file(output, os.path.join("src", self.VULKAN_LAYER))
+        except Exception as error:  # noqa: BLE001 - optional: Vulkan's headers may be missing
+            print(f"warning: the Vulkan layer was not built (are Vulkan's headers installed?): {error}")
+
     def get_outputs(self) -> list:
-        return [*super().get_outputs(), os.path.join(self.build_lib, self.PRELOAD)]
+        return [*super().get_outputs(), os.path.join(self.build_lib, self.PRELOAD),
+                os.path.join(self.build_lib, self.VULKAN_LAYER)]  # fmt: skip
 
 
 recorder_extension = Extension(

@@ -4,6 +4,8 @@
 #   libraries  libllama and libggml* (what llama-cpp-python loads: `make demo` needs no more)
 #   programs   llama-server, llama-cli, llama-completion, llama-bench (the tests run them),
 #              added to the same build tree: the libraries are not compiled again
+#   vulkan     the libraries with ggml's Vulkan backend, llama-completion and llama-bench, in a
+#              DEST of their own (EXTRA_CMAKE_ARGS: -DGGML_VULKAN=ON and the headers' folder)
 # Python programs (through llama-cpp-python, whose own build is skipped: the Makefile links these
 # libraries into it) and native programs then run the very same ggml binaries.
 #
@@ -38,8 +40,12 @@ programs)
 	TARGETS="llama llama-server llama-cli llama-completion llama-bench ggml-rpc-server"
 	say_part="llama.cpp's programs (llama-server, llama-cli, llama-completion, llama-bench, ggml-rpc-server), once per machine: about 3 minutes on 2 cores"
 	;;
+vulkan)
+	TARGETS="llama llama-completion llama-bench"
+	say_part="llama.cpp with ggml's Vulkan backend (libraries, llama-completion, llama-bench), once per machine: glslc compiles its shaders, about 6 minutes on 2 cores"
+	;;
 *)
-	echo "usage: $0 VERSION DEST PYTHON JOBS libraries|programs [EXTRA_CMAKE_ARGS]" >&2
+	echo "usage: $0 VERSION DEST PYTHON JOBS libraries|programs|vulkan [EXTRA_CMAKE_ARGS]" >&2
 	exit 2
 	;;
 esac
@@ -82,13 +88,19 @@ for library in "$DEST"/build/bin/lib*.so*; do
 	cmp -s "$library" "$DEST/lib/${library##*/}" 2>/dev/null || cp -P "$library" "$DEST/lib/"
 done
 cp "$SRC"/ggml/include/*.h "$SRC"/include/llama.h "$DEST/include/"
-if [ "$PART" = programs ]; then
+if [ "$PART" != libraries ]; then
 	for target in $TARGETS; do
 		[ "$target" = llama ] || cp "$DEST/build/bin/$target" "$DEST/bin/"
 	done
 	# Every library must resolve inside DEST/lib, and ggml and llama must be shared dependencies.
-	check_shared_libraries "$DEST" "llama-server llama-cli llama-completion llama-bench" "libllama.so libggml-base.so"
+	check_shared_libraries "$DEST" "llama-completion llama-bench" "libllama.so libggml-base.so"
+fi
+if [ "$PART" = programs ]; then
+	check_shared_libraries "$DEST" "llama-server llama-cli" "libllama.so libggml-base.so"
 	check_shared_libraries "$DEST" "ggml-rpc-server" "libggml-base.so libggml-rpc.so"
+fi
+if [ "$PART" = vulkan ]; then
+	check_shared_libraries "$DEST" "llama-completion" "libggml-vulkan.so"
 fi
 touch "$DEST/$PART.done"
 echo "== llama.cpp's $PART are in $DEST"

@@ -132,7 +132,7 @@ static int write_take(FILE *out) {
 
 /* A child forked with a window open: 0 if its timer is off and it holds nothing of the parent's. */
 static int forked_child_holds_nothing(void) {
-    if (!gpu_problem() || gpu_finish() || gpu_compute_begin(0, NULL, NODES, node_at, 1, now_ns())) return 1;
+    if (!gpu_problem() || gpu_finish() || gpu_compute_begin(GPU_DEVICE_CUDA, 0, NULL, NODES, node_at, 1, now_ns())) return 1;
     Array bytes;
     array_init(&bytes, 1);
     return gpu_take_serialized(&bytes) != 0 ? 2 : 0;
@@ -168,7 +168,7 @@ int main(int argc, char **argv) {
     srand(7);
     for (int c = 0; c < computes; c++) {
         int new_structure = churn ? c % 2 == 0 : c == 0;
-        int traced = gpu_compute_begin(0, NULL, NODES, node_at, new_structure, now_ns());
+        int traced = gpu_compute_begin(GPU_DEVICE_CUDA, 0, NULL, NODES, node_at, new_structure, now_ns());
         compute_on_gpu(churn || c == 0 ? 0 : c == 1 ? 1 : 2);
         gpu_compute_end(now_ns());
         printf("%d", traced);

@@ -1,4 +1,5 @@
-"""What the GPU did, from its own records (CUDA, CUPTI): pure functions over a run's GPU
+"""What the GPU did, from its own records (CUDA: CUPTI's; Vulkan: the layer's timestamp queries):
+pure functions over a run's GPU
 tables. Node times by op, layer and tensor come from run.node_totals, where GPU nodes carry
 the GPU's time (`clock` gpu); here: the GPU timer itself, the decode step from the GPU's side
 (busy against the host's time), the kernels, and the kernels a node runs besides its main one.
@@ -29,6 +30,8 @@ def gpu_summary(run: Run, top: int = 8) -> dict[str, Any] | None:
     weights = run.gpu_graph_weights
     return {
         "mode": info.get("mode"),
+        "timer": info.get("timer") or "cupti",
+        "source": run.gpu_timer.source,
         "cupti": info.get("cupti") or None,
         "clock": info.get("clock"),
         "problem": info.get("problem"),
@@ -40,7 +43,7 @@ def gpu_summary(run: Run, top: int = 8) -> dict[str, Any] | None:
         "kernels": int(is_kernel.sum()),
         "attributed_kernels": int((is_kernel & (kernels["node_index"] >= 0)).sum()),
         "estimate": estimate_note(run.graphs, weights.index) if len(weights) else None,
-        "warnings": record_warnings(info),
+        "warnings": record_warnings(info, run.gpu_timer.agent),
         "decode_step": decode_step(run),
         "top_kernels": kernel_table(kernels, weights).head(top).to_dict(orient="records"),
         "side_kernels": side_kernels(run).head(top).to_dict(orient="records"),
@@ -63,14 +66,15 @@ def estimate_note(graphs: pd.DataFrame, traced: Iterable[int]) -> str:
     return note
 
 
-def record_warnings(info: dict[str, Any]) -> list[str]:
-    """What CUPTI could not keep (the manifest's counts), as warnings beside the GPU's figures."""
+def record_warnings(info: dict[str, Any], agent: str = "CUPTI") -> list[str]:
+    """What the timer (`agent`: CUPTI, the Vulkan layer) could not keep (the manifest's counts),
+    as warnings beside the GPU's figures."""
     said = []
     if info.get("dropped_records"):
-        said.append(f"CUPTI dropped {int(info['dropped_records']):,} records: node times of the traced graphs are "
+        said.append(f"{agent} dropped {int(info['dropped_records']):,} records: node times of the traced graphs are "
                     "incomplete")  # fmt: skip
     if info.get("invalid_records"):
-        said.append(f"CUPTI left {int(info['invalid_records']):,} records without times: node times of the traced "
+        said.append(f"{agent} left {int(info['invalid_records']):,} records without times: node times of the traced "
                     "graphs are incomplete")  # fmt: skip
     return said
 

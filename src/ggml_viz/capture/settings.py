@@ -77,7 +77,8 @@ class CaptureSettings:
     # mixture-of-experts models: each MoE layer's experts and weights per token, read right after
     # the layer's first MUL_MAT_ID (on the CPU; on a GPU in the GPU timer's windows)
     routing: str = "on"
-    # CUDA: kernel records from CUPTI in windows of graphs, for every graph, or none
+    # CUDA (CUPTI's kernel records) and Vulkan (ggml-viz's layer's timestamp queries): in windows of
+    # graphs, for every graph, or none
     gpu: str = "windows"
     gpu_window: int = DEFAULT_GPU_WINDOW
     gpu_period: int = DEFAULT_GPU_PERIOD
@@ -293,10 +294,10 @@ CAPTURE_SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "gpu", "choice", "windows", choices=GPU_MODES,
-        help="CUDA: GPU time per node from CUPTI's kernel records, in windows of graphs (default), for every "
-        "graph, or off",
-        doc="CUDA: GPU time per node from CUPTI's kernel records: `windows` (default; see \"GPU time\"), "
-        "`every` graph, or `off`",
+        help="GPU time per node (CUDA: CUPTI's kernel records; Vulkan: timestamp queries), in windows of graphs "
+        "(default), for every graph, or off",
+        doc="GPU time per node (CUDA: CUPTI's kernel records; Vulkan: ggml-viz's layer's timestamp queries): "
+        "`windows` (default; see \"GPU time\"), `every` graph, or `off`",
     ),
     Setting(
         "gpu_window", "count", None, metavar="N",

@@ -252,7 +252,8 @@ def gpu_line() -> Line:
             pass
     if names or gpus:
         return Line("NVIDIA GPU", OK, "; ".join(names) or f"{len(gpus)} GPU(s)", {"gpus": names or gpus})
-    return Line("NVIDIA GPU", NOTE, "none found (no NVIDIA driver): GPU times are recorded on NVIDIA GPUs only")
+    return Line("NVIDIA GPU", NOTE, "none found (no NVIDIA driver): GPU times on CUDA need one (on Vulkan, any "
+                "Vulkan device: see the Vulkan line)")  # fmt: skip
 
 
 def cupti_candidates() -> list[str]:
@@ -281,9 +282,18 @@ def cupti_line() -> Line:
 
 
 def vulkan_line() -> Line:
+    """Whether a Vulkan program's GPU nodes can be timed: ggml-viz's layer built, a Vulkan loader."""
+    from ..capture.gpu.vulkan_layer import LAYER_LIBRARY, layer_available
+
     loader = ctypes.util.find_library("vulkan")
-    where = f"a Vulkan loader is installed ({loader})" if loader else "no Vulkan loader installed"
-    return Line("Vulkan", NOTE, f"not yet recorded: a Vulkan program's graphs are, its GPU times not ({where})")
+    facts = {"loader": loader, "layer": str(LAYER_LIBRARY) if layer_available() else None}
+    if not layer_available():
+        return Line("Vulkan", NOTE, "this ggml-viz was built without Vulkan's headers (Debian's libvulkan-dev): a "
+                    "Vulkan program's graphs are recorded, its GPU node times not", facts)  # fmt: skip
+    if not loader:
+        return Line("Vulkan", NOTE, "no Vulkan loader installed (libvulkan): no Vulkan program to time", facts)
+    return Line("Vulkan", OK, f"GPU node times through ggml-viz's layer ({LAYER_LIBRARY.name}; loader {loader})",
+                facts)  # fmt: skip
 
 
 def find_chromium() -> str | None:

@@ -199,7 +199,8 @@ def _render_gpu(console: Console, summary: dict[str, Any], short: bool) -> None:
     clocks = summary.get("clocks") or {}
     if gpu["graphs_traced"]:
         console.print(
-            f"node time on the GPU: its own clock (CUPTI kernel records): {gpu['graphs_traced']:,} of "
+            f"node time on the GPU: its own clock ({gpu.get('source') or 'CUPTI kernel records'}): "
+            f"{gpu['graphs_traced']:,} of "
             f"{gpu['graphs']:,} graphs traced ({gpu['mode']}), {gpu['attributed_kernels']:,} of {gpu['kernels']:,} "
             "kernels attributed to their nodes"
             + (f"; {clocks['host']:,} node events on the host's clock" if clocks.get("host") else "")
@@ -223,9 +224,11 @@ def _render_gpu(console: Console, summary: dict[str, Any], short: bool) -> None:
             if cost["compared"]
             else "no untraced graph to set the traced ones against"
         )
+        vulkan = gpu.get("timer") == "vulkan"
+        switching = "the Vulkan layer switched on and off" if vulkan else "CUPTI attached and detached"
         console.print(
             f"GPU timer cost: {'about' if cost['compared'] else 'at least'} {cost['share']:.1%} of this run's graph "
-            f"time (CUPTI attached and detached: {cost['attach_ns'] / 1e6:,.1f} ms; {traced})"
+            f"time ({switching}: {cost['attach_ns'] / 1e6:,.1f} ms; {traced})"
         )
     step = gpu.get("decode_step")
     if step:

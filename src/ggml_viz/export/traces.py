@@ -298,7 +298,9 @@ class PerfettoExporter(Exporter):
                 descriptor.uuid = gpu_tracks[key]
                 descriptor.parent_uuid = track_of[key[0]]
                 descriptor.name = _gpu_track_name(key[1])
-                descriptor.description = "kernels, copies and memsets at their times on the GPU (CUPTI's records)"
+                descriptor.description = (
+                    f"kernels, copies and memsets at their times on the GPU ({run.gpu_timer.source})"
+                )
                 descriptor.sibling_merge_behavior = pb.TrackDescriptor.SIBLING_MERGE_BEHAVIOR_BY_SIBLING_MERGE_KEY
                 descriptor.sibling_merge_key = f"gpu {key[1]}"
             return gpu_tracks[key]

@@ -8,6 +8,7 @@ they live, the tokens of each graph, the node totals with the GPU's times where 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,32 @@ def open_run(path: str | os.PathLike[str]) -> Run:
     (A folder holding only a native program's spool is not a run yet: ggml_viz.open, and every
     command, collect it first: capture/preload/opening.py.)"""
     return Run(Path(path))
+
+
+@dataclass(frozen=True)
+class GpuTimer:
+    """What timed a run's GPU nodes (the manifest's gpu.timer): how ggml names its devices, and
+    where the times come from, in words."""
+
+    backend: str  # ggml's backend name before a device's number: "CUDA" (CUDA0), "Vulkan" (Vulkan0)
+    source: str  # "CUPTI kernel records", "Vulkan timestamp queries"
+    agent: str  # what attaches and keeps the records: "CUPTI", "the Vulkan layer"
+
+    def device_name(self, device: int) -> str:
+        """A device as ggml names it: CUPTI numbers CUDA devices by their ordinal, the layer
+        Vulkan devices in the order ggml-vulkan created them."""
+        return f"{self.backend}{device}"
+
+
+GPU_TIMERS = {
+    "cupti": GpuTimer("CUDA", "CUPTI kernel records", "CUPTI"),
+    "vulkan": GpuTimer("Vulkan", "Vulkan timestamp queries", "the Vulkan layer"),
+}
+
+
+def gpu_timer_of(manifest: dict[str, Any]) -> GpuTimer:
+    """The run's GPU timer (a run recorded before Vulkan was timed: CUPTI)."""
+    return GPU_TIMERS.get(str((manifest.get("gpu") or {}).get("timer") or "cupti"), GPU_TIMERS["cupti"])
 
 
 class Run(StoredRun):
@@ -111,8 +138,13 @@ class Run(StoredRun):
         return traced_graph_weights(self.graphs, self.raw("gpu_graphs")["graph_id"].unique().tolist())
 
     @cached_property
+    def gpu_timer(self) -> GpuTimer:
+        """What timed the run's GPU nodes: CUPTI on CUDA, or the Vulkan layer."""
+        return gpu_timer_of(self.manifest)
+
+    @cached_property
     def has_gpu_times(self) -> bool:
-        """Whether the GPU timer traced graphs of this run (CUDA, CUPTI's records)."""
+        """Whether the GPU timer traced graphs of this run (CUDA: CUPTI's records; Vulkan: the layer's)."""
         return len(self._table_files("gpu_node_times")) > 0 and self.arrow("gpu_node_times").num_rows > 0
 
     @cached_property

@@ -189,7 +189,8 @@ TABLES: dict[str, pa.Schema] = {
             ("n_expert", pa.int32()),  # experts the layer chooses among
         ]
     ),
-    # GPU time (CUDA, from CUPTI's records; see capture/gpu/): what the GPU ran in traced graphs
+    # GPU time (CUDA: CUPTI's records; Vulkan: the layer's timestamp queries; see capture/gpu/): what the GPU ran
+    # in traced graphs
     "gpu_kernels": pa.schema(
         [
             ("graph_id", pa.int32()),  # -1: outside any recorded graph
@@ -204,7 +205,10 @@ TABLES: dict[str, pa.Schema] = {
             ("end_ns", pa.int64()),
             ("busy_ns", pa.int64()),  # its share of the device's busy time (overlap counted once, to the earlier)
             ("bytes", pa.int64()),  # copies and memsets
-            ("correlation_id", pa.int64()),  # the runtime API call that launched it (CUPTI's)
+            (
+                "correlation_id",
+                pa.int64(),
+            ),  # the call that launched it (CUPTI's runtime API call; the layer's timed command on Vulkan)
         ]
     ),
     "gpu_node_times": pa.schema(

@@ -1,4 +1,5 @@
-"""The run's GPU tables (CUDA, from CUPTI's kernel records) read for the views, over the run context:
+"""The run's GPU tables (CUDA: CUPTI's kernel records; Vulkan: the layer's timestamp queries) read for
+the views, over the run context:
 the kernels in blocks, their pieces, a lane per context and device, and each node's GPU time."""
 
 from __future__ import annotations
@@ -22,13 +23,7 @@ UNATTRIBUTED, MEMCPY, MEMSET = -1, -2, -3  # op codes of what is not a node's ke
 OTHER_CODES = 3  # codes below zero
 BLOCK_ROWS = 1 << 17  # rows of a block of a run being recorded (a closed run's: its row groups)
 BLOCKS_KEPT = 8  # decoded blocks a view keeps (a pan reuses them)
-SOURCE = "CUPTI kernel records"
 _COLUMNS = ["graph_id", "node_index", "device", "kind", "kernel", "name", "start_ns", "end_ns", "busy_ns", "bytes"]
-
-
-def device_name(device: int) -> str:
-    """ggml-cuda names its devices by their CUDA ordinal, as CUPTI numbers them."""
-    return f"CUDA{device}"
 
 
 def gpu_of(context: RunContext) -> GpuRun | None:
@@ -239,7 +234,7 @@ class GpuRun:
             rows = np.flatnonzero((traced["context"] == context) & (traced["device"] == device))
             rows = rows[np.argsort(traced["start"][rows], kind="stable")]
             lanes.append({
-                "context_id": context, "device": device, "label": f"{device_name(device)} · GPU ({SOURCE})",
+                "context_id": context, "device": device, "label": f"{self.device_name(device)} · GPU ({self.source})",
                 "start": traced["start"][rows], "end": traced["end"][rows], "graph_id": traced["graph_id"][rows],
                 "end_max": np.maximum.accumulate(traced["end"][rows]), "kernels": traced["kernels"][rows],
             })  # fmt: skip
@@ -261,7 +256,16 @@ class GpuRun:
 
     @cached_property
     def devices(self) -> list[str]:
-        return [device_name(int(d)) for d in sorted(set(self.graphs["device"].tolist()))]
+        return [self.device_name(int(d)) for d in sorted(set(self.graphs["device"].tolist()))]
+
+    @property
+    def source(self) -> str:
+        """Where the GPU's times come from, in words ("CUPTI kernel records", "Vulkan timestamp queries")."""
+        return self.run.gpu_timer.source
+
+    def device_name(self, device: int) -> str:
+        """A GPU device as ggml names it (CUDA0, Vulkan0)."""
+        return self.run.gpu_timer.device_name(device)
 
     @cached_property
     def traced_graphs(self) -> int:
@@ -282,14 +286,14 @@ class GpuRun:
         """Where GPU node times come from, in words: how the times over the run are estimated
         from the traced graphs, and the records CUPTI could not keep, if any."""
         estimate = estimate_note(self._graphs_of_traced_contexts, self.graphs["graph_id"].unique().tolist())
-        said = [f"GPU time ({', '.join(self.devices)}, {SOURCE}, {self.traced_graphs:,} of {self.graphs_on_gpu:,} "
+        said = [f"GPU time ({', '.join(self.devices)}, {self.source}, {self.traced_graphs:,} of {self.graphs_on_gpu:,} "
                 f"graphs traced), times over the run {estimate}"]  # fmt: skip
         return ". ".join(said + self.warnings)
 
     @cached_property
     def warnings(self) -> list[str]:
         """Records CUPTI dropped or left without times (the manifest's counts), in words."""
-        return record_warnings(self.run.manifest.get("gpu") or {})
+        return record_warnings(self.run.manifest.get("gpu") or {}, self.run.gpu_timer.agent)
 
     def node_time(self, graph_id: int, node_index: int) -> NodeGpuTime | None:
         """A node's GPU time in a traced graph: its own kernels', or those of the fused group
@@ -303,7 +307,7 @@ class GpuRun:
             return None
         rows = carrying[carrying["node_index"] == carrying["node_index"].max()]
         origin = self.context.origin_ns
-        return {"device": ", ".join(device_name(int(d)) for d in sorted(rows["device"].unique())),
+        return {"device": ", ".join(self.device_name(int(d)) for d in sorted(rows["device"].unique())),
                 "node_index": int(rows["node_index"].iloc[0]), "group_end": int(rows["group_end"].max()),
                 "start_ns": int(rows["start_ns"].min()) - origin, "end_ns": int(rows["end_ns"].max()) - origin,
                 "gpu_ns": int(rows["gpu_ns"].sum()), "kernels": int(rows["kernels"].sum())}  # fmt: skip

@@ -121,7 +121,7 @@ def _gpu_rows(run: Run, nodes: pd.DataFrame) -> pd.DataFrame:
     transfer = (described["kind"] != "kernel") & (described["node_index"] < 0)
     return pd.DataFrame({
         "graph_id": described["graph_id"].to_numpy(np.int64), "node_index": described["node_index"].to_numpy(np.int64),
-        "device": ("CUDA" + described["device"].astype(str)).to_numpy(),
+        "device": (run.gpu_timer.backend + described["device"].astype(str)).to_numpy(),
         "kind": np.where(transfer, TRANSFER, COMPUTE),
         "layer": described["layer"].to_numpy(), "op": described["op"].fillna(described["kind"]).to_numpy(),
         "start_ns": described["start_ns"].to_numpy(np.int64), "end_ns": described["end_ns"].to_numpy(np.int64),

@@ -24,7 +24,7 @@
 static __thread struct {
     Recorder *recorder;
     uint32_t context_id;
-    int on_cuda;
+    int timed_device; /* GPU_DEVICE_*: CUDA's or Vulkan's nodes timed */
     void *sched; /* the scheduler its graphs ran on, to synchronize when a window closes */
 } current;
 
@@ -36,7 +36,7 @@ static bool (*is_empty_original)(const void *);
 static int compute_async_hooked(void *sched, void *graph) {
     if (!current.recorder || current.recorder->mode == MODE_OFF) return compute_async_original(sched, graph);
     current.sched = sched;
-    return compute_reading_graph(current.recorder, current.context_id, current.on_cuda, &graph_access,
+    return compute_reading_graph(current.recorder, current.context_id, current.timed_device, &graph_access,
                                  compute_async_original, sched, graph);
 }
 
@@ -70,7 +70,7 @@ static int (*device_type)(void *);
 static sched_compute_fn split_compute_original;
 
 static int split_compute_hooked(void *backend, void *graph) {
-    if (current.on_cuda && graph_access.n_nodes(graph) > 0) { /* nothing unless a traced compute runs here */
+    if (current.timed_device && graph_access.n_nodes(graph) > 0) { /* nothing unless a traced compute runs here */
         gpu_split_call(graph_access.node(graph, 0), device_type(backend_device(backend)) == 0);
     }
     return split_compute_original(backend, graph);
@@ -139,15 +139,16 @@ static PyObject *configure_gpu(PyObject *module, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* gpu_begin_call(recorder_address, context_id, on_cuda): a llama_decode begins on this thread. */
+/* gpu_begin_call(recorder_address, context_id, device): a llama_decode begins on this thread, on a
+   device of kind `device` (GPU_DEVICE_*: 0 none timed). */
 static PyObject *gpu_begin_call(PyObject *module, PyObject *args) {
     unsigned long long recorder;
     unsigned int context_id;
-    int on_cuda;
-    if (!PyArg_ParseTuple(args, "KIp", &recorder, &context_id, &on_cuda)) return NULL;
+    int device;
+    if (!PyArg_ParseTuple(args, "KIi", &recorder, &context_id, &device)) return NULL;
     current.recorder = (Recorder *)(uintptr_t)recorder;
     current.context_id = context_id;
-    current.on_cuda = on_cuda;
+    current.timed_device = device;
     Py_RETURN_NONE;
 }
 
@@ -157,10 +158,10 @@ static void synchronize_current(void *sched) {
 
 /* gpu_end_call() -> whether a closed window waits to be taken (gpu_take). */
 static PyObject *gpu_end_call(PyObject *module, PyObject *unused) {
-    int on_cuda = current.on_cuda;
+    int timed = current.timed_device;
     void *sched = current.sched;
     current.recorder = NULL;
-    return PyBool_FromLong(on_cuda && gpu_call_done(synchronize_current, sched));
+    return PyBool_FromLong(timed && gpu_call_done(synchronize_current, sched));
 }
 
 static PyObject *gpu_finish_now(PyObject *module, PyObject *unused) {
@@ -179,11 +180,12 @@ static PyObject *gpu_take_now(PyObject *module, PyObject *unused) {
     return result;
 }
 
-/* gpu_state() -> (cupti_path, cupti_version, cupti_reads_our_clock, problem or None) */
+/* gpu_state() -> (cupti_path, cupti_version, reads_our_clock, problem or None, timer, vulkan_layer_path):
+   timer "vulkan" or "cupti" */
 static PyObject *gpu_state(PyObject *module, PyObject *unused) {
     const char *problem = gpu_problem();
-    return Py_BuildValue("(sIOz)", gpu_cupti_path(), gpu_cupti_version(), gpu_own_clock() ? Py_True : Py_False,
-                         problem);
+    return Py_BuildValue("(sIOzss)", gpu_cupti_path(), gpu_cupti_version(), gpu_own_clock() ? Py_True : Py_False,
+                         problem, gpu_device() == GPU_DEVICE_VULKAN ? "vulkan" : "cupti", gpu_vulkan_layer_path());
 }
 
 /* convert_cupti_records(records, clock_offset_ns) -> (activities, api_calls, name_lengths, names): CUPTI
@@ -225,11 +227,11 @@ PyMethodDef gpu_methods[] = {
      "read graphs at their compute call (slots redirected, -1 on failure)"},
     {"configure_gpu", configure_gpu, METH_VARARGS, "configure_gpu(mode, window, period, detach, cupti_paths)"},
     {"gpu_begin_call", gpu_begin_call, METH_VARARGS,
-     "gpu_begin_call(recorder_address, context_id, on_cuda): this thread's llama_decode records there"},
+     "gpu_begin_call(recorder_address, context_id, device): this thread's llama_decode records there (device: 0 none, 1 CUDA, 2 Vulkan)"},
     {"gpu_end_call", gpu_end_call, METH_NOARGS, "the call ended: whether a GPU window waits to be taken"},
     {"gpu_finish", gpu_finish_now, METH_NOARGS, "the recording ends: close the open window (whether one waits)"},
     {"gpu_take", gpu_take_now, METH_NOARGS, "a closed GPU window's records, as bytes, or None"},
-    {"gpu_state", gpu_state, METH_NOARGS, "(cupti_path, cupti_version, cupti_reads_our_clock, problem)"},
+    {"gpu_state", gpu_state, METH_NOARGS, "(cupti_path, cupti_version, reads_our_clock, problem, timer, vulkan_layer_path)"},
     {"convert_cupti_records", convert_cupti_records, METH_VARARGS,
      "convert_cupti_records(records, clock_offset_ns): CUPTI records as ggml-viz's (tests)"},
     {NULL, NULL, 0, NULL},

@@ -6,7 +6,9 @@ Nothing here depends on a model's or a kernel's name: kernels map to nodes by th
 the correlation of the calls that launched them.
 
 - A kernel's runtime API call (its `correlation_id`) tells the compute that launched it:
-  the one running on the calling thread when the call was made.
+  the one running on the calling thread when the call was made. On Vulkan the "call" is the
+  command ggml-vulkan recorded (a dispatch, a buffer copy or fill, as ggml-viz's layer numbers
+  them): recorded while the node was being built, it maps as an eager launch does.
 - Eager passes (a compute's first runs, before ggml-cuda captures a CUDA graph): each kernel
   was launched by a runtime API call, and ggml-cuda reached the kernel's node just before
   (its per-node ggml_is_empty call): the node is the last one reached before the launch.

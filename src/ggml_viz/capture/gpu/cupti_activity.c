@@ -56,8 +56,7 @@ static int grow_name_slots(void) {
     return 0;
 }
 
-/* The id of a kernel name; a name not seen before is also added to `a`'s new names. 0: out of memory. */
-static uint32_t name_id(CuptiActivity *a, const char *name) {
+uint32_t gpu_name_id(CuptiActivity *a, const char *name) {
     if (!name) name = "?";
     if ((known_names.starts.count + 1) * 2 > known_names.capacity && grow_name_slots() != 0) return 0;
     size_t i = hash_text(name) & (known_names.capacity - 1);
@@ -140,7 +139,7 @@ int cupti_convert_record(CuptiActivity *a, const uint8_t *record) {
         out.graph_node_id = u64_at(record, CUPTI_ABI_KERNEL_GRAPH_NODE);
         out.graph_id = u32_at(record, CUPTI_ABI_KERNEL_GRAPH);
         const char *name = (const char *)(uintptr_t)u64_at(record, CUPTI_ABI_KERNEL_NAME);
-        out.name_id = name_id(a, name);
+        out.name_id = gpu_name_id(a, name);
         if (!out.name_id) return -1;
     } else if (kind == CUPTI_ABI_KIND_MEMCPY || kind == CUPTI_ABI_KIND_MEMSET) {
         out.kind = kind == CUPTI_ABI_KIND_MEMCPY ? GPU_MEMCPY : GPU_MEMSET;

@@ -16,7 +16,8 @@
 #include "../core/recorder.h"
 
 enum { GPU_KERNEL = 1, GPU_MEMCPY = 2, GPU_MEMSET = 3 };
-enum { GPU_API_RUNTIME = 0, GPU_API_DRIVER = 1 }; /* GpuApiRecord.domain: whose callback ids */
+/* GpuApiRecord.domain: whose callback ids (the Vulkan layer's: vulkan_layer.h's commands) */
+enum { GPU_API_RUNTIME = 0, GPU_API_DRIVER = 1, GPU_API_VULKAN = 2 };
 
 /* One kernel, copy or memset the GPU ran (56 bytes; capture/gpu/records.py ACTIVITY_DTYPE). */
 typedef struct {
@@ -80,6 +81,9 @@ void cupti_forget_taken(CuptiActivity *a);
    -1 out of memory. The tests call it with records they build. */
 int cupti_convert_record(CuptiActivity *a, const uint8_t *record);
 void cupti_records_init(CuptiActivity *a);
+/* The id of a kernel name, the same for the process whichever timer saw it; a name not seen
+   before is also added to `a`'s new names. 0: out of memory. */
+uint32_t gpu_name_id(CuptiActivity *a, const char *name);
 void cupti_records_free(CuptiActivity *a);
 
 #endif

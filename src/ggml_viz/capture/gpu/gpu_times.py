@@ -67,8 +67,18 @@ class GpuTimes:
     # -- internals ------------------------------------------------------------------------
 
     def _graph_of(self, window: GpuWindow) -> tuple[np.ndarray, np.ndarray]:
-        keys = zip(window.computes["context_id"].tolist(), window.computes["start_ns"].tolist(), strict=True)
-        found = [self.graphs.get(key, (-1, -1)) for key in keys]
+        """Per compute, its graph and structure ((-1, -1): not written yet): the graph of its
+        context that began when it did, or during it (a graph whose first split ran on a CPU
+        backend begins when that split did, a little after the scheduler's call)."""
+        computes = window.computes
+        found = []
+        for context, start, end in zip(computes["context_id"].tolist(), computes["start_ns"].tolist(),
+                                       computes["end_ns"].tolist(), strict=True):  # fmt: skip
+            graph = self.graphs.get((context, start))
+            if graph is None:
+                recent = reversed(self.graphs.items())  # the latest first: a window's graphs were just written
+                graph = next((g for (c, s), g in recent if c == context and start <= s <= end), (-1, -1))
+            found.append(graph)
         graph_ids = np.array([graph for graph, _ in found], dtype=np.int64)
         return graph_ids, np.array([structure for _, structure in found], dtype=np.int64)
 

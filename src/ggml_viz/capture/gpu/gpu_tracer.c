@@ -9,13 +9,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "vulkan_timer.h"
+
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 static struct {
     GpuTraceSettings settings;
     char cupti_paths[2048];
     const char *problem;
-    CuptiActivity cupti;
+    CuptiActivity cupti;     /* the records of either source, CUPTI's or the Vulkan layer's */
+    int device;              /* the device kind timed (GPU_DEVICE_*): the first traced compute's */
     uint32_t n_computes;      /* computes begun, traced or not */
     uint32_t traced_computes; /* of them, in windows */
     int window_open, window_reason;
@@ -95,6 +98,40 @@ const char *gpu_problem(void) {
     return tracer.problem;
 }
 
+int gpu_device(void) {
+    return tracer.device;
+}
+
+int gpu_device_named(const char *name) {
+    if (name && strncmp(name, "CUDA", 4) == 0) return GPU_DEVICE_CUDA;
+    if (name && strncmp(name, "Vulkan", 6) == 0) return GPU_DEVICE_VULKAN;
+    return GPU_DEVICE_NONE;
+}
+
+const char *gpu_vulkan_layer_path(void) {
+    return vulkan_layer_path();
+}
+
+/* ---- the source of the records: CUPTI, or the Vulkan layer -------------------------------- */
+
+static const char *source_attach(void) {
+    if (tracer.device == GPU_DEVICE_VULKAN) {
+        const char *problem = vulkan_load();
+        return problem ? problem : vulkan_attach(&tracer.cupti);
+    }
+    const char *problem = cupti_load(&tracer.cupti, tracer.cupti_paths);
+    return problem ? problem : cupti_attach(&tracer.cupti);
+}
+
+static const char *source_flush(void) {
+    return tracer.device == GPU_DEVICE_VULKAN ? vulkan_flush(&tracer.cupti) : cupti_flush(&tracer.cupti);
+}
+
+static const char *source_detach(void) {
+    return tracer.device == GPU_DEVICE_VULKAN ? vulkan_detach(&tracer.cupti)
+                                              : cupti_detach(&tracer.cupti, tracer.settings.finalize);
+}
+
 /* GPU times stop for good (the program goes on), CUPTI's records with them: nothing is left
    recording, whatever failed (an attach half done, a detach refused, memory); lock held. */
 static void give_up(const char *problem) {
@@ -102,7 +139,11 @@ static void give_up(const char *problem) {
     if (tracer.problem) return;
     snprintf(kept, sizeof kept, "%s", problem);
     tracer.problem = kept;
-    cupti_stop(&tracer.cupti);
+    if (tracer.device == GPU_DEVICE_VULKAN) {
+        vulkan_stop(&tracer.cupti);
+    } else {
+        cupti_stop(&tracer.cupti);
+    }
     tracer.window_open = 0;
     tracer.computes.count = tracer.node_calls.count = 0; /* the window being gathered: never whole now */
 }
@@ -162,8 +203,7 @@ static int traced_now(int new_structure) {
     }
     if (!reason) return 0;
     int64_t began = now_ns();
-    const char *problem = cupti_load(&tracer.cupti, tracer.cupti_paths);
-    if (!problem) problem = cupti_attach(&tracer.cupti);
+    const char *problem = source_attach();
     tracer.overhead_ns += now_ns() - began;
     if (problem) {
         give_up(problem);
@@ -211,11 +251,12 @@ static int index_nodes(ThreadCompute *c, void *graph, int n_nodes, void *(*node_
     return 0;
 }
 
-int gpu_compute_begin(uint32_t context_id, void *graph, int n_nodes, void *(*node_at)(void *, int),
+int gpu_compute_begin(int device, uint32_t context_id, void *graph, int n_nodes, void *(*node_at)(void *, int),
                       int new_structure, int64_t start_ns) {
     pthread_mutex_lock(&lock);
+    if (!tracer.device) tracer.device = device; /* one timer per process: the first GPU's */
     uint32_t compute = tracer.n_computes++;
-    int traced = traced_now(new_structure);
+    int traced = device == tracer.device && traced_now(new_structure);
     GpuComputeRecord *record = traced ? array_push(&tracer.computes) : NULL;
     if (traced && !record) {
         give_up("out of memory");
@@ -317,7 +358,7 @@ static void hand_over(int reason) {
 static int hand_over_window(int stay, void (*synchronize)(void *), void *data) {
     int64_t began = now_ns();
     if (synchronize) synchronize(data);
-    const char *problem = stay ? cupti_flush(&tracer.cupti) : cupti_detach(&tracer.cupti, tracer.settings.finalize);
+    const char *problem = stay ? source_flush() : source_detach();
     tracer.overhead_ns += now_ns() - began;
     hand_over(tracer.window_reason);
     tracer.window_open = stay && !tracer.problem;
@@ -378,6 +419,10 @@ int gpu_take(GpuTake *out) {
     if (!tracer.waiting) {
         pthread_mutex_unlock(&lock);
         return 0;
+    }
+    if (tracer.device == GPU_DEVICE_VULKAN) { /* the layer put its times on the recorder's clock */
+        tracer.cupti.own_clock = vulkan_clock(&tracer.cupti.clock_uncertainty_ns);
+        tracer.cupti.clock_offset_ns = 0;
     }
     *out = (GpuTake){
         .computes = (const GpuComputeRecord *)tracer.taken_computes.items, .n_computes = tracer.taken_computes.count,

@@ -1,13 +1,15 @@
 /*
- * The GPU timer's C side (no Python here): which graph computes are traced with CUPTI, and
- * what a traced compute needs besides CUPTI's records to map each kernel to its ggml node.
+ * The GPU timer's C side (no Python here): which graph computes are traced with CUPTI (CUDA)
+ * or ggml-viz's Vulkan layer (Vulkan: vulkan_timer.h, whose records take the same form), and
+ * what a traced compute needs besides those records to map each kernel to its ggml node.
  *
- * Around every graph compute of a scheduler with a CUDA backend, its owner (the preload
+ * Around every graph compute of a scheduler with a CUDA or Vulkan backend, its owner (the preload
  * library, or the Python extension) calls gpu_compute_begin and gpu_compute_end; after each
  * call that ends with the device synchronized (a llama call; a plain program's compute), it
  * calls gpu_call_done, which closes a window whose computes are done and says when a take
  * waits. ggml-cuda calls the exported ggml_is_empty once per node just before computing it
- * (eager passes and CUDA-graph captures; its CUDA-graph check calls it too): the owner
+ * (eager passes and CUDA-graph captures; its CUDA-graph check calls it too), and ggml-vulkan
+ * once per node as it begins recording the node's commands (ggml_vk_build_graph): the owner
  * routes those calls to gpu_node_call, which notes when each node of the traced compute
  * was reached, and from where; where it sees the scheduler begin each split of the graph
  * (ggml_backend_graph_compute_async), it calls gpu_split_call, which notes that too.
@@ -35,6 +37,8 @@
 #include "cupti_activity.h"
 
 enum { GPU_TRACE_OFF = 0, GPU_TRACE_WINDOWS = 1, GPU_TRACE_EVERY = 2 };
+/* What a compute runs on, and so which source times it: CUPTI, or the Vulkan layer (vulkan_timer.h). */
+enum { GPU_DEVICE_NONE = 0, GPU_DEVICE_CUDA = 1, GPU_DEVICE_VULKAN = 2 };
 enum { COMPUTE_NEW_STRUCTURE = 1 };
 enum { WINDOW_NEW_STRUCTURE = 1, WINDOW_PERIODIC = 2, WINDOW_EVERY = 3, WINDOW_END = 4 };
 /* 64 computes: a window's eager pass, capture and replays are 4 computes; more than 64 come only
@@ -93,8 +97,17 @@ int gpu_own_clock(void);
 /* Why GPU times are not recorded (NULL while they are); set once, on the first failure. */
 const char *gpu_problem(void);
 
-/* A compute of `graph` begins (its nodes: node_at(graph, i), i < n_nodes); 1 if it is traced. */
-int gpu_compute_begin(uint32_t context_id, void *graph, int n_nodes, void *(*node_at)(void *, int),
+/* The device kind timed (GPU_DEVICE_*): the first traced compute's; NONE before. */
+int gpu_device(void);
+/* The device kind a ggml backend of this name computes on ("CUDA0", "Vulkan0"): NONE if not timed. */
+int gpu_device_named(const char *backend_name);
+/* Where the Vulkan layer was found ("" before it was). */
+const char *gpu_vulkan_layer_path(void);
+
+/* A compute of `graph` begins on a `device` (GPU_DEVICE_*; its nodes: node_at(graph, i),
+   i < n_nodes); 1 if it is traced. A process's computes are timed on one device kind: the
+   first one's. */
+int gpu_compute_begin(int device, uint32_t context_id, void *graph, int n_nodes, void *(*node_at)(void *, int),
                       int new_structure, int64_t start_ns);
 void gpu_compute_end(int64_t end_ns);
 void gpu_node_call(const void *tensor, void *return_address);

@@ -17,7 +17,7 @@ static int allocated(const GraphAccess *access, void *graph, int n_nodes) {
     return buffer != 0 || data != 0;
 }
 
-int compute_reading_graph(Recorder *r, uint32_t context_id, int on_cuda, const GraphAccess *access,
+int compute_reading_graph(Recorder *r, uint32_t context_id, int timed_device, const GraphAccess *access,
                           sched_compute_fn original, void *sched, void *graph) {
     int64_t start = now_ns();
     int n = access->n_nodes(graph);
@@ -28,7 +28,7 @@ int compute_reading_graph(Recorder *r, uint32_t context_id, int on_cuda, const G
     r->read_graph = graph;
     r->graph_allocated = 0;
     if (repeats == 0) repeats = read_first ? recorder_read_graph(r, graph, n, access->node, start) : 1;
-    int traced = on_cuda && gpu_compute_begin(context_id, graph, n, access->node, repeats == 0, start);
+    int traced = timed_device && gpu_compute_begin(timed_device, context_id, graph, n, access->node, repeats == 0, start);
     /* in a window, the routing too: the graph was read (its nodes known), so the callback only
        answers each MoE layer's first MUL_MAT_ID and reads its ids where they are */
     int routing = (traced || r->routing_every_compute) && read_first && r->routing && access->set_eval_callback &&

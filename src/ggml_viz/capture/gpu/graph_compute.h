@@ -24,13 +24,14 @@ typedef struct {
     void (*set_eval_callback)(void *sched, bool (*callback)(void *, bool, void *), void *user_data);
 } GraphAccess;
 
-/* Read `graph` into `r` and compute it with `original` (traced on the GPU when `on_cuda`
+/* Read `graph` into `r` and compute it with `original` (traced on the GPU when `timed_device`
+   (GPU_DEVICE_*: CUDA, Vulkan) is not NONE
    and a window is open; then a mixture of experts' routing is read too, each MoE layer's
    first MUL_MAT_ID answered through a routing-only eval callback, the compute cut there);
    returns what `original` returned. The owner sets
    r->graph_allocated when the program allocates a graph (ggml_backend_sched_alloc_graph):
    a graph computed again without that is the one read before. */
-int compute_reading_graph(Recorder *r, uint32_t context_id, int on_cuda, const GraphAccess *access,
+int compute_reading_graph(Recorder *r, uint32_t context_id, int timed_device, const GraphAccess *access,
                           sched_compute_fn original, void *sched, void *graph);
 
 #endif

@@ -43,7 +43,9 @@ WINDOW_REASONS = {1: "new structure", 2: "periodic", 3: "every graph", 4: "end"}
 
 # ApiRecord.domain: whose callback ids `cbid` are. The runtime's and the driver's are numbered apart
 # and overlap (runtime 311 is cudaGraphLaunch, driver 311 is not): a call is known by the pair.
-RUNTIME, DRIVER = 0, 1
+# VULKAN: the commands ggml-viz's Vulkan layer timed, as it numbers them (vulkan_layer.h), each
+# recorded into a command buffer at its `start_ns`.
+RUNTIME, DRIVER, VULKAN = 0, 1, 2
 # CUPTI's callback ids by domain and name (cupti_runtime_cbid.h, cupti_driver_cbid.h; checked
 # against the CUDA toolkit's headers in tests/unit/test_gpu_timer.py).
 # Calls that launch a kernel one at a time (cuBLAS launches its own with cuLaunchKernelEx).
@@ -53,6 +55,7 @@ LAUNCH_CBIDS: dict[int, dict[str, int]] = {
               "cudaLaunchKernelExC_v11060": 430, "cudaLaunchKernelExC_ptsz_v11060": 431},
     DRIVER: {"cuLaunchKernel": 307, "cuLaunchKernel_ptsz": 442, "cuLaunchCooperativeKernel": 477,
              "cuLaunchCooperativeKernel_ptsz": 478, "cuLaunchKernelEx": 652, "cuLaunchKernelEx_ptsz": 653},
+    VULKAN: {"vkCmdDispatch": 1, "vkCmdDispatchBase": 2, "vkCmdDispatchIndirect": 3},
 }  # fmt: skip
 # Asynchronous copies and memsets, with their _ptsz variants (copies a node may make).
 COPY_CBIDS: dict[int, dict[str, int]] = {
@@ -73,6 +76,7 @@ COPY_CBIDS: dict[int, dict[str, int]] = {
              "cuMemsetD32Async_ptsz": 430, "cuMemsetD2D8Async": 222, "cuMemsetD2D8Async_ptsz": 431,
              "cuMemsetD2D16Async": 224, "cuMemsetD2D16Async_ptsz": 432, "cuMemsetD2D32Async": 226,
              "cuMemsetD2D32Async_ptsz": 433},
+    VULKAN: {"vkCmdCopyBuffer": 10, "vkCmdFillBuffer": 11, "vkCmdUpdateBuffer": 12},
 }  # fmt: skip
 # Calls that launch a whole CUDA graph.
 GRAPH_LAUNCH_CBIDS: dict[int, dict[str, int]] = {

@@ -2,13 +2,17 @@
 
 Such a context gets no eval callback (with one, ggml-cuda gives up its CUDA graphs and
 synchronizes after every split): the C extension reads each graph at the scheduler's
-compute call instead, redirecting libllama's call of it, and on CUDA the GPU timer traces
-windows of computes with CUPTI, as the preload library does in a native program.
+compute call instead, redirecting libllama's call of it, and on CUDA and Vulkan the GPU
+timer traces windows of computes (with CUPTI; with ggml-viz's Vulkan layer, which must be
+in the process before llama.cpp creates its Vulkan instance: `ggml-viz run` puts it there,
+and so does recording begun before the model loads), as the preload library does in a
+native program.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,13 +22,15 @@ from ..core.extension import extension
 from ..settings import CaptureSettings
 
 _hooked: int | None = None  # GOT slots redirected to the graph reader (once per process)
+CUDA, VULKAN = 1, 2  # gpu_tracer.h's GPU_DEVICE_*
 
 
 @dataclass(frozen=True)
 class GpuReading:
-    """How a context's graphs are recorded: read at the compute call; timed by CUPTI on CUDA."""
+    """How a context's graphs are recorded: read at the compute call; timed on CUDA (CUPTI)
+    and Vulkan (the layer): `timed_device` 1 CUDA, 2 Vulkan, 0 none (gpu_tracer.h's GPU_DEVICE_*)."""
 
-    on_cuda: bool
+    timed_device: int
 
 
 def gpu_reading(settings: CaptureSettings) -> GpuReading | None:
@@ -40,11 +46,21 @@ def gpu_reading(settings: CaptureSettings) -> GpuReading | None:
         say_once("cannot reach llama.cpp's graph compute call (a static build?): GPU graphs are recorded with the "
                  "eval callback, which costs a GPU its CUDA graphs")  # fmt: skip
         return None
-    on_cuda = any(device.startswith("CUDA") for device in devices)
-    if devices and not on_cuda:
-        say_once(f"this program computes on {', '.join(devices)}: ggml-viz times GPU nodes on CUDA only (with "
-                 "CUPTI); its graphs keep their graph times")  # fmt: skip
-    return GpuReading(on_cuda=on_cuda)
+    timed_device = timed_device_of(devices)
+    if devices and not timed_device:
+        say_once(f"this program computes on {', '.join(devices)}: ggml-viz times GPU nodes on CUDA (with CUPTI) "
+                 "and Vulkan (with its layer) only; its graphs keep their graph times")  # fmt: skip
+    return GpuReading(timed_device=timed_device)
+
+
+def timed_device_of(devices: Iterable[str]) -> int:
+    """The device kind the GPU timer times among ggml's GPU devices (the first CUDA or Vulkan one)."""
+    for device in devices:
+        if device.startswith("CUDA"):
+            return CUDA
+        if device.startswith("Vulkan"):
+            return VULKAN
+    return 0
 
 
 def configure_gpu_timer(settings: CaptureSettings) -> None:
@@ -60,7 +76,7 @@ def configure_gpu_timer(settings: CaptureSettings) -> None:
 
 def begin_call(recorder_address: int, context_id: int, gpu: GpuReading) -> None:
     """A llama_decode of this context begins on this thread: its graphs go to that recorder."""
-    extension.gpu_begin_call(recorder_address, context_id, gpu.on_cuda)
+    extension.gpu_begin_call(recorder_address, context_id, gpu.timed_device)
 
 
 def end_call() -> bool:
@@ -80,9 +96,9 @@ def take_window() -> bytes | None:
 
 def timer_state() -> dict[str, Any]:
     """What the GPU timer used, or why it timed nothing (for the run's manifest)."""
-    path, version, own_clock, problem = extension.gpu_state()
-    return {"cupti": path, "cupti_version": version, "clock": "recorder" if own_clock else "offset",
-            "problem": problem}  # fmt: skip
+    path, version, own_clock, problem, timer, layer = extension.gpu_state()
+    return {"timer": timer, "vulkan_layer": layer, "cupti": path, "cupti_version": version,
+            "clock": "recorder" if own_clock else "offset", "problem": problem}  # fmt: skip
 
 
 def _hook_graph_compute() -> bool:

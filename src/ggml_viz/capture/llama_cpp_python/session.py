@@ -21,6 +21,7 @@ from ..core.extension import IMPORT_ERROR as EXTENSION_IMPORT_ERROR
 from ..core.extension import extension_available
 from ..core.recording import Recording, value_or_none
 from ..gpu.records import parse_window
+from ..gpu.vulkan_layer import enable_in_this_process
 from . import gpu, hooks, llama_info
 from .c_recorder import CGraphRecorder
 from .python_recorder import PythonGraphRecorder
@@ -93,6 +94,8 @@ class InProcessRecording(Recording[InProcessTracer]):
         if _active is not None:
             raise CaptureError(f"a recording is already active (to {_active.output}); stop it first")
         _active = self
+        # GPU times on Vulkan: the layer in the instance llama.cpp creates when it loads a model
+        enable_in_this_process(self.settings.gpu, self.settings.detail)
         try:
             ggml_api.check_tensor_layout()
         except CaptureError as error:
@@ -233,7 +236,7 @@ class InProcessRecording(Recording[InProcessTracer]):
             self.add_gpu_window(parse_window(taken))
 
     def _finish_gpu_timer(self) -> None:
-        if any(t.reads_at_compute is not None and t.reads_at_compute.on_cuda for t in self.tracers):
+        if any(t.reads_at_compute is not None and t.reads_at_compute.timed_device for t in self.tracers):
             if gpu.finish():
                 self.take_gpu_window()
             self.gpu_timer_state({

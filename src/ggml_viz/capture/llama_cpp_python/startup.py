@@ -82,6 +82,12 @@ def _remove_finder() -> None:
 def install() -> None:
     if not os.environ.get("GGML_VIZ_OUTPUT") or _flag("GGML_VIZ_DISABLE"):
         return
+    if _TARGET not in sys.modules:
+        # ggml-viz's Vulkan layer, which times GPU nodes on Vulkan (elsewhere it passes every call
+        # on): before llama_cpp loads ggml, whose Vulkan backend reads the loader's variables once
+        from ..gpu.vulkan_layer import enable_in_this_process
+
+        enable_in_this_process(os.environ.get("GGML_VIZ_GPU", ""), os.environ.get("GGML_VIZ_DETAIL", ""))
     if _TARGET in sys.modules:
         start_from_environment()
     else:

@@ -27,18 +27,19 @@
  *   gguf_init_from_file, fopen                the model files the program opens (GGUF, and
  *       the legacy ggml files whisper.cpp reads): their byte layout, for the memory view
  *   ggml_is_empty                             ggml-cuda calls it once per node before computing
- *       it: where a traced compute's kernels come from (gpu/gpu_tracer.h)
+ *       it, ggml-vulkan before recording it: where a traced compute's kernels come from
+ *       (gpu/gpu_tracer.h)
  *   ggml_backend_graph_compute                a graph computed on a backend without a scheduler
  *       (ggml's RPC server, for each graph the head sends): a call of its own, read at the call
  *   ggml_backend_graph_compute_async          each split of a scheduler's graph read at its compute
- *       call: on a CPU backend, timed by its ticks; elsewhere (an RPC server, CUDA), marked so;
- *       in a traced compute on CUDA, where each split began (gpu_split_call)
+ *       call: on a CPU backend, timed by its ticks; elsewhere (an RPC server, CUDA, Vulkan), marked
+ *       so; in a traced compute on CUDA or Vulkan, where each split began (gpu_split_call)
  *   ggml_new_graph_custom                     a graph made: one computed where the last one was is new
  *   connect, accept, send, recv               ggml's RPC protocol on the wire (preload_wire.c)
  *
  * A scheduler with a GPU backend gets no eval callback (with one, ggml-cuda gives up its
  * CUDA graphs and synchronizes per split): its graphs are read at the compute call, and on
- * CUDA the GPU times its nodes itself (CUPTI, gpu/).
+ * CUDA and Vulkan the GPU times its nodes itself (CUPTI; ggml-viz's Vulkan layer: gpu/).
  *
  * A child the program forks records nothing: the spool, named by the parent's pid, is the
  * parent's (the child neither appends to it nor ends it at its exit), and so is what the
@@ -506,7 +507,7 @@ static void end_on_signal(int signal_number) {
         int everything_written = state.enabled && wire_written();
         for (int i = 0; i < state.n_entries; i++) {
             Entry *e = state.entries[i];
-            everything_written &= !e->live || (!e->in_call && !e->unwritten && !e->on_cuda);
+            everything_written &= !e->live || (!e->in_call && !e->unwritten && !e->timed_device);
         }
         if (everything_written) write_end_frame_on_signal(signal_number);
         pthread_mutex_unlock(&state.lock);
@@ -591,7 +592,7 @@ static void synchronize_scheduler(void *sched) {
    program's scheduler, which may still be computing (a llama call has synchronized). */
 static void end_call(Entry *e, int32_t status, void *sched) {
     int due = recorder_end_decode(&e->recorder, status);
-    int gpu_waiting = e->on_cuda && gpu_call_done(sched ? synchronize_scheduler : NULL, sched);
+    int gpu_waiting = e->timed_device && gpu_call_done(sched ? synchronize_scheduler : NULL, sched);
     e->in_call = 0;
     e->unwritten = 1;
     if (due || gpu_waiting) write_entry(e);
@@ -599,11 +600,11 @@ static void end_call(Entry *e, int32_t status, void *sched) {
     if (gpu_waiting) write_gpu_take();
 }
 
-/* What a scheduler computes on: a GPU backend (any backend that is not a CPU), CUDA's. */
+/* What a scheduler computes on: a GPU backend (any backend that is not a CPU), one the GPU timer times (CUDA, Vulkan). */
 static void check_backends(Entry *e, void *sched) {
     if (e->checked_sched == sched) return;
     e->checked_sched = sched;
-    e->on_gpu = e->on_cuda = 0;
+    e->on_gpu = e->timed_device = 0;
     int n = api.sched_n_backends && api.sched_backend && api.is_cpu ? api.sched_n_backends(sched) : 0;
     for (int i = 0; i < n; i++) {
         void *backend = api.sched_backend(sched, i);
@@ -611,16 +612,16 @@ static void check_backends(Entry *e, void *sched) {
         const char *name = api.backend_name ? api.backend_name(backend) : NULL;
         if (!e->on_gpu) snprintf(e->gpu_name, sizeof e->gpu_name, "%s", name ? name : "GPU");
         e->on_gpu = 1;
-        e->on_cuda |= name && strncmp(name, "CUDA", 4) == 0;
+        if (!e->timed_device) e->timed_device = gpu_device_named(name);
     }
-    if (e->on_gpu && !e->on_cuda && !strncmp(e->gpu_name, "RPC", 3)) {
+    if (e->on_gpu && !e->timed_device && !strncmp(e->gpu_name, "RPC", 3)) {
         if (state.verbose) {
             say("this program computes on %s: its nodes there are timed where they run (record the worker with "
                 "`ggml-viz run -- ggml-rpc-server ...`); here its graphs keep their graph times", e->gpu_name);
         }
-    } else if (e->on_gpu && !e->on_cuda) {
-        say("this program computes on %s: ggml-viz times GPU nodes on CUDA only (with CUPTI); its graphs keep "
-            "their graph times", e->gpu_name);
+    } else if (e->on_gpu && !e->timed_device) {
+        say("this program computes on %s: ggml-viz times GPU nodes on CUDA (with CUPTI) and Vulkan (with its "
+            "layer) only; its graphs keep their graph times", e->gpu_name);
     }
 }
 
@@ -660,7 +661,7 @@ static int compute_graph(backend_compute_fn original, void *sched, void *graph) 
                              set_scheduler_callback};
         /* A scheduler with a CPU backend beside a GPU (CUDA, an RPC server, Vulkan): its CPU splits
            are timed by the CPU backend's ticks, split by split as they compute; the GPU's nodes are
-           marked (CUDA's get the GPU timer's times in its windows). */
+           marked (CUDA's and Vulkan's get the GPU timer's times in its windows). */
         int time_splits = e->on_gpu && !state.sync_timing && !state.detail_graph;
         if (time_splits) {
             time_cpu_backends(e, sched);
@@ -670,11 +671,11 @@ static int compute_graph(backend_compute_fn original, void *sched, void *graph) 
         /* a CPU program read at its compute calls (GGML_VIZ_READ_GRAPHS=compute) keeps graph times only:
            its routing is read at every compute, as in a GPU window */
         e->recorder.routing_every_compute = !e->on_gpu;
-        status = compute_reading_graph(&e->recorder, (uint32_t)e->context_id, e->on_cuda, &access, original, sched,
+        status = compute_reading_graph(&e->recorder, (uint32_t)e->context_id, e->timed_device, &access, original, sched,
                                        graph);
         splits_of = NULL;
         e->recorder.tick_split_end = 0;
-        if (e->on_cuda && gpu_problem() && !state.gpu_problem_said) {
+        if (e->timed_device && gpu_problem() && !state.gpu_problem_said) {
             state.gpu_problem_said = 1;
             say("GPU node times are off: %s; the run keeps graph times", gpu_problem());
         }
@@ -731,7 +732,7 @@ static int compute_on_backend(backend_compute_fn original, void *backend, void *
         e->checked_sched = backend;
         const char *name = api.backend_name ? api.backend_name(backend) : NULL;
         e->on_gpu = api.is_cpu && !api.is_cpu(backend);
-        e->on_cuda = e->on_gpu && name && strncmp(name, "CUDA", 4) == 0;
+        e->timed_device = e->on_gpu ? gpu_device_named(name) : GPU_DEVICE_NONE;
         /* the graph read at the call, its nodes timed by the backend's ticks */
         if (!e->on_gpu && !state.detail_graph) e->recorder.tick_reads = time_cpu_backend(e, backend);
     }
@@ -741,7 +742,7 @@ static int compute_on_backend(backend_compute_fn original, void *backend, void *
     compute_depth++;
     GraphAccess access = {graph_n_nodes, graph_node, state.layout.buffer_offset, state.layout.data_offset,
                           NULL}; /* no scheduler */
-    int status = compute_reading_graph(&e->recorder, (uint32_t)e->context_id, e->on_cuda, &access, original, backend,
+    int status = compute_reading_graph(&e->recorder, (uint32_t)e->context_id, e->timed_device, &access, original, backend,
                                        graph);
     compute_depth--;
     end_call(e, status, NULL);
@@ -882,7 +883,7 @@ EXPORT int ggml_backend_graph_compute_async(void *backend, void *graph) {
     if (n_nodes > 0) {
         int on_cpu = api.is_cpu(backend);
         if (e->recorder.tick_reads) recorder_split_computed(&e->recorder, graph, n_nodes, graph_node, on_cpu, now_ns());
-        if (e->on_cuda) gpu_split_call(graph_node(graph, 0), on_cpu); /* nothing unless traced here */
+        if (e->timed_device) gpu_split_call(graph_node(graph, 0), on_cpu); /* nothing unless traced here */
     }
     return original_ggml_backend_graph_compute_async(backend, graph);
 }

@@ -127,7 +127,7 @@ typedef struct {
     /* A scheduler with a backend that is not a CPU (a GPU): its graphs are read at their
        compute call, with no eval callback, which would cost a GPU its fast path. */
     void *checked_sched;   /* the scheduler the two below were worked out for */
-    int on_gpu, on_cuda;
+    int on_gpu, timed_device; /* timed_device: GPU_DEVICE_* whose nodes the GPU timer times (CUDA, Vulkan) */
     char gpu_name[64];     /* its first GPU backend (CUDA0, Vulkan0, ...) */
     /* A backend computing graphs itself (owner: the backend): the graphs made in the process when
        it last computed (a new one since is read again). */

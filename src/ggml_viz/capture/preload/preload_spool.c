@@ -420,11 +420,15 @@ void write_end_frame(void) {
              "\"routing_reads\":[%lld,%lld,%lld]",
              (long long)now_ns(), state.n_entries, skipped, skipped_bytes, answered, at_ticks, dropped);
     int on_gpu = 0;
-    for (int i = 0; i < state.n_entries; i++) on_gpu |= state.entries[i]->on_cuda;
+    for (int i = 0; i < state.n_entries; i++) on_gpu |= state.entries[i]->timed_device != 0;
     if (on_gpu) { /* the GPU timer: what it used, or why it timed nothing */
         static const char *modes[] = {"off", "windows", "every"};
-        text_add(&t, ",\"gpu\":{\"mode\":\"%s\",\"window\":%d,\"period\":%d,\"detach\":%s,\"cupti\":",
-                 modes[gpu_mode()], state.gpu.window, state.gpu.period, state.gpu.finalize ? "true" : "false");
+        text_add(&t, ",\"gpu\":{\"mode\":\"%s\",\"window\":%d,\"period\":%d,\"detach\":%s,\"timer\":\"%s\",",
+                 modes[gpu_mode()], state.gpu.window, state.gpu.period, state.gpu.finalize ? "true" : "false",
+                 gpu_device() == GPU_DEVICE_VULKAN ? "vulkan" : "cupti");
+        text_add(&t, "\"vulkan_layer\":");
+        json_string(&t, gpu_vulkan_layer_path());
+        text_add(&t, ",\"cupti\":");
         json_string(&t, gpu_cupti_path());
         text_add(&t, ",\"cupti_version\":%u,\"clock\":\"%s\",\"problem\":", gpu_cupti_version(),
                  gpu_own_clock() ? "recorder" : "offset");

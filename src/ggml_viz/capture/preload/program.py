@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 from ...runformat.schema import SPOOL_DIR
 from ..core.recording import Recording
+from ..gpu.vulkan_layer import layer_environment
 from ..settings import CaptureSettings
 from .collector import SpoolCollector, SpoolRecording
 from .library import preload_path
@@ -78,7 +79,10 @@ def run_native(program: list[str], run_dir: Path, settings: CaptureSettings, env
     recording: SpoolRecording = Recording(run_dir, settings=settings, verbose=verbose, lazy=python)
     collector = SpoolCollector(recording)
     preloaded = " ".join(filter(None, [str(preload_path()), env.get("LD_PRELOAD")]))
-    process = subprocess.Popen(program, env={**env, "LD_PRELOAD": preloaded, "GGML_VIZ_OUTPUT": str(run_dir)})
+    # the Vulkan layer too, which times GPU nodes on Vulkan when the program computes there (and
+    # else passes every call on): only where GPU times are wanted
+    vulkan = layer_environment(env) if settings.gpu != "off" and settings.detail != "graph" else {}
+    process = subprocess.Popen(program, env={**env, **vulkan, "LD_PRELOAD": preloaded, "GGML_VIZ_OUTPUT": str(run_dir)})
     _yield_to_the_program()
 
     def forward(signum: int, frame: FrameType | None) -> None:

@@ -355,6 +355,8 @@ class GpuTimerSummary(TypedDict):
     """analysis.gpu.gpu_summary."""
 
     mode: str | None
+    timer: str  # what timed the GPU's nodes: cupti (CUDA) or vulkan (ggml-viz's Vulkan layer)
+    source: str  # where the times come from, in words: "CUPTI kernel records", "Vulkan timestamp queries"
     cupti: str | None
     clock: str | None
     problem: str | None
@@ -366,7 +368,7 @@ class GpuTimerSummary(TypedDict):
     kernels: int
     attributed_kernels: int
     estimate: str | None  # how its shares over the run are estimated from the traced graphs (None: none traced)
-    warnings: list[str]  # records CUPTI dropped or left without times: the traced graphs' times are incomplete
+    warnings: list[str]  # records the timer dropped or left without times: the traced graphs' times are incomplete
     decode_step: GpuDecodeStep | None
     top_kernels: list[GpuKernelRow]
     side_kernels: list[GpuSideKernel]

@@ -10,7 +10,7 @@ import pandas as pd
 
 from ...analysis.summary import summarize
 from ..context import RunContext
-from ..gpu import MEMCPY, MEMSET, SOURCE, UNATTRIBUTED, GpuRun, device_name
+from ..gpu import MEMCPY, MEMSET, UNATTRIBUTED, GpuRun
 from ..payloads import GpuOverview, GpuStep, GraphBars, KernelTime, OverviewPayload, RunSummary
 
 TOP_KERNELS = 12
@@ -90,14 +90,14 @@ def gpu_overview(gpu: GpuRun) -> GpuOverview:
     for (device, phase), group in graphs.groupby(["device", "phase"], sort=True):
         share = group["busy_share"].median()
         steps.append({
-            "device": device_name(int(device)), "phase": str(phase), "graphs": int(group["graph_id"].nunique()),
+            "device": gpu.device_name(int(device)), "phase": str(phase), "graphs": int(group["graph_id"].nunique()),
             "host_ns": int(group["host_ns"].median()), "busy_ns": int(group["busy_ns"].median()),
             "span_ns": int(group["span_ns"].median()), "busy_share": None if pd.isna(share) else float(share),
         })  # fmt: skip
     steps.sort(key=lambda step: (step["phase"] != "decode", step["device"]))  # a decode step first
     kernels = gpu.kernel_totals
     is_kernel = kernels["op"] >= UNATTRIBUTED
-    return {"label": gpu.label, "devices": gpu.devices, "source": SOURCE, "traced_graphs": gpu.traced_graphs,
+    return {"label": gpu.label, "devices": gpu.devices, "source": gpu.source, "traced_graphs": gpu.traced_graphs,
             "graphs": gpu.graphs_on_gpu, "steps": steps, "top_kernels": top_kernels(gpu),
             "kernels": int(kernels.loc[is_kernel, "count"].sum()),
             "unattributed": int(kernels.loc[kernels["op"] == UNATTRIBUTED, "count"].sum()),

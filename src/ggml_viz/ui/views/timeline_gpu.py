@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ..gpu import OTHER_CODES, GpuRun, device_name
+from ..gpu import OTHER_CODES, GpuRun
 from ..payloads import GpuLane, KernelBars, PixelColumns, TracedSpans
 
 DETAIL_LIMIT = 4000  # as the host lane: a window with more kernels sums the narrow ones per pixel column
@@ -42,7 +42,7 @@ def gpu_lanes(gpu: GpuRun, t0: int, t1: int, width: int) -> dict[int, list[GpuLa
                                "end": lane["end"][graphs][spans].tolist(),
                                "graph_id": lane["graph_id"][graphs][spans].tolist()}  # fmt: skip
         found.setdefault(lane["context_id"], []).append({
-            "label": lane["label"], "device": lane["device"], "device_name": device_name(lane["device"]),
+            "label": lane["label"], "device": lane["device"], "device_name": gpu.device_name(lane["device"]),
             "kernels": [gpu.short_names[i] for i in names], "names": [gpu.full_names[i] for i in names],
             "bars": bars, "columns": columns, "traced": traced,
         })  # fmt: skip
