@@ -32,7 +32,7 @@ def test_each_split_of_a_traced_compute_is_marked_where_it_began(tmp_path, model
     monkeypatch.setenv("GGML_VIZ_READ_GRAPHS", "compute")
     monkeypatch.setenv("GGML_VIZ_CUPTI", str(fake))
     reading = gpu.gpu_reading
-    monkeypatch.setattr(gpu, "gpu_reading", lambda settings: reading(settings) and gpu.GpuReading(on_cuda=True))
+    monkeypatch.setattr(gpu, "gpu_reading", lambda settings: reading(settings) and gpu.GpuReading(timed_device=gpu.CUDA))
     windows: list[GpuWindow] = []
     parse = session.parse_window
     monkeypatch.setattr(session, "parse_window", lambda payload: windows.append(parse(payload)) or windows[-1])
