@@ -32,7 +32,8 @@ def test_each_split_of_a_traced_compute_is_marked_where_it_began(tmp_path, model
     monkeypatch.setenv("GGML_VIZ_READ_GRAPHS", "compute")
     monkeypatch.setenv("GGML_VIZ_CUPTI", str(fake))
     reading = gpu.gpu_reading
-    monkeypatch.setattr(gpu, "gpu_reading", lambda settings: reading(settings) and gpu.GpuReading(timed_device=gpu.CUDA))
+    cuda = gpu.GpuReading(timed_device=gpu.CUDA)
+    monkeypatch.setattr(gpu, "gpu_reading", lambda settings: reading(settings) and cuda)
     windows: list[GpuWindow] = []
     parse = session.parse_window
     monkeypatch.setattr(session, "parse_window", lambda payload: windows.append(parse(payload)) or windows[-1])

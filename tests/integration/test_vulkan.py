@@ -135,16 +135,22 @@ def test_a_layer_that_cannot_load_leaves_graph_times(tiny_model, tmp_path):
     assert "Vulkan layer" in run.manifest["gpu"]["problem"] and not run.has_gpu_times
 
 
-def test_a_python_program_on_vulkan(tiny_model, tmp_path):
+@pytest.mark.parametrize("how", ["start-up hook", "ggml-viz run"])
+def test_a_python_program_on_vulkan(tiny_model, tmp_path, how):
     # GIVEN llama-cpp-python loading the Vulkan build's libraries, recorded by the start-up hook
+    # (GGML_VIZ_OUTPUT), or by `ggml-viz run -- python` (the preload library in the process too)
     output = tmp_path / "python.ggmlviz"
     code = ("from llama_cpp import Llama\n"
             f"llm = Llama(model_path={str(tiny_model)!r}, n_gpu_layers=99, n_ctx=256, verbose=False, seed=0)\n"
             f"print(llm({PROMPT!r}, max_tokens=4, temperature=0)['choices'][0]['text'])\n")  # fmt: skip
-    lib = vulkan_llama_folder() / "lib"
-    env = environment(LLAMA_CPP_LIB_PATH=str(lib), GGML_VIZ_OUTPUT=str(output), GGML_VIZ_GPU="every")
-    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    env = environment(LLAMA_CPP_LIB_PATH=str(vulkan_llama_folder() / "lib"))
+    if how == "start-up hook":
+        env.update(GGML_VIZ_OUTPUT=str(output), GGML_VIZ_GPU="every")
+        result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    else:
+        result = ggml_viz_cli("run", "--gpu", "every", "-o", str(output), "--", sys.executable, "-c", code, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "eval callback" not in result.stderr, result.stderr[-3000:]  # the graphs were read at the compute call
     # THEN its graphs have the GPU's node times too, with their tokens
     run = ggml_viz.open(output)
     gpu = run.manifest["gpu"]

@@ -7,6 +7,12 @@
  * The original a slot resolves to is found by name in the library's own scope (dlsym on
  * its handle), not read from the slot: with lazy binding the slot may still hold the PLT's
  * resolver stub, which would overwrite our slot on its first call.
+ *
+ * Where ggml-viz's preload library is in the process too (`ggml-viz run -- python ...`), it
+ * interposes some of these functions by name: its own references to them stay its own (it
+ * finds the function it wraps from its own address), and a library's reference to a function
+ * it defines itself, which its own scope resolves to itself, is bound to the preload
+ * library's at run time: left as it is, not counted as failed.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -34,6 +40,7 @@ typedef struct {
     GotReplacement replace;
     void *context;
     int patched, failed;
+    void *preload_base; /* where ggml-viz's preload library is loaded (NULL: it is not) */
 } HookRequest;
 
 /* The dynamic section's addresses: glibc relocates most of them in place, the vDSO's not. */
@@ -84,6 +91,7 @@ static int hook_object(struct dl_phdr_info *info, size_t size, void *data) {
         }
     }
     if (!symbols || !strings) return 0;
+    if (request->preload_base && (void *)info->dlpi_addr == request->preload_base) return 0;
     void *original = NULL;
     for (int t = 0; t < 2; t++) {
         if (!tables[t]) continue;
@@ -102,6 +110,10 @@ static int hook_object(struct dl_phdr_info *info, size_t size, void *data) {
                 }
             }
             void *replacement = original ? request->replace(original, request->context) : NULL;
+            if (!replacement && original && request->preload_base && symbol->st_shndx != SHN_UNDEF &&
+                dlsym(RTLD_DEFAULT, request->symbol) != original) {
+                continue; /* its own function, interposed at run time by another's (the preload library's) */
+            }
             if (replacement && write_slot(info, slot, replacement) == 0) request->patched++;
             else request->failed++;
         }
@@ -114,7 +126,10 @@ static int hook_object(struct dl_phdr_info *info, size_t size, void *data) {
 }
 
 int got_hook(const char *symbol, GotReplacement replace, void *context, int *failed) {
-    HookRequest request = {symbol, replace, context, 0, 0};
+    HookRequest request = {symbol, replace, context, 0, 0, NULL};
+    void *claim = dlsym(RTLD_DEFAULT, "ggml_viz_preload_claim");
+    Dl_info where;
+    if (claim && dladdr(claim, &where)) request.preload_base = where.dli_fbase;
     dl_iterate_phdr(hook_object, &request);
     if (failed) *failed = request.failed;
     return request.patched;
