@@ -88,8 +88,9 @@ def test_inline_views_and_fused_nodes_take_no_time(inline_and_sync):
 def test_inline_and_sync_agree_where_the_time_goes(inline_and_sync, tmp_path, model_path):
     ratios = [big_matmul_ratio(inline_and_sync[0])]
     # A shared machine that takes a thread away for a while skews one pair of recordings (seen
-    # once in a CI run: 0.61, then 1.0 twice right after): such a pair is recorded again, twice at most.
-    for attempt in range(2):
+    # once in a CI run: 0.61, then 1.0 twice right after; in another, 1.61, 0.68 and 1.66 in a row,
+    # the next run 1.0): such a pair is recorded again, four times at most.
+    for attempt in range(4):
         if 0.8 < ratios[-1] < 1.5:
             break
         ratios.append(big_matmul_ratio(record_both(tmp_path / str(attempt), model_path)[0]))
