@@ -45,7 +45,7 @@ class GpuTimer:
 
     def device_name(self, device: int) -> str:
         """A device as ggml names it: CUPTI numbers CUDA devices by their ordinal, the layer
-        Vulkan devices in the order ggml-vulkan created them."""
+        Vulkan devices in the order the program created them (with one device: Vulkan0)."""
         return f"{self.backend}{device}"
 
 
