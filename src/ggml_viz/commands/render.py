@@ -199,7 +199,7 @@ def _render_gpu(console: Console, summary: dict[str, Any], short: bool) -> None:
     clocks = summary.get("clocks") or {}
     if gpu["graphs_traced"]:
         console.print(
-            f"node time on the GPU: its own clock ({gpu.get('source') or 'CUPTI kernel records'}): "
+            f"node time on the GPU: its own clock ({gpu['source']}): "
             f"{gpu['graphs_traced']:,} of "
             f"{gpu['graphs']:,} graphs traced ({gpu['mode']}), {gpu['attributed_kernels']:,} of {gpu['kernels']:,} "
             "kernels attributed to their nodes"

@@ -1,15 +1,17 @@
 """The GPU timer in a recording: closed trace windows in, the run's GPU tables out.
 
-A window names its computes by when they began and in which context; the graphs the run
-wrote are registered here with the same two numbers (a graph read at its compute call
-begins when the call began), so each compute finds its graph, and its graph's structure,
-even when the window arrives before the graph (another context's, written later). What
+A window names its computes by when they began and ended and in which context; the graphs the
+run wrote are registered here by context and start (a graph read at its compute call begins when
+the call began, or when its first split did where that split ran on a CPU backend: a little
+later), so each compute finds its graph, the first of its context begun within it, and its
+graph's structure, even when the window arrives before the graph (another context's, written later). What
 cannot be matched by the end is written without a graph (-1) rather than dropped.
 """
 
 from __future__ import annotations
 
-from collections import Counter, OrderedDict
+import bisect
+from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -32,16 +34,26 @@ class GpuTimes:
     def __init__(self, append: Callable[[str, Mapping[str, Any]], None]) -> None:
         self.append = append
         self.state = AttributionState()
-        self.graphs: OrderedDict[tuple[int, int], tuple[int, int]] = OrderedDict()
+        # per context, the recent graphs' starts (sorted) and their (graph_id, structure_id);
+        # `written`: every remembered graph's (context, start), oldest first, to forget them
+        self.graphs: dict[int, tuple[list[int], list[tuple[int, int]]]] = {}
+        self.written: deque[tuple[int, int]] = deque()
         self.pending: list[GpuWindow] = []
         self.counts: Counter[str] = Counter()
         self.reasons: Counter[str] = Counter()
         self.clock = {"offset_ns": 0, "uncertainty_ns": 0}
 
     def graph_written(self, context_id: int, graph_id: int, structure_id: int, start_ns: int) -> None:
-        self.graphs[(context_id, start_ns)] = (graph_id, structure_id)
-        if len(self.graphs) > RECENT_GRAPHS:
-            self.graphs.popitem(last=False)
+        starts, graphs = self.graphs.setdefault(context_id, ([], []))
+        at = bisect.bisect_right(starts, start_ns)
+        starts.insert(at, start_ns)
+        graphs.insert(at, (graph_id, structure_id))
+        self.written.append((context_id, start_ns))
+        if len(self.written) > RECENT_GRAPHS:
+            context, start = self.written.popleft()
+            starts, graphs = self.graphs[context]
+            at = bisect.bisect_left(starts, start)
+            del starts[at], graphs[at]
         if self.pending:
             self._write_ready()
 
@@ -74,11 +86,9 @@ class GpuTimes:
         found = []
         for context, start, end in zip(computes["context_id"].tolist(), computes["start_ns"].tolist(),
                                        computes["end_ns"].tolist(), strict=True):  # fmt: skip
-            graph = self.graphs.get((context, start))
-            if graph is None:
-                recent = reversed(self.graphs.items())  # the latest first: a window's graphs were just written
-                graph = next((g for (c, s), g in recent if c == context and start <= s <= end), (-1, -1))
-            found.append(graph)
+            starts, graphs = self.graphs.get(context, ([], []))
+            at = bisect.bisect_left(starts, start)  # the first graph of the context begun from then on
+            found.append(graphs[at] if at < len(starts) and starts[at] <= end else (-1, -1))
         graph_ids = np.array([graph for graph, _ in found], dtype=np.int64)
         return graph_ids, np.array([structure for _, structure in found], dtype=np.int64)
 

@@ -132,6 +132,14 @@ static const char *source_detach(void) {
                                               : cupti_detach(&tracer.cupti, tracer.settings.finalize);
 }
 
+static void source_stop(void) {
+    if (tracer.device == GPU_DEVICE_VULKAN) {
+        vulkan_stop(&tracer.cupti);
+    } else {
+        cupti_stop(&tracer.cupti);
+    }
+}
+
 /* GPU times stop for good (the program goes on), CUPTI's records with them: nothing is left
    recording, whatever failed (an attach half done, a detach refused, memory); lock held. */
 static void give_up(const char *problem) {
@@ -139,11 +147,7 @@ static void give_up(const char *problem) {
     if (tracer.problem) return;
     snprintf(kept, sizeof kept, "%s", problem);
     tracer.problem = kept;
-    if (tracer.device == GPU_DEVICE_VULKAN) {
-        vulkan_stop(&tracer.cupti);
-    } else {
-        cupti_stop(&tracer.cupti);
-    }
+    source_stop();
     tracer.window_open = 0;
     tracer.computes.count = tracer.node_calls.count = 0; /* the window being gathered: never whole now */
 }

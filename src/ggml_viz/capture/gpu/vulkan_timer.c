@@ -18,7 +18,6 @@ static struct {
     vulkan_drain_fn drain;
     vulkan_clock_fn clock;
     char path[512];
-    int timing;
 } layer;
 
 static int find_path(struct dl_phdr_info *info, size_t size, void *data) {
@@ -59,9 +58,7 @@ const char *vulkan_layer_path(void) {
 
 const char *vulkan_attach(CuptiActivity *a) {
     (void)a;
-    const char *problem = layer.start();
-    layer.timing = !problem;
-    return problem;
+    return layer.start();
 }
 
 /* Each timed command: the API record of its recording, the activity of its run. */
@@ -95,17 +92,23 @@ const char *vulkan_flush(CuptiActivity *a) {
 const char *vulkan_detach(CuptiActivity *a) {
     if (!layer.start) return NULL;
     layer.stop();
-    layer.timing = 0;
     return vulkan_flush(a);
+}
+
+/* The layer's records, let go unread. */
+static void discard(void *context, const VulkanWork *work, size_t n, const char *(*pipeline_name)(uint32_t)) {
+    (void)context;
+    (void)work;
+    (void)n;
+    (void)pipeline_name;
 }
 
 void vulkan_stop(CuptiActivity *a) {
     if (layer.start) {
         layer.stop();
-        layer.collect();
-        layer.drain(receive, a); /* read, and dropped below with the rest */
+        layer.collect(); /* what is done now, let go with the rest */
+        layer.drain(discard, NULL);
     }
-    layer.timing = 0;
     cupti_lock(a);
     cupti_forget_taken(a);
     cupti_unlock(a);
