@@ -10,6 +10,8 @@ The figure is the program's own decode rate (llama-completion's eval line). Conf
     windows         ggml-viz run (the default): the layer in the chain, a few graphs timed per
                     structure and every 256th (a timestamp after each dispatch, in those only)
     every           ggml-viz run --gpu every: every graph timed
+    perf-logger     the program alone under GGML_VK_PERF_LOGGER=1 (ggml-vulkan's own timestamps
+                    and a barrier after every node): what timestamps do to lavapipe by themselves
 
 Prints each round and, per configuration, the median untraced/traced rate ratio (above 1:
 recording slows the program). lavapipe runs each dispatch on the CPU's cores, and a timestamp
@@ -34,7 +36,8 @@ from pathlib import Path
 REPOSITORY = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPOSITORY))  # the tests' model writer
 
-CONFIGS = {"untraced": None, "graph": ["--gpu", "off"], "windows": [], "every": ["--gpu", "every"]}
+CONFIGS = {"untraced": None, "graph": ["--gpu", "off"], "windows": [], "every": ["--gpu", "every"], "perf-logger": None}
+EXTRA_ENV = {"perf-logger": {"GGML_VK_PERF_LOGGER": "1"}}
 
 
 def vulkan_program() -> Path:
@@ -82,7 +85,8 @@ def main() -> None:
                 program = command if options is None else [
                     sys.executable, "-m", "ggml_viz", "run", *options, "-o", str(run), "--", *command
                 ]  # fmt: skip
-                rates[name].append(decode_rate(subprocess.run(program, env=env, capture_output=True, text=True)))
+                completed = subprocess.run(program, env=env | EXTRA_ENV.get(name, {}), capture_output=True, text=True)
+                rates[name].append(decode_rate(completed))
             print(f"round {index + 1}: " + ", ".join(f"{name} {rates[name][-1]:.2f} tok/s" for name in CONFIGS))
         print("median untraced/traced decode-rate ratio (above 1: slower traced):")
         for name in list(CONFIGS)[1:]:
