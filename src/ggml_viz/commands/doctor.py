@@ -283,10 +283,14 @@ def cupti_line() -> Line:
 
 def vulkan_line() -> Line:
     """Whether a Vulkan program's GPU nodes can be timed: ggml-viz's layer built, a Vulkan loader."""
-    from ..capture.gpu.vulkan_layer import LAYER_LIBRARY, layer_available
+    from ..capture.gpu.vulkan_layer import LAYER_LIBRARY, headers_on_this_machine, layer_available
 
     loader = ctypes.util.find_library("vulkan")
     facts = {"loader": loader, "layer": str(LAYER_LIBRARY) if layer_available() else None}
+    if not layer_available() and headers_on_this_machine():
+        return Line("Vulkan", NOTE, "this ggml-viz was built before Vulkan's headers were installed, and has no "
+                    "Vulkan layer: install ggml-viz again (pip install --force-reinstall --no-deps ggml-viz, or "
+                    "from its checkout) to time a Vulkan program's GPU nodes", facts)  # fmt: skip
     if not layer_available():
         return Line("Vulkan", NOTE, "this ggml-viz was built without Vulkan's headers (Debian's libvulkan-dev): a "
                     "Vulkan program's graphs are recorded, its GPU node times not", facts)  # fmt: skip

@@ -17,6 +17,8 @@ costs a debug label per node on the host, no GPU work.
 from __future__ import annotations
 
 import os
+import subprocess
+import sysconfig
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -28,6 +30,19 @@ LAYER_MANIFEST = Path(__file__).with_name("ggml_viz_vulkan_layer.json")
 def layer_available() -> bool:
     """Whether this installation has the layer (it is built only where Vulkan's headers were)."""
     return LAYER_LIBRARY.is_file() and LAYER_MANIFEST.is_file()
+
+
+def headers_on_this_machine() -> bool:
+    """Whether this machine's C compiler finds Vulkan's layer header (vk_layer.h: Debian's
+    libvulkan-dev), the one thing beyond a compiler the layer's build needs. Where it does and the
+    layer is missing, ggml-viz was built before the headers were installed."""
+    compiler = (sysconfig.get_config_var("CC") or "cc").split()
+    try:
+        found = subprocess.run([*compiler, "-E", "-x", "c", "-"], input="#include <vulkan/vk_layer.h>\n",
+                               capture_output=True, text=True, timeout=60)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return found.returncode == 0
 
 
 def layer_environment(env: Mapping[str, str]) -> dict[str, str]:
