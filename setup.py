@@ -87,7 +87,17 @@ recorder_extension = Extension(
     optional=True,
 )
 
+# `ggml-viz limits`' memory read kernel (optional: without it the memory's read bandwidth is ggml's
+# F32 matrix-vector rate, and the limits say so).
+memory_read_extension = Extension(
+    "ggml_viz.capture._memory_read",
+    sources=[f"{CAPTURE}/memory_read.c"],
+    extra_compile_args=[*C_FLAGS, "-Wall"],
+    libraries=["pthread"],
+    optional=True,
+)
+
 setup(
     cmdclass={"build_py": BuildWithStartupHook, "build_ext": BuildWithPreloadLibrary},
-    ext_modules=[recorder_extension],
+    ext_modules=[recorder_extension, memory_read_extension],
 )

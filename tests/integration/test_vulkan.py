@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 import ggml_viz
+from ggml_viz.runformat.reader import Run
 
 from .arch_models import write_model
 from .smollm2 import ggml_viz_cli
@@ -20,6 +21,7 @@ pytestmark = pytest.mark.model
 
 PROMPT = "The capital of France is"
 N_PREDICT = 12
+ROUNDS = 4
 
 
 @pytest.fixture(scope="module")
@@ -35,22 +37,75 @@ def completion(model, n_predict: int = N_PREDICT) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def untraced_with_perf_logger(tiny_model):
-    """The program run without ggml-viz, ggml-vulkan's perf logger on."""
-    result = subprocess.run(completion(tiny_model), env=environment(GGML_VK_PERF_LOGGER="1"), capture_output=True,
-                            text=True, timeout=300)  # fmt: skip
+def warm_shader_cache(tiny_model) -> None:
+    """One untraced run before any that is measured. lavapipe compiles each pipeline to machine code
+    at its first dispatch, on the GPU's timeline, and keeps it in Mesa's disk cache
+    (~/.cache/mesa_shader_cache), written by a thread of its own: with that cache empty (a fresh
+    home), the first graph took 54 s of GPU time here instead of 0.14 s. Later runs load the code."""
+    result = subprocess.run(completion(tiny_model), env=environment(), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    return result
 
 
 @pytest.fixture(scope="module")
-def traced(tiny_model, tmp_path_factory):
+def traced(tiny_model, tmp_path_factory, warm_shader_cache):
     """The program run under ggml-viz, every graph traced on the GPU (--gpu every)."""
-    output = tmp_path_factory.mktemp("vulkan-run") / "vulkan.ggmlviz"
-    result = ggml_viz_cli("run", "--gpu", "every", "-o", str(output), "--", *completion(tiny_model),
-                          env=environment())  # fmt: skip
+    return traced_run(tiny_model, tmp_path_factory.mktemp("vulkan-run"))
+
+
+def traced_run(model, folder, **extra: str) -> tuple[subprocess.CompletedProcess[str], Run]:
+    output = folder / "vulkan.ggmlviz"
+    result = ggml_viz_cli("run", "--gpu", "every", "-o", str(output), "--", *completion(model),
+                          env=environment(**extra))  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     return result, ggml_viz.open(output)
+
+
+@pytest.fixture(scope="module")
+def logged_rounds(tiny_model, tmp_path_factory, warm_shader_cache):
+    """ROUNDS rounds, each a run traced by ggml-viz and one untraced, both with ggml-vulkan's perf
+    logger on (GGML_VK_PERF_LOGGER=1: a timestamp after every node, and a barrier), interleaved.
+    lavapipe's op shares move from one process to the next by themselves (RMS_NORM 13.5 to 16.5 %
+    over five untraced runs here, nothing else running): one run of each side can differ by more
+    than the bound, the mean of several cannot."""
+    traced_runs, untraced = [], []
+    for _ in range(ROUNDS):
+        traced_runs.append(traced_run(tiny_model, tmp_path_factory.mktemp("logged"), GGML_VK_PERF_LOGGER="1"))
+        plain = subprocess.run(completion(tiny_model), env=environment(GGML_VK_PERF_LOGGER="1"), capture_output=True,
+                               text=True, timeout=300)  # fmt: skip
+        assert plain.returncode == 0, plain.stderr[-3000:]
+        untraced.append(plain)
+    return traced_runs, untraced
+
+
+def our_later_decode_times(run: Run) -> pd.Series:
+    """GPU time by op over the decode steps after the first (a pipeline's first use may compile it)."""
+    times = run.raw("gpu_node_times").merge(run.graphs[["graph_id", "phase", "structure_id"]], on="graph_id")
+    decode = times[times["phase"] == "decode"]
+    later = decode[decode["graph_id"].isin(sorted(decode["graph_id"].unique())[1:])]
+    nodes = run.raw("structure_nodes")[["structure_id", "node_index", "tensor_id"]]
+    mine = later.merge(nodes, on=["structure_id", "node_index"]).merge(run.tensors[["tensor_id", "op"]], on="tensor_id")
+    return mine.groupby("op")["gpu_ns"].sum().astype(float)
+
+
+def logged_later_decode_times(stderr: str, ops: set[str]) -> pd.Series:
+    """The perf logger's time by ggml op over the same steps: its reports after the prompt's and
+    the first decode step's (fused groups credited to their first op, as ggml-viz credits them)."""
+    reports = perf_logger_reports(stderr)
+    assert len(reports) == N_PREDICT, len(reports)  # the prompt's graph and N_PREDICT - 1 decode steps
+    theirs: dict[str, float] = {}
+    for report in reports[2:]:
+        for name, total in report.items():
+            op = ggml_op_of(name, ops)
+            theirs[op] = theirs.get(op, 0.0) + total
+    return pd.Series(theirs, dtype=float)
+
+
+def share_differences(ours: pd.Series, theirs: pd.Series) -> tuple[pd.Series, pd.DataFrame]:
+    """Each op's share of ours less its share of theirs, for the ops above 2 % of either."""
+    shares = pd.DataFrame({"ours": ours / ours.sum(), "theirs": theirs / theirs.sum()}).fillna(0)
+    big = shares[(shares["ours"] > 0.02) | (shares["theirs"] > 0.02)]
+    assert len(big) >= 3, shares
+    return (big["ours"] - big["theirs"]).abs(), shares.sort_values("theirs", ascending=False)
 
 
 def test_every_vulkan_node_gets_the_gpus_time(traced):
@@ -80,35 +135,28 @@ def test_every_vulkan_node_gets_the_gpus_time(traced):
     assert "Vulkan timestamp queries" in ggml_viz_cli("summary", str(run.path)).stdout.replace("\n", " ")
 
 
-def test_per_op_shares_agree_with_ggml_vulkans_own_clock(traced, untraced_with_perf_logger):
-    _, run = traced
-    # GIVEN the same decode steps timed by ggml-viz's layer and, untraced, by GGML_VK_PERF_LOGGER
-    # (skipping the prompt's graph and the first decode step: a pipeline's first use compiles it)
-    reports = perf_logger_reports(untraced_with_perf_logger.stderr)
-    assert len(reports) == N_PREDICT, len(reports)  # the prompt's graph and N_PREDICT - 1 decode steps
-    times = run.raw("gpu_node_times").merge(run.graphs[["graph_id", "phase", "structure_id", "start_ns"]],
-                                            on="graph_id")  # fmt: skip
-    decode = times[times["phase"] == "decode"]
-    later = sorted(decode["graph_id"].unique())[1:]
-    nodes = run.raw("structure_nodes")[["structure_id", "node_index", "tensor_id"]]
-    ops = run.tensors[["tensor_id", "op"]]
-    mine = (
-        decode[decode["graph_id"].isin(later)]
-        .merge(nodes, on=["structure_id", "node_index"])
-        .merge(ops, on="tensor_id")
-    )
-    ours = mine.groupby("op")["gpu_ns"].sum()
-    theirs: dict[str, float] = {}
-    for report in reports[2:]:
-        for name, total in report.items():
-            op = ggml_op_of(name, set(ops["op"]))
-            theirs[op] = theirs.get(op, 0.0) + total
-    shares = pd.DataFrame({"ours": ours / ours.sum(), "theirs": pd.Series(theirs) / sum(theirs.values())}).fillna(0)
-    # THEN every op above 2 % of either has the same share within 3 points
-    big = shares[(shares["ours"] > 0.02) | (shares["theirs"] > 0.02)]
-    assert len(big) >= 3, shares
-    differences = (big["ours"] - big["theirs"]).abs()
-    assert (differences <= 0.03).all(), shares.sort_values("theirs", ascending=False).to_string()
+def test_per_op_shares_agree_with_ggml_vulkans_own_clock_in_the_same_process(logged_rounds):
+    traced_runs, _ = logged_rounds
+    for result, run in traced_runs:
+        # GIVEN the same decode steps of one traced process timed by ggml-viz's layer and by
+        # ggml-vulkan's perf logger (skipping the prompt's graph and the first decode step)
+        ours = our_later_decode_times(run)
+        theirs = logged_later_decode_times(result.stderr, set(run.tensors["op"]))
+        # THEN every op above 2 % of either has the same share within 1.5 points (0.2 to 0.6 seen)
+        differences, shares = share_differences(ours, theirs)
+        assert (differences <= 0.015).all(), shares.to_string()
+
+
+def test_per_op_shares_traced_agree_with_ggml_vulkans_own_clock_untraced(logged_rounds):
+    traced_runs, untraced = logged_rounds
+    # GIVEN the decode steps of ROUNDS traced runs timed by ggml-viz's layer, and of ROUNDS untraced
+    # runs timed by ggml-vulkan's perf logger, each side summed over its runs
+    ops = set(traced_runs[0][1].tensors["op"])
+    ours = pd.concat([our_later_decode_times(run) for _, run in traced_runs]).groupby(level=0).sum()
+    theirs = pd.concat([logged_later_decode_times(plain.stderr, ops) for plain in untraced]).groupby(level=0).sum()
+    # THEN every op above 2 % of either has the same share within 3 points: tracing moves none
+    differences, shares = share_differences(ours, theirs)
+    assert (differences <= 0.03).all(), shares.to_string()
 
 
 def test_greedy_text_is_the_same_traced(traced, tiny_model):

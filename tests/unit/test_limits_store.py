@@ -31,7 +31,7 @@ def limits_of(*rows):
 
 
 LIMITS = limits_of(
-    row("memory_read", 1, "F32", gb=15.0), row("memory_read", 4, "F32", gb=40.0),
+    row("memory_read", 1, None, gb=15.0), row("memory_read", 4, None, gb=40.0),
     row("matmul", 1, "F32", gflop=60.0), row("matmul", 4, "F32", gflop=200.0), row("matmul", 4, "Q4_K", gflop=300.0),
     row("matvec", 4, "Q4_K", gb=25.0, gflop=90.0), row("memory_read", None, "F32", gb=3000.0, device="CUDA0"),
 )  # fmt: skip
@@ -63,6 +63,20 @@ def test_limits_are_kept_per_machine_and_given_to_the_runs_it_records():
     assert same_machine(this_machine(), LIMITS["machine"]) and not same_machine(other, LIMITS["machine"])
     path.unlink()
     assert new_manifest("x")["limits"] is None
+
+
+def test_limits_of_version_1_are_read_in_a_run_but_measured_again_for_this_machine():
+    # GIVEN limits of version 1, whose CPU memory_read was ggml's F32 matrix-vector kernel (type F32)
+    old = {**limits_of(row("memory_read", 1, "F32", gb=14.0), row("matmul", 1, "F32", gflop=60.0)), "version": 1}
+    # WHEN a run's manifest holds them, THEN they still judge it
+    assert Limits.from_json(old).bandwidth("CPU", 1) == 14.0
+    # WHEN they are this machine's kept limits, THEN they count as never measured (measured again)
+    path = store_limits(old)
+    try:
+        assert stored_limits() is None
+        assert new_manifest("x")["limits"] is None
+    finally:
+        path.unlink()
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,11 @@
 """Measure what this machine can do, with ggml itself: graphs of one large op, built and computed
 by the very libraries the traced programs use, so each limit is one the program could reach.
 
-- memory_read: a matrix-vector product over an F32 matrix of `size_mib` (far larger than the
-  caches): its bytes per second are the memory's read bandwidth through ggml's own kernel.
+- memory_read: the memory's read bandwidth. On the CPU, ggml-viz's own read kernel
+  (memory_read.c: each thread sums its share of a buffer of `size_mib`, far larger than the
+  caches, with wide loads), so that the roof does not depend on how one ggml kernel was compiled
+  (ggml's F32 matrix-vector product read a third slower than plain reads on an AMD EPYC). On a
+  GPU, ggml's F32 matrix-vector product over a matrix of that size.
 - matvec, per weight type: the same product over quantized (or F16) weights: decode's kernel,
   which may run out of compute before it runs out of bandwidth.
 - matmul, per weight type: those weights by 256 F32 columns: a prompt's kernel, whose FLOP/s are
@@ -47,6 +50,7 @@ GPU_NODES = 8
 DEFAULT_TYPES = ("F32", "F16", "Q8_0", "Q4_0", "Q4_K", "Q6_K")
 SAMPLE_ROWS = 64
 TYPE_COUNT_0_25 = 40  # GGML_TYPE_COUNT of ggml 0.25.3 (MXFP4 the last)
+WORD = 0x0101010101010101  # what the read kernel's buffer holds (its sum is known)
 ProgressFn = Callable[[str], None]
 
 
@@ -89,7 +93,7 @@ def measure(
         for count in threads:
             set_threads(backend, count)
             bench = _Bench(backend, "CPU", count, repeats, 1, say, types)
-            rows.append(bench.memory_read(size_mib))
+            rows.append(cpu_memory_read(count, size_mib, repeats, say))
             for name in types:
                 rows.append(bench.matvec(name, size_mib))
                 rows.append(bench.matmul(name, MATMUL_ROWS, MATMUL_COLUMNS))
@@ -112,6 +116,41 @@ def measure(
         "settings": {"size_mib": size_mib, "repeats": repeats, "row": ROW},
         "measurements": [asdict(row) for row in rows],
     }
+
+
+def cpu_memory_read(threads: int, size_mib: int, repeats: int, say: ProgressFn) -> Measurement:
+    """The memory's read bandwidth at `threads` threads, by ggml-viz's read kernel: one unmeasured
+    pass (the pages and the threads warm), then the best of `repeats`. Without the kernel (ggml-viz
+    built without a C compiler), ggml's F32 matrix-vector product, as the note says."""
+    try:
+        from . import _memory_read
+    except ImportError:
+        with _backend(_cpu_device()) as backend:
+            _thread_setter(backend)(backend, threads)
+            fallback = _Bench(backend, "CPU", threads, repeats, 1, say, ["F32"]).memory_read(size_mib)
+        fallback.note = "ggml's F32 matrix × vector: ggml-viz's read kernel is not built here"
+        return fallback
+    plural = "s" * (threads != 1)
+    say(f"CPU at {threads} thread{plural}: memory read, {size_mib:,} MiB")
+    # Anonymous memory in the system's default pages, as ggml's CPU buffers get: not numpy's own
+    # allocation, which asks for huge pages (MADV_HUGEPAGE) and read 10-15 % faster here than
+    # any buffer llama.cpp's weights live in.
+    with mmap.mmap(-1, size_mib << 20) as memory:
+        words = np.frombuffer(memory, dtype=np.uint64)
+        words.fill(WORD)  # every page written: none is the kernel's shared zero page
+        expected = WORD * words.size % 2**64  # wrapped, as the kernel's sums are
+        passes = []
+        for _ in range(repeats + 1):
+            elapsed_ns, checksum = _memory_read.read_pass(words.ctypes.data, words.nbytes, threads)
+            if checksum != expected:
+                raise CaptureError(f"the memory read kernel summed {checksum:#x}, not {expected:#x}: it missed bytes")
+            passes.append(elapsed_ns)
+        size = words.nbytes
+        del words  # (the mapping closes only once no array holds it)
+    seconds = max(min(passes[1:]), 1) / 1e9
+    note = f"ggml-viz's read kernel: {threads} thread{plural} summing 64-bit words"
+    return Measurement("CPU", threads, "memory_read", None, size / seconds / 1e9, None, size, 0.0, seconds, repeats,
+                       note)  # fmt: skip
 
 
 def type_ids(wanted: list[str] | tuple[str, ...]) -> dict[str, int]:

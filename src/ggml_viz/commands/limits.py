@@ -112,8 +112,8 @@ def _covers(limits: dict[str, Any], threads: list[int], types: list[str]) -> boo
     """Whether kept limits hold a bandwidth and a peak for every thread count and type asked."""
     have = {(row.get("what"), row.get("threads"), (row.get("type") or "").upper())
             for row in limits["measurements"] if row.get("device") == "CPU"}  # fmt: skip
-    return all(("memory_read", n, "F32") in have and all(("matmul", n, kind) in have for kind in types)
-               for n in threads)  # fmt: skip
+    read = {threads for what, threads, _ in have if what == "memory_read"}
+    return all(n in read and all(("matmul", n, kind) in have for kind in types) for n in threads)
 
 
 def _measure(args: argparse.Namespace, threads: list[int], types: list[str],
