@@ -112,7 +112,7 @@ def _covers(limits: dict[str, Any], threads: list[int], types: list[str]) -> boo
     """Whether kept limits hold a bandwidth and a peak for every thread count and type asked."""
     have = {(row.get("what"), row.get("threads"), (row.get("type") or "").upper())
             for row in limits["measurements"] if row.get("device") == "CPU"}  # fmt: skip
-    read = {threads for what, threads, _ in have if what == "memory_read"}
+    read = {count for what, count, _ in have if what == "memory_read"}
     return all(n in read and all(("matmul", n, kind) in have for kind in types) for n in threads)
 
 
