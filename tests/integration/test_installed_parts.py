@@ -16,11 +16,12 @@ from .native import missing
 REINSTALL = "ggml-viz was built before it could be; install it again (make test does when its build inputs change)"
 
 
-def test_the_recorder_and_the_preload_library_are_built_where_a_compiler_is() -> None:
+def test_the_extensions_and_the_preload_library_are_built_where_a_compiler_is() -> None:
     compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
     if not shutil.which(compiler):
         missing(f"no C compiler ({compiler}): ggml-viz's C parts cannot be built here")
-    importlib.import_module("ggml_viz.capture.core._recorder")  # raises where the extension is missing
+    for extension in ("ggml_viz.capture.core._recorder", "ggml_viz.capture._memory_read"):
+        importlib.import_module(extension)  # raises where the extension is missing
     assert PRELOAD_LIBRARY.is_file(), f"{PRELOAD_LIBRARY} is missing: {REINSTALL}"
 
 

@@ -42,14 +42,21 @@ def warm_shader_cache(tiny_model) -> None:
     at its first dispatch, on the GPU's timeline, and keeps it in Mesa's disk cache
     (~/.cache/mesa_shader_cache), written by a thread of its own: with that cache empty (a fresh
     home), the first graph took 54 s of GPU time here instead of 0.14 s. Later runs load the code."""
-    result = subprocess.run(completion(tiny_model), env=environment(), capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
+    untraced_run(tiny_model, timeout=600)
 
 
 @pytest.fixture(scope="module")
 def traced(tiny_model, tmp_path_factory, warm_shader_cache):
     """The program run under ggml-viz, every graph traced on the GPU (--gpu every)."""
     return traced_run(tiny_model, tmp_path_factory.mktemp("vulkan-run"))
+
+
+def untraced_run(model, timeout: int = 300, **extra: str) -> subprocess.CompletedProcess[str]:
+    """The program run without ggml-viz (with `extra` in its environment), checked to succeed."""
+    result = subprocess.run(completion(model), env=environment(**extra), capture_output=True, text=True,
+                            timeout=timeout)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
 
 
 def traced_run(model, folder, **extra: str) -> tuple[subprocess.CompletedProcess[str], Run]:
@@ -70,10 +77,7 @@ def logged_rounds(tiny_model, tmp_path_factory, warm_shader_cache):
     traced_runs, untraced = [], []
     for _ in range(ROUNDS):
         traced_runs.append(traced_run(tiny_model, tmp_path_factory.mktemp("logged"), GGML_VK_PERF_LOGGER="1"))
-        plain = subprocess.run(completion(tiny_model), env=environment(GGML_VK_PERF_LOGGER="1"), capture_output=True,
-                               text=True, timeout=300)  # fmt: skip
-        assert plain.returncode == 0, plain.stderr[-3000:]
-        untraced.append(plain)
+        untraced.append(untraced_run(tiny_model, GGML_VK_PERF_LOGGER="1"))
     return traced_runs, untraced
 
 
@@ -162,8 +166,7 @@ def test_per_op_shares_traced_agree_with_ggml_vulkans_own_clock_untraced(logged_
 def test_greedy_text_is_the_same_traced(traced, tiny_model):
     result, _ = traced
     # GIVEN the program's own output untraced (no perf logger, no layer)
-    plain = subprocess.run(completion(tiny_model), env=environment(), capture_output=True, text=True, timeout=300)
-    assert plain.returncode == 0, plain.stderr[-3000:]
+    plain = untraced_run(tiny_model)
     # THEN the traced run printed the same text: the layer changed nothing the program computes
     assert plain.stdout.strip() and result.stdout == plain.stdout
 
