@@ -10,6 +10,7 @@ the vocabulary makes the embedding, and so the file, megabytes (gemma3 3 MB, qwe
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -58,6 +59,8 @@ class Recipe:
     output_type: GGMLType  # output.weight's type, where it is not tied
     layer_extras: tuple[tuple[MODEL_TENSOR, str], ...]
     hparams: tuple[tuple[str, Any], ...] = ()  # (GGUFWriter method, value): this architecture's own keys
+    n_embd: int = N_EMBD
+    n_ff: int = N_FF
 
 
 RECIPES = {
@@ -100,10 +103,11 @@ class ModelSpec:
     tensor_types: dict[str, str]  # every tensor's name and ggml type name, in file order
 
 
-def write_model(path: Path, architecture: str) -> ModelSpec:
-    """Write `architecture`'s tiny model to `path`; skips the test where llama.cpp's
+def write_model(path: Path, architecture: str, **overrides: Any) -> ModelSpec:
+    """Write `architecture`'s tiny model to `path` (overrides: Recipe fields, e.g. n_layers=12,
+    n_embd=512 for a model whose steps take milliseconds); skips the test where llama.cpp's
     vocabulary files are missing."""
-    recipe = RECIPES[architecture]
+    recipe = dataclasses.replace(RECIPES[architecture], **overrides)
     tokenizer = _tokenizer(require_vocab_file(recipe.vocab))
     n_vocab = len(tokenizer["tokenizer.ggml.tokens"][0])
     types = write_gguf(path, architecture, tokenizer, lambda writer: _add_hparams(writer, recipe),
@@ -146,9 +150,9 @@ def write_gguf(
 
 def _add_hparams(writer: GGUFWriter, recipe: Recipe) -> None:
     writer.add_context_length(CONTEXT_LENGTH)
-    writer.add_embedding_length(N_EMBD)
+    writer.add_embedding_length(recipe.n_embd)
     writer.add_block_count(recipe.n_layers)
-    writer.add_feed_forward_length(N_FF)
+    writer.add_feed_forward_length(recipe.n_ff)
     writer.add_head_count(N_HEAD)
     writer.add_head_count_kv(N_HEAD_KV)
     writer.add_key_length(recipe.head_dim)
@@ -164,13 +168,14 @@ def _tensors(recipe: Recipe, n_vocab: int) -> list[tuple[str, tuple[int, ...], G
     shape (rows, columns) is ggml's {ne0 = columns, ne1 = rows}."""
     arch = next(arch for arch, name in MODEL_ARCH_NAMES.items() if name == recipe.architecture)
     q_width, kv_width = N_HEAD * recipe.head_dim, N_HEAD_KV * recipe.head_dim
+    embd, ff = recipe.n_embd, recipe.n_ff
     shapes = {
-        T.TOKEN_EMBD: (n_vocab, N_EMBD), T.OUTPUT: (n_vocab, N_EMBD), T.OUTPUT_NORM: (N_EMBD,),
-        T.ATTN_NORM: (N_EMBD,), T.ATTN_Q: (q_width, N_EMBD), T.ATTN_K: (kv_width, N_EMBD),
-        T.ATTN_V: (kv_width, N_EMBD), T.ATTN_OUT: (N_EMBD, q_width), T.ATTN_Q_NORM: (recipe.head_dim,),
-        T.ATTN_K_NORM: (recipe.head_dim,), T.ATTN_POST_NORM: (N_EMBD,), T.FFN_NORM: (N_EMBD,),
-        T.FFN_PRE_NORM: (N_EMBD,), T.FFN_GATE: (N_FF, N_EMBD), T.FFN_UP: (N_FF, N_EMBD), T.FFN_DOWN: (N_EMBD, N_FF),
-        T.FFN_POST_NORM: (N_EMBD,),
+        T.TOKEN_EMBD: (n_vocab, embd), T.OUTPUT: (n_vocab, embd), T.OUTPUT_NORM: (embd,),
+        T.ATTN_NORM: (embd,), T.ATTN_Q: (q_width, embd), T.ATTN_K: (kv_width, embd),
+        T.ATTN_V: (kv_width, embd), T.ATTN_OUT: (embd, q_width), T.ATTN_Q_NORM: (recipe.head_dim,),
+        T.ATTN_K_NORM: (recipe.head_dim,), T.ATTN_POST_NORM: (embd,), T.FFN_NORM: (embd,),
+        T.FFN_PRE_NORM: (embd,), T.FFN_GATE: (ff, embd), T.FFN_UP: (ff, embd), T.FFN_DOWN: (embd, ff),
+        T.FFN_POST_NORM: (embd,),
     }  # fmt: skip
     outputs = [(T.OUTPUT_NORM, "weight")] + ([] if recipe.tied_embeddings else [(T.OUTPUT, "weight")])
     tensors = [(T.TOKEN_EMBD, "weight", None)] + [(kind, suffix, None) for kind, suffix in outputs]

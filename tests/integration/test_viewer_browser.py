@@ -401,3 +401,35 @@ def test_a_mixture_of_experts_shows_its_routing(page, tmp_path, screenshots):
         first = run.moe_routing.sort_values(["graph_id", "node_index", "row", "slot"]).iloc[0]
         assert f"{int(first['expert'])} (" in table and "experts (weight)" in table
         assert shown_nulls(page, "body") == []
+
+
+def test_the_what_if_view_shows_each_placement_s_step_and_memory(page, tmp_path, screenshots):
+    from .arch_models import generate, load, write_model
+    from .smollm2 import ggml_viz_cli
+
+    # GIVEN a Gemma 3 model recorded on the CPU, with this machine's limits at one and two threads kept in it
+    model = write_model(tmp_path / "gemma3.gguf", "gemma3", n_layers=4, n_embd=256, n_ff=1024)
+    path = tmp_path / "gemma3.ggmlviz"
+    with ggml_viz.record(path):
+        generate(load(model, n_threads=1, n_threads_batch=1), n_predict=8)
+    done = ggml_viz_cli("limits", "--for", str(path), "--threads", "1", "2", "--types", "F16", "Q8_0",
+                        "--size-mib", "64", "--repeats", "2", timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    with serving(page, path) as viewer:
+        # WHEN the What-if tab is opened
+        open_view(page, viewer.url, "whatif")
+        page.wait_for_selector("[data-testid=whatif-table]")
+        rows = page.locator("[data-testid=whatif-row]")
+        # THEN the recorded placement comes first, then others, each with its decode step as a bar of parts
+        assert rows.count() >= 2 and "(recorded)" in rows.nth(0).inner_text()
+        assert "-t 2" in page.inner_text("[data-testid=whatif-table]")
+        widths = page.eval_on_selector_all("[data-testid=whatif-bar]",
+                                           "bars => bars.map(b => b.getBoundingClientRect().width)")  # fmt: skip
+        assert len(widths) == rows.count() and min(widths) > 1
+        parts = page.eval_on_selector_all(".whatif-part", "parts => parts.map(p => p.dataset.part)")
+        assert "CPU" in parts and "fixed" in parts
+        # AND the recorded placement's prediction is held against its own steps, and what is left out is said
+        assert "measured" in page.inner_text("[data-testid=whatif-check]")
+        assert "left out:" in page.inner_text("[data-testid=whatif-left-out]")
+        assert shown_nulls(page, "#view-whatif") == []
+        page.screenshot(path=str(screenshots / "whatif.png"))

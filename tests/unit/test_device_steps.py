@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from ggml_viz.analysis.devices.activity import ACTIVITY_COLUMNS
-from ggml_viz.analysis.devices.placement import INPUT, PlacementModel, block_of_nodes, predict
+from ggml_viz.analysis.devices.placement import INPUT, block_of_nodes
 from ggml_viz.analysis.devices.steps import device_parts, phase_breakdown
 
 
@@ -70,22 +70,3 @@ def test_a_step_without_activity_is_left_out():
 def test_blocks_are_the_layers_with_the_input_before_and_the_output_after():
     nodes = pd.DataFrame({"graph_id": [0] * 5, "node_index": range(5), "layer": [None, 0, 1, 1, None]})
     assert block_of_nodes(nodes).tolist() == [INPUT, 0, 1, 1, 2]
-
-
-def test_a_placement_is_the_sum_of_its_blocks_costs_and_crossings():
-    # GIVEN 4 layers costing 10 on the CPU and 2 on the other device, the output 8 there, the input 1
-    cost = {(INPUT, "CPU"): 1.0, (0, "CPU"): 10.0, (1, "CPU"): 10.0, (2, "GPU"): 2.0, (3, "GPU"): 2.0, (4, "GPU"): 8.0}
-    model = PlacementModel(n_layer=4, other="GPU", recorded_ngl=3, cost={"decode": cost},
-                           boundary_ns={"decode": 3.0}, host_ns={"decode": 5.0}, tokens={"decode": 1.0},
-                           weight_bytes={INPUT: 100, 0: 10, 1: 10, 2: 10, 3: 10, 4: 50}, kv_bytes_per_layer=4.0,
-                           compute_bytes={"CPU": 7, "GPU": 9})  # fmt: skip
-    table = predict(model, [0, 3, 5]).set_index("ngl")
-    # THEN the recorded placement is its measured parts: 1 + 10 + 10 + 2 + 2 + 8 + 2 crossings × 3 + 5
-    assert table.loc[3, "decode_step_ns"] == 44
-    # AND every block on the CPU: the layers at 10, the output at the layers' speed ratio (8 × 10/2), no crossing
-    assert table.loc[0, "decode_step_ns"] == 1 + 4 * 10 + 40 + 5
-    # AND every layer on the other device: the layers at 2, crossings both ways
-    assert table.loc[5, "decode_step_ns"] == 1 + 4 * 2 + 8 + 6 + 5
-    # AND the memory: weights of the blocks on the device, the KV of its layers, its compute buffer
-    assert table.loc[3, "CPU_bytes"] == 100 + 20 + 2 * 4 + 7 and table.loc[3, "GPU_bytes"] == 70 + 2 * 4 + 9
-    assert table.loc[0, "GPU_bytes"] == 0

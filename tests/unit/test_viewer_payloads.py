@@ -14,6 +14,8 @@ from typing import Any, get_type_hints, is_typeddict
 import pytest
 from starlette.testclient import TestClient
 
+from ggml_viz.runformat.limits import LIMITS_VERSION, this_machine
+from ggml_viz.runformat.manifest import write_manifest
 from ggml_viz.runformat.synthetic import write_synthetic_run
 from ggml_viz.ui import payloads
 from ggml_viz.ui.app import RunRegistry, create_app
@@ -47,6 +49,8 @@ ENDPOINTS: list[tuple[str, str, Any]] = [
     (f"{PREFIX}/stats", "/api/runs/r0/stats", payloads.StatsPayload),
     (f"{PREFIX}/attention-index", "/api/runs/r0/attention-index", payloads.AttentionIndexPayload),
     (f"{PREFIX}/experts", "/api/runs/r0/experts", payloads.ExpertsPayload),
+    (f"{PREFIX}/whatif", "/api/runs/r0/whatif", payloads.WhatifPayload),
+    (f"{PREFIX}/whatif", "/api/runs/r3/whatif", payloads.WhatifPayload),
     (f"{PREFIX}/events", "/api/runs/r0/events?op=MUL_MAT&offset=10&limit=5", payloads.EventsPayload),
     (
         f"{PREFIX}/events",
@@ -69,7 +73,25 @@ def runs_folder(tmp_path_factory):
     write_synthetic_run(folder / "a.ggmlviz", graphs=40, layers=6, seed=1)
     write_synthetic_run(folder / "b.ggmlviz", graphs=10, layers=4, seed=2)
     write_gpu_run(folder / "c-gpu.ggmlviz", graphs=40, layers=6, gpu_every=1, seed=3)
+    # r3: a run holding this machine's limits at two thread counts, whose other threads are predicted
+    with_limits = write_synthetic_run(folder / "d-limits.ggmlviz", graphs=12, layers=4, seed=4)
+    manifest = json.loads((with_limits / "manifest.json").read_text())
+    manifest["limits"] = two_thread_counts()
+    write_manifest(with_limits, manifest)
     return folder
+
+
+def two_thread_counts() -> dict[str, Any]:
+    """Limits measured at 1 and 2 threads (the second twice as fast)."""
+
+    def row(what: str, threads: int, kind: str | None, gb: float | None, gflop: float | None) -> dict[str, Any]:
+        return {"device": "CPU", "threads": threads, "what": what, "type": kind, "gb_per_s": gb, "gflop_per_s": gflop,
+                "bytes": 1, "flops": 1, "seconds": 1.0, "repeats": 1, "note": None}  # fmt: skip
+
+    rows = [row(what, n, kind, n * 10.0, n * 50.0) for n in (1, 2)
+            for what, kind in (("memory_read", None), ("matmul", "F32"), ("matvec", "F32"))]  # fmt: skip
+    return {"version": LIMITS_VERSION, "measured": "2026-11-27T00:00:00+00:00", "machine": this_machine(),
+            "measurements": rows}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -146,6 +168,11 @@ def test_the_answers_fill_what_the_declarations_leave_optional(answers):
     assert answers["/api/runs/r2/overview"]["gpu"]["steps"] and answers["/api/runs/r2/node?graph=8&index=3"]["gpu"]
     assert answers["/api/runs/r0/overview"]["gpu"] is None
     assert answers["/api/runs/r0/node?graph=3&index=3"]["gpu"] is None
+    # other flags: none for a run on one device without limits at several thread counts, the
+    # recorded placement and another thread count where they were measured
+    assert answers["/api/runs/r0/whatif"]["reason"] and not answers["/api/runs/r0/whatif"]["rows"]
+    rows = answers["/api/runs/r3/whatif"]["rows"]
+    assert rows[0]["recorded"] and len(rows) >= 2 and rows[0]["memory"]["CPU"]["total"] > 0
 
 
 def test_every_api_route_and_every_declaration_is_checked(runs_folder):

@@ -24,7 +24,7 @@ from .breakdowns import (
     weight_reads,
 )
 from .components import structure_components
-from .devices import device_summary, run_devices
+from .devices import device_summary, placement_advice, run_devices
 from .findings import FindingContext, find_all
 from .flops import throughput_by_op
 from .gpu import gpu_summary
@@ -65,6 +65,9 @@ def summarize(run: Run, top: int = 10) -> dict[str, Any]:
     devices = device_summary(run, activity) if activity is not None else None
     if devices and devices["finding"]:
         said.append(devices["finding"])
+    placement = placement_advice(run, activity)
+    if placement and placement["finding"]:
+        said.append(placement["finding"])
     return {
         "run": str(run.path),
         "experiment_id": run.experiment_id,
@@ -90,6 +93,7 @@ def summarize(run: Run, top: int = 10) -> dict[str, Any]:
         "clocks": {str(k): int(v) for k, v in totals.groupby("clock")["timed"].sum().items()},
         "gpu": gpu,
         "devices": devices,
+        "placement": placement,  # other flags, predicted from this run (analysis/devices/advise.py)
         "node_waits": node_waits(run),
         "phases": records(phases),
         "computations": records(graphs_by_computation(run).head(top)),

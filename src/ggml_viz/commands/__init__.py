@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from .._errors import CommandError, GgmlVizError
 from .._version import __version__
+from .advise import AdviseCommand
 from .base import Command
 from .bench import BenchCommand
 from .collect import CollectCommand
@@ -37,7 +38,7 @@ from .whatif import WhatifCommand
 COMMANDS: list[type[Command]] = [
     RecordCommand, RunCommand, SummaryCommand, ViewCommand, ExportCommand, QueryCommand, DiffCommand, BenchCommand,
     NumericsCommand, MemmapCommand, ValidateCommand, CollectCommand, PreloadPathCommand, ConfigCommand,
-    PluginsCommand, JoinCommand, WhatifCommand, LimitsCommand, DoctorCommand,
+    PluginsCommand, JoinCommand, WhatifCommand, AdviseCommand, LimitsCommand, DoctorCommand,
 ]  # fmt: skip
 
 

@@ -360,6 +360,9 @@ def render_joined(summary: dict[str, Any]) -> None:
                           f"{step['wire_and_protocol_ns'] / 1e6:.2f} ms")  # fmt: skip
         console.print(table)
     render_devices(summary.get("devices"), console)
+    placement = summary.get("placement") or {}
+    if placement.get("finding"):
+        console.print(f"  • {placement['finding']}", markup=False, highlight=False)
     nodes = summary["remote_nodes"]
     console.print(
         f"remote nodes: {nodes['nodes']} ({nodes['timed']} timed on their worker, "

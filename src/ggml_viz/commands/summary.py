@@ -26,7 +26,7 @@ class SummaryCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         from pathlib import Path
 
-        from ..analysis.devices import device_summary, open_activity
+        from ..analysis.devices import device_summary, open_activity, placement_advice
         from ..analysis.join import is_joined, open_joined
         from ..analysis.summary import summarize
         from ..capture.preload.opening import collect_and_open
@@ -36,7 +36,9 @@ class SummaryCommand(Command):
         if is_joined(Path(args.run)):  # a distributed run: its summary across hosts
             with spinner(f"summarizing {args.run}"):
                 joined = open_joined(Path(args.run))[0]["summary"]
-                joined["devices"] = device_summary(*open_activity(Path(args.run)))
+                head, activity = open_activity(Path(args.run))
+                joined["devices"] = device_summary(head, activity)
+                joined["placement"] = placement_advice(head, activity)
             print(json.dumps(joined, indent=2, default=str)) if args.json else render_joined(joined)
             return 0
         with spinner(f"summarizing {args.run}"):

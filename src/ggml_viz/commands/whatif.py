@@ -1,79 +1,152 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import itertools
 import json
+from pathlib import Path
+from typing import Any
 
 from .._errors import CommandError
 from .base import Command
 from .render import format_bytes, format_ms
 
 
-def ngl_list(text: str) -> list[int]:
+def count_list(text: str) -> list[int]:
     try:
         values = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a list of layer counts: {text!r} (say 0,8,16)") from None
+        raise argparse.ArgumentTypeError(f"not a list of counts: {text!r} (say 0,8,16)") from None
     if not values or min(values) < 0:
-        raise argparse.ArgumentTypeError(f"layer counts are 0 or more: {text!r}")
+        raise argparse.ArgumentTypeError(f"counts are 0 or more: {text!r}")
     return values
 
 
-class WhatifCommand(Command):
-    """Predict the step time and memory of other splits of the model between the CPU and another device.
+def positive_list(text: str) -> list[int]:
+    values = count_list(text)
+    if min(values) < 1:
+        raise argparse.ArgumentTypeError(f"counts are 1 or more: {text!r}")
+    return values
 
-    From one run that computed some layers on the CPU and some on another device (a CUDA GPU,
-    an RPC worker: give the joined run), each layer's measured cost on each device, the cost of
-    crossing between them and the host's time predict a prompt step and a decode step under
-    other `-ngl` values (llama.cpp's rule: the last N blocks, the output counted as one, on the
-    other device), with the bytes each device needs (weights, KV cache, compute buffer).
+
+def add_prediction_options(parser: argparse.ArgumentParser) -> None:
+    """What every prediction is asked at: the context the memory is for, the prompt's length."""
+    parser.add_argument("--ctx", type=int, help="the context the KV cache is sized for (default: the run's)")
+    parser.add_argument("--prompt-tokens", type=int, help="the prompt the prompt rate is for (default: the run's)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+
+
+def open_model(path: str) -> Any:
+    """A run's (or joined run's) placement model (analysis/devices/placement.py)."""
+    from ..analysis.devices import open_activity
+    from ..analysis.devices.placement import placement_model
+    from ..analysis.devices.steps import device_parts, step_windows
+
+    if not Path(path).exists():
+        raise CommandError(f"no run at {path}")
+    head, activity = open_activity(Path(path))
+    return placement_model(head, activity, device_parts(step_windows(head.graphs), activity))
+
+
+class WhatifCommand(Command):
+    """Predict the prompt and decode rates, and each device's memory, under placements you name.
+
+    From one run (on the CPU alone, or on the CPU and one other device: a CUDA GPU, an RPC worker,
+    given as the joined run), each part of the model's measured cost on its device, the cost of
+    crossing between the devices and the host's time predict a prompt step and a decode step
+    under other flags: `--ngl` (llama.cpp's rule: the last N blocks, the output counted as one, on
+    the other device), `--n-cpu-moe` (the experts of the first N layers on the CPU), `-t`/`-tb`
+    (thread counts this machine's limits were measured at, kept in the run) and `-ub` (the
+    prompt's ubatch). Each list is crossed with the others; a flag left out stays as recorded.
+    The first line checks the recorded placement's prediction against what the run measured.
 
     example:
       ggml-viz whatif split.joined --ngl 0,8,24,31
-      ggml-viz whatif gpu-half.ggmlviz --ngl 20,24,28 --json
+      ggml-viz whatif moe.joined --ngl 49 --n-cpu-moe 0,8,16 --ctx 8192
+      ggml-viz whatif cpu.ggmlviz -t 1,2,4 -ub 64,512 --json
     """
 
     name = "whatif"
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("run", help="a run (NAME.ggmlviz) or a joined distributed run that used two devices")
-        parser.add_argument("--ngl", type=ngl_list, required=True, help="layer counts on the other device: 0,8,24")
-        parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+        parser.add_argument("run", help="a run (NAME.ggmlviz), or a joined distributed run that used two devices")
+        parser.add_argument("--ngl", type=count_list, help="blocks on the other device: 0,8,24")
+        parser.add_argument("--n-cpu-moe", type=count_list, help="layers whose experts stay on the CPU: 0,4,8")
+        parser.add_argument("-t", "--threads", type=positive_list, help="decode's CPU threads: 1,2,4")
+        parser.add_argument("-tb", "--threads-batch", type=positive_list, help="the prompt's CPU threads")
+        parser.add_argument("-ub", "--ubatch", type=positive_list, help="tokens in one prompt step: 64,512")
+        add_prediction_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
-        from pathlib import Path
+        from ..analysis.devices.placement import Placement
+        from ..analysis.devices.prediction import LEFT_OUT, predict, recorded_check
 
-        from rich.console import Console
-        from rich.table import Table
-
-        from ..analysis.devices import open_activity
-        from ..analysis.devices.placement import LEFT_OUT, placement_model, predict
-        from ..analysis.devices.steps import device_parts, step_windows
-
-        if not Path(args.run).exists():
-            raise CommandError(f"no run at {args.run}")
-        head, activity = open_activity(Path(args.run))
-        model = placement_model(head, activity, device_parts(step_windows(head.graphs), activity))
-        table = predict(model, sorted(set([model.recorded_ngl, *args.ngl])))
+        model = open_model(args.run)
+        recorded = model.recorded
+        lists: list[list[Any]] = [
+            args.ngl or [recorded.ngl], args.n_cpu_moe or [recorded.n_cpu_moe], args.threads or [None],
+            args.threads_batch or [None], args.ubatch or [None],
+        ]  # fmt: skip
+        placements = [recorded, *(Placement(*values) for values in itertools.product(*lists))]
+        unique = list(dict.fromkeys(placements))
+        table = predict(model, unique, args.ctx, args.prompt_tokens)
+        check = recorded_check(model, table.iloc[0].to_dict())
         if args.json:
-            print(json.dumps({"recorded_ngl": model.recorded_ngl, "n_layer": model.n_layer, "other": model.other,
-                              "predictions": table.to_dict(orient="records"), "left_out": LEFT_OUT},
-                             indent=2, default=str))  # fmt: skip
+            print(json.dumps({"recorded": recorded.flags(model.other, model.has_experts),
+                              "recorded_placement": dataclasses.asdict(recorded), "n_layer": model.n_layer,
+                              "other": model.other, "check": check, "predictions": table.to_dict(orient="records"),
+                              "left_out": LEFT_OUT}, indent=2, default=str))  # fmt: skip
             return 0
-        console = Console()
-        phases = [p for p in ("prompt", "decode") if f"{p}_step_ns" in table]
-        out = Table("ngl", "CPU layers", f"{model.other} layers", "output on",
-                    *(f"{p} step" for p in phases), *(f"{p} tok/s" for p in phases), "CPU bytes",
-                    f"{model.other} bytes", title=f"predicted from the run's -ngl {model.recorded_ngl} "
-                    f"({model.n_layer} layers)", title_justify="left")  # fmt: skip
-        for row in table.to_dict(orient="records"):
-            rates = [row[f"{p}_tokens_per_s"] for p in phases]
-            out.add_row(f"{row['ngl']}{' (recorded)' if row['recorded'] else ''}", str(row["cpu_layers"]),
-                        str(row["other_layers"]), row["output_on"], *(format_ms(row[f"{p}_step_ns"]) for p in phases),
-                        *(f"{r:,.1f}" if r else "—" for r in rates), format_bytes(row["CPU_bytes"]),
-                        format_bytes(row[f"{model.other}_bytes"]))  # fmt: skip
-        console.print(out)
-        tokens = model.tokens.get("prompt")
-        if tokens:
-            console.print(f"the prompt step is one of {tokens:.0f} tokens, as recorded", highlight=False)
-        console.print(f"left out: {LEFT_OUT}", markup=False, highlight=False)
+        print_predictions(model, table.to_dict(orient="records"), f"predicted from the run ({model.n_layer} layers)")
+        print_check(check, model)
         return 0
+
+
+def print_predictions(model: Any, rows: list[dict[str, Any]], title: str) -> None:
+    """One row per placement: flags, where the blocks are, each phase's step and rate, memory."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..analysis.devices.prediction import LEFT_OUT
+
+    devices = ["CPU", model.other] if model.other else ["CPU"]
+    phases = [p for p in ("prompt", "decode") if any(f"{p}_tokens_per_s" in row for row in rows)]
+    layers = [f"layers on {model.other}"] if model.other else []
+    experts = ["expert layers on CPU"] if model.has_experts and model.other else []
+    out = Table("flags", *layers, *experts, *(f"{p} tok/s" for p in phases), "decode step, where it goes",
+                *(f"{d} memory" for d in devices), title=title, title_justify="left")  # fmt: skip
+    for row in rows:
+        rates = [row.get(f"{p}_tokens_per_s") for p in phases]
+        parts = row.get("decode_parts") or {}
+        step = sum(parts.values())
+        where = ", ".join(f"{name} {ns / step:.0%}" for name, ns in sorted(parts.items(), key=lambda kv: -kv[1])
+                          if step and ns / step >= 0.05)  # fmt: skip
+        cells = [f"{row['flags'] or '(as recorded)'}{' (recorded)' if row['recorded'] else ''}"]
+        cells += [str(row["other_layers"])] if layers else []
+        cells += [str(row["cpu_expert_layers"])] if experts else []
+        cells += [f"{r:,.1f}" if r else "—" for r in rates]
+        cells += [f"{format_ms(step)}: {where}" if step else "—"]
+        cells += [_memory(row["memory"][d]) for d in devices]
+        out.add_row(*cells)
+    console = Console()
+    console.print(out)
+    tokens = rows[0].get("prompt_tokens") if rows else None
+    if tokens:
+        console.print(f"prompt rates for a prompt of {tokens} tokens", highlight=False)
+    console.print(f"left out: {LEFT_OUT}", markup=False, highlight=False)
+
+
+def print_check(check: dict[str, dict[str, float]], model: Any) -> None:
+    """The recorded placement predicted against what the run measured, in one line."""
+    said = [f"{phase} {c['predicted_tokens_per_s']:,.1f} predicted, {c['measured_tokens_per_s']:,.1f} measured "
+            f"({c['ratio'] - 1:+.1%})" for phase, c in check.items()]  # fmt: skip
+    cold = " (the only prompt step was the run's first graph, cold)" if model.cold_prompt else ""
+    if said:
+        print(f"the recorded placement: {'; '.join(said)}{cold}")
+
+
+def _memory(memory: dict[str, int]) -> str:
+    if not memory["total"]:
+        return "—"
+    return (f"{format_bytes(memory['total'])} (weights {format_bytes(memory['weights'])}, KV "
+            f"{format_bytes(memory['kv_cache'])}, compute {format_bytes(memory['compute'])})")  # fmt: skip

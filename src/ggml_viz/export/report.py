@@ -57,6 +57,7 @@ def report_answers(view: RunView, graph_id: int) -> dict[str, Any]:
         # captured attention stays in the run (open it with `ggml-viz view`)
         "attention-index": {**view.attention_index, "graphs": {}},
         "experts": view.experts,
+        "whatif": view.whatif,
     }
     if answers["timeline"] is None:
         answers["timeline"] = view.timeline(0, max(view.duration_ns, 1), width)

@@ -25,8 +25,9 @@ from .payloads import (
     OverviewPayload,
     StatsPayload,
     TimelinePayload,
+    WhatifPayload,
 )
-from .views import attention, experts, graph, memory, overview, stats
+from .views import attention, experts, graph, memory, overview, stats, whatif
 from .views.details import NodeDetails
 from .views.events import EventFilter, EventLog
 from .views.timeline import Timeline
@@ -97,6 +98,10 @@ class RunView(RunContext):
     @cached_property
     def experts(self) -> ExpertsPayload:
         return experts.experts(self)
+
+    @cached_property
+    def whatif(self) -> WhatifPayload:
+        return whatif.whatif(self)
 
     @cached_property
     def attention_index(self) -> AttentionIndexPayload:

@@ -1,5 +1,6 @@
 """Devices side by side: what each computed in each step, where each waited and why
-(steps.py), and what another placement of the model's layers would do (placement.py)."""
+(steps.py), and what other flags would do: what one run measured (placement.py), a placement's
+predicted steps and memory (prediction.py), the best placements found (advise.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,13 @@ from typing import Any
 
 import pandas as pd
 
+from ..._errors import GgmlVizError
 from ...runformat.reader import Run, open_run
 from ..join import is_joined, open_joined
+from ..roofline import run_limits
 from .activity import COMPUTE, device_of_buffer, joined_activity, run_activity
+from .advise import advice_finding, advise
+from .placement import placement_model
 from .steps import TRANSFERS, device_parts, phase_breakdown, step_windows
 
 
@@ -70,3 +75,25 @@ def _longest_wait(phases: list[dict[str, Any]], activity: pd.DataFrame) -> str |
         f"{device} is idle {idle:.0%} of a {phase['phase']} step; {ns / phase['step_ns']:.0%} of the step it "
         f"waits for {other}{what}"
     )
+
+
+def placement_advice(head: Run, activity: pd.DataFrame | None) -> dict[str, Any] | None:
+    """What the summary says of other flags: the best placement found for decode against the
+    recorded one, and the check of the recorded one's prediction; None where nothing can be
+    predicted (one device and limits at one thread count, or a run the model cannot read)."""
+    limits = run_limits(head)
+    if activity is None:
+        if limits is None or len(limits.threads_measured()) < 2:
+            return None
+        activity = run_activity(head)
+    try:
+        model = placement_model(head, activity, device_parts(step_windows(head.graphs), activity))
+        advice = advise(model, {}, top=1)
+    except GgmlVizError:
+        return None
+    best = advice["best"][0] if advice["best"] else None
+    return {"recorded_flags": model.recorded.flags(model.other, model.has_experts), "check": advice["check"],
+            "best_flags": best["flags"] if best else None,
+            "best_decode_tokens_per_s": best.get("decode_tokens_per_s") if best else None,
+            "recorded_decode_tokens_per_s": advice["recorded"].get("decode_tokens_per_s"),
+            "finding": advice_finding(model, advice)}  # fmt: skip

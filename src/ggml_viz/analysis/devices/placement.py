@@ -1,31 +1,36 @@
-"""What another split of the model's layers between the CPU and one other device would do.
+"""What one run measured that predicts other placements of the same model on the same machine.
 
-From one run where some blocks (the input, the layers, the output) ran on the CPU and some on
-another device (a GPU, an RPC worker), each block's measured cost on the device it ran on, the
-measured cost of moving a step's activations between the devices, and the step's host time, a
-step under another `-ngl` is predicted as
+A placement is what llama.cpp's flags decide: which device computes each block of the model
+(`-ngl N`: the last N blocks, the layers then the output, on the device beside the CPU; the
+input, the embedding lookup, stays on the CPU), where each layer's experts are (`--n-cpu-moe
+N`: those of the first N layers on the CPU), how many CPU threads compute a step (`-t`, `-tb`)
+and how many tokens a prompt step holds (`-ub`). The run measured, for every step:
 
-    step = Σ cost(block, its device) + boundaries × cost of one boundary + host time
+- each *part* of the model's work: a (block, group, device), the group being the layer's
+  experts (the nodes that read them: MUL_MAT_ID, ADD_ID) or the rest of it (`dense`), and its
+  time on the device that computed it (the union of nothing: CPU nodes follow one another, a
+  worker's nodes too);
+- the time crossing between the devices (the CPU's `waiting for transfers` and `launches and
+  scheduling`, steps.py) and the host's time outside the compute call.
 
-where llama.cpp's `-ngl n` puts the last n of the blocks (the layers, then the output) on the
-other device and keeps the input (the embedding lookup) on the CPU, and a boundary is each move
-of the activations from one device to the other, the last one the logits back to the CPU.
+Each is a line in the step's tokens, `a + b × tokens`, fitted through the mean of the steps of
+each token count (a decode step is one of 1 token; a prompt step one of its ubatch's): what a
+part costs at another ubatch size follows. Only warm steps count: the warm-up graph, and a
+phase's first graph where no warm-up came before it, are left out when the phase has others.
 
-What the model leaves out: a block never measured on a device costs there what the layers
-measured there cost on average (layers of a model are alike: not so for a hybrid or MoE model's
-dense and sparse layers), and the input or output block costs the layers' speed ratio between
-the devices times its measured cost; the host time is taken as fixed (an RPC head serializes a
-larger graph when more of it is remote); contention between devices sharing memory or cores
-(an RPC worker on the same machine) is whatever it was in the recording.
+Where the run holds this machine's limits at several thread counts (`ggml-viz limits --threads
+1,2,...`), each CPU node is also costed at every thread count measured: its time scaled by how
+much faster its limit is there (a compute-bound node by the matrix product's FLOP/s for its
+weight type, a memory-bound product by the matrix-vector kernel's read rate for its type, any
+other memory-bound node by the memory's read bandwidth; roofline.py decides which).
 
-Memory per device: the weights each block reads (from the run's own graph: each weight tensor
-once), the KV cache per layer (the run's KV buffers over the layers that held them) and the
-compute buffer the device had in the run.
+Nothing here depends on a model's names: blocks are the run's own `layer` column, experts the
+ops that read them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -33,16 +38,62 @@ import pandas as pd
 
 from ..._errors import GgmlVizError
 from ...runformat.reader import Run
+from ..roofline import Limits, node_floors, phase_threads, run_limits
 from .activity import COMPUTE, device_of_buffer
-from .steps import HOST, SCHEDULING, TRANSFERS
+from .steps import HOST, SCHEDULING, TRANSFERS, step_windows
 
 INPUT = -1  # the block before the first layer; the output block is numbered n_layer
-LEFT_OUT = (
-    "a block never measured on a device is estimated (a layer: the mean of the layers measured there; the input "
-    "or output: the layers' speed ratio between the devices); the host's time is taken as fixed; contention "
-    "between devices sharing cores or memory stays as recorded; the experts of an MoE model are moved with "
-    "their layer, never alone (--n-cpu-moe is not modelled)"
-)
+DENSE, EXPERTS = "dense", "experts"
+EXPERT_OPS = frozenset({"MUL_MAT_ID", "ADD_ID"})
+PHASES = ("prompt", "decode")
+RECORDED = 0  # the key of the costs as recorded (a thread count is 1 or more)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """One setting of llama.cpp's flags, as far as a prediction goes (None: as recorded)."""
+
+    ngl: int = 0  # blocks on the device beside the CPU, counted from the output
+    n_cpu_moe: int = 0  # layers, counted from the first, whose experts stay on the CPU
+    threads: int | None = None  # decode's CPU threads (-t)
+    threads_batch: int | None = None  # the prompt's CPU threads (-tb)
+    ubatch: int | None = None  # tokens in one prompt step (-ub)
+
+    def flags(self, other: str | None, experts: bool) -> str:
+        """The flags as llama.cpp spells them."""
+        said = [f"-ngl {self.ngl}"] if other else []
+        if experts and other:
+            said.append(f"--n-cpu-moe {self.n_cpu_moe}")
+        if self.threads:
+            said.append(f"-t {self.threads}")
+        if self.threads_batch:
+            said.append(f"-tb {self.threads_batch}")
+        if self.ubatch:
+            said.append(f"-ub {self.ubatch}")
+        return " ".join(said)
+
+
+@dataclass(frozen=True)
+class Line:
+    """A cost in a step's tokens: a + b × tokens (ns); an experts' part's, c × the experts a step
+    of that many tokens reads besides (`experts`: of how many, how many per token)."""
+
+    a: float
+    b: float
+    c: float = 0.0
+    experts: tuple[int, int] | None = None
+
+    def at(self, tokens: float) -> float:
+        read = experts_read(tokens, *self.experts) if self.experts else 0.0
+        return max(self.a + self.b * tokens + self.c * read, 0.0)
+
+
+def experts_read(tokens: float, n_expert: int, used: int) -> float:
+    """The experts a step of `tokens` tokens reads where each token picks `used` of `n_expert`
+    at random (a decode step: `used`; a long prompt's: nearly all of them)."""
+    if tokens <= 0 or n_expert <= 0:
+        return 0.0
+    return n_expert * (1 - (1 - min(used, n_expert) / n_expert) ** tokens)
 
 
 @dataclass(frozen=True)
@@ -50,15 +101,30 @@ class PlacementModel:
     """What a prediction needs, measured in one run."""
 
     n_layer: int
-    other: str  # the device beside the CPU
-    recorded_ngl: int
-    cost: dict[str, dict[tuple[int, str], float]]  # per phase: (block, device) -> ns per step
-    boundary_ns: dict[str, float]  # per phase: one move of the activations
-    host_ns: dict[str, float]  # per phase
-    tokens: dict[str, float]  # per phase: tokens per step
-    weight_bytes: dict[int, int]  # per block
-    kv_bytes_per_layer: float
-    compute_bytes: dict[str, int]  # per device
+    other: str | None  # the device beside the CPU (None: the run computed on the CPU alone)
+    recorded: Placement
+    # per CPU thread count (RECORDED: as recorded), per part (block, group, device): its line
+    parts: dict[int, dict[tuple[int, str, str], Line]]
+    crossing: Line  # one move of a step's activations between the devices
+    fixed: Line  # the host's time, and (one device) the time between its nodes in the compute call
+    measured: dict[str, dict[str, float]]  # per phase: steps, tokens, ns of the warm steps
+    prompt_steps: list[int]  # the tokens of each warm prompt step
+    cold_prompt: bool  # the only prompt step was the run's first graph, with no warm-up before it
+    weights: pd.DataFrame  # block, group, name, bytes (placement.py's _weights)
+    logits_bytes_per_token: int  # in the compute buffer of the output's device, per token of the ubatch
+    output_device: str  # the output block's device in the run
+    kv_bytes_per_layer_cell: float
+    n_ctx: int
+    n_ubatch: int
+    compute_bytes: dict[str, int]  # per device, as recorded
+    activation_bytes: dict[tuple[int, str], int]  # per (block, group): its largest node output
+    recorded_devices: dict[tuple[int, str], str]  # per (block, group): the device it ran on
+    has_experts: bool
+    threads: dict[str, int | None] = field(default_factory=dict)  # per phase, as recorded
+
+    @property
+    def thread_counts(self) -> list[int]:
+        return sorted(t for t in self.parts if t != RECORDED)
 
 
 def block_of_nodes(nodes: pd.DataFrame) -> pd.Series:
@@ -71,113 +137,301 @@ def block_of_nodes(nodes: pd.DataFrame) -> pd.Series:
     return pd.Series(np.where(layer.notna(), layer.fillna(0), unlayered).astype(np.int64), index=nodes.index)
 
 
+def groups_of(compute: pd.DataFrame) -> np.ndarray:
+    """Each compute row's group: `experts` for the ops that read experts, and for every node of a
+    layer on the device its experts ran on where the rest of the layer ran elsewhere (the
+    scheduler keeps the ops between the expert products with them); else `dense`."""
+    expert = compute["op"].isin(EXPERT_OPS).to_numpy()
+    group = np.where(expert, EXPERTS, DENSE)
+    if not expert.any():
+        return group
+    time = compute.assign(expert=expert).groupby(["block", "expert", "device"])["ns"].sum().reset_index()
+    main = time.sort_values("ns").drop_duplicates(["block", "expert"], keep="last").set_index(["block", "expert"])
+    apart = {int(block): str(row["device"]) for (block, is_expert), row in main.iterrows()
+             if is_expert and main["device"].get((block, False)) != row["device"]}  # fmt: skip
+    experts_device = compute["block"].map(apart)
+    group[(experts_device == compute["device"]).to_numpy()] = EXPERTS
+    return group
+
+
+def warm_steps(graphs: pd.DataFrame) -> pd.DataFrame:
+    """The prompt and decode graphs that count: not the warm-up, and not a phase's first graph
+    where it was the run's first and the phase has others (its weights' pages, its threads, cold)."""
+    graphs = graphs.sort_values("graph_id")
+    first = graphs["graph_id"].iloc[0] if len(graphs) else None
+    chosen = graphs[graphs["phase"].isin(PHASES)]
+    cold = chosen["graph_id"] == first
+    if cold.any() and (chosen["phase"] == chosen.loc[cold, "phase"].iloc[0]).sum() > 1:
+        chosen = chosen[~cold]
+    return chosen
+
+
 def placement_model(head: Run, activity: pd.DataFrame, parts: pd.DataFrame) -> PlacementModel:
-    """The measured costs of a run that computed on the CPU and one other device."""
+    """The measured costs of a run that computed on the CPU alone, or on the CPU and one other
+    device (a GPU, an RPC worker)."""
     compute = activity[activity["kind"] == COMPUTE]
-    devices = sorted(set(compute["device"]) - {"CPU"})
-    if len(devices) != 1 or "CPU" not in set(compute["device"]):
-        found = ", ".join(sorted(set(compute["device"]))) or "none"
-        raise GgmlVizError(f"a placement is predicted from a run that computed on the CPU and one other device "
-                           f"(a GPU, an RPC worker); this run's devices: {found}")  # fmt: skip
-    other = devices[0]
-    compute = compute.assign(block=block_of_nodes(compute))
+    devices = set(compute["device"])
+    others = sorted(devices - {"CPU"})
+    if len(others) > 1 or (others and "CPU" not in devices) or not devices:
+        found = ", ".join(sorted(devices)) or "none"
+        raise GgmlVizError(f"a placement is predicted from a run that computed on the CPU, alone or beside one "
+                           f"other device (a GPU, an RPC worker); this run's devices: {found}")  # fmt: skip
+    untimed = sorted(set(_compute_bytes(head)) - devices)
+    if untimed:
+        raise GgmlVizError(f"this run also computed on {', '.join(untimed)}, whose nodes have no time in it (an RPC "
+                           "worker's: record the worker too and give the joined run, `ggml-viz join`)")  # fmt: skip
+    other = others[0] if others else None
+    steps = warm_steps(head.graphs)
+    steps = steps[steps["graph_id"].isin(compute["graph_id"].unique())].reset_index(drop=True)
+    if steps.empty:
+        raise GgmlVizError("the run has no timed prompt or decode step to predict from")
+    compute = compute[compute["graph_id"].isin(steps["graph_id"])]
+    compute = compute.assign(block=block_of_nodes(compute), ns=(compute["end_ns"] - compute["start_ns"]).astype(float))
+    compute = compute.assign(group=groups_of(compute))
     n_layer = int(compute["block"].max())  # the output block's number
-    phases = head.graphs.set_index("graph_id")["phase"]
-    compute = compute.assign(phase=compute["graph_id"].map(phases), ns=compute["end_ns"] - compute["start_ns"])
-    steps = compute.groupby("phase")["graph_id"].nunique()
-    per_block = compute.groupby(["phase", "block", "device"])["ns"].sum()
-    cost = {phase: {(int(b), str(d)): float(ns) / steps[phase] for (p, b, d), ns in per_block.items() if p == phase}
-            for phase in steps.index}  # fmt: skip
-    placed = compute.groupby(["block", "device"])["ns"].sum().reset_index().sort_values("ns")
-    on_other = set(placed.drop_duplicates("block", keep="last").query("device == @other")["block"])
-    recorded_ngl = len(on_other - {INPUT})
-    recorded_boundaries = _boundaries(n_layer, recorded_ngl)
-    boundary_ns, host_ns = {}, {}
-    for phase, mine in parts[parts["device"] == "CPU"].groupby("phase"):
-        per_part = mine.groupby("part")["ns"].sum() / mine["graph_id"].nunique()
-        # what crossing between the devices costs: the transfers, and the scheduler's time between
-        # splits (launches are counted there too: a run all on one device keeps them)
-        crossing = float(per_part.get(TRANSFERS, 0.0) + per_part.get(SCHEDULING, 0.0))
-        boundary_ns[phase] = crossing / recorded_boundaries if recorded_boundaries else 0.0
-        host_ns[phase] = float(per_part.get(HOST, 0.0))
-    graphs = head.graphs[head.graphs["graph_id"].isin(compute["graph_id"].unique())]
-    tokens = graphs.groupby("phase")["n_tokens"].mean().to_dict()
-    return PlacementModel(n_layer, other, recorded_ngl, cost, boundary_ns, host_ns, tokens,
-                          _weight_bytes(head), _kv_per_layer(head, n_layer), _compute_bytes(head))  # fmt: skip
+    tokens = steps.set_index("graph_id")["n_tokens"].astype(float)
+    threads = phase_threads(head)
+    limits = run_limits(head)
+    scaled = {RECORDED: compute["ns"]}
+    if limits is not None:
+        scaled.update(_at_thread_counts(head, limits, compute, threads))
+    experts = _expert_counts(head)
+    lines = {count: _part_lines(compute.assign(ns=ns), tokens, experts) for count, ns in scaled.items()}
+    recorded = _recorded_placement(compute, other, n_layer, head)
+    crossing, fixed = _crossing_and_fixed(parts, tokens, _boundaries(recorded, n_layer))
+    windows = step_windows(steps)
+    length = (windows["end_ns"] - windows["start_ns"]).clip(lower=0).to_numpy(float)
+    measured = {str(phase): {"steps": float(len(mine)), "tokens": float(steps["n_tokens"].to_numpy()[mine.index].sum()),
+                             "ns": float(length[mine.index].sum())}
+                for phase, mine in windows.reset_index(drop=True).groupby("phase")}  # fmt: skip
+    prompt = steps[steps["phase"] == "prompt"]
+    weights = _weights(head)
+    recorded_devices = devices_of_blocks(compute)
+    context = (head.manifest.get("contexts") or [{}])[0]
+    first_graph = int(head.graphs["graph_id"].min())
+    return PlacementModel(
+        n_layer=n_layer, other=other, recorded=recorded, parts=lines, crossing=crossing, fixed=fixed,
+        measured=measured, prompt_steps=[int(n) for n in prompt["n_tokens"]],
+        cold_prompt=len(prompt) == 1 and int(prompt["graph_id"].iloc[0]) == first_graph,
+        weights=weights, logits_bytes_per_token=_logits_per_token(weights, n_layer),
+        output_device=str(recorded_devices.get((n_layer, DENSE), "CPU")),
+        kv_bytes_per_layer_cell=_kv_per_layer_cell(head, n_layer, context),
+        n_ctx=int(context.get("n_ctx") or 0), n_ubatch=int(context.get("n_ubatch") or 512),
+        compute_bytes=_compute_bytes(head), activation_bytes=_activations(head), recorded_devices=recorded_devices,
+        has_experts=bool((compute["group"] == EXPERTS).any()), threads=threads,
+    )  # fmt: skip
 
 
-def predict(model: PlacementModel, ngl_values: list[int]) -> pd.DataFrame:
-    """Per -ngl: the blocks on each device, each phase's predicted step and rate, the memory each
-    device needs."""
-    rows = []
-    for ngl in ngl_values:
-        ngl = max(0, min(ngl, model.n_layer + 1))
-        first_other = model.n_layer + 1 - ngl
-        row: dict[str, Any] = {"ngl": ngl, "recorded": ngl == model.recorded_ngl,
-                               "cpu_layers": min(first_other, model.n_layer),
-                               "other_layers": max(model.n_layer - first_other, 0),
-                               "output_on": model.other if ngl > 0 else "CPU"}  # fmt: skip
-        for phase, costs in model.cost.items():
-            total = costs.get((INPUT, "CPU"), 0.0)
-            for block in range(model.n_layer + 1):
-                total += _cost(model, costs, block, model.other if block >= first_other else "CPU")
-            total += model.boundary_ns.get(phase, 0.0) * _boundaries(model.n_layer, ngl)
-            total += model.host_ns.get(phase, 0.0)
-            row[f"{phase}_step_ns"] = total
-            tokens = model.tokens.get(phase, 0.0)
-            row[f"{phase}_tokens_per_s"] = tokens / (total / 1e9) if total else None
-        for device in ("CPU", model.other):
-            on_other = device != "CPU"
-            on_it = [b for b in range(INPUT, model.n_layer + 1) if (b >= first_other and b != INPUT) == on_other]
-            layers = sum(1 for b in on_it if 0 <= b < model.n_layer)
-            weights = sum(model.weight_bytes.get(b, 0) for b in on_it)
-            used = bool(layers) or device == "CPU" or ngl > 0
-            row[f"{device}_bytes"] = int(weights + layers * model.kv_bytes_per_layer
-                                         + (model.compute_bytes.get(device, 0) if used else 0))  # fmt: skip
-        rows.append(row)
-    return pd.DataFrame(rows)
+def _part_lines(compute: pd.DataFrame, tokens: pd.Series,
+                experts: tuple[int, int] | None) -> dict[tuple[int, str, str], Line]:  # fmt: skip
+    """Each part's cost as a line in the step's tokens, through the mean cost of each token count;
+    the experts' in the experts a step reads and its tokens."""
+    parts = ["block", "group", "device"]
+    per_step = compute.groupby(["graph_id", *parts])["ns"].sum().unstack(parts).fillna(0.0)
+    lines = {(int(b), str(g), str(d)): line for (b, g, d), line in _fit(per_step, tokens).items()}
+    expert_columns = [column for column in per_step.columns if column[1] == EXPERTS]
+    if experts and expert_columns:
+        fitted = _fit_experts(per_step[expert_columns], tokens, experts)
+        lines.update({(int(b), str(g), str(d)): line for (b, g, d), line in fitted.items()})
+    return lines
 
 
-def _boundaries(n_layer: int, ngl: int) -> int:
-    """Moves of a step's activations between the devices: none with every block on the CPU; else
-    to the other device where its blocks begin, and back (the logits, or the layers after)."""
-    return 0 if ngl <= 0 else 2
+def _fit_experts(per_step: pd.DataFrame, tokens: pd.Series, experts: tuple[int, int]) -> dict[Any, Line]:
+    """Per column: cost = c × experts read + b × tokens, least squares through the mean at each
+    token count (one count: all of it by the experts read)."""
+    means = per_step.groupby(tokens.reindex(per_step.index).to_numpy()).mean()
+    x = means.index.to_numpy(dtype=float)
+    read = np.array([experts_read(n, *experts) for n in x])
+    if len(x) == 1:
+        return {column: Line(0.0, 0.0, float(v) / read[0], experts) for column, v in means.iloc[0].items()}
+    design = np.column_stack([read, x])
+    solution, *_ = np.linalg.lstsq(design, means.to_numpy(), rcond=None)
+    return {column: Line(0.0, float(b), float(c), experts)
+            for column, c, b in zip(means.columns, solution[0], solution[1], strict=True)}  # fmt: skip
 
 
-def _cost(model: PlacementModel, costs: dict[tuple[int, str], float], block: int, device: str) -> float:
-    """A block's measured cost on a device, or (never measured there) an estimate (the module's doc)."""
-    if (block, device) in costs:
-        return costs[(block, device)]
-    layers_on = {d: [ns for (b, dd), ns in costs.items() if dd == d and 0 <= b < model.n_layer] for d in
-                 ("CPU", model.other)}  # fmt: skip
-    if not layers_on[device]:
-        raise GgmlVizError(f"no layer ran on {device} in this run: its cost there is unknown "
-                           "(record a placement with layers on both devices)")  # fmt: skip
-    if 0 <= block < model.n_layer:
-        return float(np.mean(layers_on[device]))
-    source = "CPU" if device != "CPU" else model.other
-    measured = costs.get((block, source))
-    if measured is None or not layers_on[source]:
-        return 0.0
-    return measured * float(np.mean(layers_on[device])) / float(np.mean(layers_on[source]))
+def _fit(per_step: pd.DataFrame, tokens: pd.Series) -> dict[Any, Line]:
+    """Per column of a steps × costs table: the least-squares line through its mean at each token
+    count (a single count: the cost per step where it is one token, else per token)."""
+    means = per_step.groupby(tokens.reindex(per_step.index).to_numpy()).mean()
+    x = means.index.to_numpy(dtype=float)
+    if len(x) == 1:
+        per_token = x[0] > 1
+        return {column: Line(0.0 if per_token else float(v), float(v) / x[0] if per_token else 0.0)
+                for column, v in means.iloc[0].items()}  # fmt: skip
+    dx = x - x.mean()
+    slope = (dx[:, None] * (means.to_numpy() - means.to_numpy().mean(axis=0))).sum(axis=0) / (dx**2).sum()
+    intercept = means.to_numpy().mean(axis=0) - slope * x.mean()
+    return {column: Line(float(a), float(b)) for column, a, b in zip(means.columns, intercept, slope, strict=True)}
 
 
-def _weight_bytes(head: Run) -> dict[int, int]:
-    """Per block, the bytes of the weights its nodes read (each tensor once), from the run's last graph."""
-    graph = int(head.graphs["graph_id"].max())
+def _at_thread_counts(head: Run, limits: Limits, compute: pd.DataFrame,
+                      threads: dict[str, int | None]) -> dict[int, pd.Series]:  # fmt: skip
+    """Each compute row's time at every CPU thread count the limits were measured at: a CPU
+    node's time scaled by its limit there against its limit at the threads it ran on."""
+    counts = limits.threads_measured()
+    if len(counts) < 2:
+        return {}
+    floors = node_floors(head, limits)
+    graphs = head.graphs.set_index("graph_id")
+    keys = pd.DataFrame({"phase": compute["graph_id"].map(graphs["phase"]).to_numpy(),
+                         "structure_id": compute["graph_id"].map(graphs["structure_id"]).to_numpy(),
+                         "node_index": compute["node_index"].to_numpy()})  # fmt: skip
+    described = keys.merge(floors[["phase", "structure_id", "node_index", "bound", "weight_type", "op"]],
+                           on=["phase", "structure_id", "node_index"], how="left")  # fmt: skip
+    on_cpu = (compute["device"] == "CPU").to_numpy()
+    rates = {count: _limit_rates(limits, described, count) for count in counts}
+    result = {}
+    nearest = {phase: limits.nearest_threads(threads.get(phase)) for phase in PHASES}
+    for count in counts:
+        ran_at = described["phase"].map(nearest).fillna(count).to_numpy(np.int64)
+        before = np.ones(len(compute))
+        for at in set(ran_at.tolist()):
+            before[ran_at == at] = rates[at][ran_at == at]
+        ratio = np.where(on_cpu & np.isfinite(before) & np.isfinite(rates[count]), rates[count] / before, 1.0)
+        result[count] = compute["ns"] / np.where(ratio > 0, ratio, 1.0)
+    return result
+
+
+def _limit_rates(limits: Limits, described: pd.DataFrame, count: int) -> np.ndarray:
+    """Per node, the rate of the limit that binds it at `count` threads (NaN: unknown)."""
+    rate = np.full(len(described), np.nan)
+    bandwidth = limits.bandwidth("CPU", count) or np.nan
+    for (bound, kind, op), index in described.groupby(["bound", "weight_type", "op"], dropna=False).groups.items():
+        place = described.index.get_indexer(index)
+        if bound == "compute":
+            rate[place] = limits.peak("CPU", count, kind if isinstance(kind, str) else None)[0] or np.nan
+        elif bound == "memory" and isinstance(kind, str) and str(op).startswith("MUL_MAT"):
+            rate[place] = limits.kernel_read("CPU", count, kind) or bandwidth
+        elif bound == "memory":
+            rate[place] = bandwidth
+    return rate
+
+
+def _recorded_placement(compute: pd.DataFrame, other: str | None, n_layer: int, head: Run) -> Placement:
+    """The placement the run had: its blocks' and experts' devices, its threads and ubatch."""
+    context = (head.manifest.get("contexts") or [{}])[0]
+    threads = phase_threads(head)
+    ubatch = int(context.get("n_ubatch") or 0) or None
+    if other is None:
+        return Placement(0, 0, threads.get("decode"), threads.get("prompt"), ubatch)
+    where = devices_of_blocks(compute)
+    dense_other = {b for (b, g), d in where.items() if g == DENSE and d == other and b != INPUT}
+    experts_cpu = [b for (b, g), d in where.items() if g == EXPERTS and d == "CPU" and b in dense_other]
+    n_cpu_moe = max(experts_cpu) + 1 if experts_cpu else 0
+    return Placement(len(dense_other), n_cpu_moe, threads.get("decode"), threads.get("prompt"), ubatch)
+
+
+def devices_of_blocks(compute: pd.DataFrame) -> dict[tuple[int, str], str]:
+    """The device each (block, group) of a run computed on (where it spent most of its time)."""
+    ns = compute.groupby(["block", "group", "device"])["ns"].sum().reset_index().sort_values("ns")
+    where = ns.drop_duplicates(["block", "group"], keep="last").set_index(["block", "group"])["device"]
+    return {(int(b), str(g)): str(d) for (b, g), d in where.items()}
+
+
+def devices_of(model: PlacementModel, placement: Placement) -> dict[tuple[int, str], str]:
+    """The device of each (block, group) under a placement (llama.cpp's rules, as the module says)."""
+    first_other = model.n_layer + 1 - max(0, min(placement.ngl, model.n_layer + 1))
+    where = {}
+    for block in range(INPUT, model.n_layer + 1):
+        dense = model.other if model.other and block >= first_other and block != INPUT else "CPU"
+        where[(block, DENSE)] = dense
+        where[(block, EXPERTS)] = "CPU" if 0 <= block < placement.n_cpu_moe else dense
+    return where
+
+
+def boundaries_of(model: PlacementModel, where: dict[tuple[int, str], str]) -> int:
+    """Moves of a step's activations between devices: to the other device where its blocks
+    begin and back (the logits, or the layers after), and to and from each layer's experts held
+    apart from the rest of their layer."""
+    if model.other is None or all(d == "CPU" for d in where.values()):
+        return 0
+    apart = sum(1 for b in range(model.n_layer) if where[(b, EXPERTS)] != where[(b, DENSE)])
+    return 2 + 2 * apart
+
+
+def _boundaries(recorded: Placement, n_layer: int) -> int:
+    if recorded.ngl <= 0:
+        return 0
+    first_other = n_layer + 1 - recorded.ngl
+    apart = sum(1 for b in range(min(recorded.n_cpu_moe, n_layer)) if b >= first_other)
+    return 2 + 2 * apart
+
+
+def _crossing_and_fixed(parts: pd.DataFrame, tokens: pd.Series, boundaries: int) -> tuple[Line, Line]:
+    """One crossing's line (the CPU's transfers and scheduling over the recorded crossings) and
+    the fixed time's (the host's; with no crossing, the scheduling too)."""
+    cpu = parts[(parts["device"] == "CPU") & parts["graph_id"].isin(tokens.index)]
+    if cpu.empty:
+        return Line(0.0, 0.0), Line(0.0, 0.0)
+    per_step = cpu.pivot_table(index="graph_id", columns="part", values="ns", aggfunc="sum").fillna(0.0)
+    moving = per_step.get(TRANSFERS, 0.0) + per_step.get(SCHEDULING, 0.0)
+    host = per_step.get(HOST, pd.Series(0.0, index=per_step.index))
+    table = pd.DataFrame({"crossing": moving / boundaries if boundaries else 0.0,
+                          "fixed": host + (0.0 if boundaries else moving)}, index=per_step.index)  # fmt: skip
+    lines = _fit(table, tokens)
+    return lines["crossing"], lines["fixed"]
+
+
+def _largest_graph(head: Run) -> int:
+    """The graph of the most tokens, then nodes (the latest of them): the one whose structure and
+    activations are nearest a ubatch's, which llama.cpp sizes its compute buffers for."""
+    return int(head.graphs.sort_values(["n_tokens", "n_nodes", "graph_id"])["graph_id"].iloc[-1])
+
+
+def _activations(head: Run) -> dict[tuple[int, str], int]:
+    """Per (block, group), the largest output of one of its nodes in the largest graph, in bytes:
+    what a part asks of its device's compute buffer, up to a factor the recorded buffer gives."""
+    nodes = head.nodes_of(_largest_graph(head), times=False)
+    nodes = nodes.assign(block=block_of_nodes(nodes), group=np.where(nodes["op"].isin(EXPERT_OPS), EXPERTS, DENSE))
+    largest = nodes.groupby(["block", "group"])["nbytes"].max()
+    return {(int(b), str(g)): int(n) for (b, g), n in largest.items()}
+
+
+def _weights(head: Run) -> pd.DataFrame:
+    """The weights the run's largest graph reads: block, group, name and bytes of each (a tensor
+    read by two blocks, a tied embedding, once per block: a device holds one copy of a name)."""
+    graph = _largest_graph(head)
     edges = head.edges_of(graph)
     weights = edges[edges["src_buffer_kind"] == "weights"]
     nodes = head.nodes_of(graph, times=False)
+    by_index = nodes.set_index("node_index")
     block = block_of_nodes(nodes).set_axis(nodes["node_index"].to_numpy())
-    weights = weights.assign(block=block.reindex(weights["node_index"].to_numpy()).to_numpy())
-    unique = weights.drop_duplicates("src_tensor_id")
-    return {int(b): int(n) for b, n in unique.groupby("block")["src_nbytes"].sum().items()}
+    op = by_index["op"].reindex(weights["node_index"].to_numpy()).to_numpy()
+    group = np.where(pd.Series(op).isin(EXPERT_OPS), EXPERTS, DENSE)
+    weights = weights.assign(block=block.reindex(weights["node_index"].to_numpy()).to_numpy(), group=group, op=op,
+                             name=weights["src_name"].fillna(weights["src_tensor_id"].astype(str)))  # fmt: skip
+    table = weights.drop_duplicates(["block", "name"])[["block", "group", "name", "src_nbytes", "src_ne1", "op"]]
+    return table.rename(columns={"src_nbytes": "bytes", "src_ne1": "rows"}).reset_index(drop=True)
 
 
-def _kv_per_layer(head: Run, n_layer: int) -> float:
+def _expert_counts(head: Run) -> tuple[int, int] | None:
+    """(experts, experts per token) of the run's MoE layers, from an expert product's sources:
+    the experts' weights (ne2 experts) and the chosen ids (ne0 per token); None: no experts."""
+    graph = _largest_graph(head)
+    nodes = head.nodes_of(graph, times=False)
+    products = nodes.loc[nodes["op"] == "MUL_MAT_ID", "node_index"]
+    if products.empty:
+        return None
+    edges = head.edges_of(graph)
+    first = edges[edges["node_index"] == int(products.iloc[0])].set_index("src_slot")
+    if 0 not in first.index or 2 not in first.index:
+        return None
+    return int(first.loc[0, "src_ne2"]), int(first.loc[2, "src_ne0"])
+
+
+def _logits_per_token(weights: pd.DataFrame, n_layer: int) -> int:
+    """The output's logits per token, in bytes (F32): the rows of the output block's largest matrix."""
+    output = weights[(weights["block"] == n_layer) & weights["op"].astype(str).str.startswith("MUL_MAT")]
+    return int(output["rows"].max()) * 4 if len(output) else 0
+
+
+def _kv_per_layer_cell(head: Run, n_layer: int, context: dict[str, Any]) -> float:
+    """The KV cache's bytes per layer and cell (the run's KV buffers over its layers and context)."""
     buffers = head.buffers
     kv = buffers[buffers["kind"] == "kv_cache"]
-    return float(kv["size"].sum()) / n_layer if n_layer else 0.0
+    n_ctx = int(context.get("n_ctx") or 0)
+    return float(kv["size"].sum()) / n_layer / n_ctx if n_layer and n_ctx else 0.0
 
 
 def _compute_bytes(head: Run) -> dict[str, int]:

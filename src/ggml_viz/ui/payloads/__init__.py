@@ -100,6 +100,8 @@ from .summary import (
     OpThroughput,
     OpTime,
     PhaseRow,
+    PlacementAdvice,
+    PlacementCheck,
     PromptFloor,
     RequestText,
     RooflineLayer,
@@ -122,6 +124,11 @@ from .timeline import (
     TimelinePayload,
     TracedSpans,
 )
+from .whatif import (
+    WhatifMemory,
+    WhatifPayload,
+    WhatifRow,
+)
 
 __all__ = [
     "AttentionIndexPayload",
@@ -141,6 +148,8 @@ __all__ = [
     "FoundSection",
     "DevicePhase",
     "DeviceSummary",
+    "PlacementAdvice",
+    "PlacementCheck",
     "DeviceTime",
     "GpuDecodeStep",
     "GpuKernelRow",
@@ -212,4 +221,7 @@ __all__ = [
     "RooflineOp",
     "RooflinePhase",
     "RooflineSummary",
+    "WhatifMemory",
+    "WhatifPayload",
+    "WhatifRow",
 ]

@@ -291,6 +291,27 @@ class RunSummary(TypedDict):
     clocks: dict[str, int]  # timed node events by their clock: host, gpu
     gpu: GpuTimerSummary | None  # the GPU timer's account (None: no GPU the timer saw)
     devices: DeviceSummary | None  # where a step's time goes per device (None: one device)
+    placement: PlacementAdvice | None  # other flags predicted from the run (None: nothing to predict)
+
+
+class PlacementCheck(TypedDict):
+    """The recorded placement's predicted rate against the rate its own steps ran at."""
+
+    measured_tokens_per_s: float
+    predicted_tokens_per_s: float
+    ratio: float
+    steps: float
+
+
+class PlacementAdvice(TypedDict):
+    """Other flags predicted from the run (analysis.devices.placement_advice)."""
+
+    recorded_flags: str
+    check: dict[str, PlacementCheck]  # per phase
+    best_flags: str | None
+    best_decode_tokens_per_s: float | None
+    recorded_decode_tokens_per_s: float | None
+    finding: str | None
 
 
 class DeviceTime(TypedDict):

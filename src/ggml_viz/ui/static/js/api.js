@@ -246,6 +246,21 @@ import { offlineAnswer } from "./offline.js";
  * @property {FoundSection[]} sections titled findings (plugins' summary sections), each shown apart
  * @property {Object<string, number>} clocks  timed node events by clock: host, gpu
  * @property {?Object} gpu  the GPU timer's account (analysis.gpu.gpu_summary), or null
+ * @property {?PlacementAdvice} placement other flags predicted from the run, or null
+ *
+ * @typedef {Object} PlacementCheck the recorded placement's predicted rate against its own steps'
+ * @property {number} measured_tokens_per_s
+ * @property {number} predicted_tokens_per_s
+ * @property {number} ratio
+ * @property {number} steps
+ *
+ * @typedef {Object} PlacementAdvice other flags predicted from the run (analysis.devices.placement_advice)
+ * @property {string} recorded_flags
+ * @property {Object<string, PlacementCheck>} check per phase
+ * @property {?string} best_flags
+ * @property {?number} best_decode_tokens_per_s
+ * @property {?number} recorded_decode_tokens_per_s
+ * @property {?string} finding
  *
  * @typedef {Object} GraphBars one entry per graph (a run of more graphs than the overview
  *   draws: one per slice of them, its longest graph)
@@ -608,6 +623,28 @@ import { offlineAnswer } from "./offline.js";
  * @property {string[]} devices per layer: the device its experts live on
  * @property {RequestRouting[]} requests a server's requests (none for one)
  *
+ * @typedef {Object} WhatifMemory one device's memory under a placement, in bytes
+ * @property {number} weights
+ * @property {number} kv_cache
+ * @property {number} compute
+ * @property {number} total
+ *
+ * @typedef {Object} WhatifRow one placement predicted from the run
+ * @property {string} flags as llama.cpp spells them (a flag left out: as recorded)
+ * @property {boolean} recorded
+ * @property {?number} decode_tokens_per_s
+ * @property {?number} prompt_tokens_per_s
+ * @property {Object<string, number>} decode_parts ns of a decode step: each device's compute, "crossings", "fixed"
+ * @property {Object<string, WhatifMemory>} memory per device
+ *
+ * @typedef {Object} WhatifPayload other flags predicted from the run (no rows: `reason` says why)
+ * @property {?string} reason
+ * @property {string[]} devices
+ * @property {WhatifRow[]} rows the recorded placement first, then the fastest decode found
+ * @property {Object<string, PlacementCheck>} check per phase
+ * @property {?number} prompt_tokens
+ * @property {string} left_out
+ *
  * @typedef {Object} TokenRouting columnar: each token the layer computed
  * @property {number[]} position
  * @property {string[]} text
@@ -714,9 +751,11 @@ export const getMemory = (runId) => api(`runs/${runId}/memory`);
 export const getOccupancy = (runId, graphId) => api(`runs/${runId}/occupancy/${graphId}`);
 /** @returns {Promise<StatsPayload>} */
 export const getStats = (runId) => api(`runs/${runId}/stats`);
-/** @returns {Promise<AttentionIndexPayload>} */
+/** @returns {Promise<ExpertsPayload>} */
 export const getExperts = (runId) => api(`runs/${runId}/experts`);
-
+/** @returns {Promise<WhatifPayload>} */
+export const getWhatif = (runId) => api(`runs/${runId}/whatif`);
+/** @returns {Promise<AttentionIndexPayload>} */
 export const getAttentionIndex = (runId) => api(`runs/${runId}/attention-index`);
 /** @returns {Promise<AttentionPayload>} */
 export const getAttention = (runId, graph, layer, head) => api(`runs/${runId}/attention`, { graph, layer, head });

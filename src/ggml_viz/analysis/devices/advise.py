@@ -1,0 +1,119 @@
+"""The flags that make this model fastest on this machine, predicted from one run.
+
+Searches the placements llama.cpp's flags can make (prediction.py predicts each): every `-ngl`
+where the run had a device beside the CPU; for an MoE model, `--n-cpu-moe` with every block on
+that device (the usual way to run a model whose experts do not fit there); and for each, the
+decode threads (`-t`) and the prompt's threads and ubatch (`-tb`, `-ub`) that are fastest among
+those the run's limits were measured at. A placement counts where every device's memory fits
+what was given; ranked by the goal's rate (decode unless told).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .placement import Placement, PlacementModel, devices_of
+from .prediction import predict_one, recorded_check
+
+UBATCHES = (32, 64, 128, 256, 512, 1024, 2048)
+GOALS = ("decode", "prompt")
+
+
+def candidates(model: PlacementModel) -> list[Placement]:
+    """Every placement of blocks and experts worth predicting, each once."""
+    if model.other is None:
+        return [Placement(0, 0)]
+    found = [Placement(ngl, 0) for ngl in range(model.n_layer + 2)]
+    if model.has_experts:
+        found += [Placement(model.n_layer + 1, n) for n in range(1, model.n_layer + 1)]
+    seen, unique = set(), []
+    for placement in found:
+        key = tuple(sorted(devices_of(model, placement).items()))
+        if key not in seen:
+            seen.add(key)
+            unique.append(placement)
+    return unique
+
+
+def advise(model: PlacementModel, budget: dict[str, int], ctx: int | None = None, prompt_tokens: int | None = None,
+           goal: str = "decode", top: int = 5) -> dict[str, Any]:  # fmt: skip
+    """The best placements that fit `budget` (bytes per device; a device not named: no limit),
+    each with its best threads and ubatch, ranked by `goal`; the recorded placement as predicted
+    and as measured, for comparison."""
+    recorded = predict_one(model, model.recorded, ctx, prompt_tokens)
+    # None: as recorded (a flag is printed only where it changes); a ubatch of the prompt's size or
+    # more computes it in one step, as the recorded one does where it is that large
+    threads = [None, *(t for t in model.thread_counts if t != model.recorded.threads)]
+    tokens = prompt_tokens or max(model.prompt_steps, default=0)
+    ubatches = [None, *(u for u in UBATCHES if u < min(tokens, model.n_ubatch) or model.n_ubatch < u <= tokens)]
+    rows, refused = [], 0
+    for base in candidates(model):
+        best = _best_settings(model, base, threads, ubatches, ctx, prompt_tokens, budget)
+        if best is None:
+            refused += 1
+            continue
+        rows.append(best)
+    rate = f"{goal}_tokens_per_s"
+    rows.sort(key=lambda row: row.get(rate) or 0.0, reverse=True)
+    return {
+        "goal": goal, "recorded": recorded, "check": recorded_check(model, recorded), "best": rows[:top],
+        "placements": len(rows) + refused, "not_fitting": refused, "budget": budget,
+    }  # fmt: skip
+
+
+def _best_settings(model: PlacementModel, base: Placement, threads: list[int | None], ubatches: list[int | None],
+                   ctx: int | None, prompt_tokens: int | None,
+                   budget: dict[str, int]) -> dict[str, Any] | None:  # fmt: skip
+    """A placement with its fastest decode threads, and its fastest prompt threads and ubatch
+    among those whose memory fits (None: none fits)."""
+    decode = [predict_one(model, Placement(base.ngl, base.n_cpu_moe, threads=t), ctx, prompt_tokens) for t in threads]
+    fitting = [row for row in decode if _fits(row["memory"], budget)]
+    if not fitting:
+        return None
+    chosen = max(fitting, key=lambda row: row.get("decode_tokens_per_s") or 0.0)
+    if not model.prompt_steps:
+        return chosen
+    prompts = [predict_one(model, Placement(base.ngl, base.n_cpu_moe, threads_batch=t, ubatch=u), ctx, prompt_tokens)
+               for t in threads for u in ubatches]  # fmt: skip
+    prompts = [row for row in prompts if _fits(row["memory"], budget)]
+    if not prompts:
+        return None
+    prompt = max(prompts, key=lambda row: row.get("prompt_tokens_per_s") or 0.0)
+    placement = Placement(base.ngl, base.n_cpu_moe, _changed(chosen["threads"], model.recorded.threads),
+                          _changed(prompt["threads_batch"], model.recorded.threads_batch),
+                          _changed(prompt["ubatch"], model.recorded.ubatch))  # fmt: skip
+    result = dict(chosen)
+    result.update({key: prompt[key] for key in ("threads_batch", "ubatch", "prompt_tokens", "prompt_ns",
+                                                "prompt_tokens_per_s", "memory")})  # fmt: skip
+    result["flags"] = placement.flags(model.other, model.has_experts)
+    result["recorded"] = False
+    return result
+
+
+def _changed(value: int | None, recorded: int | None) -> int | None:
+    return None if value == recorded else value
+
+
+def _fits(memory: dict[str, dict[str, int]], budget: dict[str, int]) -> bool:
+    return all(memory.get(device, {}).get("total", 0) <= limit for device, limit in budget.items())
+
+
+def advice_finding(model: PlacementModel, advice: dict[str, Any], least_gain: float = 1.15) -> str | None:
+    """In words, where the best placement found is at least `least_gain` times the recorded one's
+    predicted rate for the goal: its flags, the rates, the memory it moves."""
+    if not advice["best"]:
+        return None
+    goal = advice["goal"]
+    best, recorded = advice["best"][0], advice["recorded"]
+    rate = f"{goal}_tokens_per_s"
+    if not best.get(rate) or not recorded.get(rate) or best[rate] < least_gain * recorded[rate]:
+        return None
+    more = [f"{_gib(best['memory'][d]['total'] - recorded['memory'][d]['total'])} more on {d}"
+            for d in best["memory"] if best["memory"][d]["total"] > recorded["memory"][d]["total"]]  # fmt: skip
+    needs = f"; it needs {', '.join(more)}" if more else ""
+    return (f"Predicted from this run: `{best['flags']}` would take {goal} from {recorded[rate]:,.1f} to "
+            f"{best[rate]:,.1f} tokens/s{needs} (`ggml-viz advise` lists the others).")  # fmt: skip
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
