@@ -12,8 +12,11 @@ prediction is paired with a measurement made minutes from it:
 - split: head and worker under `ggml-viz run` (one thread each), joined; the dense model at
   `-ngl 7` of 13 blocks, the MoE model at `-ngl 99 --n-cpu-moe 4`. Predicted and swept: `-ngl`
   (both models) and `--n-cpu-moe` (the MoE model);
-- cpu: the CPU alone at `-t 1`. Predicted and swept: `-t` (with `-tb`) 1 and 2, and `-ub`
-  (prompt steps of 16 and 32 tokens against the recorded one step).
+- cpu: the CPU alone at `-t 1`, with this machine's limits at 1 and 2 threads measured in the
+  same round (`ggml-viz limits --for`). Predicted and swept: `-t` (with `-tb`) 1 and 2, and
+  `-ub` (prompt steps of 16 and 32 tokens against the recorded one step);
+- two workers: every block on them (`-ngl 99`, llama.cpp's default split), three processes
+  of one thread each on the machine. Predicted and swept: `-ts` 1/1, 3/1 and 1/3.
 
 Prints, per model, flag and phase: the ratio predicted / measured, as the median over rounds
 with its range, and the same relative to the recorded placement (what the prediction says about
@@ -58,6 +61,7 @@ MODELS = {
             {"n_cpu_moe": ["-ngl", "99", "-ncmoe", "0,2,4,6,8"], "ngl": ["-ngl", "0,3,6,9", "-ncmoe", "4"]}),
 }  # fmt: skip
 UBATCHES = (16, 32)
+SPLITS = "1/1,3/1,1/3"  # -ts over two workers
 
 
 def write(folder: Path, name: str) -> Path:
@@ -83,17 +87,22 @@ def completion(model: Path, flags: list[str]) -> list[str]:
             "--ignore-eos", "-no-cnv", "-c", "1024"]  # fmt: skip
 
 
-def record_split(folder: Path, model: Path, flags: list[str]) -> Path:
-    workers, ports = start_workers(folder, 1)
+def record_split(folder: Path, model: Path, flags: list[str], workers: int = 1) -> Path:
+    """The head and `workers` workers recorded, joined (in a folder of their own)."""
+    folder = folder / f"split-{workers}"
+    folder.mkdir()
+    processes, ports = start_workers(folder, workers)
     try:
-        command = completion(model, ["--rpc", f"127.0.0.1:{ports[0]}", *flags, "-t", "1"])
+        endpoints = ",".join(f"127.0.0.1:{port}" for port in ports)
+        command = completion(model, ["--rpc", endpoints, *flags, "-t", "1"])
         ggml_viz("run", "-f", "-o", str(folder / "head.ggmlviz"), "--", *command)
     finally:
-        for worker in workers:
-            worker.terminate()
-            worker.wait(timeout=120)
+        for process in processes:
+            process.terminate()
+            process.wait(timeout=120)
     joined = folder / "split.joined"
-    ggml_viz("join", str(folder / "head.ggmlviz"), str(folder / "w0.ggmlviz"), "-o", str(joined))
+    runs = [str(folder / "head.ggmlviz"), *(str(folder / f"w{index}.ggmlviz") for index in range(workers))]
+    ggml_viz("join", *runs, "-o", str(joined))
     return joined
 
 
@@ -103,16 +112,17 @@ def record_cpu(folder: Path, model: Path) -> Path:
     return run
 
 
-def sweep(model: Path, flags: list[str], prompt_tokens: int, repeats: int, rpc: bool) -> list[dict[str, str]]:
-    """llama-bench's rows for these flags, untraced (a worker of its own where `rpc`)."""
-    workers, ports = start_workers(None, 1) if rpc else ([], [])
+def sweep(model: Path, flags: list[str], prompt_tokens: int, repeats: int, workers: int) -> list[dict[str, str]]:
+    """llama-bench's rows for these flags, untraced (over `workers` workers of its own)."""
+    processes, ports = start_workers(None, workers) if workers else ([], [])
+    rpc = ["--rpc", ",".join(f"127.0.0.1:{port}" for port in ports)] if ports else []
     try:
-        command = [tool("llama-bench"), "-m", str(model), *(["--rpc", f"127.0.0.1:{ports[0]}"] if rpc else []),
-                   *flags, "-p", str(prompt_tokens), "-n", str(GENERATED), "-r", str(repeats), "-o", "csv"]  # fmt: skip
+        command = [tool("llama-bench"), "-m", str(model), *rpc, *flags, "-p", str(prompt_tokens),
+                   "-n", str(GENERATED), "-r", str(repeats), "-o", "csv"]  # fmt: skip
         done = subprocess.run(command, capture_output=True, text=True, env=clean_environment(), timeout=1800)
     finally:
-        for worker in workers:
-            worker.terminate()
+        for process in processes:
+            process.terminate()
     if done.returncode != 0:
         sys.exit(f"llama-bench failed: {done.stderr[-2000:]}")
     return list(csv.DictReader(io.StringIO(done.stdout)))
@@ -130,6 +140,9 @@ def one_round(folder: Path, name: str, model: Path, repeats: int, results: dict)
     _, _, _, split_flags, families = MODELS[name]
     joined = record_split(folder, model, split_flags)
     cpu = record_cpu(folder, model)
+    # this machine's limits at 1 and 2 threads, which -t is predicted from, measured in each round
+    # beside the run they go into (a shared machine's second core comes and goes)
+    ggml_viz("limits", "--for", str(cpu), "--threads", "1", "2", "--types", "F32", "F16", "Q8_0", "--again")
     tokens = predictions(cpu, [])["predictions"][0]["prompt_tokens"]
     blocks = int(predictions(joined, [])["n_layer"]) + 1
     # split: each family's settings predicted, then measured over a worker
@@ -138,7 +151,7 @@ def one_round(folder: Path, name: str, model: Path, repeats: int, results: dict)
         for option, value in zip(flags[::2], flags[1::2], strict=True):
             asked += ["--ngl" if option == "-ngl" else "--n-cpu-moe", value.replace("99", str(blocks))]
         predicted = predictions(joined, [*asked, "--prompt-tokens", str(tokens)])
-        for row in sweep(model, [*flags, "-t", "1"], tokens, repeats, rpc=True):
+        for row in sweep(model, [*flags, "-t", "1"], tokens, repeats, workers=1):
             setting = min(int(row["n_gpu_layers"]), blocks) if family == "ngl" else int(row["n_cpu_moe"])
             ngl, n_cpu_moe = min(int(row["n_gpu_layers"]), blocks), int(row.get("n_cpu_moe") or 0)
             match = [p for p in predicted["predictions"] if (p["ngl"], p["n_cpu_moe"]) == (ngl, n_cpu_moe)]
@@ -146,7 +159,7 @@ def one_round(folder: Path, name: str, model: Path, repeats: int, results: dict)
     # the CPU alone: threads (the prompt's too), and the prompt's ubatch
     ubatches = ",".join(map(str, (*UBATCHES, 512)))
     predicted = predictions(cpu, ["-t", "1,2", "-tb", "1,2", "-ub", ubatches, "--prompt-tokens", str(tokens)])
-    for row in sweep(model, ["-t", "1,2", "-ub", ubatches], tokens, repeats, rpc=False):
+    for row in sweep(model, ["-t", "1,2", "-ub", ubatches], tokens, repeats, workers=0):
         threads, ubatch = int(row["n_threads"]), int(row["n_ubatch"])
         match = [p for p in predicted["predictions"]
                  if (p["threads"], p["threads_batch"], p["ubatch"]) == (threads, threads, ubatch)]  # fmt: skip
@@ -154,6 +167,20 @@ def one_round(folder: Path, name: str, model: Path, repeats: int, results: dict)
             _pair(results, (name, "threads"), threads, row, match, predicted)
         if threads == 1 and phase_of(row) == "prompt":
             _pair(results, (name, "ubatch"), ubatch, row, match, predicted)
+    # two workers: every block on them, split as -ts says
+    two = record_split(folder, model, ["-ngl", "99"], workers=2)
+    predicted = predictions(two, ["-ts", SPLITS, "--prompt-tokens", str(tokens)])
+    for row in sweep(model, ["-ngl", "99", "-ts", SPLITS, "-t", "1"], tokens, repeats, workers=2):
+        shares = [float(share) for share in row["tensor_split"].split("/")]
+        match = [p for p in predicted["predictions"][1:] if _same_split(p["split"], shares)]  # ([0]: the recorded)
+        _pair(results, (name, "ts"), "/".join(f"{s:g}" for s in shares), row, match, predicted)
+
+
+def _same_split(predicted: list[float] | None, shares: list[float]) -> bool:
+    """Whether a prediction's split is llama-bench's (each normalized: 1/1 is 0.5/0.5)."""
+    if not predicted or len(predicted) != len(shares):
+        return False
+    return all(abs(a / sum(predicted) - b / sum(shares)) < 1e-6 for a, b in zip(predicted, shares, strict=True))
 
 
 def _pair(results: dict, key: tuple[str, str], setting: int, row: dict, match: list, predicted: dict) -> None:
@@ -198,8 +225,6 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="record-then-sweep rounds per model")
     parser.add_argument("--repeats", type=int, default=3, help="llama-bench repetitions per setting and round")
     args = parser.parse_args()
-    # the limits at 1 and 2 threads (kept per machine; measured once), which -t is predicted from
-    ggml_viz("limits", "--threads", "1", "2", "--types", "F32", "F16", "Q8_0")
     results: dict = defaultdict(lambda: defaultdict(list))
     with tempfile.TemporaryDirectory() as name:
         folder = Path(name)

@@ -245,6 +245,32 @@ def test_join_command_writes_the_experiment_that_query_and_summary_read(distribu
     assert processes == {"head", "worker"} and sum(event.get("name") == "process_name" for event in events) == 3
 
 
+def test_whatif_splits_the_layers_between_two_workers_as_tensor_split_does(distributed, tmp_path):
+    # GIVEN SmolLM2 split over two recorded workers (-ngl 99, llama.cpp's default split), joined
+    paths = [str(distributed.head), *(str(w.output) for w in distributed.workers)]
+    joined = tmp_path / "two.joined"
+    assert ggml_viz_cli("join", *paths, "-o", str(joined)).returncode == 0
+    # WHEN other splits between the two are asked for
+    result = ggml_viz_cli("whatif", str(joined), "-ts", "3/1,1/3", "--json")
+    assert result.returncode == 0, result.stderr
+    prediction = json.loads(result.stdout)
+    # THEN the recorded split is read from where the blocks ran: every block on a worker, each its share
+    recorded = prediction["recorded_placement"]
+    assert recorded["ngl"] == 31 and len(recorded["split"]) == 2 and min(recorded["split"]) > 0
+    assert sum(recorded["split"]) == pytest.approx(1)
+    # AND its predicted rates are those of its own steps, within 3 %
+    for phase in ("prompt", "decode"):
+        assert prediction["check"][phase]["ratio"] == pytest.approx(1, abs=0.03), prediction["check"]
+    # AND 3/1 gives the first worker three layers in four, 1/3 the second, each with their weights
+    first, second = prediction["others"]
+    rows = {tuple(row["split"]): row for row in prediction["predictions"] if not row["recorded"]}
+    more, less = rows[(3.0, 1.0)], rows[(1.0, 3.0)]
+    assert more["flags"].endswith("-ts 3,1") and more["layers_on"][first] > 2 * more["layers_on"][second]
+    assert less["layers_on"][second] > 2 * less["layers_on"][first]
+    assert more["memory"][first]["weights"] > less["memory"][first]["weights"]
+    assert more["crossings"] == less["crossings"] == 3  # to the first worker, to the second, back
+
+
 def test_joining_runs_that_do_not_belong_together_says_so(distributed, tmp_path):
     # GIVEN a worker's run alone, and a head's run given twice
     result = ggml_viz_cli("join", str(distributed.workers[0].output), "-o", str(tmp_path / "j"))

@@ -63,6 +63,8 @@ def test_limits_are_measured_once_kept_per_machine_and_written_into_the_run(run_
     assert measured(limits, "matvec", "Q4_1")["gb_per_s"] <= 2 * read["gb_per_s"]
     disk = next(row for row in limits["measurements"] if row["what"] == "disk_read")
     assert disk["gb_per_s"] > 0 and "MiB file" in disk["note"]
+    step = measured(limits, "node_step", None)  # a node's cost beyond its work: well under 100 µs
+    assert 0 < step["seconds"] < 1e-4 and "µs a node" in step["note"]
 
     # WHEN asked again: the kept limits are shown, not measured again
     again = ggml_viz_cli("limits", *QUICK, "--json")

@@ -404,17 +404,15 @@ def test_a_mixture_of_experts_shows_its_routing(page, tmp_path, screenshots):
 
 
 def test_the_what_if_view_shows_each_placement_s_step_and_memory(page, tmp_path, screenshots):
+    from ..machine_limits import keep_in_run, twice_as_fast_at_two_threads
     from .arch_models import generate, load, write_model
-    from .smollm2 import ggml_viz_cli
 
-    # GIVEN a Gemma 3 model recorded on the CPU, with this machine's limits at one and two threads kept in it
+    # GIVEN a Gemma 3 model recorded on the CPU, with limits at one and two threads kept in it
     model = write_model(tmp_path / "gemma3.gguf", "gemma3", n_layers=4, n_embd=256, n_ff=1024)
     path = tmp_path / "gemma3.ggmlviz"
     with ggml_viz.record(path):
         generate(load(model, n_threads=1, n_threads_batch=1), n_predict=8)
-    done = ggml_viz_cli("limits", "--for", str(path), "--threads", "1", "2", "--types", "F16", "Q8_0",
-                        "--size-mib", "64", "--repeats", "2", timeout=600)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
+    keep_in_run(path, twice_as_fast_at_two_threads())
     with serving(page, path) as viewer:
         # WHEN the What-if tab is opened
         open_view(page, viewer.url, "whatif")

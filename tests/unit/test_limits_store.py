@@ -34,6 +34,7 @@ LIMITS = limits_of(
     row("memory_read", 1, None, gb=15.0), row("memory_read", 4, None, gb=40.0),
     row("matmul", 1, "F32", gflop=60.0), row("matmul", 4, "F32", gflop=200.0), row("matmul", 4, "Q4_K", gflop=300.0),
     row("matvec", 4, "Q4_K", gb=25.0, gflop=90.0), row("memory_read", None, "F32", gb=3000.0, device="CUDA0"),
+    {**row("node_step", 4, None), "seconds": 6e-7},
 )  # fmt: skip
 
 
@@ -51,6 +52,7 @@ def test_the_peak_is_the_weight_type_s_else_f32_s():
     assert limits.peak("CPU", 1, None) == (60.0, "F32")
     assert limits.bandwidth("CPU", 4) == 40.0 and limits.bandwidth("CUDA0", None) == 3000.0
     assert limits.kernel_read("CPU", 4, "Q4_K") == 25.0 and limits.kernel_read("CPU", 1, "Q4_K") is None
+    assert limits.node_step_ns(4) == pytest.approx(600.0) and limits.node_step_ns(1) is None
 
 
 def test_limits_are_kept_per_machine_and_given_to_the_runs_it_records():

@@ -45,7 +45,7 @@ def _model(**overrides) -> PlacementModel:
         columns=["block", "group", "name", "bytes"],
     )  # fmt: skip
     values = dict(
-        n_layer=2, other="GPU0", recorded=Placement(2, 0, 1, 1, 512), parts={RECORDED: parts},
+        n_layer=2, others=("GPU0",), recorded=Placement(2, 0, 1, 1, 512), parts={RECORDED: parts},
         crossing=Line(3.0, 0.0), fixed=Line(5.0, 0.0),
         measured={"decode": {"steps": 10.0, "tokens": 10.0, "ns": 10 * 45.5}}, prompt_steps=[8],
         cold_prompt=False, weights=weights, logits_bytes_per_token=1000, output_device="GPU0",
@@ -169,3 +169,26 @@ def test_a_memory_budget_is_device_equals_size():
     for bad in ("CUDA0", "CUDA0=lots", "=8GiB", "CUDA0=8XB"):
         with pytest.raises(argparse.ArgumentTypeError):
             memory_budget(bad)
+
+
+def test_a_split_between_two_devices_gives_each_its_share_of_the_offloaded_blocks_in_order():
+    # GIVEN a dense model measured on the CPU and two devices (its layer 1 on GPU1, the rest on GPU0)
+    parts = {(INPUT, DENSE, "CPU"): Line(1, 0), (0, DENSE, "GPU0"): Line(4, 0), (1, DENSE, "GPU1"): Line(2, 0),
+             (2, DENSE, "GPU0"): Line(4, 0), (3, DENSE, "GPU0"): Line(1, 0)}  # fmt: skip
+    model = _model(n_layer=3, others=("GPU0", "GPU1"), parts={RECORDED: parts}, has_experts=False,
+                   recorded=Placement(4, 0, 1, 1, 512, (0.75, 0.25)))  # fmt: skip
+    # WHEN the four offloaded blocks are split evenly, and 3 to 1 (llama.cpp: block i of n to the first
+    # device whose cumulative share exceeds i / n)
+    even = devices_of(model, Placement(4, split=(1, 1)))
+    assert [even[(b, DENSE)] for b in range(INPUT, 4)] == ["CPU", "GPU0", "GPU0", "GPU1", "GPU1"]
+    most = devices_of(model, Placement(4, split=(3, 1)))
+    assert [most[(b, DENSE)] for b in range(INPUT, 4)] == ["CPU", "GPU0", "GPU0", "GPU0", "GPU1"]
+    # THEN a step crosses at each change of device and back to the CPU
+    assert boundaries_of(model, even) == 3
+    assert boundaries_of(model, devices_of(model, Placement(2, split=(0, 1)))) == 2
+    # AND a block moved to the other device costs there at the devices' ratio (GPU1's layers at half
+    # GPU0's): layer 2 and the output on GPU1, layer 1 on GPU0
+    row = predict_one(model, Placement(4, split=(1, 1)))
+    assert row["decode_parts"]["GPU1"] == pytest.approx(4 * 0.5 + 1 * 0.5)
+    assert row["decode_parts"]["GPU0"] == pytest.approx(4 + 2 * 2)
+    assert row["flags"] == "-ngl 4 -ts 1,1" and row["layers_on"] == {"CPU": 0, "GPU0": 2, "GPU1": 1}

@@ -14,14 +14,13 @@ from typing import Any, get_type_hints, is_typeddict
 import pytest
 from starlette.testclient import TestClient
 
-from ggml_viz.runformat.limits import LIMITS_VERSION, this_machine
-from ggml_viz.runformat.manifest import write_manifest
 from ggml_viz.runformat.synthetic import write_synthetic_run
 from ggml_viz.ui import payloads
 from ggml_viz.ui.app import RunRegistry, create_app
 from ggml_viz.ui.server import make_viewer
 
 from ..gpu_runs import write_gpu_run
+from ..machine_limits import keep_in_run, twice_as_fast_at_two_threads
 from ..payload_shapes import declared_types, shape_problems
 
 PORT = 8765
@@ -75,23 +74,8 @@ def runs_folder(tmp_path_factory):
     write_gpu_run(folder / "c-gpu.ggmlviz", graphs=40, layers=6, gpu_every=1, seed=3)
     # r3: a run holding this machine's limits at two thread counts, whose other threads are predicted
     with_limits = write_synthetic_run(folder / "d-limits.ggmlviz", graphs=12, layers=4, seed=4)
-    manifest = json.loads((with_limits / "manifest.json").read_text())
-    manifest["limits"] = two_thread_counts()
-    write_manifest(with_limits, manifest)
+    keep_in_run(with_limits, twice_as_fast_at_two_threads())
     return folder
-
-
-def two_thread_counts() -> dict[str, Any]:
-    """Limits measured at 1 and 2 threads (the second twice as fast)."""
-
-    def row(what: str, threads: int, kind: str | None, gb: float | None, gflop: float | None) -> dict[str, Any]:
-        return {"device": "CPU", "threads": threads, "what": what, "type": kind, "gb_per_s": gb, "gflop_per_s": gflop,
-                "bytes": 1, "flops": 1, "seconds": 1.0, "repeats": 1, "note": None}  # fmt: skip
-
-    rows = [row(what, n, kind, n * 10.0, n * 50.0) for n in (1, 2)
-            for what, kind in (("memory_read", None), ("matmul", "F32"), ("matvec", "F32"))]  # fmt: skip
-    return {"version": LIMITS_VERSION, "measured": "2026-11-27T00:00:00+00:00", "machine": this_machine(),
-            "measurements": rows}  # fmt: skip
 
 
 @pytest.fixture(scope="module")

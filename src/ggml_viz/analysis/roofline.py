@@ -84,6 +84,11 @@ class Limits:
                 return float(found["gflop_per_s"].max()), wanted
         return None, None
 
+    def node_step_ns(self, threads: int) -> float | None:
+        """ns a CPU node costs beyond its work at `threads` threads (node_step), None where not measured."""
+        rows = self._rows(CPU, threads, "node_step")
+        return float(rows["seconds"].min()) * 1e9 if len(rows) else None
+
     def kernel_read(self, device: str, threads: int | None, ggml_type: str) -> float | None:
         """GB/s of weights the program's matrix-vector kernel for this type reads at best (matvec)."""
         rows = self._rows(device, threads, "matvec")

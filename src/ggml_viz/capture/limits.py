@@ -12,6 +12,9 @@ by the very libraries the traced programs use, so each limit is one the program 
   the compute roof for that type.
 - page_cache_read, disk_read: the F32 product over a file mapped the way llama.cpp maps a model,
   first from the page cache, then once its pages were dropped (posix_fadvise), from the disk.
+- node_step, on a CPU: what a node costs beyond its work, `seconds` per node: a chain of
+  NODE_CHAIN additions of 64 floats (each node dispatched to every thread, then the barrier they
+  all wait at before the next), the cost that grows with the threads where the work shrinks.
 
 Each runs `repeats` times after one unmeasured run; the best run counts (as STREAM counts: the
 limit is what the machine can reach, the rest is noise from a shared machine). On a CPU at each
@@ -49,6 +52,7 @@ GPU_MATMUL_ROWS, GPU_MATMUL_COLUMNS = 8192, 4096
 GPU_NODES = 8
 DEFAULT_TYPES = ("F32", "F16", "Q8_0", "Q4_0", "Q4_K", "Q6_K")
 SAMPLE_ROWS = 64
+NODE_CHAIN = 1000  # node_step: additions in the chain (a model's decode step has hundreds to thousands of nodes)
 TYPE_COUNT_0_25 = 40  # GGML_TYPE_COUNT of ggml 0.25.3 (MXFP4 the last)
 WORD = 0x0101010101010101  # what the read kernel's buffer holds (its sum is known)
 ProgressFn = Callable[[str], None]
@@ -97,6 +101,7 @@ def measure(
             for name in types:
                 rows.append(bench.matvec(name, size_mib))
                 rows.append(bench.matmul(name, MATMUL_ROWS, MATMUL_COLUMNS))
+            rows.append(bench.node_step())
         set_threads(backend, max(threads))
         files = _Bench(backend, "CPU", max(threads), max(2, repeats // 2), 1, say, types)
         rows.extend(files.file_reads(size_mib, file_dir))
@@ -226,6 +231,41 @@ class _Bench:
 
     def matmul(self, type_name: str, rows: int, columns: int) -> Measurement:
         return self._product("matmul", type_name, rows, columns)
+
+    def node_step(self) -> Measurement:
+        """A node's cost beyond its work: NODE_CHAIN additions of 64 floats, each on the last."""
+        lib = self.lib
+        self.say(f"{self.device}{self._at()}: a chain of {NODE_CHAIN:,} nodes")
+        ctx = lib.ggml_init(ggml_api._InitParams(
+            mem_size=(NODE_CHAIN + 4) * lib.ggml_tensor_overhead() + lib.ggml_graph_overhead(),
+            mem_buffer=None, no_alloc=True))  # fmt: skip
+        if not ctx:
+            raise CaptureError("ggml_init failed")
+        buffer = 0
+        try:
+            start = lib.ggml_new_tensor_2d(ctx, 0, 64, 1)
+            step = lib.ggml_new_tensor_2d(ctx, 0, 64, 1)
+            value = start
+            for _ in range(NODE_CHAIN):
+                value = lib.ggml_add(ctx, value, step)
+            graph = lib.ggml_new_graph(ctx)
+            lib.ggml_build_forward_expand(graph, value)
+            buffer = lib.ggml_backend_alloc_ctx_tensors(ctx, self.backend)
+            if not buffer:
+                raise CaptureError(f"{self.device} has no room for a chain of small tensors")
+            zeros = np.zeros(64, dtype=np.float32)
+            for tensor in (start, step):
+                lib.ggml_backend_tensor_set(tensor, zeros.ctypes.data, 0, zeros.nbytes)
+            self._compute(graph)  # (first run: the threads start)
+            best = min(self._compute(graph) for _ in range(self.repeats))
+        finally:
+            if buffer:
+                lib.ggml_backend_buffer_free(buffer)
+            lib.ggml_free(ctx)
+        per_node = best / 1e9 / NODE_CHAIN
+        note = f"{per_node * 1e6:.2f} µs a node: a chain of {NODE_CHAIN:,} additions of 64 floats"
+        return Measurement(self.device, self.threads, "node_step", None, None, None, 0, 0.0, per_node, self.repeats,
+                           note=note)  # fmt: skip
 
     def _product(self, what: str, type_name: str, rows: int, columns: int, weights_at: int = 0) -> Measurement:
         """`what`: the weights [ROW, rows] of `type_name` by `columns` F32 columns, `self.nodes`

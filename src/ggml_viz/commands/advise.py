@@ -73,7 +73,7 @@ class AdviseCommand(Command):
         advice = advise(model, budget, args.ctx, args.prompt_tokens, args.goal, args.top)
         finding = advice_finding(model, advice, least_gain=1.0)
         if args.json:
-            print(json.dumps({**advice, "recorded_flags": model.recorded.flags(model.other, model.has_experts),
+            print(json.dumps({**advice, "recorded_flags": model.flags(model.recorded),
                               "finding": finding, "left_out": LEFT_OUT}, indent=2, default=str))  # fmt: skip
             return 0
         fits = f"{advice['placements'] - advice['not_fitting']} of {advice['placements']} placements fit"

@@ -109,11 +109,12 @@ def _wanted(args: argparse.Namespace, runs: list[Any]) -> tuple[list[int], list[
 
 
 def _covers(limits: dict[str, Any], threads: list[int], types: list[str]) -> bool:
-    """Whether kept limits hold a bandwidth and a peak for every thread count and type asked."""
+    """Whether kept limits hold a bandwidth, a node's step and a peak for every thread count and type asked."""
     have = {(row.get("what"), row.get("threads"), (row.get("type") or "").upper())
             for row in limits["measurements"] if row.get("device") == "CPU"}  # fmt: skip
     read = {count for what, count, _ in have if what == "memory_read"}
-    return all(n in read and all(("matmul", n, kind) in have for kind in types) for n in threads)
+    stepped = {count for what, count, _ in have if what == "node_step"}  # (limits kept before it was measured lack it)
+    return all(n in read and n in stepped and all(("matmul", n, kind) in have for kind in types) for n in threads)
 
 
 def _measure(args: argparse.Namespace, threads: list[int], types: list[str],
@@ -155,7 +156,8 @@ def _show(limits: dict[str, Any], runs: list[str]) -> None:
     table = Table("device", "threads", "measured", "type", "GB/s", "GFLOP/s", "note", title_justify="left",
                   title="limits (the best of each measurement's runs)")  # fmt: skip
     words = {"memory_read": "memory read", "matvec": "matrix × vector", "matmul": "matrix × matrix",
-             "page_cache_read": "mapped file, page cache", "disk_read": "mapped file, disk"}  # fmt: skip
+             "page_cache_read": "mapped file, page cache", "disk_read": "mapped file, disk",
+             "node_step": "a node's step"}  # fmt: skip
     for row in limits["measurements"]:
         table.add_row(row["device"], str(row["threads"] or "—"), words.get(row["what"], row["what"]),
                       row.get("type") or "—", _number(row.get("gb_per_s")), _number(row.get("gflop_per_s")),

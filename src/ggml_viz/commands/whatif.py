@@ -29,6 +29,17 @@ def positive_list(text: str) -> list[int]:
     return values
 
 
+def split_list(text: str) -> list[tuple[float, ...]]:
+    """'1/1,3/1' -> [(1.0, 1.0), (3.0, 1.0)] (llama-bench's way of listing -ts values)."""
+    try:
+        splits = [tuple(float(share) for share in part.split("/")) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of splits: {text!r} (say 1/1,3/1)") from None
+    if not splits or any(min(split) < 0 or sum(split) <= 0 for split in splits):
+        raise argparse.ArgumentTypeError(f"a split's shares are 0 or more, not all 0: {text!r}")
+    return splits
+
+
 def add_prediction_options(parser: argparse.ArgumentParser) -> None:
     """What every prediction is asked at: the context the memory is for, the prompt's length."""
     parser.add_argument("--ctx", type=int, help="the context the KV cache is sized for (default: the run's)")
@@ -44,18 +55,19 @@ def open_model(path: str) -> Any:
 
     if not Path(path).exists():
         raise CommandError(f"no run at {path}")
-    head, activity = open_activity(Path(path))
+    head, activity = open_activity(Path(path), sample=True)
     return placement_model(head, activity, device_parts(step_windows(head.graphs), activity))
 
 
 class WhatifCommand(Command):
     """Predict the prompt and decode rates, and each device's memory, under placements you name.
 
-    From one run (on the CPU alone, or on the CPU and one other device: a CUDA GPU, an RPC worker,
-    given as the joined run), each part of the model's measured cost on its device, the cost of
-    crossing between the devices and the host's time predict a prompt step and a decode step
-    under other flags: `--ngl` (llama.cpp's rule: the last N blocks, the output counted as one, on
-    the other device), `--n-cpu-moe` (the experts of the first N layers on the CPU), `-t`/`-tb`
+    From one run (on the CPU alone, or on the CPU and other devices: CUDA GPUs, RPC workers, given
+    as the joined run), each part of the model's measured cost on its device, the cost of crossing
+    between the devices and the host's time predict a prompt step and a decode step under other
+    flags: `--ngl` (llama.cpp's rule: the last N blocks, the output counted as one, on the other
+    devices), `-ts` (their split between two devices or more, as llama-bench writes a list of
+    them: 1/1,3/1), `--n-cpu-moe` (the experts of the first N layers on the CPU), `-t`/`-tb`
     (thread counts this machine's limits were measured at, kept in the run) and `-ub` (the
     prompt's ubatch). Each list is crossed with the others; a flag left out stays as recorded.
     The first line checks the recorded placement's prediction against what the run measured.
@@ -70,7 +82,9 @@ class WhatifCommand(Command):
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("run", help="a run (NAME.ggmlviz), or a joined distributed run that used two devices")
-        parser.add_argument("--ngl", type=count_list, help="blocks on the other device: 0,8,24")
+        parser.add_argument("--ngl", type=count_list, help="blocks on the other devices: 0,8,24")
+        parser.add_argument("-ts", "--tensor-split", type=split_list,
+                            help="splits between the devices beside the CPU: 1/1,3/1")  # fmt: skip
         parser.add_argument("--n-cpu-moe", type=count_list, help="layers whose experts stay on the CPU: 0,4,8")
         parser.add_argument("-t", "--threads", type=positive_list, help="decode's CPU threads: 1,2,4")
         parser.add_argument("-tb", "--threads-batch", type=positive_list, help="the prompt's CPU threads")
@@ -85,16 +99,16 @@ class WhatifCommand(Command):
         recorded = model.recorded
         lists: list[list[Any]] = [
             args.ngl or [recorded.ngl], args.n_cpu_moe or [recorded.n_cpu_moe], args.threads or [None],
-            args.threads_batch or [None], args.ubatch or [None],
+            args.threads_batch or [None], args.ubatch or [None], args.tensor_split or [recorded.split],
         ]  # fmt: skip
         placements = [recorded, *(Placement(*values) for values in itertools.product(*lists))]
         unique = list(dict.fromkeys(placements))
         table = predict(model, unique, args.ctx, args.prompt_tokens)
         check = recorded_check(model, table.iloc[0].to_dict())
         if args.json:
-            print(json.dumps({"recorded": recorded.flags(model.other, model.has_experts),
+            print(json.dumps({"recorded": model.flags(recorded),
                               "recorded_placement": dataclasses.asdict(recorded), "n_layer": model.n_layer,
-                              "other": model.other, "check": check, "predictions": table.to_dict(orient="records"),
+                              "others": model.others, "check": check, "predictions": table.to_dict(orient="records"),
                               "left_out": LEFT_OUT}, indent=2, default=str))  # fmt: skip
             return 0
         print_predictions(model, table.to_dict(orient="records"), f"predicted from the run ({model.n_layer} layers)")
@@ -109,10 +123,10 @@ def print_predictions(model: Any, rows: list[dict[str, Any]], title: str) -> Non
 
     from ..analysis.devices.prediction import LEFT_OUT
 
-    devices = ["CPU", model.other] if model.other else ["CPU"]
+    devices = model.devices
     phases = [p for p in ("prompt", "decode") if any(f"{p}_tokens_per_s" in row for row in rows)]
-    layers = [f"layers on {model.other}"] if model.other else []
-    experts = ["expert layers on CPU"] if model.has_experts and model.other else []
+    layers = [f"layers on {device}" for device in model.others]
+    experts = ["expert layers on CPU"] if model.has_experts and model.others else []
     out = Table("flags", *layers, *experts, *(f"{p} tok/s" for p in phases), "decode step, where it goes",
                 *(f"{d} memory" for d in devices), title=title, title_justify="left")  # fmt: skip
     for row in rows:
@@ -122,7 +136,7 @@ def print_predictions(model: Any, rows: list[dict[str, Any]], title: str) -> Non
         where = ", ".join(f"{name} {ns / step:.0%}" for name, ns in sorted(parts.items(), key=lambda kv: -kv[1])
                           if step and ns / step >= 0.05)  # fmt: skip
         cells = [f"{row['flags'] or '(as recorded)'}{' (recorded)' if row['recorded'] else ''}"]
-        cells += [str(row["other_layers"])] if layers else []
+        cells += [str(row["layers_on"][device]) for device in model.others]
         cells += [str(row["cpu_expert_layers"])] if experts else []
         cells += [f"{r:,.1f}" if r else "—" for r in rates]
         cells += [f"{format_ms(step)}: {where}" if step else "—"]

@@ -40,7 +40,7 @@ LIMITS_VERSION = 2
 # Version 1 measured the CPU's memory_read with ggml's F32 matrix-vector kernel (a quarter low on
 # some CPUs): still read in the manifests of runs judged against it, never kept as this machine's.
 READ_VERSIONS = (1, 2)
-MEASUREMENT_KINDS = ("memory_read", "matvec", "matmul", "page_cache_read", "disk_read")
+MEASUREMENT_KINDS = ("memory_read", "matvec", "matmul", "page_cache_read", "disk_read", "node_step")
 
 
 def limits_dir() -> Path:

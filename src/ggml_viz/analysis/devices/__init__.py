@@ -15,15 +15,16 @@ from ..join import is_joined, open_joined
 from ..roofline import run_limits
 from .activity import COMPUTE, device_of_buffer, joined_activity, run_activity
 from .advise import advice_finding, advise
-from .placement import placement_model
+from .placement import placement_model, predicting_graphs
 from .steps import TRANSFERS, device_parts, phase_breakdown, step_windows
 
 
-def open_activity(path: Path) -> tuple[Run, pd.DataFrame]:
-    """A run's (or a joined distributed run's) head run and every device's activity in its steps."""
+def open_activity(path: Path, sample: bool = False) -> tuple[Run, pd.DataFrame]:
+    """A run's (or a joined distributed run's) head run and every device's activity in its steps
+    (a single run's in the steps a prediction reads only, where `sample`: predicting_graphs)."""
     if not is_joined(path):
         run = open_run(path)
-        return run, run_activity(run)
+        return run, run_activity(run, predicting_graphs(run.graphs) if sample else None)
     description, runs, tables = open_joined(path)
     roles = [member.get("role") for member in description["members"]]
     head = runs[roles.index("head")]
@@ -85,14 +86,14 @@ def placement_advice(head: Run, activity: pd.DataFrame | None) -> dict[str, Any]
     if activity is None:
         if limits is None or len(limits.threads_measured()) < 2:
             return None
-        activity = run_activity(head)
+        activity = run_activity(head, predicting_graphs(head.graphs))
     try:
         model = placement_model(head, activity, device_parts(step_windows(head.graphs), activity))
         advice = advise(model, {}, top=1)
     except GgmlVizError:
         return None
     best = advice["best"][0] if advice["best"] else None
-    return {"recorded_flags": model.recorded.flags(model.other, model.has_experts), "check": advice["check"],
+    return {"recorded_flags": model.flags(model.recorded), "check": advice["check"],
             "best_flags": best["flags"] if best else None,
             "best_decode_tokens_per_s": best.get("decode_tokens_per_s") if best else None,
             "recorded_decode_tokens_per_s": advice["recorded"].get("decode_tokens_per_s"),

@@ -19,6 +19,7 @@ Nothing here depends on a model's names: the layer of a node is the run's own `l
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -46,13 +47,15 @@ def empty_activity() -> pd.DataFrame:
                          for column in ACTIVITY_COLUMNS})  # fmt: skip
 
 
-def run_activity(run: Run) -> pd.DataFrame:
-    """A single process's activity: its timed host nodes, and on CUDA the GPU's kernels and copies."""
-    nodes = run.nodes
+def run_activity(run: Run, graph_ids: Sequence[int] | None = None) -> pd.DataFrame:
+    """A single process's activity: its timed host nodes, and on CUDA the GPU's kernels and copies
+    (of some graphs only, where `graph_ids` names them: a long run's sample reads no more)."""
+    nodes = run.nodes if graph_ids is None else run.nodes_of(list(graph_ids))
     timed = nodes[nodes["start_ns"].notna() & nodes["end_ns"].notna()]
     frames = [_node_rows(timed, timed["start_ns"], timed["end_ns"], timed["buffer_name"].map(device_of_buffer))]
     if run.has_gpu_times:
-        frames.append(_gpu_rows(run, nodes))
+        gpu = _gpu_rows(run, nodes)
+        frames.append(gpu if graph_ids is None else gpu[gpu["graph_id"].isin(list(graph_ids))])
     return _concat(frames)
 
 

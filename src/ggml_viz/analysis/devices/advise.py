@@ -12,20 +12,28 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from .placement import Placement, PlacementModel, devices_of
 from .prediction import predict_one, recorded_check
 
 UBATCHES = (32, 64, 128, 256, 512, 1024, 2048)
+SPLIT_STEPS = 8  # two devices beside the CPU: -ts 1/8 ... 7/8 of the offloaded blocks on the first
 GOALS = ("decode", "prompt")
 
 
 def candidates(model: PlacementModel) -> list[Placement]:
     """Every placement of blocks and experts worth predicting, each once."""
-    if model.other is None:
+    if not model.others:
         return [Placement(0, 0)]
-    found = [Placement(ngl, 0) for ngl in range(model.n_layer + 2)]
+    splits: list[tuple[float, ...] | None] = [None]
+    if len(model.others) == 2:  # (more devices: the recorded split and an even one)
+        splits += [(share, 1 - share) for share in np.arange(1, SPLIT_STEPS) / SPLIT_STEPS]
+    elif len(model.others) > 2:
+        splits.append(model.recorded.split)
+    found = [Placement(ngl, 0, split=split) for ngl in range(model.n_layer + 2) for split in splits]
     if model.has_experts:
-        found += [Placement(model.n_layer + 1, n) for n in range(1, model.n_layer + 1)]
+        found += [Placement(model.n_layer + 1, n, split=split) for n in range(1, model.n_layer + 1) for split in splits]
     seen, unique = set(), []
     for placement in found:
         key = tuple(sorted(devices_of(model, placement).items()))
@@ -66,26 +74,27 @@ def _best_settings(model: PlacementModel, base: Placement, threads: list[int | N
                    budget: dict[str, int]) -> dict[str, Any] | None:  # fmt: skip
     """A placement with its fastest decode threads, and its fastest prompt threads and ubatch
     among those whose memory fits (None: none fits)."""
-    decode = [predict_one(model, Placement(base.ngl, base.n_cpu_moe, threads=t), ctx, prompt_tokens) for t in threads]
+    decode = [predict_one(model, Placement(base.ngl, base.n_cpu_moe, threads=t, split=base.split), ctx, prompt_tokens)
+              for t in threads]  # fmt: skip
     fitting = [row for row in decode if _fits(row["memory"], budget)]
     if not fitting:
         return None
     chosen = max(fitting, key=lambda row: row.get("decode_tokens_per_s") or 0.0)
     if not model.prompt_steps:
         return chosen
-    prompts = [predict_one(model, Placement(base.ngl, base.n_cpu_moe, threads_batch=t, ubatch=u), ctx, prompt_tokens)
-               for t in threads for u in ubatches]  # fmt: skip
+    prompts = [predict_one(model, Placement(base.ngl, base.n_cpu_moe, threads_batch=t, ubatch=u, split=base.split), ctx,
+                           prompt_tokens) for t in threads for u in ubatches]  # fmt: skip
     prompts = [row for row in prompts if _fits(row["memory"], budget)]
     if not prompts:
         return None
     prompt = max(prompts, key=lambda row: row.get("prompt_tokens_per_s") or 0.0)
     placement = Placement(base.ngl, base.n_cpu_moe, _changed(chosen["threads"], model.recorded.threads),
                           _changed(prompt["threads_batch"], model.recorded.threads_batch),
-                          _changed(prompt["ubatch"], model.recorded.ubatch))  # fmt: skip
+                          _changed(prompt["ubatch"], model.recorded.ubatch), base.split)  # fmt: skip
     result = dict(chosen)
     result.update({key: prompt[key] for key in ("threads_batch", "ubatch", "prompt_tokens", "prompt_ns",
                                                 "prompt_tokens_per_s", "memory")})  # fmt: skip
-    result["flags"] = placement.flags(model.other, model.has_experts)
+    result["flags"] = model.flags(placement)
     result["recorded"] = False
     return result
 

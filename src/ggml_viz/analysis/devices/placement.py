@@ -19,10 +19,12 @@ part costs at another ubatch size follows. Only warm steps count: the warm-up gr
 phase's first graph where no warm-up came before it, are left out when the phase has others.
 
 Where the run holds this machine's limits at several thread counts (`ggml-viz limits --threads
-1,2,...`), each CPU node is also costed at every thread count measured: its time scaled by how
-much faster its limit is there (a compute-bound node by the matrix product's FLOP/s for its
-weight type, a memory-bound product by the matrix-vector kernel's read rate for its type, any
-other memory-bound node by the memory's read bandwidth; roofline.py decides which).
+1,2,...`), each CPU node is also costed at every thread count measured: its time less a node's
+step at the threads it ran on (node_step: dispatch and the barrier between threads, measured on a
+chain of small nodes) scaled by how much faster its limit is there (a compute-bound node by the
+matrix product's FLOP/s for its weight type, a memory-bound product by the matrix-vector
+kernel's read rate for its type, any other memory-bound node by the memory's read bandwidth;
+roofline.py decides which), plus a node's step at the new count.
 
 Nothing here depends on a model's names: blocks are the run's own `layer` column, experts the
 ops that read them.
@@ -30,6 +32,7 @@ ops that read them.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,17 +56,20 @@ RECORDED = 0  # the key of the costs as recorded (a thread count is 1 or more)
 class Placement:
     """One setting of llama.cpp's flags, as far as a prediction goes (None: as recorded)."""
 
-    ngl: int = 0  # blocks on the device beside the CPU, counted from the output
+    ngl: int = 0  # blocks on the devices beside the CPU, counted from the output
     n_cpu_moe: int = 0  # layers, counted from the first, whose experts stay on the CPU
     threads: int | None = None  # decode's CPU threads (-t)
     threads_batch: int | None = None  # the prompt's CPU threads (-tb)
     ubatch: int | None = None  # tokens in one prompt step (-ub)
+    split: tuple[float, ...] | None = None  # -ts: each device's share of the blocks on them (None: even)
 
-    def flags(self, other: str | None, experts: bool) -> str:
+    def flags(self, others: tuple[str, ...], experts: bool) -> str:
         """The flags as llama.cpp spells them."""
-        said = [f"-ngl {self.ngl}"] if other else []
-        if experts and other:
+        said = [f"-ngl {self.ngl}"] if others else []
+        if experts and others:
             said.append(f"--n-cpu-moe {self.n_cpu_moe}")
+        if self.split and len(others) > 1:
+            said.append("-ts " + ",".join(f"{share:g}" for share in self.split))
         if self.threads:
             said.append(f"-t {self.threads}")
         if self.threads_batch:
@@ -101,7 +107,7 @@ class PlacementModel:
     """What a prediction needs, measured in one run."""
 
     n_layer: int
-    other: str | None  # the device beside the CPU (None: the run computed on the CPU alone)
+    others: tuple[str, ...]  # the devices beside the CPU, in llama.cpp's order (none: the CPU alone)
     recorded: Placement
     # per CPU thread count (RECORDED: as recorded), per part (block, group, device): its line
     parts: dict[int, dict[tuple[int, str, str], Line]]
@@ -125,6 +131,13 @@ class PlacementModel:
     @property
     def thread_counts(self) -> list[int]:
         return sorted(t for t in self.parts if t != RECORDED)
+
+    @property
+    def devices(self) -> list[str]:
+        return ["CPU", *self.others]
+
+    def flags(self, placement: Placement) -> str:
+        return placement.flags(self.others, self.has_experts)
 
 
 def block_of_nodes(nodes: pd.DataFrame) -> pd.Series:
@@ -166,21 +179,27 @@ def warm_steps(graphs: pd.DataFrame) -> pd.DataFrame:
     return chosen
 
 
+def predicting_graphs(graphs: pd.DataFrame, most: int = 64) -> list[int]:
+    """The graphs a prediction reads where a whole run would be too many: the last `most` warm
+    steps of each phase (their mean is the figure; a long run's hours add nothing to it)."""
+    steps = warm_steps(graphs)
+    return [int(g) for g in steps.groupby("phase")["graph_id"].apply(lambda ids: ids.tail(most)).explode()]
+
+
 def placement_model(head: Run, activity: pd.DataFrame, parts: pd.DataFrame) -> PlacementModel:
-    """The measured costs of a run that computed on the CPU alone, or on the CPU and one other
-    device (a GPU, an RPC worker)."""
+    """The measured costs of a run that computed on the CPU alone, or on the CPU and other devices
+    (GPUs, RPC workers)."""
     compute = activity[activity["kind"] == COMPUTE]
     devices = set(compute["device"])
-    others = sorted(devices - {"CPU"})
-    if len(others) > 1 or (others and "CPU" not in devices) or not devices:
+    others = tuple(sorted(devices - {"CPU"}, key=_device_order))
+    if (others and "CPU" not in devices) or not devices:
         found = ", ".join(sorted(devices)) or "none"
-        raise GgmlVizError(f"a placement is predicted from a run that computed on the CPU, alone or beside one "
-                           f"other device (a GPU, an RPC worker); this run's devices: {found}")  # fmt: skip
+        raise GgmlVizError(f"a placement is predicted from a run that computed on the CPU, alone or beside other "
+                           f"devices (GPUs, RPC workers); this run's devices: {found}")  # fmt: skip
     untimed = sorted(set(_compute_bytes(head)) - devices)
     if untimed:
         raise GgmlVizError(f"this run also computed on {', '.join(untimed)}, whose nodes have no time in it (an RPC "
                            "worker's: record the worker too and give the joined run, `ggml-viz join`)")  # fmt: skip
-    other = others[0] if others else None
     steps = warm_steps(head.graphs)
     steps = steps[steps["graph_id"].isin(compute["graph_id"].unique())].reset_index(drop=True)
     if steps.empty:
@@ -197,8 +216,9 @@ def placement_model(head: Run, activity: pd.DataFrame, parts: pd.DataFrame) -> P
         scaled.update(_at_thread_counts(head, limits, compute, threads))
     experts = _expert_counts(head)
     lines = {count: _part_lines(compute.assign(ns=ns), tokens, experts) for count, ns in scaled.items()}
-    recorded = _recorded_placement(compute, other, n_layer, head)
-    crossing, fixed = _crossing_and_fixed(parts, tokens, _boundaries(recorded, n_layer))
+    recorded = _recorded_placement(compute, others, n_layer, head)
+    recorded_devices = devices_of_blocks(compute)
+    crossing, fixed = _crossing_and_fixed(parts, tokens, crossings_along(recorded_devices, n_layer))
     windows = step_windows(steps)
     length = (windows["end_ns"] - windows["start_ns"]).clip(lower=0).to_numpy(float)
     measured = {str(phase): {"steps": float(len(mine)), "tokens": float(steps["n_tokens"].to_numpy()[mine.index].sum()),
@@ -206,11 +226,10 @@ def placement_model(head: Run, activity: pd.DataFrame, parts: pd.DataFrame) -> P
                 for phase, mine in windows.reset_index(drop=True).groupby("phase")}  # fmt: skip
     prompt = steps[steps["phase"] == "prompt"]
     weights = _weights(head)
-    recorded_devices = devices_of_blocks(compute)
     context = (head.manifest.get("contexts") or [{}])[0]
     first_graph = int(head.graphs["graph_id"].min())
     return PlacementModel(
-        n_layer=n_layer, other=other, recorded=recorded, parts=lines, crossing=crossing, fixed=fixed,
+        n_layer=n_layer, others=others, recorded=recorded, parts=lines, crossing=crossing, fixed=fixed,
         measured=measured, prompt_steps=[int(n) for n in prompt["n_tokens"]],
         cold_prompt=len(prompt) == 1 and int(prompt["graph_id"].iloc[0]) == first_graph,
         weights=weights, logits_bytes_per_token=_logits_per_token(weights, n_layer),
@@ -282,14 +301,21 @@ def _at_thread_counts(head: Run, limits: Limits, compute: pd.DataFrame,
     on_cpu = (compute["device"] == "CPU").to_numpy()
     rates = {count: _limit_rates(limits, described, count) for count in counts}
     result = {}
+    steps = {count: limits.node_step_ns(count) for count in counts}
     nearest = {phase: limits.nearest_threads(threads.get(phase)) for phase in PHASES}
     for count in counts:
         ran_at = described["phase"].map(nearest).fillna(count).to_numpy(np.int64)
-        before = np.ones(len(compute))
+        before, step_before = np.ones(len(compute)), np.zeros(len(compute))
         for at in set(ran_at.tolist()):
             before[ran_at == at] = rates[at][ran_at == at]
+            step_before[ran_at == at] = steps[at] or 0.0
         ratio = np.where(on_cpu & np.isfinite(before) & np.isfinite(rates[count]), rates[count] / before, 1.0)
-        result[count] = compute["ns"] / np.where(ratio > 0, ratio, 1.0)
+        ratio = np.where(ratio > 0, ratio, 1.0)
+        # a node's step (its dispatch, the barrier after it) does not scale with its work: taken out
+        # at the threads it ran on, and the step at `count` put back (where both were measured)
+        stepped = on_cpu & bool(steps[count]) & (step_before > 0)
+        work = np.where(stepped, np.maximum(compute["ns"].to_numpy() - step_before, 0.0), compute["ns"].to_numpy())
+        result[count] = pd.Series(work / ratio + np.where(stepped, steps[count] or 0.0, 0.0), index=compute.index)
     return result
 
 
@@ -308,18 +334,26 @@ def _limit_rates(limits: Limits, described: pd.DataFrame, count: int) -> np.ndar
     return rate
 
 
-def _recorded_placement(compute: pd.DataFrame, other: str | None, n_layer: int, head: Run) -> Placement:
-    """The placement the run had: its blocks' and experts' devices, its threads and ubatch."""
+def _device_order(name: str) -> tuple[str, int, str]:
+    """llama.cpp's order of its devices: by backend, then number (RPC0 before RPC1, CUDA0 before CUDA1)."""
+    match = re.match(r"([A-Za-z_]+?)(\d+)", name)
+    return (match.group(1), int(match.group(2)), name) if match else (name, 0, name)
+
+
+def _recorded_placement(compute: pd.DataFrame, others: tuple[str, ...], n_layer: int, head: Run) -> Placement:
+    """The placement the run had: its blocks' and experts' devices, its split, threads and ubatch."""
     context = (head.manifest.get("contexts") or [{}])[0]
     threads = phase_threads(head)
     ubatch = int(context.get("n_ubatch") or 0) or None
-    if other is None:
+    if not others:
         return Placement(0, 0, threads.get("decode"), threads.get("prompt"), ubatch)
     where = devices_of_blocks(compute)
-    dense_other = {b for (b, g), d in where.items() if g == DENSE and d == other and b != INPUT}
-    experts_cpu = [b for (b, g), d in where.items() if g == EXPERTS and d == "CPU" and b in dense_other]
+    offloaded = [b for (b, g), d in where.items() if g == DENSE and d != "CPU" and b != INPUT]
+    experts_cpu = [b for (b, g), d in where.items() if g == EXPERTS and d == "CPU" and b in offloaded]
     n_cpu_moe = max(experts_cpu) + 1 if experts_cpu else 0
-    return Placement(len(dense_other), n_cpu_moe, threads.get("decode"), threads.get("prompt"), ubatch)
+    held = [sum(1 for b in offloaded if where[(b, DENSE)] == device) for device in others]
+    split = tuple(n / len(offloaded) for n in held) if len(others) > 1 and offloaded else None
+    return Placement(len(offloaded), n_cpu_moe, threads.get("decode"), threads.get("prompt"), ubatch, split)
 
 
 def devices_of_blocks(compute: pd.DataFrame) -> dict[tuple[int, str], str]:
@@ -330,32 +364,36 @@ def devices_of_blocks(compute: pd.DataFrame) -> dict[tuple[int, str], str]:
 
 
 def devices_of(model: PlacementModel, placement: Placement) -> dict[tuple[int, str], str]:
-    """The device of each (block, group) under a placement (llama.cpp's rules, as the module says)."""
-    first_other = model.n_layer + 1 - max(0, min(placement.ngl, model.n_layer + 1))
+    """The device of each (block, group) under a placement, by llama.cpp's rules: the last `ngl`
+    blocks offloaded, the i-th of them to the first device whose cumulative share of the split
+    exceeds i / ngl; the experts of the first `n_cpu_moe` layers on the CPU."""
+    offloaded = max(0, min(placement.ngl, model.n_layer + 1))
+    first = model.n_layer + 1 - offloaded
+    shares = np.asarray(placement.split or [1.0] * len(model.others), dtype=float)[: len(model.others)]
+    bounds = np.cumsum(shares) / shares.sum() if len(shares) and shares.sum() > 0 else np.ones(len(model.others))
     where = {}
     for block in range(INPUT, model.n_layer + 1):
-        dense = model.other if model.other and block >= first_other and block != INPUT else "CPU"
+        dense = "CPU"
+        if model.others and block >= first and block != INPUT:
+            index = int(np.searchsorted(bounds, (block - first) / offloaded, side="right"))
+            dense = model.others[min(index, len(model.others) - 1)]
         where[(block, DENSE)] = dense
         where[(block, EXPERTS)] = "CPU" if 0 <= block < placement.n_cpu_moe else dense
     return where
 
 
+def crossings_along(where: dict[tuple[int, str], str], n_layer: int) -> int:
+    """Moves of a step's activations between devices: each change of device along the model (the
+    input, each layer and its experts, the output), and the logits back to the CPU."""
+    path = [where.get((INPUT, DENSE), "CPU")]
+    for block in range(n_layer):
+        path += [where.get((block, DENSE), "CPU"), where.get((block, EXPERTS), where.get((block, DENSE), "CPU"))]
+    path += [where.get((n_layer, DENSE), "CPU"), "CPU"]
+    return sum(1 for a, b in zip(path, path[1:], strict=False) if a != b)
+
+
 def boundaries_of(model: PlacementModel, where: dict[tuple[int, str], str]) -> int:
-    """Moves of a step's activations between devices: to the other device where its blocks
-    begin and back (the logits, or the layers after), and to and from each layer's experts held
-    apart from the rest of their layer."""
-    if model.other is None or all(d == "CPU" for d in where.values()):
-        return 0
-    apart = sum(1 for b in range(model.n_layer) if where[(b, EXPERTS)] != where[(b, DENSE)])
-    return 2 + 2 * apart
-
-
-def _boundaries(recorded: Placement, n_layer: int) -> int:
-    if recorded.ngl <= 0:
-        return 0
-    first_other = n_layer + 1 - recorded.ngl
-    apart = sum(1 for b in range(min(recorded.n_cpu_moe, n_layer)) if b >= first_other)
-    return 2 + 2 * apart
+    return crossings_along(where, model.n_layer)
 
 
 def _crossing_and_fixed(parts: pd.DataFrame, tokens: pd.Series, boundaries: int) -> tuple[Line, Line]:

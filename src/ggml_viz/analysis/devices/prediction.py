@@ -40,14 +40,14 @@ from .placement import (
 )
 
 LEFT_OUT = (
-    "a part never measured on a device is estimated from the devices' speed ratio on the layers measured on "
+    "a part never measured on a device is estimated from the devices' speed ratio on the parts measured on "
     "each; a step's cost is a line in its tokens (attention's growth with the context is not followed); the "
     "host's time is fixed, whatever the placement (an RPC head serializes a larger graph when more of it is "
-    "remote); contention between devices sharing cores or memory stays as recorded; other thread counts are "
-    "costed by the limits measured at them (the barrier between threads, and other programs on the cores, are "
-    "not); a compute buffer is scaled from a recorded one by the parts' largest activations (the "
-    "allocator's reuse within a part is taken as recorded); -ts, -ot patterns other than the experts', --no-op-offload "
-    "and the way weights are held (mmap, mlock) are not modelled"
+    "remote); every crossing between devices costs the recorded crossings' mean; contention between devices "
+    "sharing cores or memory stays as recorded; other thread counts are costed by the limits and a node's step "
+    "measured at them (other programs on the cores are not); a compute buffer is scaled from a recorded one by "
+    "the parts' largest activations; what recording cost the run is in its rates; -sm row, -ot patterns other "
+    "than the experts', --no-op-offload and the way weights are held (mmap, mlock) are not modelled"
 )
 KV_PAD = 256  # llama.cpp rounds a context up to a multiple of this
 
@@ -63,14 +63,14 @@ def predict_one(model: PlacementModel, placement: Placement, ctx: int | None = N
                 prompt_tokens: int | None = None) -> dict[str, Any]:  # fmt: skip
     where = devices_of(model, placement)
     crossings = boundaries_of(model, where)
-    other = model.other
-    layers_on = {d: sum(1 for b in range(model.n_layer) if where[(b, DENSE)] == d) for d in _devices(model)}
+    layers_on = {d: sum(1 for b in range(model.n_layer) if where[(b, DENSE)] == d) for d in model.devices}
     row: dict[str, Any] = {
-        "flags": placement.flags(other, model.has_experts), "ngl": placement.ngl, "n_cpu_moe": placement.n_cpu_moe,
+        "flags": model.flags(placement), "ngl": placement.ngl, "n_cpu_moe": placement.n_cpu_moe,
+        "split": list(placement.split) if placement.split else None, "layers_on": layers_on,
         "threads": placement.threads or model.threads.get("decode"),
         "threads_batch": placement.threads_batch or model.threads.get("prompt"),
         "ubatch": placement.ubatch or model.n_ubatch, "recorded": _is_recorded(model, placement),
-        "cpu_layers": layers_on["CPU"], "other_layers": layers_on.get(other, 0) if other else 0,
+        "cpu_layers": layers_on["CPU"], "other_layers": model.n_layer - layers_on["CPU"],
         "output_on": where[(model.n_layer, DENSE)],
         "cpu_expert_layers": sum(1 for b in range(model.n_layer) if where[(b, EXPERTS)] == "CPU")
         if model.has_experts else 0, "crossings": crossings,
@@ -125,7 +125,7 @@ def memory_of(model: PlacementModel, where: dict[tuple[int, str], str], ctx: int
     pairs = zip(model.weights["block"], model.weights["group"], strict=True)
     weights = model.weights.assign(device=[where.get((int(b), str(g)), "CPU") for b, g in pairs])
     result = {}
-    for device in _devices(model):
+    for device in model.devices:
         held = int(weights[weights["device"] == device].drop_duplicates("name")["bytes"].sum())
         layers = sum(1 for b in range(model.n_layer) if where[(b, DENSE)] == device)
         used = device == "CPU" or any(d == device for d in where.values())
@@ -163,14 +163,10 @@ def _compute_buffer(model: PlacementModel, device: str, where: dict[tuple[int, s
     return int(max(share * ubatch / model.n_ubatch, output))
 
 
-def _devices(model: PlacementModel) -> list[str]:
-    return ["CPU", model.other] if model.other else ["CPU"]
-
-
 def _is_recorded(model: PlacementModel, placement: Placement) -> bool:
     recorded = model.recorded
     return (
-        (placement.ngl, placement.n_cpu_moe) == (recorded.ngl, recorded.n_cpu_moe)
+        devices_of(model, placement) == devices_of(model, recorded)
         and placement.threads in (None, recorded.threads)
         and placement.threads_batch in (None, recorded.threads_batch)
         and placement.ubatch in (None, recorded.ubatch)
@@ -192,7 +188,7 @@ def _step_parts(model: PlacementModel, lines: dict[tuple[int, str, str], Line], 
                 crossings: int, tokens: float) -> dict[str, float]:  # fmt: skip
     """A step's time by where it goes: each device's compute, the crossings, the fixed time."""
     ratio = _speed_ratio(model, lines, tokens)
-    parts = {device: 0.0 for device in _devices(model)}
+    parts = {device: 0.0 for device in model.devices}
     measured: dict[tuple[int, str], dict[str, float]] = {}
     for (block, group, device), line in lines.items():
         measured.setdefault((block, group), {})[device] = line.at(tokens)
@@ -218,7 +214,7 @@ def _speed_ratio(model: PlacementModel, lines: dict[tuple[int, str, str], Line],
     ratios: dict[str, dict[tuple[str, str], float]] = {}
     for group in (DENSE, EXPERTS):
         means = {}
-        for device in _devices(model):
+        for device in model.devices:
             costs = [line.at(tokens) for (b, g, d), line in lines.items() if d == device and g == group
                      and INPUT < b < model.n_layer]  # fmt: skip
             if costs and np.mean(costs) > 0:

@@ -10,7 +10,7 @@ from ..._errors import GgmlVizError
 from ...analysis.devices import run_devices
 from ...analysis.devices.activity import run_activity
 from ...analysis.devices.advise import advise
-from ...analysis.devices.placement import placement_model
+from ...analysis.devices.placement import placement_model, predicting_graphs
 from ...analysis.devices.prediction import LEFT_OUT
 from ...analysis.devices.steps import device_parts, step_windows
 from ...analysis.roofline import run_limits
@@ -31,14 +31,14 @@ def whatif(context: RunContext) -> WhatifPayload:
         limits = run_limits(run)
         if limits is None or len(limits.threads_measured()) < 2:
             return empty
-        activity = run_activity(run)
+        activity = run_activity(run, predicting_graphs(run.graphs))
     try:
         model = placement_model(run, activity, device_parts(step_windows(run.graphs), activity))
         advice = advise(model, {}, top=SHOWN)
     except GgmlVizError as error:
         return {**empty, "reason": str(error)}
     rows = [_row(advice["recorded"]), *(_row(row) for row in advice["best"])]
-    return {"reason": None, "devices": ["CPU", *([model.other] if model.other else [])], "rows": rows,
+    return {"reason": None, "devices": model.devices, "rows": rows,
             "check": advice["check"], "prompt_tokens": advice["recorded"].get("prompt_tokens"),
             "left_out": LEFT_OUT}  # fmt: skip
 
