@@ -22,6 +22,7 @@ from ggml_viz.analysis.devices.placement import (
     _fit,
     boundaries_of,
     devices_of,
+    experts_matching,
 )
 from ggml_viz.analysis.devices.prediction import memory_of, predict_one, recorded_check
 from ggml_viz.commands.advise import memory_budget
@@ -192,3 +193,25 @@ def test_a_split_between_two_devices_gives_each_its_share_of_the_offloaded_block
     assert row["decode_parts"]["GPU1"] == pytest.approx(4 * 0.5 + 1 * 0.5)
     assert row["decode_parts"]["GPU0"] == pytest.approx(4 + 2 * 2)
     assert row["flags"] == "-ngl 4 -ts 1,1" and row["layers_on"] == {"CPU": 0, "GPU0": 2, "GPU1": 1}
+
+
+def test_override_tensor_moves_the_experts_its_pattern_names_and_refuses_anything_else():
+    # GIVEN the two-layer model, whose experts' weights are exps0 and exps1
+    model = _model()
+    # WHEN a pattern names layer 1's experts for the CPU
+    moved = experts_matching(model, r"exps1", "CPU")
+    assert moved == ((1, "CPU"),)
+    where = devices_of(model, Placement(3, experts_on=moved))
+    # THEN those experts are on the CPU, the rest of their layer where -ngl put it, two more crossings
+    assert where[(1, EXPERTS)] == "CPU" and where[(1, DENSE)] == "GPU0" and where[(0, EXPERTS)] == "GPU0"
+    assert boundaries_of(model, where) == 4
+    assert Placement(3, experts_on=moved).flags(("GPU0",), True).endswith("-ot <the experts of layers 1>=CPU")
+    # AND a pattern naming other weights, none, or a device the run did not have is refused
+    for pattern, device, said in (
+        (r"attn", "CPU", "moves experts only"),
+        (r"nothing", "CPU", "names none"),
+        (r"exps", "CUDA7", "devices are"),
+        (r"exps(", "CPU", "regular expression"),
+    ):
+        with pytest.raises(GgmlVizError, match=said):
+            experts_matching(model, pattern, device)

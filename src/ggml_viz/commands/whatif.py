@@ -67,7 +67,8 @@ class WhatifCommand(Command):
     between the devices and the host's time predict a prompt step and a decode step under other
     flags: `--ngl` (llama.cpp's rule: the last N blocks, the output counted as one, on the other
     devices), `-ts` (their split between two devices or more, as llama-bench writes a list of
-    them: 1/1,3/1), `--n-cpu-moe` (the experts of the first N layers on the CPU), `-t`/`-tb`
+    them: 1/1,3/1), `--n-cpu-moe` (the experts of the first N layers on the CPU), `-ot` (experts
+    moved by their weights' names, as llama.cpp's -ot PATTERN=DEVICE), `-t`/`-tb`
     (thread counts this machine's limits were measured at, kept in the run) and `-ub` (the
     prompt's ubatch). Each list is crossed with the others; a flag left out stays as recorded.
     The first line checks the recorded placement's prediction against what the run measured.
@@ -89,6 +90,9 @@ class WhatifCommand(Command):
         parser.add_argument("-t", "--threads", type=positive_list, help="decode's CPU threads: 1,2,4")
         parser.add_argument("-tb", "--threads-batch", type=positive_list, help="the prompt's CPU threads")
         parser.add_argument("-ub", "--ubatch", type=positive_list, help="tokens in one prompt step: 64,512")
+        parser.add_argument("-ot", "--override-tensor", action="append", default=[], metavar="PATTERN=DEVICE",
+                            help="experts whose weights' names match, moved to DEVICE (repeatable), as llama.cpp's "
+                                 "-ot: 'blk\\.[0-7]\\.ffn_.*_exps=CPU'")  # fmt: skip
         add_prediction_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
@@ -101,7 +105,10 @@ class WhatifCommand(Command):
             args.ngl or [recorded.ngl], args.n_cpu_moe or [recorded.n_cpu_moe], args.threads or [None],
             args.threads_batch or [None], args.ubatch or [None], args.tensor_split or [recorded.split],
         ]  # fmt: skip
-        placements = [recorded, *(Placement(*values) for values in itertools.product(*lists))]
+        moved = tuple(pair for override in args.override_tensor for pair in _experts_moved(model, override))
+        placements = [recorded, *(Placement(ngl, n_cpu_moe, threads, threads_batch, ubatch, split, moved)
+                                  for ngl, n_cpu_moe, threads, threads_batch, ubatch, split
+                                  in itertools.product(*lists))]  # fmt: skip
         unique = list(dict.fromkeys(placements))
         table = predict(model, unique, args.ctx, args.prompt_tokens)
         check = recorded_check(model, table.iloc[0].to_dict())
@@ -114,6 +121,15 @@ class WhatifCommand(Command):
         print_predictions(model, table.to_dict(orient="records"), f"predicted from the run ({model.n_layer} layers)")
         print_check(check, model)
         return 0
+
+
+def _experts_moved(model: Any, override: str) -> tuple[tuple[int, str], ...]:
+    from ..analysis.devices.placement import experts_matching
+
+    pattern, _, device = override.rpartition("=")
+    if not pattern or not device:
+        raise CommandError(f"-ot {override}: say PATTERN=DEVICE, as llama.cpp does")
+    return experts_matching(model, pattern, device)
 
 
 def print_predictions(model: Any, rows: list[dict[str, Any]], title: str) -> None:

@@ -62,6 +62,7 @@ class Placement:
     threads_batch: int | None = None  # the prompt's CPU threads (-tb)
     ubatch: int | None = None  # tokens in one prompt step (-ub)
     split: tuple[float, ...] | None = None  # -ts: each device's share of the blocks on them (None: even)
+    experts_on: tuple[tuple[int, str], ...] = ()  # -ot: (layer, device) for experts moved by name
 
     def flags(self, others: tuple[str, ...], experts: bool) -> str:
         """The flags as llama.cpp spells them."""
@@ -70,6 +71,11 @@ class Placement:
             said.append(f"--n-cpu-moe {self.n_cpu_moe}")
         if self.split and len(others) > 1:
             said.append("-ts " + ",".join(f"{share:g}" for share in self.split))
+        by_device: dict[str, list[int]] = {}
+        for layer, device in self.experts_on:
+            by_device.setdefault(device, []).append(layer)
+        for device, layers in by_device.items():
+            said.append(f"-ot <the experts of layers {_ranges(layers)}>={device}")
         if self.threads:
             said.append(f"-t {self.threads}")
         if self.threads_batch:
@@ -366,7 +372,8 @@ def devices_of_blocks(compute: pd.DataFrame) -> dict[tuple[int, str], str]:
 def devices_of(model: PlacementModel, placement: Placement) -> dict[tuple[int, str], str]:
     """The device of each (block, group) under a placement, by llama.cpp's rules: the last `ngl`
     blocks offloaded, the i-th of them to the first device whose cumulative share of the split
-    exceeds i / ngl; the experts of the first `n_cpu_moe` layers on the CPU."""
+    exceeds i / ngl; the experts of the first `n_cpu_moe` layers on the CPU; then each layer's
+    experts that `-ot` moved (experts_on) on its device."""
     offloaded = max(0, min(placement.ngl, model.n_layer + 1))
     first = model.n_layer + 1 - offloaded
     shares = np.asarray(placement.split or [1.0] * len(model.others), dtype=float)[: len(model.others)]
@@ -379,7 +386,43 @@ def devices_of(model: PlacementModel, placement: Placement) -> dict[tuple[int, s
             dense = model.others[min(index, len(model.others) - 1)]
         where[(block, DENSE)] = dense
         where[(block, EXPERTS)] = "CPU" if 0 <= block < placement.n_cpu_moe else dense
+    for layer, device in placement.experts_on:
+        if 0 <= layer < model.n_layer:
+            where[(layer, EXPERTS)] = device
     return where
+
+
+def experts_matching(model: PlacementModel, pattern: str, device: str) -> tuple[tuple[int, str], ...]:
+    """`-ot PATTERN=DEVICE` as llama.cpp reads it (a regular expression searched in each weight's
+    name), for the experts: (layer, device) for each layer whose expert weights it names. A pattern
+    that names other weights too, or none, or a device the run did not have, is refused."""
+    named_device = [d for d in model.devices if d == device or d.split("[")[0] == device]  # (RPC0 for RPC0[host:port])
+    if len(named_device) != 1:
+        raise GgmlVizError(f"-ot {pattern}={device}: this run's devices are {', '.join(model.devices)}")
+    device = named_device[0]
+    try:
+        found = re.compile(pattern)
+    except re.error as error:
+        raise GgmlVizError(f"-ot {pattern}={device}: not a regular expression ({error})") from None
+    named = model.weights[[bool(found.search(str(name))) for name in model.weights["name"]]]
+    if named.empty:
+        raise GgmlVizError(f"-ot {pattern}={device}: names none of this run's weights")
+    others = named[named["group"] != EXPERTS]
+    if len(others):
+        raise GgmlVizError(f"-ot {pattern}={device}: moves experts only here, and it names "
+                           f"{', '.join(others['name'].astype(str).head(3))}")  # fmt: skip
+    return tuple((int(layer), device) for layer in sorted(set(named["block"].astype(int))))
+
+
+def _ranges(numbers: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2,5'."""
+    runs: list[list[int]] = []
+    for number in sorted(set(numbers)):
+        if runs and number == runs[-1][1] + 1:
+            runs[-1][1] = number
+        else:
+            runs.append([number, number])
+    return ",".join(f"{a}-{b}" if b > a else f"{a}" for a, b in runs)
 
 
 def crossings_along(where: dict[tuple[int, str], str], n_layer: int) -> int:
