@@ -409,6 +409,18 @@ def test_the_viewer_shows_a_lane_per_host(distributed, tmp_path):
             )
             head_start, head_end = spans[0]
             assert all(head_start <= start and end <= head_end for start, end in spans[1:])
+            # AND the messages on the wire go between the head's lane and a worker's, sent before received,
+            # as many as the join found during the run
+            wire = page.evaluate("() => window.ggmlViz.timeline.data.transfers")
+            assert wire["total"] == len(wire["start"]) > 0
+            pairs = set(zip(wire["source"], wire["target"], strict=True))
+            assert pairs <= {(0, w) for w in (1, 2)} | {(w, 0) for w in (1, 2)} and len(pairs) == 4
+            assert all(s <= e for s, e in zip(wire["start"], wire["end"], strict=True))
+            transfers = pd.read_parquet(output / "transfers.parquet")
+            origin = pd.read_parquet(output / "graphs.parquet")["start_ns"].min()
+            t0, t1 = page.evaluate("() => [window.ggmlViz.timeline.data.t0, window.ggmlViz.timeline.data.t1]")
+            sent, received = transfers["sent_ns"] - origin, transfers["received_ns"] - origin
+            assert wire["total"] == int(((sent < t1) & (received > t0)).sum())
         assert errors == []
 
 

@@ -196,6 +196,18 @@ def test_the_timeline_lays_out_lanes_ticks_and_windows(page):
     ]
 
 
+def test_a_message_between_hosts_runs_from_the_sender_s_lane_to_the_receiver_s(page):
+    # GIVEN two lanes (node bars at 64 and 160 px, 30 px high) and 2 px per ns from t = 100
+    rows = call(page, TIMELINE, "laneLayout", [{}, {}])
+    wire = {"start": [150, 200], "end": [250, 220], "source": [0, 1], "target": [1, 5], "bytes": [70000, 16],
+            "command": ["SET_TENSOR", "GET_TENSOR"], "total": 2}  # fmt: skip
+    # THEN a line from the middle of the sender's node lane when sent to the receiver's when received,
+    # thicker for 64 KiB or more; one to a lane not shown is left out
+    assert call(page, TIMELINE, "transferSegments", wire, rows, 100, 2) == [
+        {"x0": 100, "y0": 79, "x1": 300, "y1": 175, "width": 2}
+    ]
+
+
 def test_the_timeline_finds_what_is_under_the_cursor(page):
     # GIVEN 1 ns per pixel: nested nodes 0..300 > 100..200 > 100..150, a summed column at 500..510
     def hit(x, y):

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from .clocks import ClockOffset, clock_offset
 from .connections import match_connections, paired_messages
-from .folder import JOIN_FILE, JOINED_TABLES, is_joined, open_joined, write_joined
+from .folder import JOIN_FILE, JOINED_TABLES, is_joined, joined_table, open_joined, write_joined
 from .joined import Joined, join_runs
 from .members import Member
 from .remote_nodes import RemoteNodes
@@ -56,6 +56,7 @@ __all__ = [
     "is_joined",
     "join_runs",
     "match_connections",
+    "joined_table",
     "open_joined",
     "paired_messages",
     "summarize_joined",

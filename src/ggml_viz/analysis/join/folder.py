@@ -89,6 +89,13 @@ def is_joined(path: Path) -> bool:
     return (path / JOIN_FILE).is_file()
 
 
+def joined_table(path: Path, name: str) -> Path | None:
+    """The file of one of a joined folder's own tables (JOINED_TABLES), None where `path` is not
+    a joined folder or holds no such table."""
+    found = path / f"{name}.parquet"
+    return found if is_joined(path) and name in JOINED_TABLES and found.exists() else None
+
+
 def open_joined(path: Path) -> tuple[dict[str, Any], list[Run], dict[str, Path]]:
     """A joined folder: its description, its member runs, its tables' files."""
     try:

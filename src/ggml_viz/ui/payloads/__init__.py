@@ -122,6 +122,7 @@ from .timeline import (
     TimelineGraphs,
     TimelineLane,
     TimelinePayload,
+    TimelineTransfers,
     TracedSpans,
 )
 from .whatif import (
@@ -208,6 +209,7 @@ __all__ = [
     "TimeSource",
     "TimelineGraphs",
     "TimelineLane",
+    "TimelineTransfers",
     "TimelinePayload",
     "TokenRouting",
     "TracedSpans",

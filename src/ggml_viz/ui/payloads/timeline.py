@@ -72,6 +72,19 @@ class TimelineLane(LaneBars):
     gpu: list[GpuLane]  # a lane per device that ran the context's traced graphs (none without GPU times)
 
 
+class TimelineTransfers(TypedDict):
+    """Columnar: the messages between hosts during the window (a joined distributed run's wire),
+    each from its sender's lane to its receiver's; the largest `shown` of `total` where more."""
+
+    start: list[int]  # sent
+    end: list[int]  # received (on the head's clock)
+    source: list[int]  # lane indices
+    target: list[int]
+    bytes: list[int]
+    command: list[str]
+    total: int
+
+
 class TimelinePayload(TypedDict):
     """GET /api/runs/{id}/timeline?t0=&t1=&width="""
 
@@ -80,3 +93,4 @@ class TimelinePayload(TypedDict):
     width: int
     ops: list[str]
     lanes: list[TimelineLane]  # one per context
+    transfers: TimelineTransfers  # between lanes (a joined run's; empty otherwise)

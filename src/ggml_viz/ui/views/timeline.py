@@ -5,18 +5,30 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 
+from ...analysis.join import joined_table
 from ...analysis.op_codes import op_codes
 from ...runformat.totals import GRAPH_OP_TOTALS
 from ..context import RunContext
 from ..gpu import GpuRun
-from ..payloads import LaneBars, NodeBars, PixelColumns, TimelineGraphs, TimelineLane, TimelinePayload
+from ..payloads import (
+    LaneBars,
+    NodeBars,
+    PixelColumns,
+    TimelineGraphs,
+    TimelineLane,
+    TimelinePayload,
+    TimelineTransfers,
+)
 from .timeline_gpu import gpu_lanes
 
+TRANSFER_LIMIT = 2000  # messages drawn in a window at most (the largest, where more)
 DETAIL_LIMIT = 4000  # a window holding more node bars than this is summed per pixel column
 WINDOW_EVENT_LIMIT = 400_000  # a window over more node events is drawn from per-graph op totals
 OVERVIEW_BINS = 16_384  # time bins of a run's whole-run timeline (see _overview_bins)
@@ -63,7 +75,47 @@ class Timeline:
                 {"label": lane["label"], "graphs": graph_bars, **self._node_bars(lane, rows, t0, t1, width, ns_per_px),
                  "gpu": gpu_by_context.get(lane["context_id"], [])}
             )  # fmt: skip
-        return {"t0": t0, "t1": t1, "width": width, "ops": context.ops, "lanes": lanes}
+        return {"t0": t0, "t1": t1, "width": width, "ops": context.ops, "lanes": lanes,
+                "transfers": self._transfers_in(t0, t1)}  # fmt: skip
+
+    @cached_property
+    def _transfers(self) -> pd.DataFrame:
+        """A joined run's messages on the wire, each with the lanes it goes between (the head's
+        lane and its worker's: the contexts the join named by host), times from the origin."""
+        columns = ["start", "end", "source", "target", "bytes", "command"]
+        path = joined_table(Path(self.context.run.path), "transfers")
+        if path is None:
+            return pd.DataFrame(columns=columns)
+        contexts = {int(c.get("context_id", -1)): c for c in self.context.run.manifest.get("contexts") or []}
+        lane_of = {}
+        for index, lane in enumerate(self.context.lanes):
+            about = contexts.get(int(lane["context_id"]), {})
+            lane_of["head" if about.get("role") == "head" else str(about.get("host"))] = index
+        wire = pd.read_parquet(path, columns=["host", "direction", "bytes", "command", "sent_ns", "received_ns"])
+        worker = wire["host"].astype(str).map(lane_of)
+        head = lane_of.get("head")
+        wire = wire[worker.notna()].assign(worker=worker[worker.notna()].astype(int))
+        if head is None or wire.empty:
+            return pd.DataFrame(columns=columns)
+        to_worker = (wire["direction"] == "to_worker").to_numpy()
+        origin = self.context.origin_ns
+        return pd.DataFrame({
+            "start": wire["sent_ns"].to_numpy(np.int64) - origin,
+            "end": wire["received_ns"].to_numpy(np.int64) - origin,
+            "source": np.where(to_worker, head, wire["worker"]), "target": np.where(to_worker, wire["worker"], head),
+            "bytes": wire["bytes"].to_numpy(np.int64), "command": wire["command"].astype(str).to_numpy(),
+        }).sort_values("start", ignore_index=True)  # fmt: skip
+
+    def _transfers_in(self, t0: int, t1: int) -> TimelineTransfers:
+        wire = self._transfers
+        inside = wire[(wire["start"] < t1) & (wire["end"] > t0)]
+        shown = (
+            inside.nlargest(TRANSFER_LIMIT, "bytes").sort_values("start") if len(inside) > TRANSFER_LIMIT else inside
+        )
+        return {"start": shown["start"].astype(int).tolist(), "end": shown["end"].astype(int).tolist(),
+                "source": shown["source"].astype(int).tolist(), "target": shown["target"].astype(int).tolist(),
+                "bytes": shown["bytes"].astype(int).tolist(), "command": shown["command"].astype(str).tolist(),
+                "total": int(len(inside))}  # fmt: skip
 
     def _node_bars(
         self, lane: dict[str, Any], rows: np.ndarray, t0: int, t1: int, width: int, ns_per_px: float

@@ -369,6 +369,17 @@ import { offlineAnswer } from "./offline.js";
  * @property {number} width
  * @property {string[]} ops
  * @property {TimelineLane[]} lanes one per context
+ * @property {TimelineTransfers} transfers between lanes (a joined run's wire; empty otherwise)
+ *
+ * @typedef {Object} TimelineTransfers columnar: messages between hosts in the window, from the
+ *   sender's lane to the receiver's (the largest where more than are shown: `total`)
+ * @property {number[]} start sent
+ * @property {number[]} end received, on the head's clock
+ * @property {number[]} source lane index
+ * @property {number[]} target lane index
+ * @property {number[]} bytes
+ * @property {string[]} command
+ * @property {number} total
  */
 
 // -- nodes and events

@@ -1,6 +1,7 @@
 // Timeline: a lane per context, graphs labelled with their tokens, their nodes as bars
 // colored by op; under it, for a run with GPU times, a lane per device with the kernels the
-// GPU ran at their GPU times (colored by their node's op). The server answers each window at
+// GPU ran at their GPU times (colored by their node's op); for a joined distributed run, a lane
+// per host with the messages on the wire drawn between them. The server answers each window at
 // the canvas's pixel width (narrow nodes and kernels summed per pixel column); this draws,
 // zooms and pans, hit-tests, and shows details.
 
@@ -294,6 +295,7 @@ export const timeline = {
       }
       for (const row of gpu) drawGpuLane(ctx, row, data, X, width, this.selectedEvent);
     }
+    drawTransfers(ctx, data.transfers, this.layout(), t0, scale, width);
     if (!this.firstDataPaint) this.firstDataPaint = performance.now(); // since navigation: the benchmark reads it
     const spent = performance.now() - began;
     this.frameTimes.push(spent);
@@ -347,6 +349,31 @@ export const timeline = {
     await showDetails(this.panel, graphId, nodeIndex);
   },
 };
+
+// A joined run's messages between hosts: a line from the sender's node lane when it was sent
+// to the receiver's when it arrived (on the head's clock), thicker for more bytes.
+export function transferSegments(transfers, rows, t0, scale) {
+  const segments = [], X = (t) => (t - t0) * scale;
+  if (!transfers) return segments;
+  const middle = (i) => rows[i] ? rows[i].nodeY + LANE_NODE_H / 2 : null;
+  for (let i = 0; i < transfers.start.length; i++) {
+    const y0 = middle(transfers.source[i]), y1 = middle(transfers.target[i]);
+    if (y0 === null || y1 === null) continue;
+    segments.push({ x0: X(transfers.start[i]), y0, x1: X(transfers.end[i]), y1, width: transfers.bytes[i] >= 65536 ? 2 : 1 });
+  }
+  return segments;
+}
+
+function drawTransfers(ctx, transfers, rows, t0, scale, width) {
+  ctx.save();
+  ctx.strokeStyle = "rgba(225, 87, 89, 0.7)";
+  for (const s of transferSegments(transfers, rows, t0, scale)) {
+    if (Math.max(s.x0, s.x1) < 0 || Math.min(s.x0, s.x1) > width) continue;
+    ctx.lineWidth = s.width;
+    ctx.beginPath(); ctx.moveTo(s.x0, s.y0); ctx.lineTo(s.x1, s.y1); ctx.stroke();
+  }
+  ctx.restore();
+}
 
 // Graph bars, with their tokens inside where there is room.
 function drawGraphs(ctx, g, X, width, graphY) {
