@@ -115,3 +115,13 @@ def test_the_findings_say_where_the_threads_judged_at_are_not_the_run_s():
                                     "`ggml-viz limits --for RUN` measures 8."]  # fmt: skip
     assert limit_findings({"limits": {"judged_at": [4], "threads": {"decode": 4}}}) == []
     assert limit_findings({"limits": None}) == []
+
+
+def test_limits_slower_at_more_threads_are_named():
+    # GIVEN limits whose F32 matrix product came out slower at 4 threads than at 1 (busy cores)
+    busy = limits_of(row("memory_read", 1, None, gb=15.0), row("memory_read", 4, None, gb=40.0),
+                     row("matmul", 1, "F32", gflop=60.0), row("matmul", 4, "F32", gflop=45.0))  # fmt: skip
+    limits = Limits.from_json(busy)
+    # THEN that measurement is named, with both rates; the bandwidth, faster at 4, is not
+    assert limits.slower_with_more_threads() == ["matmul F32: 45.0 GFLOP/s at 4 threads, 60.0 at 1"]
+    assert Limits.from_json(LIMITS).slower_with_more_threads() == []

@@ -84,6 +84,21 @@ class Limits:
                 return float(found["gflop_per_s"].max()), wanted
         return None, None
 
+    def slower_with_more_threads(self, device: str = CPU) -> list[str]:
+        """The measurements that came out slower at more threads than at fewer ("matmul F32: 44.8
+        GFLOP/s at 2 threads, 56.3 at 1"): a sign that other work had the cores while they ran."""
+        rows = self.table[(self.table["device"] == device) & self.table["threads"].notna()]
+        said = []
+        for (what, kind), group in rows.groupby(["what", rows["type"].fillna("")]):
+            rate = group["gflop_per_s"] if what == "matmul" else group["gb_per_s"]
+            by_threads = pd.Series(rate.to_numpy(), index=group["threads"].astype(int)).dropna().sort_index()
+            for fewer, more in zip(by_threads.index[:-1], by_threads.index[1:], strict=True):
+                if by_threads[more] < by_threads[fewer]:
+                    unit = "GFLOP/s" if what == "matmul" else "GB/s"
+                    said.append(f"{what} {kind}".strip() + f": {by_threads[more]:,.1f} {unit} at {more} threads, "
+                                f"{by_threads[fewer]:,.1f} at {fewer}")  # fmt: skip
+        return said
+
     def node_step_ns(self, threads: int) -> float | None:
         """ns a CPU node costs beyond its work at `threads` threads (node_step), None where not measured."""
         rows = self._rows(CPU, threads, "node_step")

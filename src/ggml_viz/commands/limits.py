@@ -163,6 +163,12 @@ def _show(limits: dict[str, Any], runs: list[str]) -> None:
                       row.get("type") or "—", _number(row.get("gb_per_s")), _number(row.get("gflop_per_s")),
                       (row.get("note") or "").lstrip("; "))  # fmt: skip
     console.print(table)
+    from ..analysis.roofline import Limits
+
+    doubts = Limits.from_json(limits, "the limits").slower_with_more_threads()
+    if doubts:
+        console.print(f"slower at more threads ({'; '.join(doubts)}): other work had the cores? "
+                      "`ggml-viz limits --again` measures again", markup=False, highlight=False)  # fmt: skip
     for path in runs:
         console.print(f"kept in {path}: `ggml-viz summary {path}` judges it against them")
 

@@ -115,7 +115,8 @@ class WhatifCommand(Command):
         if args.json:
             print(json.dumps({"recorded": model.flags(recorded),
                               "recorded_placement": dataclasses.asdict(recorded), "n_layer": model.n_layer,
-                              "others": model.others, "check": check, "predictions": table.to_dict(orient="records"),
+                              "others": model.others, "check": check, "limit_doubts": model.limit_doubts,
+                              "predictions": table.to_dict(orient="records"),
                               "left_out": LEFT_OUT}, indent=2, default=str))  # fmt: skip
             return 0
         print_predictions(model, table.to_dict(orient="records"), f"predicted from the run ({model.n_layer} layers)")
@@ -173,6 +174,11 @@ def print_check(check: dict[str, dict[str, float]], model: Any) -> None:
     cold = " (the only prompt step was the run's first graph, cold)" if model.cold_prompt else ""
     if said:
         print(f"the recorded placement: {'; '.join(said)}{cold}")
+    if model.limit_doubts:
+        print(
+            f"the run's limits are slower at more threads ({'; '.join(model.limit_doubts)}): measured while the "
+            "cores were busy? other thread counts are predicted from them (`ggml-viz limits --again --for RUN`)"
+        )
 
 
 def _memory(memory: dict[str, int]) -> str:

@@ -133,6 +133,7 @@ class PlacementModel:
     recorded_devices: dict[tuple[int, str], str]  # per (block, group): the device it ran on
     has_experts: bool
     threads: dict[str, int | None] = field(default_factory=dict)  # per phase, as recorded
+    limit_doubts: tuple[str, ...] = ()  # limits slower at more threads (Limits.slower_with_more_threads)
 
     @property
     def thread_counts(self) -> list[int]:
@@ -244,6 +245,7 @@ def placement_model(head: Run, activity: pd.DataFrame, parts: pd.DataFrame) -> P
         n_ctx=int(context.get("n_ctx") or 0), n_ubatch=int(context.get("n_ubatch") or 512),
         compute_bytes=_compute_bytes(head), activation_bytes=_activations(head), recorded_devices=recorded_devices,
         has_experts=bool((compute["group"] == EXPERTS).any()), threads=threads,
+        limit_doubts=tuple(limits.slower_with_more_threads()) if limits is not None else (),
     )  # fmt: skip
 
 
