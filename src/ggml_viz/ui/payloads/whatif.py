@@ -35,4 +35,5 @@ class WhatifPayload(TypedDict):
     rows: list[WhatifRow]  # the recorded placement first, then the fastest decode found
     check: dict[str, PlacementCheck]  # per phase: the recorded placement against its own steps
     prompt_tokens: int | None  # the prompt the prompt rates are for
+    limit_doubts: list[str]  # the run's limits slower at more threads (other work had the cores?)
     left_out: str

@@ -25,7 +25,7 @@ NOTHING = ("nothing to predict: the run computed on one device and its limits we
 def whatif(context: RunContext) -> WhatifPayload:
     run = context.run
     empty: WhatifPayload = {"reason": NOTHING, "devices": [], "rows": [], "check": {}, "prompt_tokens": None,
-                            "left_out": LEFT_OUT}  # fmt: skip
+                            "limit_doubts": [], "left_out": LEFT_OUT}  # fmt: skip
     activity = run_devices(run)
     if activity is None:
         limits = run_limits(run)
@@ -40,6 +40,7 @@ def whatif(context: RunContext) -> WhatifPayload:
     rows = [_row(advice["recorded"]), *(_row(row) for row in advice["best"])]
     return {"reason": None, "devices": model.devices, "rows": rows,
             "check": advice["check"], "prompt_tokens": advice["recorded"].get("prompt_tokens"),
+            "limit_doubts": list(model.limit_doubts),
             "left_out": LEFT_OUT}  # fmt: skip
 
 

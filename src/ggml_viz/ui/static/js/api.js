@@ -654,6 +654,7 @@ import { offlineAnswer } from "./offline.js";
  * @property {WhatifRow[]} rows the recorded placement first, then the fastest decode found
  * @property {Object<string, PlacementCheck>} check per phase
  * @property {?number} prompt_tokens
+ * @property {string[]} limit_doubts the run's limits slower at more threads (other work had the cores?)
  * @property {string} left_out
  *
  * @typedef {Object} TokenRouting columnar: each token the layer computed

@@ -45,6 +45,8 @@ export async function render(section) {
           h("th", { text: "a decode step, where it goes" }), ...data.devices.map((device) => h("th", { text: `${device} memory` })))),
         h("tbody", {}, rows)),
       h("div", { class: "muted", text: `${prompt}the memory at the run's context (\`ggml-viz advise RUN --ctx N\` for another)` }),
+      data.limit_doubts.length ? h("div", { class: "muted", "data-testid": "whatif-doubts",
+        text: `the run's limits are slower at more threads (${data.limit_doubts.join("; ")}): other thread counts are predicted from them` }) : null,
       h("div", { class: "muted", "data-testid": "whatif-left-out", text: `left out: ${data.left_out}` })));
 }
 
