@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 from ..runformat.limits import check_limits, recorded_on, same_machine
 from ..runformat.reader import Run
 from .breakdowns import timed_totals
+from .buffer_device import device_of_buffer
 from .flops import events_work
 
 # the source whose type picks the compute roof (the weights' slot); every other op: F32's
@@ -185,14 +186,11 @@ def _weight_types(run: Run, rows: pd.DataFrame) -> pd.Series:
 
 
 def _devices(rows: pd.DataFrame, limits: Limits) -> pd.Series:
-    """Each node's device: the measured GPU device its output's buffer belongs to (a buffer
-    named CUDA0, CUDA0_Host is the host's), else the CPU."""
-    gpus = [name for name in limits.table["device"].unique() if name != CPU]
-    device = pd.Series(CPU, index=rows.index, dtype=object)
-    names = rows["buffer_name"].fillna("").astype(str)
-    for name in gpus:
-        device[(names == name) | (names.str.startswith(name) & ~names.str.contains("Host", case=False))] = name
-    return device
+    """Each node's device: the measured GPU device its output's buffer belongs to (buffer_device.py:
+    CUDA0 and CUDA0_Split are CUDA0's, CUDA0_Host the host's), else the CPU."""
+    gpus = {name for name in limits.table["device"].unique() if name != CPU}
+    owner = rows["buffer_name"].map(device_of_buffer)
+    return owner.where(owner.isin(gpus), CPU).astype(object)
 
 
 def roofline_by(floors: pd.DataFrame, key: str) -> pd.DataFrame:

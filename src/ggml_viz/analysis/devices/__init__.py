@@ -11,9 +11,10 @@ import pandas as pd
 
 from ..._errors import GgmlVizError
 from ...runformat.reader import Run, open_run
+from ..buffer_device import device_of_buffer
 from ..join import is_joined, open_joined
 from ..roofline import run_limits
-from .activity import COMPUTE, device_of_buffer, joined_activity, run_activity
+from .activity import COMPUTE, joined_activity, run_activity
 from .advise import advice_finding, advise
 from .placement import placement_model, predicting_graphs
 from .steps import TRANSFERS, device_parts, phase_breakdown, step_windows

@@ -18,28 +18,18 @@ Nothing here depends on a model's names: the layer of a node is the run's own `l
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 
 from ...runformat.reader import Run
+from ..buffer_device import device_of_buffer
 
 ACTIVITY_COLUMNS = ["graph_id", "node_index", "device", "kind", "layer", "op", "start_ns", "end_ns"]
 COMPUTE, TRANSFER = "compute", "transfer"
 # The wire's lane in a distributed run (its transfers are no device's compute).
 WIRE = "wire"
-
-# A buffer's name says its backend's device; host-side variants of the CPU's buffers are the CPU's.
-_CPU_VARIANTS = re.compile(r"^CPU(_\w+)?$")
-
-
-def device_of_buffer(name: object) -> str | None:
-    """The device a node's output buffer belongs to (None: none known)."""
-    if not isinstance(name, str) or not name:
-        return None
-    return "CPU" if _CPU_VARIANTS.match(name) else name
 
 
 def empty_activity() -> pd.DataFrame:

@@ -41,8 +41,9 @@ import pandas as pd
 
 from ..._errors import GgmlVizError
 from ...runformat.reader import Run
+from ..buffer_device import device_of_buffer
 from ..roofline import Limits, node_floors, phase_threads, run_limits
-from .activity import COMPUTE, device_of_buffer
+from .activity import COMPUTE
 from .steps import HOST, SCHEDULING, TRANSFERS, step_windows
 
 INPUT = -1  # the block before the first layer; the output block is numbered n_layer
