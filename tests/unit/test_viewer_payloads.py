@@ -8,7 +8,9 @@ reached by one of them."""
 from __future__ import annotations
 
 import json
+import re
 import urllib.request
+from pathlib import Path
 from typing import Any, get_type_hints, is_typeddict
 
 import pytest
@@ -174,3 +176,25 @@ def test_every_api_route_and_every_declaration_is_checked(runs_folder):
     fields = {name: get_type_hints(value).items() for name, value in declared.items()}
     unchecked = [name for name in declared if not any(fields[name] <= fields[other] for other in reached)]
     assert unchecked == []
+
+
+def test_every_declaration_has_its_twin_in_the_page_s_api_with_the_same_fields():
+    # GIVEN the page's JSDoc typedefs (static/js/api.js), each with its @property names
+    api = (Path(payloads.__file__).parents[1] / "static" / "js" / "api.js").read_text()
+    typedefs: dict[str, set[str]] = {}
+    current = None
+    for line in api.splitlines():
+        if found := re.search(r"@typedef \{Object\} (\w+)", line):
+            current = found.group(1)
+            typedefs[current] = set()
+        elif current and (found := re.search(r"@property \{[^}]*\} \[?(\w+)", line)):
+            typedefs[current].add(found.group(1))
+        elif line.strip() == "*/":
+            current = None
+    # THEN every TypedDict the server declares has a typedef of its name, with its keys exactly
+    declared = {name: value for name, value in vars(payloads).items()
+                if is_typeddict(value) and not name.startswith("_")}  # fmt: skip
+    missing = sorted(set(declared) - set(typedefs))
+    differing = {name: sorted(set(get_type_hints(value)) ^ typedefs[name]) for name, value in declared.items()
+                 if name in typedefs and set(get_type_hints(value)) != typedefs[name]}  # fmt: skip
+    assert missing == [] and differing == {}

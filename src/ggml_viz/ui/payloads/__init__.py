@@ -6,9 +6,10 @@ every name re-exported here."""
 # so mypy checks the keys they write; tests/unit/test_viewer_payloads.py fetches every endpoint of
 # a synthetic run and checks the keys that come back against them, so neither side can drift. The
 # page's side of the contract is static/js/api.js, whose JSDoc @typedefs mirror these, name for
-# name. Columnar answers (GraphBars, TimelineGraphs, DiskRegions, ...) hold one list per field, all
-# of the same length: the browser draws from arrays, and a million rows stay a few lists. Times are
-# nanoseconds relative to the run's first graph unless named otherwise.
+# name and field for field (checked by the same test file). Columnar answers (GraphBars,
+# TimelineGraphs, DiskRegions, ...) hold one list per field, all of the same length: the browser
+# draws from arrays, and a million rows stay a few lists. Times are nanoseconds relative to the
+# run's first graph unless named otherwise.
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 // The viewer's API: one fetch helper per endpoint, and the JSON each one returns. The
-// typedefs below mirror src/ggml_viz/ui/payloads/ name for name (the server's TypedDicts,
-// which mypy checks and a test compares with the server's answers): change both together.
+// typedefs below mirror src/ggml_viz/ui/payloads/ name for name and field for field (the
+// server's TypedDicts, which mypy checks, a test compares with the server's answers and another
+// with these typedefs): change both together.
 // Columnar records hold one list per field, all of one length. Times are nanoseconds from
 // the run's first graph.
 
@@ -229,6 +230,7 @@ import { offlineAnswer } from "./offline.js";
  * @property {number} untimed_graphs
  * @property {string} timing
  * @property {string} timing_label
+ * @property {string} untimed_reason why a run whose nodes were not timed has graph times only, in words
  * @property {NodeWaits} node_waits
  * @property {PhaseRow[]} phases
  * @property {ComputationRow[]} computations graphs by what they compute (the top ones, by time)
@@ -245,7 +247,8 @@ import { offlineAnswer } from "./offline.js";
  * @property {string[]} findings
  * @property {FoundSection[]} sections titled findings (plugins' summary sections), each shown apart
  * @property {Object<string, number>} clocks  timed node events by clock: host, gpu
- * @property {?Object} gpu  the GPU timer's account (analysis.gpu.gpu_summary), or null
+ * @property {?GpuTimerSummary} gpu  the GPU timer's account (analysis.gpu.gpu_summary), or null
+ * @property {?DeviceSummary} devices where a step's time goes per device, or null (one device)
  * @property {?PlacementAdvice} placement other flags predicted from the run, or null
  *
  * @typedef {Object} PlacementCheck the recorded placement's predicted rate against its own steps'
@@ -380,6 +383,186 @@ import { offlineAnswer } from "./offline.js";
  * @property {number[]} bytes
  * @property {string[]} command
  * @property {number} total
+ */
+
+// -- the summary's and the timeline's parts, as ui/payloads declares them
+/**
+ * @typedef {Object} ComponentTime
+ * @property {number} count
+ * @property {number} time_ns
+ * @property {?number} mean_ns
+ * @property {number} wait_ns
+ * @property {number} share
+ * @property {string} component
+ *
+ * @typedef {Object} DevicePhase
+ * @property {string} phase
+ * @property {number} steps
+ * @property {number} step_ns
+ * @property {DeviceTime[]} devices
+ *
+ * @typedef {Object} DeviceSummary Where a step's time goes per device (analysis.devices.device_summary).
+ * @property {DevicePhase[]} phases
+ * @property {?string} finding
+ *
+ * @typedef {Object} DeviceTime One device's part of a phase's mean step (analysis.devices.steps.phase_breakdown).
+ * @property {string} device
+ * @property {number} busy_ns
+ * @property {number} idle_share
+ * @property {Object<string, number>} parts
+ *
+ * @typedef {Object} GpuDecodeStep The median traced decode step from the GPU's side (analysis.gpu.decode_step).
+ * @property {number} steps
+ * @property {number} busy_ns
+ * @property {number} span_ns
+ * @property {number} host_ns
+ * @property {string} host_of
+ * @property {number} busy_share
+ *
+ * @typedef {Object} GpuKernelRow
+ * @property {string} function
+ * @property {number} count
+ * @property {number} busy_ns
+ * @property {number} share
+ * @property {number} mean_ns
+ *
+ * @typedef {Object} GpuSideKernel
+ * @property {string} op
+ * @property {string} function
+ * @property {string} main
+ * @property {number} busy_ns
+ * @property {number} share
+ *
+ * @typedef {Object} GpuTimerCost
+ * @property {number} attach_ns
+ * @property {number} traced_extra_ns
+ * @property {number} compared
+ * @property {number} graph_ns
+ * @property {number} share
+ *
+ * @typedef {Object} GpuTimerSummary analysis.gpu.gpu_summary.
+ * @property {?string} mode
+ * @property {string} timer
+ * @property {string} source
+ * @property {?string} cupti
+ * @property {?string} clock
+ * @property {?string} problem
+ * @property {number[]} devices
+ * @property {number} graphs
+ * @property {number} graphs_traced
+ * @property {number} windows
+ * @property {number} unattributed_graphs
+ * @property {number} kernels
+ * @property {number} attributed_kernels
+ * @property {?string} estimate
+ * @property {string[]} warnings
+ * @property {?GpuDecodeStep} decode_step
+ * @property {GpuKernelRow[]} top_kernels
+ * @property {GpuSideKernel[]} side_kernels
+ * @property {?GpuTimerCost} cost
+ *
+ * @typedef {Object} LaneBars
+ * @property {NodeBars} nodes
+ * @property {PixelColumns} columns
+ *
+ * @typedef {Object} LayerStats
+ * @property {number} count
+ * @property {number} time_ns
+ * @property {number} wait_ns
+ * @property {number} bytes
+ * @property {number} timed
+ * @property {?number} mean_ns
+ * @property {number} time_share
+ * @property {number} bytes_share
+ * @property {?string} clock
+ * @property {(number|string)} layer
+ *
+ * @typedef {Object} LayerTime
+ * @property {number} count
+ * @property {number} time_ns
+ * @property {?number} mean_ns
+ * @property {number} wait_ns
+ * @property {number} share
+ * @property {(number|string)} layer
+ *
+ * @typedef {Object} OpStats
+ * @property {number} count
+ * @property {number} time_ns
+ * @property {number} wait_ns
+ * @property {number} bytes
+ * @property {number} timed
+ * @property {?number} mean_ns
+ * @property {number} time_share
+ * @property {number} bytes_share
+ * @property {?string} clock
+ * @property {string} op
+ *
+ * @typedef {Object} OpTime
+ * @property {number} count
+ * @property {number} time_ns
+ * @property {?number} mean_ns
+ * @property {number} wait_ns
+ * @property {number} share
+ * @property {string} op
+ *
+ * @typedef {Object} RooflineLayer
+ * @property {number} time_ns
+ * @property {number} flops
+ * @property {number} bytes
+ * @property {boolean} upper_bound
+ * @property {?number} gflop_per_s
+ * @property {?number} gb_per_s
+ * @property {?number} flops_per_byte
+ * @property {?number} floor_ns
+ * @property {?string} bound
+ * @property {?number} of_limit
+ * @property {number} layer
+ *
+ * @typedef {Object} RooflineOp
+ * @property {number} time_ns
+ * @property {number} flops
+ * @property {number} bytes
+ * @property {boolean} upper_bound
+ * @property {?number} gflop_per_s
+ * @property {?number} gb_per_s
+ * @property {?number} flops_per_byte
+ * @property {?number} floor_ns
+ * @property {?string} bound
+ * @property {?number} of_limit
+ * @property {string} op
+ *
+ * @typedef {Object} RooflinePhase
+ * @property {number} time_ns
+ * @property {number} flops
+ * @property {number} bytes
+ * @property {boolean} upper_bound
+ * @property {?number} gflop_per_s
+ * @property {?number} gb_per_s
+ * @property {?number} flops_per_byte
+ * @property {?number} floor_ns
+ * @property {?string} bound
+ * @property {?number} of_limit
+ * @property {string} phase
+ *
+ * @typedef {Object} TensorStats
+ * @property {number} count
+ * @property {number} time_ns
+ * @property {number} wait_ns
+ * @property {number} bytes
+ * @property {number} timed
+ * @property {?number} mean_ns
+ * @property {number} time_share
+ * @property {number} bytes_share
+ * @property {?string} clock
+ * @property {string} tensor
+ *
+ * @typedef {Object} TensorTime
+ * @property {number} count
+ * @property {number} time_ns
+ * @property {?number} mean_ns
+ * @property {number} wait_ns
+ * @property {number} share
+ * @property {string} name
  */
 
 // -- nodes and events
