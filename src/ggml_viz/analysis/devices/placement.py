@@ -204,7 +204,8 @@ def placement_model(head: Run, activity: pd.DataFrame, parts: pd.DataFrame) -> P
         found = ", ".join(sorted(devices)) or "none"
         raise GgmlVizError(f"a placement is predicted from a run that computed on the CPU, alone or beside other "
                            f"devices (GPUs, RPC workers); this run's devices: {found}")  # fmt: skip
-    untimed = sorted(set(_compute_bytes(head)) - devices)
+    compute_bytes = _compute_bytes(head)
+    untimed = sorted(set(compute_bytes) - devices)
     if untimed:
         raise GgmlVizError(f"this run also computed on {', '.join(untimed)}, whose nodes have no time in it (an RPC "
                            "worker's: record the worker too and give the joined run, `ggml-viz join`)")  # fmt: skip
@@ -222,7 +223,8 @@ def placement_model(head: Run, activity: pd.DataFrame, parts: pd.DataFrame) -> P
     scaled = {RECORDED: compute["ns"]}
     if limits is not None:
         scaled.update(_at_thread_counts(head, limits, compute, threads))
-    experts = _expert_counts(head)
+    nodes, edges = _largest_graph(head)
+    experts = _expert_counts(nodes, edges)
     lines = {count: _part_lines(compute.assign(ns=ns), tokens, experts) for count, ns in scaled.items()}
     recorded = _recorded_placement(compute, others, n_layer, head)
     recorded_devices = devices_of_blocks(compute)
@@ -233,7 +235,7 @@ def placement_model(head: Run, activity: pd.DataFrame, parts: pd.DataFrame) -> P
                              "ns": float(length[mine.index].sum())}
                 for phase, mine in windows.reset_index(drop=True).groupby("phase")}  # fmt: skip
     prompt = steps[steps["phase"] == "prompt"]
-    weights = _weights(head)
+    weights = _weights(nodes, edges)
     context = (head.manifest.get("contexts") or [{}])[0]
     first_graph = int(head.graphs["graph_id"].min())
     return PlacementModel(
@@ -244,7 +246,7 @@ def placement_model(head: Run, activity: pd.DataFrame, parts: pd.DataFrame) -> P
         output_device=str(recorded_devices.get((n_layer, DENSE), "CPU")),
         kv_bytes_per_layer_cell=_kv_per_layer_cell(head, n_layer, context),
         n_ctx=int(context.get("n_ctx") or 0), n_ubatch=int(context.get("n_ubatch") or 512),
-        compute_bytes=_compute_bytes(head), activation_bytes=_activations(head), recorded_devices=recorded_devices,
+        compute_bytes=compute_bytes, activation_bytes=_activations(nodes), recorded_devices=recorded_devices,
         has_experts=bool((compute["group"] == EXPERTS).any()), threads=threads,
         limit_doubts=tuple(limits.slower_with_more_threads()) if limits is not None else (),
     )  # fmt: skip
@@ -256,19 +258,23 @@ def _part_lines(compute: pd.DataFrame, tokens: pd.Series,
     the experts' in the experts a step reads and its tokens."""
     parts = ["block", "group", "device"]
     per_step = compute.groupby(["graph_id", *parts])["ns"].sum().unstack(parts).fillna(0.0)
-    lines = {(int(b), str(g), str(d)): line for (b, g, d), line in _fit(per_step, tokens).items()}
-    expert_columns = [column for column in per_step.columns if column[1] == EXPERTS]
-    if experts and expert_columns:
-        fitted = _fit_experts(per_step[expert_columns], tokens, experts)
-        lines.update({(int(b), str(g), str(d)): line for (b, g, d), line in fitted.items()})
-    return lines
+    apart = [column for column in per_step.columns if column[1] == EXPERTS] if experts else []
+    fitted = _fit(per_step.drop(columns=apart), tokens)
+    if experts and apart:
+        fitted.update(_fit_experts(per_step[apart], tokens, experts))
+    return {(int(b), str(g), str(d)): line for (b, g, d), line in fitted.items()}
+
+
+def _means_by_tokens(per_step: pd.DataFrame, tokens: pd.Series) -> tuple[pd.DataFrame, np.ndarray]:
+    """A steps × costs table's mean at each token count, and the counts."""
+    means = per_step.groupby(tokens.reindex(per_step.index).to_numpy()).mean()
+    return means, means.index.to_numpy(dtype=float)
 
 
 def _fit_experts(per_step: pd.DataFrame, tokens: pd.Series, experts: tuple[int, int]) -> dict[Any, Line]:
     """Per column: cost = c × experts read + b × tokens, least squares through the mean at each
     token count (one count: all of it by the experts read)."""
-    means = per_step.groupby(tokens.reindex(per_step.index).to_numpy()).mean()
-    x = means.index.to_numpy(dtype=float)
+    means, x = _means_by_tokens(per_step, tokens)
     read = np.array([experts_read(n, *experts) for n in x])
     if len(x) == 1:
         return {column: Line(0.0, 0.0, float(v) / read[0], experts) for column, v in means.iloc[0].items()}
@@ -281,8 +287,7 @@ def _fit_experts(per_step: pd.DataFrame, tokens: pd.Series, experts: tuple[int, 
 def _fit(per_step: pd.DataFrame, tokens: pd.Series) -> dict[Any, Line]:
     """Per column of a steps × costs table: the least-squares line through its mean at each token
     count (a single count: the cost per step where it is one token, else per token)."""
-    means = per_step.groupby(tokens.reindex(per_step.index).to_numpy()).mean()
-    x = means.index.to_numpy(dtype=float)
+    means, x = _means_by_tokens(per_step, tokens)
     if len(x) == 1:
         per_token = x[0] > 1
         return {column: Line(0.0 if per_token else float(v), float(v) / x[0] if per_token else 0.0)
@@ -457,47 +462,41 @@ def _crossing_and_fixed(parts: pd.DataFrame, tokens: pd.Series, boundaries: int)
     return lines["crossing"], lines["fixed"]
 
 
-def _largest_graph(head: Run) -> int:
-    """The graph of the most tokens, then nodes (the latest of them): the one whose structure and
-    activations are nearest a ubatch's, which llama.cpp sizes its compute buffers for."""
-    return int(head.graphs.sort_values(["n_tokens", "n_nodes", "graph_id"])["graph_id"].iloc[-1])
+def _largest_graph(head: Run) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The nodes (with their block and group) and edges of the graph of the most tokens, then
+    nodes (the latest of them): the one whose structure and activations are nearest a ubatch's,
+    which llama.cpp sizes its compute buffers for. Read once for what follows."""
+    graph = int(head.graphs.sort_values(["n_tokens", "n_nodes", "graph_id"])["graph_id"].iloc[-1])
+    nodes = head.nodes_of(graph, times=False)
+    nodes = nodes.assign(block=block_of_nodes(nodes), group=np.where(nodes["op"].isin(EXPERT_OPS), EXPERTS, DENSE))
+    return nodes, head.edges_of(graph)
 
 
-def _activations(head: Run) -> dict[tuple[int, str], int]:
+def _activations(nodes: pd.DataFrame) -> dict[tuple[int, str], int]:
     """Per (block, group), the largest output of one of its nodes in the largest graph, in bytes:
     what a part asks of its device's compute buffer, up to a factor the recorded buffer gives."""
-    nodes = head.nodes_of(_largest_graph(head), times=False)
-    nodes = nodes.assign(block=block_of_nodes(nodes), group=np.where(nodes["op"].isin(EXPERT_OPS), EXPERTS, DENSE))
     largest = nodes.groupby(["block", "group"])["nbytes"].max()
     return {(int(b), str(g)): int(n) for (b, g), n in largest.items()}
 
 
-def _weights(head: Run) -> pd.DataFrame:
+def _weights(nodes: pd.DataFrame, edges: pd.DataFrame) -> pd.DataFrame:
     """The weights the run's largest graph reads: block, group, name and bytes of each (a tensor
     read by two blocks, a tied embedding, once per block: a device holds one copy of a name)."""
-    graph = _largest_graph(head)
-    edges = head.edges_of(graph)
     weights = edges[edges["src_buffer_kind"] == "weights"]
-    nodes = head.nodes_of(graph, times=False)
-    by_index = nodes.set_index("node_index")
-    block = block_of_nodes(nodes).set_axis(nodes["node_index"].to_numpy())
-    op = by_index["op"].reindex(weights["node_index"].to_numpy()).to_numpy()
-    group = np.where(pd.Series(op).isin(EXPERT_OPS), EXPERTS, DENSE)
-    weights = weights.assign(block=block.reindex(weights["node_index"].to_numpy()).to_numpy(), group=group, op=op,
+    reader = nodes.set_index("node_index").reindex(weights["node_index"].to_numpy())
+    weights = weights.assign(block=reader["block"].to_numpy(), group=reader["group"].to_numpy(),
+                             op=reader["op"].to_numpy(),
                              name=weights["src_name"].fillna(weights["src_tensor_id"].astype(str)))  # fmt: skip
     table = weights.drop_duplicates(["block", "name"])[["block", "group", "name", "src_nbytes", "src_ne1", "op"]]
     return table.rename(columns={"src_nbytes": "bytes", "src_ne1": "rows"}).reset_index(drop=True)
 
 
-def _expert_counts(head: Run) -> tuple[int, int] | None:
+def _expert_counts(nodes: pd.DataFrame, edges: pd.DataFrame) -> tuple[int, int] | None:
     """(experts, experts per token) of the run's MoE layers, from an expert product's sources:
     the experts' weights (ne2 experts) and the chosen ids (ne0 per token); None: no experts."""
-    graph = _largest_graph(head)
-    nodes = head.nodes_of(graph, times=False)
     products = nodes.loc[nodes["op"] == "MUL_MAT_ID", "node_index"]
     if products.empty:
         return None
-    edges = head.edges_of(graph)
     first = edges[edges["node_index"] == int(products.iloc[0])].set_index("src_slot")
     if 0 not in first.index or 2 not in first.index:
         return None
