@@ -87,7 +87,7 @@ def predict_one(model: PlacementModel, placement: Placement, ctx: int | None = N
         tokens = prompt_tokens or max(model.prompt_steps)
         ubatch = placement.ubatch or model.n_ubatch
         chunks = [ubatch] * (tokens // ubatch) + ([tokens % ubatch] if tokens % ubatch else [])
-        total = sum(sum(_step_parts(model, lines, where, crossings, float(n)).values()) for n in chunks)
+        total = _steps_ns(model, lines, where, crossings, chunks)
         row["prompt_tokens"] = tokens
         row["prompt_ns"] = total
         row["prompt_tokens_per_s"] = tokens / (total / 1e9) if total > 0 else None
@@ -104,11 +104,9 @@ def recorded_check(model: PlacementModel, prediction: dict[str, Any]) -> dict[st
         if phase == "decode" and prediction.get("decode_step_ns"):
             predicted_ns = prediction["decode_step_ns"] * seen["steps"]
         elif phase == "prompt" and model.prompt_steps:
-            lines = _lines(model, None, "prompt")
             where = devices_of(model, model.recorded)
-            crossings = boundaries_of(model, where)
-            predicted_ns = sum(sum(_step_parts(model, lines, where, crossings, float(n)).values())
-                               for n in model.prompt_steps)  # fmt: skip
+            predicted_ns = _steps_ns(model, _lines(model, None, "prompt"), where, boundaries_of(model, where),
+                                     model.prompt_steps)  # fmt: skip
         else:
             continue
         measured_rate = seen["tokens"] / (seen["ns"] / 1e9) if seen["ns"] else None
@@ -182,6 +180,12 @@ def _lines(model: PlacementModel, threads: int | None, phase: str) -> dict[tuple
         raise GgmlVizError(f"{threads} CPU threads: this run's limits were measured at {measured} "
                            f"(`ggml-viz limits --threads 1,{threads}` before recording measures them)")  # fmt: skip
     return model.parts[threads]
+
+
+def _steps_ns(model: PlacementModel, lines: dict[tuple[int, str, str], Line], where: dict[tuple[int, str], str],
+              crossings: int, tokens: list[int]) -> float:  # fmt: skip
+    """Steps of these token counts (a prompt's ubatches), predicted, summed."""
+    return sum(sum(_step_parts(model, lines, where, crossings, float(n)).values()) for n in tokens)
 
 
 def _step_parts(model: PlacementModel, lines: dict[tuple[int, str, str], Line], where: dict[tuple[int, str], str],
