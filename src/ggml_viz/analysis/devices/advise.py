@@ -10,6 +10,7 @@ what was given; ranked by the goal's rate (decode unless told).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,6 @@ from .prediction import predict_one, recorded_check
 
 UBATCHES = (32, 64, 128, 256, 512, 1024, 2048)
 SPLIT_STEPS = 8  # two devices beside the CPU: -ts 1/8 ... 7/8 of the offloaded blocks on the first
-GOALS = ("decode", "prompt")
 
 
 def candidates(model: PlacementModel) -> list[Placement]:
@@ -74,28 +74,27 @@ def _best_settings(model: PlacementModel, base: Placement, threads: list[int | N
                    budget: dict[str, int]) -> dict[str, Any] | None:  # fmt: skip
     """A placement with its fastest decode threads, and its fastest prompt threads and ubatch
     among those whose memory fits (None: none fits)."""
-    decode = [predict_one(model, Placement(base.ngl, base.n_cpu_moe, threads=t, split=base.split), ctx, prompt_tokens)
-              for t in threads]  # fmt: skip
+    decode = [predict_one(model, replace(base, threads=t), ctx, prompt_tokens) for t in threads]
     fitting = [row for row in decode if _fits(row["memory"], budget)]
     if not fitting:
         return None
     chosen = max(fitting, key=lambda row: row.get("decode_tokens_per_s") or 0.0)
     if not model.prompt_steps:
         return chosen
-    prompts = [predict_one(model, Placement(base.ngl, base.n_cpu_moe, threads_batch=t, ubatch=u, split=base.split), ctx,
-                           prompt_tokens) for t in threads for u in ubatches]  # fmt: skip
+    prompts = [predict_one(model, replace(base, threads_batch=t, ubatch=u), ctx, prompt_tokens)
+               for t in threads for u in ubatches]  # fmt: skip
     prompts = [row for row in prompts if _fits(row["memory"], budget)]
     if not prompts:
         return None
     prompt = max(prompts, key=lambda row: row.get("prompt_tokens_per_s") or 0.0)
-    placement = Placement(base.ngl, base.n_cpu_moe, _changed(chosen["threads"], model.recorded.threads),
-                          _changed(prompt["threads_batch"], model.recorded.threads_batch),
-                          _changed(prompt["ubatch"], model.recorded.ubatch), base.split)  # fmt: skip
+    placement = replace(base, threads=_changed(chosen["threads"], model.recorded.threads),
+                        threads_batch=_changed(prompt["threads_batch"], model.recorded.threads_batch),
+                        ubatch=_changed(prompt["ubatch"], model.recorded.ubatch))  # fmt: skip
     result = dict(chosen)
     result.update({key: prompt[key] for key in ("threads_batch", "ubatch", "prompt_tokens", "prompt_ns",
                                                 "prompt_tokens_per_s", "memory")})  # fmt: skip
     result["flags"] = model.flags(placement)
-    result["recorded"] = False
+    result["recorded"] = bool(chosen["recorded"] and prompt["recorded"])
     return result
 
 
