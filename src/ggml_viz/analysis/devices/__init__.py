@@ -16,7 +16,7 @@ from ..join import is_joined, open_joined
 from ..roofline import run_limits
 from .activity import COMPUTE, joined_activity, run_activity
 from .advise import advice_finding, advise
-from .placement import placement_model, predicting_graphs
+from .placement import PlacementModel, placement_model, predicting_graphs
 from .steps import TRANSFERS, device_parts, phase_breakdown, step_windows
 
 
@@ -79,18 +79,29 @@ def _longest_wait(phases: list[dict[str, Any]], activity: pd.DataFrame) -> str |
     )
 
 
+NOTHING_TO_PREDICT = ("nothing to predict: the run computed on one device and its limits were not measured at "
+                      "several thread counts (`ggml-viz limits --for RUN` measures them)")  # fmt: skip
+
+
+def run_advice(head: Run, activity: pd.DataFrame | None, top: int) -> tuple[PlacementModel, dict[str, Any]]:
+    """A run's placement model and the `top` placements advise finds for it (no memory bound);
+    `activity` None: the run computed on one device, whose steps are read only where other
+    thread counts can be predicted. GgmlVizError says why nothing can be predicted."""
+    if activity is None:
+        limits = run_limits(head)
+        if limits is None or len(limits.threads_measured()) < 2:
+            raise GgmlVizError(NOTHING_TO_PREDICT)
+        activity = run_activity(head, predicting_graphs(head.graphs))
+    model = placement_model(head, activity, device_parts(step_windows(head.graphs), activity))
+    return model, advise(model, {}, top=top)
+
+
 def placement_advice(head: Run, activity: pd.DataFrame | None) -> dict[str, Any] | None:
     """What the summary says of other flags: the best placement found for decode against the
     recorded one, and the check of the recorded one's prediction; None where nothing can be
     predicted (one device and limits at one thread count, or a run the model cannot read)."""
-    limits = run_limits(head)
-    if activity is None:
-        if limits is None or len(limits.threads_measured()) < 2:
-            return None
-        activity = run_activity(head, predicting_graphs(head.graphs))
     try:
-        model = placement_model(head, activity, device_parts(step_windows(head.graphs), activity))
-        advice = advise(model, {}, top=1)
+        model, advice = run_advice(head, activity, top=1)
     except GgmlVizError:
         return None
     best = advice["best"][0] if advice["best"] else None
