@@ -256,8 +256,7 @@ class _Bench:
             zeros = np.zeros(64, dtype=np.float32)
             for tensor in (start, step):
                 lib.ggml_backend_tensor_set(tensor, zeros.ctypes.data, 0, zeros.nbytes)
-            self._compute(graph)  # (first run: the threads start)
-            best = min(self._compute(graph) for _ in range(self.repeats))
+            best = self._best_ns(graph)
         finally:
             if buffer:
                 lib.ggml_backend_buffer_free(buffer)
@@ -324,9 +323,13 @@ class _Bench:
             raise CaptureError(f"ggml's {self.device} backend failed to compute a measuring graph")
         return time.perf_counter_ns() - start
 
+    def _best_ns(self, graph: int) -> int:
+        """The best of `repeats` computes of a graph, after one unmeasured (the threads start, the caches warm)."""
+        self._compute(graph)
+        return min(self._compute(graph) for _ in range(self.repeats))
+
     def _timed(self, graph: int, what: str, type_name: str, weight_bytes: int, rows: int, columns: int) -> Measurement:
-        self._compute(graph)  # (first run: the threads start, the caches warm)
-        best = min(self._compute(graph) for _ in range(self.repeats))
+        best = self._best_ns(graph)
         return self._measurement(best, self.repeats, what, type_name, weight_bytes, rows, columns)
 
     def _timed_once(self, graph: int, what: str, type_name: str, weight_bytes: int, rows: int,
