@@ -23,18 +23,6 @@ def memory_budget(text: str) -> dict[str, int]:
     return budget
 
 
-def available_host_memory() -> int | None:
-    """This machine's available memory (MemAvailable), None where it cannot be read."""
-    try:
-        with open("/proc/meminfo") as lines:
-            for line in lines:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
 class AdviseCommand(Command):
     """Say which flags make this model fastest on this machine, predicted from one run.
 
@@ -64,10 +52,11 @@ class AdviseCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         from ..analysis.devices.advise import advice_finding, advise
         from ..analysis.devices.prediction import LEFT_OUT
+        from ..runformat.machine import available_memory
 
         model = open_model(args.run)
         budget = dict(args.memory)
-        host = available_host_memory()
+        host = available_memory()
         if "CPU" not in budget and host:
             budget["CPU"] = host
         advice = advise(model, budget, args.ctx, args.prompt_tokens, args.goal, args.top)
