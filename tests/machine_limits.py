@@ -14,23 +14,29 @@ from ggml_viz.runformat.manifest import write_manifest
 NODE_STEP_SECONDS = 1e-9  # a node's step the same at both counts, and too small to count beside its work
 
 
+def row(what: str, threads: int | None, kind: str | None, gb: float | None = None, gflop: float | None = None,
+        device: str = "CPU", seconds: float = 1.0) -> dict[str, Any]:  # fmt: skip
+    """One measurement as `ggml-viz limits` writes it."""
+    return {"device": device, "threads": threads, "what": what, "type": kind, "gb_per_s": gb, "gflop_per_s": gflop,
+            "bytes": 1, "flops": 1, "seconds": seconds, "repeats": 1, "note": None}  # fmt: skip
+
+
+def limits_of(*rows: dict[str, Any]) -> dict[str, Any]:
+    """Limits of this machine holding these measurements."""
+    return {"version": LIMITS_VERSION, "measured": "2026-11-27T00:00:00+00:00", "machine": this_machine(),
+            "measurements": list(rows)}  # fmt: skip
+
+
 def twice_as_fast_at_two_threads(types: tuple[str, ...] = ("F32", "F16", "Q8_0", "Q4_0", "Q4_1")) -> dict[str, Any]:
     """This machine's limits at 1 and 2 threads, every rate twice as high at 2, a node's step the
     same at both and negligible: a CPU node then takes half its time at two threads."""
-
-    def row(what: str, threads: int, kind: str | None, gb: float | None, gflop: float | None,
-            seconds: float = 1.0) -> dict[str, Any]:  # fmt: skip
-        return {"device": "CPU", "threads": threads, "what": what, "type": kind, "gb_per_s": gb, "gflop_per_s": gflop,
-                "bytes": 1, "flops": 1, "seconds": seconds, "repeats": 1, "note": None}  # fmt: skip
-
     rows = []
     for n in (1, 2):
-        rows.append(row("memory_read", n, None, n * 10.0, None))
-        rows.append(row("node_step", n, None, None, None, NODE_STEP_SECONDS))
+        rows.append(row("memory_read", n, None, n * 10.0))
+        rows.append(row("node_step", n, None, seconds=NODE_STEP_SECONDS))
         for kind in types:
             rows += [row("matvec", n, kind, n * 8.0, n * 16.0), row("matmul", n, kind, n * 0.5, n * 50.0)]
-    return {"version": LIMITS_VERSION, "measured": "2026-11-27T00:00:00+00:00", "machine": this_machine(),
-            "measurements": rows}  # fmt: skip
+    return limits_of(*rows)
 
 
 def keep_in_run(run: Path, limits: dict[str, Any]) -> None:

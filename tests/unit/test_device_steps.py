@@ -76,6 +76,8 @@ def test_a_buffer_s_device_is_one_answer_for_every_analysis():
     from ggml_viz.analysis.buffer_device import device_of_buffer
     from ggml_viz.analysis.roofline import Limits, _devices
 
+    from ..machine_limits import limits_of, row
+
     # GIVEN buffer names as ggml's backends give them: the CPU's kinds, pinned host memory a GPU
     # backend hands out (the CPU computes there), a GPU's own and a kind of it, a worker's
     names = ["CPU", "CPU_Mapped", "CPU_REPACK", "CUDA_Host", "CUDA0_Host", "CUDA0", "CUDA0_Split",
@@ -84,8 +86,6 @@ def test_a_buffer_s_device_is_one_answer_for_every_analysis():
     assert [device_of_buffer(n) for n in names] == ["CPU", "CPU", "CPU", "CPU", "CPU", "CUDA0", "CUDA0",
                                                     "RPC0[127.0.0.1:50052]", "RPC1[my_host:50052]", None]  # fmt: skip
     # AND the roofline, judging nodes by CUDA0's limits, says the same of CUDA0's (the rest: the CPU's roofs)
-    limits = Limits.from_json({"version": 2, "measurements": [
-        {"device": "CUDA0", "threads": None, "what": "memory_read", "type": None, "gb_per_s": 3000.0,
-         "gflop_per_s": None, "bytes": 1, "flops": 1, "seconds": 1.0, "repeats": 1, "note": None}]})  # fmt: skip
+    limits = Limits.from_json(limits_of(row("memory_read", None, None, gb=3000.0, device="CUDA0")))
     judged = _devices(pd.DataFrame({"buffer_name": names}), limits).tolist()
     assert judged == ["CPU"] * 5 + ["CUDA0", "CUDA0"] + ["CPU"] * 3

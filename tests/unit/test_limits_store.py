@@ -9,7 +9,6 @@ import pytest
 from ggml_viz._errors import RunFormatError
 from ggml_viz.analysis.roofline import Limits
 from ggml_viz.runformat.limits import (
-    LIMITS_VERSION,
     check_limits,
     limits_file,
     same_machine,
@@ -19,22 +18,13 @@ from ggml_viz.runformat.limits import (
 )
 from ggml_viz.runformat.manifest import new_manifest
 
-
-def row(what, threads, kind, gb=None, gflop=None, device="CPU"):
-    return {"device": device, "threads": threads, "what": what, "type": kind, "gb_per_s": gb, "gflop_per_s": gflop,
-            "bytes": 1, "flops": 1, "seconds": 1.0, "repeats": 1, "note": None}  # fmt: skip
-
-
-def limits_of(*rows):
-    return {"version": LIMITS_VERSION, "measured": "2026-11-27T00:00:00+00:00", "machine": this_machine(),
-            "measurements": list(rows)}  # fmt: skip
-
+from ..machine_limits import limits_of, row
 
 LIMITS = limits_of(
     row("memory_read", 1, None, gb=15.0), row("memory_read", 4, None, gb=40.0),
     row("matmul", 1, "F32", gflop=60.0), row("matmul", 4, "F32", gflop=200.0), row("matmul", 4, "Q4_K", gflop=300.0),
     row("matvec", 4, "Q4_K", gb=25.0, gflop=90.0), row("memory_read", None, "F32", gb=3000.0, device="CUDA0"),
-    {**row("node_step", 4, None), "seconds": 6e-7},
+    row("node_step", 4, None, seconds=6e-7),
 )  # fmt: skip
 
 
