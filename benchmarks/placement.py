@@ -152,10 +152,9 @@ def one_round(folder: Path, name: str, model: Path, repeats: int, results: dict)
             asked += ["--ngl" if option == "-ngl" else "--n-cpu-moe", value.replace("99", str(blocks))]
         predicted = predictions(joined, [*asked, "--prompt-tokens", str(tokens)])
         for row in sweep(model, [*flags, "-t", "1"], tokens, repeats, workers=1):
-            setting = min(int(row["n_gpu_layers"]), blocks) if family == "ngl" else int(row["n_cpu_moe"])
             ngl, n_cpu_moe = min(int(row["n_gpu_layers"]), blocks), int(row.get("n_cpu_moe") or 0)
             match = [p for p in predicted["predictions"] if (p["ngl"], p["n_cpu_moe"]) == (ngl, n_cpu_moe)]
-            _pair(results, (name, family), setting, row, match, predicted)
+            _pair(results, (name, family), ngl if family == "ngl" else n_cpu_moe, row, match, predicted)
     # the CPU alone: threads (the prompt's too), and the prompt's ubatch
     ubatches = ",".join(map(str, (*UBATCHES, 512)))
     predicted = predictions(cpu, ["-t", "1,2", "-tb", "1,2", "-ub", ubatches, "--prompt-tokens", str(tokens)])
