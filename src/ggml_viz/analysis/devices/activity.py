@@ -44,8 +44,7 @@ def run_activity(run: Run, graph_ids: Sequence[int] | None = None) -> pd.DataFra
     timed = nodes[nodes["start_ns"].notna() & nodes["end_ns"].notna()]
     frames = [_node_rows(timed, timed["start_ns"], timed["end_ns"], timed["buffer_name"].map(device_of_buffer))]
     if run.has_gpu_times:
-        gpu = _gpu_rows(run, nodes)
-        frames.append(gpu if graph_ids is None else gpu[gpu["graph_id"].isin(list(graph_ids))])
+        frames.append(_gpu_rows(run, nodes, graph_ids))
     return _concat(frames)
 
 
@@ -101,11 +100,11 @@ def _node_rows(nodes: pd.DataFrame, start: pd.Series, end: pd.Series, device: pd
     })  # fmt: skip
 
 
-def _gpu_rows(run: Run, nodes: pd.DataFrame) -> pd.DataFrame:
+def _gpu_rows(run: Run, nodes: pd.DataFrame, graph_ids: Sequence[int] | None = None) -> pd.DataFrame:
     """The GPU's kernels and copies in traced graphs: a node's work where it was mapped to one,
-    a transfer where it was a copy of no node's (the scheduler's, between splits)."""
+    a transfer where it was a copy of no node's (the scheduler's, between splits); of `graph_ids` only, where given."""
     kernels = run.gpu_kernels
-    kernels = kernels[kernels["graph_id"] >= 0]
+    kernels = kernels[kernels["graph_id"] >= 0 if graph_ids is None else kernels["graph_id"].isin(list(graph_ids))]
     if kernels.empty:
         return empty_activity()
     described = kernels.merge(nodes[["graph_id", "node_index", "layer", "op"]], on=["graph_id", "node_index"],
