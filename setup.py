@@ -3,6 +3,7 @@ ggml-viz falls back to its Python recorder without it), the preload library that
 native programs (`ggml-viz run -- llama-server ...`), and the start-up hook (.pth)."""
 
 import os
+import sys
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -14,6 +15,9 @@ C_FLAGS = ["-O2", "-std=c11", "-D_GNU_SOURCE"]
 # The C both the extension and the preload library build on: the recorder core and GOT
 # redirection (capture/core/), the GPU timer (capture/gpu/).
 CORE = ("core/recorder", "core/got_hook", "gpu/cupti_activity", "gpu/vulkan_timer", "gpu/gpu_tracer", "gpu/graph_compute")
+# What the contract's header is written from (write_contract_header).
+CONTRACT_SOURCES = [f"{CAPTURE}/{name}.py" for name in ("contract/__init__", "contract/records", "contract/constants")]
+CONTRACT_SOURCES += [f"{CAPTURE}/settings.py", f"{CAPTURE}/c_header.py"]
 PRELOAD_SOURCES = (
     "preload/preload", "preload/preload_setup", "preload/preload_spool", "preload/preload_wire", "preload/preload_dlsym"
 )
@@ -30,15 +34,32 @@ class BuildWithStartupHook(build_py):
         return [*super().get_outputs(include_bytecode), os.path.join(self.build_lib, STARTUP_HOOK)]
 
 
+def write_contract_header(folder: str) -> str:
+    """ggml_viz_contract.h, the C side of the contract between the C and the Python, written from its
+    declarations (capture/contract/ and settings.py, by capture/c_header.py: plain Python, importable
+    before anything is installed)."""
+    sys.path.insert(0, "src")
+    try:
+        from ggml_viz.capture.c_header import write_header
+    finally:
+        sys.path.remove("src")
+    return os.path.dirname(write_header(folder))
+
+
 class BuildWithPreloadLibrary(build_ext):
     """Also build libggml_viz_preload.so: a plain shared library (no Python in it) that
     `ggml-viz run` puts into native programs with LD_PRELOAD. Optional, like the extension:
-    without a C compiler, ggml-viz records Python programs with its Python recorder."""
+    without a C compiler, ggml-viz records Python programs with its Python recorder.
+    Every C build first writes the contract's header (write_contract_header) where the compiler looks."""
 
     PRELOAD = "ggml_viz/capture/preload/libggml_viz_preload.so"
     VULKAN_LAYER = "ggml_viz/capture/gpu/libggml_viz_vulkan_layer.so"
 
     def run(self) -> None:
+        contract = write_contract_header(os.path.join(self.build_temp, "contract"))
+        for extension in self.extensions:
+            extension.include_dirs.append(contract)
+        self.contract_include = contract
         super().run()
         self.build_vulkan_layer()
         try:
@@ -46,6 +67,7 @@ class BuildWithPreloadLibrary(build_ext):
                 [f"{CAPTURE}/{name}.c" for name in (*PRELOAD_SOURCES, *CORE)],
                 output_dir=self.build_temp,
                 extra_preargs=[*C_FLAGS, "-fPIC", "-fvisibility=hidden", "-Wall"],
+                include_dirs=[self.contract_include],
             )
             output = os.path.join(self.build_lib, self.PRELOAD)
             self.compiler.link_shared_object(objects, output, libraries=["dl", "pthread", "m"])
@@ -63,6 +85,7 @@ class BuildWithPreloadLibrary(build_ext):
                 [f"{CAPTURE}/gpu/vulkan_layer.c"],
                 output_dir=self.build_temp,
                 extra_preargs=[*C_FLAGS, "-fPIC", "-fvisibility=hidden", "-Wall"],
+                include_dirs=[self.contract_include],
             )
             output = os.path.join(self.build_lib, self.VULKAN_LAYER)
             self.compiler.link_shared_object(
@@ -81,7 +104,7 @@ class BuildWithPreloadLibrary(build_ext):
 recorder_extension = Extension(
     "ggml_viz.capture.core._recorder",
     sources=[f"{CAPTURE}/{name}.c" for name in ("core/_recorder", "core/_recorder_gpu", *CORE)],
-    depends=[f"{CAPTURE}/{name}.h" for name in (*CORE, "gpu/cupti_abi")],
+    depends=[f"{CAPTURE}/{name}.h" for name in (*CORE, "gpu/cupti_abi")] + CONTRACT_SOURCES,
     extra_compile_args=C_FLAGS,
     libraries=["m", "dl"],
     optional=True,

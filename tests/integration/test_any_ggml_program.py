@@ -88,6 +88,31 @@ def test_a_program_on_ggmls_own_compute_path_is_recorded_node_by_node(tmp_path, 
     assert context["kind"] == "ggml" and context["compute"] == "ggml_graph_compute"
 
 
+@pytest.mark.parametrize(
+    ("variable", "value", "said"),
+    [
+        ("GGML_VIZ_DETAIL", "nodes", "GGML_VIZ_DETAIL=nodes: choose one of op|graph"),
+        ("GGML_VIZ_READ_GRAPHS", "never", "GGML_VIZ_READ_GRAPHS=never: choose one of compute|callback"),
+        ("GGML_VIZ_GPU_WINDOW", "0", "GGML_VIZ_GPU_WINDOW=0: a whole number, 1 or more"),
+        ("GGML_VIZ_CAPTURE_BYTES", "-1", "GGML_VIZ_CAPTURE_BYTES=-1: a whole number, 0 or more"),
+    ],
+)
+def test_a_setting_the_preload_library_is_given_wrong_leaves_the_program_untraced_saying_why(
+    tmp_path, simple_ctx, variable, value, said
+):
+    from ggml_viz.capture.preload.library import preload_path
+
+    # GIVEN the preload library put into a program by hand (not through `ggml-viz run`, which checks
+    # the settings itself), with a setting the settings' declarations refuse
+    program = [str(simple_ctx), "2", "with_ctx"]
+    expected = untraced(program)
+    run_dir = tmp_path / "run"
+    result = untraced(program, preload=preload_path(), extra_env={"GGML_VIZ_OUTPUT": str(run_dir), variable: value})
+    # THEN the program's output is its own, and the library says which setting is wrong and how
+    assert result.returncode == 0 and result.stdout == expected.stdout
+    assert said in result.stderr and "the program runs untraced" in result.stderr
+
+
 # -- programs that find ggml with dlsym --------------------------------------------------------------
 
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 import ggml_viz
-from ggml_viz.capture.gpu.records import NODE_CALL_CPU, NODE_CALL_SPLIT, GpuWindow
+from ggml_viz.capture.contract.constants import NODE_CALL_CPU, NODE_CALL_SPLIT
+from ggml_viz.capture.gpu.records import GpuWindow
 from ggml_viz.capture.llama_cpp_python import gpu, session
 
 pytestmark = pytest.mark.model

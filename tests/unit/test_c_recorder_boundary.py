@@ -108,7 +108,7 @@ def test_the_c_decode_bracket_copies_each_batch_and_samples_calls():
 
     import llama_cpp
 
-    from ggml_viz.capture.core.raw_graph import DECODE_DTYPE
+    from ggml_viz.capture.contract.records import DECODE
     from ggml_viz.capture.llama_cpp_python.c_recorder import CGraphRecorder
     from ggml_viz.capture.llama_cpp_python.llama_info import batch_offsets, read_batch_in_python
 
@@ -124,7 +124,7 @@ def test_the_c_decode_bracket_copies_each_batch_and_samples_calls():
             write_now.append(recorder.end_decode(0))
         recorder.begin_decode(ctypes.addressof(batches[1]))  # a call still running when Python takes
         record = recorder.take_decodes()
-        calls = np.frombuffer(record.calls, DECODE_DTYPE).tolist()
+        calls = np.frombuffer(record.calls, DECODE.dtype).tolist()
         token_ids, positions, seq_ids, outputs = record.token_ids, record.positions, record.seq_ids, record.outputs
         # THEN the first prompt call and the 1st, 4th and 7th decode calls time their nodes
         assert timed == [1, 1, 0, 0, 1, 0, 0, 1]
@@ -141,21 +141,8 @@ def test_the_c_decode_bracket_copies_each_batch_and_samples_calls():
         # AND the running call stays for the next take, with its tokens
         recorder.end_decode(0)
         record = recorder.take_decodes()
-        calls = np.frombuffer(record.calls, DECODE_DTYPE)
+        calls = np.frombuffer(record.calls, DECODE.dtype)
         assert calls["index"].tolist() == [8] and np.frombuffer(record.token_ids, np.int32).tolist() == [20]
     finally:
         for batch in batches:
             llama_cpp.llama_batch_free(batch)
-
-
-def test_the_preload_library_reads_the_settings_the_table_declares_for_it():
-    import ctypes
-
-    from ggml_viz.capture.preload.library import preload_path
-    from ggml_viz.capture.settings import preload_environment_names
-
-    # GIVEN the preload library's own list of the variables it reads (it holds no Python)
-    library = ctypes.CDLL(str(preload_path()))
-    declared_in_c = ctypes.string_at(ctypes.addressof(ctypes.c_char.in_dll(library, "ggml_viz_preload_settings")))
-    # THEN it is the settings table's list for native programs, name for name
-    assert tuple(declared_in_c.decode().split(",")) == preload_environment_names()

@@ -7,9 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from ggml_viz.capture.contract.records import WEIGHT_PRINT
 from ggml_viz.capture.core.extension import extension
 from ggml_viz.capture.core.ggml_api import TENSOR_DTYPE
-from ggml_viz.capture.core.weight_names import PRINT_DTYPE, WeightNames
+from ggml_viz.capture.core.weight_names import WeightNames
 from ggml_viz.modelfile.fingerprints import tensor_fingerprints, weight_fingerprint
 from ggml_viz.modelfile.layout import read_layout
 
@@ -35,7 +36,7 @@ def test_a_fingerprint_only_one_tensor_has_names_the_weight(tmp_path):
     prints = np.array(
         [(0x1000, tensor.nbytes, weight_fingerprint(content[tensor.start : tensor.end])),
          (0x2000, 8, weight_fingerprint(b"same" * 2)), (0x3000, 8, weight_fingerprint(b"nowhere!"))],
-        dtype=PRINT_DTYPE,
+        dtype=WEIGHT_PRINT.dtype,
     )  # fmt: skip
     shared = {(8, weight_fingerprint(b"same" * 2)): ["a.weight", "b.weight"]}
     names = WeightNames(lambda: [tensor_fingerprints(layout), shared])

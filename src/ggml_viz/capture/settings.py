@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from .._errors import CaptureError
+from .contract.constants import MAX_CAPTURES, NAME_LEN
 
 RECORDERS = ("native", "python")
 DETAILS = ("op", "graph")
@@ -102,8 +103,8 @@ class CaptureSettings:
             raise CaptureError("gpu_window and gpu_period must be 1 or more (graph computes)")
         if self.values.capture_bytes < 0:
             raise CaptureError("capture_bytes must be 0 or more")
-        if len(self.values.captures) > 16 or any(len(p.encode()) > 63 for p in self.values.captures):
-            raise CaptureError("capture: at most 16 name patterns of at most 63 bytes")
+        if len(self.values.captures) > MAX_CAPTURES or any(len(p.encode()) >= NAME_LEN for p in self.values.captures):
+            raise CaptureError(f"capture: at most {MAX_CAPTURES} name patterns of at most {NAME_LEN - 1} bytes")
 
     def describe(self) -> dict[str, Any]:
         described = asdict(self)
@@ -327,6 +328,9 @@ class HookVariable:
     value: str
     option: str  # the `ggml-viz run` option that sets it (markdown), or ""
     doc: str
+    # text: any (a path); flag: 1, true, yes or on for yes; choice: one of `choices`
+    kind: Literal["text", "flag", "choice"] = "text"
+    choices: tuple[str, ...] = ()
 
     @property
     def env(self) -> str:
@@ -339,8 +343,8 @@ HOOK_VARIABLES: tuple[HookVariable, ...] = (
         "record the program into `PATH`: every llama context it creates, every graph a native one computes"
         " (a Python program's taken name gets `-1`, `-2`, …)",
     ),
-    HookVariable("DISABLE", "1", "", "turn it off"),
-    HookVariable("VERBOSE", "1", "`-v`", "say what is attached and where the run goes"),
+    HookVariable("DISABLE", "1", "", "turn it off", kind="flag"),
+    HookVariable("VERBOSE", "1", "`-v`", "say what is attached and where the run goes", kind="flag"),
     HookVariable(
         "SPOOL", "PATH", "",
         "native programs: the preload library's spool goes to `PATH` rather than `OUTPUT/spool/PID.spool`",
@@ -349,6 +353,7 @@ HOOK_VARIABLES: tuple[HookVariable, ...] = (
         "READ_GRAPHS", "compute", "",
         "read every graph at its compute call, with no eval callback, as on a GPU (a CPU program then keeps "
         "graph times only); `callback`: through the eval callback, the default off a GPU",
+        kind="choice", choices=("compute", "callback"),
     ),
     HookVariable(
         "CUPTI", "PATH", "",
@@ -358,6 +363,7 @@ HOOK_VARIABLES: tuple[HookVariable, ...] = (
     HookVariable(
         "GPU_DETACH", "0", "",
         "keep CUPTI attached between GPU trace windows, its records switched off (it costs more: for comparison)",
+        kind="flag",
     ),
 )  # fmt: skip
 

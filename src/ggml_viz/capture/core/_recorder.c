@@ -6,8 +6,9 @@
  *   RepeatRecord  a plain repeat of the graph before it: n_nodes, start_ns, end_ns
  *   DecodesRecord the llama_decode calls closed since the last take, and their tokens
  *
- * Record sizes and flag values come from C too (BUFFER_RECORD_SIZE, ...): the Python side
- * checks its numpy dtypes against them at import.
+ * The records' layouts and the numbers both sides use are the contract's (ggml_viz_contract.h, written
+ * from ggml_viz/capture/contract/ at build time): CONTRACT_DIGEST says which, and the Python side
+ * refuses a build made from other declarations at import.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -26,49 +27,17 @@ typedef struct {
 
 static PyTypeObject GraphRecordType, RepeatRecordType, DecodesRecordType;
 
-static PyStructSequence_Field graph_record_fields[] = {
-    {"nodes", "node structs copied (none when same)"},
-    {"node_ptrs", "their addresses, uint64"},
-    {"starts", "each node's start, int64 ns"},
-    {"ends", "each node's end, int64 ns"},
-    {"flags", "NODE_* flags per node, uint8"},
-    {"leaves", "structs of the sources that are not nodes"},
-    {"leaf_ptrs", "their addresses, uint64"},
-    {"buffers", "BufferRecord per buffer the graph used"},
-    {"tick_ns", "inline timing: when thread 0 finished a node"},
-    {"tick_asked", "nodes asked by then, uint32"},
-    {"tick_barrier_ns", "when thread 0 left the barrier after the node, int64 ns (0: not seen)"},
-    {"stats", "StatsRecord per node read (--values stats)"},
-    {"capture_records", "CaptureRecord per node copied (--capture)"},
-    {"capture_bytes", "the copies"},
-    {"routing_records", "RoutingRecord per MoE layer read (its experts' choice)"},
-    {"routing_bytes", "their ids and weights"},
-    {"boundary_ns", "when the graph was closed"},
-    {"same", "the graph repeats the one before it struct for struct"},
-    {"n_timed", "nodes timed on their own"},
-    {"end_ns", "when the graph ended"},
-    {NULL, NULL},
-};
-static PyStructSequence_Desc graph_record_desc = {"ggml_viz.capture.core._recorder.GraphRecord",
-                                                  "One graph taken from the recorder", graph_record_fields, 19};
-
-static PyStructSequence_Field repeat_record_fields[] = {
-    {"n_nodes", "nodes of the graph"}, {"start_ns", "when it began"}, {"end_ns", "when it ended"}, {NULL, NULL}};
-static PyStructSequence_Desc repeat_record_desc = {
-    "ggml_viz.capture.core._recorder.RepeatRecord",
-    "A graph that repeats the one before it, with its buffers, nothing timed or read", repeat_record_fields, 3};
-
-static PyStructSequence_Field decodes_record_fields[] = {
-    {"calls", "DecodeRecord per llama_decode call closed"},
-    {"token_ids", "the calls' tokens, int32"},
-    {"positions", "int32"},
-    {"seq_ids", "each token's first sequence, int32"},
-    {"outputs", "whether llama.cpp computes its logits, uint8"},
-    {NULL, NULL},
-};
+/* The named records' fields, declared in ggml_viz/capture/contract/records.py. */
+static PyStructSequence_Field graph_record_fields[] = {GRAPH_RECORD_FIELDS, {NULL, NULL}};
+static PyStructSequence_Desc graph_record_desc = {"ggml_viz.capture.core._recorder.GraphRecord", GRAPH_RECORD_DOC,
+                                                  graph_record_fields, GRAPH_RECORD_FIELD_COUNT};
+static PyStructSequence_Field repeat_record_fields[] = {REPEAT_RECORD_FIELDS, {NULL, NULL}};
+static PyStructSequence_Desc repeat_record_desc = {"ggml_viz.capture.core._recorder.RepeatRecord", REPEAT_RECORD_DOC,
+                                                   repeat_record_fields, REPEAT_RECORD_FIELD_COUNT};
+static PyStructSequence_Field decodes_record_fields[] = {DECODES_RECORD_FIELDS, {NULL, NULL}};
 static PyStructSequence_Desc decodes_record_desc = {"ggml_viz.capture.core._recorder.DecodesRecord",
-                                                    "The llama_decode calls closed since the last take",
-                                                    decodes_record_fields, 5};
+                                                    DECODES_RECORD_DOC, decodes_record_fields,
+                                                    DECODES_RECORD_FIELD_COUNT};
 
 static PyObject *bytes_of(Bytes b) {
     return PyBytes_FromStringAndSize((const char *)b.data, (Py_ssize_t)b.size);
@@ -652,7 +621,6 @@ static PyMethodDef module_methods[] = {
 
 /* _recorder_gpu.c */
 extern PyMethodDef gpu_methods[];
-int add_gpu_constants(PyObject *module);
 
 static struct PyModuleDef recorder_module = {
     PyModuleDef_HEAD_INIT, "ggml_viz.capture.core._recorder", "ggml-viz's eval-callback recorder, in C", -1,
@@ -686,16 +654,8 @@ PyMODINIT_FUNC PyInit__recorder(void) {
                            PyLong_FromVoidPtr((void *)recorder_timing_floor_callback)) < 0 ||
         PyModule_AddObject(module, "GRAPH_FLOOR_CALLBACK_ADDRESS",
                            PyLong_FromVoidPtr((void *)recorder_graph_floor_callback)) < 0 ||
-        PyModule_AddIntConstant(module, "MODE_OFF", MODE_OFF) < 0 ||
-        PyModule_AddIntConstant(module, "MODE_RECORD", MODE_RECORD) < 0 ||
-        PyModule_AddIntConstant(module, "MODE_COUNT", MODE_COUNT) < 0 ||
-        PyModule_AddIntConstant(module, "NODE_TIMED", NODE_TIMED) < 0 ||
-        PyModule_AddIntConstant(module, "BUFFER_RECORD_SIZE", sizeof(BufferRecord)) < 0 ||
-        PyModule_AddIntConstant(module, "DECODE_RECORD_SIZE", sizeof(DecodeRecord)) < 0 ||
-        PyModule_AddIntConstant(module, "STATS_RECORD_SIZE", sizeof(StatsRecord)) < 0 ||
-        PyModule_AddIntConstant(module, "CAPTURE_RECORD_SIZE", sizeof(CaptureRecord)) < 0 ||
-        PyModule_AddIntConstant(module, "ROUTING_RECORD_SIZE", sizeof(RoutingRecord)) < 0 ||
-        PyModule_AddFunctions(module, gpu_methods) < 0 || add_gpu_constants(module) < 0) {
+        PyModule_AddStringConstant(module, "CONTRACT_DIGEST", CONTRACT_DIGEST) < 0 ||
+        PyModule_AddFunctions(module, gpu_methods) < 0) {
         Py_DECREF(module);
         return NULL;
     }

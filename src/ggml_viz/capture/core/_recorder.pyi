@@ -1,58 +1,15 @@
 from typing import Final
 
+# Its named records are struct sequences with the fields the contract declares.
+from ..contract.records import DecodesRecord as DecodesRecord
+from ..contract.records import GraphRecord as GraphRecord
+from ..contract.records import RepeatRecord as RepeatRecord
+
 CALLBACK_ADDRESS: Final[int]
 ABORT_CALLBACK_ADDRESS: Final[int]
 TIMING_FLOOR_CALLBACK_ADDRESS: Final[int]
 GRAPH_FLOOR_CALLBACK_ADDRESS: Final[int]
-MODE_OFF: Final[int]
-MODE_RECORD: Final[int]
-MODE_COUNT: Final[int]
-NODE_TIMED: Final[int]
-BUFFER_RECORD_SIZE: Final[int]
-DECODE_RECORD_SIZE: Final[int]
-STATS_RECORD_SIZE: Final[int]
-CAPTURE_RECORD_SIZE: Final[int]
-ROUTING_RECORD_SIZE: Final[int]
-
-class GraphRecord(tuple[object, ...]):
-    """One graph taken from the recorder (parts as bytes; see recorder.h)."""
-
-    nodes: bytes
-    node_ptrs: bytes
-    starts: bytes
-    ends: bytes
-    flags: bytes
-    leaves: bytes
-    leaf_ptrs: bytes
-    buffers: bytes
-    tick_ns: bytes
-    tick_asked: bytes
-    tick_barrier_ns: bytes
-    stats: bytes
-    capture_records: bytes
-    capture_bytes: bytes
-    routing_records: bytes
-    routing_bytes: bytes
-    boundary_ns: int
-    same: bool
-    n_timed: int
-    end_ns: int
-
-class RepeatRecord(tuple[int, int, int]):
-    """A graph that repeats the one before it, with its buffers, nothing timed or read."""
-
-    n_nodes: int
-    start_ns: int
-    end_ns: int
-
-class DecodesRecord(tuple[bytes, bytes, bytes, bytes, bytes]):
-    """The llama_decode calls closed since the last take (DecodeRecord bytes) and their tokens."""
-
-    calls: bytes
-    token_ids: bytes
-    positions: bytes
-    seq_ids: bytes
-    outputs: bytes
+CONTRACT_DIGEST: Final[str]  # the contract it was built from (ggml_viz.capture.contract.digest())
 
 class Recorder:
     mode: int
@@ -112,13 +69,6 @@ def read_batch(
 ) -> tuple[int, int, bytes, bytes, bytes, bytes]: ...
 
 # the GPU timer (_recorder_gpu.c; its C side is capture/gpu/)
-GPU_COMPUTE_RECORD_SIZE: int
-GPU_NODE_CALL_SIZE: int
-GPU_API_RECORD_SIZE: int
-GPU_ACTIVITY_RECORD_SIZE: int
-GPU_TRACE_OFF: int
-GPU_TRACE_WINDOWS: int
-GPU_TRACE_EVERY: int
 
 def hook_graph_compute(
     graph_n_nodes: int,

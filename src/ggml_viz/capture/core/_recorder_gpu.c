@@ -237,14 +237,3 @@ PyMethodDef gpu_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-int add_gpu_constants(PyObject *module) {
-    return PyModule_AddIntConstant(module, "GPU_COMPUTE_RECORD_SIZE", sizeof(GpuComputeRecord)) < 0 ||
-                   PyModule_AddIntConstant(module, "GPU_NODE_CALL_SIZE", sizeof(GpuNodeCall)) < 0 ||
-                   PyModule_AddIntConstant(module, "GPU_API_RECORD_SIZE", sizeof(GpuApiRecord)) < 0 ||
-                   PyModule_AddIntConstant(module, "GPU_ACTIVITY_RECORD_SIZE", sizeof(GpuActivityRecord)) < 0 ||
-                   PyModule_AddIntConstant(module, "GPU_TRACE_OFF", GPU_TRACE_OFF) < 0 ||
-                   PyModule_AddIntConstant(module, "GPU_TRACE_WINDOWS", GPU_TRACE_WINDOWS) < 0 ||
-                   PyModule_AddIntConstant(module, "GPU_TRACE_EVERY", GPU_TRACE_EVERY) < 0
-               ? -1
-               : 0;
-}

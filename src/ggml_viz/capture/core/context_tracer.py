@@ -17,6 +17,7 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 
 from ...log import say_once
+from ..contract.constants import NO_BATCH
 from ..settings import CaptureSettings
 from .graph_records import decode_calls
 from .inline_times import InlineClock
@@ -216,10 +217,6 @@ class GraphWriter(Protocol):
     def count_dropped(self, n_nodes: int) -> None: ...
     def fail(self, reason: str) -> None: ...
 
-
-# core/recorder.h: the lowest position of a call without a llama_batch (a plain ggml program's
-# compute), whose tokens, if any, are the ids its graph looked up.
-NO_BATCH = -2
 
 # llama-server's probe of its context before serving (common_context_can_seq_rm): token 0
 # twice, the memory cleared after. No request: counted with the warm-up.

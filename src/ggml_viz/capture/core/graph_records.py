@@ -13,18 +13,10 @@ from typing import Any
 
 import numpy as np
 
+from ..contract.records import BUFFER, CAPTURE, DECODE, STATS
 from .ggml_api import BUFFER_USAGE_NAMES, TENSOR_DTYPE, BufferInfo, tensor_name
 from .inline_times import InlineClock
-from .raw_graph import (
-    BUFFER_DTYPE,
-    CAPTURE_DTYPE,
-    DECODE_DTYPE,
-    VALUES_DTYPE,
-    Capture,
-    RawGraph,
-    RepeatedGraph,
-    routings,
-)
+from .raw_graph import Capture, RawGraph, RepeatedGraph, routings
 
 
 class GraphRecordReader:
@@ -48,7 +40,7 @@ class GraphRecordReader:
                 self._last_buffers = (record.buffers, _describe_buffers(record.buffers))
             raw = _raw_graph(record, self._last_buffers[1])
             if len(record.stats) or len(record.capture_records):
-                raw = replace(raw, values=np.frombuffer(record.stats, VALUES_DTYPE).copy(),
+                raw = replace(raw, values=np.frombuffer(record.stats, STATS.dtype).copy(),
                               captures=_captures(record.capture_records, record.capture_bytes))  # fmt: skip
             if len(record.routing_records):
                 raw = replace(raw, routing=routings(record.routing_records, record.routing_bytes))
@@ -64,7 +56,7 @@ def decode_calls(record: Any) -> list[tuple[int, int, int, int, int, tuple[Any, 
     """The llama_decode calls of a DecodesRecord: (index, start_ns, end_ns, return_code,
     graphs_closed, batch), batch as context_tracer.BatchCopy (None: graphs outside any call)."""
     calls = []
-    for call in np.frombuffer(record.calls, DECODE_DTYPE).tolist():
+    for call in np.frombuffer(record.calls, DECODE.dtype).tolist():
         index, start_ns, end_ns, return_code, n_tokens, lowest, graphs_closed, first = call
         batch = None
         if index >= 0:
@@ -80,7 +72,7 @@ def _captures(records: bytes, data: bytes) -> list[Capture]:
         Capture(int(r["node"]), tensor_name(bytes(r["name"])), int(r["type"]),
                 tuple(int(x) for x in r["ne"]),  # type: ignore[arg-type]
                 data[int(r["offset"]) : int(r["offset"]) + int(r["nbytes"])])
-        for r in np.frombuffer(records, CAPTURE_DTYPE)
+        for r in np.frombuffer(records, CAPTURE.dtype)
     ]  # fmt: skip
 
 
@@ -88,7 +80,7 @@ def _describe_buffers(records: bytes) -> dict[int, BufferInfo]:
     return {
         int(b["address"]): BufferInfo(tensor_name(b["name"]), tensor_name(b["buffer_type"]) or "?",
                                       BUFFER_USAGE_NAMES.get(int(b["usage"]), "other"), int(b["size"]), int(b["base"]))
-        for b in np.frombuffer(records, BUFFER_DTYPE)
+        for b in np.frombuffer(records, BUFFER.dtype)
     }  # fmt: skip
 
 

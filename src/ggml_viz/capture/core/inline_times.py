@@ -34,8 +34,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ..contract.constants import NODE_ELSEWHERE, NODE_SELECTED, NODE_TIMED
 from .ggml_api import CpuWalkOps, cpu_walk_ops
-from .raw_graph import NODE_ELSEWHERE, NODE_SELECTED, NODE_TIMED, RawGraph
+from .raw_graph import RawGraph
 
 _F32 = 0
 _OUTPUT_FLAG = 2  # GGML_TENSOR_FLAG_OUTPUT: ggml never fuses away a graph output

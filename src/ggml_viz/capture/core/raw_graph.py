@@ -13,45 +13,19 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..contract.constants import (
+    MODE_COUNT,
+    MODE_OFF,
+    MODE_RECORD,
+    NODE_ANSWERED,
+    NODE_TIMED,
+    ROUTING_NO_WEIGHTS,
+    ROUTING_READ,
+)
+from ..contract.records import ROUTING
 from .ggml_api import BufferInfo
 
-# Per-node flags, as the C recorder sets them.
-NODE_ANSWERED = 1  # we asked the scheduler to compute the node in a slice ending with it
-NODE_TIMED = 2  # its start/end are its own compute interval (sync: its slice held it alone; inline: its ticks fit)
-NODE_SELECTED = 4  # the node matched the selection (filters)
-NODE_VALUES = 8  # its output's statistics are read after it is computed (--values stats)
-NODE_CAPTURE = 16  # its output is copied whole after it is computed (--capture)
-NODE_ELSEWHERE = 32  # read at the compute call, its split ran on a backend that does not tick (an RPC server)
-NODE_ROUTING = 64  # a mixture of experts' choice was read after it ran (the first MUL_MAT_ID of its ids)
-
-
-# --values stats, as the C recorder's StatsRecord lays it out.
-VALUES_DTYPE = np.dtype(
-    [("node", "<u4"), ("readable", "<u4"), ("n", "<i8"), ("nan", "<i8"), ("inf", "<i8"), ("min", "<f8"),
-     ("max", "<f8"), ("sum", "<f8"), ("sum_squares", "<f8"), ("sum_abs", "<f8")]
-)  # fmt: skip
-# A buffer a graph used, as the C recorder's BufferRecord lays it out.
-BUFFER_DTYPE = np.dtype(
-    [("address", "<u8"), ("usage", "<i8"), ("size", "<u8"), ("base", "<u8"), ("name", "S64"), ("buffer_type", "S64")]
-)
-# A llama_decode call, as the C recorder's DecodeRecord lays it out.
-DECODE_DTYPE = np.dtype(
-    [("index", "<i8"), ("start_ns", "<i8"), ("end_ns", "<i8"), ("return_code", "<i4"), ("n_tokens", "<i4"),
-     ("lowest_position", "<i4"), ("graphs_closed", "<u4"), ("first_token", "<u8")]
-)  # fmt: skip
-# --capture, as the C recorder's CaptureRecord lays it out.
-CAPTURE_DTYPE = np.dtype(
-    [("node", "<u4"), ("type", "<i4"), ("ne", "<i8", (4,)), ("offset", "<u8"), ("nbytes", "<u8"), ("name", "S64")]
-)
-
-
-# A mixture of experts' routing, as the C recorder's RoutingRecord lays it out.
-ROUTING_DTYPE = np.dtype(
-    [("node", "<u4"), ("n_used", "<i4"), ("n_tokens", "<i4"), ("n_expert", "<i4"), ("status", "<i4"),
-     ("reserved", "<u4"), ("offset", "<u8")]
-)  # fmt: skip
-ROUTING_READ, ROUTING_NO_WEIGHTS, ROUTING_UNREADABLE, ROUTING_DROPPED = 0, 1, 2, 3
-ROUTING_KEPT = (ROUTING_READ, ROUTING_NO_WEIGHTS)  # the others' rows are not written
+ROUTING_KEPT = (ROUTING_READ, ROUTING_NO_WEIGHTS)  # the routing statuses whose rows are written
 
 
 @dataclass(frozen=True)
@@ -69,7 +43,7 @@ class Routing:
 def routings(records: bytes, data: bytes) -> list[Routing]:
     """The routing a recorder read in one graph, from its records and bytes."""
     found = []
-    for record in np.frombuffer(records, ROUTING_DTYPE):
+    for record in np.frombuffer(records, ROUTING.dtype):
         n_used, n_tokens, offset = int(record["n_used"]), int(record["n_tokens"]), int(record["offset"])
         count = n_used * n_tokens
         experts = np.frombuffer(data, np.int32, count, offset).reshape(n_tokens, n_used)
@@ -88,11 +62,11 @@ class Capture:
 
 
 class Mode(IntEnum):
-    """What a recorder does with the callbacks it gets (same numbers as the C recorder)."""
+    """What a recorder does with the callbacks it gets (the contract's numbers, the C recorder's too)."""
 
-    OFF = 0  # recording stopped: answer as if untraced
-    RECORD = 1  # copy and time
-    COUNT = 2  # over the event bound: only count the nodes that are dropped
+    OFF = MODE_OFF  # recording stopped: answer as if untraced
+    RECORD = MODE_RECORD  # copy and time
+    COUNT = MODE_COUNT  # over the event bound: only count the nodes that are dropped
 
 
 @dataclass
@@ -118,7 +92,7 @@ class RawGraph:
     # int64 per node, inline timing: how long of its interval thread 0 waited for the other
     # threads to finish it (-1: not seen); None where not measured (sync timing).
     wait_ns: np.ndarray | None = None
-    values: np.ndarray | None = None  # VALUES_DTYPE, --values stats: one row per node read
+    values: np.ndarray | None = None  # contract STATS records, --values stats: one row per node read
     captures: list[Capture] = field(default_factory=list)  # --capture: whole outputs
     routing: list[Routing] = field(default_factory=list)  # each MoE layer's choice of experts
 

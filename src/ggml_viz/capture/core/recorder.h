@@ -32,16 +32,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum { MODE_OFF = 0, MODE_RECORD = 1, MODE_COUNT = 2 };
-enum { MAX_OPS = 32, MAX_NAMES = 32, MAX_LAYER_RANGES = 64, NAME_LEN = 64 };
-enum { NODE_ANSWERED = 1, NODE_TIMED = 2, NODE_SELECTED = 4, NODE_VALUES = 8, NODE_CAPTURE = 16,
-       NODE_ELSEWHERE = 32, /* a split of a graph read at its compute call ran it on another backend */
-       NODE_ROUTING = 64 /* a mixture of experts' choice is read after it: the first MUL_MAT_ID of its ids */ };
+#include "ggml_viz_contract.h"
+
 /* ggml_type ids: the same in ggml 0.13.1 (whisper.cpp 1.8.5) and 0.25.3 (llama-cpp-python 0.3.36) */
-enum { MAX_CAPTURES = 16, TYPE_F32 = 0, TYPE_F16 = 1, TYPE_I32 = 26 };
-/* DecodeRecord.lowest_position of a call without a llama_batch (a plain ggml program's
-   compute): its tokens, if any, are the ids its graph looks up (recorder.c: note_input_ids). */
-enum { NO_BATCH = -2 };
+enum { TYPE_F32 = 0, TYPE_F16 = 1, TYPE_I32 = 26 };
 enum { BATCH_TOKENS, BATCH_POSITIONS, BATCH_SEQ_IDS, BATCH_OUTPUTS, BATCH_COLUMNS }; /* int32 x3, uint8 */
 
 typedef const char *(*name_fn)(const void *);
@@ -80,70 +74,12 @@ typedef struct {
     fp16_fn fp16_to_fp32;
 } ValueFunctions;
 
-/* --values stats: one per node whose output was read after it was computed. */
-typedef struct {
-    uint32_t node; /* index in its graph */
-    uint32_t readable; /* 0: not read (not f32/f16, or not in host memory) */
-    int64_t n, nan, inf;
-    double min, max, sum, sum_squares, sum_abs;
-} StatsRecord;
-
-/* --capture: a node's output copied whole. */
-typedef struct {
-    uint32_t node;
-    int32_t type;
-    int64_t ne[4];
-    uint64_t offset, nbytes; /* in the graph's capture bytes */
-    char name[NAME_LEN];
-} CaptureRecord;
-
-/* A mixture of experts' routing, read once per MoE layer and graph: the experts each token of
-   the graph's batch chose (the I32 ids a MUL_MAT_ID selects its experts by) and the weight of
-   each (the last tensor computed from GET_ROWS(probabilities, ids) before that MUL_MAT_ID, of
-   as many elements). In the graph's routing bytes, at `offset`: n_used * n_tokens int32 ids,
-   then as many float32 weights (NaN where status says there are none), slot fastest. */
-enum { ROUTING_READ = 0, ROUTING_NO_WEIGHTS = 1, ROUTING_UNREADABLE = 2,
-       ROUTING_DROPPED = 3 /* read at a tick that did not hold: not the layer's ids for sure */ };
-typedef struct {
-    uint32_t node;    /* the MUL_MAT_ID it was read at, by index in its graph */
-    int32_t n_used;   /* experts per token: the ids' ne0 */
-    int32_t n_tokens; /* the ids' other dimensions */
-    int32_t n_expert; /* experts chosen among: the MUL_MAT_ID's weight's ne2 */
-    int32_t status;   /* ROUTING_* */
-    uint32_t reserved;
-    uint64_t offset;
-} RoutingRecord;
-
-typedef struct {
-    uint64_t address;
-    int64_t usage;
-    uint64_t size;
-    uint64_t base;
-    char name[NAME_LEN];
-    char buffer_type[NAME_LEN];
-} BufferRecord;
-
 typedef struct {
     size_t count, capacity, item_size;
     uint8_t *items;
 } Array;
 
-/* A weight the program left unnamed (whisper.cpp's are `leaf_N`), and the fingerprint of its
-   bytes: a hash of three samples (weight_fingerprint), which the collector looks for in the
-   model file's tensors to give the weight its file name. */
-typedef struct {
-    uint64_t data, nbytes, fingerprint;
-} WeightPrint;
-
 #define ARRAY_AT(a, type, i) (((type *)(a).items)[i])
-
-/* One llama_decode call (index -1: graphs computed outside any), as the decode bracket saw it. */
-typedef struct {
-    int64_t index, start_ns, end_ns;
-    int32_t return_code, n_tokens, lowest_position;
-    uint32_t graphs_closed; /* graphs waiting to be taken once this call's graphs were closed */
-    uint64_t first_token;   /* where its tokens begin in the batch columns */
-} DecodeRecord;
 
 typedef struct {
     TensorLayout layout;
@@ -250,16 +186,6 @@ typedef struct {
     const void *data;
     size_t size;
 } Bytes;
-
-/* The parts of a taken graph, in this order (GRAPH_PART_NAMES gives their names). */
-enum {
-    PART_NODES, PART_NODE_PTRS, PART_STARTS, PART_ENDS, PART_FLAGS, PART_LEAVES, PART_LEAF_PTRS, PART_BUFFERS,
-    PART_TICK_NS, PART_TICK_ASKED, PART_TICK_BARRIER_NS, PART_STATS, PART_CAPTURE_RECORDS, PART_CAPTURE_BYTES,
-    PART_ROUTING_RECORDS, PART_ROUTING_BYTES, GRAPH_PARTS
-};
-#define GRAPH_PART_NAMES                                                                                    \
-    "nodes", "node_ptrs", "starts", "ends", "flags", "leaves", "leaf_ptrs", "buffers", "tick_ns", "tick_asked", \
-        "tick_barrier_ns", "stats", "capture_records", "capture_bytes", "routing_records", "routing_bytes"
 
 /* One graph as take gives it. A plain repeat (the previous graph again, with the same
    buffers, no node selected for timing, nothing read from its outputs: most decode graphs

@@ -24,13 +24,14 @@ from ...modelfile.fingerprints import tensor_fingerprints
 from ...modelfile.layout import memory_map_rows, read_layout, sampled_hash
 from ...runformat.manifest import new_experiment_id, new_manifest
 from ...runformat.writer import RunWriter, prepare_run_dir
+from ..contract.constants import ROUTING_UNREADABLE
 from ..gpu.gpu_times import GpuTimes
 from ..gpu.records import GpuWindow
 from ..settings import CaptureSettings
 from . import ggml_api
 from .context_tracer import ClosedDecode, ContextTracer, GraphCall
 from .graph_decoder import TensorCatalog
-from .raw_graph import ROUTING_KEPT, ROUTING_UNREADABLE, Capture, Mode, RawGraph, RepeatedGraph, Routing
+from .raw_graph import ROUTING_KEPT, Capture, Mode, RawGraph, RepeatedGraph, Routing
 
 TracerT = TypeVar("TracerT", bound=ContextTracer)
 

@@ -17,10 +17,9 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
+from ..contract.records import WEIGHT_PRINT
 from .ggml_api import TENSOR_DTYPE, field_bytes
 
-# recorder.h: WeightPrint
-PRINT_DTYPE = np.dtype([("data", "<u8"), ("nbytes", "<u8"), ("fingerprint", "<u8")])
 NAME_BYTES = field_bytes("name").stop - field_bytes("name").start
 
 
@@ -43,7 +42,7 @@ class WeightNames:
             for file in self._files():
                 for key, names in file.items():
                     self._in_files.setdefault(key, []).extend(names)
-        for data, nbytes, fingerprint in np.frombuffer(prints, dtype=PRINT_DTYPE).tolist():
+        for data, nbytes, fingerprint in np.frombuffer(prints, dtype=WEIGHT_PRINT.dtype).tolist():
             names = self._in_files.get((nbytes, fingerprint), [])
             kind = "named" if len(names) == 1 else "ambiguous" if names else "unmatched"
             self.counts[kind] += 1

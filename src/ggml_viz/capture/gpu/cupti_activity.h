@@ -15,30 +15,6 @@
 
 #include "../core/recorder.h"
 
-enum { GPU_KERNEL = 1, GPU_MEMCPY = 2, GPU_MEMSET = 3 };
-/* GpuApiRecord.domain: whose callback ids (the Vulkan layer's: vulkan_layer.h's commands) */
-enum { GPU_API_RUNTIME = 0, GPU_API_DRIVER = 1, GPU_API_VULKAN = 2 };
-
-/* One kernel, copy or memset the GPU ran (56 bytes; capture/gpu/records.py ACTIVITY_DTYPE). */
-typedef struct {
-    int64_t start_ns, end_ns;
-    uint64_t bytes;         /* copies and memsets */
-    uint64_t graph_node_id; /* the CUDA graph node that launched it (replays) */
-    uint32_t correlation_id; /* the runtime API call that launched it */
-    uint32_t graph_id;      /* the CUDA graph (0: launched on its own) */
-    uint32_t device, stream, name_id; /* name_id: kernels (GpuNames), else 0 */
-    uint8_t kind, copy_kind;
-    uint8_t reserved[2];
-} GpuActivityRecord;
-
-/* One CUDA runtime or driver API call (32 bytes; API_DTYPE). */
-typedef struct {
-    int64_t start_ns, end_ns;
-    uint32_t correlation_id, cbid; /* cbid: numbered per domain (the two overlap) */
-    uint32_t thread; /* pthread_self(), as CUPTI gives it: its low 32 bits */
-    uint32_t domain; /* GPU_API_* */
-} GpuApiRecord;
-
 typedef struct {
     int loaded;
     int in_session; /* CUPTI is in the process (until cuptiFinalize) */

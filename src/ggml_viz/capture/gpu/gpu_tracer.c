@@ -463,10 +463,11 @@ static int append(Array *out, const void *data, size_t size) {
 }
 
 int gpu_serialize(const GpuTake *t, Array *out) {
-    uint64_t counts[6] = {t->n_computes, t->n_node_calls, t->n_api_calls, t->n_activities, t->n_names, t->name_bytes};
-    int64_t clock[2] = {t->clock_offset_ns, t->clock_uncertainty_ns};
-    uint64_t meta[5] = {t->first_name_id, t->dropped, t->invalid, (uint64_t)t->overhead_ns, (uint64_t)t->reason};
-    return append(out, counts, sizeof counts) || append(out, clock, sizeof clock) || append(out, meta, sizeof meta) ||
+    GpuWindowHead head = {t->n_computes,      t->n_node_calls,         t->n_api_calls,   t->n_activities,
+                          t->n_names,         t->name_bytes,           t->clock_offset_ns, t->clock_uncertainty_ns,
+                          t->first_name_id,   t->dropped,              t->invalid,       (uint64_t)t->overhead_ns,
+                          (uint64_t)t->reason};
+    return append(out, &head, sizeof head) ||
                    append(out, t->computes, t->n_computes * sizeof *t->computes) ||
                    append(out, t->node_calls, t->n_node_calls * sizeof *t->node_calls) ||
                    append(out, t->api_calls, t->n_api_calls * sizeof *t->api_calls) ||

@@ -36,34 +36,13 @@
 
 #include "cupti_activity.h"
 
-enum { GPU_TRACE_OFF = 0, GPU_TRACE_WINDOWS = 1, GPU_TRACE_EVERY = 2 };
 /* What a compute runs on, and so which source times it: CUPTI, or the Vulkan layer (vulkan_timer.h). */
 enum { GPU_DEVICE_NONE = 0, GPU_DEVICE_CUDA = 1, GPU_DEVICE_VULKAN = 2 };
-enum { COMPUTE_NEW_STRUCTURE = 1 };
-enum { WINDOW_NEW_STRUCTURE = 1, WINDOW_PERIODIC = 2, WINDOW_EVERY = 3, WINDOW_END = 4 };
 /* 64 computes: a window's eager pass, capture and replays are 4 computes; more than 64 come only
    from a window a stream of new structures kept open. 1 << 18 activities (56 bytes each, 14 MiB,
    with their API calls about 22 MiB): a large model's eager pass launches about a thousand
    kernels, so 64 of them fit four times over. */
 enum { WINDOW_MAX_COMPUTES = 64, WINDOW_MAX_ACTIVITIES = 1 << 18 };
-enum { NODE_CALL_SPLIT = 1, NODE_CALL_CPU = 2 }; /* GpuNodeCall.flags */
-
-/* A traced compute (48 bytes; capture/gpu/records.py COMPUTE_DTYPE). */
-typedef struct {
-    int64_t start_ns, end_ns; /* the scheduler's compute call: entered, returned (host) */
-    int64_t call_end_ns;      /* the call that ran it (a llama call) returned: later work is not its */
-    uint32_t compute;         /* the process's compute count, from 0 */
-    uint32_t context_id, thread, n_nodes, flags, reserved;
-} GpuComputeRecord;
-
-/* ggml-cuda reached a node of a traced compute, or the scheduler began a split of it there
-   (flags NODE_CALL_SPLIT, with NODE_CALL_CPU if a CPU backend computes it; return_address 0)
-   (32 bytes; NODE_CALL_DTYPE). */
-typedef struct {
-    int64_t ns;
-    uint64_t return_address; /* tells ggml-cuda's compute loop from its other callers */
-    uint32_t compute, node_index, thread, flags;
-} GpuNodeCall;
 
 typedef struct {
     int mode;               /* GPU_TRACE_* */

@@ -4,48 +4,45 @@ as numpy records: the spool's SPOOL_GPU frame, or the Python extension's bytes, 
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..._errors import RunFormatError
+from ..contract.constants import (
+    GPU_API_DRIVER,
+    GPU_API_RUNTIME,
+    GPU_API_VULKAN,
+    GPU_KERNEL,
+    GPU_MEMCPY,
+    GPU_MEMSET,
+    NODE_CALL_SPLIT,
+    VULKAN_COPY_BUFFER,
+    VULKAN_DISPATCH,
+    VULKAN_DISPATCH_BASE,
+    VULKAN_DISPATCH_INDIRECT,
+    VULKAN_FILL_BUFFER,
+    VULKAN_UPDATE_BUFFER,
+    WINDOW_END,
+    WINDOW_EVERY,
+    WINDOW_NEW_STRUCTURE,
+    WINDOW_PERIODIC,
+)
+from ..contract.records import GPU_ACTIVITY, GPU_API, GPU_COMPUTE, GPU_NODE_CALL, GPU_WINDOW_HEAD
 
-# gpu_tracer.h and cupti_activity.h lay these out; their sizes are
-# checked against the C side's (tests/unit/test_gpu_timer.py).
-COMPUTE_DTYPE = np.dtype(
-    [("start_ns", "<i8"), ("end_ns", "<i8"), ("call_end_ns", "<i8"), ("compute", "<u4"), ("context_id", "<u4"),
-     ("thread", "<u4"), ("n_nodes", "<u4"), ("flags", "<u4"), ("reserved", "<u4")]
-)  # fmt: skip
-NODE_CALL_DTYPE = np.dtype(
-    [("ns", "<i8"), ("return_address", "<u8"), ("compute", "<u4"), ("node_index", "<u4"), ("thread", "<u4"),
-     ("flags", "<u4")]
-)  # fmt: skip
-API_DTYPE = np.dtype(
-    [("start_ns", "<i8"), ("end_ns", "<i8"), ("correlation_id", "<u4"), ("cbid", "<u4"), ("thread", "<u4"),
-     ("domain", "<u4")]
-)  # fmt: skip
-ACTIVITY_DTYPE = np.dtype(
-    [("start_ns", "<i8"), ("end_ns", "<i8"), ("bytes", "<u8"), ("graph_node_id", "<u8"), ("correlation_id", "<u4"),
-     ("graph_id", "<u4"), ("device", "<u4"), ("stream", "<u4"), ("name_id", "<u4"), ("kind", "u1"),
-     ("copy_kind", "u1"), ("reserved", "u1", (2,))]
-)  # fmt: skip
-
+# The records' layouts and numbers: the contract's (capture/contract/), the C's too.
+COMPUTE_DTYPE = GPU_COMPUTE.dtype
+NODE_CALL_DTYPE = GPU_NODE_CALL.dtype
+API_DTYPE = GPU_API.dtype
+ACTIVITY_DTYPE = GPU_ACTIVITY.dtype
 # ActivityRecord.kind
-KERNEL, MEMCPY, MEMSET = 1, 2, 3
+KERNEL, MEMCPY, MEMSET = GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET
 KIND_NAMES = {KERNEL: "kernel", MEMCPY: "memcpy", MEMSET: "memset"}
-# ComputeRecord.flags
-COMPUTE_NEW_STRUCTURE = 1
-# NodeCall.flags: 0 ggml-cuda reached the node; else the scheduler began a split there (on a CPU backend)
-NODE_CALL_SPLIT, NODE_CALL_CPU = 1, 2
 # Why a window was opened (the frame's reason).
-WINDOW_REASONS = {1: "new structure", 2: "periodic", 3: "every graph", 4: "end"}
-
-# ApiRecord.domain: whose callback ids `cbid` are. The runtime's and the driver's are numbered apart
-# and overlap (runtime 311 is cudaGraphLaunch, driver 311 is not): a call is known by the pair.
-# VULKAN: the commands ggml-viz's Vulkan layer timed, as it numbers them (vulkan_layer.h), each
-# recorded into a command buffer at its `start_ns`.
-RUNTIME, DRIVER, VULKAN = 0, 1, 2
+WINDOW_REASONS = {WINDOW_NEW_STRUCTURE: "new structure", WINDOW_PERIODIC: "periodic", WINDOW_EVERY: "every graph",
+                  WINDOW_END: "end"}  # fmt: skip
+# ApiRecord.domain (the contract's GPU_API_*): whose callback ids `cbid` are.
+RUNTIME, DRIVER, VULKAN = GPU_API_RUNTIME, GPU_API_DRIVER, GPU_API_VULKAN
 # CUPTI's callback ids by domain and name (cupti_runtime_cbid.h, cupti_driver_cbid.h; checked
 # against the CUDA toolkit's headers in tests/unit/test_gpu_timer.py).
 # Calls that launch a kernel one at a time (cuBLAS launches its own with cuLaunchKernelEx).
@@ -55,7 +52,8 @@ LAUNCH_CBIDS: dict[int, dict[str, int]] = {
               "cudaLaunchKernelExC_v11060": 430, "cudaLaunchKernelExC_ptsz_v11060": 431},
     DRIVER: {"cuLaunchKernel": 307, "cuLaunchKernel_ptsz": 442, "cuLaunchCooperativeKernel": 477,
              "cuLaunchCooperativeKernel_ptsz": 478, "cuLaunchKernelEx": 652, "cuLaunchKernelEx_ptsz": 653},
-    VULKAN: {"vkCmdDispatch": 1, "vkCmdDispatchBase": 2, "vkCmdDispatchIndirect": 3},
+    VULKAN: {"vkCmdDispatch": VULKAN_DISPATCH, "vkCmdDispatchBase": VULKAN_DISPATCH_BASE,
+             "vkCmdDispatchIndirect": VULKAN_DISPATCH_INDIRECT},
 }  # fmt: skip
 # Asynchronous copies and memsets, with their _ptsz variants (copies a node may make).
 COPY_CBIDS: dict[int, dict[str, int]] = {
@@ -76,7 +74,8 @@ COPY_CBIDS: dict[int, dict[str, int]] = {
              "cuMemsetD32Async_ptsz": 430, "cuMemsetD2D8Async": 222, "cuMemsetD2D8Async_ptsz": 431,
              "cuMemsetD2D16Async": 224, "cuMemsetD2D16Async_ptsz": 432, "cuMemsetD2D32Async": 226,
              "cuMemsetD2D32Async_ptsz": 433},
-    VULKAN: {"vkCmdCopyBuffer": 10, "vkCmdFillBuffer": 11, "vkCmdUpdateBuffer": 12},
+    VULKAN: {"vkCmdCopyBuffer": VULKAN_COPY_BUFFER, "vkCmdFillBuffer": VULKAN_FILL_BUFFER,
+             "vkCmdUpdateBuffer": VULKAN_UPDATE_BUFFER},
 }  # fmt: skip
 # Calls that launch a whole CUDA graph.
 GRAPH_LAUNCH_CBIDS: dict[int, dict[str, int]] = {
@@ -121,9 +120,6 @@ def without_nested_driver_calls(api_calls: np.ndarray) -> np.ndarray:
     return api_calls[~nested]
 
 
-_HEAD = struct.Struct("<6Q2q5Q")
-
-
 @dataclass
 class GpuWindow:
     """One closed trace window: the computes traced, where ggml-cuda reached their nodes (and
@@ -145,14 +141,15 @@ class GpuWindow:
 
 def parse_window(payload: bytes) -> GpuWindow:
     """A SPOOL_GPU frame's payload (preload/spool.h), checked against its own sizes."""
-    try:
-        head = _HEAD.unpack_from(payload, 0)
-    except struct.error:
-        raise RunFormatError("a damaged GPU frame: shorter than its header") from None
-    n_computes, n_calls, n_api, n_activities, n_names, name_bytes = head[:6]
-    offset_ns, uncertainty_ns = head[6:8]
-    first_name, dropped, invalid, overhead_ns, reason = head[8:]
-    position = _HEAD.size
+    if len(payload) < GPU_WINDOW_HEAD.size:
+        raise RunFormatError("a damaged GPU frame: shorter than its header")
+    head = np.frombuffer(payload, GPU_WINDOW_HEAD.dtype, 1)[0]
+    n_computes, n_calls, n_api, n_activities, n_names, name_bytes = (
+        int(head[name])
+        for name in ("n_computes", "n_node_calls", "n_api_calls", "n_activities", "n_names", "name_bytes")
+    )
+    first_name = int(head["first_name_id"])
+    position = GPU_WINDOW_HEAD.size
     arrays = []
     for dtype, count in ((COMPUTE_DTYPE, n_computes), (NODE_CALL_DTYPE, n_calls), (API_DTYPE, n_api),
                          (ACTIVITY_DTYPE, n_activities), (np.dtype("<u4"), n_names)):  # fmt: skip
@@ -172,6 +169,7 @@ def parse_window(payload: bytes) -> GpuWindow:
     return GpuWindow(
         computes=arrays[0], node_calls=arrays[1], api_calls=without_nested_driver_calls(arrays[2]),
         activities=arrays[3], names=names,
-        clock_offset_ns=offset_ns, clock_uncertainty_ns=uncertainty_ns, dropped=dropped, invalid=invalid,
-        overhead_ns=overhead_ns, reason=WINDOW_REASONS.get(reason, "?"),
+        clock_offset_ns=int(head["clock_offset_ns"]), clock_uncertainty_ns=int(head["clock_uncertainty_ns"]),
+        dropped=int(head["dropped"]), invalid=int(head["invalid"]), overhead_ns=int(head["overhead_ns"]),
+        reason=WINDOW_REASONS.get(int(head["reason"]), "?"),
     )  # fmt: skip

@@ -443,7 +443,7 @@ static void after_work(CommandState *c, uint8_t command, uint8_t kind, uint64_t 
     if (!r) {
         c->broken = 1;
     } else {
-        PipelineEntry *e = kind == VULKAN_WORK_KERNEL && bound.buffer == c->handle ? pipeline_entry(bound.pipeline)
+        PipelineEntry *e = kind == GPU_KERNEL && bound.buffer == c->handle ? pipeline_entry(bound.pipeline)
                                                                                    : NULL;
         r->work = (VulkanWork){0, 0, recorded_ns, bytes, (uint32_t)pthread_self(), next_correlation++,
                                c->device->index, 0, e ? e->name : 0, kind, command, {0, 0}};
@@ -463,18 +463,18 @@ static void after_work(CommandState *c, uint8_t command, uint8_t kind, uint64_t 
 
 static VKAPI_ATTR void VKAPI_CALL layer_CmdDispatch(VkCommandBuffer b, uint32_t x, uint32_t y, uint32_t z) {
     Device *d = device_of(b);
-    TIMED(b, VULKAN_DISPATCH, VULKAN_WORK_KERNEL, 0, d->dispatch(b, x, y, z));
+    TIMED(b, VULKAN_DISPATCH, GPU_KERNEL, 0, d->dispatch(b, x, y, z));
 }
 
 static VKAPI_ATTR void VKAPI_CALL layer_CmdDispatchBase(VkCommandBuffer b, uint32_t bx, uint32_t by, uint32_t bz,
                                                         uint32_t x, uint32_t y, uint32_t z) {
     Device *d = device_of(b);
-    TIMED(b, VULKAN_DISPATCH_BASE, VULKAN_WORK_KERNEL, 0, d->dispatch_base(b, bx, by, bz, x, y, z));
+    TIMED(b, VULKAN_DISPATCH_BASE, GPU_KERNEL, 0, d->dispatch_base(b, bx, by, bz, x, y, z));
 }
 
 static VKAPI_ATTR void VKAPI_CALL layer_CmdDispatchIndirect(VkCommandBuffer b, VkBuffer buffer, VkDeviceSize offset) {
     Device *d = device_of(b);
-    TIMED(b, VULKAN_DISPATCH_INDIRECT, VULKAN_WORK_KERNEL, 0, d->dispatch_indirect(b, buffer, offset));
+    TIMED(b, VULKAN_DISPATCH_INDIRECT, GPU_KERNEL, 0, d->dispatch_indirect(b, buffer, offset));
 }
 
 static VKAPI_ATTR void VKAPI_CALL layer_CmdCopyBuffer(VkCommandBuffer b, VkBuffer from, VkBuffer to, uint32_t n,
@@ -482,20 +482,20 @@ static VKAPI_ATTR void VKAPI_CALL layer_CmdCopyBuffer(VkCommandBuffer b, VkBuffe
     Device *d = device_of(b);
     uint64_t bytes = 0;
     for (uint32_t i = 0; i < n; i++) bytes += regions[i].size;
-    TIMED(b, VULKAN_COPY_BUFFER, VULKAN_WORK_COPY, bytes, d->copy_buffer(b, from, to, n, regions));
+    TIMED(b, VULKAN_COPY_BUFFER, GPU_MEMCPY, bytes, d->copy_buffer(b, from, to, n, regions));
 }
 
 static VKAPI_ATTR void VKAPI_CALL layer_CmdFillBuffer(VkCommandBuffer b, VkBuffer buffer, VkDeviceSize offset,
                                                       VkDeviceSize size, uint32_t data) {
     Device *d = device_of(b);
-    TIMED(b, VULKAN_FILL_BUFFER, VULKAN_WORK_SET, size == VK_WHOLE_SIZE ? 0 : size,
+    TIMED(b, VULKAN_FILL_BUFFER, GPU_MEMSET, size == VK_WHOLE_SIZE ? 0 : size,
           d->fill_buffer(b, buffer, offset, size, data));
 }
 
 static VKAPI_ATTR void VKAPI_CALL layer_CmdUpdateBuffer(VkCommandBuffer b, VkBuffer buffer, VkDeviceSize offset,
                                                         VkDeviceSize size, const void *data) {
     Device *d = device_of(b);
-    TIMED(b, VULKAN_UPDATE_BUFFER, VULKAN_WORK_COPY, size, d->update_buffer(b, buffer, offset, size, data));
+    TIMED(b, VULKAN_UPDATE_BUFFER, GPU_MEMCPY, size, d->update_buffer(b, buffer, offset, size, data));
 }
 
 static VKAPI_ATTR void VKAPI_CALL layer_CmdBindPipeline(VkCommandBuffer b, VkPipelineBindPoint point, VkPipeline p) {

@@ -25,20 +25,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ggml_viz_contract.h"
+
 #define GGML_VIZ_VULKAN_LAYER_LIBRARY "libggml_viz_vulkan_layer.so"
 #define GGML_VIZ_VULKAN_LAYER_NAME "VK_LAYER_GGMLVIZ_timer"
 
-/* The commands timed (VulkanWork.command: the API record's cbid in the Vulkan domain;
-   capture/gpu/records.py LAUNCH_CBIDS and COPY_CBIDS name them). */
-enum {
-    VULKAN_DISPATCH = 1,
-    VULKAN_DISPATCH_BASE = 2,
-    VULKAN_DISPATCH_INDIRECT = 3,
-    VULKAN_COPY_BUFFER = 10,
-    VULKAN_FILL_BUFFER = 11,
-    VULKAN_UPDATE_BUFFER = 12,
-};
-enum { VULKAN_WORK_KERNEL = 1, VULKAN_WORK_COPY = 2, VULKAN_WORK_SET = 3 }; /* as GPU_KERNEL, ... */
+/* VulkanWork.command: the commands timed, VULKAN_* in ggml_viz_contract.h (the API record's cbid in
+   the Vulkan domain). */
 
 /* One timed command, once the device ran it. */
 typedef struct {
@@ -50,7 +43,7 @@ typedef struct {
     uint32_t device;          /* the device's order of creation in the process, from 0 */
     uint32_t queue;           /* queue family << 16 | queue index */
     uint32_t pipeline;        /* a dispatch's pipeline: its index in the layer's names (0: none) */
-    uint8_t kind, command;    /* VULKAN_WORK_*, VULKAN_* */
+    uint8_t kind, command;    /* GPU_KERNEL, GPU_MEMCPY or GPU_MEMSET; VULKAN_* */
     uint8_t reserved[2];
 } VulkanWork;
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...log import say_once
+from ..contract.constants import GPU_TRACE_EVERY, GPU_TRACE_OFF, GPU_TRACE_WINDOWS
 from ..core import ggml_api
 from ..core.extension import extension
 from ..settings import CaptureSettings
@@ -67,7 +68,7 @@ def configure_gpu_timer(settings: CaptureSettings) -> None:
     """The GPU timer's settings, as the preload library reads them from the environment."""
     if extension is None:
         return
-    modes = {"off": extension.GPU_TRACE_OFF, "windows": extension.GPU_TRACE_WINDOWS, "every": extension.GPU_TRACE_EVERY}
+    modes = {"off": GPU_TRACE_OFF, "windows": GPU_TRACE_WINDOWS, "every": GPU_TRACE_EVERY}
     mode = modes["off" if settings.detail == "graph" else settings.gpu]
     detach = os.environ.get("GGML_VIZ_GPU_DETACH", "1").strip().lower() not in ("0", "false", "no", "off")
     extension.configure_gpu(mode, settings.gpu_window, settings.gpu_period, detach,

@@ -16,6 +16,18 @@ from typing import Any
 import numpy as np
 
 from ...layers import layer_of
+from ..contract.constants import (
+    NODE_ANSWERED,
+    NODE_CAPTURE,
+    NODE_ROUTING,
+    NODE_SELECTED,
+    NODE_TIMED,
+    NODE_VALUES,
+    ROUTING_NO_WEIGHTS,
+    ROUTING_READ,
+    ROUTING_UNREADABLE,
+)
+from ..contract.records import STATS
 from ..core.ggml_api import (
     TENSOR_DTYPE,
     TENSOR_SIZE,
@@ -31,22 +43,7 @@ from ..core.ggml_api import (
     tensor_structs,
 )
 from ..core.inline_times import InlineClock
-from ..core.raw_graph import (
-    NODE_ANSWERED,
-    NODE_CAPTURE,
-    NODE_ROUTING,
-    NODE_SELECTED,
-    NODE_TIMED,
-    NODE_VALUES,
-    ROUTING_NO_WEIGHTS,
-    ROUTING_READ,
-    ROUTING_UNREADABLE,
-    VALUES_DTYPE,
-    Capture,
-    Mode,
-    RawGraph,
-    Routing,
-)  # fmt: skip
+from ..core.raw_graph import Capture, Mode, RawGraph, Routing
 from ..settings import NodeSelection, ValueSettings
 
 _INITIAL_CAPACITY = 2048
@@ -312,7 +309,7 @@ class PythonGraphRecorder:
         buffer, data = int(struct["buffer"]), int(struct["data"])
         host = bool(data) and (not buffer or lib.ggml_backend_buffer_is_host(buffer))
         if flags & NODE_VALUES:
-            record = np.zeros(1, dtype=VALUES_DTYPE)[0]
+            record = np.zeros(1, dtype=STATS.dtype)[0]
             record["node"] = node
             ggml_type = int(struct["type"])
             if host and ggml_type in (0, 1):  # f32, f16 (ggml_type ids, the same in ggml 0.13.1 and 0.25.3)
@@ -393,7 +390,7 @@ class PythonGraphRecorder:
             leaves=self._leaves.take(),
             buffers=self._buffers,
             boundary_ns=boundary_ns,
-            values=np.array(self._values, dtype=VALUES_DTYPE) if self._values else None,
+            values=np.array(self._values, dtype=STATS.dtype) if self._values else None,
             captures=self._captures,
             routing=self._routing,
         )

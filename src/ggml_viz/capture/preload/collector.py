@@ -25,6 +25,7 @@ from ...log import say
 from ...modelfile.ggml_legacy import vocabulary_tokens
 from ...modelfile.layout import ModelLayout, read_layout
 from ...runformat.schema import MANIFEST_FILE
+from ..contract import digest
 from ..core import ggml_api
 from ..core.context_tracer import ClosedDecode, ContextTracer, closed_decodes, warmup_tokens
 from ..core.graph_records import GraphRecordReader
@@ -180,6 +181,12 @@ class SpoolCollector:
 
     def _start(self, path: Path, frame: Frame) -> None:
         info = frame.json()
+        written_by = info.get("contract")  # none in a spool of before the contract was written into it
+        if written_by is not None and written_by != digest():
+            raise RunFormatError(
+                f"{path.name} was written by a preload library built from other record layouts (contract "
+                f"{written_by}, this ggml-viz's {digest()}): its records cannot be read; install ggml-viz again"
+            )
         self.started = True
         self.recording.open_run()  # a Python program's, made when its first spool comes
         library = info.get("ggml_library")

@@ -80,14 +80,11 @@
 
 #include "preload.h"
 
-/* The environment this library reads: ggml_viz.capture.settings declares each, and
-   preload_environment_names() is tested equal to this list. MAX_EVENTS and POLICY are
-   applied where the run is written. */
-EXPORT const char ggml_viz_preload_settings[] =
-    "GGML_VIZ_OUTPUT,GGML_VIZ_DISABLE,GGML_VIZ_VERBOSE,GGML_VIZ_SPOOL,GGML_VIZ_READ_GRAPHS,GGML_VIZ_CUPTI,"
-    "GGML_VIZ_GPU_DETACH,"
-    "GGML_VIZ_DETAIL,GGML_VIZ_TIMING,GGML_VIZ_SAMPLE,GGML_VIZ_OPS,GGML_VIZ_LAYERS,GGML_VIZ_NAMES,GGML_VIZ_VALUES,"
-    "GGML_VIZ_CAPTURE,GGML_VIZ_CAPTURE_BYTES,GGML_VIZ_ROUTING,GGML_VIZ_GPU,GGML_VIZ_GPU_WINDOW,GGML_VIZ_GPU_PERIOD";
+/* The environment this library reads, as ggml_viz.capture.settings declares it (the contract's
+   PRELOAD_SETTINGS; MAX_EVENTS, POLICY and RECORDER are applied where the run is written), and the
+   contract it was built from: what the collector reads a spool by. */
+EXPORT const char ggml_viz_preload_settings[] = PRELOAD_SETTING_NAMES;
+EXPORT const char ggml_viz_contract_digest[] = CONTRACT_DIGEST;
 
 typedef int32_t (*batch_add_fn)(void *, int32_t);
 typedef int32_t (*batch_add_token_fn)(void *, int32_t, int32_t);

@@ -300,42 +300,62 @@ bool whole_number(const char *text, long long *value) {
     return !errno && end != text && *end == 0;
 }
 
+/* Whether `value` is one of `choices` (|-separated). */
+static bool one_of(const char *value, const char *choices) {
+    size_t length = strlen(value);
+    for (const char *c = choices; *c;) {
+        const char *end = strchr(c, '|');
+        size_t n = end ? (size_t)(end - c) : strlen(c);
+        if (n == length && !strncmp(c, value, n)) return true;
+        c += n + (end ? 1 : 0);
+    }
+    return false;
+}
+
+/* Every GGML_VIZ_* variable given, checked by its kind as the settings declare it (the Python's
+   rule too, from the same declarations: ggml_viz_contract.h); NULL, or what is wrong. */
+static const char *check_settings(char *problem, size_t size) {
+    static const SettingDeclaration settings[] = PRELOAD_SETTINGS;
+    for (int i = 0; i < PRELOAD_SETTINGS_COUNT; i++) {
+        const SettingDeclaration *s = &settings[i];
+        const char *value = env(s->variable);
+        long long number;
+        if (!value) continue;
+        if (s->kind == SETTING_CHOICE && !one_of(value, s->choices)) {
+            snprintf(problem, size, "%s=%s: choose one of %s", s->variable, value, s->choices);
+        } else if (s->kind == SETTING_COUNT && (!whole_number(value, &number) || number < 1)) {
+            snprintf(problem, size, "%s=%s: a whole number, 1 or more", s->variable, value);
+        } else if (s->kind == SETTING_NUMBER && (!whole_number(value, &number) || number < 0)) {
+            snprintf(problem, size, "%s=%s: a whole number, 0 or more", s->variable, value);
+        } else {
+            continue;
+        }
+        return problem;
+    }
+    return NULL;
+}
+
 /* The GGML_VIZ_* capture settings; NULL, or what is wrong (ggml-viz run checked them already). */
 const char *read_settings(void) {
     static char problem[256];
+    if (check_settings(problem, sizeof problem)) return problem;
     const char *detail = env("GGML_VIZ_DETAIL"), *timing = env("GGML_VIZ_TIMING"), *values = env("GGML_VIZ_VALUES");
-    if (detail && strcmp(detail, "op") && strcmp(detail, "graph")) return "GGML_VIZ_DETAIL: choose op or graph";
-    if (timing && strcmp(timing, "inline") && strcmp(timing, "sync")) return "GGML_VIZ_TIMING: choose inline or sync";
-    if (values && strcmp(values, "off") && strcmp(values, "stats")) return "GGML_VIZ_VALUES: choose off or stats";
     state.detail_graph = detail && !strcmp(detail, "graph");
     state.sync_timing = timing && !strcmp(timing, "sync");
     state.values_stats = values && !strcmp(values, "stats");
-    state.capture_bytes = 64LL << 20;
+    state.capture_bytes = DEFAULT_CAPTURE_BYTES;
     const char *sample = env("GGML_VIZ_SAMPLE"), *capture_bytes = env("GGML_VIZ_CAPTURE_BYTES");
-    if (sample && (!whole_number(sample, &state.sample) || state.sample < 1)) {
-        return "GGML_VIZ_SAMPLE: a whole number, 1 or more";
-    }
-    if (capture_bytes && (!whole_number(capture_bytes, &state.capture_bytes) || state.capture_bytes < 0)) {
-        return "GGML_VIZ_CAPTURE_BYTES: a whole number of bytes";
-    }
+    if (sample) whole_number(sample, &state.sample);
+    if (capture_bytes) whole_number(capture_bytes, &state.capture_bytes);
     const char *read_graphs = env("GGML_VIZ_READ_GRAPHS");
-    if (read_graphs && strcmp(read_graphs, "compute") && strcmp(read_graphs, "callback")) {
-        return "GGML_VIZ_READ_GRAPHS: choose compute or callback";
-    }
     state.read_graphs_at_compute = read_graphs && !strcmp(read_graphs, "compute");
     const char *routing = env("GGML_VIZ_ROUTING");
-    if (routing && strcmp(routing, "on") && strcmp(routing, "off")) return "GGML_VIZ_ROUTING: choose on or off";
     state.routing = !routing || !strcmp(routing, "on");
     const char *gpu = env("GGML_VIZ_GPU");
-    if (gpu && strcmp(gpu, "windows") && strcmp(gpu, "every") && strcmp(gpu, "off")) {
-        return "GGML_VIZ_GPU: choose windows, every or off";
-    }
-    long long window = 4, period = 256;
+    long long window = DEFAULT_GPU_WINDOW, period = DEFAULT_GPU_PERIOD;
     const char *window_text = env("GGML_VIZ_GPU_WINDOW"), *period_text = env("GGML_VIZ_GPU_PERIOD");
-    if ((window_text && (!whole_number(window_text, &window) || window < 1)) ||
-        (period_text && (!whole_number(period_text, &period) || period < 1))) {
-        return "GGML_VIZ_GPU_WINDOW and GGML_VIZ_GPU_PERIOD: whole numbers, 1 or more";
-    }
+    if (window_text) whole_number(window_text, &window);
+    if (period_text) whole_number(period_text, &period);
     state.gpu = (GpuTraceSettings){
         /* graph detail: no node times, the GPU's neither */
         .mode = state.detail_graph || (gpu && !strcmp(gpu, "off")) ? GPU_TRACE_OFF

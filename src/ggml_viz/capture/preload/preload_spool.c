@@ -121,7 +121,7 @@ int open_spool(const char *output) {
     }
     state.spool = open(state.spool_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (state.spool < 0) return -1;
-    if (write(state.spool, SPOOL_MAGIC, 8) != 8) return -1;
+    if (write(state.spool, SPOOL_MAGIC, sizeof SPOOL_MAGIC - 1) != sizeof SPOOL_MAGIC - 1) return -1;
     return 0;
 }
 
@@ -174,19 +174,17 @@ void write_start_frame(void) {
     if (state.no_ticks_reason) json_string(&t, state.no_ticks_reason);
     else text_add(&t, "null");
     text_add(&t, ",\"environment\":{");
-    char *names[32];
-    int n_names = split_list(ggml_viz_preload_settings, names, 32, false), n_set = 0;
-    for (int i = 0; i < n_names; i++) { /* the settings as given, for the run's manifest */
-        const char *value = env(names[i]);
+    static const SettingDeclaration settings[] = PRELOAD_SETTINGS;
+    for (int i = 0, n_set = 0; i < PRELOAD_SETTINGS_COUNT; i++) { /* the settings as given, for the run's manifest */
+        const char *value = env(settings[i].variable);
         if (value) {
             text_add(&t, n_set++ ? "," : "");
-            json_string(&t, names[i]);
+            json_string(&t, settings[i].variable);
             text_add(&t, ":");
             json_string(&t, value);
         }
-        free(names[i]);
     }
-    text_add(&t, "}}");
+    text_add(&t, "},\"contract\":\"%s\"}", CONTRACT_DIGEST);
     spool_frame(SPOOL_START, 0, t.items, t.count);
     array_free(&t);
 }
@@ -344,9 +342,9 @@ void write_entry(Entry *e) {
     }
     Array *frame = &e->frame;
     frame->count = 0;
-    uint64_t counts[4] = {decodes.n_calls, decodes.n_tokens, (uint64_t)n_graphs, 0};
-    size_t counts_at = frame->count;
-    frame_add(frame, counts, sizeof counts);
+    SpoolTakeHead head = {decodes.n_calls, decodes.n_tokens, (uint64_t)n_graphs, 0};
+    size_t head_at = frame->count;
+    frame_add(frame, &head, sizeof head);
     frame_add(frame, decodes.calls, decodes.n_calls * sizeof(DecodeRecord));
     for (int c = 0; c < BATCH_COLUMNS; c++) frame_add(frame, decodes.columns[c].data, decodes.columns[c].size);
     /* each token's text, read now, while its model lives */
@@ -394,8 +392,8 @@ void write_entry(Entry *e) {
         frame_add(frame, &header, sizeof header);
         for (int p = 0; p < GRAPH_PARTS; p++) frame_add(frame, taken.parts[p].data, taken.parts[p].size);
     }
-    counts[3] = text_bytes;
-    memcpy(frame->items + counts_at, counts, sizeof counts);
+    head.text_bytes = text_bytes;
+    memcpy(frame->items + head_at, &head, sizeof head);
     recorder_take_end(r);
     recorder_decodes_done(r);
     e->unwritten = 0;

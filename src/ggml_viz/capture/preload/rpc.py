@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from ..contract.records import WIRE
+
 # ggml-rpc.cpp's commands (protocol 7), by number.
 COMMANDS = (
     "ALLOC_BUFFER", "GET_ALIGNMENT", "GET_MAX_SIZE", "BUFFER_GET_BASE", "FREE_BUFFER", "BUFFER_CLEAR",
@@ -20,12 +22,7 @@ COMMANDS = (
     "INIT_TENSOR", "GET_ALLOC_SIZE", "HELLO", "DEVICE_COUNT", "GRAPH_RECOMPUTE", "MEMSET_TENSOR",
 )  # fmt: skip
 
-# WireRecord, as spool.h lays it out.
-WIRE_DTYPE = np.dtype(
-    [("start_ns", "<i8"), ("end_ns", "<i8"), ("sequence", "<u8"), ("bytes", "<u8"), ("data_bytes", "<u8"),
-     ("tensor_id", "<u8"), ("connection", "<u4"), ("command", "u1"), ("is_response", "u1"), ("sent", "u1"),
-     ("unused", "u1"), ("name", "S64")]
-)  # fmt: skip
+WIRE_DTYPE = WIRE.dtype  # one message, as the preload library records it (the contract's WireRecord)
 
 
 def command_name(number: int) -> str:

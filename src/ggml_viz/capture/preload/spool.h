@@ -34,7 +34,8 @@
  *   uint32 text_length[n_tokens], then text_bytes bytes: each token's text piece, in order
  *   per graph: SpoolGraphHeader, then its GRAPH_PARTS parts' bytes, in recorder.h's order
  *
- * ggml_viz/capture/preload/spool.py reads it; the layouts are checked against _recorder's sizes.
+ * ggml_viz/capture/preload/spool.py reads it. The frame kinds, the magic and every record named here
+ * are the contract's (ggml_viz_contract.h, written from ggml_viz/capture/contract/ at build time).
  */
 #ifndef GGML_VIZ_SPOOL_H
 #define GGML_VIZ_SPOOL_H
@@ -42,35 +43,5 @@
 #include <stdint.h>
 
 #include "../core/recorder.h"
-
-#define SPOOL_MAGIC "GGVZSPL3"
-
-enum { SPOOL_START = 1, SPOOL_CONTEXT = 2, SPOOL_TAKE = 3, SPOOL_FAILED = 4, SPOOL_END = 5, SPOOL_GPU = 6,
-       SPOOL_WEIGHTS = 7, SPOOL_UNTRACED = 8, SPOOL_CONNECTION = 9, SPOOL_WIRE = 10 };
-
-typedef struct {
-    uint32_t kind;
-    uint32_t context_id;
-    uint64_t size; /* payload bytes */
-} SpoolFrameHeader;
-
-typedef struct {
-    uint32_t plain_repeat, same;
-    uint64_t n_nodes;
-    int64_t start_ns, end_ns, boundary_ns, n_timed;
-    uint64_t part_sizes[GRAPH_PARTS];
-} SpoolGraphHeader;
-
-/* One RPC message, as it passed this process (preload_wire.c). */
-typedef struct {
-    int64_t start_ns, end_ns; /* its first byte left (was sent) / arrived, its last byte passed */
-    uint64_t sequence;        /* the request's number on its connection (a response: its request's) */
-    uint64_t bytes;           /* on the wire, framing included */
-    uint64_t data_bytes;      /* tensor bytes it carries (SET_TENSOR, GET_TENSOR's response) */
-    uint64_t tensor_id;       /* the tensor it names: the head's address of it (0: none) */
-    uint32_t connection;      /* SPOOL_CONNECTION's number */
-    uint8_t command, is_response, sent, unused;
-    char name[64];            /* the tensor's name */
-} WireRecord;
 
 #endif

@@ -20,75 +20,49 @@ import numpy as np
 
 from ..._errors import RunFormatError
 from ...runformat.schema import SPOOL_DIR
-from ..core.raw_graph import DECODE_DTYPE
+from ..contract.constants import (
+    SPOOL_CONNECTION,
+    SPOOL_CONTEXT,
+    SPOOL_END,
+    SPOOL_FAILED,
+    SPOOL_GPU,
+    SPOOL_MAGIC,
+    SPOOL_START,
+    SPOOL_TAKE,
+    SPOOL_UNTRACED,
+    SPOOL_VERSIONS_PARTS,
+    SPOOL_WEIGHTS,
+    SPOOL_WIRE,
+)
+from ..contract.records import (
+    DECODE,
+    FRAME_HEADER,
+    GRAPH_HEAD,
+    GRAPH_PARTS,
+    TAKE_HEAD,
+    DecodesRecord,
+    GraphRecord,
+    RepeatRecord,
+)
 
-MAGIC = b"GGVZSPL3"
-START, CONTEXT, TAKE, FAILED, END, GPU, WEIGHTS, UNTRACED, CONNECTION, WIRE = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
+MAGIC = SPOOL_MAGIC
+START, CONTEXT, TAKE, FAILED, END, GPU = SPOOL_START, SPOOL_CONTEXT, SPOOL_TAKE, SPOOL_FAILED, SPOOL_END, SPOOL_GPU
+WEIGHTS, UNTRACED, CONNECTION, WIRE = SPOOL_WEIGHTS, SPOOL_UNTRACED, SPOOL_CONNECTION, SPOOL_WIRE
 KINDS = (START, CONTEXT, TAKE, FAILED, END, GPU, WEIGHTS, UNTRACED, CONNECTION, WIRE)
 MAX_FRAME_BYTES = 1 << 34  # no take is this large: a size past it is damage
-FRAME_HEADER = struct.Struct("<IIQ")
 TRAILER_BYTES = 4  # the payload's CRC-32
 SPOOL_SUFFIX = ".spool"
-# The parts of a graph, in core/recorder.h's order (GRAPH_PART_NAMES).
-GRAPH_PARTS = ("nodes", "node_ptrs", "starts", "ends", "flags", "leaves", "leaf_ptrs", "buffers", "tick_ns",
-               "tick_asked", "tick_barrier_ns", "stats", "capture_records", "capture_bytes", "routing_records",
-               "routing_bytes")  # fmt: skip
-# A spool of an earlier version (its magic) has the parts of its day: version 2 had no routing.
-PARTS_OF = {MAGIC: GRAPH_PARTS, b"GGVZSPL2": GRAPH_PARTS[:14]}
+# A spool of an earlier version (its magic) has the graph parts of its day.
+PARTS_OF = {magic: GRAPH_PARTS[:count] for magic, count in SPOOL_VERSIONS_PARTS.items()}
 
 
 def graph_header_dtype(parts: tuple[str, ...] = GRAPH_PARTS) -> np.dtype:
-    """A graph's header in a SPOOL_TAKE frame, with the sizes of these parts."""
-    return np.dtype(
-        [("plain_repeat", "<u4"), ("same", "<u4"), ("n_nodes", "<u8"), ("start_ns", "<i8"), ("end_ns", "<i8"),
-         ("boundary_ns", "<i8"), ("n_timed", "<i8"), ("part_sizes", "<u8", (len(parts),))]
-    )  # fmt: skip
-
-
-TAKE_COUNTS = struct.Struct("<QQQQ")  # calls, tokens, graphs, text bytes
-
-
-class GraphRecord(NamedTuple):
-    """One graph, as core/_recorder.c's GraphRecord names its fields."""
-
-    nodes: bytes
-    node_ptrs: bytes
-    starts: bytes
-    ends: bytes
-    flags: bytes
-    leaves: bytes
-    leaf_ptrs: bytes
-    buffers: bytes
-    tick_ns: bytes
-    tick_asked: bytes
-    tick_barrier_ns: bytes
-    stats: bytes
-    capture_records: bytes
-    capture_bytes: bytes
-    routing_records: bytes
-    routing_bytes: bytes
-    boundary_ns: int
-    same: bool
-    n_timed: int
-    end_ns: int
-
-
-class RepeatRecord(NamedTuple):
-    """A plain repeat of the graph before it, as core/_recorder.c's RepeatRecord."""
-
-    n_nodes: int
-    start_ns: int
-    end_ns: int
-
-
-class DecodesRecord(NamedTuple):
-    """The calls closed by a take and their tokens, as core/_recorder.c's DecodesRecord."""
-
-    calls: bytes
-    token_ids: bytes
-    positions: bytes
-    seq_ids: bytes
-    outputs: bytes
+    """A graph's header in a SPOOL_TAKE frame, with the sizes of these parts (the contract's
+    SpoolGraphHeader, with fewer in an earlier spool's)."""
+    if len(parts) == len(GRAPH_PARTS):
+        return GRAPH_HEAD.dtype
+    fields = [field.numpy for field in GRAPH_HEAD.fields if field.name != "part_sizes"]
+    return np.dtype([*fields, ("part_sizes", "<u8", (len(parts),))])
 
 
 @dataclass
@@ -143,7 +117,7 @@ class SpoolReader:
             position, self._started, self._parts = len(MAGIC), True, PARTS_OF[data[: len(MAGIC)]]
         frames = []
         while len(data) - position >= FRAME_HEADER.size:
-            kind, context_id, size = FRAME_HEADER.unpack_from(data, position)
+            kind, context_id, size = _frame_header(data, position)
             end = position + FRAME_HEADER.size + size
             if kind not in KINDS or size > MAX_FRAME_BYTES:
                 self.damage = f"{self.path.name}: a damaged frame header at byte {self.offset - len(data) + position}"
@@ -173,7 +147,7 @@ def first_frame(path: Path) -> Frame | None:
         head = spool.read(len(MAGIC) + FRAME_HEADER.size)
         if len(head) < len(MAGIC) + FRAME_HEADER.size or head[: len(MAGIC)] not in PARTS_OF:
             return None
-        kind, context_id, size = FRAME_HEADER.unpack_from(head, len(MAGIC))
+        kind, context_id, size = _frame_header(head, len(MAGIC))
         if kind not in KINDS or size > MAX_FRAME_BYTES:
             return None
         rest = spool.read(size + TRAILER_BYTES)
@@ -195,9 +169,10 @@ def parse_take(payload: bytes, graph_parts: tuple[str, ...] = GRAPH_PARTS) -> Ta
     `graph_parts` (an earlier spool's lack the later ones: empty)."""
     header_dtype = graph_header_dtype(graph_parts)
     try:
-        n_calls, n_tokens, n_graphs, text_bytes = TAKE_COUNTS.unpack_from(payload, 0)
-        position = TAKE_COUNTS.size
-        calls = _cut(payload, position, n_calls * DECODE_DTYPE.itemsize)
+        head = np.frombuffer(_cut(payload, 0, TAKE_HEAD.size), TAKE_HEAD.dtype)[0]
+        n_calls, n_tokens, n_graphs, text_bytes = (int(head[field.name]) for field in TAKE_HEAD.fields)
+        position = TAKE_HEAD.size
+        calls = _cut(payload, position, n_calls * DECODE.size)
         position += len(calls)
         columns = []
         for width in (4, 4, 4, 1):
@@ -226,11 +201,17 @@ def parse_take(payload: bytes, graph_parts: tuple[str, ...] = GRAPH_PARTS) -> Ta
                 position += size
             graphs.append(GraphRecord(**parts, boundary_ns=int(header["boundary_ns"]), same=bool(header["same"]),
                                       n_timed=int(header["n_timed"]), end_ns=int(header["end_ns"])))  # fmt: skip
-    except struct.error as error:
+    except ValueError as error:
         raise RunFormatError(f"a damaged spool frame: {error}") from None
     if position != len(payload):
         raise RunFormatError(f"a spool frame holds {len(payload) - position} bytes more than it says")
     return Take(DecodesRecord(calls, *columns), token_texts, graphs)
+
+
+def _frame_header(data: bytes, position: int) -> tuple[int, int, int]:
+    """A SpoolFrameHeader's kind, context and payload size."""
+    header = np.frombuffer(data, FRAME_HEADER.dtype, 1, position)[0]
+    return int(header["kind"]), int(header["context_id"]), int(header["size"])
 
 
 def _cut(payload: bytes, start: int, size: int) -> bytes:
