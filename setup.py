@@ -2,6 +2,7 @@
 ggml-viz falls back to its Python recorder without it), the preload library that records
 native programs (`ggml-viz run -- llama-server ...`), and the start-up hook (.pth)."""
 
+import glob
 import os
 import sys
 
@@ -12,15 +13,22 @@ from setuptools.command.build_py import build_py
 STARTUP_HOOK = "ggml_viz_startup.pth"
 CAPTURE = "src/ggml_viz/capture"
 C_FLAGS = ["-O2", "-std=c11", "-D_GNU_SOURCE"]
-# The C both the extension and the preload library build on: the recorder core and GOT
-# redirection (capture/core/), the GPU timer (capture/gpu/).
-CORE = ("core/recorder", "core/got_hook", "gpu/cupti_activity", "gpu/vulkan_timer", "gpu/gpu_tracer", "gpu/graph_compute")
+# The C both the extension and the preload library build on, in its layers (each includes only the
+# ones below it: scripts/check_c_includes.py): arrays, clock and pointer set (capture/util/), the GPU
+# timer (capture/gpu/; its Vulkan layer is a library of its own), the recorder (capture/core/; its
+# _recorder*.c are the extension's). Every such file is built: a new one needs no list.
+
+
+def c_sources(folder: str, leave_out: tuple[str, ...] = ()) -> list[str]:
+    paths = sorted(glob.glob(f"{CAPTURE}/{folder}/*.c"))
+    return [path[len(CAPTURE) + 1 : -2] for path in paths if not os.path.basename(path).startswith(leave_out)]
+
+
+CORE = (*c_sources("util"), *c_sources("gpu", ("vulkan_layer",)), *c_sources("core", ("_recorder",)))
 # What the contract's header is written from (write_contract_header).
 CONTRACT_SOURCES = [f"{CAPTURE}/{name}.py" for name in ("contract/__init__", "contract/records", "contract/constants")]
 CONTRACT_SOURCES += [f"{CAPTURE}/settings.py", f"{CAPTURE}/c_header.py"]
-PRELOAD_SOURCES = (
-    "preload/preload", "preload/preload_setup", "preload/preload_spool", "preload/preload_wire", "preload/preload_dlsym"
-)
+PRELOAD_SOURCES = c_sources("preload")
 
 
 class BuildWithStartupHook(build_py):
@@ -104,8 +112,9 @@ class BuildWithPreloadLibrary(build_ext):
 recorder_extension = Extension(
     "ggml_viz.capture.core._recorder",
     sources=[f"{CAPTURE}/{name}.c" for name in ("core/_recorder", "core/_recorder_gpu", *CORE)],
-    depends=[f"{CAPTURE}/{name}.h" for name in (*CORE, "gpu/cupti_abi")] + CONTRACT_SOURCES,
-    extra_compile_args=C_FLAGS,
+    depends=sorted(glob.glob(f"{CAPTURE}/**/*.h", recursive=True)) + CONTRACT_SOURCES,
+    # hidden: the recorder's functions are not for other libraries to bind to (PyInit__recorder is exported)
+    extra_compile_args=[*C_FLAGS, "-fvisibility=hidden"],
     libraries=["m", "dl"],
     optional=True,
 )

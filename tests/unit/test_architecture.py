@@ -99,3 +99,35 @@ def test_the_public_names_are_where_the_readme_says():
     from ggml_viz.export import Exporter
 
     assert (Finding.__module__, Exporter.__module__) == ("ggml_viz.analysis.findings", "ggml_viz.export.base")
+
+
+# -- the C's layers (scripts/check_c_includes.py) ---------------------------------------------------
+
+C_INCLUDES = Path(__file__).parents[2] / "scripts" / "check_c_includes.py"
+CAPTURE_C = Path(__file__).parents[2] / "src" / "ggml_viz" / "capture"
+
+
+def test_every_c_include_goes_down_the_layers():
+    checked = subprocess.run([sys.executable, str(C_INCLUDES)], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout
+
+
+@pytest.mark.parametrize(
+    ("path", "include", "said"),
+    [
+        ("gpu/gpu_tracer.h", "../core/recorder.h", "gpu includes ../core/recorder.h of core"),
+        ("util/arrays.c", "../gpu/gpu_tracer.h", "util includes ../gpu/gpu_tracer.h of gpu"),
+        ("core/_recorder.c", "../preload/preload.h", "extension includes ../preload/preload.h of preload"),
+        ("core/recorder.c", "nowhere.h", "includes nowhere.h, which is not there"),
+    ],
+)
+def test_a_wrong_c_include_is_found(tmp_path, path, include, said):
+    # GIVEN a copy of capture's C with one include that goes up, sideways, or nowhere
+    copy = tmp_path / "capture"
+    shutil.copytree(CAPTURE_C, copy, ignore=shutil.ignore_patterns("*.py", "*.so", "__pycache__"))
+    target = copy / path
+    target.write_text(f'#include "{include}"\n' + target.read_text())
+    # WHEN the check runs THEN it fails, naming the file, the line and the layers
+    checked = subprocess.run([sys.executable, str(C_INCLUDES), str(copy)], capture_output=True, text=True)
+    assert checked.returncode == 1
+    assert f"{path}:1: {said}" in checked.stdout

@@ -31,7 +31,13 @@ from ggml_viz.capture.gpu.records import (
 
 NATIVE_TESTS = Path(__file__).parents[1] / "native"
 CAPTURE = Path(__file__).parents[2] / "src" / "ggml_viz" / "capture"
-CORE = ["core/recorder.c", "core/got_hook.c", "gpu/cupti_activity.c", "gpu/vulkan_timer.c", "gpu/gpu_tracer.c"]
+# The C the extension and the preload library build on (setup.py: CORE): util, the GPU timer, the recorder.
+CORE = [
+    path.relative_to(CAPTURE)
+    for folder in ("util", "gpu", "core")
+    for path in sorted((CAPTURE / folder).glob("*.c"))
+    if not path.name.startswith(("vulkan_layer", "_recorder"))
+]
 
 
 def _compiler() -> str:

@@ -18,7 +18,7 @@
 #include "got_hook.h"
 #include "../gpu/cupti_activity.h"
 #include "../gpu/gpu_tracer.h"
-#include "../gpu/graph_compute.h"
+#include "graph_compute.h"
 
 /* The llama_decode call running on this thread: its recorder, context, and whether CUDA. */
 static __thread struct {

@@ -32,6 +32,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../util/arrays.h"
+#include "../util/clock.h"
+#include "../util/pointer_set.h"
 #include "ggml_viz_contract.h"
 
 /* ggml_type ids: the same in ggml 0.13.1 (whisper.cpp 1.8.5) and 0.25.3 (llama-cpp-python 0.3.36) */
@@ -73,13 +76,6 @@ typedef struct {
     size_fn nbytes;
     fp16_fn fp16_to_fp32;
 } ValueFunctions;
-
-typedef struct {
-    size_t count, capacity, item_size;
-    uint8_t *items;
-} Array;
-
-#define ARRAY_AT(a, type, i) (((type *)(a).items)[i])
 
 typedef struct {
     TensorLayout layout;
@@ -149,9 +145,7 @@ typedef struct {
     int32_t first_op;           /* its first node's op and name, to recognize the next graph */
     char first_name[NAME_LEN];
     size_t graph_first_stats, graph_first_capture, graph_first_capture_byte, graph_first_routing, graph_first_routing_byte;
-    uint64_t *set_keys; /* open-addressing set of pointers seen in this graph */
-    uint8_t *set_kinds; /* 0 empty, 1 node, 2 leaf, 3 buffer */
-    size_t set_capacity, set_count;
+    PointerSet seen; /* the pointers this graph has shown: nodes, leaves, buffers (SEEN_*) */
     uint8_t *previous_selection; /* which node indexes the previous graph selected */
     size_t previous_count, previous_capacity;
     int64_t pending; /* node waiting for its result callback, or -1 */
@@ -206,8 +200,6 @@ typedef struct {
     size_t n_tokens;
     Bytes columns[BATCH_COLUMNS];
 } DecodesTake;
-
-int64_t now_ns(void);
 
 /* Life: init (0, or -1 out of memory), free. */
 int recorder_init(Recorder *r, const TensorLayout *layout, const GgmlFunctions *ggml);
@@ -290,11 +282,5 @@ int64_t layer_of(const char *name);
 int32_t batch_size(const uint8_t *batch);
 long long copy_batch(const uint8_t *batch, const size_t *offsets, int32_t n, int32_t *token_out, int32_t *pos_out,
                      int32_t *seq_out, uint8_t *output_out);
-
-/* Growable arrays, for the owners too. */
-void array_init(Array *a, size_t item_size);
-void array_free(Array *a);
-int array_reserve(Array *a, size_t extra);
-void *array_push(Array *a);
 
 #endif

@@ -13,7 +13,9 @@
 
 #include <stdint.h>
 
-#include "../core/recorder.h"
+#include "../util/arrays.h"
+#include "../util/clock.h"
+#include "ggml_viz_contract.h"
 
 typedef struct {
     int loaded;

@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #include "../gpu/gpu_tracer.h"
-#include "../gpu/graph_compute.h"
+#include "../core/graph_compute.h"
 #include "../core/recorder.h"
 #include "spool.h"
 

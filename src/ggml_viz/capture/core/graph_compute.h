@@ -11,7 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../core/recorder.h"
+#include "recorder.h"
+#include "../gpu/gpu_tracer.h"
 
 typedef int (*sched_compute_fn)(void *sched, void *graph);
 
