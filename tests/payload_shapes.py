@@ -1,6 +1,6 @@
-"""Checking an answer of the viewer's API against its declaration in ggml_viz.ui.payloads:
-every TypedDict in it, however deep, must hold its required keys and no key it does not
-declare."""
+"""Checking an answer of the viewer's API against its declaration in ggml_viz.ui.payloads (or an
+analysis result against the type its producer declares): every TypedDict in it, however deep,
+must hold its required keys and no key it does not declare."""
 
 from __future__ import annotations
 
@@ -48,14 +48,20 @@ def _keys(declared: Any) -> frozenset[str]:
 
 def declared_types(payload: Any) -> set[str]:
     """The names of every TypedDict reachable from `payload` (to see what a check covered)."""
-    found: set[str] = set()
+    return set(reachable_typeddicts(payload))
+
+
+def reachable_typeddicts(payload: Any) -> dict[str, Any]:
+    """Every TypedDict reachable from `payload` through its fields, by name, wherever it is
+    declared (the summary's records are declared in ggml_viz.analysis, where they are made)."""
+    found: dict[str, Any] = {}
     pending = [payload]
     while pending:
         current = pending.pop()
         if is_typeddict(current):
             if current.__name__ in found:
                 continue
-            found.add(current.__name__)
+            found[current.__name__] = current
             pending.extend(get_type_hints(current).values())
         else:
             pending.extend(get_args(current))

@@ -23,7 +23,7 @@ from ggml_viz.ui.server import make_viewer
 
 from ..gpu_runs import write_gpu_run
 from ..machine_limits import keep_in_run, twice_as_fast_at_two_threads
-from ..payload_shapes import declared_types, shape_problems
+from ..payload_shapes import declared_types, reachable_typeddicts, shape_problems
 
 PORT = 8765
 TOKEN = "test-token"
@@ -191,9 +191,15 @@ def test_every_declaration_has_its_twin_in_the_page_s_api_with_the_same_fields()
             typedefs[current].add(found.group(1))
         elif line.strip() == "*/":
             current = None
-    # THEN every TypedDict the server declares has a typedef of its name, with its keys exactly
+    # THEN every TypedDict the server declares or answers with, wherever it is declared (the
+    # summary's records in ggml_viz.analysis, beside the functions that make them), has a typedef
+    # of its name, with its keys exactly
     declared = {name: value for name, value in vars(payloads).items()
                 if is_typeddict(value) and not name.startswith("_")}  # fmt: skip
+    for answer in [*(t for _, _, t in ENDPOINTS), *CHECKED_ON_A_REAL_RUN.values()]:
+        declared |= reachable_typeddicts(answer)
+    from_analysis = {name for name, value in declared.items() if value.__module__.startswith("ggml_viz.analysis.")}
+    assert {"RunSummary", "GpuTimerSummary", "RooflineSummary", "MoeSummary", "PlacementCheck"} <= from_analysis
     missing = sorted(set(declared) - set(typedefs))
     differing = {name: sorted(set(get_type_hints(value)) ^ typedefs[name]) for name, value in declared.items()
                  if name in typedefs and set(get_type_hints(value)) != typedefs[name]}  # fmt: skip

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -24,6 +24,38 @@ from .memory import peak_bytes
 # The phases whose tokens are a rate worth giving: the prompt read, the tokens generated (not
 # llama.cpp's warm-up decode, nor a non-LLM program's graphs).
 TOKEN_PHASES = ("prompt", "decode")
+
+
+class NodeWaits(TypedDict):
+    """The timed host nodes' waits at the barrier after them (node_waits)."""
+
+    seen: int
+    not_seen: int
+    wait_ns: int
+    time_ns: int
+
+
+class WeightReads(TypedDict):
+    """The weight bytes a graph and a decode step read (weight_reads)."""
+
+    weight_bytes_per_graph: int
+    weight_bytes_per_decode_step: int
+    all_experts_counted: bool
+    routed_decode_steps: int  # of a mixture's decode steps, those whose routing was read, when not all were
+    weights_read: int
+    weights_from_mmap: bool
+    weight_edges_resolved_to_file: float | None
+
+
+class RequestText(TypedDict):
+    """One request a run served, in one sequence (requests)."""
+
+    seq_id: int
+    start_ns: int  # from the run's first graph
+    prompt: str
+    prompt_tokens: int
+    generated: str  # the tokens fed back while decoding (all but the last generated)
+    generated_tokens: int
 
 
 def phase_stats(run: Run) -> pd.DataFrame:
@@ -132,7 +164,7 @@ def _time_by(totals: pd.DataFrame, key: str) -> pd.DataFrame:
     return table.sort_values("time_ns", ascending=False).reset_index()
 
 
-def node_waits(run: Run) -> dict[str, Any]:
+def node_waits(run: Run) -> NodeWaits:
     """How much of the timed nodes' time was thread 0 waiting at the barrier after them for
     the other threads, and for how many nodes that barrier was seen (inline timing)."""
     totals = run.node_totals
@@ -184,7 +216,7 @@ def weight_bytes_per_graph(run: Run, disk: pd.DataFrame) -> tuple[pd.Series, pd.
     return per_graph, pd.Series(np.asarray(charged_every), index=per_graph.index)
 
 
-def weight_reads(run: Run) -> dict[str, Any]:
+def weight_reads(run: Run) -> WeightReads:
     """Bytes of weights the graphs read, and how much of them came from the file mapping."""
     edges = run.structure_edges
     disk = edges[edges["memory"] == "disk"]
@@ -280,7 +312,7 @@ def graphs_by_computation(run: Run) -> pd.DataFrame:
     return stats.sort_values("time_ns", ascending=False, ignore_index=True)
 
 
-def requests(run: Run, limit: int | None = None) -> list[dict[str, Any]]:
+def requests(run: Run, limit: int | None = None) -> list[RequestText]:
     """Each request the run served, per sequence, in the order they began: the prompt it fed
     and the text it generated (the tokens fed back while decoding: all but the last generated
     token, which no graph reads). Read token by token, as a server batches them: a sequence's
@@ -293,7 +325,7 @@ def requests(run: Run, limit: int | None = None) -> list[dict[str, Any]]:
     return requests_and_count(run, limit)[0]
 
 
-def requests_and_count(run: Run, limit: int | None = None) -> tuple[list[dict[str, Any]], int]:
+def requests_and_count(run: Run, limit: int | None = None) -> tuple[list[RequestText], int]:
     """The first `limit` requests (all: None), as `requests` gives them, and how many there are.
 
     Over the graphs' token lists as stored (Arrow), with numpy: no Python object per token,
@@ -337,7 +369,7 @@ def requests_and_count(run: Run, limit: int | None = None) -> tuple[list[dict[st
     picked = texts.take(pa.array(text_index[by_seq[chosen][tokens_order]]))
     joined = pc.binary_join(pa.ListArray.from_arrays(pa.array(offsets), picked), "").to_pylist()
     origin = int(pc.min(run.arrow("graphs").column("start_ns")).as_py())
-    found = []
+    found: list[RequestText] = []
     for place, r in enumerate(listed.tolist()):
         head = heads[r]
         found.append({"seq_id": int(seq[head]), "start_ns": int(start_ns[by_seq[head]]) - origin,

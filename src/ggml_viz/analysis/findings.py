@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -20,10 +20,12 @@ import pyarrow.compute as pc
 from ..plugins import BUILT_IN, PluginGroup, call_plugin, load_group
 from ..runformat.reader import Run
 from ..runformat.totals import GRAPH_OP_TOTALS
-from .breakdowns import phase_stats, timed_totals, untimed_reason, weight_reads
+from .breakdowns import WeightReads, phase_stats, timed_totals, untimed_reason, weight_reads
 from .components import structure_components
+from .gpu import GpuTimerSummary
+from .moe import MoeSummary
 from .op_codes import op_codes
-from .roofline import median_decode_step_ns
+from .roofline import RooflineSummary, median_decode_step_ns
 
 _LAYER_PART = r"(blk|blocks|layers|h)\.\d+\."  # a layer in a weight's name
 _LAYER_SUFFIX = re.compile(r"-\d+(?=$|[\s(])")
@@ -34,10 +36,10 @@ class FindingContext:
     """What the summary has computed already, for findings to use rather than compute again."""
 
     phases: pd.DataFrame  # phase_stats(run): graphs, tokens, time and tokens/s per phase
-    reads: dict[str, Any]  # weight_reads(run): the weight bytes a graph and a decode step read
+    reads: WeightReads  # weight_reads(run): the weight bytes a graph and a decode step read
     components: pd.DataFrame  # structure_components(run): each node's component (attention, ffn, ...)
-    gpu: dict[str, Any] | None  # gpu_summary(run): None for a run without GPU times
-    roofline: dict[str, Any]  # roofline_summary(run): the run against this machine's limits
+    gpu: GpuTimerSummary | None  # gpu_summary(run): None for a run without GPU times
+    roofline: RooflineSummary  # roofline_summary(run): the run against this machine's limits
 
     @classmethod
     def of(
@@ -45,10 +47,10 @@ class FindingContext:
         run: Run,
         *,
         phases: pd.DataFrame | None = None,
-        reads: dict[str, Any] | None = None,
+        reads: WeightReads | None = None,
         components: pd.DataFrame | None = None,
-        gpu: dict[str, Any] | None = None,
-        roofline: dict[str, Any] | None = None,
+        gpu: GpuTimerSummary | None = None,
+        roofline: RooflineSummary | None = None,
     ) -> FindingContext:
         """The context of `run`, computing whatever the caller does not have yet."""
         from .gpu import gpu_summary
@@ -177,9 +179,9 @@ def findings(
     run: Run,
     *,
     phases: pd.DataFrame | None = None,
-    reads: dict[str, Any] | None = None,
+    reads: WeightReads | None = None,
     components: pd.DataFrame | None = None,
-    gpu: dict[str, Any] | None = None,
+    gpu: GpuTimerSummary | None = None,
 ) -> list[str]:
     """The findings (those without a section of their own), in words. phases, reads,
     components, gpu: as in FindingContext, where the caller has them already."""
@@ -219,7 +221,7 @@ def prompt_against_decode(prompt_tokens_per_s: float, decode_tokens_per_s: float
     )
 
 
-def _time_findings(run: Run, phases: pd.DataFrame, reads: dict[str, Any], components: pd.DataFrame) -> list[str]:
+def _time_findings(run: Run, phases: pd.DataFrame, reads: WeightReads, components: pd.DataFrame) -> list[str]:
     totals = timed_totals(run)
     if totals.empty:
         why = untimed_reason(run.manifest)
@@ -382,7 +384,7 @@ def _graph_op_totals(run: Run) -> pa.Table:
 CROWDED = 2.0  # a layer whose busiest expert takes this many times the mean load is said
 
 
-def _routing_findings(moe: dict[str, Any]) -> list[str]:
+def _routing_findings(moe: MoeSummary) -> list[str]:
     """A mixture of experts' routing in words (moe.moe_summary)."""
     if not moe.get("layers"):
         return []

@@ -41,6 +41,7 @@ routing was recorded (routed_bytes).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import TypedDict
 
 import numpy as np
 import pandas as pd
@@ -53,6 +54,19 @@ from .breakdowns import timed_totals
 Shape = tuple[float, float, float, float]  # ne0..ne3
 Formula = Callable[[Shape, Mapping[int, Shape]], float]
 _NONE: Shape = (0.0, 0.0, 0.0, 0.0)
+
+
+class ThroughputRow(TypedDict):
+    """Work done over a time, and the rates achieved (throughput_by_op's columns but its op; the
+    roofline's rows, roofline.roofline_by)."""
+
+    time_ns: int
+    flops: float
+    bytes: float
+    upper_bound: bool  # the FLOPs count every cell of an attention window its mask may have skipped
+    gflop_per_s: float | None
+    gb_per_s: float | None
+    flops_per_byte: float | None
 
 
 def _elements(shape: Shape) -> float:

@@ -12,14 +12,80 @@ and structure ran per traced one (Run.gpu_graph_weights), as node totals' `est_n
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypedDict
 
 import pandas as pd
 
 from ..runformat.reader import Run
+from .rows import records_as
 
 
-def gpu_summary(run: Run, top: int = 8) -> dict[str, Any] | None:
+class GpuDecodeStep(TypedDict):
+    """The median traced decode step from the GPU's side (decode_step)."""
+
+    steps: int
+    busy_ns: float
+    span_ns: float
+    host_ns: float
+    host_of: str  # whose host time: untraced steps, or the traced ones
+    busy_share: float
+
+
+class GpuKernelRow(TypedDict):
+    """A kernel function's GPU time (kernel_table)."""
+
+    function: str
+    count: int  # in the traced graphs
+    busy_ns: int  # over the run, estimated (the traced graphs weighted by how often each structure ran)
+    share: float  # of that
+    mean_ns: float  # in the traced graphs
+
+
+class GpuSideKernel(TypedDict):
+    """A kernel an op's nodes run besides their main one (side_kernels)."""
+
+    op: str
+    function: str
+    main: str
+    busy_ns: int
+    share: float
+
+
+class GpuTimerCost(TypedDict):
+    """What the GPU timer cost the run (timer_cost)."""
+
+    attach_ns: float
+    traced_extra_ns: float
+    compared: int
+    graph_ns: float
+    share: float
+
+
+class GpuTimerSummary(TypedDict):
+    """The GPU timer's account of a run (gpu_summary)."""
+
+    mode: str | None
+    timer: str  # what timed the GPU's nodes: cupti (CUDA) or vulkan (ggml-viz's Vulkan layer)
+    source: str  # where the times come from, in words: "CUPTI kernel records", "Vulkan timestamp queries"
+    cupti: str | None
+    clock: str | None
+    problem: str | None
+    devices: list[int]
+    graphs: int
+    graphs_traced: int
+    windows: int
+    unattributed_graphs: int
+    kernels: int
+    attributed_kernels: int
+    estimate: str | None  # how its shares over the run are estimated from the traced graphs (None: none traced)
+    warnings: list[str]  # records the timer dropped or left without times: the traced graphs' times are incomplete
+    decode_step: GpuDecodeStep | None
+    top_kernels: list[GpuKernelRow]
+    side_kernels: list[GpuSideKernel]
+    cost: GpuTimerCost | None
+
+
+def gpu_summary(run: Run, top: int = 8) -> GpuTimerSummary | None:
     """The GPU timer's account of a run (None: the run computed on no GPU the timer saw)."""
     info = dict(run.manifest.get("gpu") or {})
     if not info and not run.has_gpu_times:
@@ -45,8 +111,8 @@ def gpu_summary(run: Run, top: int = 8) -> dict[str, Any] | None:
         "estimate": estimate_note(run.graphs, weights.index) if len(weights) else None,
         "warnings": record_warnings(info, run.gpu_timer.agent),
         "decode_step": decode_step(run),
-        "top_kernels": kernel_table(kernels, weights).head(top).to_dict(orient="records"),
-        "side_kernels": side_kernels(run).head(top).to_dict(orient="records"),
+        "top_kernels": records_as(kernel_table(kernels, weights).head(top), GpuKernelRow),
+        "side_kernels": records_as(side_kernels(run).head(top), GpuSideKernel),
         "cost": timer_cost(run, info),
     }
 
@@ -79,7 +145,7 @@ def record_warnings(info: dict[str, Any], agent: str = "CUPTI") -> list[str]:
     return said
 
 
-def decode_step(run: Run) -> dict[str, Any] | None:
+def decode_step(run: Run) -> GpuDecodeStep | None:
     """The median decode step from the GPU's side: how long the GPU was busy with it, and from
     its first kernel to its last, in the steady state (CUDA-graph replays, where the traced
     steps hold any); beside the host's time for a step (from the compute call to the end of
@@ -164,7 +230,7 @@ def _node_ops(run: Run) -> pd.DataFrame:
     return graphs.merge(nodes, on="structure_id").merge(ops, on="tensor_id")[["graph_id", "node_index", "op"]]
 
 
-def timer_cost(run: Run, info: dict[str, Any]) -> dict[str, float] | None:
+def timer_cost(run: Run, info: dict[str, Any]) -> GpuTimerCost | None:
     """What the GPU timer cost this run, as seen from inside it: the host's time attaching,
     flushing and detaching CUPTI, and how much longer traced graphs took than the untraced
     graphs of their structure and phase (the median of at least three), against the run's
@@ -185,7 +251,7 @@ def timer_cost(run: Run, info: dict[str, Any]) -> dict[str, float] | None:
             "share": (attach + traced_extra) / total}  # fmt: skip
 
 
-def gpu_findings(summary: dict[str, Any] | None) -> list[str]:
+def gpu_findings(summary: GpuTimerSummary | None) -> list[str]:
     """The GPU's findings in words: launch-bound decode steps, work besides the ops' own."""
     if not summary:
         return []

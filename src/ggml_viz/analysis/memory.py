@@ -9,13 +9,24 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import pandas as pd
 import pyarrow.compute as pc
 
 from ..runformat.reader import Run
+
+
+class KvCacheExtremes(TypedDict):
+    """The KV cache's layers; of the last graph, its most cells used, largest capacity and fullest
+    fill; and the fullest fill of any graph (kv_cache_extremes)."""
+
+    layers: int
+    used: int
+    capacity: int
+    fill: float
+    fullest: float
 
 
 def occupancy(run: Run, graph_id: int) -> pd.DataFrame:
@@ -77,7 +88,7 @@ def _kv_cache_capacity(run: Run) -> pd.Series:
     return cache.groupby("layer")["ne1"].max()
 
 
-def kv_cache_extremes(run: Run) -> dict[str, Any] | None:
+def kv_cache_extremes(run: Run) -> KvCacheExtremes | None:
     """What the summary says of kv_cache_fill(run), from each graph's last position (Arrow,
     numpy) rather than a row per graph and layer: the layers, and of the last graph (the largest
     graph_id) the most cells used, the largest capacity and the fullest fill over its layers, and

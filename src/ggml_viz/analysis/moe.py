@@ -10,13 +10,48 @@ Load is the tokens routed to an expert (one per token and slot). Per layer:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Required, TypedDict
 
 import numpy as np
 import pandas as pd
 
 from ..runformat.reader import Run
 from .breakdowns import backend_names
+from .rows import records_as
+
+
+class MoeLayerBalance(TypedDict):
+    """One MoE layer's load over its experts (layer_balance)."""
+
+    layer: int
+    n_expert: int
+    tokens: int  # (token, slot) rows routed
+    max_over_mean: float  # the busiest expert's load over the mean
+    never_used: int
+    entropy_bits: float
+    entropy_share: float  # of log2(n_expert): 1.0 even
+    hottest: list[list[float]]  # [expert, share of the load], busiest first
+    prompt_tokens: int
+    decode_tokens: int
+
+
+class MoeSummary(TypedDict, total=False):
+    """A mixture of experts' routing (moe_summary): only `layers` (0) for a dense model."""
+
+    layers: Required[int]
+    graphs_routed: int  # graphs whose routing was read ...
+    graphs_with_experts: int  # ... of those that ran experts (a GPU reads it in its windows)
+    n_expert: int
+    experts_per_token: int
+    balance: list[MoeLayerBalance]
+    never_used: int
+    worst_layer: int
+    worst_max_over_mean: float
+    median_max_over_mean: float
+    median_entropy_share: float
+    decode_expert_bytes_by_device: dict[str, int]
+    token_share_by_device: dict[str, float]
+
 
 HOT_EXPERTS = 3  # the hottest experts named per layer
 
@@ -72,7 +107,7 @@ def expert_bytes_by_device(run: Run) -> pd.DataFrame:
     )
 
 
-def moe_summary(run: Run) -> dict[str, Any]:
+def moe_summary(run: Run) -> MoeSummary:
     """What `summary` says of a mixture of experts: per layer balance, the hottest experts, prompt
     against decode, and the bytes of experts a decode step reads from each device."""
     balance = layer_balance(run)
@@ -96,7 +131,7 @@ def moe_summary(run: Run) -> dict[str, Any]:
         "graphs_with_experts": int(run.graphs["structure_id"].isin(structures).sum()),
         "n_expert": int(balance["n_expert"].max()),
         "experts_per_token": int(run.raw("moe_routing")["slot"].max()) + 1,
-        "balance": [{**row, "hottest": [list(pair) for pair in row["hottest"]]} for row in balance.to_dict("records")],
+        "balance": _balance_rows(balance),
         "never_used": int(balance["never_used"].sum()),
         "worst_layer": int(balance.loc[balance["max_over_mean"].idxmax(), "layer"]),
         "worst_max_over_mean": float(balance["max_over_mean"].max()),
@@ -105,3 +140,11 @@ def moe_summary(run: Run) -> dict[str, Any]:
         "decode_expert_bytes_by_device": {str(k): int(v) for k, v in per_step.items()},
         "token_share_by_device": {str(k): float(v) for k, v in token_share_by_device.items()},
     }
+
+
+def _balance_rows(balance: pd.DataFrame) -> list[MoeLayerBalance]:
+    """layer_balance's rows, each hottest (expert, share) pair a list, as JSON gives it back."""
+    rows = records_as(balance, MoeLayerBalance)
+    for row in rows:
+        row["hottest"] = [list(pair) for pair in row["hottest"]]
+    return rows

@@ -18,7 +18,7 @@ a phase) the floors and times are summed, so the share is the time that could be
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Required, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -26,13 +26,112 @@ import pyarrow.compute as pc
 
 from ..runformat.limits import check_limits, recorded_on, same_machine
 from ..runformat.reader import Run
-from .breakdowns import timed_totals
+from .breakdowns import WeightReads, timed_totals
 from .buffer_device import device_of_buffer
-from .flops import events_work
+from .flops import ThroughputRow, events_work
+from .rows import plain, records_as
 
 # the source whose type picks the compute roof (the weights' slot); every other op: F32's
 WEIGHT_SLOT = {"MUL_MAT": 0, "MUL_MAT_ID": 0, "OUT_PROD": 0, "FLASH_ATTN_EXT": 1}
 CPU = "CPU"
+
+
+class LimitMeasurement(TypedDict):
+    """One limit `ggml-viz limits` measured (runformat/limits.py)."""
+
+    device: str  # "CPU", "CUDA0"
+    threads: int | None
+    what: str  # memory_read, matvec, matmul, page_cache_read, disk_read
+    type: str | None  # the ggml type measured (matvec, matmul)
+    gb_per_s: float | None
+    gflop_per_s: float | None
+    bytes: float | None
+    flops: float | None
+    seconds: float | None
+    repeats: int | None
+    note: str | None
+
+
+class RooflineLimits(TypedDict):
+    """The limits a run is judged against, and at which threads."""
+
+    measured: str | None
+    machine: dict[str, Any]
+    same_machine: bool  # measured on the machine that recorded the run
+    threads: dict[str, int | None]  # per phase, the threads it ran on
+    judged_at: list[int]  # the measured thread counts the nodes were judged at
+    weight_types: list[str]  # the types whose matrix-product peaks judge the nodes (F32 and the weights')
+    device: str  # the device holding most of the node time: the one whose roofs a chart draws
+    measurements: list[LimitMeasurement]
+
+
+class DecodeFloor(TypedDict):
+    """The decode step's weights read at the measured bandwidth, against its median time."""
+
+    bytes: int
+    median_ns: float
+    gb_per_s: float
+    bandwidth_gb_per_s: float
+    floor_ns: float
+    of_limit: float
+    threads: int | None
+    weight_type: str | None
+    kernel_gb_per_s: float | None  # the matrix-vector kernel of that type at best
+
+
+class PromptFloor(TypedDict):
+    """The prompt's FLOPs at the matrix product's peak for its main weight type, against its time."""
+
+    flops: float
+    time_ns: float
+    gflop_per_s: float
+    peak_gflop_per_s: float
+    weight_type: str | None
+    peak_type: str | None  # the type whose peak it is held to (F32's where its own was not measured)
+    of_limit: float
+    threads: int | None
+
+
+class FurthestOp(TypedDict):
+    op: str
+    of_limit: float
+    bound: str | None
+    share: float  # of node time
+    gflop_per_s: float
+    gb_per_s: float
+
+
+class _RooflineRow(ThroughputRow):
+    """An op's, a phase's or a layer's nodes against their floor at the limits (roofline_by)."""
+
+    floor_ns: float | None
+    bound: str | None
+    of_limit: float | None
+
+
+class RooflineOp(_RooflineRow):
+    op: str
+
+
+class RooflinePhase(_RooflineRow):
+    phase: str
+
+
+class RooflineLayer(_RooflineRow):
+    layer: int
+
+
+class RooflineSummary(TypedDict, total=False):
+    """The run against this machine's measured limits (roofline_summary): only
+    `limits` (None) where the run holds none (`ggml-viz limits --for RUN` measures them)."""
+
+    limits: Required[RooflineLimits | None]
+    by_op: list[RooflineOp]  # the top ops by time
+    by_phase: list[RooflinePhase]
+    by_layer: list[RooflineLayer]
+    decode_step: DecodeFloor | None
+    prompt: PromptFloor | None
+    furthest: FurthestOp | None
 
 
 @dataclass(frozen=True)
@@ -224,7 +323,7 @@ def median_decode_step_ns(run: Run) -> float | None:
     return float(np.median(durations.astype(np.float64)))
 
 
-def roofline_summary(run: Run, reads: dict[str, Any], top: int = 10) -> dict[str, Any]:
+def roofline_summary(run: Run, reads: WeightReads, top: int = 10) -> RooflineSummary:
     """What the summary says of the run against this machine's limits: the limits judged by,
     distance by op, phase and layer, the decode step's floor and the prompt's; `limits` None
     (and nothing else) where the run holds none."""
@@ -238,21 +337,21 @@ def roofline_summary(run: Run, reads: dict[str, Any], top: int = 10) -> dict[str
     by_layer = roofline_by(layered, "layer").sort_values("layer") if len(layered) else by_op.iloc[:0]
     return {
         "limits": _limits_described(run, limits, floors),
-        "by_op": _records(by_op.head(top)),
-        "by_phase": _records(by_phase),
-        "by_layer": _records(by_layer),
+        "by_op": records_as(by_op.head(top), RooflineOp, _plain),
+        "by_phase": records_as(by_phase, RooflinePhase, _plain),
+        "by_layer": records_as(by_layer, RooflineLayer, _plain),
         "decode_step": _decode_floor(run, limits, floors, reads),
         "prompt": _prompt_floor(limits, floors),
         "furthest": _furthest(by_op),
     }
 
 
-def _records(table: pd.DataFrame) -> list[dict[str, Any]]:
-    return [{k: (v.item() if hasattr(v, "item") else None if v is pd.NA else v) for k, v in row.items()}
-            for row in table.to_dict(orient="records")]  # fmt: skip
+def _plain(value: Any) -> Any:
+    """A value of a roofline table as plain data (its missing floors and bounds: None)."""
+    return None if value is pd.NA else plain(value)
 
 
-def _limits_described(run: Run, limits: Limits, floors: pd.DataFrame) -> dict[str, Any]:
+def _limits_described(run: Run, limits: Limits, floors: pd.DataFrame) -> RooflineLimits:
     """The limits the run is judged against, and at which threads: plain data."""
     table = limits.table.where(limits.table.notna(), None)
     return {
@@ -265,7 +364,7 @@ def _limits_described(run: Run, limits: Limits, floors: pd.DataFrame) -> dict[st
         "device": str(floors.groupby("device")["time_ns"].sum().idxmax()) if len(floors) else CPU,
         # the types whose peaks judge the run's nodes (F32's: every op but the products')
         "weight_types": sorted({"F32", *(str(t) for t in floors["weight_type"].dropna())}),
-        "measurements": table.to_dict(orient="records"),
+        "measurements": records_as(table, LimitMeasurement, _plain),
     }
 
 
@@ -281,7 +380,7 @@ def _main_type(rows: pd.DataFrame) -> str | None:
     return str((typed["bytes"] * typed["timed"]).groupby(typed["weight_type"]).sum().idxmax())
 
 
-def _decode_floor(run: Run, limits: Limits, floors: pd.DataFrame, reads: dict[str, Any]) -> dict[str, Any] | None:
+def _decode_floor(run: Run, limits: Limits, floors: pd.DataFrame, reads: WeightReads) -> DecodeFloor | None:
     """The decode step's weights read at the measured bandwidth, against its median time."""
     step_bytes = reads.get("weight_bytes_per_decode_step")
     median_ns = median_decode_step_ns(run)
@@ -302,7 +401,7 @@ def _decode_floor(run: Run, limits: Limits, floors: pd.DataFrame, reads: dict[st
     }  # fmt: skip
 
 
-def _prompt_floor(limits: Limits, floors: pd.DataFrame) -> dict[str, Any] | None:
+def _prompt_floor(limits: Limits, floors: pd.DataFrame) -> PromptFloor | None:
     """The prompt's FLOPs at the peak of its main weight type, against its node time."""
     prompt = floors[(floors["phase"] == "prompt") & (floors["device"] == CPU)]
     time_ns = float(prompt["time_ns"].sum())
@@ -320,7 +419,7 @@ def _prompt_floor(limits: Limits, floors: pd.DataFrame) -> dict[str, Any] | None
             "threads": count}  # fmt: skip
 
 
-def _furthest(by_op: pd.DataFrame, least_share: float = 0.05) -> dict[str, Any] | None:
+def _furthest(by_op: pd.DataFrame, least_share: float = 0.05) -> FurthestOp | None:
     """The op furthest from its limit among those taking at least `least_share` of node time."""
     judged = by_op[by_op["of_limit"].notna()]
     total = by_op["time_ns"].sum()
@@ -333,9 +432,10 @@ def _furthest(by_op: pd.DataFrame, least_share: float = 0.05) -> dict[str, Any] 
             "gb_per_s": float(row["gb_per_s"])}  # fmt: skip
 
 
-def limit_findings(roofline: dict[str, Any]) -> list[str]:
+def limit_findings(roofline: RooflineSummary) -> list[str]:
     """The run against this machine's limits, in words."""
-    if not roofline.get("limits"):
+    limits = roofline["limits"]
+    if not limits:
         return []
     said = []
     step = roofline.get("decode_step")
@@ -357,10 +457,10 @@ def limit_findings(roofline: dict[str, Any]) -> list[str]:
         limit = "peak" if furthest["bound"] == "compute" else "read bandwidth"
         said.append(f"{furthest['op']} is {furthest['bound']}-bound at {furthest['of_limit']:.0%} of {limit} "
                     f"({achieved}, {furthest['share']:.0%} of node time): the op furthest from its limit.")  # fmt: skip
-    return said + _threads_caveat(roofline["limits"])
+    return said + _threads_caveat(limits)
 
 
-def _threads_caveat(limits: dict[str, Any]) -> list[str]:
+def _threads_caveat(limits: RooflineLimits) -> list[str]:
     """What to know where the run's thread counts are not the ones it was judged at."""
     judged = limits.get("judged_at") or []
     used = {n for n in (limits.get("threads") or {}).values() if n}

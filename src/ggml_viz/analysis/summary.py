@@ -3,13 +3,13 @@ into the object `ggml-viz summary --json` prints (and the viewer and the report 
 
 from __future__ import annotations
 
-from dataclasses import asdict
-from typing import Any
-
-import pandas as pd
+from typing import Any, Required, TypedDict
 
 from ..runformat.reader import Run
 from .breakdowns import (
+    NodeWaits,
+    RequestText,
+    WeightReads,
     backends,
     graphs_by_computation,
     memory_by_buffer,
@@ -24,13 +24,145 @@ from .breakdowns import (
     weight_reads,
 )
 from .components import structure_components
-from .devices import device_summary, placement_advice, run_devices
+from .devices import DeviceSummary, PlacementAdvice, device_summary, placement_advice, run_devices
 from .findings import FindingContext, find_all
-from .flops import throughput_by_op
-from .gpu import gpu_summary
+from .flops import ThroughputRow, throughput_by_op
+from .gpu import GpuTimerSummary, gpu_summary
 from .memory import kv_cache_extremes
-from .moe import moe_summary
-from .roofline import roofline_summary
+from .moe import MoeSummary, moe_summary
+from .roofline import RooflineSummary, roofline_summary
+from .rows import records_as
+
+
+class PhaseRow(TypedDict):
+    """A phase's graphs, tokens and time (breakdowns.phase_stats)."""
+
+    phase: str
+    graphs: int
+    tokens: int
+    time_ns: int
+    tokens_per_s: float | None
+
+
+class _TimeRow(TypedDict):
+    """Timed node events of one kind, their time and waits (breakdowns.time_by_op, _by_layer, ...)."""
+
+    count: int
+    time_ns: int
+    mean_ns: float | None
+    wait_ns: int
+    share: float
+
+
+class OpTime(_TimeRow):
+    op: str
+
+
+class LayerTime(_TimeRow):
+    layer: int | str  # "none": nodes outside layers
+
+
+class TensorTime(_TimeRow):
+    name: str
+
+
+class ComponentTime(_TimeRow):
+    component: str
+
+
+class BufferKindRow(TypedDict):
+    """The buffers of one kind (breakdowns.memory_by_buffer)."""
+
+    kind: str
+    buffers: int
+    bytes: int
+    names: str
+    peak_bytes: int
+
+
+class _KvSummaryBase(TypedDict):
+    layers: int
+
+
+class KvSummary(_KvSummaryBase, total=False):
+    """The KV cache's layers, and its last graph's cells (_kv_summary: only `layers`, 0, without one)."""
+
+    used: int  # in the last graph; absent without a KV cache
+    capacity: int
+    fill: float
+
+
+class OpThroughput(ThroughputRow, total=False):
+    """An op's achieved rates; with the run's limits measured, its roofline too (the summary's
+    throughput_by_op is then roofline.by_op)."""
+
+    op: Required[str]
+    floor_ns: float | None  # the least time its work could take at this machine's limits
+    bound: str | None  # "memory" or "compute": the roof that sets the floor (None: not judged)
+    of_limit: float | None  # floor / time: 1 at the limit
+
+
+class ComputationRow(TypedDict):
+    """Graphs of one kind (breakdowns.graphs_by_computation)."""
+
+    label: str  # what they compute, from the weights they read ("" none)
+    phase: str
+    graphs: int
+    time_ns: int
+
+
+class FoundSection(TypedDict):
+    """A titled finding's sentences (findings.FoundSection, as data): a plugin's section."""
+
+    title: str
+    lines: list[str]
+    source: str  # "built-in", or the plugin's package and version
+
+
+class RunSummary(TypedDict):
+    """What `ggml-viz summary` shows (summarize)."""
+
+    run: str
+    experiment_id: str
+    status: str
+    incomplete_reason: str | None
+    created: str | None
+    model: dict[str, Any] | None  # the manifest's own sections, as recorded
+    contexts: list[dict[str, Any]] | None
+    prompt: str | None
+    generated_text: str | None
+    requests: list[RequestText]  # the first LISTED_REQUESTS
+    n_requests: int
+    backends: list[str]
+    graphs: int
+    node_events: int
+    timed_node_events: int
+    dropped_graphs: int
+    dropped_events: int
+    untimed_graphs: int
+    timing: str
+    timing_label: str  # what the timing measures, in words
+    untimed_reason: str  # why a run whose nodes were not timed has graph times only, in words
+    node_waits: NodeWaits
+    phases: list[PhaseRow]
+    computations: list[ComputationRow]  # the top ones, by time
+    time_by_op: list[OpTime]
+    top_layers: list[LayerTime]
+    top_tensors: list[TensorTime]
+    time_by_component: list[ComponentTime]
+    memory_by_buffer: list[BufferKindRow]
+    weight_reads: WeightReads
+    kv_cache: KvSummary
+    moe: MoeSummary
+    throughput_by_op: list[OpThroughput]
+    roofline: RooflineSummary  # against this machine's measured limits
+    findings: list[str]
+    sections: list[FoundSection]  # titled findings, each shown apart
+    clocks: dict[str, int]  # timed node events by their clock: host, gpu
+    gpu: GpuTimerSummary | None  # the GPU timer's account (None: no GPU the timer saw)
+    devices: DeviceSummary | None  # where a step's time goes per device (None: one device)
+    placement: PlacementAdvice | None  # other flags predicted from the run (None: nothing to predict)
+
 
 TIMING_LABELS = {
     "inline": "inline (host clock, each graph run whole)",
@@ -47,13 +179,13 @@ def timing_label(timing: str | None) -> str:
 LISTED_REQUESTS = 50
 
 
-def summarize(run: Run, top: int = 10) -> dict[str, Any]:
+def summarize(run: Run, top: int = 10) -> RunSummary:
     """Everything `ggml-viz summary` shows, as plain data."""
     manifest = run.manifest
     served, n_requests = requests_and_count(run, LISTED_REQUESTS)
     generation = manifest.get("generation") or {}
     # one request: its prompt and text are the run's (a server's requests are listed apart)
-    only = served[0] if n_requests == 1 else {"prompt": "", "generated": None}
+    prompt, generated = (served[0]["prompt"], served[0]["generated"]) if n_requests == 1 else ("", None)
     totals = run.node_totals
     phases, reads, components = phase_stats(run), weight_reads(run), structure_components(run)  # findings use them too
     gpu = gpu_summary(run, top)
@@ -76,8 +208,8 @@ def summarize(run: Run, top: int = 10) -> dict[str, Any]:
         "created": manifest.get("created"),
         "model": manifest.get("model"),
         "contexts": manifest.get("contexts"),
-        "prompt": generation.get("prompt", only["prompt"]),
-        "generated_text": generation.get("generated_text", only["generated"]),
+        "prompt": generation.get("prompt", prompt),
+        "generated_text": generation.get("generated_text", generated),
         "requests": served,
         "n_requests": n_requests,
         "backends": backends(run),
@@ -95,39 +227,35 @@ def summarize(run: Run, top: int = 10) -> dict[str, Any]:
         "devices": devices,
         "placement": placement,  # other flags, predicted from this run (analysis/devices/advise.py)
         "node_waits": node_waits(run),
-        "phases": records(phases),
-        "computations": records(graphs_by_computation(run).head(top)),
-        "time_by_op": records(time_by_op(run).head(top)),
-        "top_layers": records(time_by_layer(run).head(top)),
-        "top_tensors": records(time_by_tensor(run).head(top)),
-        "time_by_component": records(time_by_component(run, components)),
-        "memory_by_buffer": records(memory_by_buffer(run)),
+        "phases": records_as(phases, PhaseRow),
+        "computations": records_as(graphs_by_computation(run).head(top), ComputationRow),
+        "time_by_op": records_as(time_by_op(run).head(top), OpTime),
+        "top_layers": records_as(time_by_layer(run).head(top), LayerTime),
+        "top_tensors": records_as(time_by_tensor(run).head(top), TensorTime),
+        "time_by_component": records_as(time_by_component(run, components), ComponentTime),
+        "memory_by_buffer": records_as(memory_by_buffer(run), BufferKindRow),
         "weight_reads": reads,
         "kv_cache": _kv_summary(run),
         "moe": moe_summary(run),
-        "throughput_by_op": roofline["by_op"] if roofline["limits"] else records(throughput_by_op(run).head(top)),
+        "throughput_by_op": _throughput(run, roofline, top),
         "roofline": roofline,  # against this machine's limits (analysis/roofline.py); limits None: none measured
         "findings": said,
-        "sections": [asdict(section) for section in sections],  # titled findings (plugins'), each shown apart
+        # titled findings (plugins'), each shown apart
+        "sections": [{"title": found.title, "lines": list(found.lines), "source": found.source} for found in sections],
     }
 
 
-def _kv_summary(run: Run) -> dict[str, Any]:
+def _throughput(run: Run, roofline: RooflineSummary, top: int) -> list[OpThroughput]:
+    """The top ops' achieved rates: with the run's limits measured, their rows of the roofline."""
+    if roofline["limits"]:
+        return [OpThroughput(**row) for row in roofline["by_op"]]
+    return records_as(throughput_by_op(run).head(top), OpThroughput)
+
+
+def _kv_summary(run: Run) -> KvSummary:
     """The KV cache's layers, and the last graph's cells in use, capacity and fill (memory.kv_cache_fill's,
     from each graph's last position: kv_cache_extremes)."""
     kv = kv_cache_extremes(run)
     if kv is None:
         return {"layers": 0}
-    return {key: kv[key] for key in ("layers", "used", "capacity", "fill")}
-
-
-def records(table: pd.DataFrame) -> list[dict[str, Any]]:
-    """A table's rows as dicts of plain Python values (JSON and rich take them as they are)."""
-    return [{k: plain(v) for k, v in row.items()} for row in table.to_dict(orient="records")]
-
-
-def plain(value: Any) -> Any:
-    """A numpy scalar as the Python value it holds; anything else as it is."""
-    if hasattr(value, "item"):
-        return value.item()
-    return value
+    return {"layers": kv["layers"], "used": kv["used"], "capacity": kv["capacity"], "fill": kv["fill"]}

@@ -5,12 +5,17 @@ Commands import this module when the parser is built, so rich comes in inside ea
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
+    from ..analysis.devices import DeviceSummary
+    from ..analysis.moe import MoeSummary
+    from ..analysis.roofline import RooflineSummary
+    from ..analysis.summary import OpThroughput, RunSummary
     from ..runformat.reader import Run
 
 
@@ -46,7 +51,7 @@ def print_short_summary(run: Run, console: Console | None = None) -> None:
     render_summary(summarize(run, top=5), console, short=True)
 
 
-def _render_requests(console: Console, summary: dict[str, Any], width: int = 60) -> None:
+def _render_requests(console: Console, summary: RunSummary, width: int = 60) -> None:
     """A server's (or a benchmark's) requests: per sequence, its prompt and generated text."""
 
     console.print(f"requests: {summary['n_requests']:,}")
@@ -58,53 +63,16 @@ def _render_requests(console: Console, summary: dict[str, Any], width: int = 60)
         console.print(f"  and {summary['n_requests'] - len(summary['requests']):,} more")
 
 
-def render_summary(summary: dict[str, Any], console: Console | None = None, short: bool = False) -> None:
+def render_summary(summary: RunSummary, console: Console | None = None, short: bool = False) -> None:
     """The summary's tables and lines on `console` (default: a Console on standard output)."""
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
     console = console or Console()
-    model = summary.get("model") or {}
-    status = summary["status"]
-    console.print(f"[bold]{summary['run']}[/]  experiment {summary['experiment_id'][:12]}  status [bold]{status}[/]")
-    if summary.get("incomplete_reason"):
-        console.print(f"[yellow]incomplete: {summary['incomplete_reason']}[/]")
-    if model:
-        console.print(
-            f"model: {model.get('name') or '?'} ({model.get('description')}, {model.get('architecture')}, "
-            f"{model.get('layers')} layers, {model.get('parameters', 0) / 1e6:,.1f} M parameters)"
-        )
-        console.print(f"file:  {model.get('path')}", markup=False, highlight=False)
-    if summary.get("prompt") and not short:
-        console.print(f"prompt: {readable(summary['prompt'])}", markup=False, highlight=False)
-        if summary.get("generated_text"):
-            console.print(f"generated: {readable(summary['generated_text'])}", markup=False, highlight=False)
-    if summary.get("n_requests", 0) > 1 and not short:
-        _render_requests(console, summary)
-    console.print(
-        f"backends: {', '.join(summary['backends']) or '?'}   graphs: {summary['graphs']:,}   "
-        f"node events: {summary['node_events']:,} ({summary['timed_node_events']:,} timed)"
-        + (
-            f"   dropped: {summary['dropped_graphs']:,} graphs / {summary['dropped_events']:,} events"
-            if summary["dropped_graphs"]
-            else ""
-        )
-        + (f"\ntiming: {summary['timing_label']}" if (summary.get("clocks") or {}).get("host") else "")
-    )
+    _render_head(console, summary, short)
     waits = summary.get("node_waits") or {}
-    if (summary.get("clocks") or {}).get("host") and summary["timing"] == "inline":
-        if waits.get("seen"):
-            share = waits["wait_ns"] / waits["time_ns"] if waits["time_ns"] else 0.0
-            console.print(
-                f"node time: each node's work and its wait for the other threads at the barrier after it "
-                f"({share:.1%} of node time waiting)"
-            )
-        if waits.get("not_seen"):
-            console.print(
-                f"[yellow]{waits['not_seen']:,} nodes' ends were not seen (ggml's barrier could not be reached): "
-                "each of their times holds the wait for the stragglers of the node before it[/]"
-            )
+    _render_waits(console, summary)
     _render_gpu(console, summary, short)
     render_devices(summary.get("devices"), console)
     if summary["untimed_graphs"]:
@@ -118,10 +86,13 @@ def render_summary(summary: dict[str, Any], console: Console | None = None, shor
         phases.add_row(row["phase"], f"{row['graphs']:,}", f"{row['tokens']:,}", format_ms(row["time_ns"]), rate)
     console.print(phases)
     computations = summary.get("computations") or []
-    if len({row["label"] for row in computations}) > 1:  # graphs that compute different parts of a model
+    if (
+        len({computation["label"] for computation in computations}) > 1
+    ):  # graphs that compute different parts of a model
         table = Table("computes", "phase", "graphs", "time", title="graphs by what they compute", title_justify="left")
-        for row in computations:
-            table.add_row(row["label"] or "(no weights)", row["phase"], f"{row['graphs']:,}", format_ms(row["time_ns"]))
+        for computation in computations:
+            table.add_row(computation["label"] or "(no weights)", computation["phase"], f"{computation['graphs']:,}",
+                          format_ms(computation["time_ns"]))  # fmt: skip
         console.print(table)
     if summary["timed_node_events"]:
         console.print(_time_table("time by op", "op", summary["time_by_op"], bool(waits.get("seen"))))
@@ -133,22 +104,7 @@ def render_summary(summary: dict[str, Any], console: Console | None = None, shor
             _print_limits(console, summary.get("roofline") or {}, summary["run"])
     elif not summary.get("gpu"):
         console.print(f"no node was timed on its own ({summary['untimed_reason']}): graph times only")
-    memory = Table(
-        "kind", "buffers", "bytes", "peak in use", "names", title="memory by buffer kind", title_justify="left"
-    )
-    for row in summary["memory_by_buffer"]:
-        memory.add_row(row["kind"], str(row["buffers"]), format_bytes(row["bytes"]), format_bytes(row["peak_bytes"]),
-                       row["names"])  # fmt: skip
-    console.print(memory)
-    kv, reads = summary.get("kv_cache") or {}, summary.get("weight_reads") or {}
-    if kv.get("layers"):
-        console.print(
-            f"KV cache: {kv['layers']} layers, {kv['used']:,} of {kv['capacity']:,} cells used ({kv['fill']:.1%})"
-        )
-    if reads.get("weights_read"):
-        source = "the file mapping" if reads["weights_from_mmap"] else "loaded copies"
-        per_graph = format_bytes(reads["weight_bytes_per_graph"])
-        console.print(f"weight bytes the ops of a graph take as sources: {per_graph}, from {source}")
+    _render_memory(console, summary)
     _render_moe(console, summary.get("moe") or {}, short)
     if summary.get("findings"):
         console.print("[bold]findings[/]")
@@ -160,7 +116,78 @@ def render_summary(summary: dict[str, Any], console: Console | None = None, shor
             console.print(f"  {line}", markup=False, highlight=False)
 
 
-def _render_moe(console: Console, moe: dict[str, Any], short: bool) -> None:
+def _render_head(console: Console, summary: RunSummary, short: bool) -> None:
+    """The run, its model, its texts or requests, its backends and node events."""
+    model = summary.get("model") or {}
+    status = summary["status"]
+    console.print(f"[bold]{summary['run']}[/]  experiment {summary['experiment_id'][:12]}  status [bold]{status}[/]")
+    if summary.get("incomplete_reason"):
+        console.print(f"[yellow]incomplete: {summary['incomplete_reason']}[/]")
+    if model:
+        console.print(
+            f"model: {model.get('name') or '?'} ({model.get('description')}, {model.get('architecture')}, "
+            f"{model.get('layers')} layers, {model.get('parameters', 0) / 1e6:,.1f} M parameters)"
+        )
+        console.print(f"file:  {model.get('path')}", markup=False, highlight=False)
+    prompt, generated = summary.get("prompt"), summary.get("generated_text")
+    if prompt and not short:
+        console.print(f"prompt: {readable(prompt)}", markup=False, highlight=False)
+        if generated:
+            console.print(f"generated: {readable(generated)}", markup=False, highlight=False)
+    if summary.get("n_requests", 0) > 1 and not short:
+        _render_requests(console, summary)
+    console.print(
+        f"backends: {', '.join(summary['backends']) or '?'}   graphs: {summary['graphs']:,}   "
+        f"node events: {summary['node_events']:,} ({summary['timed_node_events']:,} timed)"
+        + (
+            f"   dropped: {summary['dropped_graphs']:,} graphs / {summary['dropped_events']:,} events"
+            if summary["dropped_graphs"]
+            else ""
+        )
+        + (f"\ntiming: {summary['timing_label']}" if (summary.get("clocks") or {}).get("host") else "")
+    )
+
+
+def _render_waits(console: Console, summary: RunSummary) -> None:
+    """Inline timing: how much of node time was waiting at the barriers, and where ends were not seen."""
+    waits = summary.get("node_waits") or {}
+    if (summary.get("clocks") or {}).get("host") and summary["timing"] == "inline":
+        if waits.get("seen"):
+            share = waits["wait_ns"] / waits["time_ns"] if waits["time_ns"] else 0.0
+            console.print(
+                f"node time: each node's work and its wait for the other threads at the barrier after it "
+                f"({share:.1%} of node time waiting)"
+            )
+        if waits.get("not_seen"):
+            console.print(
+                f"[yellow]{waits['not_seen']:,} nodes' ends were not seen (ggml's barrier could not be reached): "
+                "each of their times holds the wait for the stragglers of the node before it[/]"
+            )
+
+
+def _render_memory(console: Console, summary: RunSummary) -> None:
+    """The buffers by kind, the KV cache's fill and the weight bytes a graph reads."""
+    from rich.table import Table
+
+    memory = Table(
+        "kind", "buffers", "bytes", "peak in use", "names", title="memory by buffer kind", title_justify="left"
+    )
+    for kind in summary["memory_by_buffer"]:
+        memory.add_row(kind["kind"], str(kind["buffers"]), format_bytes(kind["bytes"]),
+                       format_bytes(kind["peak_bytes"]), kind["names"])  # fmt: skip
+    console.print(memory)
+    kv, reads = summary.get("kv_cache") or {}, summary.get("weight_reads") or {}
+    if kv.get("layers"):
+        console.print(
+            f"KV cache: {kv['layers']} layers, {kv['used']:,} of {kv['capacity']:,} cells used ({kv['fill']:.1%})"
+        )
+    if reads.get("weights_read"):
+        source = "the file mapping" if reads["weights_from_mmap"] else "loaded copies"
+        per_graph = format_bytes(reads["weight_bytes_per_graph"])
+        console.print(f"weight bytes the ops of a graph take as sources: {per_graph}, from {source}")
+
+
+def _render_moe(console: Console, moe: MoeSummary, short: bool) -> None:
     """A mixture of experts' routing: per layer, how evenly its tokens spread over its experts."""
     if not moe.get("layers"):
         return
@@ -189,7 +216,7 @@ def _render_moe(console: Console, moe: dict[str, Any], short: bool) -> None:
                       + (f"; they computed {share:.0%} of the routed tokens" if share is not None else ""))  # fmt: skip
 
 
-def _render_gpu(console: Console, summary: dict[str, Any], short: bool) -> None:
+def _render_gpu(console: Console, summary: RunSummary, short: bool) -> None:
     """Where node times come from on a GPU, what the GPU timer cost, the GPU's decode step."""
     from rich.table import Table
 
@@ -246,7 +273,7 @@ def _render_gpu(console: Console, summary: dict[str, Any], short: bool) -> None:
         console.print(table)
 
 
-def _throughput_table(rows: list[dict[str, Any]]) -> Table:
+def _throughput_table(rows: Sequence[OpThroughput]) -> Table:
     """Work and throughput per op; against this machine's limits where the run holds them."""
     from rich.table import Table
 
@@ -275,7 +302,7 @@ def _throughput_table(rows: list[dict[str, Any]]) -> Table:
     return table
 
 
-def _print_limits(console: Console, roofline: dict[str, Any], run: str) -> None:
+def _print_limits(console: Console, roofline: RooflineSummary, run: str) -> None:
     """Which limits the run was judged against, or how to measure them."""
     limits = roofline.get("limits")
     if not limits:
@@ -292,7 +319,7 @@ def _print_limits(console: Console, roofline: dict[str, Any], run: str) -> None:
                   markup=False)  # fmt: skip
 
 
-def _time_table(title: str, key: str, rows: list[dict[str, Any]], waits: bool = False) -> Table:
+def _time_table(title: str, key: str, rows: Sequence[Mapping[str, Any]], waits: bool = False) -> Table:
     """Time per key; with waits, the part of it spent waiting for the other threads."""
     from rich.table import Table
 
@@ -370,7 +397,7 @@ def render_joined(summary: dict[str, Any]) -> None:
     )
 
 
-def render_devices(devices: dict[str, Any] | None, console: Console | None = None) -> None:
+def render_devices(devices: DeviceSummary | None, console: Console | None = None) -> None:
     """Where a step's time goes per device (analysis.devices.device_summary): per phase, each
     device's busy time and its idle time by cause, the mean step (the parts add up to it)."""
     from rich.console import Console

@@ -5,11 +5,14 @@ import dataclasses
 import itertools
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._errors import CommandError
 from .base import Command
 from .render import format_bytes, format_ms
+
+if TYPE_CHECKING:
+    from ..analysis.devices.prediction import PlacementCheck
 
 
 def count_list(text: str) -> list[int]:
@@ -167,7 +170,7 @@ def print_predictions(model: Any, rows: list[dict[str, Any]], title: str) -> Non
     console.print(f"left out: {LEFT_OUT}", markup=False, highlight=False)
 
 
-def print_check(check: dict[str, dict[str, float]], model: Any) -> None:
+def print_check(check: dict[str, PlacementCheck], model: Any) -> None:
     """The recorded placement predicted against what the run measured, in one line."""
     said = [f"{phase} {c['predicted_tokens_per_s']:,.1f} predicted, {c['measured_tokens_per_s']:,.1f} measured "
             f"({c['ratio'] - 1:+.1%})" for phase, c in check.items()]  # fmt: skip

@@ -5,7 +5,7 @@ predicted steps and memory (prediction.py), the best placements found (advise.py
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import pandas as pd
 
@@ -17,7 +17,26 @@ from ..roofline import run_limits
 from .activity import COMPUTE, joined_activity, run_activity
 from .advise import advice_finding, advise
 from .placement import PlacementModel, placement_model, predicting_graphs
-from .steps import TRANSFERS, device_parts, phase_breakdown, step_windows
+from .prediction import PlacementCheck
+from .steps import TRANSFERS, DevicePhase, device_parts, phase_breakdown, step_windows
+
+
+class DeviceSummary(TypedDict):
+    """Where a step's time goes per device (device_summary)."""
+
+    phases: list[DevicePhase]
+    finding: str | None
+
+
+class PlacementAdvice(TypedDict):
+    """Other flags predicted from the run (placement_advice)."""
+
+    recorded_flags: str
+    check: dict[str, PlacementCheck]  # per phase
+    best_flags: str | None
+    best_decode_tokens_per_s: float | None
+    recorded_decode_tokens_per_s: float | None
+    finding: str | None
 
 
 def open_activity(path: Path, sample: bool = False) -> tuple[Run, pd.DataFrame]:
@@ -44,7 +63,7 @@ def run_devices(run: Run) -> pd.DataFrame | None:
     return run_activity(run)
 
 
-def device_summary(head: Run, activity: pd.DataFrame) -> dict[str, Any] | None:
+def device_summary(head: Run, activity: pd.DataFrame) -> DeviceSummary | None:
     """Where a step's time goes per device (steps.phase_breakdown) and, in words, the longest wait
     of a device for another; None for a run that computed on one device."""
     devices = set(activity.loc[activity["kind"] == COMPUTE, "device"])
@@ -55,7 +74,7 @@ def device_summary(head: Run, activity: pd.DataFrame) -> dict[str, Any] | None:
     return {"phases": phases, "finding": _longest_wait(phases, activity)}
 
 
-def _longest_wait(phases: list[dict[str, Any]], activity: pd.DataFrame) -> str | None:
+def _longest_wait(phases: list[DevicePhase], activity: pd.DataFrame) -> str | None:
     """'RPC0[...] is idle 55 % of a decode step, 38 % waiting for CPU (its 16 layers there)': the
     device that waits for another the largest share of a step, in the phase most steps are of."""
     if not phases:
@@ -96,7 +115,7 @@ def run_advice(head: Run, activity: pd.DataFrame | None, top: int) -> tuple[Plac
     return model, advise(model, {}, top=top)
 
 
-def placement_advice(head: Run, activity: pd.DataFrame | None) -> dict[str, Any] | None:
+def placement_advice(head: Run, activity: pd.DataFrame | None) -> PlacementAdvice | None:
     """What the summary says of other flags: the best placement found for decode against the
     recorded one, and the check of the recorded one's prediction; None where nothing can be
     predicted (one device and limits at one thread count, or a run the model cannot read)."""

@@ -21,7 +21,7 @@ on the device against the largest of the parts that device held; scaled with the
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -38,6 +38,16 @@ from .placement import (
     boundaries_of,
     devices_of,
 )
+
+
+class PlacementCheck(TypedDict):
+    """The recorded placement's predicted rate against the rate its own steps ran at (recorded_check)."""
+
+    measured_tokens_per_s: float
+    predicted_tokens_per_s: float
+    ratio: float
+    steps: float
+
 
 LEFT_OUT = (
     "a part never measured on a device is estimated from the devices' speed ratio on the parts measured on "
@@ -95,11 +105,11 @@ def predict_one(model: PlacementModel, placement: Placement, ctx: int | None = N
     return row
 
 
-def recorded_check(model: PlacementModel, prediction: dict[str, Any]) -> dict[str, dict[str, float]]:
+def recorded_check(model: PlacementModel, prediction: dict[str, Any]) -> dict[str, PlacementCheck]:
     """Per phase, the recorded placement's predicted rate against the rate the run measured in
     the same warm steps (`ratio` 1: every nanosecond of its steps is in a part, a crossing or
     the fixed time, once)."""
-    result = {}
+    result: dict[str, PlacementCheck] = {}
     for phase, seen in model.measured.items():
         if phase == "decode" and prediction.get("decode_step_ns"):
             predicted_ns = prediction["decode_step_ns"] * seen["steps"]

@@ -22,7 +22,7 @@ clock) and a CPU run (one device: busy, and host).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 import pandas as pd
@@ -30,6 +30,26 @@ import pandas as pd
 from .activity import COMPUTE, TRANSFER
 
 BUSY, HOST, TRANSFERS, SCHEDULING = "busy", "host", "waiting for transfers", "launches and scheduling"
+
+
+class DeviceTime(TypedDict):
+    """One device's part of a phase's mean step (phase_breakdown)."""
+
+    device: str
+    busy_ns: float
+    idle_share: float
+    parts: dict[str, float]  # idle time by cause: "waiting for D", "waiting for transfers", ...
+
+
+class DevicePhase(TypedDict):
+    """A phase's mean step, per device (phase_breakdown)."""
+
+    phase: str
+    steps: int
+    step_ns: float  # the mean step: each device's busy time and parts add up to it
+    devices: list[DeviceTime]
+
+
 # A step's times relative to its start fit in 2**40 ns (18 minutes) beside its rank in the upper bits.
 _SPAN_BITS = 40
 
@@ -104,16 +124,16 @@ def device_parts(steps: pd.DataFrame, activity: pd.DataFrame) -> pd.DataFrame:
     return table[columns]
 
 
-def phase_breakdown(parts: pd.DataFrame, steps: pd.DataFrame) -> list[dict[str, Any]]:
+def phase_breakdown(parts: pd.DataFrame, steps: pd.DataFrame) -> list[DevicePhase]:
     """Per phase and device, the mean step's parts (they add up to the mean step) and the share idle."""
     if parts.empty:
         return []
     length = (steps.set_index("graph_id")["end_ns"] - steps.set_index("graph_id")["start_ns"]).clip(lower=0)
-    result = []
+    result: list[DevicePhase] = []
     for phase, mine in parts.groupby("phase", sort=False):
         graphs = mine["graph_id"].unique()
         step_ns = float(length.loc[graphs].mean())
-        devices = []
+        devices: list[DeviceTime] = []
         for device, theirs in mine.groupby("device", sort=False):
             per_part = (theirs.groupby("part")["ns"].sum() / len(graphs)).sort_values(ascending=False)
             busy = float(per_part.get(BUSY, 0.0))

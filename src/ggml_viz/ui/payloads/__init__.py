@@ -10,9 +10,43 @@ every name re-exported here."""
 # TimelineGraphs, DiskRegions, ...) hold one list per field, all of the same length: the browser
 # draws from arrays, and a million rows stay a few lists. Times are nanoseconds relative to the
 # run's first graph unless named otherwise.
+#
+# The run's summary (RunSummary, in the overview's answer) and every record inside it are the
+# analysis' results: declared in analysis/ beside the functions that make them and re-exported
+# here, so the summary's producer, this API and the terminal renderer read one declaration.
 
 from __future__ import annotations
 
+from ...analysis.breakdowns import NodeWaits, RequestText, WeightReads
+from ...analysis.devices import DeviceSummary, PlacementAdvice
+from ...analysis.devices.prediction import PlacementCheck
+from ...analysis.devices.steps import DevicePhase, DeviceTime
+from ...analysis.gpu import GpuDecodeStep, GpuKernelRow, GpuSideKernel, GpuTimerCost, GpuTimerSummary
+from ...analysis.moe import MoeLayerBalance, MoeSummary
+from ...analysis.roofline import (
+    DecodeFloor,
+    FurthestOp,
+    LimitMeasurement,
+    PromptFloor,
+    RooflineLayer,
+    RooflineLimits,
+    RooflineOp,
+    RooflinePhase,
+    RooflineSummary,
+)
+from ...analysis.summary import (
+    BufferKindRow,
+    ComponentTime,
+    ComputationRow,
+    FoundSection,
+    KvSummary,
+    LayerTime,
+    OpThroughput,
+    OpTime,
+    PhaseRow,
+    RunSummary,
+    TensorTime,
+)
 from .attention import (
     AttentionIndexPayload,
     AttentionPayload,
@@ -76,43 +110,6 @@ from .stats import (
     StatsPayload,
     TensorStats,
     TimeSource,
-)
-from .summary import (
-    BufferKindRow,
-    ComponentTime,
-    ComputationRow,
-    DecodeFloor,
-    DevicePhase,
-    DeviceSummary,
-    DeviceTime,
-    FoundSection,
-    FurthestOp,
-    GpuDecodeStep,
-    GpuKernelRow,
-    GpuSideKernel,
-    GpuTimerCost,
-    GpuTimerSummary,
-    KvSummary,
-    LayerTime,
-    LimitMeasurement,
-    MoeLayerBalance,
-    MoeSummary,
-    NodeWaits,
-    OpThroughput,
-    OpTime,
-    PhaseRow,
-    PlacementAdvice,
-    PlacementCheck,
-    PromptFloor,
-    RequestText,
-    RooflineLayer,
-    RooflineLimits,
-    RooflineOp,
-    RooflinePhase,
-    RooflineSummary,
-    RunSummary,
-    TensorTime,
-    WeightReads,
 )
 from .timeline import (
     GpuLane,

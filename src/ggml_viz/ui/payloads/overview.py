@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
-from .summary import RunSummary
+from ...analysis.summary import RunSummary
 
 
 class GraphBars(TypedDict):

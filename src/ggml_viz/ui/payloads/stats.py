@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-from .summary import FoundSection
+from ...analysis.summary import FoundSection
 
 
 class _StatsRow(TypedDict):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-from .summary import PlacementCheck
+from ...analysis.devices.prediction import PlacementCheck
 
 
 class WhatifMemory(TypedDict):

@@ -3,15 +3,15 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import overload
 
 import numpy as np
 import pandas as pd
 
-from ...analysis.summary import summarize
+from ...analysis.summary import RunSummary, summarize
 from ..context import RunContext
 from ..gpu import MEMCPY, MEMSET, UNATTRIBUTED, GpuRun
-from ..payloads import GpuOverview, GpuStep, GraphBars, KernelTime, OverviewPayload, RunSummary
+from ..payloads import GpuOverview, GpuStep, GraphBars, KernelTime, OverviewPayload
 
 TOP_KERNELS = 12
 # Bars the overview sends at most: a canvas a few thousand pixels wide draws no more. A run of
@@ -31,7 +31,7 @@ def run_overview(context: RunContext, gpu: GpuRun | None) -> OverviewPayload:
     return {
         "run_id": context.run_id,
         "name": context.path.name,
-        "summary": cast(RunSummary, summary),
+        "summary": summary,
         "capture": manifest.get("capture"),
         "versions": manifest.get("versions"),
         "duration_ns": context.duration_ns,
@@ -41,17 +41,23 @@ def run_overview(context: RunContext, gpu: GpuRun | None) -> OverviewPayload:
     }
 
 
-def _texts_cut(summary: dict[str, Any]) -> dict[str, Any]:
-    summary = {
+def _texts_cut(summary: RunSummary) -> RunSummary:
+    cut: RunSummary = {
         **summary,
-        "prompt": shown(summary.get("prompt")),
-        "generated_text": shown(summary.get("generated_text")),
+        "prompt": shown(summary["prompt"]),
+        "generated_text": shown(summary["generated_text"]),
     }
-    summary["requests"] = [{**request, "prompt": shown(request["prompt"]), "generated": shown(request["generated"])}
-                           for request in summary.get("requests") or []]  # fmt: skip
-    return summary
+    cut["requests"] = [{**request, "prompt": shown(request["prompt"]), "generated": shown(request["generated"])}
+                       for request in summary["requests"]]  # fmt: skip
+    return cut
 
 
+@overload
+def shown(text: str, limit: int | None = None) -> str: ...
+@overload
+def shown(text: None, limit: int | None = None) -> None: ...
+@overload
+def shown(text: str | None, limit: int | None = None) -> str | None: ...
 def shown(text: str | None, limit: int | None = None) -> str | None:
     """`text` cut to its first and last limit/2 (TEXT_SHOWN/2) characters where longer, saying how
     many were left out."""

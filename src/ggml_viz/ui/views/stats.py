@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ...analysis.summary import plain, records, timing_label
+from ...analysis.rows import plain, records
+from ...analysis.summary import timing_label
 from ...layers import NO_LAYER
 from ...runformat.memory_sources import VIEW_OPS
 from ..context import RunContext, json_safe
