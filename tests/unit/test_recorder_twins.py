@@ -15,10 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ggml_viz.capture.core import graph_decoder
-from ggml_viz.capture.core.extension import extension
-from ggml_viz.capture.core.ggml_api import TENSOR_DTYPE, TENSOR_SIZE, buffer_info, field_bytes, raw_bytes
-from ggml_viz.capture.core.raw_graph import (
+from ggml_viz.capture.contract.constants import (
     NODE_ANSWERED,
     NODE_CAPTURE,
     NODE_ROUTING,
@@ -26,9 +23,11 @@ from ggml_viz.capture.core.raw_graph import (
     NODE_TIMED,
     NODE_VALUES,
     ROUTING_READ,
-    Mode,
-    RepeatedGraph,
 )
+from ggml_viz.capture.core import graph_decoder
+from ggml_viz.capture.core.extension import extension
+from ggml_viz.capture.core.ggml_api import TENSOR_DTYPE, TENSOR_SIZE, buffer_info, field_bytes, raw_bytes
+from ggml_viz.capture.core.raw_graph import Mode, RepeatedGraph
 from ggml_viz.capture.settings import CaptureSettings, NodeSelection, ValueSettings
 from ggml_viz.layers import layer_of
 

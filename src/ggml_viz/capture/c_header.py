@@ -105,6 +105,8 @@ def header_text() -> str:
         "",
         f'#define CONTRACT_DIGEST "{digest()}"',
         f'#define SPOOL_MAGIC "{magic}"',
+        "/* ggml_tensor in ggml 0.9 and later, as a TensorLayout (recorder.h; contract/records.py) */",
+        f"#define RECORDER_TENSOR_LAYOUT {{{', '.join(map(str, records.ggml_tensor_layout()))}}}",
         "",
     ]
     lines += [f"enum {{ {name} = {value} }};" for name, value in constants.c_constants().items()]

@@ -52,6 +52,16 @@ WINDOW_NEW_STRUCTURE, WINDOW_PERIODIC, WINDOW_EVERY, WINDOW_END = 1, 2, 3, 4
 VULKAN_DISPATCH, VULKAN_DISPATCH_BASE, VULKAN_DISPATCH_INDIRECT = 1, 2, 3
 VULKAN_COPY_BUFFER, VULKAN_FILL_BUFFER, VULKAN_UPDATE_BUFFER = 10, 11, 12
 
+# ---- ggml's RPC protocol (ggml-rpc.cpp, protocol 7), as the preload library follows it ----------
+
+# Its commands, by number (RPC_<name> in the C; RPC_COMMANDS: a command byte at or past it is not
+# ggml's RPC).
+RPC_COMMAND_NAMES = (
+    "ALLOC_BUFFER", "GET_ALIGNMENT", "GET_MAX_SIZE", "BUFFER_GET_BASE", "FREE_BUFFER", "BUFFER_CLEAR",
+    "SET_TENSOR", "SET_TENSOR_HASH", "GET_TENSOR", "COPY_TENSOR", "GRAPH_COMPUTE", "GET_DEVICE_MEMORY",
+    "INIT_TENSOR", "GET_ALLOC_SIZE", "HELLO", "DEVICE_COUNT", "GRAPH_RECOMPUTE", "MEMSET_TENSOR",
+)  # fmt: skip
+
 # ---- the spool (preload/spool.h) ---------------------------------------------------------------
 
 SPOOL_START = 1  # JSON: the process (pid, argv), the libraries it loaded, ggml's version, settings
@@ -78,4 +88,7 @@ C_PREFIXES = (
 
 def c_constants() -> dict[str, int]:
     """The integers the C header gets, by name, in the order declared."""
-    return {name: value for name, value in globals().items() if isinstance(value, int) and name.startswith(C_PREFIXES)}
+    found = {name: value for name, value in globals().items() if isinstance(value, int) and name.startswith(C_PREFIXES)}
+    found.update({f"RPC_{name}": number for number, name in enumerate(RPC_COMMAND_NAMES)})
+    found["RPC_COMMANDS"] = 20  # a command byte at or past this is not ggml's RPC (room for commands to come)
+    return found

@@ -254,3 +254,24 @@ RECORDS: tuple[Record, ...] = (
 )  # fmt: skip
 NamedRecord = type[GraphRecord] | type[RepeatRecord] | type[DecodesRecord]
 NAMED_RECORDS: tuple[NamedRecord, ...] = (GraphRecord, RepeatRecord, DecodesRecord)
+
+
+# ---- ggml's own struct ggml_tensor, as both recorders read it -----------------------------------
+
+# Not ours to lay out: ggml.h's (ggml 0.9 and later, LP64), with ggml's padding. The C recorder
+# reads it by the offsets of RECORDER_TENSOR_LAYOUT (written from this), the Python by its dtype
+# (core/ggml_api.py); the preload library knows older ggmls' layouts besides (preload_setup.c).
+GGML_TENSOR_SIZE = 336
+GGML_TENSOR_FIELDS: tuple[tuple[str, str, int, int], ...] = (  # name, numpy type, count, offset
+    ("type", "<i4", 1, 0), ("buffer", "<u8", 1, 8), ("ne", "<i8", 4, 16), ("nb", "<u8", 4, 48),
+    ("op", "<i4", 1, 80), ("op_params", "<i4", 16, 84), ("flags", "<i4", 1, 148), ("src", "<u8", 10, 152),
+    ("view_src", "<u8", 1, 232), ("view_offs", "<u8", 1, 240), ("data", "<u8", 1, 248), ("name", "S64", 1, 256),
+)  # fmt: skip
+
+
+def ggml_tensor_layout() -> tuple[int, ...]:
+    """RECORDER_TENSOR_LAYOUT: the C's TensorLayout (recorder.h) of ggml_tensor, field for field."""
+    at = {name: offset for name, _, _, offset in GGML_TENSOR_FIELDS}
+    n_src = next(count for name, _, count, _ in GGML_TENSOR_FIELDS if name == "src")
+    return (GGML_TENSOR_SIZE, at["buffer"], at["op"], at["src"], n_src, at["view_src"], at["name"], at["type"],
+            at["ne"], at["nb"], at["data"])  # fmt: skip

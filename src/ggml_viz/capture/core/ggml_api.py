@@ -27,48 +27,24 @@ from typing import Any
 import numpy as np
 
 from ..._errors import CaptureError, LlamaCppPythonMissing
+from ..contract.records import GGML_TENSOR_FIELDS, GGML_TENSOR_SIZE
 
 GGML_MAX_DIMS = 4
 GGML_MAX_SRC = 10
 GGML_MAX_NAME = 64
 GGML_OBJECT_HEADER_SIZE = 32  # struct ggml_object precedes each tensor in a context (ggml.c, 0.13.1 and 0.25.3)
 
+# ggml_tensor as the contract declares it (ggml's own layout: the C recorder reads it by the same offsets)
 TENSOR_DTYPE = np.dtype(
     {
-        "names": [
-            "type",
-            "buffer",
-            "ne",
-            "nb",
-            "op",
-            "op_params",
-            "flags",
-            "src",
-            "view_src",
-            "view_offs",
-            "data",
-            "name",
-        ],
-        "formats": [
-            "<i4",
-            "<u8",
-            ("<i8", 4),
-            ("<u8", 4),
-            "<i4",
-            ("<i4", 16),
-            "<i4",
-            ("<u8", 10),
-            "<u8",
-            "<u8",
-            "<u8",
-            "S64",
-        ],
-        "offsets": [0, 8, 16, 48, 80, 84, 148, 152, 232, 240, 248, 256],
-        "itemsize": 336,
+        "names": [name for name, _, _, _ in GGML_TENSOR_FIELDS],
+        "formats": [kind if count == 1 else (kind, count) for _, kind, count, _ in GGML_TENSOR_FIELDS],
+        "offsets": [offset for _, _, _, offset in GGML_TENSOR_FIELDS],
+        "itemsize": GGML_TENSOR_SIZE,
     }
 )
 TENSOR_SIZE = TENSOR_DTYPE.itemsize
-NAME_OFFSET = 256
+NAME_OFFSET = TENSOR_DTYPE.fields["name"][1]  # type: ignore[index]
 
 
 def tensor_structs(*parts: np.ndarray) -> np.ndarray:

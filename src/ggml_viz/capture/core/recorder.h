@@ -57,8 +57,8 @@ typedef struct {
     size_t type_offset, ne_offset, nb_offset, data_offset;
 } TensorLayout;
 
-/* ggml.h on every LP64 platform: what ggml_api.TENSOR_DTYPE says in Python. */
-#define RECORDER_TENSOR_LAYOUT {336, 8, 80, 152, 10, 232, 256, 0, 16, 48, 248}
+/* RECORDER_TENSOR_LAYOUT (ggml_viz_contract.h): ggml.h's on every LP64 platform, written from the
+   contract's declaration of ggml_tensor, as ggml_api.TENSOR_DTYPE is in Python. */
 
 /* The ggml functions a recorder calls, from the libggml-base the program loaded. */
 typedef struct {

@@ -36,10 +36,8 @@
 
 #include "preload.h"
 
-/* Protocol 7's layout (ggml-rpc.cpp): its commands and the serialized tensor. */
+/* Protocol 7's layout (ggml-rpc.cpp): the serialized tensor (its commands, RPC_*, are the contract's). */
 enum {
-    RPC_SET_TENSOR = 6, RPC_SET_TENSOR_HASH = 7, RPC_GET_TENSOR = 8, RPC_COPY_TENSOR = 9, RPC_HELLO = 14,
-    RPC_COMMANDS = 20, /* a command byte at or past this is not ggml's RPC */
     RPC_KNOWN_MAJOR = 7,
     RPC_TENSOR_SIZE = 296,     /* sizeof(rpc_tensor): id 8, ..., name 64 at 228, use_count 4 */
     RPC_TENSOR_NAME_AT = 228,

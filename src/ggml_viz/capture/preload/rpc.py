@@ -13,14 +13,10 @@ from typing import Any
 
 import numpy as np
 
+from ..contract.constants import RPC_COMMAND_NAMES
 from ..contract.records import WIRE
 
-# ggml-rpc.cpp's commands (protocol 7), by number.
-COMMANDS = (
-    "ALLOC_BUFFER", "GET_ALIGNMENT", "GET_MAX_SIZE", "BUFFER_GET_BASE", "FREE_BUFFER", "BUFFER_CLEAR",
-    "SET_TENSOR", "SET_TENSOR_HASH", "GET_TENSOR", "COPY_TENSOR", "GRAPH_COMPUTE", "GET_DEVICE_MEMORY",
-    "INIT_TENSOR", "GET_ALLOC_SIZE", "HELLO", "DEVICE_COUNT", "GRAPH_RECOMPUTE", "MEMSET_TENSOR",
-)  # fmt: skip
+COMMANDS = RPC_COMMAND_NAMES  # ggml-rpc.cpp's commands (protocol 7), by number: the contract's
 
 WIRE_DTYPE = WIRE.dtype  # one message, as the preload library records it (the contract's WireRecord)
 
