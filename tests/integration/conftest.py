@@ -26,12 +26,12 @@ class RecordedRun:
     run: ggml_viz.runformat.reader.Run
 
 
-RECORDERS = ["native", "python"]
+RECORDERS = ["c", "python"]
 
 
 @pytest.fixture(params=RECORDERS)
 def recorder(request) -> str:
-    """Tests taking this run once with the C recorder (`--recorder native`) and once with its Python twin."""
+    """Tests taking this run once with the C recorder (`--recorder c`) and once with its Python twin."""
     return request.param
 
 

@@ -30,7 +30,7 @@ def no_limits_left():
 @pytest.fixture
 def run_here(runs_by_recorder, tmp_path):
     """A copy of a recorded SmolLM2 run (Q4_1 weights) the test may change."""
-    return shutil.copytree(runs_by_recorder["native"].path, tmp_path / "five.ggmlviz")
+    return shutil.copytree(runs_by_recorder["c"].path, tmp_path / "five.ggmlviz")
 
 
 def measured(limits, what, kind="F32", threads=1):

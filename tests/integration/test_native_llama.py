@@ -273,7 +273,7 @@ def test_a_python_program_with_the_preload_library_too_is_recorded_once(tmp_path
     # THEN the start-up hook recorded it, once: the preload library stood aside (no spool)
     assert result.returncode == 0
     run = ggml_viz.open(output)
-    assert len(run.graphs) == 3 and run.manifest["capture"]["recorder"] == "native"
+    assert len(run.graphs) == 3 and run.manifest["capture"]["recorder"] == "c"
     assert not (output / "spool").exists() and not list(tmp_path.glob("app-*.ggmlviz"))
 
 

@@ -1,4 +1,4 @@
-"""The C recorder (`--recorder native`) against its Python twin, and what detail levels, filters, sampling
+"""The C recorder (`--recorder c`) against its Python twin, and what detail levels, filters, sampling
 and bounds do on the real SmolLM2 model."""
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ TIMELESS_NODE_COLUMNS = [
 
 
 def test_both_recorders_record_the_same_run(runs_by_recorder):
-    native, python = runs_by_recorder["native"], runs_by_recorder["python"]
+    native, python = runs_by_recorder["c"], runs_by_recorder["python"]
     assert native.text == python.text
-    assert native.run.manifest["capture"]["recorder"] == "native"
+    assert native.run.manifest["capture"]["recorder"] == "c"
     assert python.run.manifest["capture"]["recorder"] == "python"
     for table, columns in (
         ("nodes", TIMELESS_NODE_COLUMNS + ["timed"]),
@@ -81,8 +81,8 @@ def test_both_recorders_agree_when_a_graph_repeats_its_predecessor_part_way(tmp_
         with ggml_viz.record(tmp_path / f"{name}.ggmlviz", recorder=name, detail="graph"):
             greedy(load_model(model_path), n_predict=260)
         runs[name] = ggml_viz.open(tmp_path / f"{name}.ggmlviz")
-    native, python = runs["native"], runs["python"]
-    assert written_in_bulk == {"native": len(native.graphs) - 3, "python": 0}  # all but the new structures
+    native, python = runs["c"], runs["python"]
+    assert written_in_bulk == {"c": len(native.graphs) - 3, "python": 0}  # all but the new structures
     # THEN such a graph is there: its structure is new, and its first nodes are the previous graph's
     graphs = native.graphs
     decode_after_decode = (graphs["phase"] == "decode") & (graphs["phase"].shift() == "decode")
@@ -210,7 +210,7 @@ def test_the_python_recorder_stands_in_when_the_extension_is_missing(tmp_path, m
     monkeypatch.setattr(session, "extension_available", lambda: False)
     with ggml_viz.record(tmp_path / "fallback.ggmlviz"):
         greedy(load_model(model_path), n_predict=2)
-    assert "native recorder is not available" in capfd.readouterr().err
+    assert "C recorder is not available" in capfd.readouterr().err
     assert ggml_viz.open(tmp_path / "fallback.ggmlviz").manifest["capture"]["recorder"] == "python"
 
 

@@ -59,7 +59,7 @@ def test_whisper_cli_is_recorded_and_left_as_it_is(whisper):
     assert expected.stdout.strip() and traced.stdout == expected.stdout
     # AND the run is complete, recorded by the preload library, every node timed
     assert run.status == "complete", run.manifest.get("incomplete_reason")
-    assert run.manifest["capture"]["recorder"] == "native-preload"
+    assert run.manifest["capture"]["recorder"] == "preload"
     assert run.nodes["timed"].all()
     # AND its model is the file whisper read, as the file describes it (whisper.cpp has no llama model)
     model = run.manifest["model"]
@@ -146,7 +146,7 @@ def test_a_python_program_on_pywhispercpp_is_recorded_like_whisper_cli(whisper, 
     assert result.returncode == expected.returncode == 0, result.stderr[-3000:]
     assert expected.stdout.strip() and result.stdout == expected.stdout
     run = ggml_viz.open(output)
-    assert run.status == "complete" and run.manifest["capture"]["recorder"] == "native-preload"
+    assert run.status == "complete" and run.manifest["capture"]["recorder"] == "preload"
     # AND as whisper-cli's: the same encoding graphs, the weights named from the file, the decoder's tokens
     cli = whisper["run"]
     labels = {run_: set(graphs_by_computation(run_)["label"]) for run_ in (run, cli)}

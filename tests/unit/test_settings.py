@@ -12,6 +12,7 @@ from ggml_viz.capture.settings import (
     parse_names,
     selection_from,
     settings_from_environment,
+    settings_from_options,
 )
 
 
@@ -68,3 +69,39 @@ def test_environment_gives_every_setting():
         values=ValueSettings(stats=True, captures=("kq_soft_max-*", "ffn_out-3"), capture_bytes=1000),
     )
     assert settings_from_environment({}) == CaptureSettings()
+
+
+def test_a_renamed_value_is_still_read_under_its_new_name():
+    from ggml_viz.runformat.manifest import recorder_of
+
+    # GIVEN the C recorder's old name, `native`, as scripts and runs of before say it
+    # THEN the API, the environment and the run's manifest read it as `c`
+    assert settings_from_options({"recorder": "native"}).recorder == "c"
+    assert settings_from_environment({"GGML_VIZ_RECORDER": "native"}).recorder == "c"
+    assert recorder_of({"capture": {"recorder": "native"}}) == "c"
+    assert recorder_of({"capture": {"recorder": "native-preload"}}) == "preload"
+    assert recorder_of({"capture": {"recorder": "python"}}) == "python"
+    # AND a value that never was one is still refused
+    with pytest.raises(CaptureError, match="unknown recorder 'cpp'"):
+        settings_from_options({"recorder": "cpp"})
+
+
+@pytest.mark.parametrize(
+    ("policy", "sizes", "written", "kept", "dropped"),
+    [
+        # keep-first: the third graph would pass 25 events: it and every later one are dropped
+        ("keep-first", [10, 10, 10, 1], [10, 10], None, (2, 11)),
+        # keep-last: every graph is written; the last whole graphs within 25 events are kept
+        ("keep-last", [10, 10, 10, 1], [10, 10, 10, 1], {1, 2, 3}, (1, 10)),
+    ],
+)
+def test_the_event_bound_drops_and_keeps_whole_graphs_by_its_policy(policy, sizes, written, kept, dropped):
+    from ggml_viz.capture.core.event_bound import EventBound
+
+    bound = EventBound(max_events=25, policy=policy)
+    for size in sizes:
+        if not bound.drops(size):
+            bound.count_written([size])
+    assert bound.graph_sizes == written
+    assert bound.kept_graphs() == kept
+    assert (bound.dropped_graphs, bound.dropped_events) == dropped

@@ -146,7 +146,7 @@ def test_options_survive_the_trip_through_the_environment(argv):
         ({"GGML_VIZ_DETAIL": "everything"}, "unknown detail 'everything'; choose one of op, graph"),
         ({"GGML_VIZ_TIMING": "later"}, "unknown timing 'later'; choose one of inline, sync"),
         ({"GGML_VIZ_POLICY": "keep-middle"}, "unknown policy 'keep-middle'; choose one of keep-first, keep-last"),
-        ({"GGML_VIZ_RECORDER": "rust"}, "unknown recorder 'rust'; choose one of native, python"),
+        ({"GGML_VIZ_RECORDER": "rust"}, "unknown recorder 'rust'; choose one of c, python"),
         ({"GGML_VIZ_VALUES": "all"}, "unknown values 'all'; choose one of off, stats"),
         ({"GGML_VIZ_LAYERS": "3-1"}, "layers: the range '3-1' runs backwards"),
         ({"GGML_VIZ_LAYERS": "x"}, "layers: 'x' is not a layer, a range like 0-3, or 'none'"),

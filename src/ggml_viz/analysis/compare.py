@@ -17,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..runformat.manifest import recorder_of
 from ..runformat.reader import Run
 from .breakdowns import backends, phase_stats, timed_totals
 
@@ -37,7 +38,7 @@ def settings(run: Run) -> dict[str, Any]:
         "context size": context.get("n_ctx"),
         "flash attention": context.get("flash_attn"),
         "backend": ", ".join(backends(run)),
-        "recorder": capture.get("recorder"),
+        "recorder": recorder_of(manifest),
         "timing": capture.get("timing"),
         "detail": capture.get("detail"),
         "llama-cpp-python": (manifest.get("versions") or {}).get("llama_cpp_python"),

@@ -18,7 +18,9 @@ from typing import Any, Literal
 from .._errors import CaptureError
 from .contract.constants import MAX_CAPTURES, NAME_LEN
 
-RECORDERS = ("native", "python")
+RECORDERS = ("c", "python")
+# Values renamed since runs and scripts used them: still accepted, read as their new names.
+RENAMED_VALUES = {"recorder": {"native": "c"}}
 DETAILS = ("op", "graph")
 TIMINGS = ("inline", "sync")
 POLICIES = ("keep-first", "keep-last")
@@ -65,7 +67,7 @@ class ValueSettings:
 
 @dataclass(frozen=True)
 class CaptureSettings:
-    recorder: str = "native"  # native (C extension) or python (fallback, test oracle)
+    recorder: str = "c"  # c (the C recorder, in the extension) or python (its twin: fallback, test oracle)
     detail: str = "op"  # op: time every node; graph: structure and graph times only
     # inline: graphs run in one piece, node times from the CPU backend's per-node callback;
     # sync: each timed node is computed alone and synchronized (exact, any backend, slower)
@@ -192,6 +194,20 @@ class Setting:
     repeatable: bool = False  # the option may be given several times
 
     @property
+    def renamed(self) -> dict[str, str]:
+        """Old values still accepted (choice), by their new names."""
+        return RENAMED_VALUES.get(self.key, {})
+
+    @property
+    def accepted(self) -> tuple[str, ...]:
+        """The choices, and the old names still read as one of them."""
+        return self.choices + tuple(self.renamed)
+
+    def current(self, value: Any) -> Any:
+        """A value under its current name (an old name of a choice, renamed since)."""
+        return self.renamed.get(value, value) if isinstance(value, str) else value
+
+    @property
     def env(self) -> str:
         return "GGML_VIZ_" + self.key.upper()
 
@@ -312,9 +328,10 @@ CAPTURE_SETTINGS: tuple[Setting, ...] = (
         doc=f"graphs between two GPU trace windows (default {DEFAULT_GPU_PERIOD})",
     ),
     Setting(
-        "recorder", "choice", "native", choices=RECORDERS,
-        help="native (C extension, default) or python (slower, for comparison)",
-        doc="the recorder (default `native`; `python` is the slower reference)",
+        "recorder", "choice", "c", choices=RECORDERS,
+        help="c: the C recorder (default); python: its Python twin (slower, for comparison); `native` is read as c",
+        doc="the recorder: `c` (default), the C recorder; `python`, its slower Python twin (`native`, its old name,"
+        " is read as `c`)",
     ),
 )  # fmt: skip
 _BY_KEY = {setting.key: setting for setting in CAPTURE_SETTINGS}
@@ -397,7 +414,9 @@ def check_keys(options: Mapping[str, Any]) -> None:
 def settings_from_options(options: Mapping[str, Any]) -> CaptureSettings:
     """CaptureSettings from keyword arguments of ggml_viz.record (missing ones, and None, take their defaults)."""
     check_keys(options)
-    given = {setting.key: _given(options.get(setting.key), setting.default) for setting in CAPTURE_SETTINGS}
+    given = {
+        setting.key: setting.current(_given(options.get(setting.key), setting.default)) for setting in CAPTURE_SETTINGS
+    }
     for setting in CAPTURE_SETTINGS:
         value = given[setting.key]
         if setting.kind == "list" and value is not None and not isinstance(value, str):

@@ -57,7 +57,9 @@ def add_capture_arguments(parser: argparse.ArgumentParser) -> None:
 def _argument_keywords(setting: Setting) -> dict[str, Any]:
     keywords: dict[str, Any] = {"help": setting.help}
     if setting.kind == "choice":
-        keywords["choices"] = setting.choices  # no default here: None is "not given", so a file's value holds
+        # no default here: None is "not given", so a file's value holds; old names of choices are read too
+        keywords["choices"] = setting.accepted
+        keywords["metavar"] = "{" + ",".join(setting.choices) + "}"
     else:
         keywords["metavar"] = setting.metavar
     if setting.kind == "count":

@@ -98,6 +98,18 @@ def load_manifest(path: Path) -> dict[str, Any]:
     return manifest
 
 
+# capture.recorder: which recorder wrote the run's graphs: `c` (the C recorder, in a Python
+# program's process), `python` (its Python twin), `preload` (the C recorder in the preload library,
+# in a native program). Runs written before say them by their old names.
+RECORDERS_RENAMED = {"native": "c", "native-preload": "preload"}
+
+
+def recorder_of(manifest: dict[str, Any]) -> str | None:
+    """The recorder that wrote a run (capture.recorder), by its current name."""
+    recorder = (manifest.get("capture") or {}).get("recorder")
+    return RECORDERS_RENAMED.get(recorder, recorder) if isinstance(recorder, str) else None
+
+
 def effective_status(manifest: dict[str, Any]) -> str:
     """A run still marked `recording` whose recorder is gone is `incomplete`."""
     status = str(manifest.get("status"))

@@ -30,6 +30,7 @@ from ..gpu.records import GpuWindow
 from ..settings import CaptureSettings
 from . import ggml_api
 from .context_tracer import ClosedDecode, ContextTracer, GraphCall
+from .event_bound import EventBound
 from .graph_decoder import TensorCatalog
 from .raw_graph import ROUTING_KEPT, Capture, Mode, RawGraph, RepeatedGraph, Routing
 
@@ -62,16 +63,11 @@ class Recording(Generic[TracerT]):
         self.catalog = TensorCatalog()
         self.lock = threading.RLock()  # stop() flushes graphs, which takes it again
         self.failed: str | None = None
-        self.n_graphs = 0
-        self.n_events = 0
-        self.dropped_graphs = 0
+        self.bound = EventBound(self.settings.max_events, self.settings.policy)
         self.captured_tensors = 0
         self.captured_bytes = 0
         self.routing_unreadable = 0  # MoE layers whose experts could not be read (ids off the host, no reader)
         self._routing: list[dict[str, Any]] = []  # moe_routing rows of graphs written, not yet in the stream
-        self.bound_reached = False
-        self.dropped_events = 0
-        self.graph_sizes: list[int] = []  # nodes of each written graph, by graph id (keep-last bound)
         self.recorder_used: str | None = None
         self.layouts: dict[str, Any] = {}  # each model file's layout, once read (store_memory_map)
         self._fingerprints: dict[str, dict[tuple[int, int], list[str]]] = {}
@@ -97,14 +93,14 @@ class Recording(Generic[TracerT]):
                 return
             self._guarded(self._finish_gpu_timer)
             self._guarded(self._write_routing)
-            keep = self._graphs_kept_by_bound()
+            keep = self.bound.kept_graphs()
             self._update_counts()
             try:
                 self.writer.close(complete=self.failed is None, reason=self.failed, keep_graphs=keep)
             except OSError as error:
                 say(f"could not finish the run in {self.output}: {error}")
             if self.verbose:
-                say(f"run written to {self.output} ({self.n_graphs} graphs, {self.n_events} node events)")
+                say(f"run written to {self.output} ({self.bound.graphs} graphs, {self.bound.events} node events)")
 
     def _flush_tracers(self) -> None:
         """Write what every tracer holds, and stop them."""
@@ -186,21 +182,16 @@ class Recording(Generic[TracerT]):
                 self._guarded(lambda: self._write_repeats(tracer, kept))
 
     def _dropped_by_bound(self, n_nodes: int, unwritten_events: int = 0) -> bool:
-        """keep-first: once a graph would pass the event bound (with the events of graphs
-        kept but not yet written), it and every later graph are dropped (and counted)."""
-        bound = self.settings.max_events
-        over_bound = bound is not None and self.n_events + unwritten_events + n_nodes > bound
-        if self.settings.policy != "keep-first" or not (self.bound_reached or over_bound):
+        """keep-first: a graph past the bound is dropped, and every context only counts from then on."""
+        if not self.bound.drops(n_nodes, unwritten_events):
             return False
-        self.bound_reached = True
-        self.count_dropped(n_nodes)
         for other in self.tracers:
             other.count_only()
         return True
 
     def _write_graph(self, tracer: ContextTracer, raw: RawGraph, call: ClosedDecode, ubatch: int) -> None:
         assert self.writer is not None
-        graph_id = self.n_graphs
+        graph_id = self.bound.graphs
         decoded = self.catalog.decode(raw, graph_id, tracer.context_id)
         writer = self.writer
         writer.append("buffers", decoded.new_buffers)
@@ -221,7 +212,7 @@ class Recording(Generic[TracerT]):
             self.routing_unreadable += sum(routing.status == ROUTING_UNREADABLE for routing in raw.routing)
             if not writer.journal_deferred:
                 self._write_routing()
-        self._count_written([raw.n_nodes])
+        self.bound.count_written([raw.n_nodes])
 
     def _write_routing(self) -> None:
         """The routing of the graphs written since the last call, as one batch of rows."""
@@ -237,19 +228,14 @@ class Recording(Generic[TracerT]):
         assert self.writer is not None
         structure_id = self.catalog.repeated_structure(tracer.context_id)
         rows = [
-            _graph_row(tracer, self.n_graphs + index, structure_id, graph, call, ubatch, self._phase(structure_id))
+            _graph_row(tracer, self.bound.graphs + index, structure_id, graph, call, ubatch, self._phase(structure_id))
             for index, (graph, call, ubatch) in enumerate(repeats)
         ]
         self.writer.append_graph_rows(rows)
         if self.gpu_times is not None:
             for row in rows:
                 self.gpu_times.graph_written(tracer.context_id, row["graph_id"], structure_id, row["start_ns"])
-        self._count_written([repeat.graph.n_nodes for repeat in repeats])
-
-    def _count_written(self, graph_sizes: list[int]) -> None:
-        self.n_graphs += len(graph_sizes)
-        self.n_events += sum(graph_sizes)
-        self.graph_sizes.extend(graph_sizes)
+        self.bound.count_written([repeat.graph.n_nodes for repeat in repeats])
 
     def _write_capture(self, graph_id: int, capture: Capture) -> None:
         assert self.writer is not None
@@ -278,25 +264,7 @@ class Recording(Generic[TracerT]):
         self.gpu_info = {**self.gpu_info, **info}
 
     def count_dropped(self, n_nodes: int) -> None:
-        self.dropped_graphs += 1
-        self.dropped_events += n_nodes
-
-    def _graphs_kept_by_bound(self) -> set[int] | None:
-        """keep-last: the last whole graphs within the bound (None: keep every graph)."""
-        bound = self.settings.max_events
-        if bound is None or self.settings.policy != "keep-last" or self.n_events <= bound:
-            return None
-        kept: set[int] = set()
-        total = 0
-        for graph_id in range(len(self.graph_sizes) - 1, -1, -1):
-            total += self.graph_sizes[graph_id]
-            if total > bound:
-                break
-            kept.add(graph_id)
-        dropped = len(self.graph_sizes) - len(kept)
-        self.dropped_graphs += dropped
-        self.dropped_events += sum(self.graph_sizes) - sum(self.graph_sizes[g] for g in kept)
-        return kept
+        self.bound.count_dropped(n_nodes)
 
     # -- internals -----------------------------------------------------------------
 
@@ -336,10 +304,10 @@ class Recording(Generic[TracerT]):
         if self.writer is not None and self.recorder_used:
             self.writer.manifest["capture"]["recorder"] = self.recorder_used
         counts = {
-            "graphs": self.n_graphs,
-            "node_events": self.n_events,
-            "dropped_graphs": self.dropped_graphs,
-            "dropped_events": self.dropped_events,
+            "graphs": self.bound.graphs,
+            "node_events": self.bound.events,
+            "dropped_graphs": self.bound.dropped_graphs,
+            "dropped_events": self.bound.dropped_events,
             "untimed_graphs": sum(tracer.recorder.clock.mismatches for tracer in self.tracers),
             "captured_tensors": self.captured_tensors,
             "captured_bytes": self.captured_bytes,

@@ -101,8 +101,7 @@ class CGraphRecorder:
 
     @property
     def failure(self) -> str | None:
-        # (the recorder `--recorder native` names, as the message has always said)
-        return "the native recorder ran out of memory" if self._recorder.out_of_memory else None
+        return "the C recorder ran out of memory" if self._recorder.out_of_memory else None
 
     def chain_abort(self, callback: Any, data: Any) -> None:
         """Call the program's abort callback from ours (None: no longer)."""

@@ -191,15 +191,15 @@ class InProcessRecording(Recording[InProcessTracer]):
     def _new_recorder(self) -> CGraphRecorder | PythonGraphRecorder:
         selection = self.settings.selection
         inline_timing = self.settings.timing == "inline"
-        if self.settings.recorder == "native":
+        if self.settings.recorder == "c":
             if extension_available():
-                self.recorder_used = "native"
+                self.recorder_used = "c"
                 recorder = CGraphRecorder(selection, inline_timing, self.settings.values, self.settings.routing == "on")
                 if not self.tracers:
                     gpu.configure_gpu_timer(self.settings)
                 return recorder
             say_once(
-                f"the native recorder is not available ({EXTENSION_IMPORT_ERROR}); recording with the slower "
+                f"the C recorder is not available ({EXTENSION_IMPORT_ERROR}); recording with the slower "
                 "Python recorder (reinstall ggml-viz with a C compiler to get it back)"
             )
         self.recorder_used = "python"

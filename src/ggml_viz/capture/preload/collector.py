@@ -199,7 +199,7 @@ class SpoolCollector:
         versions = {**writer.manifest["versions"], "llama_cpp_system_info": info.get("system_info"),
                     "ggml": {"version": info.get("ggml_version"), "commit": info.get("ggml_commit")}}  # fmt: skip
         program = {**self.programs[0], "processes": self.programs, "exit_status": None}
-        capture = {**writer.manifest["capture"], "recorder": "native-preload",
+        capture = {**writer.manifest["capture"], "recorder": "preload",
                    "tensor_layout": info.get("tensor_layout")}  # fmt: skip
         self.inline_timing = info.get("timing") == "inline"
         if self.inline_timing and not info.get("inline_timing_available", True):
