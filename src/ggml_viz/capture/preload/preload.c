@@ -180,8 +180,11 @@ void *original_for(const char *name, void *ours, const void *caller) {
     return found;
 }
 
-/* ---- state -------------------------------------------------------------------------------- */
+/* ---- settings and state ------------------------------------------------------------------- */
 
+/* The settings, written here by start() alone (and the start-up functions it hands them to). */
+static Settings settings_at_start;
+const Settings *const settings = &settings_at_start;
 State state = {.once = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER, .spool = -1};
 
 static const size_t LLAMA_BATCH_OFFSETS[5] = {
@@ -284,9 +287,9 @@ static int open_recording(void) {
     write_start_frame();
     atexit(flush_at_exit);
     pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
-    if (!state.in_python) end_runs_on_signals();
+    if (!settings->in_python) end_runs_on_signals();
     if (pthread_create(&state.idle_writer, NULL, write_when_idle, NULL) == 0) state.idle_writer_started = 1;
-    if (state.verbose) say("recording pid %d to %s", (int)getpid(), state.spool_path);
+    if (settings->verbose) say("recording pid %d to %s", (int)getpid(), state.spool_path);
     return 0;
 }
 
@@ -303,14 +306,14 @@ EXPORT int ggml_viz_preload_claim(void) {
     return claimed;
 }
 
-/* This process runs untraced (state.untraced_reason says why): one line says so, once, and a
+/* This process runs untraced (settings->untraced_reason says why): one line says so, once, and a
    note in the spool tells `ggml-viz run` that it was said (it adds nothing of its own, and writes
    no run for this process). In a Python process that waits for its first graph: ggml-viz's
    start-up hook may claim the process before (it records llama-cpp-python itself), and then
    nothing is said. */
 static void say_untraced(void) {
     pthread_mutex_lock(&state.lock);
-    const char *reason = !state.untraced_said && !state.claimed_by_python ? state.untraced_reason : NULL;
+    const char *reason = !state.untraced_said && !state.claimed_by_python ? settings->untraced_reason : NULL;
     if (reason) state.untraced_said = 1;
     pthread_mutex_unlock(&state.lock);
     if (!reason) return;
@@ -339,8 +342,8 @@ static const char *ggml_problem(TensorLayout *layout, const char **layout_name) 
 static void start(void) {
     const char *output = env("GGML_VIZ_OUTPUT");
     if (!output || env_flag("GGML_VIZ_DISABLE")) return;
-    state.in_python = dlsym(RTLD_DEFAULT, "Py_IsInitialized") != NULL;
-    state.verbose = env_flag("GGML_VIZ_VERBOSE");
+    settings_at_start.in_python = dlsym(RTLD_DEFAULT, "Py_IsInitialized") != NULL;
+    settings_at_start.verbose = env_flag("GGML_VIZ_VERBOSE");
     pthread_mutex_lock(&state.lock);
     int claimed = state.claimed_by_python;
     pthread_mutex_unlock(&state.lock);
@@ -348,26 +351,26 @@ static void start(void) {
     TensorLayout layout = RECORDER_TENSOR_LAYOUT;
     const char *layout_name = NULL;
     const char *problem = ggml_problem(&layout, &layout_name);
-    if (!problem) problem = read_settings();
+    if (!problem) problem = read_settings(&settings_at_start);
     if (problem) {
-        state.untraced_reason = problem;
-        if (!state.in_python) say_untraced();
+        settings_at_start.untraced_reason = problem;
+        if (!settings->in_python) say_untraced();
         return;
     }
-    state.layout = layout;
-    state.layout_name = layout_name;
+    settings_at_start.layout = layout;
+    settings_at_start.layout_name = layout_name;
     /* An older ggml's CPU threads all call the abort callback, in a loop of their own, with no barrier
        ending each node: its ticks would not be node boundaries. */
     if (!api.threadpool_new) {
-        state.no_ticks_reason = "this ggml's CPU threads end no node at a barrier, which node times need (a ggml "
-                                "from before August 2024)";
+        settings_at_start.no_ticks_reason = "this ggml's CPU threads end no node at a barrier, which node times "
+                                            "need (a ggml from before August 2024)";
     }
-    if (state.routing) probe_routing_ops();
-    gpu_configure(&state.gpu);
+    if (settings->routing) probe_routing_ops(&settings_at_start);
+    gpu_configure(&settings->gpu);
     pthread_mutex_lock(&state.lock);
     state.enabled = !state.claimed_by_python;
     pthread_mutex_unlock(&state.lock);
-    if (!state.in_python) open_recording();
+    if (!settings->in_python) open_recording();
 }
 
 static bool active(void) {
@@ -393,7 +396,7 @@ static Entry *entry_for(void *owner, int kind, const void *code) {
     }
     if (!found && state.enabled && state.n_entries < MAX_ENTRIES) {
         made = calloc(1, sizeof *made);
-        if (made && recorder_init(&made->recorder, &state.layout, &api.recorder) == 0) {
+        if (made && recorder_init(&made->recorder, &settings->layout, &api.recorder) == 0) {
             made->owner = owner;
             made->is_llama = is_llama;
             made->is_backend = kind == ENTRY_BACKEND;
@@ -409,21 +412,24 @@ static Entry *entry_for(void *owner, int kind, const void *code) {
             array_init(&made->nodes_rewritten, 1);
             array_init(&made->leaves_rewritten, 1);
             Recorder *r = &made->recorder;
-            r->inline_timing = !state.sync_timing;
+            r->inline_timing = !settings->sync_timing;
             /* an older ggml's nodes are timed only where asked one by one (sync timing) */
-            r->time_nodes = !state.detail_graph && (!state.no_ticks_reason || state.sync_timing);
-            recorder_set_decode_rules(r, state.detail_graph, state.sample, 32, 500000000LL, LLAMA_BATCH_OFFSETS);
+            r->time_nodes = !settings->detail_graph && (!settings->no_ticks_reason || settings->sync_timing);
+            recorder_set_decode_rules(r, settings->detail_graph, settings->sample, 32, 500000000LL,
+                                      LLAMA_BATCH_OFFSETS);
             if (api.buffer_is_host && api.nbytes) recorder_set_weight_prints(r, api.buffer_is_host, api.nbytes);
-            recorder_set_filters(r, (const char *const *)state.ops, state.n_ops, (const int64_t(*)[2])state.ranges,
-                                 state.n_ranges, state.no_layer, (const char *const *)state.names, state.n_names);
-            if (state.values_stats || state.n_captures) {
+            recorder_set_filters(r, (const char *const *)settings->ops, settings->n_ops,
+                                 (const int64_t(*)[2])settings->ranges, settings->n_ranges, settings->no_layer,
+                                 (const char *const *)settings->names, settings->n_names);
+            if (settings->values_stats || settings->n_captures) {
                 ValueFunctions values = {api.buffer_is_host, api.is_contiguous, api.nbytes, api.fp16_to_fp32};
-                const char *problem = recorder_set_values(r, state.values_stats, (const char *const *)state.captures,
-                                                          state.n_captures, state.capture_bytes, &values);
+                const char *problem =
+                    recorder_set_values(r, settings->values_stats, (const char *const *)settings->captures,
+                                        settings->n_captures, settings->capture_bytes, &values);
                 if (problem) say("values are not recorded: %s", problem);
             }
-            if (state.routing && state.op_mul_mat_id && api.buffer_is_host && api.fp16_to_fp32) {
-                const char *problem = recorder_set_routing(r, 1, state.op_mul_mat_id, state.op_get_rows,
+            if (settings->routing && settings->op_mul_mat_id && api.buffer_is_host && api.fp16_to_fp32) {
+                const char *problem = recorder_set_routing(r, 1, settings->op_mul_mat_id, settings->op_get_rows,
                                                            api.buffer_is_host, api.tensor_get, api.fp16_to_fp32);
                 if (problem) say("mixture-of-experts routing is not recorded: %s", problem);
             }
@@ -533,7 +539,7 @@ static bool preload_eval_callback(void *tensor, bool ask, void *user_data) {
    its ticks time the nodes it computes. 1 ours is on it. */
 static int time_cpu_backend(Entry *e, void *backend) {
     ORIGINAL(ggml_backend_cpu_set_abort_callback, set_abort_fn);
-    if (state.sync_timing || !original_ggml_backend_cpu_set_abort_callback) return 0;
+    if (settings->sync_timing || !original_ggml_backend_cpu_set_abort_callback) return 0;
     int known = 0, free_slot = -1;
     for (int k = 0; k < MAX_CPU_BACKENDS; k++) {
         known |= e->abort_set[k] == backend;
@@ -552,7 +558,7 @@ static int time_cpu_backend(Entry *e, void *backend) {
 
 /* Our abort callback on a scheduler's CPU backends. */
 static void time_cpu_backends(Entry *e, void *sched) {
-    if (state.sync_timing || !api.sched_n_backends || !api.sched_backend || !api.is_cpu) return;
+    if (settings->sync_timing || !api.sched_n_backends || !api.sched_backend || !api.is_cpu) return;
     int n = api.sched_n_backends(sched);
     for (int i = 0; i < n; i++) {
         void *backend = api.sched_backend(sched, i);
@@ -612,7 +618,7 @@ static void check_backends(Entry *e, void *sched) {
         if (!e->timed_device) e->timed_device = gpu_device_named(name);
     }
     if (e->on_gpu && !e->timed_device && !strncmp(e->gpu_name, "RPC", 3)) {
-        if (state.verbose) {
+        if (settings->verbose) {
             say("this program computes on %s: its nodes there are timed where they run (record the worker with "
                 "`ggml-viz run -- ggml-rpc-server ...`); here its graphs keep their graph times", e->gpu_name);
         }
@@ -631,8 +637,8 @@ static void set_scheduler_callback(void *sched, eval_fn callback, void *user_dat
 /* A GPU scheduler's graph is read at its compute call (no eval callback), unless a node must
    be answered: sync timing, values, captures, or the program's own eval callback. */
 static bool reads_at_compute(Entry *e) {
-    return (e->on_gpu || state.read_graphs_at_compute) && !state.sync_timing && !state.values_stats &&
-           !state.n_captures && !e->chained_eval;
+    return (e->on_gpu || settings->read_graphs_at_compute) && !settings->sync_timing && !settings->values_stats &&
+           !settings->n_captures && !e->chained_eval;
 }
 
 /* A graph computed through the scheduler: inside a llama call, part of it; else (a plain ggml
@@ -640,7 +646,7 @@ static bool reads_at_compute(Entry *e) {
 static int compute_graph(backend_compute_fn original, void *sched, void *graph) {
     if (!original) return -1;
     if (compute_depth > 0 || !active()) {
-        if (state.untraced_reason) say_untraced(); /* a Python process's first graph */
+        if (settings->untraced_reason) say_untraced(); /* a Python process's first graph */
         return original(sched, graph);
     }
     Entry *e = call_entry;
@@ -654,12 +660,12 @@ static int compute_graph(backend_compute_fn original, void *sched, void *graph) 
     compute_depth++;
     int status;
     if (reads_at_compute(e)) {
-        GraphAccess access = {graph_n_nodes, graph_node, state.layout.buffer_offset, state.layout.data_offset,
+        GraphAccess access = {graph_n_nodes, graph_node, settings->layout.buffer_offset, settings->layout.data_offset,
                              set_scheduler_callback};
         /* A scheduler with a CPU backend beside a GPU (CUDA, an RPC server, Vulkan): its CPU splits
            are timed by the CPU backend's ticks, split by split as they compute; the GPU's nodes are
            marked (CUDA's and Vulkan's get the GPU timer's times in its windows). */
-        int time_splits = e->on_gpu && !state.sync_timing && !state.detail_graph;
+        int time_splits = e->on_gpu && !settings->sync_timing && !settings->detail_graph;
         if (time_splits) {
             time_cpu_backends(e, sched);
             e->recorder.tick_reads = 1;
@@ -731,13 +737,13 @@ static int compute_on_backend(backend_compute_fn original, void *backend, void *
         e->on_gpu = api.is_cpu && !api.is_cpu(backend);
         e->timed_device = e->on_gpu ? gpu_device_named(name) : GPU_DEVICE_NONE;
         /* the graph read at the call, its nodes timed by the backend's ticks */
-        if (!e->on_gpu && !state.detail_graph) e->recorder.tick_reads = time_cpu_backend(e, backend);
+        if (!e->on_gpu && !settings->detail_graph) e->recorder.tick_reads = time_cpu_backend(e, backend);
     }
     uint64_t made = __atomic_load_n(&graphs_made, __ATOMIC_RELAXED);
     if (made != e->graphs_made_seen) e->recorder.graph_allocated = 1;
     e->graphs_made_seen = made;
     compute_depth++;
-    GraphAccess access = {graph_n_nodes, graph_node, state.layout.buffer_offset, state.layout.data_offset,
+    GraphAccess access = {graph_n_nodes, graph_node, settings->layout.buffer_offset, settings->layout.data_offset,
                           NULL}; /* no scheduler */
     int status = compute_reading_graph(&e->recorder, (uint32_t)e->context_id, e->timed_device, &access, original, backend,
                                        graph);
@@ -786,7 +792,7 @@ static __thread Entry *plan_of;
    compute, so this is settled first; a compute whose ticks never come (a ggml_graph_compute_with_ctx
    whose inner call passes us by) keeps its graph time, as any graph whose ticks do not match. */
 static int ticks_on(Entry *e) {
-    if (state.no_ticks_reason || state.sync_timing || state.detail_graph) return 0;
+    if (settings->no_ticks_reason || settings->sync_timing || settings->detail_graph) return 0;
     if (!e->recorder.tick_reads) recorder_hook_barriers(); /* the barrier that ends each node */
     e->recorder.tick_reads = 1;
     return 1;
@@ -836,7 +842,8 @@ static int compute_on_cpu(CpuCompute *call, void *graph) {
     call->entry = e;
     if (ticks_on(e) && !call->cplan) plan_of = e; /* _with_ctx: its plan is made inside */
     compute_depth++;
-    GraphAccess access = {graph_n_nodes, graph_node, state.layout.buffer_offset, state.layout.data_offset, NULL};
+    GraphAccess access = {graph_n_nodes, graph_node, settings->layout.buffer_offset, settings->layout.data_offset,
+                          NULL};
     int status = compute_reading_graph(&e->recorder, (uint32_t)e->context_id, 0, &access, run_cpu_compute, call, graph);
     compute_depth--;
     plan_of = NULL;

@@ -1,5 +1,5 @@
 /*
- * The preload library's parts (preload.c: what it interposes, and its state;
+ * The preload library's parts (preload.c: what it interposes, its settings and state;
  * preload_setup.c: finding the program's ggml, checking its layout, reading the settings;
  * preload_spool.c: what it writes). Internal: nothing here is exported.
  */
@@ -105,7 +105,7 @@ typedef struct {
 extern Api api;
 
 
-/* ---- state -------------------------------------------------------------------------------- */
+/* ---- settings and state ------------------------------------------------------------------- */
 
 enum { MAX_ENTRIES = 64, MAX_BATCHES = 64, MAX_FILES = 16, MAX_CPU_BACKENDS = 8 };
 
@@ -152,15 +152,41 @@ typedef struct {
     Array columns[BATCH_COLUMNS];
 } BatchShadow;
 
+/* What is read once, at start-up, and never changes after: the settings (GGML_VIZ_*) and what
+   start-up found out about the process and its ggml. Written only by start-up (preload.c's start(),
+   and preload_setup.c's read_settings and probe_routing_ops, which it hands its copy to); every
+   other part reads it through `settings`, which cannot write it. */
 typedef struct {
-    pthread_once_t once;
-    int enabled, verbose;
+    int verbose;
+    int in_python; /* a Python process (its spool: State's spool_opened, claimed_by_python) */
+    const char *untraced_reason; /* why this process runs untraced (its ggml, the settings), if it does */
+    TensorLayout layout;
+    const char *layout_name; /* which ggml_tensor layout this ggml has (preload_setup.c: KNOWN_LAYOUTS) */
+    /* Whether nodes can be timed by the CPU backend's ticks: on a ggml whose thread 0 ticks after each
+       node and whose threads then meet at a barrier (ggml with threadpools, from August 2024). NULL if
+       so, else why not (an older ggml: its graphs keep graph times, unless sync timing asks per node). */
+    const char *no_ticks_reason;
+    int detail_graph, sync_timing, values_stats;
+    GpuTraceSettings gpu;
+    int read_graphs_at_compute; /* GGML_VIZ_READ_GRAPHS=compute: as on a GPU, on any backend */
+    int routing;                /* GGML_VIZ_ROUTING (on unless off): read each MoE layer's experts */
+    int32_t op_mul_mat_id, op_get_rows; /* their numbers in this ggml (0: not found) */
+    long long sample, capture_bytes;
+    int n_ops, n_names, n_ranges, no_layer, n_captures;
+    char *ops[MAX_OPS], *names[MAX_NAMES], *captures[MAX_CAPTURES];
+    int64_t ranges[MAX_LAYER_RANGES][2];
+} Settings;
+extern const Settings *const settings;
+
+/* What changes while the process records. */
+typedef struct {
+    pthread_once_t once; /* start-up */
+    int enabled;
     pthread_mutex_t lock; /* entries, shadows, program callbacks, the spool file, the claim */
     /* A Python process: its spool is opened with the first graph, unless ggml-viz's start-up
        hook claimed the process first (it records llama-cpp-python's contexts itself). */
-    int in_python, spool_opened, claimed_by_python;
-    const char *untraced_reason; /* why this process runs untraced (its ggml, the settings), if it does */
-    int untraced_said;
+    int spool_opened, claimed_by_python;
+    int untraced_said; /* Settings' untraced_reason was said */
     int spool;
     char spool_path[4096];
     Entry *entries[MAX_ENTRIES];
@@ -168,23 +194,7 @@ typedef struct {
     BatchShadow *shadows[MAX_BATCHES];
     char *files[MAX_FILES];
     int n_files;
-    TensorLayout layout;
-    const char *layout_name; /* which ggml_tensor layout this ggml has (preload_setup.c: KNOWN_LAYOUTS) */
-    /* Whether nodes can be timed by the CPU backend's ticks: on a ggml whose thread 0 ticks after each
-       node and whose threads then meet at a barrier (ggml with threadpools, from August 2024). NULL if
-       so, else why not (an older ggml: its graphs keep graph times, unless sync timing asks per node). */
-    const char *no_ticks_reason;
-    /* settings */
-    int detail_graph, sync_timing, values_stats;
-    GpuTraceSettings gpu;
-    int read_graphs_at_compute; /* GGML_VIZ_READ_GRAPHS=compute: as on a GPU, on any backend */
-    int routing;                /* GGML_VIZ_ROUTING (on unless off): read each MoE layer's experts */
-    int32_t op_mul_mat_id, op_get_rows; /* their numbers in this ggml (0: not found) */
     int gpu_problem_said;
-    long long sample, capture_bytes;
-    int n_ops, n_names, n_ranges, no_layer, n_captures;
-    char *ops[MAX_OPS], *names[MAX_NAMES], *captures[MAX_CAPTURES];
-    int64_t ranges[MAX_LAYER_RANGES][2];
     pthread_t idle_writer;
     int idle_writer_started, stopping;
     /* the program's own callbacks, kept to be called from ours (ProgramCallback) */
@@ -251,11 +261,11 @@ const char *choose_layout(TensorLayout *layout, const char **name);
 int graph_n_nodes(void *graph);
 void *graph_node(void *graph, int i);
 const char *check_graph_struct(void);
-void probe_routing_ops(void);
+void probe_routing_ops(Settings *written);
 const char *env(const char *name);
 bool env_flag(const char *name);
 int split_list(const char *text, char **items, int limit, bool upper);
-const char *read_settings(void);
+const char *read_settings(Settings *written);
 
 /* preload_spool.c */
 int open_spool(const char *output);

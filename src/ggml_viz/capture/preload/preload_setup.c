@@ -245,9 +245,10 @@ const char *check_layout(const TensorLayout *l) {
 }
 
 /* The numbers this ggml gives MUL_MAT_ID and GET_ROWS (the enum's numbering changes between
-   versions), read from probe tensors it builds (shapes every ggml accepts: one 2-D expert). */
-void probe_routing_ops(void) {
-    state.op_mul_mat_id = state.op_get_rows = 0;
+   versions), read from probe tensors it builds (shapes every ggml accepts: one 2-D expert), into
+   start-up's settings. */
+void probe_routing_ops(Settings *written) {
+    written->op_mul_mat_id = written->op_get_rows = 0;
     if (!api.get_rows || !api.mul_mat_id) return;
     size_t overhead = api.tensor_overhead();
     void *ctx = api.init((struct ggml_init_params_abi){16 * overhead, NULL, true});
@@ -257,8 +258,8 @@ void probe_routing_ops(void) {
     void *ids = api.new_tensor_2d(ctx, 26 /* I32 */, 1, 1);
     void *rows = api.get_rows(ctx, experts, ids);
     void *product = api.mul_mat_id(ctx, experts, input, ids);
-    memcpy(&state.op_get_rows, (char *)rows + state.layout.op_offset, 4);
-    memcpy(&state.op_mul_mat_id, (char *)product + state.layout.op_offset, 4);
+    memcpy(&written->op_get_rows, (char *)rows + written->layout.op_offset, 4);
+    memcpy(&written->op_mul_mat_id, (char *)product + written->layout.op_offset, 4);
     api.free(ctx);
 }
 
@@ -315,9 +316,9 @@ static bool one_of(const char *value, const char *choices) {
 /* Every GGML_VIZ_* variable given, checked by its kind as the settings declare it (the Python's
    rule too, from the same declarations: ggml_viz_contract.h); NULL, or what is wrong. */
 static const char *check_settings(char *problem, size_t size) {
-    static const SettingDeclaration settings[] = PRELOAD_SETTINGS;
+    static const SettingDeclaration declared[] = PRELOAD_SETTINGS;
     for (int i = 0; i < PRELOAD_SETTINGS_COUNT; i++) {
-        const SettingDeclaration *s = &settings[i];
+        const SettingDeclaration *s = &declared[i];
         const char *value = env(s->variable);
         long long number;
         if (!value) continue;
@@ -335,56 +336,57 @@ static const char *check_settings(char *problem, size_t size) {
     return NULL;
 }
 
-/* The GGML_VIZ_* capture settings; NULL, or what is wrong (ggml-viz run checked them already). */
-const char *read_settings(void) {
+/* The GGML_VIZ_* capture settings, read into start-up's settings; NULL, or what is wrong (ggml-viz
+   run checked them already). */
+const char *read_settings(Settings *written) {
     static char problem[256];
     if (check_settings(problem, sizeof problem)) return problem;
     const char *detail = env("GGML_VIZ_DETAIL"), *timing = env("GGML_VIZ_TIMING"), *values = env("GGML_VIZ_VALUES");
-    state.detail_graph = detail && !strcmp(detail, "graph");
-    state.sync_timing = timing && !strcmp(timing, "sync");
-    state.values_stats = values && !strcmp(values, "stats");
-    state.capture_bytes = DEFAULT_CAPTURE_BYTES;
+    written->detail_graph = detail && !strcmp(detail, "graph");
+    written->sync_timing = timing && !strcmp(timing, "sync");
+    written->values_stats = values && !strcmp(values, "stats");
+    written->capture_bytes = DEFAULT_CAPTURE_BYTES;
     const char *sample = env("GGML_VIZ_SAMPLE"), *capture_bytes = env("GGML_VIZ_CAPTURE_BYTES");
-    if (sample) whole_number(sample, &state.sample);
-    if (capture_bytes) whole_number(capture_bytes, &state.capture_bytes);
+    if (sample) whole_number(sample, &written->sample);
+    if (capture_bytes) whole_number(capture_bytes, &written->capture_bytes);
     const char *read_graphs = env("GGML_VIZ_READ_GRAPHS");
-    state.read_graphs_at_compute = read_graphs && !strcmp(read_graphs, "compute");
+    written->read_graphs_at_compute = read_graphs && !strcmp(read_graphs, "compute");
     const char *routing = env("GGML_VIZ_ROUTING");
-    state.routing = !routing || !strcmp(routing, "on");
+    written->routing = !routing || !strcmp(routing, "on");
     const char *gpu = env("GGML_VIZ_GPU");
     long long window = DEFAULT_GPU_WINDOW, period = DEFAULT_GPU_PERIOD;
     const char *window_text = env("GGML_VIZ_GPU_WINDOW"), *period_text = env("GGML_VIZ_GPU_PERIOD");
     if (window_text) whole_number(window_text, &window);
     if (period_text) whole_number(period_text, &period);
-    state.gpu = (GpuTraceSettings){
+    written->gpu = (GpuTraceSettings){
         /* graph detail: no node times, the GPU's neither */
-        .mode = state.detail_graph || (gpu && !strcmp(gpu, "off")) ? GPU_TRACE_OFF
-                : gpu && !strcmp(gpu, "every")                      ? GPU_TRACE_EVERY
-                                                                    : GPU_TRACE_WINDOWS,
+        .mode = written->detail_graph || (gpu && !strcmp(gpu, "off")) ? GPU_TRACE_OFF
+                : gpu && !strcmp(gpu, "every")                         ? GPU_TRACE_EVERY
+                                                                       : GPU_TRACE_WINDOWS,
         .window = (int)window, .period = (int)period, .finalize = !env("GGML_VIZ_GPU_DETACH") || env_flag("GGML_VIZ_GPU_DETACH"),
         .cupti_paths = env("GGML_VIZ_CUPTI"),
     };
-    state.n_ops = split_list(env("GGML_VIZ_OPS"), state.ops, MAX_OPS, true);
-    state.n_names = split_list(env("GGML_VIZ_NAMES"), state.names, MAX_NAMES, false);
-    state.n_captures = split_list(env("GGML_VIZ_CAPTURE"), state.captures, MAX_CAPTURES, false);
+    written->n_ops = split_list(env("GGML_VIZ_OPS"), written->ops, MAX_OPS, true);
+    written->n_names = split_list(env("GGML_VIZ_NAMES"), written->names, MAX_NAMES, false);
+    written->n_captures = split_list(env("GGML_VIZ_CAPTURE"), written->captures, MAX_CAPTURES, false);
     char *layers[MAX_LAYER_RANGES];
     int n_layers = split_list(env("GGML_VIZ_LAYERS"), layers, MAX_LAYER_RANGES, false);
     for (int i = 0; i < n_layers; i++) {
         long long low, high;
         char *dash = strchr(layers[i], '-');
         if (!strcasecmp(layers[i], "none")) {
-            state.no_layer = 1;
+            written->no_layer = 1;
         } else if (dash) {
             *dash = 0;
             if (!whole_number(layers[i], &low) || !whole_number(dash + 1, &high) || high < low) {
                 snprintf(problem, sizeof problem, "GGML_VIZ_LAYERS: %s-%s is not a layer range", layers[i], dash + 1);
                 return problem;
             }
-            state.ranges[state.n_ranges][0] = low;
-            state.ranges[state.n_ranges++][1] = high;
+            written->ranges[written->n_ranges][0] = low;
+            written->ranges[written->n_ranges++][1] = high;
         } else if (whole_number(layers[i], &low)) {
-            state.ranges[state.n_ranges][0] = state.ranges[state.n_ranges][1] = low;
-            state.n_ranges++;
+            written->ranges[written->n_ranges][0] = written->ranges[written->n_ranges][1] = low;
+            written->n_ranges++;
         } else {
             snprintf(problem, sizeof problem, "GGML_VIZ_LAYERS: %s is not a layer, a range or 'none'", layers[i]);
             return problem;

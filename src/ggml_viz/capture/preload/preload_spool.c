@@ -168,18 +168,18 @@ void write_start_frame(void) {
     text_add(&t, ",\"system_info\":");
     json_string(&t, api.system_info ? api.system_info() : NULL);
     text_add(&t, ",\"timing\":\"%s\",\"inline_timing_available\":%s,\"tensor_layout\":",
-             state.sync_timing ? "sync" : "inline", api.is_cpu ? "true" : "false");
-    json_string(&t, state.layout_name);
+             settings->sync_timing ? "sync" : "inline", api.is_cpu ? "true" : "false");
+    json_string(&t, settings->layout_name);
     text_add(&t, ",\"no_node_ticks\":"); /* why nodes are not timed by ticks on this ggml, if they are not */
-    if (state.no_ticks_reason) json_string(&t, state.no_ticks_reason);
+    if (settings->no_ticks_reason) json_string(&t, settings->no_ticks_reason);
     else text_add(&t, "null");
     text_add(&t, ",\"environment\":{");
-    static const SettingDeclaration settings[] = PRELOAD_SETTINGS;
+    static const SettingDeclaration declared[] = PRELOAD_SETTINGS;
     for (int i = 0, n_set = 0; i < PRELOAD_SETTINGS_COUNT; i++) { /* the settings as given, for the run's manifest */
-        const char *value = env(settings[i].variable);
+        const char *value = env(declared[i].variable);
         if (value) {
             text_add(&t, n_set++ ? "," : "");
-            json_string(&t, settings[i].variable);
+            json_string(&t, declared[i].variable);
             text_add(&t, ":");
             json_string(&t, value);
         }
@@ -301,7 +301,7 @@ static const TensorLayout CURRENT = RECORDER_TENSOR_LAYOUT;
 enum { FIELDS_KEPT_IN_PLACE = 152 /* type, buffer, ne, nb, op, op_params, flags: where every layout has them */ };
 
 const void *tensors_in_current_layout(const void *structs, size_t size, Array *out, size_t *out_size) {
-    const TensorLayout *l = &state.layout;
+    const TensorLayout *l = &settings->layout;
     *out_size = size;
     if (!memcmp(l, &CURRENT, sizeof *l) || !size) return structs;
     size_t n = size / l->tensor_size;
@@ -422,7 +422,8 @@ void write_end_frame(void) {
     if (on_gpu) { /* the GPU timer: what it used, or why it timed nothing */
         static const char *modes[] = {"off", "windows", "every"};
         text_add(&t, ",\"gpu\":{\"mode\":\"%s\",\"window\":%d,\"period\":%d,\"detach\":%s,\"timer\":\"%s\",",
-                 modes[gpu_mode()], state.gpu.window, state.gpu.period, state.gpu.finalize ? "true" : "false",
+                 modes[gpu_mode()], settings->gpu.window, settings->gpu.period,
+                 settings->gpu.finalize ? "true" : "false",
                  gpu_device() == GPU_DEVICE_VULKAN ? "vulkan" : "cupti");
         text_add(&t, "\"vulkan_layer\":");
         json_string(&t, gpu_vulkan_layer_path());
