@@ -11,6 +11,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import get_type_hints
 
 import pandas as pd
 import pytest
@@ -19,6 +20,7 @@ import ggml_viz
 from ggml_viz.analysis.join import join_runs, match_connections, paired_messages, summarize_joined
 
 from ..browser import chromium, collect_errors, serving
+from ..payload_shapes import shape_problems
 from .arch_models import write_model
 from .native import llama_tool, untraced
 from .rpc_workers import Worker, free_port, start_worker, wait_for_port
@@ -325,6 +327,9 @@ def test_llama_server_over_rpc_with_a_written_model(tmp_path):
     nodes = summary["remote_nodes"]
     assert nodes["nodes"] > 0 and nodes["nodes"] == nodes["timed"] == nodes["matched_to_head"]
     assert summary["slowest_worker"] == worker.endpoint
+    # AND it holds the keys summarize_joined declares, however deep (tests/unit/test_result_types.py
+    # checks the other producers on synthetic runs; a join needs a recorded head and worker)
+    assert summary["steps"] and shape_problems(summary, get_type_hints(summarize_joined)["return"]) == []
 
 
 def _complete(port: int, server: subprocess.Popen) -> str:

@@ -35,15 +35,15 @@ def test_a_real_runs_answers_have_their_declared_keys(tmp_path, model_path):
         "/api/runs/r0/event/0": payloads.EventRow,
         "/api/runs/r0/search?q=ffn": payloads.SearchPayload,
         "/api/runs/r0/graphs": payloads.GraphListPayload,
-        f"/api/runs/r0/graph/{graph}": payloads.GraphPayload,
-        f"/api/runs/r0/graph/{graph}?layer=3": payloads.GraphPayload,
+        f"/api/runs/r0/graph/{graph}": payloads.GraphLayout,
+        f"/api/runs/r0/graph/{graph}?layer=3": payloads.GraphLayout,
         "/api/runs/r0/memory": payloads.MemoryPayload,
         f"/api/runs/r0/occupancy/{graph}": payloads.OccupancyPayload,
         "/api/runs/r0/stats": payloads.StatsPayload,
         "/api/runs/r0/attention-index": payloads.AttentionIndexPayload,
         f"/api/runs/r0/attention?graph={graph}&layer=3&head=1": payloads.AttentionPayload,
         "/api/runs/r0/events?layer=3&limit=50": payloads.EventsPayload,
-        "/api/compare?a=r0&b=r0": payloads.ComparisonPayload,
+        "/api/compare?a=r0&b=r0": payloads.RunComparison,
     }
     _, guard = create_app(RunRegistry(path), host="127.0.0.1", port=8765, token=TOKEN)
     answers = {}

@@ -169,7 +169,7 @@ def test_the_viewer_answers_a_whisper_run_as_declared(whisper):
         "/api/runs/r0/overview": payloads.OverviewPayload,
         "/api/runs/r0/timeline?width=800": payloads.TimelinePayload,
         "/api/runs/r0/graphs": payloads.GraphListPayload,
-        f"/api/runs/r0/graph/{encoder}?layer=1": payloads.GraphPayload,
+        f"/api/runs/r0/graph/{encoder}?layer=1": payloads.GraphLayout,
         "/api/runs/r0/memory": payloads.MemoryPayload,
         "/api/runs/r0/stats": payloads.StatsPayload,
         "/api/runs/r0/events?limit=50": payloads.EventsPayload,

@@ -35,7 +35,7 @@ PREFIX = "/api/runs/{run_id:str}"
 # column): its timeline's GPU lanes, its overview's, a node's and the statistics' GPU parts.
 ENDPOINTS: list[tuple[str, str, Any]] = [
     ("/api/runs", "/api/runs", payloads.RunsPayload),
-    ("/api/compare", "/api/compare?a=r0&b=r1", payloads.ComparisonPayload),
+    ("/api/compare", "/api/compare?a=r0&b=r1", payloads.RunComparison),
     (f"{PREFIX}/overview", "/api/runs/r0/overview", payloads.OverviewPayload),
     (f"{PREFIX}/timeline", "/api/runs/r0/timeline?width=300", payloads.TimelinePayload),
     (f"{PREFIX}/timeline", "/api/runs/r0/timeline?t0=0&t1=2000000&width=1000", payloads.TimelinePayload),
@@ -43,8 +43,8 @@ ENDPOINTS: list[tuple[str, str, Any]] = [
     (f"{PREFIX}/event/{{event:int}}", "/api/runs/r0/event/5", payloads.EventRow),
     (f"{PREFIX}/search", "/api/runs/r0/search?q=qcur", payloads.SearchPayload),
     (f"{PREFIX}/graphs", "/api/runs/r0/graphs", payloads.GraphListPayload),
-    (f"{PREFIX}/graph/{{graph_id:int}}", "/api/runs/r0/graph/2", payloads.GraphPayload),
-    (f"{PREFIX}/graph/{{graph_id:int}}", "/api/runs/r0/graph/2?layer=1", payloads.GraphPayload),
+    (f"{PREFIX}/graph/{{graph_id:int}}", "/api/runs/r0/graph/2", payloads.GraphLayout),
+    (f"{PREFIX}/graph/{{graph_id:int}}", "/api/runs/r0/graph/2?layer=1", payloads.GraphLayout),
     (f"{PREFIX}/memory", "/api/runs/r0/memory", payloads.MemoryPayload),
     (f"{PREFIX}/occupancy/{{graph_id:int}}", "/api/runs/r0/occupancy/2", payloads.OccupancyPayload),
     (f"{PREFIX}/stats", "/api/runs/r0/stats", payloads.StatsPayload),
@@ -199,7 +199,9 @@ def test_every_declaration_has_its_twin_in_the_page_s_api_with_the_same_fields()
     for answer in [*(t for _, _, t in ENDPOINTS), *CHECKED_ON_A_REAL_RUN.values()]:
         declared |= reachable_typeddicts(answer)
     from_analysis = {name for name, value in declared.items() if value.__module__.startswith("ggml_viz.analysis.")}
-    assert {"RunSummary", "GpuTimerSummary", "RooflineSummary", "MoeSummary", "PlacementCheck"} <= from_analysis
+    assert {"RunSummary", "GpuTimerSummary", "RooflineSummary", "MoeSummary", "PlacementCheck", "RunComparison",
+            "TimeDeltas", "OpDelta", "LayerDelta", "TensorDelta", "GraphLayout", "GraphItem",
+            "GraphLink"} <= from_analysis  # fmt: skip
     missing = sorted(set(declared) - set(typedefs))
     differing = {name: sorted(set(get_type_hints(value)) ^ typedefs[name]) for name, value in declared.items()
                  if name in typedefs and set(get_type_hints(value)) != typedefs[name]}  # fmt: skip

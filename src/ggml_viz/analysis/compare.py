@@ -13,7 +13,8 @@ different things, and the comparison says so (`clocks`).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypedDict
 
 import pandas as pd
 
@@ -21,8 +22,92 @@ from ..runformat.manifest import recorder_of
 from ..runformat.reader import Run
 from .breakdowns import backends, phase_stats, timed_totals
 
+# What a comparison names when it differs (settings), by the names it prints
+RunSettings = TypedDict(
+    "RunSettings",
+    {
+        "model file": str | None,
+        "model file hash": str | None,
+        "model": str | None,
+        "threads": int | None,
+        "batch threads": int | None,
+        "context size": int | None,
+        "flash attention": Any,  # as the manifest holds it: a bool, or llama.cpp's "auto" and the like
+        "backend": str,
+        "recorder": str | None,
+        "timing": str | None,
+        "detail": str | None,
+        "llama-cpp-python": str | None,
+        "ggml": str,
+        "node time clock": str | None,
+    },
+)
 
-def settings(run: Run) -> dict[str, Any]:
+
+class SettingPair(TypedDict):
+    a: Any  # a setting's value on each side: its type is the setting's (RunSettings)
+    b: Any
+
+
+class PhaseSpeeds(TypedDict, total=False):
+    a: float  # tokens per second; a side without that phase has no entry
+    b: float
+
+
+class _TimeDelta(TypedDict):
+    phase: str
+    a_ns: float  # per graph
+    b_ns: float
+    delta_ns: float
+    ratio: float | None  # None: A did not spend time there
+
+
+class OpDelta(_TimeDelta):
+    op: str
+
+
+class LayerDelta(_TimeDelta):
+    layer: str  # a layer's number, or "none" (outside every layer)
+
+
+class TensorDelta(_TimeDelta):
+    name: str
+
+
+class TimeDeltas(TypedDict):
+    """The largest changes of time per graph, by op, layer and tensor (compare's `top`)."""
+
+    op: list[OpDelta]
+    layer: list[LayerDelta]
+    name: list[TensorDelta]
+
+
+class RunComparison(TypedDict):
+    """Two runs side by side (compare; GET /api/compare?a=&b=)."""
+
+    a: str  # paths
+    b: str
+    settings_that_differ: dict[str, SettingPair]  # by RunSettings' names
+    tokens_per_s: dict[str, PhaseSpeeds]  # by phase
+    per_graph_time_by: TimeDeltas
+
+
+class NodeClocks(TypedDict):
+    """Which clock each side's node times come from (clocks)."""
+
+    a: str | None  # node_clock's
+    b: str | None
+    same: bool
+    note: str | None  # where they differ, what that means for the times compared
+
+
+class ClockedComparison(RunComparison):
+    """The comparison with which clock each side's node times come from (`ggml-viz diff --json`)."""
+
+    clock: NodeClocks
+
+
+def settings(run: Run) -> RunSettings:
     """What a comparison should name when it differs."""
     manifest = run.manifest
     context = (manifest.get("contexts") or [{}])[0]
@@ -58,7 +143,7 @@ def node_clock(run: Run) -> str | None:
     return "GPU" if clocks == {"gpu"} else "host and GPU"
 
 
-def clocks(a: Run, b: Run) -> dict[str, Any]:
+def clocks(a: Run, b: Run) -> NodeClocks:
     """Which clock each side's node times come from, and, where they differ, what that means
     for the comparison of times per op, layer and tensor."""
     left, right = node_clock(a), node_clock(b)
@@ -88,39 +173,61 @@ def per_graph_time(run: Run, key: str) -> pd.DataFrame:
     return total[["phase", key, "per_graph_ns"]]
 
 
-def compare(a: Run, b: Run, top: int = 15) -> dict[str, Any]:
-    left, right = settings(a), settings(b)
-    differing = {name: {"a": left[name], "b": right[name]} for name in left if left[name] != right[name]}
-    speed: dict[str, dict[str, float]] = {}
-    for side, run in (("a", a), ("b", b)):
-        for row in phase_stats(run).itertuples():
-            if row.tokens_per_s is not None:  # the phases that make a rate
-                speed.setdefault(row.phase, {})[side] = float(row.tokens_per_s)
-    deltas: dict[str, list[dict[str, Any]]] = {}
-    for key in ("op", "layer", "name"):
-        table = (
-            per_graph_time(a, key)
-            .merge(per_graph_time(b, key), on=["phase", key], how="outer", suffixes=("_a", "_b"))
-            .fillna(0.0)
-        )
-        table["delta_ns"] = table["per_graph_ns_b"] - table["per_graph_ns_a"]
-        table["ratio"] = table["per_graph_ns_b"] / table["per_graph_ns_a"].where(table["per_graph_ns_a"] > 0)
-        table = table.reindex(table["delta_ns"].abs().sort_values(ascending=False).index).head(top)
-        deltas[key] = [
-            {
-                "phase": row.phase,
-                key: row[key] if key != "layer" else str(row[key]),
-                "a_ns": float(row.per_graph_ns_a),
-                "b_ns": float(row.per_graph_ns_b),
-                "delta_ns": float(row.delta_ns),
-                "ratio": None if pd.isna(row.ratio) else float(row.ratio),
-            }
-            for _, row in table.iterrows()
-        ]
+def compare(a: Run, b: Run, top: int = 15) -> RunComparison:
+    left: Mapping[str, Any] = settings(a)
+    right: Mapping[str, Any] = settings(b)
+    differing: dict[str, SettingPair] = {
+        name: {"a": left[name], "b": right[name]} for name in left if left[name] != right[name]
+    }
+    rates = {side: _rates(run) for side, run in (("a", a), ("b", b))}
+    speed: dict[str, PhaseSpeeds] = {}
+    for phase in [*rates["a"], *(phase for phase in rates["b"] if phase not in rates["a"])]:
+        speed[phase] = {}
+        if phase in rates["a"]:
+            speed[phase]["a"] = rates["a"][phase]
+        if phase in rates["b"]:
+            speed[phase]["b"] = rates["b"][phase]
     return {
         "a": str(a.path),
         "b": str(b.path),
         "settings_that_differ": differing,
         "tokens_per_s": speed,
-        "per_graph_time_by": deltas,
-    }
+        "per_graph_time_by": {
+            "op": [{"phase": phase, "op": key, "a_ns": a_ns, "b_ns": b_ns, "delta_ns": delta, "ratio": ratio}
+                   for phase, key, a_ns, b_ns, delta, ratio in _largest_changes(a, b, "op", top)],
+            "layer": [{"phase": phase, "layer": str(key), "a_ns": a_ns, "b_ns": b_ns, "delta_ns": delta,
+                       "ratio": ratio}
+                      for phase, key, a_ns, b_ns, delta, ratio in _largest_changes(a, b, "layer", top)],
+            "name": [{"phase": phase, "name": key, "a_ns": a_ns, "b_ns": b_ns, "delta_ns": delta, "ratio": ratio}
+                     for phase, key, a_ns, b_ns, delta, ratio in _largest_changes(a, b, "name", top)],
+        },
+    }  # fmt: skip
+
+
+def _rates(run: Run) -> dict[str, float]:
+    """Tokens per second of each phase that makes a rate."""
+    return {row.phase: float(row.tokens_per_s) for row in phase_stats(run).itertuples() if row.tokens_per_s is not None}
+
+
+def _largest_changes(a: Run, b: Run, key: str, top: int) -> list[tuple[str, Any, float, float, float, float | None]]:
+    """The `top` largest changes of time per graph by `key` (op, layer or name), the largest first:
+    (phase, key, A's, B's, B minus A, B over A: None where A spent nothing)."""
+    table = (
+        per_graph_time(a, key)
+        .merge(per_graph_time(b, key), on=["phase", key], how="outer", suffixes=("_a", "_b"))
+        .fillna(0.0)
+    )
+    table["delta_ns"] = table["per_graph_ns_b"] - table["per_graph_ns_a"]
+    table["ratio"] = table["per_graph_ns_b"] / table["per_graph_ns_a"].where(table["per_graph_ns_a"] > 0)
+    table = table.reindex(table["delta_ns"].abs().sort_values(ascending=False).index).head(top)
+    return [
+        (
+            row.phase,
+            row[key],
+            float(row.per_graph_ns_a),
+            float(row.per_graph_ns_b),
+            float(row.delta_ns),
+            None if pd.isna(row.ratio) else float(row.ratio),
+        )
+        for _, row in table.iterrows()
+    ]

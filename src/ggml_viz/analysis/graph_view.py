@@ -14,13 +14,64 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from typing import Any
+from typing import Any, TypedDict
 
 import pandas as pd
 
 from ..layers import NO_LAYER
 
 _KV_CACHE = re.compile(r"^cache_[kv]_l\d+")
+
+
+class _TensorFields(TypedDict):
+    name: str
+    op: str
+    type: str
+    shape: str  # "4096×32": its dimensions, trailing ones left out
+
+
+class _ItemFields(TypedDict):
+    id: str  # "n12" a node, "L3" a collapsed layer, "t7" a leaf tensor
+    kind: str  # "node", "layer", "weight", "kv", "input", "external"
+    layer: int | None
+    name: str
+    op: str
+    duration_ns: int  # -1: not timed
+
+
+class _Item(_ItemFields, total=False):
+    """An item before it is placed."""
+
+    node_index: int  # nodes
+    type: str  # nodes and leaves
+    shape: str
+    n_nodes: int  # layers
+    n_weights: int
+    reads_kv: bool
+    n_inputs: int
+
+
+class GraphItem(_Item):
+    """A box of the graph, placed."""
+
+    x: int  # column
+    y: int  # row
+    band: int  # columns of the leaves' band, left of the computations
+
+
+GraphLink = TypedDict("GraphLink", {"from": str, "to": str, "label": str, "count": int})
+
+
+class GraphLayout(TypedDict):
+    """One graph laid out (graph_view; GET /api/runs/{id}/graph/{graph_id}?layer=)."""
+
+    graph_id: int
+    layer: int | None  # None: every layer collapsed
+    layers: list[int]
+    items: list[GraphItem]
+    links: list[GraphLink]
+    columns: int
+    rows: int
 
 
 def leaf_kind(name: str) -> str:
@@ -39,7 +90,7 @@ def graph_view(
     duration_by_node: dict[int, int],
     layer: int | None,
     graph_id: int,
-) -> dict[str, Any]:
+) -> GraphLayout:
     """Items (boxes) and links of one graph structure: collapsed (`layer` None) or one layer
     open. `nodes` are the structure's rows of `structure_nodes`, with each node's layer."""
     described = tensors.set_index("tensor_id")
@@ -50,10 +101,10 @@ def graph_view(
         for index, value in zip(nodes["node_index"].tolist(), nodes["layer"].tolist(), strict=True)
     }
     layers = sorted({value for value in layer_of_node.values() if value is not None})
-    items: dict[str, dict[str, Any]] = {}
-    links: dict[tuple[str, str], dict[str, Any]] = {}
+    items: dict[str, _Item] = {}
+    links: dict[tuple[str, str], GraphLink] = {}
 
-    def tensor_fields(tensor: int) -> dict[str, Any]:
+    def tensor_fields(tensor: int) -> _TensorFields:
         row = described.loc[tensor]
         dims = [int(row[f"ne{d}"]) for d in range(4)]
         while len(dims) > 1 and dims[-1] == 1:
@@ -126,24 +177,25 @@ def graph_view(
             if layer is None and kind != "input":
                 continue
             link(leaf_item(source_tensor), target, tensor_fields(source_tensor)["shape"])
-    _place(items, links)
-    width = max((item["x"] for item in items.values()), default=0) + 1
-    height = max((item["y"] for item in items.values()), default=0) + 1
+    places, band = _place(items, links)
+    placed: list[GraphItem] = [
+        {**item, "y": places[key][0], "x": places[key][1], "band": band} for key, item in items.items()
+    ]
     return {
         "graph_id": graph_id,
         "layer": layer,
         "layers": layers,
-        "items": list(items.values()),
+        "items": placed,
         "links": list(links.values()),
-        "columns": width,
-        "rows": height,
+        "columns": max((item["x"] for item in placed), default=0) + 1,
+        "rows": max((item["y"] for item in placed), default=0) + 1,
     }
 
 
-def _place(items: dict[str, dict[str, Any]], links: dict[tuple[str, str], dict[str, Any]]) -> None:
-    """Give every item a row (y) and a column (x): computations in rows by longest path,
-    leaves (weights, KV cache, inputs) in a band of columns on the left, beside the row of
-    the first item that reads them."""
+def _place(items: dict[str, _Item], links: dict[tuple[str, str], GraphLink]) -> tuple[dict[str, tuple[int, int]], int]:
+    """Give every item a row (y) and a column (x), returned by key as (y, x) with the leaves'
+    band's width: computations in rows by longest path, leaves (weights, KV cache, inputs) in a
+    band of columns on the left, beside the row of the first item that reads them."""
     incoming: dict[str, list[str]] = defaultdict(list)
     outgoing: dict[str, list[str]] = defaultdict(list)
     for source, target in links:
@@ -171,22 +223,20 @@ def _place(items: dict[str, dict[str, Any]], links: dict[tuple[str, str], dict[s
             for position, key in enumerate(keys):
                 column[key] = position
     band = 0
+    places: dict[str, tuple[int, int]] = {}
     leaf_rows: dict[int, int] = defaultdict(int)
     for key in sorted(leaves, key=order.__getitem__):
         readers = [row[target] for target in outgoing[key] if target in row]
         leaf_row = min(readers, default=0)
-        items[key]["y"] = leaf_row
-        items[key]["x"] = leaf_rows[leaf_row]
+        places[key] = (leaf_row, leaf_rows[leaf_row])
         leaf_rows[leaf_row] += 1
         band = max(band, leaf_rows[leaf_row])
     for key in computations:
-        items[key]["y"] = row[key]
-        items[key]["x"] = band + int(column[key])
-    for item in items.values():
-        item["band"] = band
+        places[key] = (row[key], band + int(column[key]))
+    return places, band
 
 
-def graph_view_of(run: Any, graph_id: int, layer: int | None) -> dict[str, Any]:
+def graph_view_of(run: Any, graph_id: int, layer: int | None) -> GraphLayout:
     """graph_view for one graph of a run (a ggml_viz Run), node times from its node_times."""
     graphs = run.graphs
     rows = graphs[graphs["graph_id"] == graph_id]

@@ -8,7 +8,7 @@ the gguf package) and described the same way.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Required, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -20,12 +20,74 @@ from ..runformat.reader import Run
 STAT_COLUMNS = ("n", "nan", "inf", "min", "max", "mean", "std", "mean_abs")
 
 
+class ValueStats(TypedDict):
+    """A tensor's values, as --values stats describes them (None: not known)."""
+
+    n: int | None  # finite values
+    nan: int | None
+    inf: int | None
+    min: float | None  # of the finite values
+    max: float | None
+    mean: float | None
+    std: float | None
+    mean_abs: float | None
+
+
+# One source of the first non-finite output: described by its own statistics where it is a node of
+# the same graph (node_index), by the model file's bytes where it is a weight read from there
+# ("from": "model file"; "note" where that file is not found), else by its name alone
+NonFiniteSource = TypedDict(
+    "NonFiniteSource",
+    {
+        "slot": Required[int],
+        "name": Required[str],
+        "op": Required[str],
+        "type": Required[str],
+        "memory": Required[str],
+        "node_index": int,
+        "n": int | None,
+        "nan": int | None,
+        "inf": int | None,
+        "min": float | None,
+        "max": float | None,
+        "mean": float | None,
+        "std": float | None,
+        "mean_abs": float | None,
+        "from": str,
+        "note": str,
+    },
+    total=False,
+)
+
+
+# A weight's statistics read from the model file (or why they were not)
+_FileStats = TypedDict(
+    "_FileStats",
+    {"n": int | None, "nan": int | None, "inf": int | None, "min": float | None, "max": float | None,
+     "mean": float | None, "std": float | None, "mean_abs": float | None, "from": str, "note": str},
+    total=False,
+)  # fmt: skip
+
+
+class NonFiniteOutput(ValueStats):
+    """The first node event whose output holds a NaN or an Inf (first_non_finite), its
+    statistics, and what it read."""
+
+    graph_id: int
+    node_index: int
+    name: str
+    op: str
+    layer: int | None
+    sources: list[NonFiniteSource]
+    non_finite_events: int  # node events whose output holds some
+
+
 def non_finite(run: Run) -> pd.DataFrame:
     values = run.values
     return values[(values["nan"] > 0) | (values["inf"] > 0)]
 
 
-def first_non_finite(run: Run) -> dict[str, Any] | None:
+def first_non_finite(run: Run) -> NonFiniteOutput | None:
     """The first node event (graph, index order) whose output holds a NaN or an Inf, with its
     sources and their statistics; None when every value read was finite."""
     if run.raw("node_values").empty:
@@ -41,10 +103,10 @@ def first_non_finite(run: Run) -> dict[str, Any] | None:
     nodes = run.raw("structure_nodes")
     producer = dict(zip(*nodes.loc[nodes["structure_id"] == structure, ["tensor_id", "node_index"]].T.values,
                         strict=True))  # fmt: skip
-    sources = []
+    sources: list[NonFiniteSource] = []
     for edge in run.edges_of(graph_id, node_index).itertuples():
-        source: dict[str, Any] = {"slot": int(edge.src_slot), "name": edge.src_name, "op": edge.src_op,
-                                  "type": edge.src_type, "memory": edge.memory}  # fmt: skip
+        source: NonFiniteSource = {"slot": int(edge.src_slot), "name": edge.src_name, "op": edge.src_op,
+                                   "type": edge.src_type, "memory": edge.memory}  # fmt: skip
         producing = producer.get(int(edge.src_tensor_id))
         if producing is not None and producing in in_graph.index:
             source.update({"node_index": int(producing), **_stats_of(in_graph.loc[producing])})
@@ -58,11 +120,15 @@ def first_non_finite(run: Run) -> dict[str, Any] | None:
     }  # fmt: skip
 
 
-def _stats_of(row: pd.Series) -> dict[str, Any]:
-    return {column: (None if pd.isna(row[column]) else row[column].item()) for column in STAT_COLUMNS}
+def _stats_of(row: pd.Series) -> ValueStats:
+    def value(column: str) -> Any:
+        return None if pd.isna(row[column]) else row[column].item()
+
+    return {"n": value("n"), "nan": value("nan"), "inf": value("inf"), "min": value("min"), "max": value("max"),
+            "mean": value("mean"), "std": value("std"), "mean_abs": value("mean_abs")}  # fmt: skip
 
 
-def _file_stats(run: Run, edge: Any) -> dict[str, Any]:
+def _file_stats(run: Run, edge: Any) -> _FileStats:
     """Statistics of a weight, read from the model file where the run's map says it lies."""
     paths = [str(c.get("model", {}).get("path")) for c in run.manifest.get("contexts", [])]
     path = next((p for p in paths if p and Path(p).exists()), None)

@@ -2,6 +2,11 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..analysis.compare import ClockedComparison
 
 from .base import Command
 from .common import positive_int
@@ -37,8 +42,7 @@ class DiffCommand(Command):
         from ..capture.preload.opening import collect_and_open
 
         a, b = collect_and_open(args.a), collect_and_open(args.b)
-        result = compare(a, b, top=args.top)
-        result["clock"] = clocks(a, b)
+        result: ClockedComparison = {**compare(a, b, top=args.top), "clock": clocks(a, b)}
         if args.json:
             print(json.dumps(result, indent=2, default=str))
             return 0
@@ -54,13 +58,22 @@ class DiffCommand(Command):
             differ.add_row(name, str(values["a"]), str(values["b"]))
         console.print(differ if result["settings_that_differ"] else "settings: the same")
         speed = Table("phase", "A tok/s", "B tok/s", "B/A", title="speed", title_justify="left")
-        for phase, values in result["tokens_per_s"].items():
-            a, b = values.get("a"), values.get("b")
+        for phase, rates in result["tokens_per_s"].items():
+            rate_a, rate_b = rates.get("a"), rates.get("b")
             speed.add_row(
-                phase, f"{a:,.1f}" if a else "—", f"{b:,.1f}" if b else "—", f"{b / a:,.2f}" if a and b else "—"
+                phase,
+                f"{rate_a:,.1f}" if rate_a else "—",
+                f"{rate_b:,.1f}" if rate_b else "—",
+                f"{rate_b / rate_a:,.2f}" if rate_a and rate_b else "—",
             )
         console.print(speed)
-        for key, rows in result["per_graph_time_by"].items():
+        deltas = result["per_graph_time_by"]
+        by: dict[str, Sequence[Mapping[str, Any]]] = {
+            "op": deltas["op"],
+            "layer": deltas["layer"],
+            "name": deltas["name"],
+        }
+        for key, rows in by.items():
             table = Table(
                 "phase",
                 key,

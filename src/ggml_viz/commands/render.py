@@ -331,7 +331,7 @@ def _time_table(title: str, key: str, rows: Sequence[Mapping[str, Any]], waits: 
     return table
 
 
-def render_joined(summary: dict[str, Any]) -> None:
+def render_joined(summary: Mapping[str, Any]) -> None:
     """A joined run's summary (analysis.join.summarize_joined) on standard output."""
     from rich.console import Console
     from rich.table import Table

@@ -2,10 +2,14 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 from .base import Command
 from .common import positive_int
 from .render import render_summary
+
+if TYPE_CHECKING:
+    from ..analysis.devices import JoinedDevicesSummary
 
 
 class SummaryCommand(Command):
@@ -35,10 +39,10 @@ class SummaryCommand(Command):
 
         if is_joined(Path(args.run)):  # a distributed run: its summary across hosts
             with spinner(f"summarizing {args.run}"):
-                joined = open_joined(Path(args.run))[0]["summary"]
+                across = open_joined(Path(args.run))[0]["summary"]
                 head, activity = open_activity(Path(args.run))
-                joined["devices"] = device_summary(head, activity)
-                joined["placement"] = placement_advice(head, activity)
+                joined: JoinedDevicesSummary = {**across, "devices": device_summary(head, activity),
+                                                "placement": placement_advice(head, activity)}  # fmt: skip
             print(json.dumps(joined, indent=2, default=str)) if args.json else render_joined(joined)
             return 0
         with spinner(f"summarizing {args.run}"):

@@ -4,6 +4,7 @@ import argparse
 import dataclasses
 import itertools
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -136,7 +137,7 @@ def _experts_moved(model: Any, override: str) -> tuple[tuple[int, str], ...]:
     return experts_matching(model, pattern, device)
 
 
-def print_predictions(model: Any, rows: list[dict[str, Any]], title: str) -> None:
+def print_predictions(model: Any, rows: Sequence[Mapping[str, Any]], title: str) -> None:
     """One row per placement: flags, where the blocks are, each phase's step and rate, memory."""
     from rich.console import Console
     from rich.table import Table

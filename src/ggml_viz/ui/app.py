@@ -14,7 +14,7 @@ import threading
 import time
 from importlib import resources
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -25,7 +25,6 @@ from .._errors import GgmlVizError
 from ..runformat.schema import MANIFEST_FILE
 from .context import json_safe
 from .payloads import (
-    ComparisonPayload,
     GraphListPayload,
     LiveUpdate,
     MemoryPayload,
@@ -165,7 +164,7 @@ def create_app(registry: RunRegistry, *, host: str, port: int, token: str) -> tu
             left, right = registry.view(a), registry.view(b)
         except KeyError:
             raise _NotFound("no such run") from None
-        return _json(cast(ComparisonPayload, compare(left.run, right.run)))
+        return _json(compare(left.run, right.run))
 
     def overview(request: Request) -> Response:
         return _json(view_of(request).overview)

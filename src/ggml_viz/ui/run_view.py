@@ -18,8 +18,8 @@ from .payloads import (
     EventRow,
     EventsPayload,
     ExpertsPayload,
+    GraphLayout,
     GraphListEntry,
-    GraphPayload,
     NodePayload,
     OccupancyPayload,
     OverviewPayload,
@@ -77,7 +77,7 @@ class RunView(RunContext):
     def graph_list(self) -> list[GraphListEntry]:
         return graph.graph_list(self)
 
-    def graph(self, graph_id: int, layer: int | None) -> GraphPayload:
+    def graph(self, graph_id: int, layer: int | None) -> GraphLayout:
         return graph.graph_layout(self, self.gpu, graph_id, layer)
 
     @cached_property

@@ -5,17 +5,17 @@ predicted steps and memory (prediction.py), the best placements found (advise.py
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
 import pandas as pd
 
 from ..._errors import GgmlVizError
 from ...runformat.reader import Run, open_run
 from ..buffer_device import device_of_buffer
-from ..join import is_joined, open_joined
+from ..join import JoinedSummary, is_joined, open_joined
 from ..roofline import run_limits
 from .activity import COMPUTE, joined_activity, run_activity
-from .advise import advice_finding, advise
+from .advise import Advice, advice_finding, advise
 from .placement import PlacementModel, placement_model, predicting_graphs
 from .prediction import PlacementCheck
 from .steps import TRANSFERS, DevicePhase, device_parts, phase_breakdown, step_windows
@@ -37,6 +37,13 @@ class PlacementAdvice(TypedDict):
     best_decode_tokens_per_s: float | None
     recorded_decode_tokens_per_s: float | None
     finding: str | None
+
+
+class JoinedDevicesSummary(JoinedSummary):
+    """A joined run's summary with its devices' steps and other flags (`ggml-viz summary` of a joined run)."""
+
+    devices: DeviceSummary | None
+    placement: PlacementAdvice | None
 
 
 def open_activity(path: Path, sample: bool = False) -> tuple[Run, pd.DataFrame]:
@@ -102,7 +109,7 @@ NOTHING_TO_PREDICT = ("nothing to predict: the run computed on one device and it
                       "several thread counts (`ggml-viz limits --for RUN` measures them)")  # fmt: skip
 
 
-def run_advice(head: Run, activity: pd.DataFrame | None, top: int) -> tuple[PlacementModel, dict[str, Any]]:
+def run_advice(head: Run, activity: pd.DataFrame | None, top: int) -> tuple[PlacementModel, Advice]:
     """A run's placement model and the `top` placements advise finds for it (no memory bound);
     `activity` None: the run computed on one device, whose steps are read only where other
     thread counts can be predicted. GgmlVizError says why nothing can be predicted."""

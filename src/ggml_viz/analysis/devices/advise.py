@@ -11,15 +11,32 @@ what was given; ranked by the goal's rate (decode unless told).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
 from .placement import Placement, PlacementModel, devices_of
-from .prediction import predict_one, recorded_check
+from .prediction import DeviceMemory, PlacementCheck, PlacementPrediction, predict_one, recorded_check
 
 UBATCHES = (32, 64, 128, 256, 512, 1024, 2048)
 SPLIT_STEPS = 8  # two devices beside the CPU: -ts 1/8 ... 7/8 of the offloaded blocks on the first
+
+
+class Advice(TypedDict):
+    """The fastest placements that fit a memory budget (advise)."""
+
+    goal: str  # "decode" or "prompt": the rate ranked by
+    recorded: PlacementPrediction  # the recorded placement, predicted
+    check: dict[str, PlacementCheck]  # per phase: its prediction against its own steps
+    best: list[PlacementPrediction]  # the fastest first, each with its best threads and ubatch
+    placements: int  # placements predicted
+    not_fitting: int  # of those, the ones whose memory does not fit
+    budget: dict[str, int]  # bytes per device
+
+
+def rate_of(row: PlacementPrediction, goal: str) -> float | None:
+    """A placement's predicted tokens per second for `goal` (decode or prompt)."""
+    return row.get("decode_tokens_per_s") if goal == "decode" else row.get("prompt_tokens_per_s")
 
 
 def candidates(model: PlacementModel) -> list[Placement]:
@@ -44,7 +61,7 @@ def candidates(model: PlacementModel) -> list[Placement]:
 
 
 def advise(model: PlacementModel, budget: dict[str, int], ctx: int | None = None, prompt_tokens: int | None = None,
-           goal: str = "decode", top: int = 5) -> dict[str, Any]:  # fmt: skip
+           goal: str = "decode", top: int = 5) -> Advice:  # fmt: skip
     """The best placements that fit `budget` (bytes per device; a device not named: no limit),
     each with its best threads and ubatch, ranked by `goal`; the recorded placement as predicted
     and as measured, for comparison."""
@@ -54,15 +71,15 @@ def advise(model: PlacementModel, budget: dict[str, int], ctx: int | None = None
     threads = [None, *(t for t in model.thread_counts if t != model.recorded.threads)]
     tokens = prompt_tokens or max(model.prompt_steps, default=0)
     ubatches = [None, *(u for u in UBATCHES if u < min(tokens, model.n_ubatch) or model.n_ubatch < u <= tokens)]
-    rows, refused = [], 0
+    rows: list[PlacementPrediction] = []
+    refused = 0
     for base in candidates(model):
         best = _best_settings(model, base, threads, ubatches, ctx, prompt_tokens, budget)
         if best is None:
             refused += 1
             continue
         rows.append(best)
-    rate = f"{goal}_tokens_per_s"
-    rows.sort(key=lambda row: row.get(rate) or 0.0, reverse=True)
+    rows.sort(key=lambda row: rate_of(row, goal) or 0.0, reverse=True)
     return {
         "goal": goal, "recorded": recorded, "check": recorded_check(model, recorded), "best": rows[:top],
         "placements": len(rows) + refused, "not_fitting": refused, "budget": budget,
@@ -71,7 +88,7 @@ def advise(model: PlacementModel, budget: dict[str, int], ctx: int | None = None
 
 def _best_settings(model: PlacementModel, base: Placement, threads: list[int | None], ubatches: list[int | None],
                    ctx: int | None, prompt_tokens: int | None,
-                   budget: dict[str, int]) -> dict[str, Any] | None:  # fmt: skip
+                   budget: dict[str, int]) -> PlacementPrediction | None:  # fmt: skip
     """A placement with its fastest decode threads, and its fastest prompt threads and ubatch
     among those whose memory fits (None: none fits)."""
     decode = [predict_one(model, replace(base, threads=t), ctx, prompt_tokens) for t in threads]
@@ -90,9 +107,10 @@ def _best_settings(model: PlacementModel, base: Placement, threads: list[int | N
     placement = replace(base, threads=_changed(chosen["threads"], model.recorded.threads),
                         threads_batch=_changed(prompt["threads_batch"], model.recorded.threads_batch),
                         ubatch=_changed(prompt["ubatch"], model.recorded.ubatch))  # fmt: skip
-    result = dict(chosen)
-    result.update({key: prompt[key] for key in ("threads_batch", "ubatch", "prompt_tokens", "prompt_ns",
-                                                "prompt_tokens_per_s", "memory")})  # fmt: skip
+    result = chosen.copy()  # the prompt's settings in their places (chosen has every key: a prompt was measured)
+    result["threads_batch"], result["ubatch"] = prompt["threads_batch"], prompt["ubatch"]
+    result["prompt_tokens"], result["prompt_ns"] = prompt["prompt_tokens"], prompt["prompt_ns"]
+    result["prompt_tokens_per_s"], result["memory"] = prompt["prompt_tokens_per_s"], prompt["memory"]
     result["flags"] = model.flags(placement)
     result["recorded"] = bool(chosen["recorded"] and prompt["recorded"])
     return result
@@ -102,25 +120,25 @@ def _changed(value: int | None, recorded: int | None) -> int | None:
     return None if value == recorded else value
 
 
-def _fits(memory: dict[str, dict[str, int]], budget: dict[str, int]) -> bool:
-    return all(memory.get(device, {}).get("total", 0) <= limit for device, limit in budget.items())
+def _fits(memory: dict[str, DeviceMemory], budget: dict[str, int]) -> bool:
+    return all(memory[device]["total"] <= limit for device, limit in budget.items() if device in memory)
 
 
-def advice_finding(model: PlacementModel, advice: dict[str, Any], least_gain: float = 1.15) -> str | None:
+def advice_finding(model: PlacementModel, advice: Advice, least_gain: float = 1.15) -> str | None:
     """In words, where the best placement found is at least `least_gain` times the recorded one's
     predicted rate for the goal: its flags, the rates, the memory it moves."""
     if not advice["best"]:
         return None
     goal = advice["goal"]
     best, recorded = advice["best"][0], advice["recorded"]
-    rate = f"{goal}_tokens_per_s"
-    if not best.get(rate) or not recorded.get(rate) or best[rate] < least_gain * recorded[rate]:
+    best_rate, recorded_rate = rate_of(best, goal), rate_of(recorded, goal)
+    if not best_rate or not recorded_rate or best_rate < least_gain * recorded_rate:
         return None
     more = [f"{_gib(best['memory'][d]['total'] - recorded['memory'][d]['total'])} more on {d}"
             for d in best["memory"] if best["memory"][d]["total"] > recorded["memory"][d]["total"]]  # fmt: skip
     needs = f"; it needs {', '.join(more)}" if more else ""
-    return (f"Predicted from this run: `{best['flags']}` would take {goal} from {recorded[rate]:,.1f} to "
-            f"{best[rate]:,.1f} tokens/s{needs} (`ggml-viz advise` lists the others).")  # fmt: skip
+    return (f"Predicted from this run: `{best['flags']}` would take {goal} from {recorded_rate:,.1f} to "
+            f"{best_rate:,.1f} tokens/s{needs} (`ggml-viz advise` lists the others).")  # fmt: skip
 
 
 def _gib(n: int) -> str:

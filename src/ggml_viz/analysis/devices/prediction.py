@@ -21,7 +21,7 @@ on the device against the largest of the parts that device held; scaled with the
 from __future__ import annotations
 
 import math
-from typing import Any, TypedDict
+from typing import TypedDict
 
 import numpy as np
 import pandas as pd
@@ -49,6 +49,48 @@ class PlacementCheck(TypedDict):
     steps: float
 
 
+class DeviceMemory(TypedDict):
+    """One device's memory under a placement, in bytes (memory_of)."""
+
+    weights: int
+    kv_cache: int
+    compute: int
+    total: int
+
+
+class _Placed(TypedDict):
+    flags: str  # as llama.cpp spells them (a flag left out: as recorded)
+    ngl: int
+    n_cpu_moe: int
+    split: list[float] | None  # -ts, the offloaded blocks' shares
+    layers_on: dict[str, int]  # blocks per device
+    threads: int | None
+    threads_batch: int | None
+    ubatch: int
+    recorded: bool  # the recorded placement
+    cpu_layers: int
+    other_layers: int
+    output_on: str
+    cpu_expert_layers: int
+    crossings: int
+
+
+class _Rates(TypedDict, total=False):
+    decode_step_ns: float  # where the run measured decode steps
+    decode_tokens_per_s: float | None
+    decode_parts: dict[str, float]  # ns of a decode step: each device's compute, "crossings", "fixed"
+    prompt_tokens: int  # where it measured prompt steps
+    prompt_ns: float
+    prompt_tokens_per_s: float | None
+
+
+class PlacementPrediction(_Placed, _Rates):
+    """One placement predicted (predict_one): where its blocks are, each measured phase's step and
+    rate, and each device's memory."""
+
+    memory: dict[str, DeviceMemory]
+
+
 LEFT_OUT = (
     "a part never measured on a device is estimated from the devices' speed ratio on the parts measured on "
     "each; a step's cost is a line in its tokens (attention's growth with the context is not followed); the "
@@ -70,11 +112,11 @@ def predict(model: PlacementModel, placements: list[Placement], ctx: int | None 
 
 
 def predict_one(model: PlacementModel, placement: Placement, ctx: int | None = None,
-                prompt_tokens: int | None = None) -> dict[str, Any]:  # fmt: skip
+                prompt_tokens: int | None = None) -> PlacementPrediction:  # fmt: skip
     where = devices_of(model, placement)
     crossings = boundaries_of(model, where)
     layers_on = {d: sum(1 for b in range(model.n_layer) if where[(b, DENSE)] == d) for d in model.devices}
-    row: dict[str, Any] = {
+    row: _Placed = {
         "flags": model.flags(placement), "ngl": placement.ngl, "n_cpu_moe": placement.n_cpu_moe,
         "split": list(placement.split) if placement.split else None, "layers_on": layers_on,
         "threads": placement.threads or model.threads.get("decode"),
@@ -85,27 +127,27 @@ def predict_one(model: PlacementModel, placement: Placement, ctx: int | None = N
         "cpu_expert_layers": sum(1 for b in range(model.n_layer) if where[(b, EXPERTS)] == "CPU")
         if model.has_experts else 0, "crossings": crossings,
     }  # fmt: skip
+    rates: _Rates = {}
     if "decode" in model.measured:
         lines = _lines(model, placement.threads, "decode")
         parts = _step_parts(model, lines, where, crossings, 1.0)
         step = sum(parts.values())
-        row["decode_step_ns"] = step
-        row["decode_tokens_per_s"] = 1e9 / step if step > 0 else None
-        row["decode_parts"] = parts
+        rates["decode_step_ns"] = step
+        rates["decode_tokens_per_s"] = 1e9 / step if step > 0 else None
+        rates["decode_parts"] = parts
     if model.prompt_steps:
         lines = _lines(model, placement.threads_batch, "prompt")
         tokens = prompt_tokens or max(model.prompt_steps)
         ubatch = placement.ubatch or model.n_ubatch
         chunks = [ubatch] * (tokens // ubatch) + ([tokens % ubatch] if tokens % ubatch else [])
         total = _steps_ns(model, lines, where, crossings, chunks)
-        row["prompt_tokens"] = tokens
-        row["prompt_ns"] = total
-        row["prompt_tokens_per_s"] = tokens / (total / 1e9) if total > 0 else None
-    row["memory"] = memory_of(model, where, ctx or model.n_ctx, placement.ubatch or model.n_ubatch)
-    return row
+        rates["prompt_tokens"] = tokens
+        rates["prompt_ns"] = total
+        rates["prompt_tokens_per_s"] = tokens / (total / 1e9) if total > 0 else None
+    return {**row, **rates, "memory": memory_of(model, where, ctx or model.n_ctx, placement.ubatch or model.n_ubatch)}
 
 
-def recorded_check(model: PlacementModel, prediction: dict[str, Any]) -> dict[str, PlacementCheck]:
+def recorded_check(model: PlacementModel, prediction: PlacementPrediction) -> dict[str, PlacementCheck]:
     """Per phase, the recorded placement's predicted rate against the rate the run measured in
     the same warm steps (`ratio` 1: every nanosecond of its steps is in a part, a crossing or
     the fixed time, once)."""
@@ -127,12 +169,13 @@ def recorded_check(model: PlacementModel, prediction: dict[str, Any]) -> dict[st
     return result
 
 
-def memory_of(model: PlacementModel, where: dict[tuple[int, str], str], ctx: int, ubatch: int) -> dict[str, dict]:
+def memory_of(model: PlacementModel, where: dict[tuple[int, str], str], ctx: int,
+              ubatch: int) -> dict[str, DeviceMemory]:  # fmt: skip
     """Per device: weights, KV cache and compute buffer, in bytes, and their total."""
     cells = math.ceil(ctx / KV_PAD) * KV_PAD if ctx else 0
     pairs = zip(model.weights["block"], model.weights["group"], strict=True)
     weights = model.weights.assign(device=[where.get((int(b), str(g)), "CPU") for b, g in pairs])
-    result = {}
+    result: dict[str, DeviceMemory] = {}
     for device in model.devices:
         held = int(weights[weights["device"] == device].drop_duplicates("name")["bytes"].sum())
         layers = sum(1 for b in range(model.n_layer) if where[(b, DENSE)] == device)

@@ -43,7 +43,7 @@ from .folder import JOIN_FILE, JOINED_TABLES, is_joined, joined_table, open_join
 from .joined import Joined, join_runs
 from .members import Member
 from .remote_nodes import RemoteNodes
-from .summary import summarize_joined
+from .summary import JoinedSummary, summarize_joined
 
 __all__ = [
     "JOINED_TABLES",
@@ -60,5 +60,6 @@ __all__ = [
     "open_joined",
     "paired_messages",
     "summarize_joined",
+    "JoinedSummary",
     "write_joined",
 ]

@@ -8,7 +8,7 @@ import os
 import shutil
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -18,7 +18,7 @@ from ...runformat.merge import MergeMember, merge_runs
 from ...runformat.reader import Run, open_run
 from .joined import Joined
 from .remote_nodes import REMOTE_NODES_SCHEMA
-from .summary import summarize_joined
+from .summary import JoinedSummary, summarize_joined
 
 JOIN_FILE = "join.json"
 JOIN_FORMAT = "ggml-viz-join"
@@ -26,7 +26,29 @@ JOIN_VERSION = 1
 JOINED_TABLES = ("hosts", "splits", "transfers", "remote_nodes")
 
 
-def write_joined(joined: Joined, output: Path) -> dict[str, Any]:
+class JoinMember(TypedDict):
+    """A member run, as join.json names it."""
+
+    role: str  # "head" or "worker"
+    host: str
+    pid: int | None
+    run_experiment_id: str
+    path: str  # relative to the joined folder
+    status: str
+    clock: dict[str, Any] | None  # a worker's clock offset (join.clocks.ClockOffset's fields); None: the head's
+
+
+class JoinDescription(TypedDict):
+    """join.json: the joined experiment, its member runs and its summary."""
+
+    format: str  # JOIN_FORMAT
+    version: int
+    experiment_id: str
+    members: list[JoinMember]
+    summary: JoinedSummary
+
+
+def write_joined(joined: Joined, output: Path) -> JoinedSummary:
     """The experiment as one run (the members merged, a context per host, every time on the
     head's clock: what the viewer and the exports open), the joined tables as Parquet beside it,
     and join.json naming the member runs (which stay where they are); returns its summary."""
@@ -47,7 +69,7 @@ def write_joined(joined: Joined, output: Path) -> dict[str, Any]:
         table.to_parquet(output / f"{name}.parquet", index=False)
     _write_remote_nodes(joined, output / "remote_nodes.parquet")
     summary = summarize_joined(joined)
-    description = {
+    description: JoinDescription = {
         "format": JOIN_FORMAT,
         "version": JOIN_VERSION,
         "experiment_id": joined.experiment_id,
@@ -96,10 +118,11 @@ def joined_table(path: Path, name: str) -> Path | None:
     return found if is_joined(path) and name in JOINED_TABLES and found.exists() else None
 
 
-def open_joined(path: Path) -> tuple[dict[str, Any], list[Run], dict[str, Path]]:
+def open_joined(path: Path) -> tuple[JoinDescription, list[Run], dict[str, Path]]:
     """A joined folder: its description, its member runs, its tables' files."""
     try:
-        description = json.loads((path / JOIN_FILE).read_text())
+        # as write_joined wrote it: the file's format is checked below, its fields are not
+        description: JoinDescription = json.loads((path / JOIN_FILE).read_text())
     except (OSError, ValueError) as error:
         raise GgmlVizError(f"{path / JOIN_FILE} cannot be read: {error}") from None
     if description.get("format") != JOIN_FORMAT:

@@ -3,14 +3,74 @@ head's waits, the slowest worker) and where one step's time goes."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 import pandas as pd
 
 from .joined import Joined
 
 
-def summarize_joined(joined: Joined) -> dict[str, Any]:
+class JoinedHead(TypedDict):
+    run: str  # the head run's folder name
+    graphs: int
+    time_ns: int  # in llama calls
+
+
+class JoinedHost(TypedDict):
+    host: str
+    role: str  # "head" or "worker"
+    run: str
+    status: str
+    graphs: int
+    compute_ns: int  # a worker: its graphs' time; the head: its time in llama calls less its waits
+    head_wait_ns: int
+    clock_offset_ns: int
+    clock_uncertainty_ns: int
+    clock_consistent: bool
+
+
+class JoinedWire(TypedDict):
+    messages: int
+    bytes: int
+    bytes_during_graphs: int
+    tensor_bytes_during_graphs: int
+    time_ns: int  # what the head waited beyond its workers' compute
+
+
+class RemoteNodeCounts(TypedDict):
+    nodes: int
+    timed: int
+    matched_to_head: int
+
+
+class JoinedStep(TypedDict):
+    """One step of a phase, the median over its graphs."""
+
+    phase: str
+    graphs: int
+    step_ns: int
+    head_own_ns: int
+    worker_compute_ns: dict[str, int]  # by host
+    wire_and_protocol_ns: int
+
+
+class JoinedSummary(TypedDict):
+    """Where the time went across hosts (summarize_joined)."""
+
+    experiment_id: str
+    head: JoinedHead
+    hosts: list[JoinedHost]
+    wire: JoinedWire
+    splits: int
+    remote_compute_ns: int
+    head_wait_ns: int
+    head_idle_share: float | None
+    slowest_worker: str | None
+    remote_nodes: RemoteNodeCounts
+    steps: list[JoinedStep]
+
+
+def summarize_joined(joined: Joined) -> JoinedSummary:
     """Where the time went across hosts: compute per host, the wire, the head's waits, the slowest worker."""
     hosts = joined.tables["hosts"]
     splits = joined.tables["splits"]
@@ -20,7 +80,7 @@ def summarize_joined(joined: Joined) -> dict[str, Any]:
     in_graphs = transfers[transfers["head_graph_id"] >= 0] if not transfers.empty else transfers
     wait = int(splits["head_wait_ns"].clip(lower=0).sum()) if not splits.empty else 0
     compute = int(splits["compute_ns"].sum()) if not splits.empty else 0
-    per_host = []
+    per_host: list[JoinedHost] = []
     for row in hosts.itertuples():
         mine = splits[splits["host"] == row.host] if not splits.empty else splits
         per_host.append(
@@ -60,12 +120,16 @@ def summarize_joined(joined: Joined) -> dict[str, Any]:
         "head_wait_ns": wait,
         "head_idle_share": wait / head_time if head_time else None,
         "slowest_worker": max(workers, key=lambda host: host["compute_ns"])["host"] if workers else None,
-        "remote_nodes": {key: sum(count[key] for count in counts) for key in ("nodes", "timed", "matched_to_head")},
+        "remote_nodes": {
+            "nodes": sum(count["nodes"] for count in counts),
+            "timed": sum(count["timed"] for count in counts),
+            "matched_to_head": sum(count["matched_to_head"] for count in counts),
+        },
         "steps": _steps(head_graphs, splits),
     }
 
 
-def _steps(head_graphs: pd.DataFrame, splits: pd.DataFrame) -> list[dict[str, Any]]:
+def _steps(head_graphs: pd.DataFrame, splits: pd.DataFrame) -> list[JoinedStep]:
     """One step of each phase (prompt, decode, ...), the median over its graphs: the head's time in
     the llama call, its own part (less its waits), each worker's compute, and the rest of the waits
     (the wire and the protocol)."""
@@ -78,7 +142,7 @@ def _steps(head_graphs: pd.DataFrame, splits: pd.DataFrame) -> list[dict[str, An
     computes = mine.pivot_table(index="head_graph_id", columns="host", values="compute_ns", aggfunc="sum")
     step = step.join(waits.rename("wait_ns")).join(computes).fillna(0)
     hosts = list(computes.columns)
-    rows = []
+    rows: list[JoinedStep] = []
     for phase, graphs in step.groupby("phase", sort=False):
         wire = graphs["wait_ns"] - graphs[hosts].sum(axis=1) if hosts else graphs["wait_ns"]
         rows.append({

@@ -18,10 +18,20 @@ every name re-exported here."""
 from __future__ import annotations
 
 from ...analysis.breakdowns import NodeWaits, RequestText, WeightReads
+from ...analysis.compare import (
+    LayerDelta,
+    OpDelta,
+    PhaseSpeeds,
+    RunComparison,
+    SettingPair,
+    TensorDelta,
+    TimeDeltas,
+)
 from ...analysis.devices import DeviceSummary, PlacementAdvice
 from ...analysis.devices.prediction import PlacementCheck
 from ...analysis.devices.steps import DevicePhase, DeviceTime
 from ...analysis.gpu import GpuDecodeStep, GpuKernelRow, GpuSideKernel, GpuTimerCost, GpuTimerSummary
+from ...analysis.graph_view import GraphItem, GraphLayout, GraphLink
 from ...analysis.moe import MoeLayerBalance, MoeSummary
 from ...analysis.roofline import (
     DecodeFloor,
@@ -69,11 +79,8 @@ from .experts import (
     TokenRouting,
 )
 from .graph import (
-    GraphItem,
-    GraphLink,
     GraphListEntry,
     GraphListPayload,
-    GraphPayload,
 )
 from .memory import (
     BufferEntry,
@@ -95,13 +102,9 @@ from .overview import (
     OverviewPayload,
 )
 from .runs import (
-    ComparisonPayload,
     LiveUpdate,
-    PhaseSpeeds,
     RunListEntry,
     RunsPayload,
-    SettingPair,
-    TimeDelta,
 )
 from .stats import (
     LayerActivation,
@@ -135,7 +138,6 @@ __all__ = [
     "BufferEntry",
     "BufferKindRow",
     "BufferTrack",
-    "ComparisonPayload",
     "ComponentTime",
     "ComputationRow",
     "DiskFile",
@@ -163,7 +165,7 @@ __all__ = [
     "GraphLink",
     "GraphListEntry",
     "GraphListPayload",
-    "GraphPayload",
+    "GraphLayout",
     "KernelBars",
     "KernelTime",
     "KvFill",
@@ -203,7 +205,11 @@ __all__ = [
     "StatsPayload",
     "TensorStats",
     "TensorTime",
-    "TimeDelta",
+    "TimeDeltas",
+    "TensorDelta",
+    "OpDelta",
+    "LayerDelta",
+    "RunComparison",
     "TimeSource",
     "TimelineGraphs",
     "TimelineLane",

@@ -1,9 +1,9 @@
-"""The runs view's JSON: the run list (GET /api/runs), a live run's updates and the comparison of two
-runs."""
+"""The runs view's JSON: the run list (GET /api/runs) and a live run's updates (the comparison of two
+runs, GET /api/compare, is analysis.compare's RunComparison)."""
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import TypedDict
 
 
 class RunListEntry(TypedDict):
@@ -30,37 +30,3 @@ class LiveUpdate(TypedDict):
     status: str
     duration_ns: int
     ops: list[str]
-
-
-class SettingPair(TypedDict):
-    a: Any
-    b: Any
-
-
-class PhaseSpeeds(TypedDict, total=False):
-    a: float  # tokens per second; a side without that phase has no entry
-    b: float
-
-
-class _TimeDeltaBase(TypedDict):
-    phase: str
-    a_ns: float  # per graph
-    b_ns: float
-    delta_ns: float
-    ratio: float | None
-
-
-class TimeDelta(_TimeDeltaBase, total=False):
-    op: str  # the key the rows are grouped by: one of these three
-    layer: str
-    name: str
-
-
-class ComparisonPayload(TypedDict):
-    """GET /api/compare?a=&b="""
-
-    a: str  # paths
-    b: str
-    settings_that_differ: dict[str, SettingPair]
-    tokens_per_s: dict[str, PhaseSpeeds]  # by phase
-    per_graph_time_by: dict[str, list[TimeDelta]]  # by "op", "layer", "name": the largest changes

@@ -4,7 +4,7 @@ and times, each source and where its bytes live, its --values stats and its GPU 
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Any, cast
+from typing import TypedDict, cast
 
 import numpy as np
 import pandas as pd
@@ -12,7 +12,7 @@ import pandas as pd
 from ...runformat.schema import NO_ID
 from ..context import RunContext, json_safe, shape_text
 from ..gpu import GpuRun
-from ..payloads import NodePayload, NodeValues
+from ..payloads import NodePayload, NodeSource, NodeValues
 from .experts import node_routing
 
 
@@ -31,34 +31,36 @@ class NodeDetails:
         node = context.run.nodes_of(graph_id)
         node = node[node["node_index"] == node_index].iloc[0]
         timed = bool(node["timed"])
-        details: dict[str, Any] = {
+        sources: list[NodeSource] = []
+        for edge in context.run.edges_of(graph_id, node_index).itertuples():
+            sources.append(
+                {
+                    "slot": int(edge.src_slot), "name": edge.src_name, "op": edge.src_op, "type": edge.src_type,
+                    "shape": shape_text(edge.src_ne0, edge.src_ne1, edge.src_ne2, edge.src_ne3),
+                    "nbytes": int(edge.src_nbytes), "usage": edge.src_usage, "memory": edge.memory,
+                    "buffer": None if pd.isna(edge.src_buffer_name) else edge.src_buffer_name,
+                    "file_offset": None if pd.isna(edge.file_offset) else int(edge.file_offset),
+                    "buffer_offset": None if pd.isna(edge.buffer_offset) else int(edge.buffer_offset),
+                }
+            )  # fmt: skip
+        where: _NodeWhere = {
             "event": int(event), "graph_id": graph_id, "node_index": node_index,
             "start_ns": int(node["start_ns"]) - context.origin_ns if timed else None,
             "end_ns": int(node["end_ns"]) - context.origin_ns if timed else None,
             "tokens": context.graph_text(row),
         }  # fmt: skip
-        tensor = context.tensors.iloc[int(node["tensor_id"])] if len(context.tensors) else None
-        if tensor is not None:
-            details.update(_describe_tensor(tensor, self._buffer_names))
-        details["layer"] = None if pd.isna(node["layer"]) else int(node["layer"])  # from the graph
-        sources = []
-        for row in context.run.edges_of(graph_id, node_index).itertuples():
-            memory = row.memory
-            sources.append(
-                {
-                    "slot": int(row.src_slot), "name": row.src_name, "op": row.src_op, "type": row.src_type,
-                    "shape": shape_text(row.src_ne0, row.src_ne1, row.src_ne2, row.src_ne3),
-                    "nbytes": int(row.src_nbytes), "usage": row.src_usage, "memory": memory,
-                    "buffer": None if pd.isna(row.src_buffer_name) else row.src_buffer_name,
-                    "file_offset": None if pd.isna(row.file_offset) else int(row.file_offset),
-                    "buffer_offset": None if pd.isna(row.buffer_offset) else int(row.buffer_offset),
-                }
-            )  # fmt: skip
-        details["sources"] = sources
-        details["values"] = self._values_of(graph_id, node_index)
-        details["gpu"] = self.gpu.node_time(graph_id, node_index) if self.gpu is not None else None
-        details["routing"] = node_routing(context, graph_id, node_index)
-        return cast(NodePayload, details)
+        layer = None if pd.isna(node["layer"]) else int(node["layer"])  # from the graph
+        values = self._values_of(graph_id, node_index)
+        gpu = self.gpu.node_time(graph_id, node_index) if self.gpu is not None else None
+        routing = node_routing(context, graph_id, node_index)
+        if not len(context.tensors):
+            # Not provable: a run whose tensors table holds no row yet (a live run read before
+            # its first) cannot describe the node's tensor, and its answer lacks those fields.
+            return cast(NodePayload, {**where, "layer": layer, "sources": sources, "values": values, "gpu": gpu,
+                                      "routing": routing})  # fmt: skip
+        tensor = _describe_tensor(context.tensors.iloc[int(node["tensor_id"])], self._buffer_names)
+        return {**where, **tensor, "layer": layer, "sources": sources, "values": values, "gpu": gpu,
+                "routing": routing}  # fmt: skip
 
     @cached_property
     def _values(self) -> pd.DataFrame:
@@ -77,7 +79,31 @@ class NodeDetails:
         return dict(zip(buffers["buffer_id"].tolist(), buffers["name"].tolist(), strict=True))
 
 
-def _describe_tensor(tensor: pd.Series, buffer_names: dict[int, str]) -> dict[str, Any]:
+class _NodeWhere(TypedDict):
+    """The first of a node's details: which event it is, when and for which tokens."""
+
+    event: int
+    graph_id: int
+    node_index: int
+    start_ns: int | None
+    end_ns: int | None
+    tokens: str
+
+
+class _NodeTensor(TypedDict):
+    """A node's tensor, as its details describe it."""
+
+    name: str
+    op: str
+    op_base: str
+    type: str
+    shape: str
+    nbytes: int
+    buffer: str | None
+    buffer_offset: int | None
+
+
+def _describe_tensor(tensor: pd.Series, buffer_names: dict[int, str]) -> _NodeTensor:
     buffer = int(tensor["buffer_id"])
     return {
         "name": tensor["name"], "op": tensor["op"], "op_base": tensor["op_base"], "type": tensor["type"],

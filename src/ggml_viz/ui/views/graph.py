@@ -3,14 +3,12 @@ out (a layer open or every layer collapsed), each node with its time."""
 
 from __future__ import annotations
 
-from typing import cast
-
 import numpy as np
 
 from ...analysis.graph_view import graph_view
 from ..context import RunContext
 from ..gpu import GpuRun
-from ..payloads import GraphListEntry, GraphPayload
+from ..payloads import GraphLayout, GraphListEntry
 
 
 def graph_list(context: RunContext) -> list[GraphListEntry]:
@@ -24,7 +22,7 @@ def graph_list(context: RunContext) -> list[GraphListEntry]:
     ]  # fmt: skip
 
 
-def graph_layout(context: RunContext, gpu: GpuRun | None, graph_id: int, layer: int | None) -> GraphPayload:
+def graph_layout(context: RunContext, gpu: GpuRun | None, graph_id: int, layer: int | None) -> GraphLayout:
     """One graph laid out; KeyError: no such graph."""
     rows = context.graphs[context.graphs["graph_id"] == graph_id]
     if rows.empty:
@@ -41,4 +39,4 @@ def graph_layout(context: RunContext, gpu: GpuRun | None, graph_id: int, layer: 
     duration_by_node.update(zip(nodes_timed.tolist(), (end - start).tolist(), strict=True))
     if not len(events) and gpu is not None:  # a GPU's graph: the host timed none of its nodes
         duration_by_node.update(gpu.graph_node_times(graph_id))
-    return cast(GraphPayload, graph_view(nodes, edges, context.tensors, duration_by_node, layer, graph_id))
+    return graph_view(nodes, edges, context.tensors, duration_by_node, layer, graph_id)

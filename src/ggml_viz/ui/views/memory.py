@@ -3,13 +3,11 @@ the run read it, the runtime buffers and the KV cache's fill, and a graph's comp
 
 from __future__ import annotations
 
-from typing import cast
-
 import numpy as np
 
 from ...analysis.memory import gathered_rows, kv_cache_fill, live_bytes, occupancy, weight_reads_by_name
 from ..context import RunContext
-from ..payloads import BufferTrack, DiskFile, DiskTrack, KvFill, OccupancyPayload, RowsRead
+from ..payloads import BufferTrack, DiskFile, DiskTrack, KvFill, OccupancyPayload
 
 
 def disk_track(context: RunContext) -> DiskTrack:
@@ -47,10 +45,11 @@ def disk_track(context: RunContext) -> DiskTrack:
                     "row_bytes_read": gathered["row_bytes"].astype(np.int64).tolist(),
                 },
                 # each row a lookup read, by its exact file bytes
-                "rows": cast(
-                    RowsRead,
-                    {column: file_rows[column].astype(np.int64).tolist() for column in ("start", "end", "reads")},
-                ),
+                "rows": {
+                    "start": file_rows["start"].astype(np.int64).tolist(),
+                    "end": file_rows["end"].astype(np.int64).tolist(),
+                    "reads": file_rows["reads"].astype(np.int64).tolist(),
+                },
             }
         )
     return {"files": files}

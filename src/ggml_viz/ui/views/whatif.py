@@ -4,11 +4,9 @@ device and the memory each needs."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..._errors import GgmlVizError
 from ...analysis.devices import run_advice, run_devices
-from ...analysis.devices.prediction import LEFT_OUT
+from ...analysis.devices.prediction import LEFT_OUT, PlacementPrediction
 from ..context import RunContext
 from ..payloads import WhatifPayload, WhatifRow
 
@@ -30,13 +28,13 @@ def whatif(context: RunContext) -> WhatifPayload:
             "left_out": LEFT_OUT}  # fmt: skip
 
 
-def _row(row: dict[str, Any]) -> WhatifRow:
-    def rate(key: str) -> float | None:
-        value = row.get(key)
+def _row(row: PlacementPrediction) -> WhatifRow:
+    def rate(value: float | None) -> float | None:
         return float(value) if value else None
 
     return {"flags": row["flags"], "recorded": bool(row["recorded"]),
-            "decode_tokens_per_s": rate("decode_tokens_per_s"), "prompt_tokens_per_s": rate("prompt_tokens_per_s"),
+            "decode_tokens_per_s": rate(row.get("decode_tokens_per_s")),
+            "prompt_tokens_per_s": rate(row.get("prompt_tokens_per_s")),
             "decode_parts": {name: float(ns) for name, ns in (row.get("decode_parts") or {}).items()},
             "memory": {device: {"weights": int(m["weights"]), "kv_cache": int(m["kv_cache"]),
                                 "compute": int(m["compute"]), "total": int(m["total"])}

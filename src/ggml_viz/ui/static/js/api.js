@@ -35,22 +35,41 @@ import { offlineAnswer } from "./offline.js";
  * @property {number} [a]
  * @property {number} [b]
  *
- * @typedef {Object} TimeDelta per graph; keyed by one of op, layer, name
+ * @typedef {Object} OpDelta per graph
  * @property {string} phase
+ * @property {string} op
+ * @property {number} a_ns
+ * @property {number} b_ns
+ * @property {number} delta_ns
+ * @property {?number} ratio null: A spent no time there
+ *
+ * @typedef {Object} LayerDelta per graph
+ * @property {string} phase
+ * @property {string} layer a layer's number, or "none"
  * @property {number} a_ns
  * @property {number} b_ns
  * @property {number} delta_ns
  * @property {?number} ratio
- * @property {string} [op]
- * @property {string} [layer]
- * @property {string} [name]
  *
- * @typedef {Object} ComparisonPayload
+ * @typedef {Object} TensorDelta per graph
+ * @property {string} phase
+ * @property {string} name
+ * @property {number} a_ns
+ * @property {number} b_ns
+ * @property {number} delta_ns
+ * @property {?number} ratio
+ *
+ * @typedef {Object} TimeDeltas the largest changes
+ * @property {OpDelta[]} op
+ * @property {LayerDelta[]} layer
+ * @property {TensorDelta[]} name
+ *
+ * @typedef {Object} RunComparison
  * @property {string} a
  * @property {string} b
  * @property {Object<string, SettingPair>} settings_that_differ
  * @property {Object<string, PhaseSpeeds>} tokens_per_s by phase
- * @property {Object<string, TimeDelta[]>} per_graph_time_by by "op", "layer", "name"
+ * @property {TimeDeltas} per_graph_time_by
  */
 
 // -- overview
@@ -678,7 +697,7 @@ import { offlineAnswer } from "./offline.js";
  * @property {string} label
  * @property {number} count
  *
- * @typedef {Object} GraphPayload
+ * @typedef {Object} GraphLayout
  * @property {number} graph_id
  * @property {?number} layer null: every layer collapsed
  * @property {number[]} layers
@@ -922,7 +941,7 @@ export async function api(path, query = {}) {
 
 /** @returns {Promise<RunsPayload>} */
 export const getRuns = () => api("runs");
-/** @returns {Promise<ComparisonPayload>} */
+/** @returns {Promise<RunComparison>} */
 export const getComparison = (a, b) => api("compare", { a, b });
 /** @returns {Promise<OverviewPayload>} */
 export const getOverview = (runId) => api(`runs/${runId}/overview`);
@@ -938,7 +957,7 @@ export const getSearch = (runId, text) => api(`runs/${runId}/search`, { q: text 
 export const getEvents = (runId, query) => api(`runs/${runId}/events`, query);
 /** @returns {Promise<GraphListPayload>} */
 export const getGraphList = (runId) => api(`runs/${runId}/graphs`);
-/** @returns {Promise<GraphPayload>} layer null: every layer collapsed */
+/** @returns {Promise<GraphLayout>} layer null: every layer collapsed */
 export const getGraph = (runId, graphId, layer) => api(`runs/${runId}/graph/${graphId}`, { layer: layer ?? "" });
 /** @returns {Promise<MemoryPayload>} */
 export const getMemory = (runId) => api(`runs/${runId}/memory`);
