@@ -77,15 +77,8 @@ export LLAMA_CPP_LIB_PATH=$BIN # ggml-viz, and llama-cpp-python, read the very g
 "$BIN/llama-bench" --help > /dev/null 2>&1 || { echo "llama-bench does not run:"; ldd "$BIN/llama-bench" | grep "not found"; exit 1; }
 
 step "ggml-viz's C parts"
-CAPTURE=$REPO/src/ggml_viz/capture
-CFLAGS="-O2 -std=c11 -D_GNU_SOURCE -fPIC -Wall"
-CORE="$CAPTURE/core/recorder.c $CAPTURE/core/got_hook.c $CAPTURE/gpu/cupti_activity.c $CAPTURE/gpu/gpu_tracer.c $CAPTURE/gpu/graph_compute.c"
-PRELOAD=$CAPTURE/preload
-gcc $CFLAGS -fvisibility=hidden -shared $PRELOAD/preload.c $PRELOAD/preload_setup.c $PRELOAD/preload_spool.c $PRELOAD/preload_wire.c $CORE \
-    -o "$PRELOAD/libggml_viz_preload.so" -ldl -lpthread -lm || exit 1
-read -r PY_INCLUDE EXT_SUFFIX < <($PY -c "import sysconfig; print(sysconfig.get_paths()['include'], sysconfig.get_config_var('EXT_SUFFIX'))")
-gcc $CFLAGS -shared -I"$PY_INCLUDE" "$CAPTURE/core/_recorder.c" "$CAPTURE/core/_recorder_gpu.c" \
-    $CORE -o "$CAPTURE/core/_recorder$EXT_SUFFIX" -ldl -lm 2> "$WORK/extension.log" || echo "the Python extension was not built (no Python headers?): $(tail -1 "$WORK/extension.log")"
+sh "$REPO/benchmarks/c_parts.sh" "$REPO" "$PY" "$WORK" || exit 1
+PRELOAD=$REPO/src/ggml_viz/capture/preload
 TALLY=
 CUPTI_LIB=$(find -L "$CUDA_HOME" -name 'libcupti.so*' 2>/dev/null | grep -v stub | sort | head -1)
 if gcc -O2 -shared -fPIC -I"$CUDA_HOME/include" "$REPO/benchmarks/gpu_kernel_tally.c" -o "$WORK/tally.so" \

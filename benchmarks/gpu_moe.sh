@@ -56,15 +56,7 @@ export LD_LIBRARY_PATH=$BIN:$LD_LIBRARY_PATH
 export LLAMA_CPP_LIB_PATH=$BIN
 
 step "ggml-viz's C parts"
-CAPTURE=$REPO/src/ggml_viz/capture
-CFLAGS="-O2 -std=c11 -D_GNU_SOURCE -fPIC -Wall"
-CORE="$CAPTURE/core/recorder.c $CAPTURE/core/got_hook.c $CAPTURE/gpu/cupti_activity.c $CAPTURE/gpu/gpu_tracer.c $CAPTURE/gpu/graph_compute.c"
-PRELOAD=$CAPTURE/preload
-gcc $CFLAGS -fvisibility=hidden -shared $PRELOAD/preload.c $PRELOAD/preload_setup.c $PRELOAD/preload_spool.c \
-    $PRELOAD/preload_wire.c $CORE -o "$PRELOAD/libggml_viz_preload.so" -ldl -lpthread -lm || exit 1
-read -r PY_INCLUDE EXT_SUFFIX < <($PY -c "import sysconfig; print(sysconfig.get_paths()['include'], sysconfig.get_config_var('EXT_SUFFIX'))")
-gcc $CFLAGS -shared -I"$PY_INCLUDE" "$CAPTURE/core/_recorder.c" "$CAPTURE/core/_recorder_gpu.c" $CORE \
-    -o "$CAPTURE/core/_recorder$EXT_SUFFIX" -ldl -lm || echo "the Python extension was not built"
+sh "$REPO/benchmarks/c_parts.sh" "$REPO" "$PY" "$WORK" || exit 1
 
 step "model"
 M=$WORK/moe.gguf
