@@ -228,9 +228,9 @@ lint:
 # up in a minute or two more, and never builds llama.cpp). Each part runs even when one before it
 # failed (make -k), and make check fails if any did:
 # - check-python: `make lint` (ruff, ruff format --check, mypy, the import layers);
-# - check-c: the C include layering (scripts/check_c_includes.py, where it exists), and the C parts
-#   built in place into src/ (setup.py build_ext --inplace) with -Wall -Wextra -Werror: the
-#   extensions, the preload library and, where Vulkan's headers are installed, the Vulkan layer;
+# - check-c: the C parts built in place into src/ (setup.py build_ext --inplace) with -Wall -Wextra
+#   -Werror: the extensions, the preload library and, where Vulkan's headers are installed, the
+#   Vulkan layer; then the C include layering (scripts/check_c_includes.py, where it exists);
 # - check-unit: the unit tests on the checkout's code (PYTHONPATH=src, the C just built), but for
 #   those marked model (they run the model) or llama_cpp (llama-cpp-python, llama.cpp's files: what
 #   `make setup` builds), which `make test` runs; on $(JOBS) workers (pytest-xdist). The browser
@@ -269,9 +269,9 @@ check-python: $(CHECK_INSTALLED)
 	@$(MAKE) --no-print-directory lint
 
 check-c: $(CHECK_INSTALLED)
-	@echo "== Building the C in place with -Wall -Wextra -Werror"
-	@if [ -f scripts/check_c_includes.py ]; then echo "$(PY) scripts/check_c_includes.py"; $(PY) scripts/check_c_includes.py; fi
+	@echo "== Building the C in place with -Wall -Wextra -Werror, then checking its include layering"
 	GGML_VIZ_WERROR=1 $(PY) setup.py --quiet build_ext --inplace
+	@if [ -f scripts/check_c_includes.py ]; then echo "$(PY) scripts/check_c_includes.py"; $(PY) scripts/check_c_includes.py; fi
 
 check-unit: $(CHECK_INSTALLED)
 	@echo "== The unit tests that need neither llama.cpp nor the model"
