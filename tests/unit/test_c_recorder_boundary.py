@@ -38,6 +38,7 @@ def _llama_batch(tokens: list[int], first_position: int, seq_id: int = 0):
     return batch
 
 
+@pytest.mark.llama_cpp
 def test_the_c_decode_bracket_copies_each_batch_and_samples_calls():
     import ctypes
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 import ggml_viz
 from ggml_viz.analysis.summary import summarize
 from ggml_viz.commands import main
 from ggml_viz.commands.validate import validate_run
 
 
+@pytest.mark.llama_cpp
 def test_a_run_without_graphs_reads_summarizes_and_validates(tmp_path, capsys):
     # GIVEN a recording during which no llama context was created
     with ggml_viz.record(tmp_path / "empty.ggmlviz"):

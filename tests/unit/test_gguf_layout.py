@@ -225,6 +225,7 @@ def _valid_template(tmp_path) -> bytes:
     return _TEMPLATE["small"]
 
 
+@pytest.mark.llama_cpp
 def test_llama_cpps_own_vocabulary_files_are_read_as_gguf_reads_them():
     # GIVEN the vocabulary-only files llama.cpp ships (their data offset may lie past their end)
     files = require_vocab_files()
@@ -244,6 +245,7 @@ def test_llama_cpps_own_vocabulary_files_are_read_as_gguf_reads_them():
             assert set(layout.metadata) == {name for name in reader.fields if not name.startswith("GGUF.")}
 
 
+@pytest.mark.llama_cpp
 def test_a_cut_vocabulary_file_is_read_exactly_when_gguf_reads_it():
     # GIVEN one of llama.cpp's vocabulary files cut at many lengths
     original = min(require_vocab_files(), key=lambda path: path.stat().st_size).read_bytes()

@@ -15,6 +15,9 @@ import ggml_viz
 from ggml_viz.analysis.breakdowns import time_by_op
 from ggml_viz.analysis.summary import summarize
 
+# Collecting the spool loads ggml (llama-cpp-python's).
+pytestmark = pytest.mark.llama_cpp
+
 SPOOL = Path(__file__).parents[1] / "data" / "h200-q4_0" / "completion-windows.spool.gz"
 
 

@@ -82,6 +82,7 @@ def test_every_setting_has_an_example_here():
     assert set(NOT_DEFAULT) == {setting.key for setting in CAPTURE_SETTINGS}
 
 
+@pytest.mark.llama_cpp
 @pytest.mark.parametrize("setting", CAPTURE_SETTINGS, ids=IDS)
 def test_every_setting_reaches_the_options_the_environment_the_api_and_the_readme(setting, tmp_path):
     text = NOT_DEFAULT[setting.key]
@@ -172,6 +173,7 @@ def test_the_api_refuses_an_unknown_setting_naming_the_known_ones(tmp_path):
     assert all(setting.key in str(raised.value) for setting in CAPTURE_SETTINGS)
 
 
+@pytest.mark.llama_cpp
 def test_the_api_keeps_its_keyword_arguments(tmp_path):
     # GIVEN every keyword argument ggml_viz.record took before the settings became rows
     recording = ggml_viz.record(

@@ -52,8 +52,9 @@ def test_the_blocker_does_block(tmp_path):
 @pytest.mark.parametrize(
     "args",
     [
-        ("record", "-o", "out.ggmlviz", "-n", "1"),
-        ("bench", "-p", "8", "-n", "1", "-r", "1"),
+        # (without -m, record and bench look for the default model's package first)
+        pytest.param(("record", "-o", "out.ggmlviz", "-n", "1"), marks=pytest.mark.llama_cpp),
+        pytest.param(("bench", "-p", "8", "-n", "1", "-r", "1"), marks=pytest.mark.llama_cpp),
         ("limits", "--again", "--threads", "1", "--types", "F32", "--size-mib", "16", "--repeats", "1", "--no-gpu"),
     ],
     ids=["record", "bench", "limits"],

@@ -138,7 +138,7 @@ static PyObject *Recorder_take(PyRecorder *self, PyObject *arg) {
 }
 
 /* take_decodes() -> DecodesRecord: the calls whose graphs were closed (one still running stays). */
-static PyObject *Recorder_take_decodes(PyRecorder *self, PyObject *unused) {
+static PyObject *Recorder_take_decodes(PyRecorder *self, PyObject *Py_UNUSED(unused)) {
     DecodesTake taken;
     recorder_decodes_view(&self->core, &taken);
     PyObject *record = PyStructSequence_New(&DecodesRecordType);
@@ -237,20 +237,20 @@ static PyObject *Recorder_end_decode(PyRecorder *self, PyObject *arg) {
     return PyLong_FromLong(recorder_end_decode(&self->core, (int32_t)return_code));
 }
 
-static PyObject *Recorder_drop_open(PyRecorder *self, PyObject *unused) {
+static PyObject *Recorder_drop_open(PyRecorder *self, PyObject *Py_UNUSED(unused)) {
     recorder_drop_open(&self->core);
     Py_RETURN_NONE;
 }
 
-static PyObject *Recorder_get_open_nodes(PyRecorder *self, void *closure) {
+static PyObject *Recorder_get_open_nodes(PyRecorder *self, void *Py_UNUSED(closure)) {
     return PyLong_FromSize_t(recorder_open_nodes(&self->core));
 }
 
-static PyObject *Recorder_take_counted(PyRecorder *self, PyObject *unused) {
+static PyObject *Recorder_take_counted(PyRecorder *self, PyObject *Py_UNUSED(unused)) {
     return PyLong_FromUnsignedLongLong(recorder_take_counted(&self->core));
 }
 
-static PyObject *Recorder_discard(PyRecorder *self, PyObject *unused) {
+static PyObject *Recorder_discard(PyRecorder *self, PyObject *Py_UNUSED(unused)) {
     recorder_discard(&self->core);
     Py_RETURN_NONE;
 }
@@ -299,7 +299,7 @@ static PyObject *Recorder_chain_abort(PyRecorder *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-static PyObject *Recorder_get_address(PyRecorder *self, void *closure) {
+static PyObject *Recorder_get_address(PyRecorder *self, void *Py_UNUSED(closure)) {
     return PyLong_FromVoidPtr(&self->core);
 }
 
@@ -427,7 +427,7 @@ static int ids_lookup(DescriptionIds *self, const uint8_t *key, int32_t *next_id
     return (self->ids.count * 2 > self->n_slots) ? ids_rehash(self, self->n_slots * 2) : 0;
 }
 
-static int DescriptionIds_init(DescriptionIds *self, PyObject *args, PyObject *kwargs) {
+static int DescriptionIds_init(DescriptionIds *self, PyObject *args, PyObject *Py_UNUSED(kwargs)) {
     Py_ssize_t struct_size;
     if (!PyArg_ParseTuple(args, "n", &struct_size)) return -1;
     if (struct_size <= 0) {
@@ -512,7 +512,7 @@ done:
     return result;
 }
 
-static PyObject *DescriptionIds_clear(DescriptionIds *self, PyObject *unused) {
+static PyObject *DescriptionIds_clear(DescriptionIds *self, PyObject *Py_UNUSED(unused)) {
     self->keys.count = self->ids.count = self->hashes.count = 0;
     memset(self->slots, 0, self->n_slots * sizeof *self->slots);
     Py_RETURN_NONE;
@@ -543,7 +543,7 @@ static PyTypeObject DescriptionIdsType = {
     .tp_as_sequence = &DescriptionIds_sequence,
 };
 
-static PyObject *module_layer_of(PyObject *module, PyObject *arg) {
+static PyObject *module_layer_of(PyObject *Py_UNUSED(module), PyObject *arg) {
     const char *name = PyUnicode_AsUTF8(arg);
     if (!name) return NULL;
     char padded[NAME_LEN + 1] = {0};
@@ -552,7 +552,7 @@ static PyObject *module_layer_of(PyObject *module, PyObject *arg) {
 }
 
 /* weight_fingerprint(data) -> int: the fingerprint the C recorder gives a weight's bytes */
-static PyObject *module_weight_fingerprint(PyObject *module, PyObject *arg) {
+static PyObject *module_weight_fingerprint(PyObject *Py_UNUSED(module), PyObject *arg) {
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) != 0) return NULL;
     uint64_t fingerprint = weight_fingerprint(view.buf, (uint64_t)view.len);
@@ -562,7 +562,7 @@ static PyObject *module_weight_fingerprint(PyObject *module, PyObject *arg) {
 
 /* layers_of(names) -> int32 bytes: layer_of for each name of NAME_LEN bytes (a ggml_tensor's
    name field, as copied: a C string, perhaps with stale bytes after its end). */
-static PyObject *module_layers_of(PyObject *module, PyObject *arg) {
+static PyObject *module_layers_of(PyObject *Py_UNUSED(module), PyObject *arg) {
     Py_buffer names;
     if (!PyArg_Parse(arg, "y*", &names)) return NULL;
     size_t n = (size_t)names.len / NAME_LEN;
@@ -584,7 +584,7 @@ static PyObject *module_layers_of(PyObject *module, PyObject *arg) {
 /* read_batch(address, (token, pos, n_seq_id, seq_id, logits offsets)) -> (n_tokens,
    lowest position, token_id, pos, seq_id, output), the columns as bytes of int32, int32,
    int32, uint8: a llama_batch, copied (see copy_batch). */
-static PyObject *module_read_batch(PyObject *module, PyObject *args) {
+static PyObject *module_read_batch(PyObject *Py_UNUSED(module), PyObject *args) {
     unsigned long long address;
     Py_ssize_t o[5];
     if (!PyArg_ParseTuple(args, "K(nnnnn)", &address, &o[0], &o[1], &o[2], &o[3], &o[4])) return NULL;
@@ -605,7 +605,7 @@ static PyObject *module_read_batch(PyObject *module, PyObject *args) {
     return Py_BuildValue("(iLNNNN)", (int)n, lowest, columns[0], columns[1], columns[2], columns[3]);
 }
 
-static PyObject *module_hook_barriers(PyObject *module, PyObject *unused) {
+static PyObject *module_hook_barriers(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(unused)) {
     return PyLong_FromLong(recorder_hook_barriers());
 }
 
@@ -623,8 +623,8 @@ static PyMethodDef module_methods[] = {
 extern PyMethodDef gpu_methods[];
 
 static struct PyModuleDef recorder_module = {
-    PyModuleDef_HEAD_INIT, "ggml_viz.capture.core._recorder", "ggml-viz's eval-callback recorder, in C", -1,
-    module_methods,
+    PyModuleDef_HEAD_INIT, .m_name = "ggml_viz.capture.core._recorder",
+    .m_doc = "ggml-viz's eval-callback recorder, in C", .m_size = -1, .m_methods = module_methods,
 };
 
 static int add_type(PyObject *module, const char *name, PyTypeObject *type) {

@@ -104,7 +104,7 @@ static void *is_empty_replacement(void *original, void *context) {
 /* hook_graph_compute(graph_n_nodes, graph_node, buffer_offset, data_offset, sched_synchronize, sched_set_eval_callback)
    -> slots redirected: the loaded libraries' calls of the scheduler's compute (and of its graph
    allocation, of ggml_is_empty, and of a split's compute). */
-static PyObject *hook_graph_compute(PyObject *module, PyObject *args) {
+static PyObject *hook_graph_compute(PyObject *Py_UNUSED(module), PyObject *args) {
     unsigned long long n_nodes, node, synchronize, set_callback;
     Py_ssize_t buffer_offset, data_offset;
     if (!PyArg_ParseTuple(args, "KKnnKK", &n_nodes, &node, &buffer_offset, &data_offset, &synchronize, &set_callback)) {
@@ -127,7 +127,7 @@ static PyObject *hook_graph_compute(PyObject *module, PyObject *args) {
 }
 
 /* configure_gpu(mode, window, period, detach, cupti_paths or None) */
-static PyObject *configure_gpu(PyObject *module, PyObject *args) {
+static PyObject *configure_gpu(PyObject *Py_UNUSED(module), PyObject *args) {
     GpuTraceSettings settings;
     const char *paths = NULL;
     if (!PyArg_ParseTuple(args, "iiip|z", &settings.mode, &settings.window, &settings.period, &settings.finalize,
@@ -141,7 +141,7 @@ static PyObject *configure_gpu(PyObject *module, PyObject *args) {
 
 /* gpu_begin_call(recorder_address, context_id, device): a llama_decode begins on this thread, on a
    device of kind `device` (GPU_DEVICE_*: 0 none timed). */
-static PyObject *gpu_begin_call(PyObject *module, PyObject *args) {
+static PyObject *gpu_begin_call(PyObject *Py_UNUSED(module), PyObject *args) {
     unsigned long long recorder;
     unsigned int context_id;
     int device;
@@ -157,19 +157,19 @@ static void synchronize_current(void *sched) {
 }
 
 /* gpu_end_call() -> whether a closed window waits to be taken (gpu_take). */
-static PyObject *gpu_end_call(PyObject *module, PyObject *unused) {
+static PyObject *gpu_end_call(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(unused)) {
     int timed = current.timed_device;
     void *sched = current.sched;
     current.recorder = NULL;
     return PyBool_FromLong(timed && gpu_call_done(synchronize_current, sched));
 }
 
-static PyObject *gpu_finish_now(PyObject *module, PyObject *unused) {
+static PyObject *gpu_finish_now(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(unused)) {
     return PyBool_FromLong(gpu_finish());
 }
 
 /* gpu_take() -> bytes (as the spool's SPOOL_GPU frame) or None. */
-static PyObject *gpu_take_now(PyObject *module, PyObject *unused) {
+static PyObject *gpu_take_now(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(unused)) {
     Array out;
     array_init(&out, 1);
     int taken = gpu_take_serialized(&out);
@@ -182,7 +182,7 @@ static PyObject *gpu_take_now(PyObject *module, PyObject *unused) {
 
 /* gpu_state() -> (cupti_path, cupti_version, reads_our_clock, problem or None, timer, vulkan_layer_path):
    timer "vulkan" or "cupti" */
-static PyObject *gpu_state(PyObject *module, PyObject *unused) {
+static PyObject *gpu_state(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(unused)) {
     const char *problem = gpu_problem();
     return Py_BuildValue("(sIOzss)", gpu_cupti_path(), gpu_cupti_version(), gpu_own_clock() ? Py_True : Py_False,
                          problem, gpu_device() == GPU_DEVICE_VULKAN ? "vulkan" : "cupti", gpu_vulkan_layer_path());
@@ -191,7 +191,7 @@ static PyObject *gpu_state(PyObject *module, PyObject *unused) {
 /* convert_cupti_records(records, clock_offset_ns) -> (activities, api_calls, name_lengths, names): CUPTI
    activity records laid out as cupti_abi.h says, turned into ggml-viz's as CUPTI's buffers
    are (tests build the records; kernel name pointers must point at NUL-terminated text). */
-static PyObject *convert_cupti_records(PyObject *module, PyObject *args) {
+static PyObject *convert_cupti_records(PyObject *Py_UNUSED(module), PyObject *args) {
     PyObject *records;
     long long offset;
     if (!PyArg_ParseTuple(args, "O!L", &PyList_Type, &records, &offset)) return NULL;
