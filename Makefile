@@ -197,7 +197,7 @@ $(LLAMA_VOCABS): | $(LLAMA_CPP)/libraries.done
 	cp $(LLAMA_CPP)/src/*/vendor/llama.cpp/models/ggml-vocab-*.gguf $@.partial/
 	rm -rf $@ && mv $@.partial $@
 
-test: system-packages setup llama-vulkan lint $(LLAMA_VOCABS)
+test: system-packages setup llama-vulkan lint check-c-format check-js-format $(LLAMA_VOCABS)
 	$(PY) -m pytest --cov --cov-report=term
 
 # The documentation site (docs/, mkdocs.yml) into site/, warnings as errors. Its reference pages
@@ -218,19 +218,20 @@ docs: $(DOCS_INSTALLED)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 lint:
-	@echo "== Checking the code (ruff, mypy, the import layers)"
+	@echo "== Checking the code (ruff, mypy, the import layers, the C's include layers)"
 	$(VENV)/bin/ruff check src tests $(wildcard benchmarks)
 	$(VENV)/bin/ruff format --check src tests $(wildcard benchmarks)
 	$(VENV)/bin/mypy
 	PYTHONPATH=src $(VENV)/bin/lint-imports --no-cache
+	$(PY) scripts/check_c_includes.py
 
 # The edit-test loop: `make check` (a minute and a half on 2 cores once set up; the first run sets
 # up in a minute or two more, and never builds llama.cpp). Each part runs even when one before it
 # failed (make -k), and make check fails if any did:
-# - check-python: `make lint` (ruff, ruff format --check, mypy, the import layers);
+# - check-python: `make lint` (ruff, ruff format --check, mypy, the import layers, the C's include layers);
 # - check-c: the C parts built in place into src/ (setup.py build_ext --inplace) with -Wall -Wextra
 #   -Werror: the extensions, the preload library and, where Vulkan's headers are installed, the
-#   Vulkan layer; then the C include layering (scripts/check_c_includes.py, where it exists);
+#   Vulkan layer (the C's include layers are checked by lint: scripts/check_c_includes.py);
 # - check-unit: the unit tests on the checkout's code (PYTHONPATH=src, the C just built), but for
 #   those marked model (they run the model) or llama_cpp (llama-cpp-python, llama.cpp's files: what
 #   `make setup` builds), which `make test` runs; on $(JOBS) workers (pytest-xdist). The browser
@@ -271,7 +272,6 @@ check-python: $(CHECK_INSTALLED)
 check-c: $(CHECK_INSTALLED)
 	@echo "== Building the C in place with -Wall -Wextra -Werror, then checking its include layering"
 	GGML_VIZ_WERROR=1 $(PY) setup.py --quiet build_ext --inplace
-	@if [ -f scripts/check_c_includes.py ]; then echo "$(PY) scripts/check_c_includes.py"; $(PY) scripts/check_c_includes.py; fi
 
 check-unit: $(CHECK_INSTALLED)
 	@echo "== The unit tests that need neither llama.cpp nor the model"

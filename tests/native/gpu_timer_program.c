@@ -38,7 +38,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "gpu/gpu_tracer.h"
+#include "gpu/gpu_timer.h"
 
 enum { NODES = 6, LOOP_SITE = 0x1000, CHECK_SITE = 0x2000, THREAD = 77 };
 static int tensors[NODES];

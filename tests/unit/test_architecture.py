@@ -115,8 +115,8 @@ def test_every_c_include_goes_down_the_layers():
 @pytest.mark.parametrize(
     ("path", "include", "said"),
     [
-        ("gpu/gpu_tracer.h", "../core/recorder.h", "gpu includes ../core/recorder.h of core"),
-        ("util/arrays.c", "../gpu/gpu_tracer.h", "util includes ../gpu/gpu_tracer.h of gpu"),
+        ("gpu/gpu_timer.h", "../core/recorder.h", "gpu includes ../core/recorder.h of core"),
+        ("util/arrays.c", "../gpu/gpu_timer.h", "util includes ../gpu/gpu_timer.h of gpu"),
         ("core/_recorder.c", "../preload/preload.h", "extension includes ../preload/preload.h of preload"),
         ("core/recorder.c", "nowhere.h", "includes nowhere.h, which is not there"),
     ],

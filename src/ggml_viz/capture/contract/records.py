@@ -124,7 +124,7 @@ WEIGHT_PRINT = Record(
     _fields("u8", "data nbytes fingerprint"),
 )
 
-# ---- what the GPU timer hands over per closed window (gpu/gpu_tracer.c) -----------------------
+# ---- what the GPU timer hands over per closed window (gpu/gpu_timer.c) -----------------------
 
 GPU_COMPUTE = Record("GpuComputeRecord", "A traced compute.", (
     Field("start_ns", "i8", doc="the scheduler's compute call: entered (host)"),

@@ -17,7 +17,7 @@
 
 #include "got_hook.h"
 #include "../gpu/cupti_activity.h"
-#include "../gpu/gpu_tracer.h"
+#include "../gpu/gpu_timer.h"
 #include "graph_compute.h"
 
 /* The llama_decode call running on this thread: its recorder, context, and whether CUDA. */

@@ -3,7 +3,7 @@
 
 #include <string.h>
 
-#include "../gpu/gpu_tracer.h"
+#include "../gpu/gpu_timer.h"
 
 /* Whether a graph's nodes have their memory yet: a buffer, or data in a ggml context's own memory
    (a graph computed without a backend). A program may leave the allocation to the compute call;

@@ -1,7 +1,7 @@
 /*
  * A graph computed on a GPU scheduler, recorded without an eval callback: the graph is read
  * at the scheduler's compute call (recorder_read_graph) and, on CUDA, the compute may be
- * traced by the GPU timer (gpu_tracer.h). The preload library and the Python extension both
+ * traced by the GPU timer (gpu_timer.h). The preload library and the Python extension both
  * put this around the scheduler's compute function.
  */
 #ifndef GGML_VIZ_GRAPH_COMPUTE_H
@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "recorder.h"
-#include "../gpu/gpu_tracer.h"
+#include "../gpu/gpu_timer.h"
 
 typedef int (*sched_compute_fn)(void *sched, void *graph);
 

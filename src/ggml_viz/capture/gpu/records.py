@@ -1,4 +1,4 @@
-"""What the GPU timer's C side hands over for one closed trace window (gpu_tracer.h beside it),
+"""What the GPU timer's C side hands over for one closed trace window (gpu_timer.h beside it),
 as numpy records: the spool's SPOOL_GPU frame, or the Python extension's bytes, read alike.
 """
 

@@ -23,13 +23,13 @@ from ..core.extension import extension
 from ..settings import CaptureSettings
 
 _hooked: int | None = None  # GOT slots redirected to the graph reader (once per process)
-CUDA, VULKAN = 1, 2  # gpu_tracer.h's GPU_DEVICE_*
+CUDA, VULKAN = 1, 2  # gpu_timer.h's GPU_DEVICE_*
 
 
 @dataclass(frozen=True)
 class GpuReading:
     """How a context's graphs are recorded: read at the compute call; timed on CUDA (CUPTI)
-    and Vulkan (the layer): `timed_device` 1 CUDA, 2 Vulkan, 0 none (gpu_tracer.h's GPU_DEVICE_*)."""
+    and Vulkan (the layer): `timed_device` 1 CUDA, 2 Vulkan, 0 none (gpu_timer.h's GPU_DEVICE_*)."""
 
     timed_device: int
 

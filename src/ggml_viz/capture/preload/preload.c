@@ -28,7 +28,7 @@
  *       the legacy ggml files whisper.cpp reads): their byte layout, for the memory view
  *   ggml_is_empty                             ggml-cuda calls it once per node before computing
  *       it, ggml-vulkan before recording it: where a traced compute's kernels come from
- *       (gpu/gpu_tracer.h)
+ *       (gpu/gpu_timer.h)
  *   ggml_backend_graph_compute                a graph computed on a backend without a scheduler
  *       (ggml's RPC server, for each graph the head sends): a call of its own, read at the call
  *   ggml_backend_graph_compute_async          each split of a scheduler's graph read at its compute

@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../gpu/gpu_tracer.h"
+#include "../gpu/gpu_timer.h"
 #include "../core/graph_compute.h"
 #include "../core/recorder.h"
 #include "spool.h"

@@ -13,7 +13,7 @@
  *   SPOOL_TAKE     binary, what one take of a context's recorder gave (see below)
  *   SPOOL_FAILED   text: why recording stopped (inference went on untraced)
  *   SPOOL_END      JSON: the process is exiting; counts; the GPU timer's state
- *   SPOOL_GPU      binary, a closed GPU trace window (gpu/gpu_tracer.h; gpu_serialize writes it):
+ *   SPOOL_GPU      binary, a closed GPU trace window (gpu/gpu_timer.h; gpu_serialize writes it):
  *                  uint64 n_computes, n_node_calls, n_api_calls, n_activities, n_names, name_bytes
  *                  int64 clock_offset_ns, clock_uncertainty_ns
  *                  uint64 first_name_id, dropped, invalid, overhead_ns, reason

@@ -1,8 +1,8 @@
-/* The GPU timer's C side: see gpu_tracer.h. */
+/* The GPU timer's C side: see gpu_timer.h. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "gpu_tracer.h"
+#include "gpu_timer.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -32,7 +32,7 @@ static struct {
     int64_t taken_overhead_ns;
     uint64_t taken_dropped, taken_invalid;
     int taken_reason, waiting;
-} tracer = {.settings = {.mode = GPU_TRACE_OFF}};
+} timer = {.settings = {.mode = GPU_TRACE_OFF}};
 
 /* The traced compute in flight on this thread: its nodes by address, and the calls noted. */
 typedef struct {
@@ -57,49 +57,49 @@ static void after_fork_in_child(void);
 
 void gpu_configure(const GpuTraceSettings *settings) {
     pthread_mutex_lock(&lock);
-    tracer.settings = *settings;
-    snprintf(tracer.cupti_paths, sizeof tracer.cupti_paths, "%s", settings->cupti_paths ? settings->cupti_paths : "");
-    tracer.settings.cupti_paths = tracer.cupti_paths;
-    if (tracer.settings.window < 1) tracer.settings.window = 1;
-    if (tracer.settings.period < 1) tracer.settings.period = 1;
-    if (!tracer.computes.item_size) {
-        array_init(&tracer.computes, sizeof(GpuComputeRecord));
-        array_init(&tracer.node_calls, sizeof(GpuNodeCall));
-        array_init(&tracer.taken_computes, sizeof(GpuComputeRecord));
-        array_init(&tracer.taken_calls, sizeof(GpuNodeCall));
-        array_init(&tracer.taken_activities, sizeof(GpuActivityRecord));
-        array_init(&tracer.taken_api, sizeof(GpuApiRecord));
-        array_init(&tracer.taken_names, 1);
-        array_init(&tracer.taken_name_lengths, sizeof(uint32_t));
-        cupti_records_init(&tracer.cupti);
-        tracer.next_name_id = 1;
+    timer.settings = *settings;
+    snprintf(timer.cupti_paths, sizeof timer.cupti_paths, "%s", settings->cupti_paths ? settings->cupti_paths : "");
+    timer.settings.cupti_paths = timer.cupti_paths;
+    if (timer.settings.window < 1) timer.settings.window = 1;
+    if (timer.settings.period < 1) timer.settings.period = 1;
+    if (!timer.computes.item_size) {
+        array_init(&timer.computes, sizeof(GpuComputeRecord));
+        array_init(&timer.node_calls, sizeof(GpuNodeCall));
+        array_init(&timer.taken_computes, sizeof(GpuComputeRecord));
+        array_init(&timer.taken_calls, sizeof(GpuNodeCall));
+        array_init(&timer.taken_activities, sizeof(GpuActivityRecord));
+        array_init(&timer.taken_api, sizeof(GpuApiRecord));
+        array_init(&timer.taken_names, 1);
+        array_init(&timer.taken_name_lengths, sizeof(uint32_t));
+        cupti_records_init(&timer.cupti);
+        timer.next_name_id = 1;
         pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
     }
     pthread_mutex_unlock(&lock);
 }
 
 int gpu_mode(void) {
-    return tracer.settings.mode;
+    return timer.settings.mode;
 }
 
 const char *gpu_cupti_path(void) {
-    return tracer.cupti.path;
+    return timer.cupti.path;
 }
 
 uint32_t gpu_cupti_version(void) {
-    return tracer.cupti.version;
+    return timer.cupti.version;
 }
 
 int gpu_own_clock(void) {
-    return tracer.cupti.own_clock;
+    return timer.cupti.own_clock;
 }
 
 const char *gpu_problem(void) {
-    return tracer.problem;
+    return timer.problem;
 }
 
 int gpu_device(void) {
-    return tracer.device;
+    return timer.device;
 }
 
 int gpu_device_named(const char *name) {
@@ -115,28 +115,28 @@ const char *gpu_vulkan_layer_path(void) {
 /* ---- the source of the records: CUPTI, or the Vulkan layer -------------------------------- */
 
 static const char *source_attach(void) {
-    if (tracer.device == GPU_DEVICE_VULKAN) {
+    if (timer.device == GPU_DEVICE_VULKAN) {
         const char *problem = vulkan_load();
-        return problem ? problem : vulkan_attach(&tracer.cupti);
+        return problem ? problem : vulkan_attach(&timer.cupti);
     }
-    const char *problem = cupti_load(&tracer.cupti, tracer.cupti_paths);
-    return problem ? problem : cupti_attach(&tracer.cupti);
+    const char *problem = cupti_load(&timer.cupti, timer.cupti_paths);
+    return problem ? problem : cupti_attach(&timer.cupti);
 }
 
 static const char *source_flush(void) {
-    return tracer.device == GPU_DEVICE_VULKAN ? vulkan_flush(&tracer.cupti) : cupti_flush(&tracer.cupti);
+    return timer.device == GPU_DEVICE_VULKAN ? vulkan_flush(&timer.cupti) : cupti_flush(&timer.cupti);
 }
 
 static const char *source_detach(void) {
-    return tracer.device == GPU_DEVICE_VULKAN ? vulkan_detach(&tracer.cupti)
-                                              : cupti_detach(&tracer.cupti, tracer.settings.finalize);
+    return timer.device == GPU_DEVICE_VULKAN ? vulkan_detach(&timer.cupti)
+                                              : cupti_detach(&timer.cupti, timer.settings.finalize);
 }
 
 static void source_stop(void) {
-    if (tracer.device == GPU_DEVICE_VULKAN) {
-        vulkan_stop(&tracer.cupti);
+    if (timer.device == GPU_DEVICE_VULKAN) {
+        vulkan_stop(&timer.cupti);
     } else {
-        cupti_stop(&tracer.cupti);
+        cupti_stop(&timer.cupti);
     }
 }
 
@@ -144,37 +144,37 @@ static void source_stop(void) {
    recording, whatever failed (an attach half done, a detach refused, memory); lock held. */
 static void give_up(const char *problem) {
     static char kept[768];
-    if (tracer.problem) return;
+    if (timer.problem) return;
     snprintf(kept, sizeof kept, "%s", problem);
-    tracer.problem = kept;
+    timer.problem = kept;
     source_stop();
-    tracer.window_open = 0;
-    tracer.computes.count = tracer.node_calls.count = 0; /* the window being gathered: never whole now */
+    timer.window_open = 0;
+    timer.computes.count = timer.node_calls.count = 0; /* the window being gathered: never whole now */
 }
 
 /* fork: the lock and CUPTI's records lock are taken around it, so the child's copies are whole. */
 static void before_fork(void) {
     pthread_mutex_lock(&lock);
-    cupti_lock(&tracer.cupti);
+    cupti_lock(&timer.cupti);
 }
 
 static void after_fork_in_parent(void) {
-    cupti_unlock(&tracer.cupti);
+    cupti_unlock(&timer.cupti);
     pthread_mutex_unlock(&lock);
 }
 
 /* The child runs none of CUPTI's threads and does not own the parent's device or records:
    its timer is off, the records it inherited dropped (the parent hands them over). */
 static void after_fork_in_child(void) {
-    cupti_forget_after_fork(&tracer.cupti);
-    if (!tracer.problem) tracer.problem = "a forked child process: its GPU is not timed";
-    tracer.window_open = tracer.waiting = 0;
-    tracer.computes.count = tracer.node_calls.count = 0;
-    tracer.taken_computes.count = tracer.taken_calls.count = tracer.taken_activities.count = 0;
-    tracer.taken_api.count = tracer.taken_names.count = tracer.taken_name_lengths.count = 0;
+    cupti_forget_after_fork(&timer.cupti);
+    if (!timer.problem) timer.problem = "a forked child process: its GPU is not timed";
+    timer.window_open = timer.waiting = 0;
+    timer.computes.count = timer.node_calls.count = 0;
+    timer.taken_computes.count = timer.taken_calls.count = timer.taken_activities.count = 0;
+    timer.taken_api.count = timer.taken_names.count = timer.taken_name_lengths.count = 0;
     current.active = current.call_open = 0;
     traced_running = 0;
-    cupti_unlock(&tracer.cupti);
+    cupti_unlock(&timer.cupti);
     pthread_mutex_unlock(&lock);
 }
 
@@ -183,24 +183,24 @@ static void after_fork_in_child(void) {
 /* Whether a new structure may open a window, or extend the open one: only while the computes
    traced stay within a tenth of all, plus a window (lock held). */
 static int within_new_structure_cap(void) {
-    return tracer.traced_computes <= tracer.n_computes / 10 + (uint32_t)tracer.settings.window;
+    return timer.traced_computes <= timer.n_computes / 10 + (uint32_t)timer.settings.window;
 }
 
 /* Whether the compute about to begin is traced, opening a window if one is due (lock held). */
 static int traced_now(int new_structure) {
-    GpuTraceSettings *s = &tracer.settings;
-    if (s->mode == GPU_TRACE_OFF || tracer.problem) return 0;
-    if (tracer.window_open) {
-        if (new_structure && s->mode == GPU_TRACE_WINDOWS && tracer.window_left < s->window &&
+    GpuTraceSettings *s = &timer.settings;
+    if (s->mode == GPU_TRACE_OFF || timer.problem) return 0;
+    if (timer.window_open) {
+        if (new_structure && s->mode == GPU_TRACE_WINDOWS && timer.window_left < s->window &&
             within_new_structure_cap()) {
-            tracer.window_left = s->window; /* a structure seen first inside the window: trace its start too */
+            timer.window_left = s->window; /* a structure seen first inside the window: trace its start too */
         }
         return 1;
     }
     int reason = 0;
     if (s->mode == GPU_TRACE_EVERY) {
         reason = WINDOW_EVERY;
-    } else if (tracer.since_window >= (uint32_t)s->period) {
+    } else if (timer.since_window >= (uint32_t)s->period) {
         reason = WINDOW_PERIODIC;
     } else if (new_structure && within_new_structure_cap()) {
         reason = WINDOW_NEW_STRUCTURE;
@@ -208,14 +208,14 @@ static int traced_now(int new_structure) {
     if (!reason) return 0;
     int64_t began = now_ns();
     const char *problem = source_attach();
-    tracer.overhead_ns += now_ns() - began;
+    timer.overhead_ns += now_ns() - began;
     if (problem) {
         give_up(problem);
         return 0;
     }
-    tracer.window_open = 1;
-    tracer.window_reason = reason;
-    tracer.window_left = s->mode == GPU_TRACE_EVERY ? s->period : s->window;
+    timer.window_open = 1;
+    timer.window_reason = reason;
+    timer.window_left = s->mode == GPU_TRACE_EVERY ? s->period : s->window;
     return 1;
 }
 
@@ -258,10 +258,10 @@ static int index_nodes(ThreadCompute *c, void *graph, int n_nodes, void *(*node_
 int gpu_compute_begin(int device, uint32_t context_id, void *graph, int n_nodes, void *(*node_at)(void *, int),
                       int new_structure, int64_t start_ns) {
     pthread_mutex_lock(&lock);
-    if (!tracer.device) tracer.device = device; /* one timer per process: the first GPU's */
-    uint32_t compute = tracer.n_computes++;
-    int traced = device == tracer.device && traced_now(new_structure);
-    GpuComputeRecord *record = traced ? array_push(&tracer.computes) : NULL;
+    if (!timer.device) timer.device = device; /* one timer per process: the first GPU's */
+    uint32_t compute = timer.n_computes++;
+    int traced = device == timer.device && traced_now(new_structure);
+    GpuComputeRecord *record = traced ? array_push(&timer.computes) : NULL;
     if (traced && !record) {
         give_up("out of memory");
         traced = 0;
@@ -270,10 +270,10 @@ int gpu_compute_begin(int device, uint32_t context_id, void *graph, int n_nodes,
         *record = (GpuComputeRecord){start_ns, start_ns, 0, compute, context_id, (uint32_t)pthread_self(),
                                      (uint32_t)n_nodes, new_structure ? COMPUTE_NEW_STRUCTURE : 0, 0};
         current.call_open = 1;
-        tracer.traced_computes++;
-        tracer.window_left--;
+        timer.traced_computes++;
+        timer.window_left--;
     } else {
-        tracer.since_window++;
+        timer.since_window++;
     }
     pthread_mutex_unlock(&lock);
     current.active = traced && index_nodes(&current, graph, n_nodes, node_at) == 0;
@@ -309,18 +309,18 @@ void gpu_compute_end(int64_t end_ns) {
     current.active = 0;
     __atomic_sub_fetch(&traced_running, 1, __ATOMIC_RELAXED);
     pthread_mutex_lock(&lock);
-    for (size_t i = tracer.computes.count; i-- > 0;) {
-        GpuComputeRecord *record = &ARRAY_AT(tracer.computes, GpuComputeRecord, i);
+    for (size_t i = timer.computes.count; i-- > 0;) {
+        GpuComputeRecord *record = &ARRAY_AT(timer.computes, GpuComputeRecord, i);
         if (record->compute == current.compute) {
             record->end_ns = end_ns;
             break;
         }
     }
     size_t n = current.calls.count;
-    if (n && array_reserve(&tracer.node_calls, n) == 0) {
-        memcpy(tracer.node_calls.items + tracer.node_calls.count * sizeof(GpuNodeCall), current.calls.items,
+    if (n && array_reserve(&timer.node_calls, n) == 0) {
+        memcpy(timer.node_calls.items + timer.node_calls.count * sizeof(GpuNodeCall), current.calls.items,
                n * sizeof(GpuNodeCall));
-        tracer.node_calls.count += n;
+        timer.node_calls.count += n;
     }
     pthread_mutex_unlock(&lock);
 }
@@ -336,25 +336,25 @@ static int move_items(Array *to, Array *from) {
 
 /* The window's records join the ones waiting to be taken (lock held). */
 static void hand_over(int reason) {
-    CuptiActivity *a = &tracer.cupti;
+    CuptiActivity *a = &timer.cupti;
     cupti_lock(a);
-    if (!tracer.waiting) {
-        tracer.taken_first_name = tracer.next_name_id;
-        tracer.taken_reason = reason;
+    if (!timer.waiting) {
+        timer.taken_first_name = timer.next_name_id;
+        timer.taken_reason = reason;
     }
-    tracer.next_name_id += (uint32_t)a->name_lengths.count;
-    int failed = move_items(&tracer.taken_computes, &tracer.computes) ||
-                 move_items(&tracer.taken_calls, &tracer.node_calls) ||
-                 move_items(&tracer.taken_activities, &a->activities) || move_items(&tracer.taken_api, &a->api_calls) ||
-                 move_items(&tracer.taken_names, &a->names) || move_items(&tracer.taken_name_lengths, &a->name_lengths);
-    tracer.taken_dropped += a->dropped;
-    tracer.taken_invalid += a->invalid;
+    timer.next_name_id += (uint32_t)a->name_lengths.count;
+    int failed = move_items(&timer.taken_computes, &timer.computes) ||
+                 move_items(&timer.taken_calls, &timer.node_calls) ||
+                 move_items(&timer.taken_activities, &a->activities) || move_items(&timer.taken_api, &a->api_calls) ||
+                 move_items(&timer.taken_names, &a->names) || move_items(&timer.taken_name_lengths, &a->name_lengths);
+    timer.taken_dropped += a->dropped;
+    timer.taken_invalid += a->invalid;
     a->dropped = a->invalid = 0;
     cupti_unlock(a); /* before giving up: CUPTI's last buffers come back under that lock */
     if (failed) give_up("out of memory");
-    tracer.taken_overhead_ns += tracer.overhead_ns;
-    tracer.overhead_ns = 0;
-    tracer.waiting = 1;
+    timer.taken_overhead_ns += timer.overhead_ns;
+    timer.overhead_ns = 0;
+    timer.waiting = 1;
 }
 
 /* Hand the open window's records over: CUPTI flushes them and stays (`stay`: the window goes
@@ -363,28 +363,28 @@ static int hand_over_window(int stay, void (*synchronize)(void *), void *data) {
     int64_t began = now_ns();
     if (synchronize) synchronize(data);
     const char *problem = stay ? source_flush() : source_detach();
-    tracer.overhead_ns += now_ns() - began;
-    hand_over(tracer.window_reason);
-    tracer.window_open = stay && !tracer.problem;
-    if (!stay) tracer.window_left = 0;
-    tracer.since_window = 0;
+    timer.overhead_ns += now_ns() - began;
+    hand_over(timer.window_reason);
+    timer.window_open = stay && !timer.problem;
+    if (!stay) timer.window_left = 0;
+    timer.since_window = 0;
     if (problem) give_up(problem);
     return 1;
 }
 
 /* Whether the open window holds as much as one take may (lock held). */
 static int window_full(void) {
-    cupti_lock(&tracer.cupti);
-    size_t activities = tracer.cupti.activities.count;
-    cupti_unlock(&tracer.cupti);
-    return tracer.computes.count >= WINDOW_MAX_COMPUTES || activities >= WINDOW_MAX_ACTIVITIES;
+    cupti_lock(&timer.cupti);
+    size_t activities = timer.cupti.activities.count;
+    cupti_unlock(&timer.cupti);
+    return timer.computes.count >= WINDOW_MAX_COMPUTES || activities >= WINDOW_MAX_ACTIVITIES;
 }
 
 /* The call on this thread ended: its traced computes learn when (lock held). */
 static void end_call_of_computes(int64_t now) {
     uint32_t thread = (uint32_t)pthread_self();
-    for (size_t i = tracer.computes.count; i-- > 0;) {
-        GpuComputeRecord *record = &ARRAY_AT(tracer.computes, GpuComputeRecord, i);
+    for (size_t i = timer.computes.count; i-- > 0;) {
+        GpuComputeRecord *record = &ARRAY_AT(timer.computes, GpuComputeRecord, i);
         if (record->thread != thread) continue;
         if (record->call_end_ns) break;
         record->call_end_ns = now;
@@ -396,12 +396,12 @@ int gpu_call_done(void (*synchronize)(void *), void *data) {
     int64_t now = now_ns();
     pthread_mutex_lock(&lock);
     if (current.call_open) end_call_of_computes(now);
-    int waiting = tracer.waiting;
-    if (tracer.window_open && tracer.window_left <= 0) {
-        int every = tracer.settings.mode == GPU_TRACE_EVERY; /* every: hand over, go on */
+    int waiting = timer.waiting;
+    if (timer.window_open && timer.window_left <= 0) {
+        int every = timer.settings.mode == GPU_TRACE_EVERY; /* every: hand over, go on */
         waiting = hand_over_window(every, synchronize, data);
-        if (every) tracer.window_left = tracer.settings.period;
-    } else if (tracer.window_open && window_full()) {
+        if (every) timer.window_left = timer.settings.period;
+    } else if (timer.window_open && window_full()) {
         waiting = hand_over_window(1, synchronize, data);
     }
     pthread_mutex_unlock(&lock);
@@ -410,8 +410,8 @@ int gpu_call_done(void (*synchronize)(void *), void *data) {
 
 int gpu_finish(void) {
     pthread_mutex_lock(&lock);
-    int waiting = tracer.waiting;
-    if (tracer.window_open) waiting = hand_over_window(0, NULL, NULL);
+    int waiting = timer.waiting;
+    if (timer.window_open) waiting = hand_over_window(0, NULL, NULL);
     pthread_mutex_unlock(&lock);
     return waiting;
 }
@@ -420,37 +420,37 @@ int gpu_finish(void) {
 
 int gpu_take(GpuTake *out) {
     pthread_mutex_lock(&lock); /* held until gpu_take_done */
-    if (!tracer.waiting) {
+    if (!timer.waiting) {
         pthread_mutex_unlock(&lock);
         return 0;
     }
-    if (tracer.device == GPU_DEVICE_VULKAN) { /* the layer put its times on the recorder's clock */
-        tracer.cupti.own_clock = vulkan_clock(&tracer.cupti.clock_uncertainty_ns);
-        tracer.cupti.clock_offset_ns = 0;
+    if (timer.device == GPU_DEVICE_VULKAN) { /* the layer put its times on the recorder's clock */
+        timer.cupti.own_clock = vulkan_clock(&timer.cupti.clock_uncertainty_ns);
+        timer.cupti.clock_offset_ns = 0;
     }
     *out = (GpuTake){
-        .computes = (const GpuComputeRecord *)tracer.taken_computes.items, .n_computes = tracer.taken_computes.count,
-        .node_calls = (const GpuNodeCall *)tracer.taken_calls.items, .n_node_calls = tracer.taken_calls.count,
-        .api_calls = (const GpuApiRecord *)tracer.taken_api.items, .n_api_calls = tracer.taken_api.count,
-        .activities = (const GpuActivityRecord *)tracer.taken_activities.items,
-        .n_activities = tracer.taken_activities.count,
-        .name_lengths = (const uint32_t *)tracer.taken_name_lengths.items, .n_names = tracer.taken_name_lengths.count,
-        .names = (const char *)tracer.taken_names.items, .name_bytes = tracer.taken_names.count,
-        .first_name_id = tracer.taken_first_name,
-        .clock_offset_ns = tracer.cupti.own_clock ? 0 : tracer.cupti.clock_offset_ns,
-        .clock_uncertainty_ns = tracer.cupti.own_clock ? 0 : tracer.cupti.clock_uncertainty_ns,
-        .dropped = tracer.taken_dropped, .invalid = tracer.taken_invalid,
-        .overhead_ns = tracer.taken_overhead_ns, .reason = tracer.taken_reason,
+        .computes = (const GpuComputeRecord *)timer.taken_computes.items, .n_computes = timer.taken_computes.count,
+        .node_calls = (const GpuNodeCall *)timer.taken_calls.items, .n_node_calls = timer.taken_calls.count,
+        .api_calls = (const GpuApiRecord *)timer.taken_api.items, .n_api_calls = timer.taken_api.count,
+        .activities = (const GpuActivityRecord *)timer.taken_activities.items,
+        .n_activities = timer.taken_activities.count,
+        .name_lengths = (const uint32_t *)timer.taken_name_lengths.items, .n_names = timer.taken_name_lengths.count,
+        .names = (const char *)timer.taken_names.items, .name_bytes = timer.taken_names.count,
+        .first_name_id = timer.taken_first_name,
+        .clock_offset_ns = timer.cupti.own_clock ? 0 : timer.cupti.clock_offset_ns,
+        .clock_uncertainty_ns = timer.cupti.own_clock ? 0 : timer.cupti.clock_uncertainty_ns,
+        .dropped = timer.taken_dropped, .invalid = timer.taken_invalid,
+        .overhead_ns = timer.taken_overhead_ns, .reason = timer.taken_reason,
     };
     return 1;
 }
 
 void gpu_take_done(void) {
-    tracer.taken_computes.count = tracer.taken_calls.count = tracer.taken_activities.count = 0;
-    tracer.taken_api.count = tracer.taken_names.count = tracer.taken_name_lengths.count = 0;
-    tracer.taken_dropped = tracer.taken_invalid = 0;
-    tracer.taken_overhead_ns = 0;
-    tracer.waiting = 0;
+    timer.taken_computes.count = timer.taken_calls.count = timer.taken_activities.count = 0;
+    timer.taken_api.count = timer.taken_names.count = timer.taken_name_lengths.count = 0;
+    timer.taken_dropped = timer.taken_invalid = 0;
+    timer.taken_overhead_ns = 0;
+    timer.waiting = 0;
     pthread_mutex_unlock(&lock);
 }
 

@@ -28,8 +28,8 @@
  * Any failure switches the timer off for good, CUPTI's records with it. A forked child's
  * timer is off, and the parent's records it inherited are dropped.
  */
-#ifndef GGML_VIZ_GPU_TRACER_H
-#define GGML_VIZ_GPU_TRACER_H
+#ifndef GGML_VIZ_GPU_TIMER_H
+#define GGML_VIZ_GPU_TIMER_H
 
 #include <stddef.h>
 #include <stdint.h>
