@@ -66,12 +66,10 @@ static uint64_t sum_share(const unsigned char *start, size_t size) {
 static void *read_share(void *argument) {
     Share *share = argument;
     pthread_mutex_lock(&share->go->lock);
-    while (share->go->state == 0)
-        pthread_cond_wait(&share->go->changed, &share->go->lock);
+    while (share->go->state == 0) pthread_cond_wait(&share->go->changed, &share->go->lock);
     int state = share->go->state;
     pthread_mutex_unlock(&share->go->lock);
-    if (state > 0)
-        share->sum = sum_share(share->start, share->size);
+    if (state > 0) share->sum = sum_share(share->start, share->size);
     return NULL;
 }
 
@@ -89,31 +87,27 @@ static int64_t now_ns(void) {
 }
 
 /* One pass; -1 where a thread could not start (nothing was measured). */
-static int64_t timed_pass(const unsigned char *address, size_t size, int threads, Share *shares,
-                          pthread_t *started, uint64_t *sum) {
+static int64_t timed_pass(const unsigned char *address, size_t size, int threads, Share *shares, pthread_t *started,
+                          uint64_t *sum) {
     Start go = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
     size_t per = (size / (size_t)threads) & ~(size_t)63; /* cache-line aligned shares */
     for (int t = 0; t < threads; t++) {
         shares[t] = (Share){address + (size_t)t * per, t == threads - 1 ? size - (size_t)t * per : per, &go, 0};
     }
     int running = 1;
-    while (running < threads && pthread_create(&started[running], NULL, read_share, &shares[running]) == 0)
-        running++;
+    while (running < threads && pthread_create(&started[running], NULL, read_share, &shares[running]) == 0) running++;
     int64_t elapsed = -1;
     if (running == threads) {
         int64_t begin = now_ns();
         set_start(&go, 1);
         shares[0].sum = sum_share(shares[0].start, shares[0].size);
-        for (int t = 1; t < threads; t++)
-            pthread_join(started[t], NULL);
+        for (int t = 1; t < threads; t++) pthread_join(started[t], NULL);
         elapsed = now_ns() - begin;
     } else {
         set_start(&go, -1);
-        for (int t = 1; t < running; t++)
-            pthread_join(started[t], NULL);
+        for (int t = 1; t < running; t++) pthread_join(started[t], NULL);
     }
-    for (int t = 0; t < threads; t++)
-        *sum += shares[t].sum;
+    for (int t = 0; t < threads; t++) *sum += shares[t].sum;
     return elapsed;
 }
 
@@ -122,8 +116,7 @@ static PyObject *read_pass(PyObject *self, PyObject *args) {
     Py_ssize_t size;
     int threads;
     (void)self;
-    if (!PyArg_ParseTuple(args, "Kni", &address, &size, &threads))
-        return NULL;
+    if (!PyArg_ParseTuple(args, "Kni", &address, &size, &threads)) return NULL;
     if (threads < 1 || threads > MAX_THREADS || size < 64 * (Py_ssize_t)threads || size % 8 || address == 0) {
         PyErr_Format(PyExc_ValueError, "read_pass: 1 to %d threads over whole 64-bit words, 64 bytes each at least",
                      MAX_THREADS);
@@ -138,10 +131,9 @@ static PyObject *read_pass(PyObject *self, PyObject *args) {
     }
     uint64_t sum = 0;
     int64_t elapsed;
-    Py_BEGIN_ALLOW_THREADS
-    elapsed = timed_pass((const unsigned char *)(uintptr_t)address, (size_t)size, threads, shares, started, &sum);
-    Py_END_ALLOW_THREADS
-    PyMem_Free(shares);
+    Py_BEGIN_ALLOW_THREADS elapsed = timed_pass((const unsigned char *)(uintptr_t)address, (size_t)size, threads,
+                                                shares, started, &sum);
+    Py_END_ALLOW_THREADS PyMem_Free(shares);
     PyMem_Free(started);
     if (elapsed < 0) {
         PyErr_SetString(PyExc_OSError, "read_pass: a reading thread could not be started");
@@ -158,4 +150,6 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_memory_read", NULL, -1, methods, NULL, NULL, NULL, NULL};
 
-PyMODINIT_FUNC PyInit__memory_read(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__memory_read(void) {
+    return PyModule_Create(&module);
+}

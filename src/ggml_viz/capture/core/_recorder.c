@@ -20,8 +20,7 @@
 #include "recorder.h"
 
 typedef struct {
-    PyObject_HEAD
-    Recorder core;
+    PyObject_HEAD Recorder core;
     int ready; /* core initialized: dealloc frees it */
 } PyRecorder;
 
@@ -35,9 +34,8 @@ static PyStructSequence_Field repeat_record_fields[] = {REPEAT_RECORD_FIELDS, {N
 static PyStructSequence_Desc repeat_record_desc = {"ggml_viz.capture.core._recorder.RepeatRecord", REPEAT_RECORD_DOC,
                                                    repeat_record_fields, REPEAT_RECORD_FIELD_COUNT};
 static PyStructSequence_Field decodes_record_fields[] = {DECODES_RECORD_FIELDS, {NULL, NULL}};
-static PyStructSequence_Desc decodes_record_desc = {"ggml_viz.capture.core._recorder.DecodesRecord",
-                                                    DECODES_RECORD_DOC, decodes_record_fields,
-                                                    DECODES_RECORD_FIELD_COUNT};
+static PyStructSequence_Desc decodes_record_desc = {"ggml_viz.capture.core._recorder.DecodesRecord", DECODES_RECORD_DOC,
+                                                    decodes_record_fields, DECODES_RECORD_FIELD_COUNT};
 
 static PyObject *bytes_of(Bytes b) {
     return PyBytes_FromStringAndSize((const char *)b.data, (Py_ssize_t)b.size);
@@ -66,10 +64,14 @@ static int Recorder_init(PyRecorder *self, PyObject *args, PyObject *kwargs) {
         return -1;
     }
     GgmlFunctions ggml = {
-        .buffer_name = (name_fn)(uintptr_t)f[0], .buffer_usage = (usage_fn)(uintptr_t)f[1],
-        .buffer_size = (size_fn)(uintptr_t)f[2], .buffer_base = (ptr_fn)(uintptr_t)f[3],
-        .buffer_type = (ptr_fn)(uintptr_t)f[4], .buft_name = (name_fn)(uintptr_t)f[5],
-        .op_desc = (name_fn)(uintptr_t)f[6], .op_name = (op_name_fn)(uintptr_t)f[7],
+        .buffer_name = (name_fn)(uintptr_t)f[0],
+        .buffer_usage = (usage_fn)(uintptr_t)f[1],
+        .buffer_size = (size_fn)(uintptr_t)f[2],
+        .buffer_base = (ptr_fn)(uintptr_t)f[3],
+        .buffer_type = (ptr_fn)(uintptr_t)f[4],
+        .buft_name = (name_fn)(uintptr_t)f[5],
+        .op_desc = (name_fn)(uintptr_t)f[6],
+        .op_name = (op_name_fn)(uintptr_t)f[7],
     };
     if (self->ready) recorder_free(&self->core);
     self->ready = 0;
@@ -187,7 +189,7 @@ static PyObject *Recorder_set_filters(PyRecorder *self, PyObject *args) {
         ranges[i][0] = low;
         ranges[i][1] = high;
     }
-    const char *problem = recorder_set_filters(&self->core, op_items, n_ops, (const int64_t(*)[2])ranges, n_ranges,
+    const char *problem = recorder_set_filters(&self->core, op_items, n_ops, (const int64_t (*)[2])ranges, n_ranges,
                                                select_no_layer, name_items, n_names);
     if (problem) {
         PyErr_SetString(PyExc_ValueError, problem);
@@ -368,8 +370,7 @@ static PyTypeObject RecorderType = {
    given an id the first time it comes. A process's first graphs bring thousands of new
    descriptions, in the traced program's time; a dict of 340-byte keys cost milliseconds. */
 typedef struct {
-    PyObject_HEAD
-    size_t struct_size; /* bytes of a description; the view source's id (int32) follows */
+    PyObject_HEAD size_t struct_size; /* bytes of a description; the view source's id (int32) follows */
     Array keys;         /* struct_size + 4 bytes per description */
     Array ids, hashes;  /* int32 and uint64 per description */
     uint32_t *slots;    /* open addressing: description index + 1; 0 is empty */
@@ -592,9 +593,9 @@ static PyObject *module_read_batch(PyObject *Py_UNUSED(module), PyObject *args) 
     for (int i = 0; i < 5; i++) offsets[i] = (size_t)o[i];
     const uint8_t *batch = (const uint8_t *)(uintptr_t)address;
     int32_t n = batch_size(batch);
-    PyObject *columns[4] = {
-        PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n * 4), PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n * 4),
-        PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n * 4), PyBytes_FromStringAndSize(NULL, n)};
+    PyObject *columns[4] = {PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n * 4),
+                            PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n * 4),
+                            PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n * 4), PyBytes_FromStringAndSize(NULL, n)};
     if (!columns[0] || !columns[1] || !columns[2] || !columns[3]) {
         for (int i = 0; i < 4; i++) Py_XDECREF(columns[i]);
         return NULL;
@@ -623,8 +624,11 @@ static PyMethodDef module_methods[] = {
 extern PyMethodDef gpu_methods[];
 
 static struct PyModuleDef recorder_module = {
-    PyModuleDef_HEAD_INIT, .m_name = "ggml_viz.capture.core._recorder",
-    .m_doc = "ggml-viz's eval-callback recorder, in C", .m_size = -1, .m_methods = module_methods,
+    PyModuleDef_HEAD_INIT,
+    .m_name = "ggml_viz.capture.core._recorder",
+    .m_doc = "ggml-viz's eval-callback recorder, in C",
+    .m_size = -1,
+    .m_methods = module_methods,
 };
 
 static int add_type(PyObject *module, const char *name, PyTypeObject *type) {
@@ -645,8 +649,10 @@ PyMODINIT_FUNC PyInit__recorder(void) {
     }
     PyObject *module = PyModule_Create(&recorder_module);
     if (!module) return NULL;
-    if (add_type(module, "Recorder", &RecorderType) < 0 || add_type(module, "DescriptionIds", &DescriptionIdsType) < 0 ||
-        add_type(module, "GraphRecord", &GraphRecordType) < 0 || add_type(module, "RepeatRecord", &RepeatRecordType) < 0 ||
+    if (add_type(module, "Recorder", &RecorderType) < 0 ||
+        add_type(module, "DescriptionIds", &DescriptionIdsType) < 0 ||
+        add_type(module, "GraphRecord", &GraphRecordType) < 0 ||
+        add_type(module, "RepeatRecord", &RepeatRecordType) < 0 ||
         add_type(module, "DecodesRecord", &DecodesRecordType) < 0 ||
         PyModule_AddObject(module, "CALLBACK_ADDRESS", PyLong_FromVoidPtr((void *)recorder_eval_callback)) < 0 ||
         PyModule_AddObject(module, "ABORT_CALLBACK_ADDRESS", PyLong_FromVoidPtr((void *)recorder_abort_callback)) < 0 ||

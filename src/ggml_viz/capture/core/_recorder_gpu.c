@@ -81,9 +81,8 @@ static void *split_compute_replacement(void *original, void *context) {
     (void)context;
     if (!split_compute_original) {
         Dl_info where;
-        void *library = dladdr(original, &where) && where.dli_fname
-                            ? dlopen(where.dli_fname, RTLD_LAZY | RTLD_NOLOAD)
-                            : NULL;
+        void *library = dladdr(original, &where) && where.dli_fname ? dlopen(where.dli_fname, RTLD_LAZY | RTLD_NOLOAD)
+                                                                    : NULL;
         if (library) {
             *(void **)&backend_device = dlsym(library, "ggml_backend_get_device");
             *(void **)&device_type = dlsym(library, "ggml_backend_dev_type");
@@ -174,8 +173,8 @@ static PyObject *gpu_take_now(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(u
     array_init(&out, 1);
     int taken = gpu_take_serialized(&out);
     PyObject *result = taken < 0 ? PyErr_NoMemory()
-                       : taken ? PyBytes_FromStringAndSize((const char *)out.items, (Py_ssize_t)out.count)
-                               : Py_NewRef(Py_None);
+                       : taken   ? PyBytes_FromStringAndSize((const char *)out.items, (Py_ssize_t)out.count)
+                                 : Py_NewRef(Py_None);
     array_free(&out);
     return result;
 }
@@ -212,11 +211,11 @@ static PyObject *convert_cupti_records(PyObject *Py_UNUSED(module), PyObject *ar
             return PyErr_NoMemory();
         }
     }
-    PyObject *result = Py_BuildValue(
-        "(y#y#y#y#K)", a.activities.items, (Py_ssize_t)(a.activities.count * a.activities.item_size),
-        a.api_calls.items, (Py_ssize_t)(a.api_calls.count * a.api_calls.item_size), a.name_lengths.items,
-        (Py_ssize_t)(a.name_lengths.count * a.name_lengths.item_size), a.names.items, (Py_ssize_t)a.names.count,
-        (unsigned long long)a.invalid);
+    PyObject *result = Py_BuildValue("(y#y#y#y#K)", a.activities.items,
+                                     (Py_ssize_t)(a.activities.count * a.activities.item_size), a.api_calls.items,
+                                     (Py_ssize_t)(a.api_calls.count * a.api_calls.item_size), a.name_lengths.items,
+                                     (Py_ssize_t)(a.name_lengths.count * a.name_lengths.item_size), a.names.items,
+                                     (Py_ssize_t)a.names.count, (unsigned long long)a.invalid);
     cupti_records_free(&a);
     return result;
 }
@@ -231,9 +230,9 @@ PyMethodDef gpu_methods[] = {
     {"gpu_end_call", gpu_end_call, METH_NOARGS, "the call ended: whether a GPU window waits to be taken"},
     {"gpu_finish", gpu_finish_now, METH_NOARGS, "the recording ends: close the open window (whether one waits)"},
     {"gpu_take", gpu_take_now, METH_NOARGS, "a closed GPU window's records, as bytes, or None"},
-    {"gpu_state", gpu_state, METH_NOARGS, "(cupti_path, cupti_version, reads_our_clock, problem, timer, vulkan_layer_path)"},
+    {"gpu_state", gpu_state, METH_NOARGS,
+     "(cupti_path, cupti_version, reads_our_clock, problem, timer, vulkan_layer_path)"},
     {"convert_cupti_records", convert_cupti_records, METH_VARARGS,
      "convert_cupti_records(records, clock_offset_ns): CUPTI records as ggml-viz's (tests)"},
     {NULL, NULL, 0, NULL},
 };
-

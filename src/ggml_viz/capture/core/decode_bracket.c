@@ -20,8 +20,8 @@ int32_t batch_size(const uint8_t *batch) {
    pointers): token ids, positions, each token's first sequence id, whether llama.cpp
    computes its logits. What a pointer the batch leaves NULL gives is -1 (outputs: the last
    token only, as llama.cpp does). Returns the lowest position (-1: no token). */
-long long copy_batch(const uint8_t *batch, const size_t *offsets, int32_t n, int32_t *token_out,
-                            int32_t *pos_out, int32_t *seq_out, uint8_t *output_out) {
+long long copy_batch(const uint8_t *batch, const size_t *offsets, int32_t n, int32_t *token_out, int32_t *pos_out,
+                     int32_t *seq_out, uint8_t *output_out) {
     const int32_t *token, *pos, *n_seq;
     const int32_t *const *seq;
     const int8_t *logits;
@@ -75,7 +75,8 @@ enum { OPEN_FAILED = INT32_MIN };
 
 /* Open a record for the call and copy its batch; returns its lowest position, or OPEN_FAILED out of memory. */
 static long long open_decode(Recorder *r, const uint8_t *batch, int32_t n, long long index, int64_t now) {
-    if ((r->decode_open || r->node_flags.count > r->graph_first_node) && close_decode(r, 0, now) != 0) return OPEN_FAILED;
+    if ((r->decode_open || r->node_flags.count > r->graph_first_node) && close_decode(r, 0, now) != 0)
+        return OPEN_FAILED;
     for (int c = 0; c < BATCH_COLUMNS; c++) {
         if (array_reserve(&r->batch[c], (size_t)n) != 0) return OPEN_FAILED;
     }
@@ -92,8 +93,12 @@ static long long open_decode(Recorder *r, const uint8_t *batch, int32_t n, long 
                             &ARRAY_AT(r->batch[BATCH_OUTPUTS], uint8_t, first));
     }
     for (int c = 0; c < BATCH_COLUMNS; c++) r->batch[c].count += (size_t)n;
-    *record = (DecodeRecord){.index = index, .start_ns = now, .end_ns = now, .n_tokens = n,
-                             .lowest_position = (int32_t)lowest, .first_token = first};
+    *record = (DecodeRecord){.index = index,
+                             .start_ns = now,
+                             .end_ns = now,
+                             .n_tokens = n,
+                             .lowest_position = (int32_t)lowest,
+                             .first_token = first};
     r->decode_open = 1;
     return lowest;
 }

@@ -77,7 +77,7 @@ static int hook_object(struct dl_phdr_info *info, size_t size, void *data) {
     if (!dynamic) return 0;
     const ElfW(Sym) *symbols = NULL;
     const char *strings = NULL;
-    const ElfW(Rela) *tables[2] = {NULL, NULL};
+    const ElfW(Rela) * tables[2] = {NULL, NULL};
     size_t table_bytes[2] = {0, 0};
     for (const ElfW(Dyn) *d = dynamic; d->d_tag != DT_NULL; d++) {
         switch (d->d_tag) {

@@ -24,11 +24,14 @@ int compute_reading_graph(Recorder *r, uint32_t context_id, int timed_device, co
     int read_first = allocated(access, graph, n);
     /* a graph the program computes again without rebuilding it (llama.cpp reuses its decode
        graphs): the previous one, not read again */
-    int repeats = graph == r->read_graph && !r->graph_allocated ? recorder_repeat_graph(r, graph, n, access->node, start) : 0;
+    int repeats = graph == r->read_graph && !r->graph_allocated
+                      ? recorder_repeat_graph(r, graph, n, access->node, start)
+                      : 0;
     r->read_graph = graph;
     r->graph_allocated = 0;
     if (repeats == 0) repeats = read_first ? recorder_read_graph(r, graph, n, access->node, start) : 1;
-    int traced = timed_device && gpu_compute_begin(timed_device, context_id, graph, n, access->node, repeats == 0, start);
+    int traced = timed_device &&
+                 gpu_compute_begin(timed_device, context_id, graph, n, access->node, repeats == 0, start);
     /* in a window, the routing too: the graph was read (its nodes known), so the callback only
        answers each MoE layer's first MUL_MAT_ID and reads its ids where they are */
     int routing = (traced || r->routing_every_compute) && read_first && r->routing && access->set_eval_callback &&

@@ -33,7 +33,8 @@ int note_input_ids(Recorder *r, const uint8_t *node) {
     const void *buffer = (const void *)(uintptr_t)field_u64(ids, r->layout.buffer_offset);
     const int32_t *values = (const int32_t *)(uintptr_t)field_u64(ids, r->layout.data_offset);
     if (type != TYPE_I32 || ne[0] <= 0 || ne[0] > MAX_INPUT_IDS || ne[1] != 1 || ne[2] != 1 || ne[3] != 1 ||
-        field_u64(ids, r->layout.nb_offset) != sizeof(int32_t) || !values || !buffer || !r->print_buffer_is_host(buffer)) {
+        field_u64(ids, r->layout.nb_offset) != sizeof(int32_t) || !values || !buffer ||
+        !r->print_buffer_is_host(buffer)) {
         return 0;
     }
     DecodeRecord *call = &ARRAY_AT(r->decodes, DecodeRecord, r->decodes.count - 1);

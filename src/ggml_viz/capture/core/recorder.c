@@ -155,7 +155,8 @@ static int on_ask(Recorder *r, uint64_t address) {
     bool asked = !r->reading_at_compute; /* else the graph is read whole, at its compute call */
     if (asked && starts_next_graph(r, tensor) && close_graph(r, now_ns()) != 0) return -1;
     int repeat = check_repeat(r, address);
-    if (asked && repeat == 0 && pointer_set_find(&r->seen, address) == SEEN_NODE) { /* a node again: the next graph begins */
+    if (asked && repeat == 0 &&
+        pointer_set_find(&r->seen, address) == SEEN_NODE) { /* a node again: the next graph begins */
         if (close_graph(r, now_ns()) != 0) return -1;
         repeat = check_repeat(r, address);
     }
@@ -297,8 +298,10 @@ int recorder_read_graph(Recorder *r, void *graph, int n_nodes, void *(*node_at)(
         if (on_ask(r, (uint64_t)(uintptr_t)node_at(graph, i)) < 0) goto failed;
     }
     r->reading_at_compute = 0;
-    if (n_nodes > 0) ARRAY_AT(r->starts, int64_t, r->graph_first_node) = ARRAY_AT(r->ends, int64_t, r->graph_first_node) = start_ns;
-    if (n_nodes > 0 && r->tick_reads) ARRAY_AT(r->starts, int64_t, r->node_flags.count - 1) = start_ns; /* the split's last ask */
+    if (n_nodes > 0)
+        ARRAY_AT(r->starts, int64_t, r->graph_first_node) = ARRAY_AT(r->ends, int64_t, r->graph_first_node) = start_ns;
+    if (n_nodes > 0 && r->tick_reads)
+        ARRAY_AT(r->starts, int64_t, r->node_flags.count - 1) = start_ns; /* the split's last ask */
     return r->repeating && (size_t)n_nodes == r->previous_node_ptrs.count;
 failed:
     r->reading_at_compute = 0;
@@ -492,8 +495,8 @@ const char *recorder_set_filters(Recorder *r, const char *const *ops, int n_ops,
     return NULL;
 }
 
-const char *recorder_set_values(Recorder *r, int stats, const char *const *patterns, int n_patterns,
-                                long long budget, const ValueFunctions *functions) {
+const char *recorder_set_values(Recorder *r, int stats, const char *const *patterns, int n_patterns, long long budget,
+                                const ValueFunctions *functions) {
     if (n_patterns < 0 || n_patterns > MAX_CAPTURES) return "captures: at most 16 name patterns";
     if (!functions->buffer_is_host || !functions->is_contiguous || !functions->nbytes || !functions->fp16_to_fp32) {
         return "a ggml function address is null";

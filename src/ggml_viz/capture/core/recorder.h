@@ -144,7 +144,8 @@ typedef struct {
     int repeating;              /* it repeats the previous graph so far: nothing copied yet */
     int32_t first_op;           /* its first node's op and name, to recognize the next graph */
     char first_name[NAME_LEN];
-    size_t graph_first_stats, graph_first_capture, graph_first_capture_byte, graph_first_routing, graph_first_routing_byte;
+    size_t graph_first_stats, graph_first_capture, graph_first_capture_byte, graph_first_routing,
+        graph_first_routing_byte;
     PointerSet seen; /* the pointers this graph has shown: nodes, leaves, buffers (SEEN_*) */
     uint8_t *previous_selection; /* which node indexes the previous graph selected */
     size_t previous_count, previous_capacity;
@@ -208,8 +209,8 @@ void recorder_free(Recorder *r);
 /* Settings. Each returns NULL, or what is wrong. */
 const char *recorder_set_filters(Recorder *r, const char *const *ops, int n_ops, const int64_t (*layer_ranges)[2],
                                  int n_ranges, int select_no_layer, const char *const *names, int n_names);
-const char *recorder_set_values(Recorder *r, int stats, const char *const *patterns, int n_patterns,
-                                long long budget, const ValueFunctions *functions);
+const char *recorder_set_values(Recorder *r, int stats, const char *const *patterns, int n_patterns, long long budget,
+                                const ValueFunctions *functions);
 void recorder_set_decode_rules(Recorder *r, int detail_graph, long long sample, long long graphs_per_write,
                                long long write_interval_ns, const size_t batch_offsets[5]);
 void recorder_chain_abort(Recorder *r, abort_fn function, void *data);

@@ -16,7 +16,8 @@ static bool same_struct(Recorder *r, const uint8_t *live, const uint8_t *copied)
     if (memcmp(live, copied, r->layout.tensor_size) == 0) return true;
     size_t name_end = r->layout.name_offset + NAME_LEN;
     return memcmp(live, copied, r->layout.name_offset) == 0 &&
-           strncmp((const char *)live + r->layout.name_offset, (const char *)copied + r->layout.name_offset, NAME_LEN) == 0 &&
+           strncmp((const char *)live + r->layout.name_offset, (const char *)copied + r->layout.name_offset,
+                   NAME_LEN) == 0 &&
            memcmp(live + name_end, copied + name_end, r->layout.tensor_size - name_end) == 0;
 }
 
@@ -49,7 +50,8 @@ static int repeats_previous(Recorder *r, uint64_t address) {
             prefetch_struct(r, r->previous_leaves.items + j * r->layout.tensor_size);
         }
     }
-    if (!same_struct(r, (const uint8_t *)(uintptr_t)address, r->previous_nodes.items + i * r->layout.tensor_size)) return 0;
+    if (!same_struct(r, (const uint8_t *)(uintptr_t)address, r->previous_nodes.items + i * r->layout.tensor_size))
+        return 0;
     size_t leaf_end = ARRAY_AT(r->previous_leaf_end, uint32_t, i);
     for (size_t j = end_before(&r->previous_leaf_end, i); j < leaf_end; j++) {
         const uint8_t *leaf = (const uint8_t *)(uintptr_t)ARRAY_AT(r->previous_leaf_ptrs, uint64_t, j);
@@ -79,7 +81,8 @@ static int stop_repeating(Recorder *r) {
     }
     /* In the order copying adds them: a node, then the leaves it brought. */
     for (size_t i = 0; i < n; i++) {
-        if (pointer_set_add(&r->seen, ARRAY_AT(r->node_ptrs, uint64_t, r->graph_first_node + i), SEEN_NODE) != 0) return -1;
+        if (pointer_set_add(&r->seen, ARRAY_AT(r->node_ptrs, uint64_t, r->graph_first_node + i), SEEN_NODE) != 0)
+            return -1;
         for (size_t j = end_before(&r->previous_leaf_end, i); j < ARRAY_AT(r->previous_leaf_end, uint32_t, i); j++) {
             if (pointer_set_add(&r->seen, ARRAY_AT(r->previous_leaf_ptrs, uint64_t, j), SEEN_LEAF) != 0) return -1;
         }

@@ -26,8 +26,7 @@ static int32_t type_of(Recorder *r, const uint8_t *tensor) {
    its ids and weights are read right after it ran (its ids still hold then, the ops that use them
    after it not run yet; llama.cpp computes the weights before it), at its result callback
    (answered), or at its tick (planned: see RoutingRead). */
-int note_routing(Recorder *r, const uint8_t *tensor, uint64_t address, uint32_t node, bool can_plan,
-                        uint8_t *flags) {
+int note_routing(Recorder *r, const uint8_t *tensor, uint64_t address, uint32_t node, bool can_plan, uint8_t *flags) {
     int32_t op;
     memcpy(&op, tensor + r->layout.op_offset, sizeof op);
     uint64_t src0 = field_u64(tensor, r->layout.src_offset);
@@ -103,7 +102,8 @@ static bool read_elements(Recorder *r, const uint8_t *tensor, size_t element_siz
                 } else if (nb[0] == element_size) {
                     memcpy(out, data + offset, row);
                 } else {
-                    for (int64_t i0 = 0; i0 < ne[0]; i0++) memcpy(out + i0 * element_size, data + offset + i0 * nb[0], element_size);
+                    for (int64_t i0 = 0; i0 < ne[0]; i0++)
+                        memcpy(out + i0 * element_size, data + offset + i0 * nb[0], element_size);
                 }
                 out += row;
             }
@@ -123,8 +123,11 @@ int read_routing(Recorder *r, RoutingRead *pending) {
     else r->routing_answered++;
     RoutingRecord *record = array_push(&r->routing_records);
     if (!record || array_reserve(&r->routing_data, (size_t)n * 8) != 0) return -1;
-    *record = (RoutingRecord){.node = pending->node, .n_used = (int32_t)ne[0], .n_tokens = (int32_t)(n / ne[0]),
-                              .n_expert = pending->experts, .status = ROUTING_READ,
+    *record = (RoutingRecord){.node = pending->node,
+                              .n_used = (int32_t)ne[0],
+                              .n_tokens = (int32_t)(n / ne[0]),
+                              .n_expert = pending->experts,
+                              .status = ROUTING_READ,
                               .offset = r->routing_data.count - r->graph_first_routing_byte};
     uint8_t *id_bytes = r->routing_data.items + r->routing_data.count;
     float *weight_values = (float *)(id_bytes + n * 4);

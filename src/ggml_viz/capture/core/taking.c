@@ -52,7 +52,8 @@ int recorder_take_graph(Recorder *r, size_t g, GraphTake *out) {
     int last_answered = n1 > n0 && (ARRAY_AT(r->node_flags, uint8_t, n1 - 1) & NODE_ANSWERED);
     out->end_ns = last_answered ? ARRAY_AT(r->ends, int64_t, n1 - 1) : out->boundary_ns;
     Bytes buffers = bytes_of(&r->buffers, b0, b1);
-    bool same_buffers = r->taken_buffers.count == b1 - b0 && !memcmp(r->taken_buffers.items, buffers.data, buffers.size);
+    bool same_buffers = r->taken_buffers.count == b1 - b0 &&
+                        !memcmp(r->taken_buffers.items, buffers.data, buffers.size);
     if (!same_buffers) {
         r->taken_buffers.count = 0;
         if (array_reserve(&r->taken_buffers, b1 - b0) != 0) return -1;
@@ -88,8 +89,8 @@ void recorder_take_end(Recorder *r) {
 
 void recorder_decodes_view(Recorder *r, DecodesTake *out) {
     size_t n_done = r->decodes.count - (r->decode_open ? 1 : 0);
-    size_t tokens_done =
-        r->decode_open ? ARRAY_AT(r->decodes, DecodeRecord, n_done).first_token : r->batch[BATCH_TOKENS].count;
+    size_t tokens_done = r->decode_open ? ARRAY_AT(r->decodes, DecodeRecord, n_done).first_token
+                                        : r->batch[BATCH_TOKENS].count;
     out->calls = (const DecodeRecord *)r->decodes.items;
     out->n_calls = n_done;
     out->n_tokens = tokens_done;

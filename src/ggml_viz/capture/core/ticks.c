@@ -60,10 +60,10 @@ void recorder_barrier_passed(void) {
 typedef void (*barrier_fn)(void *threadpool);
 enum { MAX_BARRIER_LIBRARIES = 4 };
 static barrier_fn barrier_originals[MAX_BARRIER_LIBRARIES];
-#define BARRIER_TRAMPOLINE(i)                          \
-    static void barrier_##i(void *threadpool) {        \
-        barrier_originals[i](threadpool);              \
-        recorder_barrier_passed();                     \
+#define BARRIER_TRAMPOLINE(i) \
+    static void barrier_##i(void *threadpool) { \
+        barrier_originals[i](threadpool); \
+        recorder_barrier_passed(); \
     }
 BARRIER_TRAMPOLINE(0)
 BARRIER_TRAMPOLINE(1)

@@ -23,7 +23,8 @@ bool matches_capture(Recorder *r, const uint8_t *tensor) {
 
 static bool host_readable(Recorder *r, const uint8_t *tensor) {
     uint64_t buffer = field_u64(tensor, r->layout.buffer_offset);
-    return field_u64(tensor, r->layout.data_offset) != 0 && (!buffer || r->values.buffer_is_host((const void *)(uintptr_t)buffer));
+    return field_u64(tensor, r->layout.data_offset) != 0 &&
+           (!buffer || r->values.buffer_is_host((const void *)(uintptr_t)buffer));
 }
 
 /* Statistics of a computed node's output, read in place (any strides), f32 and f16. */
@@ -55,8 +56,14 @@ int record_stats(Recorder *r, const uint8_t *tensor, uint32_t node) {
                         memcpy(&half, row + i0 * nb[0], sizeof half);
                         v = r->fp16_table[half];
                     }
-                    if (isnan(v)) { nan++; continue; }
-                    if (isinf(v)) { inf++; continue; }
+                    if (isnan(v)) {
+                        nan++;
+                        continue;
+                    }
+                    if (isinf(v)) {
+                        inf++;
+                        continue;
+                    }
                     n++;
                     if (v < lo) lo = v;
                     if (v > hi) hi = v;
@@ -94,8 +101,8 @@ int record_capture(Recorder *r, const uint8_t *tensor, uint32_t node) {
     record->name[NAME_LEN - 1] = 0;
     record->offset = r->capture_data.count - r->graph_first_capture_byte;
     record->nbytes = nbytes;
-    memcpy(r->capture_data.items + r->capture_data.count, (const void *)(uintptr_t)field_u64(tensor, r->layout.data_offset),
-           nbytes);
+    memcpy(r->capture_data.items + r->capture_data.count,
+           (const void *)(uintptr_t)field_u64(tensor, r->layout.data_offset), nbytes);
     r->capture_data.count += nbytes;
     r->capture_budget -= (long long)nbytes;
     return 0;

@@ -122,8 +122,11 @@ int cupti_convert_record(CuptiActivity *a, const uint8_t *record) {
         }
         GpuApiRecord *call = array_push(&a->api_calls);
         if (!call) return -1;
-        *call = (GpuApiRecord){start - offset, end - offset, u32_at(record, CUPTI_ABI_API_CORRELATION),
-                               u32_at(record, CUPTI_ABI_API_CBID), u32_at(record, CUPTI_ABI_API_THREAD),
+        *call = (GpuApiRecord){start - offset,
+                               end - offset,
+                               u32_at(record, CUPTI_ABI_API_CORRELATION),
+                               u32_at(record, CUPTI_ABI_API_CBID),
+                               u32_at(record, CUPTI_ABI_API_THREAD),
                                kind == CUPTI_ABI_KIND_DRIVER ? GPU_API_DRIVER : GPU_API_RUNTIME};
         return 1;
     }

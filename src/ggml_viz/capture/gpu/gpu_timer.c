@@ -129,7 +129,7 @@ static const char *source_flush(void) {
 
 static const char *source_detach(void) {
     return timer.device == GPU_DEVICE_VULKAN ? vulkan_detach(&timer.cupti)
-                                              : cupti_detach(&timer.cupti, timer.settings.finalize);
+                                             : cupti_detach(&timer.cupti, timer.settings.finalize);
 }
 
 static void source_stop(void) {
@@ -267,8 +267,15 @@ int gpu_compute_begin(int device, uint32_t context_id, void *graph, int n_nodes,
         traced = 0;
     }
     if (traced) {
-        *record = (GpuComputeRecord){start_ns, start_ns, 0, compute, context_id, (uint32_t)pthread_self(),
-                                     (uint32_t)n_nodes, new_structure ? COMPUTE_NEW_STRUCTURE : 0, 0};
+        *record = (GpuComputeRecord){start_ns,
+                                     start_ns,
+                                     0,
+                                     compute,
+                                     context_id,
+                                     (uint32_t)pthread_self(),
+                                     (uint32_t)n_nodes,
+                                     new_structure ? COMPUTE_NEW_STRUCTURE : 0,
+                                     0};
         current.call_open = 1;
         timer.traced_computes++;
         timer.window_left--;
@@ -288,8 +295,9 @@ void gpu_node_call(const void *tensor, void *return_address) {
     if (index < 0) return;
     GpuNodeCall *call = array_push(&current.calls);
     if (call) {
-        *call = (GpuNodeCall){now_ns(), (uint64_t)(uintptr_t)return_address, current.compute, (uint32_t)index,
-                              (uint32_t)pthread_self(), 0};
+        *call = (GpuNodeCall){
+            now_ns(), (uint64_t)(uintptr_t)return_address, current.compute, (uint32_t)index, (uint32_t)pthread_self(),
+            0};
     }
 }
 
@@ -299,7 +307,11 @@ void gpu_split_call(const void *first_node, int on_cpu) {
     if (index < 0) return;
     GpuNodeCall *call = array_push(&current.calls);
     if (call) {
-        *call = (GpuNodeCall){now_ns(), 0, current.compute, (uint32_t)index, (uint32_t)pthread_self(),
+        *call = (GpuNodeCall){now_ns(),
+                              0,
+                              current.compute,
+                              (uint32_t)index,
+                              (uint32_t)pthread_self(),
                               NODE_CALL_SPLIT | (on_cpu ? NODE_CALL_CPU : 0)};
     }
 }
@@ -429,18 +441,25 @@ int gpu_take(GpuTake *out) {
         timer.cupti.clock_offset_ns = 0;
     }
     *out = (GpuTake){
-        .computes = (const GpuComputeRecord *)timer.taken_computes.items, .n_computes = timer.taken_computes.count,
-        .node_calls = (const GpuNodeCall *)timer.taken_calls.items, .n_node_calls = timer.taken_calls.count,
-        .api_calls = (const GpuApiRecord *)timer.taken_api.items, .n_api_calls = timer.taken_api.count,
+        .computes = (const GpuComputeRecord *)timer.taken_computes.items,
+        .n_computes = timer.taken_computes.count,
+        .node_calls = (const GpuNodeCall *)timer.taken_calls.items,
+        .n_node_calls = timer.taken_calls.count,
+        .api_calls = (const GpuApiRecord *)timer.taken_api.items,
+        .n_api_calls = timer.taken_api.count,
         .activities = (const GpuActivityRecord *)timer.taken_activities.items,
         .n_activities = timer.taken_activities.count,
-        .name_lengths = (const uint32_t *)timer.taken_name_lengths.items, .n_names = timer.taken_name_lengths.count,
-        .names = (const char *)timer.taken_names.items, .name_bytes = timer.taken_names.count,
+        .name_lengths = (const uint32_t *)timer.taken_name_lengths.items,
+        .n_names = timer.taken_name_lengths.count,
+        .names = (const char *)timer.taken_names.items,
+        .name_bytes = timer.taken_names.count,
         .first_name_id = timer.taken_first_name,
         .clock_offset_ns = timer.cupti.own_clock ? 0 : timer.cupti.clock_offset_ns,
         .clock_uncertainty_ns = timer.cupti.own_clock ? 0 : timer.cupti.clock_uncertainty_ns,
-        .dropped = timer.taken_dropped, .invalid = timer.taken_invalid,
-        .overhead_ns = timer.taken_overhead_ns, .reason = timer.taken_reason,
+        .dropped = timer.taken_dropped,
+        .invalid = timer.taken_invalid,
+        .overhead_ns = timer.taken_overhead_ns,
+        .reason = timer.taken_reason,
     };
     return 1;
 }
@@ -463,12 +482,11 @@ static int append(Array *out, const void *data, size_t size) {
 }
 
 int gpu_serialize(const GpuTake *t, Array *out) {
-    GpuWindowHead head = {t->n_computes,      t->n_node_calls,         t->n_api_calls,   t->n_activities,
-                          t->n_names,         t->name_bytes,           t->clock_offset_ns, t->clock_uncertainty_ns,
-                          t->first_name_id,   t->dropped,              t->invalid,       (uint64_t)t->overhead_ns,
+    GpuWindowHead head = {t->n_computes,      t->n_node_calls, t->n_api_calls,     t->n_activities,
+                          t->n_names,         t->name_bytes,   t->clock_offset_ns, t->clock_uncertainty_ns,
+                          t->first_name_id,   t->dropped,      t->invalid,         (uint64_t)t->overhead_ns,
                           (uint64_t)t->reason};
-    return append(out, &head, sizeof head) ||
-                   append(out, t->computes, t->n_computes * sizeof *t->computes) ||
+    return append(out, &head, sizeof head) || append(out, t->computes, t->n_computes * sizeof *t->computes) ||
                    append(out, t->node_calls, t->n_node_calls * sizeof *t->node_calls) ||
                    append(out, t->api_calls, t->n_api_calls * sizeof *t->api_calls) ||
                    append(out, t->activities, t->n_activities * sizeof *t->activities) ||

@@ -388,8 +388,8 @@ static int next_query(CommandState *c, VkQueryPool *pool, uint32_t *slot) {
         if (d->free_pools.count) {
             fresh = LIST_AT(d->free_pools, VkQueryPool, --d->free_pools.count);
         } else {
-            VkQueryPoolCreateInfo info = {VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO, NULL, 0,
-                                          VK_QUERY_TYPE_TIMESTAMP, POOL_QUERIES, 0};
+            VkQueryPoolCreateInfo info = {
+                VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO, NULL, 0, VK_QUERY_TYPE_TIMESTAMP, POOL_QUERIES, 0};
             if (d->create_query_pool(d->handle, &info, NULL, &fresh) != VK_SUCCESS) return -1;
         }
         VkQueryPool *kept = list_push(&c->query_pools);
@@ -443,22 +443,31 @@ static void after_work(CommandState *c, uint8_t command, uint8_t kind, uint64_t 
     if (!r) {
         c->broken = 1;
     } else {
-        PipelineEntry *e = kind == GPU_KERNEL && bound.buffer == c->handle ? pipeline_entry(bound.pipeline)
-                                                                                   : NULL;
-        r->work = (VulkanWork){0, 0, recorded_ns, bytes, (uint32_t)pthread_self(), next_correlation++,
-                               c->device->index, 0, e ? e->name : 0, kind, command, {0, 0}};
+        PipelineEntry *e = kind == GPU_KERNEL && bound.buffer == c->handle ? pipeline_entry(bound.pipeline) : NULL;
+        r->work = (VulkanWork){0,
+                               0,
+                               recorded_ns,
+                               bytes,
+                               (uint32_t)pthread_self(),
+                               next_correlation++,
+                               c->device->index,
+                               0,
+                               e ? e->name : 0,
+                               kind,
+                               command,
+                               {0, 0}};
         r->start_query = start;
         r->end_query = c->marker;
     }
     pthread_mutex_unlock(&lock);
 }
 
-#define TIMED(buffer, command, kind, bytes, call)                          \
-    do {                                                                  \
-        int64_t recorded_ns = 0;                                          \
-        CommandState *c = before_work(buffer, &recorded_ns);              \
-        call;                                                             \
-        if (c) after_work(c, command, kind, bytes, recorded_ns);          \
+#define TIMED(buffer, command, kind, bytes, call) \
+    do { \
+        int64_t recorded_ns = 0; \
+        CommandState *c = before_work(buffer, &recorded_ns); \
+        call; \
+        if (c) after_work(c, command, kind, bytes, recorded_ns); \
     } while (0)
 
 static VKAPI_ATTR void VKAPI_CALL layer_CmdDispatch(VkCommandBuffer b, uint32_t x, uint32_t y, uint32_t z) {
@@ -549,7 +558,8 @@ static VKAPI_ATTR VkResult VKAPI_CALL layer_SetDebugUtilsObjectNameEXT(VkDevice 
     return d->set_name ? d->set_name(device, info) : VK_SUCCESS;
 }
 
-static VKAPI_ATTR VkResult VKAPI_CALL layer_BeginCommandBuffer(VkCommandBuffer b, const VkCommandBufferBeginInfo *info) {
+static VKAPI_ATTR VkResult VKAPI_CALL layer_BeginCommandBuffer(VkCommandBuffer b,
+                                                               const VkCommandBufferBeginInfo *info) {
     pthread_mutex_lock(&lock);
     CommandState *c = command_state(b, 0);
     if (c) finish_command_buffer(c);
@@ -685,7 +695,8 @@ static VKAPI_ATTR VkResult VKAPI_CALL layer_QueueSubmit(VkQueue queue, uint32_t 
     pthread_mutex_lock(&lock);
     int64_t now = host_ns();
     for (uint32_t s = 0; s < n; s++) {
-        for (uint32_t i = 0; i < submits[s].commandBufferCount; i++) submitted(d, queue, submits[s].pCommandBuffers[i], now);
+        for (uint32_t i = 0; i < submits[s].commandBufferCount; i++)
+            submitted(d, queue, submits[s].pCommandBuffers[i], now);
     }
     pthread_mutex_unlock(&lock);
     return d->submit(queue, n, submits, fence);
@@ -762,13 +773,15 @@ static void note_queue(Device *d, VkQueue queue, uint32_t family, uint32_t index
     pthread_mutex_unlock(&lock);
 }
 
-static VKAPI_ATTR void VKAPI_CALL layer_GetDeviceQueue(VkDevice device, uint32_t family, uint32_t index, VkQueue *queue) {
+static VKAPI_ATTR void VKAPI_CALL layer_GetDeviceQueue(VkDevice device, uint32_t family, uint32_t index,
+                                                       VkQueue *queue) {
     Device *d = device_of(device);
     d->get_queue(device, family, index, queue);
     note_queue(d, *queue, family, index);
 }
 
-static VKAPI_ATTR void VKAPI_CALL layer_GetDeviceQueue2(VkDevice device, const VkDeviceQueueInfo2 *info, VkQueue *queue) {
+static VKAPI_ATTR void VKAPI_CALL layer_GetDeviceQueue2(VkDevice device, const VkDeviceQueueInfo2 *info,
+                                                        VkQueue *queue) {
     Device *d = device_of(device);
     d->get_queue2(device, info, queue);
     note_queue(d, *queue, info->queueFamilyIndex, info->queueIndex);
@@ -783,8 +796,8 @@ static VKAPI_ATTR VkResult VKAPI_CALL layer_CreateInstance(const VkInstanceCreat
                                                            const VkAllocationCallbacks *allocator,
                                                            VkInstance *instance) {
     VkLayerInstanceCreateInfo *chain = (VkLayerInstanceCreateInfo *)info->pNext;
-    while (chain && !(chain->sType == VK_STRUCTURE_TYPE_LOADER_INSTANCE_CREATE_INFO &&
-                      chain->function == VK_LAYER_LINK_INFO)) {
+    while (chain &&
+           !(chain->sType == VK_STRUCTURE_TYPE_LOADER_INSTANCE_CREATE_INFO && chain->function == VK_LAYER_LINK_INFO)) {
         chain = (VkLayerInstanceCreateInfo *)chain->pNext;
     }
     if (!chain || !chain->u.pLayerInfo) return VK_ERROR_INITIALIZATION_FAILED;
@@ -890,7 +903,8 @@ static const char *timestamp_support(Instance *in, VkPhysicalDevice physical, co
 static VKAPI_ATTR VkResult VKAPI_CALL layer_CreateDevice(VkPhysicalDevice physical, const VkDeviceCreateInfo *info,
                                                          const VkAllocationCallbacks *allocator, VkDevice *device) {
     VkLayerDeviceCreateInfo *chain = (VkLayerDeviceCreateInfo *)info->pNext;
-    while (chain && !(chain->sType == VK_STRUCTURE_TYPE_LOADER_DEVICE_CREATE_INFO && chain->function == VK_LAYER_LINK_INFO)) {
+    while (chain &&
+           !(chain->sType == VK_STRUCTURE_TYPE_LOADER_DEVICE_CREATE_INFO && chain->function == VK_LAYER_LINK_INFO)) {
         chain = (VkLayerDeviceCreateInfo *)chain->pNext;
     }
     Instance *in = instance_of(physical);
@@ -1023,16 +1037,40 @@ typedef struct {
 
 #define HOOK(name) {"vk" #name, (PFN_vkVoidFunction)layer_##name}
 static const Hook device_hooks[] = {
-    HOOK(GetDeviceProcAddr), HOOK(DestroyDevice), HOOK(GetDeviceQueue), HOOK(GetDeviceQueue2),
-    HOOK(CmdDispatch), HOOK(CmdDispatchBase), HOOK(CmdDispatchIndirect), HOOK(CmdCopyBuffer),
-    HOOK(CmdFillBuffer), HOOK(CmdUpdateBuffer), HOOK(CmdBindPipeline), HOOK(CreateComputePipelines),
-    HOOK(DestroyPipeline), HOOK(SetDebugUtilsObjectNameEXT), HOOK(BeginCommandBuffer), HOOK(ResetCommandBuffer),
-    HOOK(AllocateCommandBuffers), HOOK(CreateCommandPool), HOOK(ResetCommandPool), HOOK(FreeCommandBuffers), HOOK(DestroyCommandPool),
-    HOOK(QueueSubmit), HOOK(QueueSubmit2), HOOK(QueueSubmit2KHR), HOOK(WaitForFences), HOOK(GetFenceStatus),
-    HOOK(QueueWaitIdle), HOOK(DeviceWaitIdle),
+    HOOK(GetDeviceProcAddr),
+    HOOK(DestroyDevice),
+    HOOK(GetDeviceQueue),
+    HOOK(GetDeviceQueue2),
+    HOOK(CmdDispatch),
+    HOOK(CmdDispatchBase),
+    HOOK(CmdDispatchIndirect),
+    HOOK(CmdCopyBuffer),
+    HOOK(CmdFillBuffer),
+    HOOK(CmdUpdateBuffer),
+    HOOK(CmdBindPipeline),
+    HOOK(CreateComputePipelines),
+    HOOK(DestroyPipeline),
+    HOOK(SetDebugUtilsObjectNameEXT),
+    HOOK(BeginCommandBuffer),
+    HOOK(ResetCommandBuffer),
+    HOOK(AllocateCommandBuffers),
+    HOOK(CreateCommandPool),
+    HOOK(ResetCommandPool),
+    HOOK(FreeCommandBuffers),
+    HOOK(DestroyCommandPool),
+    HOOK(QueueSubmit),
+    HOOK(QueueSubmit2),
+    HOOK(QueueSubmit2KHR),
+    HOOK(WaitForFences),
+    HOOK(GetFenceStatus),
+    HOOK(QueueWaitIdle),
+    HOOK(DeviceWaitIdle),
 };
 static const Hook instance_hooks[] = {
-    HOOK(GetInstanceProcAddr), HOOK(CreateInstance), HOOK(DestroyInstance), HOOK(CreateDevice),
+    HOOK(GetInstanceProcAddr),
+    HOOK(CreateInstance),
+    HOOK(DestroyInstance),
+    HOOK(CreateDevice),
 };
 
 static PFN_vkVoidFunction find_hook(const Hook *hooks, size_t n, const char *name) {
@@ -1079,9 +1117,9 @@ EXPORT VKAPI_ATTR VkResult VKAPI_CALL vkNegotiateLoaderLayerInterfaceVersion(VkN
 /* Put each timed device's clock on the host's: the calibration with the least deviation of a few. */
 static void calibrate(Device *d) {
     if (!d->calibrated) return;
-    VkCalibratedTimestampInfoEXT info[2] = {{VK_STRUCTURE_TYPE_CALIBRATED_TIMESTAMP_INFO_EXT, NULL, VK_TIME_DOMAIN_DEVICE_EXT},
-                                            {VK_STRUCTURE_TYPE_CALIBRATED_TIMESTAMP_INFO_EXT, NULL,
-                                             VK_TIME_DOMAIN_CLOCK_MONOTONIC_EXT}};
+    VkCalibratedTimestampInfoEXT info[2] = {
+        {VK_STRUCTURE_TYPE_CALIBRATED_TIMESTAMP_INFO_EXT, NULL, VK_TIME_DOMAIN_DEVICE_EXT},
+        {VK_STRUCTURE_TYPE_CALIBRATED_TIMESTAMP_INFO_EXT, NULL, VK_TIME_DOMAIN_CLOCK_MONOTONIC_EXT}};
     uint64_t best = UINT64_MAX;
     for (int attempt = 0; attempt < 5; attempt++) {
         uint64_t values[2], deviation = 0;
@@ -1111,7 +1149,9 @@ EXPORT const char *ggml_viz_vulkan_start(void) {
     }
     if (!timed) {
         snprintf(problem, sizeof problem, "%s",
-                 why ? why : any ? "no Vulkan device can be timed" : "no Vulkan device was created through the layer");
+                 why   ? why
+                 : any ? "no Vulkan device can be timed"
+                       : "no Vulkan device was created through the layer");
     } else {
         timing_epoch++;
         __atomic_store_n(&timing, 1, __ATOMIC_RELAXED);

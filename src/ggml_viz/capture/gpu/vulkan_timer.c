@@ -72,11 +72,21 @@ static void receive(void *context, const VulkanWork *work, size_t n, const char 
             a->dropped += n - i;
             return;
         }
-        *call = (GpuApiRecord){w->recorded_ns, w->recorded_ns, w->correlation_id, w->command, w->thread, GPU_API_VULKAN};
+        *call = (GpuApiRecord){w->recorded_ns, w->recorded_ns, w->correlation_id,
+                               w->command,     w->thread,      GPU_API_VULKAN};
         const char *name = w->kind == GPU_KERNEL ? pipeline_name(w->pipeline) : NULL;
-        *activity = (GpuActivityRecord){w->start_ns, w->end_ns, w->bytes, 0, w->correlation_id, 0, w->device,
-                                        w->queue, w->kind == GPU_KERNEL ? gpu_name_id(a, name ? name : "?") : 0,
-                                        w->kind, 0, {0, 0}};
+        *activity = (GpuActivityRecord){w->start_ns,
+                                        w->end_ns,
+                                        w->bytes,
+                                        0,
+                                        w->correlation_id,
+                                        0,
+                                        w->device,
+                                        w->queue,
+                                        w->kind == GPU_KERNEL ? gpu_name_id(a, name ? name : "?") : 0,
+                                        w->kind,
+                                        0,
+                                        {0, 0}};
     }
 }
 

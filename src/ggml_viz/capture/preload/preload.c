@@ -187,9 +187,9 @@ static Settings settings_at_start;
 const Settings *const settings = &settings_at_start;
 State state = {.once = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER, .spool = -1};
 
-static const size_t LLAMA_BATCH_OFFSETS[5] = {
-    offsetof(llama_batch_abi, token), offsetof(llama_batch_abi, pos), offsetof(llama_batch_abi, n_seq_id),
-    offsetof(llama_batch_abi, seq_id), offsetof(llama_batch_abi, logits)};
+static const size_t LLAMA_BATCH_OFFSETS[5] = {offsetof(llama_batch_abi, token), offsetof(llama_batch_abi, pos),
+                                              offsetof(llama_batch_abi, n_seq_id), offsetof(llama_batch_abi, seq_id),
+                                              offsetof(llama_batch_abi, logits)};
 
 /* The llama call in progress on this thread, if any. */
 static __thread Entry *call_entry;
@@ -333,8 +333,7 @@ static const char *ggml_problem(TensorLayout *layout, const char **layout_name) 
         snprintf(reason, sizeof reason, "this program's %s lacks functions ggml-viz calls: %s", ggml_description(),
                  missing);
     } else if (problem) {
-        snprintf(reason, sizeof reason, "this program's %s is not one ggml-viz reads: %s", ggml_description(),
-                 problem);
+        snprintf(reason, sizeof reason, "this program's %s is not one ggml-viz reads: %s", ggml_description(), problem);
     }
     return missing || problem ? reason : NULL;
 }
@@ -419,13 +418,13 @@ static Entry *entry_for(void *owner, int kind, const void *code) {
                                       LLAMA_BATCH_OFFSETS);
             if (api.buffer_is_host && api.nbytes) recorder_set_weight_prints(r, api.buffer_is_host, api.nbytes);
             recorder_set_filters(r, (const char *const *)settings->ops, settings->n_ops,
-                                 (const int64_t(*)[2])settings->ranges, settings->n_ranges, settings->no_layer,
+                                 (const int64_t (*)[2])settings->ranges, settings->n_ranges, settings->no_layer,
                                  (const char *const *)settings->names, settings->n_names);
             if (settings->values_stats || settings->n_captures) {
                 ValueFunctions values = {api.buffer_is_host, api.is_contiguous, api.nbytes, api.fp16_to_fp32};
-                const char *problem =
-                    recorder_set_values(r, settings->values_stats, (const char *const *)settings->captures,
-                                        settings->n_captures, settings->capture_bytes, &values);
+                const char *problem = recorder_set_values(r, settings->values_stats,
+                                                          (const char *const *)settings->captures, settings->n_captures,
+                                                          settings->capture_bytes, &values);
                 if (problem) say("values are not recorded: %s", problem);
             }
             if (settings->routing && settings->op_mul_mat_id && api.buffer_is_host && api.fp16_to_fp32) {
@@ -548,7 +547,8 @@ static int time_cpu_backend(Entry *e, void *backend) {
     if (known || free_slot < 0) return known;
     pthread_mutex_lock(&state.lock);
     const ProgramCallback *theirs = recall_callback(ABORT_ON_BACKEND, backend);
-    if (theirs && !e->recorder.chained_abort) recorder_chain_abort(&e->recorder, (abort_fn)theirs->function, theirs->data);
+    if (theirs && !e->recorder.chained_abort)
+        recorder_chain_abort(&e->recorder, (abort_fn)theirs->function, theirs->data);
     pthread_mutex_unlock(&state.lock);
     original_ggml_backend_cpu_set_abort_callback(backend, recorder_abort_callback, &e->recorder);
     e->abort_set[free_slot] = backend;
@@ -620,18 +620,21 @@ static void check_backends(Entry *e, void *sched) {
     if (e->on_gpu && !e->timed_device && !strncmp(e->gpu_name, "RPC", 3)) {
         if (settings->verbose) {
             say("this program computes on %s: its nodes there are timed where they run (record the worker with "
-                "`ggml-viz run -- ggml-rpc-server ...`); here its graphs keep their graph times", e->gpu_name);
+                "`ggml-viz run -- ggml-rpc-server ...`); here its graphs keep their graph times",
+                e->gpu_name);
         }
     } else if (e->on_gpu && !e->timed_device) {
         say("this program computes on %s: ggml-viz times GPU nodes on CUDA (with CUPTI) and Vulkan (with its "
-            "layer) only; its graphs keep their graph times", e->gpu_name);
+            "layer) only; its graphs keep their graph times",
+            e->gpu_name);
     }
 }
 
 /* The scheduler's own ggml_backend_sched_set_eval_callback (ours records a program's callback). */
 static void set_scheduler_callback(void *sched, eval_fn callback, void *user_data) {
     ORIGINAL(ggml_backend_sched_set_eval_callback, set_eval_fn);
-    if (original_ggml_backend_sched_set_eval_callback) original_ggml_backend_sched_set_eval_callback(sched, callback, user_data);
+    if (original_ggml_backend_sched_set_eval_callback)
+        original_ggml_backend_sched_set_eval_callback(sched, callback, user_data);
 }
 
 /* A GPU scheduler's graph is read at its compute call (no eval callback), unless a node must
@@ -661,7 +664,7 @@ static int compute_graph(backend_compute_fn original, void *sched, void *graph) 
     int status;
     if (reads_at_compute(e)) {
         GraphAccess access = {graph_n_nodes, graph_node, settings->layout.buffer_offset, settings->layout.data_offset,
-                             set_scheduler_callback};
+                              set_scheduler_callback};
         /* A scheduler with a CPU backend beside a GPU (CUDA, an RPC server, Vulkan): its CPU splits
            are timed by the CPU backend's ticks, split by split as they compute; the GPU's nodes are
            marked (CUDA's and Vulkan's get the GPU timer's times in its windows). */
@@ -745,8 +748,8 @@ static int compute_on_backend(backend_compute_fn original, void *backend, void *
     compute_depth++;
     GraphAccess access = {graph_n_nodes, graph_node, settings->layout.buffer_offset, settings->layout.data_offset,
                           NULL}; /* no scheduler */
-    int status = compute_reading_graph(&e->recorder, (uint32_t)e->context_id, e->timed_device, &access, original, backend,
-                                       graph);
+    int status = compute_reading_graph(&e->recorder, (uint32_t)e->context_id, e->timed_device, &access, original,
+                                       backend, graph);
     compute_depth--;
     end_call(e, status, NULL);
     return status;
@@ -1062,7 +1065,8 @@ EXPORT void llama_set_abort_callback(void *ctx, abort_fn callback, void *data) {
         recorder_chain_abort(&e->recorder, callback, data);
         ORIGINAL(ggml_backend_cpu_set_abort_callback, set_abort_fn);
         for (int k = 0; k < MAX_CPU_BACKENDS && original_ggml_backend_cpu_set_abort_callback; k++) {
-            if (e->abort_set[k]) original_ggml_backend_cpu_set_abort_callback(e->abort_set[k], recorder_abort_callback, &e->recorder);
+            if (e->abort_set[k])
+                original_ggml_backend_cpu_set_abort_callback(e->abort_set[k], recorder_abort_callback, &e->recorder);
         }
     }
 }
@@ -1279,8 +1283,12 @@ EXPORT int32_t llama_process(void *ctx, int type, void *batch) {
             n_seq[i] = 1;
             seq[i] = &ARRAY_AT(s->columns[BATCH_SEQ_IDS], int32_t, i);
         }
-        copy = (llama_batch_abi){(int32_t)n, (int32_t *)s->columns[BATCH_TOKENS].items, NULL,
-                                 (int32_t *)s->columns[BATCH_POSITIONS].items, n_seq, seq,
+        copy = (llama_batch_abi){(int32_t)n,
+                                 (int32_t *)s->columns[BATCH_TOKENS].items,
+                                 NULL,
+                                 (int32_t *)s->columns[BATCH_POSITIONS].items,
+                                 n_seq,
+                                 seq,
                                  (int8_t *)s->columns[BATCH_OUTPUTS].items};
     }
     int32_t status = llama_call(ctx, &copy, call_process, batch, (const void *)process_original);

@@ -215,11 +215,10 @@ void *find_original(const char *name, void *ours);
 /* The original of a function we interpose (`name`, ours) that this call must reach: the calling
    library's (original_for). Used at the top of the interposer, where the return address is its caller's. */
 void *original_for(const char *name, void *ours, const void *caller);
-#define ORIGINAL(name, type) \
-    type original_##name = (type)original_for(#name, (void *)name, __builtin_return_address(0))
+#define ORIGINAL(name, type) type original_##name = (type)original_for(#name, (void *)name, __builtin_return_address(0))
 /* ... and of a function the process has once (the C library's: fopen, send, ...), found on first use. */
-#define ORIGINAL_ONCE(name, type)                                     \
-    static type original_##name;                                     \
+#define ORIGINAL_ONCE(name, type) \
+    static type original_##name; \
     if (!original_##name) original_##name = (type)find_original(#name, (void *)name)
 
 /* What ggml-viz puts between a program and its ggml, each called with the program's function

@@ -78,9 +78,20 @@ bool preload_owns(const void *address) {
 /* ---- the entry points handed out: SLOTS per function, each bound to one library's ----------- */
 
 enum {
-    W_SCHED_COMPUTE, W_SCHED_COMPUTE_ASYNC, W_BACKEND_COMPUTE, W_GRAPH_COMPUTE, W_GRAPH_COMPUTE_WITH_CTX,
-    W_SET_EVAL_CALLBACK, W_CPU_SET_ABORT_CALLBACK, W_SCHED_FREE, W_BACKEND_FREE, W_SCHED_ALLOC_GRAPH, W_GGUF_INIT, W_NEW_GRAPH_CUSTOM,
-    N_WRAPPED, SLOTS = 4
+    W_SCHED_COMPUTE,
+    W_SCHED_COMPUTE_ASYNC,
+    W_BACKEND_COMPUTE,
+    W_GRAPH_COMPUTE,
+    W_GRAPH_COMPUTE_WITH_CTX,
+    W_SET_EVAL_CALLBACK,
+    W_CPU_SET_ABORT_CALLBACK,
+    W_SCHED_FREE,
+    W_BACKEND_FREE,
+    W_SCHED_ALLOC_GRAPH,
+    W_GGUF_INIT,
+    W_NEW_GRAPH_CUSTOM,
+    N_WRAPPED,
+    SLOTS = 4
 };
 
 static const char *const WRAPPED[N_WRAPPED] = {
@@ -103,20 +114,24 @@ static void *volatile originals[N_WRAPPED][SLOTS];
 static pthread_mutex_t slots_lock = PTHREAD_MUTEX_INITIALIZER;
 
 #define RETURNING(slot, id, name, ret, params, traced, type, ...) \
-    static ret name##_##slot params { return traced((type)originals[id][slot], __VA_ARGS__); }
+    static ret name##_##slot params { \
+        return traced((type)originals[id][slot], __VA_ARGS__); \
+    }
 #define RETURNING_NOTHING(slot, id, name, params, traced, type, ...) \
-    static void name##_##slot params { traced((type)originals[id][slot], __VA_ARGS__); }
+    static void name##_##slot params { \
+        traced((type)originals[id][slot], __VA_ARGS__); \
+    }
 #define FOR_SLOTS(M, ...) M(0, __VA_ARGS__) M(1, __VA_ARGS__) M(2, __VA_ARGS__) M(3, __VA_ARGS__)
 #define POINTS(name) {(void *)name##_0, (void *)name##_1, (void *)name##_2, (void *)name##_3}
 
-FOR_SLOTS(RETURNING, W_SCHED_COMPUTE, sched_compute, int, (void *s, void *g), traced_sched_compute,
-          backend_compute_fn, s, g)
+FOR_SLOTS(RETURNING, W_SCHED_COMPUTE, sched_compute, int, (void *s, void *g), traced_sched_compute, backend_compute_fn,
+          s, g)
 FOR_SLOTS(RETURNING, W_SCHED_COMPUTE_ASYNC, sched_compute_async, int, (void *s, void *g), traced_sched_compute,
           backend_compute_fn, s, g)
 FOR_SLOTS(RETURNING, W_BACKEND_COMPUTE, backend_compute, int, (void *b, void *g), traced_backend_compute,
           backend_compute_fn, b, g)
-FOR_SLOTS(RETURNING, W_GRAPH_COMPUTE, graph_compute, int, (void *g, void *plan), traced_graph_compute,
-          graph_compute_fn, g, plan)
+FOR_SLOTS(RETURNING, W_GRAPH_COMPUTE, graph_compute, int, (void *g, void *plan), traced_graph_compute, graph_compute_fn,
+          g, plan)
 FOR_SLOTS(RETURNING, W_GRAPH_COMPUTE_WITH_CTX, graph_compute_with_ctx, int, (void *ctx, void *g, int n),
           traced_graph_compute_with_ctx, graph_compute_with_ctx_fn, ctx, g, n)
 FOR_SLOTS(RETURNING_NOTHING, W_SET_EVAL_CALLBACK, set_eval_callback, (void *s, eval_fn f, void *d),

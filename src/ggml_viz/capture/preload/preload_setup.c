@@ -207,8 +207,8 @@ const char *check_layout(const TensorLayout *l) {
     static char problem[256];
     size_t overhead = api.tensor_overhead();
     if (overhead != l->tensor_size + 32) {
-        snprintf(problem, sizeof problem, "it lays out ggml_tensor in %zu bytes, ggml-viz expects %zu",
-                 overhead - 32, l->tensor_size);
+        snprintf(problem, sizeof problem, "it lays out ggml_tensor in %zu bytes, ggml-viz expects %zu", overhead - 32,
+                 l->tensor_size);
         return problem;
     }
     void *ctx = api.init((struct ggml_init_params_abi){16 * overhead, NULL, true});
@@ -233,7 +233,8 @@ const char *check_layout(const TensorLayout *l) {
     else if (i64_at(total, l->src_offset) != (int64_t)(uintptr_t)view ||
              i64_at(total, l->src_offset + 8) != (int64_t)(uintptr_t)view)
         wrong = "src";
-    else if (i64_at(view, l->view_src_offset) != (int64_t)(uintptr_t)other || i64_at(view, l->view_src_offset + 8) != 28)
+    else if (i64_at(view, l->view_src_offset) != (int64_t)(uintptr_t)other ||
+             i64_at(view, l->view_src_offset + 8) != 28)
         wrong = "view_src";
     else if (strcmp((char *)other + l->name_offset, "ggml_viz_probe") != 0 ||
              api.get_name(other) != (char *)other + l->name_offset)
@@ -272,8 +273,8 @@ const char *env(const char *name) {
 
 bool env_flag(const char *name) {
     const char *value = env(name);
-    return value && (!strcmp(value, "1") || !strcasecmp(value, "true") || !strcasecmp(value, "yes") ||
-                     !strcasecmp(value, "on"));
+    return value &&
+           (!strcmp(value, "1") || !strcasecmp(value, "true") || !strcasecmp(value, "yes") || !strcasecmp(value, "on"));
 }
 
 /* Split a comma list into at most `limit` trimmed items (upper-cased for ops). */
@@ -361,9 +362,11 @@ const char *read_settings(Settings *written) {
     written->gpu = (GpuTraceSettings){
         /* graph detail: no node times, the GPU's neither */
         .mode = written->detail_graph || (gpu && !strcmp(gpu, "off")) ? GPU_TRACE_OFF
-                : gpu && !strcmp(gpu, "every")                         ? GPU_TRACE_EVERY
-                                                                       : GPU_TRACE_WINDOWS,
-        .window = (int)window, .period = (int)period, .finalize = !env("GGML_VIZ_GPU_DETACH") || env_flag("GGML_VIZ_GPU_DETACH"),
+                : gpu && !strcmp(gpu, "every")                        ? GPU_TRACE_EVERY
+                                                                      : GPU_TRACE_WINDOWS,
+        .window = (int)window,
+        .period = (int)period,
+        .finalize = !env("GGML_VIZ_GPU_DETACH") || env_flag("GGML_VIZ_GPU_DETACH"),
         .cupti_paths = env("GGML_VIZ_CUPTI"),
     };
     written->n_ops = split_list(env("GGML_VIZ_OPS"), written->ops, MAX_OPS, true);
@@ -394,4 +397,3 @@ const char *read_settings(Settings *written) {
     }
     return NULL;
 }
-

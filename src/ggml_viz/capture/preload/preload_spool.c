@@ -239,7 +239,9 @@ void describe_context(Entry *e) {
     Array t;
     array_init(&t, 1);
     text_add(&t, "{\"context_id\":%d,\"kind\":\"%s\"", e->context_id,
-             e->is_llama ? "llama" : e->is_backend ? "backend" : "ggml");
+             e->is_llama     ? "llama"
+             : e->is_backend ? "backend"
+                             : "ggml");
     if (e->library[0]) {
         text_add(&t, ",\"library\":");
         json_string(&t, e->library);
@@ -376,8 +378,14 @@ void write_entry(Entry *e) {
             failed = 1;
             break;
         }
-        SpoolGraphHeader header = {(uint32_t)taken.plain_repeat, (uint32_t)taken.same, taken.n_nodes,
-                                   taken.start_ns, taken.end_ns, taken.boundary_ns, taken.n_timed, {0}};
+        SpoolGraphHeader header = {(uint32_t)taken.plain_repeat,
+                                   (uint32_t)taken.same,
+                                   taken.n_nodes,
+                                   taken.start_ns,
+                                   taken.end_ns,
+                                   taken.boundary_ns,
+                                   taken.n_timed,
+                                   {0}};
         /* the node and leaf structs as the reader decodes them, whatever this ggml's layout */
         Bytes *node_part = &taken.parts[PART_NODES], *leaf_part = &taken.parts[PART_LEAVES];
         node_part->data = tensors_in_current_layout(node_part->data, node_part->size, &e->nodes_rewritten,
@@ -414,7 +422,8 @@ void write_end_frame(void) {
         at_ticks += r->routing_at_ticks;
         dropped += r->routing_dropped;
     }
-    text_add(&t, "{\"end_ns\":%lld,\"contexts\":%d,\"captures_skipped\":%lld,\"capture_bytes_skipped\":%lld,"
+    text_add(&t,
+             "{\"end_ns\":%lld,\"contexts\":%d,\"captures_skipped\":%lld,\"capture_bytes_skipped\":%lld,"
              "\"routing_reads\":[%lld,%lld,%lld]",
              (long long)now_ns(), state.n_entries, skipped, skipped_bytes, answered, at_ticks, dropped);
     int on_gpu = 0;
@@ -423,8 +432,7 @@ void write_end_frame(void) {
         static const char *modes[] = {"off", "windows", "every"};
         text_add(&t, ",\"gpu\":{\"mode\":\"%s\",\"window\":%d,\"period\":%d,\"detach\":%s,\"timer\":\"%s\",",
                  modes[gpu_mode()], settings->gpu.window, settings->gpu.period,
-                 settings->gpu.finalize ? "true" : "false",
-                 gpu_device() == GPU_DEVICE_VULKAN ? "vulkan" : "cupti");
+                 settings->gpu.finalize ? "true" : "false", gpu_device() == GPU_DEVICE_VULKAN ? "vulkan" : "cupti");
         text_add(&t, "\"vulkan_layer\":");
         json_string(&t, gpu_vulkan_layer_path());
         text_add(&t, ",\"cupti\":");

@@ -46,7 +46,8 @@ function showTab(tab) {
   tooltip.hide();
   lens().hidden = true;
   state.tab = tab;
-  for (const button of document.querySelectorAll("#tabs button")) button.classList.toggle("active", button.dataset.tab === tab);
+  for (const button of document.querySelectorAll("#tabs button"))
+    button.classList.toggle("active", button.dataset.tab === tab);
   for (const view of document.querySelectorAll(".view")) view.hidden = view.id !== `view-${tab}`;
   if (location.hash !== "#" + tab) history.replaceState(null, "", "#" + tab);
   if (!state.runId) return;
@@ -85,8 +86,13 @@ async function start() {
     listing = await getRuns();
   } catch (error) {
     list.hidden = false;
-    setChildren(list, h("div", { class: "empty",
-      text: "This viewer needs the URL that `ggml-viz view` printed (it carries the access token). " + error.message }));
+    setChildren(
+      list,
+      h("div", {
+        class: "empty",
+        text: "This viewer needs the URL that `ggml-viz view` printed (it carries the access token). " + error.message,
+      })
+    );
     return;
   }
   state.runs = listing.runs;
@@ -94,8 +100,14 @@ async function start() {
   document.getElementById("live").hidden = !state.live;
   if (state.runs.length === 0) {
     list.hidden = false;
-    setChildren(list, h("div", { class: "empty", "data-testid": "waiting",
-      text: state.live ? "Waiting for the recording to start…" : "No run here." }));
+    setChildren(
+      list,
+      h("div", {
+        class: "empty",
+        "data-testid": "waiting",
+        text: state.live ? "Waiting for the recording to start…" : "No run here.",
+      })
+    );
     if (state.live) setTimeout(start, 1000);
     return;
   }
@@ -108,6 +120,7 @@ configure({ token: readToken(), embedded: embeddedAnswers() });
 onNavigate(showTab);
 window.ggmlViz = state; // for the tests and the curious
 state.api = api; // the answers as the page gets them: the server's, or the report's own
-for (const button of document.querySelectorAll("#tabs button")) button.addEventListener("click", () => showTab(button.dataset.tab));
+for (const button of document.querySelectorAll("#tabs button"))
+  button.addEventListener("click", () => showTab(button.dataset.tab));
 addEventListener("hashchange", () => showTab(location.hash.slice(1)));
 start();

@@ -927,7 +927,8 @@ export const isOffline = () => embedded !== null;
 // A query as a URL's search part: empty values left out.
 export function queryString(query) {
   const qs = new URLSearchParams();
-  for (const [key, value] of Object.entries(query)) if (value !== undefined && value !== null && value !== "") qs.set(key, value);
+  for (const [key, value] of Object.entries(query))
+    if (value !== undefined && value !== null && value !== "") qs.set(key, value);
   return qs.toString() ? "?" + qs : "";
 }
 

@@ -10,25 +10,39 @@ const given = (value) => value !== undefined && value !== null && value !== "";
 export function offlineAnswer(answers, path, query = {}) {
   if (path === "runs") return answers.runs;
   const part = path.replace(/^runs\/[^/]+\//, "");
-  const missing = () => { throw new Error(NOT_IN_REPORT); };
+  const missing = () => {
+    throw new Error(NOT_IN_REPORT);
+  };
   if (WHOLE_ANSWERS.includes(part)) return answers[part];
   let match;
   if ((match = part.match(/^graph\/(\d+)$/))) return answers[`graph/${match[1]}/${query.layer ?? ""}`] || missing();
   if ((match = part.match(/^occupancy\/(\d+)$/))) return answers[`occupancy/${match[1]}`] || missing();
-  const events = answers.events, n = events.graph_id.length;
+  const events = answers.events,
+    n = events.graph_id.length;
   const row = eventRowMaker(events);
   if ((match = part.match(/^event\/(\d+)$/))) return Number(match[1]) < n ? row(Number(match[1])) : missing();
   if (part === "node") {
-    for (let i = 0; i < n; i++) if (events.graph_id[i] === Number(query.graph) && events.node_index[i] === Number(query.index)) {
-      const r = row(i); // a report keeps no sources: the details show what the row has
-      return { ...r, end_ns: r.start_ns === null ? null : r.start_ns + r.duration_ns, tokens: "", nbytes: null, buffer: null, sources: [], gpu: null, routing: null };
-    }
+    for (let i = 0; i < n; i++)
+      if (events.graph_id[i] === Number(query.graph) && events.node_index[i] === Number(query.index)) {
+        const r = row(i); // a report keeps no sources: the details show what the row has
+        return {
+          ...r,
+          end_ns: r.start_ns === null ? null : r.start_ns + r.duration_ns,
+          tokens: "",
+          nbytes: null,
+          buffer: null,
+          sources: [],
+          gpu: null,
+          routing: null,
+        };
+      }
     return missing();
   }
   if (part === "search" || part === "events") {
     const hits = matchingEvents(answers, query, part === "search");
     if (part === "search") return { hits: hits.slice(0, 200).map(row) };
-    const offset = Number(query.offset || 0), limit = Number(query.limit || 100);
+    const offset = Number(query.offset || 0),
+      limit = Number(query.limit || 100);
     return { total: hits.length, offset, rows: hits.slice(offset, offset + limit).map(row) };
   }
   return missing();
@@ -43,17 +57,26 @@ function eventRowMaker(events) {
 // The events a query selects, in order, by the server's rules (ui/views/events.py EventLog._filtered):
 // op, name (a search also matches the op), layer, time window, and file region.
 export function matchingEvents(answers, query, isSearch = false) {
-  const events = answers.events, n = events.graph_id.length;
-  const name = String(query.name || query.q || "").toLowerCase(), layer = given(query.layer) ? Number(query.layer) : null;
-  const t0 = given(query.t0) ? Number(query.t0) : null, t1 = given(query.t1) ? Number(query.t1) : null;
+  const events = answers.events,
+    n = events.graph_id.length;
+  const name = String(query.name || query.q || "").toLowerCase(),
+    layer = given(query.layer) ? Number(query.layer) : null;
+  const t0 = given(query.t0) ? Number(query.t0) : null,
+    t1 = given(query.t1) ? Number(query.t1) : null;
   // the file-region filter: nodes reading a weight whose file bytes meet [lo, hi)
-  const lo = given(query.file_lo) ? Number(query.file_lo) : null, hi = Number(query.file_hi);
+  const lo = given(query.file_lo) ? Number(query.file_lo) : null,
+    hi = Number(query.file_hi);
   const ranges = answers.weight_ranges || { start: [], end: [] };
   const readsRange = (i) => (events.weights?.[i] || []).some((w) => ranges.end[w] > lo && ranges.start[w] < hi);
   const hits = [];
   for (let i = 0; i < n; i++) {
     if (query.op && events.op[i] !== query.op) continue;
-    if (name && !events.name[i].toLowerCase().includes(name) && !(isSearch && events.op[i].toLowerCase().includes(name))) continue;
+    if (
+      name &&
+      !events.name[i].toLowerCase().includes(name) &&
+      !(isSearch && events.op[i].toLowerCase().includes(name))
+    )
+      continue;
     if (layer !== null && events.layer[i] !== layer) continue;
     if (t0 !== null && (events.start_ns[i] === null || events.start_ns[i] + events.duration_ns[i] <= t0)) continue;
     if (t1 !== null && (events.start_ns[i] === null || events.start_ns[i] >= t1)) continue;

@@ -5,7 +5,9 @@
 // another view. The entry module (app.js) provides the navigation.
 
 export const state = {
-  runs: [], live: false, runId: null,
+  runs: [],
+  live: false,
+  runId: null,
   overview: null, // OverviewPayload of the open run
   overviewStale: false, // a live run grew since: its summary and per-graph bars are fetched when shown
   tab: "overview",
@@ -23,9 +25,13 @@ export const state = {
 export const OVERVIEW_VIEWS = ["overview", "memory"];
 
 let navigate = () => {};
-export function onNavigate(handler) { navigate = handler; }
+export function onNavigate(handler) {
+  navigate = handler;
+}
 
-export function showTab(tab) { navigate(tab); }
+export function showTab(tab) {
+  navigate(tab);
+}
 
 // The graph view, opened at a graph (and at a node or a layer of it): focus {graph_id, node_index?, layer?}.
 export function showInGraph(focus) {

@@ -6,7 +6,9 @@ import { opColor } from "./colors.js";
 import { h, setChildren } from "./dom.js";
 
 export const tooltip = {
-  get el() { return document.getElementById("tooltip"); },
+  get el() {
+    return document.getElementById("tooltip");
+  },
   // `arrow`: a tooltip below (x, y) pointing up at it, for segments on a strip.
   show(x, y, title, lines = [], arrow = false) {
     const el = this.el;
@@ -17,19 +19,24 @@ export const tooltip = {
     el.style.left = left + "px";
     el.style.top = top + "px";
   },
-  hide() { this.el.hidden = true; },
+  hide() {
+    this.el.hidden = true;
+  },
 };
 
 // Where a width x height tooltip for (x, y) goes in a viewWidth x viewHeight window: beside
 // the cursor (or below it, with an arrow), kept inside the window.
 export function tooltipPlace(x, y, width, height, viewWidth, viewHeight, arrow = false) {
-  let left = arrow ? x - 18 : x + 14, top = y + 14;
+  let left = arrow ? x - 18 : x + 14,
+    top = y + 14;
   if (left + width > viewWidth - 4) left = viewWidth - width - 4;
   if (top + height > viewHeight - 4) top = y - height - 10;
   return { left: Math.max(4, left), top: Math.max(4, top) };
 }
 
-export function lens() { return document.getElementById("lens"); }
+export function lens() {
+  return document.getElementById("lens");
+}
 
 export function showMessage(text, seconds = 4) {
   const box = document.getElementById("message");
@@ -44,7 +51,8 @@ export function showMessage(text, seconds = 4) {
 export function setupCanvas(canvas) {
   const ratio = devicePixelRatio || 1;
   const rect = canvas.getBoundingClientRect();
-  const width = Math.max(1, Math.round(rect.width)), height = Math.max(1, Math.round(rect.height));
+  const width = Math.max(1, Math.round(rect.width)),
+    height = Math.max(1, Math.round(rect.height));
   if (canvas.width !== width * ratio || canvas.height !== height * ratio) {
     canvas.width = width * ratio;
     canvas.height = height * ratio;
@@ -62,18 +70,35 @@ export function sizedCanvas(testid, width, height) {
   return canvas;
 }
 
-export function swatch(color) { const el = h("span", { class: "swatch" }); el.style.background = color; return el; }
+export function swatch(color) {
+  const el = h("span", { class: "swatch" });
+  el.style.background = color;
+  return el;
+}
 
 export function legend(ops) {
-  return h("div", { class: "legend", "data-testid": "legend" }, ops.map((op) => h("span", {}, swatch(opColor(op, ops)), op)));
+  return h(
+    "div",
+    { class: "legend", "data-testid": "legend" },
+    ops.map((op) => h("span", {}, swatch(opColor(op, ops)), op))
+  );
 }
 
 export function hbar(label, fraction, value, color) {
   const fill = h("div", { class: "fill" });
   fill.style.width = Math.max(0.5, 100 * fraction) + "%";
   fill.style.background = color;
-  return h("div", { class: "hbar" }, h("span", { class: "label", title: label, text: label }), h("div", { class: "track" }, fill), h("span", { class: "value", text: value }));
+  return h(
+    "div",
+    { class: "hbar" },
+    h("span", { class: "label", title: label, text: label }),
+    h("div", { class: "track" }, fill),
+    h("span", { class: "value", text: value })
+  );
 }
 
 // A <dl> entry: key and value (undefined: "—").
-export const kv = (key, value) => [h("dt", { text: key }), h("dd", { text: value === undefined ? "—" : String(value) })];
+export const kv = (key, value) => [
+  h("dt", { text: key }),
+  h("dd", { text: value === undefined ? "—" : String(value) }),
+];

@@ -27,8 +27,13 @@ export function segmentLayout(starts, ends, width) {
 
 // The segment under pixel x (binary search of the edges; clamped to the first and last).
 export function segmentAt(xs, x) {
-  let lo = 0, hi = xs.length - 2;
-  while (lo < hi) { const mid = (lo + hi + 1) >> 1; if (xs[mid] <= x) lo = mid; else hi = mid - 1; }
+  let lo = 0,
+    hi = xs.length - 2;
+  while (lo < hi) {
+    const mid = (lo + hi + 1) >> 1;
+    if (xs[mid] <= x) lo = mid;
+    else hi = mid - 1;
+  }
   return lo;
 }
 
@@ -48,20 +53,30 @@ export function rowSpans(rows, r, xs) {
   let i = 0;
   for (let k = 0; k < rows.start.length; k++) {
     while (i < r.start.length - 1 && r.end[i] <= rows.start[k]) i++;
-    const span = Math.max(1, r.end[i] - r.start[i]), width = xs[i + 1] - xs[i];
-    spans.push([xs[i] + ((rows.start[k] - r.start[i]) / span) * width, xs[i] + ((rows.end[k] - r.start[i]) / span) * width]);
+    const span = Math.max(1, r.end[i] - r.start[i]),
+      width = xs[i + 1] - xs[i];
+    spans.push([
+      xs[i] + ((rows.start[k] - r.start[i]) / span) * width,
+      xs[i] + ((rows.end[k] - r.start[i]) / span) * width,
+    ]);
   }
   return spans;
 }
 
 // Region i's tooltip: [title, lines].
 export function regionTooltip(r, i) {
-  return [r.name[i] || r.kind[i], [
-    `${r.kind[i]}${r.type[i] ? " · " + r.type[i] : ""} · ${fmtBytes(r.end[i] - r.start[i])}`,
-    `file bytes ${fmtInt(r.start[i])} – ${fmtInt(r.end[i])}`,
-    `layer ${r.layer[i] >= 0 ? r.layer[i] : "none"}${r.category[i] ? " · " + r.category[i] : ""}`,
-    r.kind[i] === "tensor" ? `${fmtInt(r.reads[i])} reads · ${fmtNs(r.read_ns[i])} of reading nodes` : "",
-    r.rows_read && r.rows_read[i] >= 0 ? `looked up by row: ${fmtInt(r.rows_read[i])} rows read (${fmtBytes(r.row_bytes_read[i])}, white ticks)` : ""]];
+  return [
+    r.name[i] || r.kind[i],
+    [
+      `${r.kind[i]}${r.type[i] ? " · " + r.type[i] : ""} · ${fmtBytes(r.end[i] - r.start[i])}`,
+      `file bytes ${fmtInt(r.start[i])} – ${fmtInt(r.end[i])}`,
+      `layer ${r.layer[i] >= 0 ? r.layer[i] : "none"}${r.category[i] ? " · " + r.category[i] : ""}`,
+      r.kind[i] === "tensor" ? `${fmtInt(r.reads[i])} reads · ${fmtNs(r.read_ns[i])} of reading nodes` : "",
+      r.rows_read && r.rows_read[i] >= 0
+        ? `looked up by row: ${fmtInt(r.rows_read[i])} rows read (${fmtBytes(r.row_bytes_read[i])}, white ticks)`
+        : "",
+    ],
+  ];
 }
 
 // The tensors by layer, in file order: [label, region indexes] ("outside layers" for -1).
@@ -100,19 +115,27 @@ export function diskStrip(file, colorBy, onSelect) {
         ctx.fillRect(xs[i], 0, Math.max(1, xs[i + 1] - xs[i] - 1), height);
       }
       ctx.fillStyle = "#ffffffd0"; // rows read by lookups: white ticks in the lower half, at least a pixel wide
-      for (const [x0, x1] of rowSpans(file.rows, r, xs)) ctx.fillRect(x0, height * 0.55, Math.max(1, x1 - x0), height * 0.45);
+      for (const [x0, x1] of rowSpans(file.rows, r, xs))
+        ctx.fillRect(x0, height * 0.55, Math.max(1, x1 - x0), height * 0.45);
       if (selected) {
-        ctx.fillStyle = "#6cb6ff44"; ctx.strokeStyle = "#6cb6ff"; ctx.lineWidth = 2;
+        ctx.fillStyle = "#6cb6ff44";
+        ctx.strokeStyle = "#6cb6ff";
+        ctx.lineWidth = 2;
         ctx.fillRect(selected[0], 0, selected[1] - selected[0], height);
         ctx.strokeRect(selected[0], 1, selected[1] - selected[0], height - 2);
       }
     };
     paint();
-    bindSegments(canvas, r, (x) => segmentAt(xs, x), (i0, i1) => {
-      selected = [xs[Math.min(i0, i1)], xs[Math.max(i0, i1) + 1]];
-      paint();
-      onSelect(...regionRange(r, i0, i1));
-    });
+    bindSegments(
+      canvas,
+      r,
+      (x) => segmentAt(xs, x),
+      (i0, i1) => {
+        selected = [xs[Math.min(i0, i1)], xs[Math.max(i0, i1) + 1]];
+        paint();
+        onSelect(...regionRange(r, i0, i1));
+      }
+    );
   });
   return wrap;
 }
@@ -131,11 +154,22 @@ export function diskRows(file, colorBy, onSelect) {
       const row = h("div", { class: "hbar" }, h("span", { class: "label", text: label }), canvas);
       row.style.gridTemplateColumns = "100px 1fr";
       addChildren(holder, row);
-      const { xs } = segmentLayout(members.map((i) => r.start[i]), members.map((i) => r.end[i]), width);
+      const { xs } = segmentLayout(
+        members.map((i) => r.start[i]),
+        members.map((i) => r.end[i]),
+        width
+      );
       const scale = width / xs[xs.length - 1];
       const { ctx, height } = setupCanvas(canvas);
-      members.forEach((i, k) => { ctx.fillStyle = regionColor(r, i, colorBy, max); ctx.fillRect(xs[k] * scale, 0, Math.max(1, (xs[k + 1] - xs[k]) * scale - 1), height); });
-      const indexAt = (x) => { let k = 0; while (k < members.length - 1 && xs[k + 1] * scale <= x) k++; return members[k]; };
+      members.forEach((i, k) => {
+        ctx.fillStyle = regionColor(r, i, colorBy, max);
+        ctx.fillRect(xs[k] * scale, 0, Math.max(1, (xs[k + 1] - xs[k]) * scale - 1), height);
+      });
+      const indexAt = (x) => {
+        let k = 0;
+        while (k < members.length - 1 && xs[k + 1] * scale <= x) k++;
+        return members[k];
+      };
       bindSegments(canvas, r, indexAt, (i0, i1) => onSelect(...regionRange(r, i0, i1)));
     }
   });
@@ -157,17 +191,38 @@ function bindSegments(canvas, r, indexAt, onSelect) {
     const ratio = canvas.width / rect.width;
     const ctx = magnifier.getContext("2d");
     ctx.imageSmoothingEnabled = false;
-    ctx.fillStyle = "#14161b"; ctx.fillRect(0, 0, magnifier.width, magnifier.height);
+    ctx.fillStyle = "#14161b";
+    ctx.fillRect(0, 0, magnifier.width, magnifier.height);
     const sourceWidth = magnifier.width / 4;
-    ctx.drawImage(canvas, (x - sourceWidth / 2) * ratio, 0, sourceWidth * ratio, canvas.height, 0, 0, magnifier.width, magnifier.height);
-    ctx.strokeStyle = "#fff"; ctx.beginPath(); ctx.moveTo(magnifier.width / 2, 0); ctx.lineTo(magnifier.width / 2, magnifier.height); ctx.stroke();
+    ctx.drawImage(
+      canvas,
+      (x - sourceWidth / 2) * ratio,
+      0,
+      sourceWidth * ratio,
+      canvas.height,
+      0,
+      0,
+      magnifier.width,
+      magnifier.height
+    );
+    ctx.strokeStyle = "#fff";
+    ctx.beginPath();
+    ctx.moveTo(magnifier.width / 2, 0);
+    ctx.lineTo(magnifier.width / 2, magnifier.height);
+    ctx.stroke();
     magnifier.hidden = false;
     magnifier.style.left = Math.max(4, event.clientX - magnifier.width / 2) + "px";
     magnifier.style.top = Math.max(4, rect.top - magnifier.height - 8) + "px";
     if (dragFrom !== null && Math.abs(x - dragFrom.x) > 3) onSelect(dragFrom.i, i);
   });
-  canvas.addEventListener("mouseleave", () => { tooltip.hide(); magnifier.hidden = true; });
-  canvas.addEventListener("mousedown", (event) => { const x = event.clientX - canvas.getBoundingClientRect().left; dragFrom = { x, i: indexAt(x) }; });
+  canvas.addEventListener("mouseleave", () => {
+    tooltip.hide();
+    magnifier.hidden = true;
+  });
+  canvas.addEventListener("mousedown", (event) => {
+    const x = event.clientX - canvas.getBoundingClientRect().left;
+    dragFrom = { x, i: indexAt(x) };
+  });
   canvas.addEventListener("mouseup", (event) => {
     if (dragFrom === null) return;
     const x = event.clientX - canvas.getBoundingClientRect().left;

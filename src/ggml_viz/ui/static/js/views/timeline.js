@@ -13,9 +13,15 @@ import { fmtBytes, fmtNs, fmtPct, truncate } from "../format.js";
 import { state } from "../store.js";
 import { legend, setupCanvas, showMessage, swatch, tooltip } from "../widgets.js";
 
-const LANE_GRAPH_H = 22, LANE_NODE_H = 30, LANE_GAP = 26, AXIS_H = 24;
-const GPU_LABEL_H = 18, GPU_LANE_H = 24, COPY_H = 14;
-const MIN_SPAN_NS = 200, FOCUS_MIN_NS = 40000;
+const LANE_GRAPH_H = 22,
+  LANE_NODE_H = 30,
+  LANE_GAP = 26,
+  AXIS_H = 24;
+const GPU_LABEL_H = 18,
+  GPU_LANE_H = 24,
+  COPY_H = 14;
+const MIN_SPAN_NS = 200,
+  FOCUS_MIN_NS = 40000;
 
 // -- pure geometry -------------------------------------------------------------------------
 
@@ -76,21 +82,35 @@ export function hitAt(data, view, x, y, width) {
       const n = lane.nodes;
       let best = null;
       for (let i = 0; i < n.start.length; i++) {
-        if (n.start[i] - slack <= t && t <= n.end[i] + slack && (!best || n.end[i] - n.start[i] < best.end - best.start)) {
+        if (
+          n.start[i] - slack <= t &&
+          t <= n.end[i] + slack &&
+          (!best || n.end[i] - n.start[i] < best.end - best.start)
+        ) {
           best = { kind: "node", i, start: n.start[i], end: n.end[i], op: data.ops[n.op[i]], event: n.event[i] };
         }
       }
       if (best) return best;
-      const c = lane.columns, colScale = (data.t1 - data.t0) / data.width;
+      const c = lane.columns,
+        colScale = (data.t1 - data.t0) / data.width;
       for (let i = 0; i < c.px.length; i++) {
         const c0 = data.t0 + c.px[i] * colScale;
-        if (c0 - slack <= t && t <= c0 + colScale + slack) return { kind: "column", op: data.ops[c.op[i]], fill: c.fill[i], start: c0, end: c0 + colScale };
+        if (c0 - slack <= t && t <= c0 + colScale + slack)
+          return { kind: "column", op: data.ops[c.op[i]], fill: c.fill[i], start: c0, end: c0 + colScale };
       }
     }
     if (y >= graphY && y <= graphY + LANE_GRAPH_H) {
       const g = lane.graphs;
       for (let i = 0; i < g.start.length; i++) {
-        if (g.start[i] <= t && t <= g.end[i]) return { kind: "graph", start: g.start[i], end: g.end[i], graph_id: g.graph_id[i], label: g.label[i], phase: g.phase[i] };
+        if (g.start[i] <= t && t <= g.end[i])
+          return {
+            kind: "graph",
+            start: g.start[i],
+            end: g.end[i],
+            graph_id: g.graph_id[i],
+            label: g.label[i],
+            phase: g.phase[i],
+          };
       }
     }
   }
@@ -102,17 +122,44 @@ function kernelAt(data, gpuLane, t, slack) {
   const k = gpuLane.bars;
   let best = -1;
   for (let i = 0; i < k.start.length; i++) {
-    if (k.start[i] - slack <= t && t <= k.end[i] + slack && (best < 0 || k.end[i] - k.start[i] < k.end[best] - k.start[best])) best = i;
+    if (
+      k.start[i] - slack <= t &&
+      t <= k.end[i] + slack &&
+      (best < 0 || k.end[i] - k.start[i] < k.end[best] - k.start[best])
+    )
+      best = i;
   }
   if (best >= 0) {
-    const i = best, name = k.kernel[i];
-    return { kind: "kernel", i, start: k.start[i], end: k.end[i], busy: k.busy[i], code: k.op[i], op: gpuOpName(k.op[i], data.ops),
-      event: k.event[i], kernel: gpuLane.kernels[name], name: gpuLane.names[name], bytes: k.bytes[i], device: gpuLane.device_name };
+    const i = best,
+      name = k.kernel[i];
+    return {
+      kind: "kernel",
+      i,
+      start: k.start[i],
+      end: k.end[i],
+      busy: k.busy[i],
+      code: k.op[i],
+      op: gpuOpName(k.op[i], data.ops),
+      event: k.event[i],
+      kernel: gpuLane.kernels[name],
+      name: gpuLane.names[name],
+      bytes: k.bytes[i],
+      device: gpuLane.device_name,
+    };
   }
-  const c = gpuLane.columns, colScale = (data.t1 - data.t0) / data.width;
+  const c = gpuLane.columns,
+    colScale = (data.t1 - data.t0) / data.width;
   for (let i = 0; i < c.px.length; i++) {
     const c0 = data.t0 + c.px[i] * colScale;
-    if (c0 - slack <= t && t <= c0 + colScale + slack) return { kind: "column", op: gpuOpName(c.op[i], data.ops), fill: c.fill[i], start: c0, end: c0 + colScale, gpu: true };
+    if (c0 - slack <= t && t <= c0 + colScale + slack)
+      return {
+        kind: "column",
+        op: gpuOpName(c.op[i], data.ops),
+        fill: c.fill[i],
+        start: c0,
+        end: c0 + colScale,
+        gpu: true,
+      };
   }
   return null;
 }
@@ -121,9 +168,14 @@ function kernelAt(data, gpuLane, t, slack) {
 // with the node: [title, lines].
 export function kernelTooltip(hit, row = null) {
   const duration = hit.end - hit.start;
-  const node = row ? `${row.name} · ${row.op} · layer ${row.layer === null ? "none" : row.layer} · graph ${row.graph_id}`
-    : hit.event >= 0 ? `a ${hit.op} node` : hit.op;
-  const busy = `${fmtNs(duration)} on ${hit.device} · busy ${fmtNs(hit.busy)}` + (duration > 0 ? ` (${fmtPct(hit.busy / duration)}, overlap counted once)` : "");
+  const node = row
+    ? `${row.name} · ${row.op} · layer ${row.layer === null ? "none" : row.layer} · graph ${row.graph_id}`
+    : hit.event >= 0
+      ? `a ${hit.op} node`
+      : hit.op;
+  const busy =
+    `${fmtNs(duration)} on ${hit.device} · busy ${fmtNs(hit.busy)}` +
+    (duration > 0 ? ` (${fmtPct(hit.busy / duration)}, overlap counted once)` : "");
   const lines = [node, busy];
   if (hit.code < -1) lines.push(fmtBytes(hit.bytes));
   if (hit.name && hit.name !== hit.kernel) lines.push(truncate(hit.name, 160));
@@ -134,33 +186,67 @@ export function kernelTooltip(hit, row = null) {
 // A hit's tooltip, before its row is fetched: [title, lines].
 export function hitTooltip(hit) {
   if (hit.kind === "kernel") return kernelTooltip(hit);
-  if (hit.kind === "graph") return [`graph ${hit.graph_id} · ${hit.phase}`, [fmtNs(hit.end - hit.start), "tokens: " + JSON.stringify(hit.label.slice(0, 80)), "click to zoom in"]];
-  if (hit.kind === "column") return [`many short ${hit.gpu ? "kernels" : "nodes"}, mostly ${hit.op}`, [`${fmtPct(hit.fill)} busy in this pixel`, "zoom in to see each"]];
+  if (hit.kind === "graph")
+    return [
+      `graph ${hit.graph_id} · ${hit.phase}`,
+      [fmtNs(hit.end - hit.start), "tokens: " + JSON.stringify(hit.label.slice(0, 80)), "click to zoom in"],
+    ];
+  if (hit.kind === "column")
+    return [
+      `many short ${hit.gpu ? "kernels" : "nodes"}, mostly ${hit.op}`,
+      [`${fmtPct(hit.fill)} busy in this pixel`, "zoom in to see each"],
+    ];
   return [hit.op, [fmtNs(hit.end - hit.start)]];
 }
 
 // A node's tooltip once its EventRow is known: [title, lines].
 export function rowTooltip(row) {
   const waiting = row.wait_ns ? ` (${fmtNs(row.wait_ns)} waiting for other threads)` : "";
-  return [row.name, [`${row.op} · ${row.type} ${row.shape}`, `${fmtNs(row.duration_ns)}${waiting} · layer ${row.layer === null ? "none" : row.layer} · graph ${row.graph_id}`]];
+  return [
+    row.name,
+    [
+      `${row.op} · ${row.type} ${row.shape}`,
+      `${fmtNs(row.duration_ns)}${waiting} · layer ${row.layer === null ? "none" : row.layer} · graph ${row.graph_id}`,
+    ],
+  ];
 }
 
 // -- the view ------------------------------------------------------------------------------
 
 export const timeline = {
-  view: null, data: null, canvas: null, panel: null, hover: null,
-  asked: 0, shown: 0, // requests for bars: the last asked, the last drawn
+  view: null,
+  data: null,
+  canvas: null,
+  panel: null,
+  hover: null,
+  asked: 0,
+  shown: 0, // requests for bars: the last asked, the last drawn
   frameTimes: [],
 
   init(section) {
     this.canvas = h("canvas", { "data-testid": "timeline-canvas", tabindex: 0 });
-    this.panel = h("div", { class: "side", "data-testid": "timeline-details" }, h("div", { class: "muted", text: "Click a node for its details. Wheel: zoom · drag or shift+wheel: pan · W/S zoom, A/D pan, 0 reset." }));
+    this.panel = h(
+      "div",
+      { class: "side", "data-testid": "timeline-details" },
+      h("div", {
+        class: "muted",
+        text: "Click a node for its details. Wheel: zoom · drag or shift+wheel: pan · W/S zoom, A/D pan, 0 reset.",
+      })
+    );
     const search = h("input", { type: "search", placeholder: "search name or op…", "data-testid": "timeline-search" });
     const results = h("select", { "data-testid": "search-results", hidden: true });
     search.addEventListener("change", async () => {
       const { hits } = await getSearch(state.runId, search.value);
-      setChildren(results, h("option", { text: `${hits.length} hits` }), ...hits.map((hit) =>
-        h("option", { value: hit.event, text: `${hit.name} · ${hit.op} · graph ${hit.graph_id} · ${fmtNs(hit.duration_ns)}` })));
+      setChildren(
+        results,
+        h("option", { text: `${hits.length} hits` }),
+        ...hits.map((hit) =>
+          h("option", {
+            value: hit.event,
+            text: `${hit.name} · ${hit.op} · graph ${hit.graph_id} · ${fmtNs(hit.duration_ns)}`,
+          })
+        )
+      );
       results.hidden = false;
       results.hits = hits;
     });
@@ -171,24 +257,52 @@ export const timeline = {
       this.select(hit.graph_id, hit.node_index);
     });
     section.classList.add("fill");
-    setChildren(section,
-      h("div", { class: "toolbar" }, search, results,
+    setChildren(
+      section,
+      h(
+        "div",
+        { class: "toolbar" },
+        search,
+        results,
         h("button", { class: "btn", text: "−", title: "zoom out (S)", onclick: () => this.zoom(1.6) }),
         h("button", { class: "btn", text: "+", title: "zoom in (W)", onclick: () => this.zoom(1 / 1.6) }),
         h("button", { class: "btn", text: "whole run", title: "reset (0)", onclick: () => this.reset() }),
-        legend(state.overview.ops), state.overview.gpu ? gpuLegend() : null),
-      h("div", { class: "split" }, h("div", { class: "canvas-wrap" }, this.canvas), this.panel));
+        legend(state.overview.ops),
+        state.overview.gpu ? gpuLegend() : null
+      ),
+      h("div", { class: "split" }, h("div", { class: "canvas-wrap" }, this.canvas), this.panel)
+    );
     this.bindInput();
     this.reset();
     new ResizeObserver(() => this.resize()).observe(this.canvas);
   },
 
-  duration() { return Math.max(1, state.overview.duration_ns); },
-  width() { return this.canvas.getBoundingClientRect().width || 1; },
-  reset() { const d = this.duration(); this.view = { t0: -d * 0.01, t1: d * 1.01 }; this.request(); this.draw(); },
-  focus(t0, t1) { this.view = focusedView(t0, t1); this.request(); this.draw(); },
-  resize() { if (this.canvas && this.canvas.isConnected) { this.request(); this.draw(); } },
-  layout() { return laneLayout(this.data ? this.data.lanes : []); },
+  duration() {
+    return Math.max(1, state.overview.duration_ns);
+  },
+  width() {
+    return this.canvas.getBoundingClientRect().width || 1;
+  },
+  reset() {
+    const d = this.duration();
+    this.view = { t0: -d * 0.01, t1: d * 1.01 };
+    this.request();
+    this.draw();
+  },
+  focus(t0, t1) {
+    this.view = focusedView(t0, t1);
+    this.request();
+    this.draw();
+  },
+  resize() {
+    if (this.canvas && this.canvas.isConnected) {
+      this.request();
+      this.draw();
+    }
+  },
+  layout() {
+    return laneLayout(this.data ? this.data.lanes : []);
+  },
 
   zoom(factor, anchorX) {
     const width = this.width();
@@ -203,7 +317,10 @@ export const timeline = {
   schedule() {
     if (!this.frameRequested) {
       this.frameRequested = true;
-      requestAnimationFrame(() => { this.frameRequested = false; this.draw(); });
+      requestAnimationFrame(() => {
+        this.frameRequested = false;
+        this.draw();
+      });
     }
     clearTimeout(this.requestTimer);
     this.requestTimer = setTimeout(() => this.request(), 60);
@@ -214,15 +331,19 @@ export const timeline = {
   // until that one arrives, so requests faster than answers (a fast live run) never starve it.
   async request() {
     const width = Math.round(this.canvas.getBoundingClientRect().width) || 1000;
-    const t0 = Math.floor(this.view.t0), t1 = Math.ceil(this.view.t1);
-    const ticket = ++this.asked, runId = state.runId;
+    const t0 = Math.floor(this.view.t0),
+      t1 = Math.ceil(this.view.t1);
+    const ticket = ++this.asked,
+      runId = state.runId;
     try {
       const data = await getTimeline(runId, t0, t1, width);
       if (ticket < this.shown || runId !== state.runId) return;
       this.shown = ticket;
       this.data = data;
       this.draw();
-    } catch (error) { showMessage("timeline: " + error.message); }
+    } catch (error) {
+      showMessage("timeline: " + error.message);
+    }
   },
 
   // A live run grew from `before` ns: a view of the whole run follows it; one reaching its
@@ -235,19 +356,31 @@ export const timeline = {
 
   bindInput() {
     const canvas = this.canvas;
-    canvas.addEventListener("wheel", (event) => {
-      event.preventDefault();
-      const x = event.clientX - canvas.getBoundingClientRect().left;
-      if (event.shiftKey || Math.abs(event.deltaX) > Math.abs(event.deltaY)) this.pan(event.deltaX || event.deltaY);
-      else this.zoom(Math.exp(event.deltaY * 0.0015), x);
-    }, { passive: false });
+    canvas.addEventListener(
+      "wheel",
+      (event) => {
+        event.preventDefault();
+        const x = event.clientX - canvas.getBoundingClientRect().left;
+        if (event.shiftKey || Math.abs(event.deltaX) > Math.abs(event.deltaY)) this.pan(event.deltaX || event.deltaY);
+        else this.zoom(Math.exp(event.deltaY * 0.0015), x);
+      },
+      { passive: false }
+    );
     let drag = null;
-    canvas.addEventListener("mousedown", (event) => { drag = { x: event.clientX, moved: false }; canvas.focus(); });
+    canvas.addEventListener("mousedown", (event) => {
+      drag = { x: event.clientX, moved: false };
+      canvas.focus();
+    });
     addEventListener("mousemove", (event) => {
       if (drag) {
         const dx = event.clientX - drag.x;
         if (Math.abs(dx) > 2) drag.moved = true;
-        if (drag.moved) { this.pan(-dx); drag.x = event.clientX; tooltip.hide(); return; }
+        if (drag.moved) {
+          this.pan(-dx);
+          drag.x = event.clientX;
+          tooltip.hide();
+          return;
+        }
       }
       if (event.target === canvas) this.hoverAt(event);
     });
@@ -259,13 +392,29 @@ export const timeline = {
       }
       drag = null;
     });
-    canvas.addEventListener("mouseleave", () => { tooltip.hide(); this.hover = null; this.draw(); });
+    canvas.addEventListener("mouseleave", () => {
+      tooltip.hide();
+      this.hover = null;
+      this.draw();
+    });
     canvas.addEventListener("keydown", (event) => {
-      const keys = { w: () => this.zoom(1 / 1.4), s: () => this.zoom(1.4), a: () => this.pan(-120), d: () => this.pan(120),
-        ArrowLeft: () => this.pan(-60), ArrowRight: () => this.pan(60), ArrowUp: () => this.zoom(1 / 1.2), ArrowDown: () => this.zoom(1.2),
-        "0": () => this.reset(), Home: () => this.reset() };
+      const keys = {
+        w: () => this.zoom(1 / 1.4),
+        s: () => this.zoom(1.4),
+        a: () => this.pan(-120),
+        d: () => this.pan(120),
+        ArrowLeft: () => this.pan(-60),
+        ArrowRight: () => this.pan(60),
+        ArrowUp: () => this.zoom(1 / 1.2),
+        ArrowDown: () => this.zoom(1.2),
+        0: () => this.reset(),
+        Home: () => this.reset(),
+      };
       const action = keys[event.key];
-      if (action) { event.preventDefault(); action(); }
+      if (action) {
+        event.preventDefault();
+        action();
+      }
     });
   },
 
@@ -290,7 +439,8 @@ export const timeline = {
       drawNodes(ctx, lane, data, X, width, nodeY);
       const sel = this.selectedBar;
       if (sel) {
-        ctx.strokeStyle = "#ffffff"; ctx.lineWidth = 2;
+        ctx.strokeStyle = "#ffffff";
+        ctx.lineWidth = 2;
         ctx.strokeRect(X(sel.start), nodeY - 1, Math.max(2, X(sel.end) - X(sel.start)), LANE_NODE_H + 2);
       }
       for (const row of gpu) drawGpuLane(ctx, row, data, X, width, this.selectedEvent);
@@ -306,11 +456,16 @@ export const timeline = {
 
   drawAxis(ctx, width, t0, t1, scale) {
     const step = axisStep(t0, t1, width);
-    ctx.fillStyle = "#9aa1b3"; ctx.strokeStyle = "#313646"; ctx.lineWidth = 1;
+    ctx.fillStyle = "#9aa1b3";
+    ctx.strokeStyle = "#313646";
+    ctx.lineWidth = 1;
     ctx.font = "11px system-ui, sans-serif";
     for (let t = Math.ceil(t0 / step) * step; t <= t1; t += step) {
       const x = Math.round((t - t0) * scale) + 0.5;
-      ctx.beginPath(); ctx.moveTo(x, AXIS_H - 6); ctx.lineTo(x, 4000); ctx.stroke();
+      ctx.beginPath();
+      ctx.moveTo(x, AXIS_H - 6);
+      ctx.lineTo(x, 4000);
+      ctx.stroke();
       ctx.fillText(fmtNs(t), x + 3, 14);
     }
   },
@@ -323,7 +478,11 @@ export const timeline = {
 
   async hoverAt(event) {
     const hit = this.hitTest(event);
-    if (!hit) { tooltip.hide(); this.canvas.style.cursor = "default"; return; }
+    if (!hit) {
+      tooltip.hide();
+      this.canvas.style.cursor = "default";
+      return;
+    }
     this.canvas.style.cursor = "pointer";
     tooltip.show(event.clientX, event.clientY, ...hitTooltip(hit));
     if (hit.kind !== "node" && !(hit.kind === "kernel" && hit.event >= 0)) return;
@@ -353,13 +512,21 @@ export const timeline = {
 // A joined run's messages between hosts: a line from the sender's node lane when it was sent
 // to the receiver's when it arrived (on the head's clock), thicker for more bytes.
 export function transferSegments(transfers, rows, t0, scale) {
-  const segments = [], X = (t) => (t - t0) * scale;
+  const segments = [],
+    X = (t) => (t - t0) * scale;
   if (!transfers) return segments;
-  const middle = (i) => rows[i] ? rows[i].nodeY + LANE_NODE_H / 2 : null;
+  const middle = (i) => (rows[i] ? rows[i].nodeY + LANE_NODE_H / 2 : null);
   for (let i = 0; i < transfers.start.length; i++) {
-    const y0 = middle(transfers.source[i]), y1 = middle(transfers.target[i]);
+    const y0 = middle(transfers.source[i]),
+      y1 = middle(transfers.target[i]);
     if (y0 === null || y1 === null) continue;
-    segments.push({ x0: X(transfers.start[i]), y0, x1: X(transfers.end[i]), y1, width: transfers.bytes[i] >= 65536 ? 2 : 1 });
+    segments.push({
+      x0: X(transfers.start[i]),
+      y0,
+      x1: X(transfers.end[i]),
+      y1,
+      width: transfers.bytes[i] >= 65536 ? 2 : 1,
+    });
   }
   return segments;
 }
@@ -370,7 +537,10 @@ function drawTransfers(ctx, transfers, rows, t0, scale, width) {
   for (const s of transferSegments(transfers, rows, t0, scale)) {
     if (Math.max(s.x0, s.x1) < 0 || Math.min(s.x0, s.x1) > width) continue;
     ctx.lineWidth = s.width;
-    ctx.beginPath(); ctx.moveTo(s.x0, s.y0); ctx.lineTo(s.x1, s.y1); ctx.stroke();
+    ctx.beginPath();
+    ctx.moveTo(s.x0, s.y0);
+    ctx.lineTo(s.x1, s.y1);
+    ctx.stroke();
   }
   ctx.restore();
 }
@@ -378,13 +548,16 @@ function drawTransfers(ctx, transfers, rows, t0, scale, width) {
 // Graph bars, with their tokens inside where there is room.
 function drawGraphs(ctx, g, X, width, graphY) {
   for (let i = 0; i < g.start.length; i++) {
-    const x0 = X(g.start[i]), x1 = X(g.end[i]);
+    const x0 = X(g.start[i]),
+      x1 = X(g.end[i]);
     if (x1 < 0 || x0 > width) continue;
     ctx.fillStyle = phaseColor(g.phase[i], GRAPH_BAR_COLORS);
     ctx.fillRect(x0, graphY, Math.max(1, x1 - x0 - 1), LANE_GRAPH_H);
     if (x1 - x0 > 40) {
       ctx.save();
-      ctx.beginPath(); ctx.rect(x0, graphY, x1 - x0 - 1, LANE_GRAPH_H); ctx.clip();
+      ctx.beginPath();
+      ctx.rect(x0, graphY, x1 - x0 - 1, LANE_GRAPH_H);
+      ctx.clip();
       ctx.fillStyle = "#e3e6ee";
       const phase = g.phase[i] === "prompt" || g.phase[i] === "decode" ? "" : phaseName(g.phase[i]) + " ";
       ctx.fillText(`${g.graph_id[i]} ${phase}${JSON.stringify(g.label[i])}`, Math.max(x0, 0) + 4, graphY + 15);
@@ -398,7 +571,8 @@ function drawGraphs(ctx, g, X, width, graphY) {
 function drawColumns(ctx, c, data, X, width, y, height, colorOf) {
   const colScale = (data.t1 - data.t0) / data.width;
   for (let i = 0; i < c.px.length; i++) {
-    const x0 = X(data.t0 + c.px[i] * colScale), x1 = X(data.t0 + (c.px[i] + 1) * colScale);
+    const x0 = X(data.t0 + c.px[i] * colScale),
+      x1 = X(data.t0 + (c.px[i] + 1) * colScale);
     if (x1 < 0 || x0 > width) continue;
     ctx.fillStyle = colorOf(c.op[i]);
     const barHeight = height * (0.35 + 0.65 * c.fill[i]);
@@ -412,7 +586,8 @@ function drawNodes(ctx, lane, data, X, width, nodeY) {
   drawColumns(ctx, lane.columns, data, X, width, nodeY, LANE_NODE_H, (op) => opColor(ops[op], state.overview.ops));
   const n = lane.nodes;
   for (let i = 0; i < n.start.length; i++) {
-    const x0 = X(n.start[i]), x1 = X(n.end[i]);
+    const x0 = X(n.start[i]),
+      x1 = X(n.end[i]);
     if (x1 < 0 || x0 > width) continue;
     ctx.fillStyle = opColor(ops[n.op[i]], state.overview.ops);
     ctx.fillRect(x0, nodeY, Math.max(1, x1 - x0 - (x1 - x0 > 3 ? 0.5 : 0)), LANE_NODE_H);
@@ -432,37 +607,49 @@ function drawGpuLane(ctx, { gpuLane, labelY, y }, data, X, width, selectedEvent)
   const traced = gpuLane.traced;
   ctx.fillStyle = "#1d222c";
   for (let i = 0; i < traced.start.length; i++) {
-    const x0 = X(traced.start[i]), x1 = X(traced.end[i]);
+    const x0 = X(traced.start[i]),
+      x1 = X(traced.end[i]);
     if (x1 >= 0 && x0 <= width) ctx.fillRect(x0, y, Math.max(1, x1 - x0), GPU_LANE_H);
   }
-  const ops = data.ops, runOps = state.overview.ops;
+  const ops = data.ops,
+    runOps = state.overview.ops;
   drawColumns(ctx, gpuLane.columns, data, X, width, y, GPU_LANE_H, (op) => gpuColor(op, ops, runOps));
   const k = gpuLane.bars;
   for (let i = 0; i < k.start.length; i++) {
-    const x0 = X(k.start[i]), x1 = X(k.end[i]);
+    const x0 = X(k.start[i]),
+      x1 = X(k.end[i]);
     if (x1 < 0 || x0 > width) continue;
-    const copy = k.op[i] < -1, top = copy ? y + GPU_LANE_H - COPY_H : y;
+    const copy = k.op[i] < -1,
+      top = copy ? y + GPU_LANE_H - COPY_H : y;
     ctx.fillStyle = gpuColor(k.op[i], ops, runOps);
     ctx.fillRect(x0, top, Math.max(1, x1 - x0 - (x1 - x0 > 3 ? 0.5 : 0)), copy ? COPY_H : GPU_LANE_H);
     if (x1 - x0 > 70) {
       ctx.save();
-      ctx.beginPath(); ctx.rect(x0, y, x1 - x0, GPU_LANE_H); ctx.clip();
+      ctx.beginPath();
+      ctx.rect(x0, y, x1 - x0, GPU_LANE_H);
+      ctx.clip();
       ctx.fillStyle = "#0b0c10";
       ctx.fillText(gpuLane.kernels[k.kernel[i]], x0 + 3, y + 16);
       ctx.restore();
     }
   }
   if (selectedEvent === undefined || selectedEvent === null || selectedEvent < 0) return;
-  ctx.strokeStyle = "#ffffff"; ctx.lineWidth = 2;
+  ctx.strokeStyle = "#ffffff";
+  ctx.lineWidth = 2;
   for (let i = 0; i < k.start.length; i++) {
-    if (k.event[i] === selectedEvent) ctx.strokeRect(X(k.start[i]), y - 1, Math.max(2, X(k.end[i]) - X(k.start[i])), GPU_LANE_H + 2);
+    if (k.event[i] === selectedEvent)
+      ctx.strokeRect(X(k.start[i]), y - 1, Math.max(2, X(k.end[i]) - X(k.start[i])), GPU_LANE_H + 2);
   }
 }
 
 // The GPU lanes' own colors: what is not a node's kernel.
 function gpuLegend() {
-  return h("div", { class: "legend", "data-testid": "gpu-legend" }, h("span", { class: "muted", text: "GPU:" }),
-    Object.values(GPU_OTHER).map(({ name, color }) => h("span", {}, swatch(color), name)));
+  return h(
+    "div",
+    { class: "legend", "data-testid": "gpu-legend" },
+    h("span", { class: "muted", text: "GPU:" }),
+    Object.values(GPU_OTHER).map(({ name, color }) => h("span", {}, swatch(color), name))
+  );
 }
 
 export function render(section) {

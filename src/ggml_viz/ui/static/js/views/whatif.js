@@ -12,48 +12,101 @@ import { state } from "../store.js";
 
 const PART_COLORS = { crossings: "#e15759", fixed: "#8a8f9c" };
 const partColor = (name, devices) => PART_COLORS[name] || HUES[devices.indexOf(name) % HUES.length] || HUES[0];
-const partLabel = (name) => (name === "crossings" ? "crossings between devices" : name === "fixed" ? "host (fixed)" : `${name} compute`);
+const partLabel = (name) =>
+  name === "crossings" ? "crossings between devices" : name === "fixed" ? "host (fixed)" : `${name} compute`;
 
 export async function render(section) {
   const data = await getWhatif(state.runId);
   if (!data.rows.length) {
-    setChildren(section, h("div", { class: "empty", "data-testid": "whatif-empty", text: data.reason || "nothing to predict" }));
+    setChildren(
+      section,
+      h("div", { class: "empty", "data-testid": "whatif-empty", text: data.reason || "nothing to predict" })
+    );
     return;
   }
   const parts = [...data.devices, ...(data.devices.length > 1 ? ["crossings"] : []), "fixed"];
   const longest = Math.max(...data.rows.map((row) => Object.values(row.decode_parts).reduce((a, b) => a + b, 0)), 1);
-  const legend = h("div", { class: "whatif-legend", "data-testid": "whatif-legend" }, parts.map((name) => {
-    const swatch = h("span", { class: "swatch" });
-    swatch.style.background = partColor(name, data.devices); // (a style attribute is refused by the page's policy)
-    return h("span", {}, swatch, partLabel(name));
-  }));
-  const rows = data.rows.map((row) => h("tr", { class: row.recorded ? "recorded" : "", "data-testid": "whatif-row" },
-    h("td", { class: "flags", text: (row.flags || "(as recorded)") + (row.recorded ? " (recorded)" : "") }),
-    h("td", { class: "num", text: fmtRate(row.prompt_tokens_per_s) }),
-    h("td", { class: "num", text: fmtRate(row.decode_tokens_per_s) }),
-    h("td", {}, stepBar(row.decode_parts, longest, data.devices)),
-    ...data.devices.map((device) => h("td", { class: "num", text: memoryText(row.memory[device]) }))));
-  const check = Object.entries(data.check).map(([phase, c]) =>
-    `${phase}: ${fmtRate(c.predicted_tokens_per_s)} predicted, ${fmtRate(c.measured_tokens_per_s)} measured (${((c.ratio - 1) * 100).toFixed(1)} %)`);
+  const legend = h(
+    "div",
+    { class: "whatif-legend", "data-testid": "whatif-legend" },
+    parts.map((name) => {
+      const swatch = h("span", { class: "swatch" });
+      swatch.style.background = partColor(name, data.devices); // (a style attribute is refused by the page's policy)
+      return h("span", {}, swatch, partLabel(name));
+    })
+  );
+  const rows = data.rows.map((row) =>
+    h(
+      "tr",
+      { class: row.recorded ? "recorded" : "", "data-testid": "whatif-row" },
+      h("td", { class: "flags", text: (row.flags || "(as recorded)") + (row.recorded ? " (recorded)" : "") }),
+      h("td", { class: "num", text: fmtRate(row.prompt_tokens_per_s) }),
+      h("td", { class: "num", text: fmtRate(row.decode_tokens_per_s) }),
+      h("td", {}, stepBar(row.decode_parts, longest, data.devices)),
+      ...data.devices.map((device) => h("td", { class: "num", text: memoryText(row.memory[device]) }))
+    )
+  );
+  const check = Object.entries(data.check).map(
+    ([phase, c]) =>
+      `${phase}: ${fmtRate(c.predicted_tokens_per_s)} predicted, ${fmtRate(c.measured_tokens_per_s)} measured (${((c.ratio - 1) * 100).toFixed(1)} %)`
+  );
   const prompt = data.prompt_tokens ? `prompt rates for a prompt of ${data.prompt_tokens} tokens; ` : "";
-  setChildren(section,
-    h("div", { class: "card" }, h("h2", { text: "What other flags would do, predicted from this run" }),
-      h("div", { class: "muted", "data-testid": "whatif-check", text: `the recorded placement against its own steps: ${check.join("; ") || "—"}` }),
+  setChildren(
+    section,
+    h(
+      "div",
+      { class: "card" },
+      h("h2", { text: "What other flags would do, predicted from this run" }),
+      h("div", {
+        class: "muted",
+        "data-testid": "whatif-check",
+        text: `the recorded placement against its own steps: ${check.join("; ") || "—"}`,
+      }),
       legend,
-      h("table", { "data-testid": "whatif-table" },
-        h("thead", {}, h("tr", {}, h("th", { text: "flags" }), h("th", { text: "prompt tok/s" }), h("th", { text: "decode tok/s" }),
-          h("th", { text: "a decode step, where it goes" }), ...data.devices.map((device) => h("th", { text: `${device} memory` })))),
-        h("tbody", {}, rows)),
-      h("div", { class: "muted", text: `${prompt}the memory at the run's context (\`ggml-viz advise RUN --ctx N\` for another)` }),
-      data.limit_doubts.length ? h("div", { class: "muted", "data-testid": "whatif-doubts",
-        text: `the run's limits are slower at more threads (${data.limit_doubts.join("; ")}): other thread counts are predicted from them` }) : null,
-      h("div", { class: "muted", "data-testid": "whatif-left-out", text: `left out: ${data.left_out}` })));
+      h(
+        "table",
+        { "data-testid": "whatif-table" },
+        h(
+          "thead",
+          {},
+          h(
+            "tr",
+            {},
+            h("th", { text: "flags" }),
+            h("th", { text: "prompt tok/s" }),
+            h("th", { text: "decode tok/s" }),
+            h("th", { text: "a decode step, where it goes" }),
+            ...data.devices.map((device) => h("th", { text: `${device} memory` }))
+          )
+        ),
+        h("tbody", {}, rows)
+      ),
+      h("div", {
+        class: "muted",
+        text: `${prompt}the memory at the run's context (\`ggml-viz advise RUN --ctx N\` for another)`,
+      }),
+      data.limit_doubts.length
+        ? h("div", {
+            class: "muted",
+            "data-testid": "whatif-doubts",
+            text: `the run's limits are slower at more threads (${data.limit_doubts.join("; ")}): other thread counts are predicted from them`,
+          })
+        : null,
+      h("div", { class: "muted", "data-testid": "whatif-left-out", text: `left out: ${data.left_out}` })
+    )
+  );
 }
 
 // A decode step's parts as one bar, its length the step's against the longest shown.
 function stepBar(parts, longest, devices) {
   const total = Object.values(parts).reduce((a, b) => a + b, 0);
-  const bar = h("div", { class: "whatif-bar", "data-testid": "whatif-bar", title: Object.entries(parts).map(([name, ns]) => `${partLabel(name)}: ${fmtNs(ns)}`).join("\n") });
+  const bar = h("div", {
+    class: "whatif-bar",
+    "data-testid": "whatif-bar",
+    title: Object.entries(parts)
+      .map(([name, ns]) => `${partLabel(name)}: ${fmtNs(ns)}`)
+      .join("\n"),
+  });
   bar.style.width = `${Math.max(2, (300 * total) / longest)}px`;
   for (const [name, ns] of Object.entries(parts)) {
     if (ns <= 0) continue;
@@ -65,4 +118,7 @@ function stepBar(parts, longest, devices) {
   return h("div", { class: "whatif-step" }, bar, h("span", { class: "muted", text: fmtNs(total) }));
 }
 
-const memoryText = (memory) => (memory && memory.total ? `${fmtBytes(memory.total)} (weights ${fmtBytes(memory.weights)}, KV ${fmtBytes(memory.kv_cache)}, compute ${fmtBytes(memory.compute)})` : "—");
+const memoryText = (memory) =>
+  memory && memory.total
+    ? `${fmtBytes(memory.total)} (weights ${fmtBytes(memory.weights)}, KV ${fmtBytes(memory.kv_cache)}, compute ${fmtBytes(memory.compute)})`
+    : "—";
