@@ -55,8 +55,9 @@ def start_workers(folder: Path | None, count: int) -> tuple[list[subprocess.Pope
         command = [tool("ggml-rpc-server"), "-t", "1", "-H", "127.0.0.1", "-p", str(port)]
         if folder is not None:
             command = [sys.executable, "-m", "ggml_viz", "run", "-o", str(folder / f"w{index}.ggmlviz"), "--", *command]
-        processes.append(subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                          env=clean_environment()))  # fmt: skip
+        processes.append(
+            subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=clean_environment())
+        )
         ports.append(port)
     for port in ports:
         deadline = time.monotonic() + 60
@@ -92,9 +93,28 @@ def one_round(model: str, tokens: int, traced: bool) -> float:
         folder = Path(folder_name)
         workers, ports = start_workers(folder if traced else None, 2)
         try:
-            command = [tool("llama-completion"), "-m", model, "--rpc", ",".join(f"127.0.0.1:{p}" for p in ports),
-                       "-ngl", "99", "-p", PROMPT, "-n", str(tokens), "--temp", "0", "--ignore-eos", "-no-cnv",
-                       "--no-warmup", "-t", "1", "-c", "1024"]  # fmt: skip
+            command = [
+                tool("llama-completion"),
+                "-m",
+                model,
+                "--rpc",
+                ",".join(f"127.0.0.1:{p}" for p in ports),
+                "-ngl",
+                "99",
+                "-p",
+                PROMPT,
+                "-n",
+                str(tokens),
+                "--temp",
+                "0",
+                "--ignore-eos",
+                "-no-cnv",
+                "--no-warmup",
+                "-t",
+                "1",
+                "-c",
+                "1024",
+            ]
             if traced:
                 command = [sys.executable, "-m", "ggml_viz", "run", "-o", str(folder / "head.ggmlviz"), "--", *command]
             done = subprocess.run(command, capture_output=True, text=True, env=clean_environment(), timeout=600)
@@ -126,13 +146,18 @@ def main() -> None:
         order = (False, True) if index % 2 == 0 else (True, False)
         rates = {traced: one_round(model, args.tokens, traced) for traced in order}
         ratios.append(rates[False] / rates[True])
-        print(f"pair {index + 1}: untraced {rates[False]:.1f} tok/s, traced {rates[True]:.1f} tok/s, "
-              f"ratio {ratios[-1]:.3f}", flush=True)  # fmt: skip
+        print(
+            f"pair {index + 1}: untraced {rates[False]:.1f} tok/s, traced {rates[True]:.1f} tok/s, "
+            f"ratio {ratios[-1]:.3f}",
+            flush=True,
+        )
     quartiles = statistics.quantiles(ratios, n=4) if len(ratios) >= 2 else [ratios[0]] * 3
     seconds, graphs, nodes = (statistics.median(values) for values in zip(*JOIN_SECONDS, strict=True))
     print(f"join: median {seconds:.2f} s for {graphs:.0f} head graphs and {nodes:.0f} remote nodes")
-    print(f"median untraced/traced eval rate: {statistics.median(ratios):.3f} "
-          f"(quartiles {quartiles[0]:.3f}..{quartiles[2]:.3f}, {len(ratios)} pairs)")  # fmt: skip
+    print(
+        f"median untraced/traced eval rate: {statistics.median(ratios):.3f} "
+        f"(quartiles {quartiles[0]:.3f}..{quartiles[2]:.3f}, {len(ratios)} pairs)"
+    )
 
 
 if __name__ == "__main__":

@@ -73,10 +73,24 @@ def sampled_samples(perf_data: Path) -> pd.DataFrame:
     """Samples per (thread id, op): ops, the barrier, shared kernels, ggml-cpu's loop and
     its code without a symbol."""
     report = subprocess.run(
-        ["perf", "report", "-i", str(perf_data), "--no-children", "--sort", "pid,dso,symbol", "--stdio", "-q", "-n",
-         "-t", "\t"],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
+        [
+            "perf",
+            "report",
+            "-i",
+            str(perf_data),
+            "--no-children",
+            "--sort",
+            "pid,dso,symbol",
+            "--stdio",
+            "-q",
+            "-n",
+            "-t",
+            "\t",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     rows = []
     for line in report.splitlines():
         fields = [field.strip() for field in line.split("\t")]
@@ -118,14 +132,50 @@ def measure(threads: int, tokens: int, folder: Path) -> pd.DataFrame:
     if not completion.exists():
         sys.exit(f"{completion} is missing: `make setup` builds llama.cpp's own programs")
     run_dir, perf_data = folder / f"t{threads}.ggmlviz", folder / f"t{threads}.perf"
-    program = [str(completion), "-m", str(default_model_path()), "-p", PROMPT, "-n", str(tokens), "--temp", "0",
-               "--ignore-eos", "-no-cnv", "-t", str(threads), "-tb", str(threads), "-c", "512",
-               "-fa", "off"]  # fmt: skip
+    program = [
+        str(completion),
+        "-m",
+        str(default_model_path()),
+        "-p",
+        PROMPT,
+        "-n",
+        str(tokens),
+        "--temp",
+        "0",
+        "--ignore-eos",
+        "-no-cnv",
+        "-t",
+        str(threads),
+        "-tb",
+        str(threads),
+        "-c",
+        "512",
+        "-fa",
+        "off",
+    ]
     subprocess.run(
-        ["perf", "record", "-q", "-F", "1999", "-o", str(perf_data), "--", sys.executable, "-m", "ggml_viz", "run",
-         "--force", "-o", str(run_dir), "--", *program],
-        check=True, capture_output=True,
-    )  # fmt: skip
+        [
+            "perf",
+            "record",
+            "-q",
+            "-F",
+            "1999",
+            "-o",
+            str(perf_data),
+            "--",
+            sys.executable,
+            "-m",
+            "ggml_viz",
+            "run",
+            "--force",
+            "-o",
+            str(run_dir),
+            "--",
+            *program,
+        ],
+        check=True,
+        capture_output=True,
+    )
     samples = sampled_samples(perf_data)
     recorded, wait_share = recorded_shares(run_dir)
     main_thread = int(ggml_viz_manifest(run_dir)["program"]["pid"])  # ggml's thread 0: the recorded one
@@ -137,21 +187,27 @@ def measure(threads: int, tokens: int, folder: Path) -> pd.DataFrame:
         values = values.reindex(ops).fillna(0)
         return 100 * values / values.sum()
 
-    table = pd.DataFrame({
-        "recorded work %": shares(recorded["work"]),
-        "sampled, thread 0 %": shares(sampled_0),
-        "sampled, all threads %": shares(sampled),
-        "recorded time %": shares(recorded["time"]),
-        "ending at the callback %": shares(recorded["ending at the callback"]),
-    })  # fmt: skip
+    table = pd.DataFrame(
+        {
+            "recorded work %": shares(recorded["work"]),
+            "sampled, thread 0 %": shares(sampled_0),
+            "sampled, all threads %": shares(sampled),
+            "recorded time %": shares(recorded["time"]),
+            "ending at the callback %": shares(recorded["ending at the callback"]),
+        }
+    )
     table = table[(table.max(axis=1) >= 0.05)].sort_values("sampled, thread 0 %", ascending=False)
     ggml_samples = sampled.sum() - sampled.get("(barrier wait)", 0)
-    left_out = ", ".join(f"{name} {100 * sampled.get(name, 0) / ggml_samples:.1f} %"
-                         for name in ("(graph loop)", "(shared kernels)", OUTSIDE))  # fmt: skip
-    print(f"\n{threads} thread(s): {int(sampled.sum())} samples in ggml-cpu and libgomp; "
-          f"barrier wait {100 * sampled.get('(barrier wait)', 0) / sampled.sum():.1f} % of them "
-          f"(recorded: {100 * wait_share:.1f} % of node time); of ggml-cpu's samples, left out of the shares: "
-          f"{left_out}")  # fmt: skip
+    left_out = ", ".join(
+        f"{name} {100 * sampled.get(name, 0) / ggml_samples:.1f} %"
+        for name in ("(graph loop)", "(shared kernels)", OUTSIDE)
+    )
+    print(
+        f"\n{threads} thread(s): {int(sampled.sum())} samples in ggml-cpu and libgomp; "
+        f"barrier wait {100 * sampled.get('(barrier wait)', 0) / sampled.sum():.1f} % of them "
+        f"(recorded: {100 * wait_share:.1f} % of node time); of ggml-cpu's samples, left out of the shares: "
+        f"{left_out}"
+    )
     print(table.round(2).to_string())
     return table
 
@@ -173,8 +229,10 @@ def verdict(threads: int, table: pd.DataFrame) -> list[str]:
         failures.append(f"{threads} thread(s): MUL_MAT recorded and sampled shares differ by {gap:.1f} points")
     big = table[(table["recorded work %"] > 1) & (table["recorded work %"] > 2 * sampled)]
     for op, row in big.iterrows():
-        failures.append(f"{threads} thread(s): {op} recorded at {row['recorded work %']:.2f} % of work, "
-                        f"sampled at {sampled[op]:.2f} %")  # fmt: skip
+        failures.append(
+            f"{threads} thread(s): {op} recorded at {row['recorded work %']:.2f} % of work, "
+            f"sampled at {sampled[op]:.2f} %"
+        )
     return failures
 
 
@@ -192,8 +250,14 @@ def main() -> None:
         folder.mkdir(parents=True, exist_ok=True)
         for threads in args.threads:
             failures += verdict(threads, measure(threads, args.tokens, folder))
-    print("\n" + ("\n".join(failures) if failures else "targets met: MUL_MAT within 3 points; no op above 1 % at "
-                                                          "more than twice its sampled share"))  # fmt: skip
+    print(
+        "\n"
+        + (
+            "\n".join(failures)
+            if failures
+            else "targets met: MUL_MAT within 3 points; no op above 1 % at more than twice its sampled share"
+        )
+    )
     sys.exit(1 if failures else 0)
 
 

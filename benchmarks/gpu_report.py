@@ -95,15 +95,19 @@ def gpu_figures(path: Path) -> None:
     kernels = run.raw("gpu_kernels")
     is_kernel = kernels["kind"] == "kernel"
     attributed = (kernels["node_index"] >= 0) & is_kernel
-    print(f"  kernels {int(is_kernel.sum())}, attributed to a node {int(attributed.sum())} "
-          f"({100 * attributed.sum() / max(is_kernel.sum(), 1):.1f} %)")  # fmt: skip
+    print(
+        f"  kernels {int(is_kernel.sum())}, attributed to a node {int(attributed.sum())} "
+        f"({100 * attributed.sum() / max(is_kernel.sum(), 1):.1f} %)"
+    )
     decode = graphs[graphs["phase"] == "decode"]
     if len(decode):
         busy = decode["busy_ns"].median() / 1e6
         span = (decode["end_ns"] - decode["start_ns"]).median() / 1e6
         host = (decode["host_end"] - decode["host_start"]).median() / 1e6
-        print(f"  decode step (median of {len(decode)} traced): GPU busy {busy:.3f} ms, GPU span {span:.3f} ms, "
-              f"host {host:.3f} ms (GPU idle {100 * (1 - busy / host):.1f} % of the host's time)")  # fmt: skip
+        print(
+            f"  decode step (median of {len(decode)} traced): GPU busy {busy:.3f} ms, GPU span {span:.3f} ms, "
+            f"host {host:.3f} ms (GPU idle {100 * (1 - busy / host):.1f} % of the host's time)"
+        )
     ops = op_shares(run)
     if len(ops):
         print("  GPU time by op, decode graphs (ggml-viz: gpu_node_times):")

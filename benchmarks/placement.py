@@ -83,8 +83,22 @@ def ggml_viz(*args: str) -> subprocess.CompletedProcess:
 
 
 def completion(model: Path, flags: list[str]) -> list[str]:
-    return [tool("llama-completion"), "-m", str(model), *flags, "-p", PROMPT, "-n", str(GENERATED), "--temp", "0",
-            "--ignore-eos", "-no-cnv", "-c", "1024"]  # fmt: skip
+    return [
+        tool("llama-completion"),
+        "-m",
+        str(model),
+        *flags,
+        "-p",
+        PROMPT,
+        "-n",
+        str(GENERATED),
+        "--temp",
+        "0",
+        "--ignore-eos",
+        "-no-cnv",
+        "-c",
+        "1024",
+    ]
 
 
 def record_split(folder: Path, model: Path, flags: list[str], workers: int = 1) -> Path:
@@ -117,8 +131,21 @@ def sweep(model: Path, flags: list[str], prompt_tokens: int, repeats: int, worke
     processes, ports = start_workers(None, workers) if workers else ([], [])
     rpc = ["--rpc", ",".join(f"127.0.0.1:{port}" for port in ports)] if ports else []
     try:
-        command = [tool("llama-bench"), "-m", str(model), *rpc, *flags, "-p", str(prompt_tokens),
-                   "-n", str(GENERATED), "-r", str(repeats), "-o", "csv"]  # fmt: skip
+        command = [
+            tool("llama-bench"),
+            "-m",
+            str(model),
+            *rpc,
+            *flags,
+            "-p",
+            str(prompt_tokens),
+            "-n",
+            str(GENERATED),
+            "-r",
+            str(repeats),
+            "-o",
+            "csv",
+        ]
         done = subprocess.run(command, capture_output=True, text=True, env=clean_environment(), timeout=1800)
     finally:
         for process in processes:
@@ -160,8 +187,11 @@ def one_round(folder: Path, name: str, model: Path, repeats: int, results: dict)
     predicted = predictions(cpu, ["-t", "1,2", "-tb", "1,2", "-ub", ubatches, "--prompt-tokens", str(tokens)])
     for row in sweep(model, ["-t", "1,2", "-ub", ubatches], tokens, repeats, workers=0):
         threads, ubatch = int(row["n_threads"]), int(row["n_ubatch"])
-        match = [p for p in predicted["predictions"]
-                 if (p["threads"], p["threads_batch"], p["ubatch"]) == (threads, threads, ubatch)]  # fmt: skip
+        match = [
+            p
+            for p in predicted["predictions"]
+            if (p["threads"], p["threads_batch"], p["ubatch"]) == (threads, threads, ubatch)
+        ]
         if ubatch == 512:
             _pair(results, (name, "threads"), threads, row, match, predicted)
         if threads == 1 and phase_of(row) == "prompt":
@@ -187,17 +217,21 @@ def _pair(results: dict, key: tuple[str, str], setting: int, row: dict, match: l
     phase = phase_of(row)
     if not match or not match[0].get(f"{phase}_tokens_per_s"):
         return
-    results[(*key, phase)][setting].append((match[0][f"{phase}_tokens_per_s"], float(row["avg_ts"]),
-                                            bool(match[0]["recorded"])))  # fmt: skip
+    results[(*key, phase)][setting].append(
+        (match[0][f"{phase}_tokens_per_s"], float(row["avg_ts"]), bool(match[0]["recorded"]))
+    )
     check = predicted.get("check", {}).get(phase)
     if check and match[0]["recorded"]:
-        results[(key[0], "check", phase)][key[1]].append((check["predicted_tokens_per_s"],
-                                                          check["measured_tokens_per_s"], True))  # fmt: skip
+        results[(key[0], "check", phase)][key[1]].append(
+            (check["predicted_tokens_per_s"], check["measured_tokens_per_s"], True)
+        )
 
 
 def report(results: dict) -> None:
-    print(f"{'model':>6} {'flag':>10} {'phase':>7} {'setting':>14} {'predicted':>10} {'measured':>9} "
-          f"{'pred/meas (range)':>22} {'relative to recorded':>21}")  # fmt: skip
+    print(
+        f"{'model':>6} {'flag':>10} {'phase':>7} {'setting':>14} {'predicted':>10} {'measured':>9} "
+        f"{'pred/meas (range)':>22} {'relative to recorded':>21}"
+    )
     for (name, family, phase), settings in sorted(results.items()):
         base = [p / m for values in settings.values() for p, m, recorded in values if recorded]
         base_ratio = statistics.median(base) if base and family != "check" else None
@@ -207,15 +241,19 @@ def report(results: dict) -> None:
             recorded = " (recorded)" if any(r for _, _, r in values) and family != "check" else ""
             predicted, measured = (statistics.median(v[i] for v in values) for i in (0, 1))
             label = f"{setting}{recorded}"
-            print(f"{name:>6} {family:>10} {phase:>7} {label:>14} {predicted:>10.1f} {measured:>9.1f} "
-                  f"{statistics.median(ratios):>8.3f} ({min(ratios):.3f}..{max(ratios):.3f}) {relative}")  # fmt: skip
+            print(
+                f"{name:>6} {family:>10} {phase:>7} {label:>14} {predicted:>10.1f} {measured:>9.1f} "
+                f"{statistics.median(ratios):>8.3f} ({min(ratios):.3f}..{max(ratios):.3f}) {relative}"
+            )
         if family != "check":
             best_predicted = max(settings, key=lambda s: statistics.median(p for p, _, _ in settings[s]))
             measured = {s: statistics.median(m for _, m, _ in v) for s, v in settings.items()}
             best = max(measured, key=lambda s: measured[s])
             share = measured[best_predicted] / measured[best]
-            print(f"{'':>6} {'':>10} {'':>7} predicted fastest {best_predicted}, measured fastest {best}: "
-                  f"{share:.1%} of the best")  # fmt: skip
+            print(
+                f"{'':>6} {'':>10} {'':>7} predicted fastest {best_predicted}, measured fastest {best}: "
+                f"{share:.1%} of the best"
+            )
 
 
 def main() -> None:

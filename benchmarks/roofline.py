@@ -53,8 +53,12 @@ def main() -> int:
 def _limits(measure: bool) -> tuple[dict, float | None]:
     if measure:
         start = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "ggml_viz", "limits", "--again", "--json"], check=True,
-                              capture_output=True, text=True)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-m", "ggml_viz", "limits", "--again", "--json"],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         return json.loads(done.stdout), time.perf_counter() - start
     from ggml_viz.runformat.limits import stored_limits
 

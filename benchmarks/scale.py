@@ -179,8 +179,9 @@ def synthetic_run_of(graphs: int, name: str) -> Path:
         print(f"writing {path} ({graphs:,} graphs, {graphs * NODES_PER_GRAPH:,} node events) ...", flush=True)
         shutil.rmtree(path, ignore_errors=True)
         CACHE.mkdir(parents=True, exist_ok=True)
-        done = subprocess.run([sys.executable, "-c", WRITE_RUN, str(path), str(graphs)], check=True,
-                              capture_output=True, text=True)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-c", WRITE_RUN, str(path), str(graphs)], check=True, capture_output=True, text=True
+        )
         path.with_name(path.name + ".recording.json").write_text(done.stdout.splitlines()[-1])
         print(f"  recorded: {recording_figures(path)}", flush=True)
     return path
@@ -229,8 +230,21 @@ def measure_export(run: Path, graphs: int = 10) -> float:
     first = n_graphs // 2
     output = run.parent / "window.pftrace"
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "ggml_viz", "export", str(run), "-o", str(output), "--graphs",
-                    f"{first}-{first + graphs - 1}"], check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ggml_viz",
+            "export",
+            str(run),
+            "-o",
+            str(output),
+            "--graphs",
+            f"{first}-{first + graphs - 1}",
+        ],
+        check=True,
+        capture_output=True,
+    )
     seconds = time.perf_counter() - start
     output.unlink()
     return seconds
@@ -251,9 +265,9 @@ def compare_long_and_short(long: int, short: int, repeats: int) -> None:
         run = synthetic_run_of(graphs, f"synthetic-{graphs}-graphs.ggmlviz")
         views = [measure_view(run) for _ in range(repeats)]
         figures[graphs] = {key: statistics.median(view[key] for view in views) for key in views[0]}
-    print(f"view of {long:,} graphs vs {short:,}: " + ", ".join(
-        f"{key} {figures[long][key]:.2f} vs {figures[short][key]:.2f} (x{figures[long][key] / figures[short][key]:.2f})"
-        for key in figures[long]), flush=True)  # fmt: skip
+    pairs = {key: (figures[long][key], figures[short][key]) for key in figures[long]}
+    compared = ", ".join(f"{key} {a:.2f} vs {b:.2f} (x{a / b:.2f})" for key, (a, b) in pairs.items())
+    print(f"view of {long:,} graphs vs {short:,}: {compared}", flush=True)
 
 
 def without_totals(run: Path) -> Path:
@@ -271,8 +285,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 10], help="millions of node events")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--long-short", type=int, nargs=2, metavar=("LONG", "SHORT"), default=[20_000, 100],
-                        help="graphs of two runs whose viewer start is compared (default 20000 and 100)")  # fmt: skip
+    parser.add_argument(
+        "--long-short",
+        type=int,
+        nargs=2,
+        metavar=("LONG", "SHORT"),
+        default=[20_000, 100],
+        help="graphs of two runs whose viewer start is compared (default 20000 and 100)",
+    )
     args = parser.parse_args()
     compare_long_and_short(*args.long_short, args.repeats)
     results = []
@@ -287,8 +307,10 @@ def main() -> None:
             streamed.append(measure_summary(copy))
             shutil.rmtree(copy)
         views = [measure_view(run) for _ in range(args.repeats)]
-        speedscope = [measure_profile_export(run, "speedscope")
-                      for _ in range(args.repeats if millions <= SPEEDSCOPE_UP_TO else 0)]  # fmt: skip
+        speedscope = [
+            measure_profile_export(run, "speedscope")
+            for _ in range(args.repeats if millions <= SPEEDSCOPE_UP_TO else 0)
+        ]
         recorded = recording_figures(run)
         tensorboard = measure_profile_export(run, "tensorboard") if millions <= TENSORBOARD_UP_TO else None
         row = {
@@ -314,25 +336,29 @@ def main() -> None:
         }
         results.append(row)
         print(json.dumps(row), flush=True)
-    print("\n| node events | disk | close | bytes an event while recording | summary | its peak RSS | "
-          "summary --json (peak RSS) | first open without stored totals (peak RSS) | view: first timeline after "
-          "start | whole-run window | zoomed, new place | zoomed, panned | view peak RSS | Perfetto export of 10 "
-          "graphs | speedscope export (peak RSS) | TensorBoard export (peak RSS) |")  # fmt: skip
+    print(
+        "\n| node events | disk | close | bytes an event while recording | summary | its peak RSS | "
+        "summary --json (peak RSS) | first open without stored totals (peak RSS) | view: first timeline after "
+        "start | whole-run window | zoomed, new place | zoomed, panned | view peak RSS | Perfetto export of 10 "
+        "graphs | speedscope export (peak RSS) | TensorBoard export (peak RSS) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for row in results:
-        print(f"| {row['node events (M)']}M | {row['disk GB']:.2f} GB | {_cell(row['close s'], '{:.1f} s')} | "
-              f"{_cell(row['bytes an event while recording'], '{:.1f} B')} | {row['summary s']:.2f} s | "
-              f"{row['summary peak MB']:,.0f} MB | {row['summary --json s']:.2f} s "
-              f"({row['summary --json peak MB']:,.0f} MB) | "
-              f"{_cell(row['first open, no stored totals s'], '{:.1f} s')} "
-              f"({_cell(row['first open peak MB'], '{:,.0f} MB')}) | "
-              f"{row['view first_timeline_s']:.2f} s | {row['view whole_ms']:.0f} ms | "
-              f"{row['view zoomed_new_place_ms']:.0f} ms | {row['view panned_ms']:.0f} ms | "
-              f"{row['view peak_mb']:,.0f} MB | {row['export of 10 graphs s']:.2f} s | "
-              f"{_cell(row['speedscope export s'], '{:.2f} s')} "
-              f"({_cell(row['speedscope peak MB'], '{:,.0f} MB')}) | "
-              f"{_cell(row['tensorboard export s'], '{:.1f} s')} "
-              f"({_cell(row['tensorboard peak MB'], '{:,.0f} MB')}) |")  # fmt: skip
+        print(
+            f"| {row['node events (M)']}M | {row['disk GB']:.2f} GB | {_cell(row['close s'], '{:.1f} s')} | "
+            f"{_cell(row['bytes an event while recording'], '{:.1f} B')} | {row['summary s']:.2f} s | "
+            f"{row['summary peak MB']:,.0f} MB | {row['summary --json s']:.2f} s "
+            f"({row['summary --json peak MB']:,.0f} MB) | "
+            f"{_cell(row['first open, no stored totals s'], '{:.1f} s')} "
+            f"({_cell(row['first open peak MB'], '{:,.0f} MB')}) | "
+            f"{row['view first_timeline_s']:.2f} s | {row['view whole_ms']:.0f} ms | "
+            f"{row['view zoomed_new_place_ms']:.0f} ms | {row['view panned_ms']:.0f} ms | "
+            f"{row['view peak_mb']:,.0f} MB | {row['export of 10 graphs s']:.2f} s | "
+            f"{_cell(row['speedscope export s'], '{:.2f} s')} "
+            f"({_cell(row['speedscope peak MB'], '{:,.0f} MB')}) | "
+            f"{_cell(row['tensorboard export s'], '{:.1f} s')} "
+            f"({_cell(row['tensorboard peak MB'], '{:,.0f} MB')}) |"
+        )
     print("\n| node events | figure | measured | goal | met |")
     print("|---|---|---|---|---|")
     for row in results:

@@ -49,9 +49,11 @@ MEASURE = textwrap.dedent(
 
 def measure(folder: Path) -> dict[str, float]:
     result = subprocess.run(
-        [sys.executable, "-c", MEASURE], capture_output=True, text=True,
+        [sys.executable, "-c", MEASURE],
+        capture_output=True,
+        text=True,
         env={"PYTHONPATH": str(folder), "PATH": "/usr/bin:/bin"},
-    )  # fmt: skip
+    )
     if result.returncode != 0:
         sys.exit(f"the measurement with {folder} failed:\n{result.stderr}")
     return json.loads(result.stdout.strip().splitlines()[-1])

@@ -74,12 +74,19 @@ def main() -> None:
         base = viewer.url.split("/?")[0]
         token = viewer.url.split("token=")[1]
         full = timed_get(f"{base}/api/runs/r0/timeline?t0=0&t1={duration}&width=1600", token, args.repeats)
-        zoomed = timed_get(f"{base}/api/runs/r0/timeline?t0={duration // 2}&t1={duration // 2 + duration // 200}"
-                           f"&width=1600", token, args.repeats)  # fmt: skip
-        print(f"server, full-window timeline request: median {statistics.median(full):.1f} ms, "
-              f"p95 {percentile(full, 0.95):.1f} ms (target <= 200 ms)")  # fmt: skip
-        print(f"server, zoomed (0.5 %) timeline request: median {statistics.median(zoomed):.1f} ms, "
-              f"p95 {percentile(zoomed, 0.95):.1f} ms")  # fmt: skip
+        zoomed = timed_get(
+            f"{base}/api/runs/r0/timeline?t0={duration // 2}&t1={duration // 2 + duration // 200}&width=1600",
+            token,
+            args.repeats,
+        )
+        print(
+            f"server, full-window timeline request: median {statistics.median(full):.1f} ms, "
+            f"p95 {percentile(full, 0.95):.1f} ms (target <= 200 ms)"
+        )
+        print(
+            f"server, zoomed (0.5 %) timeline request: median {statistics.median(zoomed):.1f} ms, "
+            f"p95 {percentile(zoomed, 0.95):.1f} ms"
+        )
         browser_figures(viewer.url, args.chromium)
         viewer.stop()
 
@@ -98,8 +105,10 @@ def browser_figures(url: str, chromium: str) -> None:
             "() => (performance.getEntriesByName('first-contentful-paint')[0] || {startTime: NaN}).startTime"
         )
         first_timeline = page.evaluate("() => window.ggmlViz.timeline.firstDataPaint")
-        print(f"browser, first contentful paint: {fcp / 1000:.2f} s; first timeline drawn with data: "
-              f"{first_timeline / 1000:.2f} s (target <= 2 s)")  # fmt: skip
+        print(
+            f"browser, first contentful paint: {fcp / 1000:.2f} s; first timeline drawn with data: "
+            f"{first_timeline / 1000:.2f} s (target <= 2 s)"
+        )
         box = page.locator("[data-testid=timeline-canvas]").bounding_box()
         x, y = box["x"] + box["width"] / 2, box["y"] + 80
         page.evaluate("() => { window.ggmlViz.timeline.frameTimes = []; }")

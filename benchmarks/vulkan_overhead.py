@@ -74,17 +74,36 @@ def main() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GGML_VIZ_")} | lavapipe()
     with tempfile.TemporaryDirectory() as folder:
         model = write_model(Path(folder) / "tiny-llama.gguf", "llama").path
-        command = [str(vulkan_program()), "-m", str(model), "-p", "The capital of France is", "-n", str(args.tokens),
-                   "-ngl", "99", "--temp", "0", "--ignore-eos", "-no-cnv", "-t", "2", "-c", "512"]  # fmt: skip
+        command = [
+            str(vulkan_program()),
+            "-m",
+            str(model),
+            "-p",
+            "The capital of France is",
+            "-n",
+            str(args.tokens),
+            "-ngl",
+            "99",
+            "--temp",
+            "0",
+            "--ignore-eos",
+            "-no-cnv",
+            "-t",
+            "2",
+            "-c",
+            "512",
+        ]
         rates: dict[str, list[float]] = {name: [] for name in CONFIGS}
         for index in range(args.rounds):
             order = list(CONFIGS) if index % 2 == 0 else list(reversed(CONFIGS))
             for name in order:
                 options = CONFIGS[name]
                 run = Path(folder) / f"{name}-{index}.ggmlviz"
-                program = command if options is None else [
-                    sys.executable, "-m", "ggml_viz", "run", *options, "-o", str(run), "--", *command
-                ]  # fmt: skip
+                program = (
+                    command
+                    if options is None
+                    else [sys.executable, "-m", "ggml_viz", "run", *options, "-o", str(run), "--", *command]
+                )
                 completed = subprocess.run(program, env=env | EXTRA_ENV.get(name, {}), capture_output=True, text=True)
                 rates[name].append(decode_rate(completed))
             print(f"round {index + 1}: " + ", ".join(f"{name} {rates[name][-1]:.2f} tok/s" for name in CONFIGS))

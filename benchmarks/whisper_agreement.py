@@ -45,8 +45,12 @@ def one_round(command: list[str], output: Path) -> dict[str, float]:
     import ggml_viz
 
     shutil.rmtree(output, ignore_errors=True)
-    result = subprocess.run([sys.executable, "-m", "ggml_viz", "run", "-o", str(output), "--", *command],
-                            capture_output=True, text=True, timeout=600)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "ggml_viz", "run", "-o", str(output), "--", *command],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if result.returncode != 0:
         sys.exit(f"whisper-cli failed ({result.returncode}): {result.stderr[-2000:]}")
     run = ggml_viz.open(output)
@@ -57,11 +61,15 @@ def one_round(command: list[str], output: Path) -> dict[str, float]:
     decoder = graphs.loc[graphs["phase"] == "decode", "graph_id"]
     named = sum(context.get("weights_named_from_file", {}).get("named", 0) for context in run.manifest["contexts"])
     return {
-        "encode_ms": took.get("encode", 0.0), "whisper_encode_ms": whisper_timing(result.stderr, "encode")[0],
-        "decode_ms": took.get("decode", 0.0), "whisper_decode_ms": decode_ms + batched_ms,
-        "tokens": int(run.tokens["graph_id"].isin(decoder).sum()), "whisper_runs": decode_runs + batched_runs,
-        "named": named, "tensors": len(run.raw("memory_map").query("kind == 'tensor'")),
-    }  # fmt: skip
+        "encode_ms": took.get("encode", 0.0),
+        "whisper_encode_ms": whisper_timing(result.stderr, "encode")[0],
+        "decode_ms": took.get("decode", 0.0),
+        "whisper_decode_ms": decode_ms + batched_ms,
+        "tokens": int(run.tokens["graph_id"].isin(decoder).sum()),
+        "whisper_runs": decode_runs + batched_runs,
+        "named": named,
+        "tensors": len(run.raw("memory_map").query("kind == 'tensor'")),
+    }
 
 
 def main() -> None:
@@ -85,9 +93,11 @@ def main() -> None:
             rounds.append(r)
             encode = f"encode {r['encode_ms']:6.1f} ms of whisper's {r['whisper_encode_ms']:6.1f}"
             decode = f"decode {r['decode_ms']:5.1f} ms of {r['whisper_decode_ms']:5.1f}"
-            print(f"  round {index + 1}: {encode} ({r['encode_ms'] / r['whisper_encode_ms']:.2f})   {decode} "
-                  f"({r['decode_ms'] / r['whisper_decode_ms']:.2f})   tokens {r['tokens']} of {r['whisper_runs']} runs"
-                  f"   weights named {r['named']} of {r['tensors']}")  # fmt: skip
+            print(
+                f"  round {index + 1}: {encode} ({r['encode_ms'] / r['whisper_encode_ms']:.2f})   {decode} "
+                f"({r['decode_ms'] / r['whisper_decode_ms']:.2f})   tokens {r['tokens']} of {r['whisper_runs']} runs"
+                f"   weights named {r['named']} of {r['tensors']}"
+            )
         ratio = statistics.median(r["encode_ms"] / r["whisper_encode_ms"] for r in rounds)
         print(f"median encode ratio {ratio:.2f} over {args.rounds} rounds")
 

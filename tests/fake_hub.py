@@ -90,8 +90,10 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             repo = self._repo(repo_id, revision.strip("/") or "main")
             if repo is None:
                 return
-            listing = [{"type": "file", "path": name, "size": len(data), "oid": hashlib.sha1(data).hexdigest()}
-                       for name, data in sorted(repo.files.items())]  # fmt: skip
+            listing = [
+                {"type": "file", "path": name, "size": len(data), "oid": hashlib.sha1(data).hexdigest()}
+                for name, data in sorted(repo.files.items())
+            ]
             self._send(200, json.dumps(listing).encode(), {"Content-Type": "application/json"}, True)
 
         def _file(self, path: str, with_body: bool) -> None:

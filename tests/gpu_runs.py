@@ -20,16 +20,24 @@ class GpuRecording(SyntheticRecording):
         begin = self.clock
         end = super()._gpu_graph(graph, durations)
         n = len(EXTRAS)
-        self.writer.append("gpu_kernels", {
-            "graph_id": np.full(n, graph, np.int32), "node_index": np.full(n, -1, np.int32),
-            "group_end": np.full(n, -1, np.int32), "device": np.zeros(n, np.int32), "stream": np.full(n, 7, np.int32),
-            "kind": [kind for kind, *_ in EXTRAS], "kernel": [kernel for _, kernel, *_ in EXTRAS],
-            "name": ["" if kind != "kernel" else f"void {kernel}<float>(float*)" for kind, kernel, *_ in EXTRAS],
-            "start_ns": np.array([begin + start for *_, start, _ in EXTRAS], np.int64),
-            "end_ns": np.array([begin + stop for *_, stop in EXTRAS], np.int64),
-            "busy_ns": np.array([stop - start for *_, start, stop in EXTRAS], np.int64),
-            "bytes": np.array([4096, 512, 0], np.int64), "correlation_id": np.full(n, 9000 + graph, np.int64),
-        })  # fmt: skip
+        self.writer.append(
+            "gpu_kernels",
+            {
+                "graph_id": np.full(n, graph, np.int32),
+                "node_index": np.full(n, -1, np.int32),
+                "group_end": np.full(n, -1, np.int32),
+                "device": np.zeros(n, np.int32),
+                "stream": np.full(n, 7, np.int32),
+                "kind": [kind for kind, *_ in EXTRAS],
+                "kernel": [kernel for _, kernel, *_ in EXTRAS],
+                "name": ["" if kind != "kernel" else f"void {kernel}<float>(float*)" for kind, kernel, *_ in EXTRAS],
+                "start_ns": np.array([begin + start for *_, start, _ in EXTRAS], np.int64),
+                "end_ns": np.array([begin + stop for *_, stop in EXTRAS], np.int64),
+                "busy_ns": np.array([stop - start for *_, start, stop in EXTRAS], np.int64),
+                "bytes": np.array([4096, 512, 0], np.int64),
+                "correlation_id": np.full(n, 9000 + graph, np.int64),
+            },
+        )
         return end
 
 

@@ -14,17 +14,39 @@ from ggml_viz.runformat.manifest import write_manifest
 NODE_STEP_SECONDS = 1e-9  # a node's step the same at both counts, and too small to count beside its work
 
 
-def row(what: str, threads: int | None, kind: str | None, gb: float | None = None, gflop: float | None = None,
-        device: str = "CPU", seconds: float = 1.0) -> dict[str, Any]:  # fmt: skip
+def row(
+    what: str,
+    threads: int | None,
+    kind: str | None,
+    gb: float | None = None,
+    gflop: float | None = None,
+    device: str = "CPU",
+    seconds: float = 1.0,
+) -> dict[str, Any]:
     """One measurement as `ggml-viz limits` writes it."""
-    return {"device": device, "threads": threads, "what": what, "type": kind, "gb_per_s": gb, "gflop_per_s": gflop,
-            "bytes": 1, "flops": 1, "seconds": seconds, "repeats": 1, "note": None}  # fmt: skip
+    return {
+        "device": device,
+        "threads": threads,
+        "what": what,
+        "type": kind,
+        "gb_per_s": gb,
+        "gflop_per_s": gflop,
+        "bytes": 1,
+        "flops": 1,
+        "seconds": seconds,
+        "repeats": 1,
+        "note": None,
+    }
 
 
 def limits_of(*rows: dict[str, Any]) -> dict[str, Any]:
     """Limits of this machine holding these measurements."""
-    return {"version": LIMITS_VERSION, "measured": "2026-11-27T00:00:00+00:00", "machine": this_machine(),
-            "measurements": list(rows)}  # fmt: skip
+    return {
+        "version": LIMITS_VERSION,
+        "measured": "2026-11-27T00:00:00+00:00",
+        "machine": this_machine(),
+        "measurements": list(rows),
+    }
 
 
 def twice_as_fast_at_two_threads(types: tuple[str, ...] = ("F32", "F16", "Q8_0", "Q4_0", "Q4_1")) -> dict[str, Any]:

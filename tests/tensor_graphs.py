@@ -230,22 +230,53 @@ class Model:
         halves = lambda *shape: rng.integers(-8, 8, size=shape[::-1]) / 2  # noqa: E731 - exact in f16 and in sums
         x: dict[str, int] = {}
         x["inp_tokens"] = m("inp_tokens", o.none, I32, (n,), buffer=c, values=np.arange(n) + 5)
-        x[first_name] = m(first_name, o.get_rows, F32, (e, n), (w["token_embd.weight"], x["inp_tokens"]), c,
-                          values=halves(e, n))  # fmt: skip
-        x["attn_norm-0"] = m("attn_norm-0", o.mul, F32, (e, n), (x[first_name], w["blk.0.attn_norm.weight"]), c,
-                             values=np.where(np.eye(n, e) > 0, np.nan, halves(e, n)))  # fmt: skip
-        x["Qcur-0"] = m("Qcur-0", o.mul_mat, F32, (e, n), (w["blk.0.attn_q.weight"], x["attn_norm-0"]), c,
-                        values=np.full((n, e), np.inf))  # fmt: skip
-        x["Qcur-0 (reshaped)"] = m("Qcur-0 (reshaped)", o.reshape, F32, (e // 2, 2, n), (x["Qcur-0"],),
-                                   view_of=x["Qcur-0"])  # fmt: skip
-        x["k-0"] = m("k-0", o.view, F16, (e, n_cached), (w["cache_k_l0"],), view_of=w["cache_k_l0"],
-                     view_offs=2 * e * 2, nb=(2, 2 * e, 2 * e * n_cached, 2 * e * n_cached))  # fmt: skip
+        x[first_name] = m(
+            first_name, o.get_rows, F32, (e, n), (w["token_embd.weight"], x["inp_tokens"]), c, values=halves(e, n)
+        )
+        x["attn_norm-0"] = m(
+            "attn_norm-0",
+            o.mul,
+            F32,
+            (e, n),
+            (x[first_name], w["blk.0.attn_norm.weight"]),
+            c,
+            values=np.where(np.eye(n, e) > 0, np.nan, halves(e, n)),
+        )
+        x["Qcur-0"] = m(
+            "Qcur-0",
+            o.mul_mat,
+            F32,
+            (e, n),
+            (w["blk.0.attn_q.weight"], x["attn_norm-0"]),
+            c,
+            values=np.full((n, e), np.inf),
+        )
+        x["Qcur-0 (reshaped)"] = m(
+            "Qcur-0 (reshaped)", o.reshape, F32, (e // 2, 2, n), (x["Qcur-0"],), view_of=x["Qcur-0"]
+        )
+        x["k-0"] = m(
+            "k-0",
+            o.view,
+            F16,
+            (e, n_cached),
+            (w["cache_k_l0"],),
+            view_of=w["cache_k_l0"],
+            view_offs=2 * e * 2,
+            nb=(2, 2 * e, 2 * e * n_cached, 2 * e * n_cached),
+        )
         x["kq-0"] = m("kq-0", o.mul_mat, F32, (n_cached, n), (x["k-0"], x["Qcur-0"]), c, values=halves(n_cached, n))
-        x["kq-0 (transposed)"] = m("kq-0 (transposed)", o.transpose, F32, (n, n_cached), (x["kq-0"],),
-                                   view_of=x["kq-0"], nb=(4 * n_cached, 4, 4 * n * n_cached, 4 * n * n_cached),
-                                   )  # fmt: skip
-        x["ffn_up-0"] = m("ffn_up-0", o.mul_mat, F16, (e, n), (w["blk.0.ffn_up.weight"], x["attn_norm-0"]), c,
-                          values=halves(e, n))  # fmt: skip
+        x["kq-0 (transposed)"] = m(
+            "kq-0 (transposed)",
+            o.transpose,
+            F32,
+            (n, n_cached),
+            (x["kq-0"],),
+            view_of=x["kq-0"],
+            nb=(4 * n_cached, 4, 4 * n * n_cached, 4 * n * n_cached),
+        )
+        x["ffn_up-0"] = m(
+            "ffn_up-0", o.mul_mat, F16, (e, n), (w["blk.0.ffn_up.weight"], x["attn_norm-0"]), c, values=halves(e, n)
+        )
         x["ffn_silu-0"] = m("ffn_silu-0", o.silu, F32, (e, n), (x["ffn_up-0"],), c, values=halves(e, n))
         x["l_out-0"] = m("l_out-0", o.add, F32, (e, n), (x["ffn_silu-0"], x[first_name]), c, values=halves(e, n))
         # layer 1: a mixture of experts, as llama.cpp builds it (build_moe_ffn)
@@ -257,19 +288,52 @@ class Model:
         chosen = np.array([[(token + slot) % experts for slot in range(k)] for token in range(n)])
         # (argsort's top k, a view in llama.cpp: here a tensor of its own)
         x["ffn_moe_topk-1"] = m("ffn_moe_topk-1", o.add, I32, (k, n), (x["ffn_moe_probs-1"],), c, values=chosen)
-        x["ffn_moe_weights-1"] = m("ffn_moe_weights-1", o.get_rows, F32, (1, k, n),
-                                   (x["ffn_moe_probs-1"], x["ffn_moe_topk-1"]), c, values=halves(1, k, n))  # fmt: skip
-        x["ffn_moe_weights_norm-1"] = m("ffn_moe_weights_norm-1", o.mul, F32, (1, k, n),
-                                        (x["ffn_moe_weights-1"], x["ffn_moe_weights-1"]), c,
-                                        values=(np.arange(n * k).reshape(n, k, 1) + 1) / 8)  # fmt: skip
-        x["ffn_moe_up-1"] = m("ffn_moe_up-1", o.mul_mat_id, F32, (e, k, n),
-                              (w["blk.1.ffn_up_exps.weight"], x["l_out-0"], x["ffn_moe_topk-1"]), c,
-                              values=halves(e, k, n))  # fmt: skip
-        x["ffn_moe_down-1"] = m("ffn_moe_down-1", o.mul_mat_id, F32, (e, k, n),
-                                (w["blk.1.ffn_up_exps.weight"], x["ffn_moe_up-1"], x["ffn_moe_topk-1"]), c,
-                                values=halves(e, k, n))  # fmt: skip
+        x["ffn_moe_weights-1"] = m(
+            "ffn_moe_weights-1",
+            o.get_rows,
+            F32,
+            (1, k, n),
+            (x["ffn_moe_probs-1"], x["ffn_moe_topk-1"]),
+            c,
+            values=halves(1, k, n),
+        )
+        x["ffn_moe_weights_norm-1"] = m(
+            "ffn_moe_weights_norm-1",
+            o.mul,
+            F32,
+            (1, k, n),
+            (x["ffn_moe_weights-1"], x["ffn_moe_weights-1"]),
+            c,
+            values=(np.arange(n * k).reshape(n, k, 1) + 1) / 8,
+        )
+        x["ffn_moe_up-1"] = m(
+            "ffn_moe_up-1",
+            o.mul_mat_id,
+            F32,
+            (e, k, n),
+            (w["blk.1.ffn_up_exps.weight"], x["l_out-0"], x["ffn_moe_topk-1"]),
+            c,
+            values=halves(e, k, n),
+        )
+        x["ffn_moe_down-1"] = m(
+            "ffn_moe_down-1",
+            o.mul_mat_id,
+            F32,
+            (e, k, n),
+            (w["blk.1.ffn_up_exps.weight"], x["ffn_moe_up-1"], x["ffn_moe_topk-1"]),
+            c,
+            values=halves(e, k, n),
+        )
         output = 2  # GGML_TENSOR_FLAG_OUTPUT
-        x["result_output"] = m("result_output", o.mul_mat, F32, (32, n), (w["output.weight"], x["ffn_moe_down-1"]), c,
-                               values=halves(32, n), flags=output)  # fmt: skip
+        x["result_output"] = m(
+            "result_output",
+            o.mul_mat,
+            F32,
+            (32, n),
+            (w["output.weight"], x["ffn_moe_down-1"]),
+            c,
+            values=halves(32, n),
+            flags=output,
+        )
         nodes = [address for name, address in x.items() if name != "inp_tokens"]
         return LayerGraph(nodes, {**w, **x}, memory)

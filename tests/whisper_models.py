@@ -85,8 +85,11 @@ class ExpectedLayout:
     @property
     def region_bounds(self) -> list[tuple[str, int, int, str]]:
         """(kind, start, end, name) of every region, in file order."""
-        bounds = [("header", 0, self.header_end, ""), ("mel_filters", self.header_end, self.mel_filters_end, ""),
-                  ("vocabulary", self.mel_filters_end, self.vocabulary_end, "")]  # fmt: skip
+        bounds = [
+            ("header", 0, self.header_end, ""),
+            ("mel_filters", self.header_end, self.mel_filters_end, ""),
+            ("vocabulary", self.mel_filters_end, self.vocabulary_end, ""),
+        ]
         for tensor in self.tensors:
             bounds.append(("tensor_header", tensor.header_start, tensor.start, tensor.name))
             bounds.append(("tensor", tensor.start, tensor.end, tensor.name))
@@ -122,13 +125,17 @@ def whisper_tensors(hparams: WhisperHparams) -> list[tuple[str, str, tuple[int, 
 
 def _block(prefix: str, state: int, wtype: str, *, cross: bool) -> list[tuple[str, str, tuple[int, ...]]]:
     tensors = [
-        (f"{prefix}mlp_ln.weight", "f32", (state,)), (f"{prefix}mlp_ln.bias", "f32", (state,)),
-        (f"{prefix}mlp.0.weight", wtype, (state, 4 * state)), (f"{prefix}mlp.0.bias", "f32", (4 * state,)),
-        (f"{prefix}mlp.2.weight", wtype, (4 * state, state)), (f"{prefix}mlp.2.bias", "f32", (state,)),
-    ]  # fmt: skip
+        (f"{prefix}mlp_ln.weight", "f32", (state,)),
+        (f"{prefix}mlp_ln.bias", "f32", (state,)),
+        (f"{prefix}mlp.0.weight", wtype, (state, 4 * state)),
+        (f"{prefix}mlp.0.bias", "f32", (4 * state,)),
+        (f"{prefix}mlp.2.weight", wtype, (4 * state, state)),
+        (f"{prefix}mlp.2.bias", "f32", (state,)),
+    ]
     for attention in ("attn", "cross_attn") if cross else ("attn",):
         tensors += [
-            (f"{prefix}{attention}_ln.weight", "f32", (state,)), (f"{prefix}{attention}_ln.bias", "f32", (state,)),
+            (f"{prefix}{attention}_ln.weight", "f32", (state,)),
+            (f"{prefix}{attention}_ln.bias", "f32", (state,)),
             (f"{prefix}{attention}.query.weight", wtype, (state, state)),
             (f"{prefix}{attention}.query.bias", "f32", (state,)),
             (f"{prefix}{attention}.key.weight", wtype, (state, state)),  # whisper's keys have no bias
@@ -136,7 +143,7 @@ def _block(prefix: str, state: int, wtype: str, *, cross: bool) -> list[tuple[st
             (f"{prefix}{attention}.value.bias", "f32", (state,)),
             (f"{prefix}{attention}.out.weight", wtype, (state, state)),
             (f"{prefix}{attention}.out.bias", "f32", (state,)),
-        ]  # fmt: skip
+        ]
     return tensors
 
 

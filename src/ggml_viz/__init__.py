@@ -50,8 +50,9 @@ def record(
     """
     from .capture.llama_cpp_python.session import InProcessRecording
 
-    return InProcessRecording(output, settings=settings_from_options(settings), metadata=metadata, overwrite=overwrite,
-                     verbose=verbose)  # fmt: skip
+    return InProcessRecording(
+        output, settings=settings_from_options(settings), metadata=metadata, overwrite=overwrite, verbose=verbose
+    )
 
 
 def _describe_settings(function: Callable[..., Any]) -> None:

@@ -110,8 +110,15 @@ def write_model(path: Path, architecture: str, **overrides: Any) -> ModelSpec:
     recipe = dataclasses.replace(RECIPES[architecture], **overrides)
     tokenizer = _tokenizer(require_vocab_file(recipe.vocab))
     n_vocab = len(tokenizer["tokenizer.ggml.tokens"][0])
-    types = write_gguf(path, architecture, tokenizer, lambda writer: _add_hparams(writer, recipe),
-                       _tensors(recipe, n_vocab), _random_values, SEED)  # fmt: skip
+    types = write_gguf(
+        path,
+        architecture,
+        tokenizer,
+        lambda writer: _add_hparams(writer, recipe),
+        _tensors(recipe, n_vocab),
+        _random_values,
+        SEED,
+    )
     return ModelSpec(path, architecture, recipe.n_layers, n_vocab, recipe.tied_embeddings, types)
 
 
@@ -170,13 +177,24 @@ def _tensors(recipe: Recipe, n_vocab: int) -> list[tuple[str, tuple[int, ...], G
     q_width, kv_width = N_HEAD * recipe.head_dim, N_HEAD_KV * recipe.head_dim
     embd, ff = recipe.n_embd, recipe.n_ff
     shapes = {
-        T.TOKEN_EMBD: (n_vocab, embd), T.OUTPUT: (n_vocab, embd), T.OUTPUT_NORM: (embd,),
-        T.ATTN_NORM: (embd,), T.ATTN_Q: (q_width, embd), T.ATTN_K: (kv_width, embd),
-        T.ATTN_V: (kv_width, embd), T.ATTN_OUT: (embd, q_width), T.ATTN_Q_NORM: (recipe.head_dim,),
-        T.ATTN_K_NORM: (recipe.head_dim,), T.ATTN_POST_NORM: (embd,), T.FFN_NORM: (embd,),
-        T.FFN_PRE_NORM: (embd,), T.FFN_GATE: (ff, embd), T.FFN_UP: (ff, embd), T.FFN_DOWN: (embd, ff),
+        T.TOKEN_EMBD: (n_vocab, embd),
+        T.OUTPUT: (n_vocab, embd),
+        T.OUTPUT_NORM: (embd,),
+        T.ATTN_NORM: (embd,),
+        T.ATTN_Q: (q_width, embd),
+        T.ATTN_K: (kv_width, embd),
+        T.ATTN_V: (kv_width, embd),
+        T.ATTN_OUT: (embd, q_width),
+        T.ATTN_Q_NORM: (recipe.head_dim,),
+        T.ATTN_K_NORM: (recipe.head_dim,),
+        T.ATTN_POST_NORM: (embd,),
+        T.FFN_NORM: (embd,),
+        T.FFN_PRE_NORM: (embd,),
+        T.FFN_GATE: (ff, embd),
+        T.FFN_UP: (ff, embd),
+        T.FFN_DOWN: (embd, ff),
         T.FFN_POST_NORM: (embd,),
-    }  # fmt: skip
+    }
     outputs = [(T.OUTPUT_NORM, "weight")] + ([] if recipe.tied_embeddings else [(T.OUTPUT, "weight")])
     tensors = [(T.TOKEN_EMBD, "weight", None)] + [(kind, suffix, None) for kind, suffix in outputs]
     for layer in range(recipe.n_layers):

@@ -134,13 +134,30 @@ def write_moe_model(path: Path, architecture: str, **overrides: Any) -> MoeSpec:
     recipe = dataclasses.replace(RECIPES[architecture], **overrides)
     tokenizer = _tokenizer(require_vocab_file(recipe.vocab))
     n_vocab = len(tokenizer["tokenizer.ggml.tokens"][0])
-    types = write_gguf(path, architecture, tokenizer, lambda writer: _add_hparams(writer, recipe),
-                       _tensors(recipe, n_vocab), _random_values, recipe.seed)  # fmt: skip
+    types = write_gguf(
+        path,
+        architecture,
+        tokenizer,
+        lambda writer: _add_hparams(writer, recipe),
+        _tensors(recipe, n_vocab),
+        _random_values,
+        recipe.seed,
+    )
     return MoeSpec(
-        path, architecture, recipe.n_layers, recipe.n_expert, recipe.n_expert_used, recipe.n_embd,
-        recipe.n_ff_exp, recipe.gating, recipe.shared_experts, recipe.router_input, n_vocab,
-        recipe.tied_embeddings, types,
-    )  # fmt: skip
+        path,
+        architecture,
+        recipe.n_layers,
+        recipe.n_expert,
+        recipe.n_expert_used,
+        recipe.n_embd,
+        recipe.n_ff_exp,
+        recipe.gating,
+        recipe.shared_experts,
+        recipe.router_input,
+        n_vocab,
+        recipe.tied_embeddings,
+        types,
+    )
 
 
 def _add_hparams(writer: GGUFWriter, recipe: MoeRecipe) -> None:
@@ -169,15 +186,28 @@ def _tensors(recipe: MoeRecipe, n_vocab: int) -> list[tuple[str, tuple[int, ...]
     n_embd, n_expert, n_ff, n_shexp = recipe.n_embd, recipe.n_expert, recipe.n_ff_exp, recipe.n_ff_shexp
     q_width, kv_width = N_HEAD * HEAD_DIM, N_HEAD_KV * HEAD_DIM
     shapes = {
-        T.TOKEN_EMBD: (n_vocab, n_embd), T.OUTPUT: (n_vocab, n_embd), T.OUTPUT_NORM: (n_embd,),
-        T.ATTN_NORM: (n_embd,), T.ATTN_Q: (q_width, n_embd), T.ATTN_K: (kv_width, n_embd),
-        T.ATTN_V: (kv_width, n_embd), T.ATTN_OUT: (n_embd, q_width), T.ATTN_Q_NORM: (HEAD_DIM,),
-        T.ATTN_K_NORM: (HEAD_DIM,), T.ATTN_POST_NORM: (n_embd,), T.ATTN_SINKS: (N_HEAD,), T.FFN_NORM: (n_embd,),
-        T.FFN_GATE_INP: (n_expert, n_embd), T.FFN_GATE_EXP: (n_expert, n_ff, n_embd),
-        T.FFN_UP_EXP: (n_expert, n_ff, n_embd), T.FFN_DOWN_EXP: (n_expert, n_embd, n_ff),
-        T.FFN_GATE_INP_SHEXP: (n_embd,), T.FFN_GATE_SHEXP: (n_shexp, n_embd), T.FFN_UP_SHEXP: (n_shexp, n_embd),
+        T.TOKEN_EMBD: (n_vocab, n_embd),
+        T.OUTPUT: (n_vocab, n_embd),
+        T.OUTPUT_NORM: (n_embd,),
+        T.ATTN_NORM: (n_embd,),
+        T.ATTN_Q: (q_width, n_embd),
+        T.ATTN_K: (kv_width, n_embd),
+        T.ATTN_V: (kv_width, n_embd),
+        T.ATTN_OUT: (n_embd, q_width),
+        T.ATTN_Q_NORM: (HEAD_DIM,),
+        T.ATTN_K_NORM: (HEAD_DIM,),
+        T.ATTN_POST_NORM: (n_embd,),
+        T.ATTN_SINKS: (N_HEAD,),
+        T.FFN_NORM: (n_embd,),
+        T.FFN_GATE_INP: (n_expert, n_embd),
+        T.FFN_GATE_EXP: (n_expert, n_ff, n_embd),
+        T.FFN_UP_EXP: (n_expert, n_ff, n_embd),
+        T.FFN_DOWN_EXP: (n_expert, n_embd, n_ff),
+        T.FFN_GATE_INP_SHEXP: (n_embd,),
+        T.FFN_GATE_SHEXP: (n_shexp, n_embd),
+        T.FFN_UP_SHEXP: (n_shexp, n_embd),
         T.FFN_DOWN_SHEXP: (n_embd, n_shexp),
-    }  # fmt: skip
+    }
     outputs = [(T.OUTPUT_NORM, "weight")] + ([] if recipe.tied_embeddings else [(T.OUTPUT, "weight")])
     tensors = [(T.TOKEN_EMBD, "weight", None)] + [(kind, suffix, None) for kind, suffix in outputs]
     for layer in range(recipe.n_layers):
@@ -266,8 +296,7 @@ def _router(path: Path, _mtime_ns: int) -> dict[int, tuple[np.ndarray, np.ndarra
     reads them from the file (once per file and version: ~1.5 s for the vocabulary's fields)."""
     tensors = {t.name: np.array(t.data) for t in GGUFReader(path).tensors if ".ffn_gate_inp." in t.name}
     layers = sorted({int(name.split(".")[1]) for name in tensors})
-    return {il: (tensors[f"blk.{il}.ffn_gate_inp.weight"], tensors.get(f"blk.{il}.ffn_gate_inp.bias"))
-            for il in layers}  # fmt: skip
+    return {il: (tensors[f"blk.{il}.ffn_gate_inp.weight"], tensors.get(f"blk.{il}.ffn_gate_inp.bias")) for il in layers}
 
 
 # -- what llama.cpp computed: its eval callback -----------------------------------------------
@@ -277,12 +306,21 @@ class _GGMLTensor(ctypes.Structure):
     """ggml.h's struct ggml_tensor (ggml 0.25.3, LP64): the fields read here."""
 
     _fields_ = [
-        ("type", ctypes.c_int), ("buffer", ctypes.c_void_p), ("ne", ctypes.c_int64 * 4),
-        ("nb", ctypes.c_size_t * 4), ("op", ctypes.c_int), ("op_params", ctypes.c_int32 * 16),
-        ("flags", ctypes.c_int32), ("src", ctypes.c_void_p * 10), ("view_src", ctypes.c_void_p),
-        ("view_offs", ctypes.c_size_t), ("data", ctypes.c_void_p), ("name", ctypes.c_char * 64),
-        ("extra", ctypes.c_void_p), ("padding", ctypes.c_char * 8),
-    ]  # fmt: skip
+        ("type", ctypes.c_int),
+        ("buffer", ctypes.c_void_p),
+        ("ne", ctypes.c_int64 * 4),
+        ("nb", ctypes.c_size_t * 4),
+        ("op", ctypes.c_int),
+        ("op_params", ctypes.c_int32 * 16),
+        ("flags", ctypes.c_int32),
+        ("src", ctypes.c_void_p * 10),
+        ("view_src", ctypes.c_void_p),
+        ("view_offs", ctypes.c_size_t),
+        ("data", ctypes.c_void_p),
+        ("name", ctypes.c_char * 64),
+        ("extra", ctypes.c_void_p),
+        ("padding", ctypes.c_char * 8),
+    ]
 
 
 _NUMPY_TYPES = {0: np.float32, 26: np.int32}  # GGML_TYPE_F32, GGML_TYPE_I32

@@ -111,10 +111,21 @@ def _build_ggml_program(source: Path, folder: Path, ggml: Ggml | None) -> Path:
     # a ggml of early 2024 is one library, libggml
     libraries = ["-lggml", "-lggml-base", "-lggml-cpu"] if (ggml.lib / "libggml-base.so").exists() else ["-lggml"]
     subprocess.run(
-        [compiler, "-O1", "-o", str(program), str(source), f"-I{ggml.include}", f"-L{ggml.lib}", *libraries,
-         f"-Wl,-rpath,{ggml.lib}"],
-        check=True, capture_output=True, text=True,
-    )  # fmt: skip
+        [
+            compiler,
+            "-O1",
+            "-o",
+            str(program),
+            str(source),
+            f"-I{ggml.include}",
+            f"-L{ggml.lib}",
+            *libraries,
+            f"-Wl,-rpath,{ggml.lib}",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return program
 
 

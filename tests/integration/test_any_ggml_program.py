@@ -162,9 +162,13 @@ def test_dlsym_rtld_next_still_finds_the_next_library_for_other_callers(tmp_path
     first = compile_native("next_symbol.c", tmp_path / "libfirst.so", "-shared", "-fPIC", "-DFIRST", "-ldl")
     second = compile_native("next_symbol.c", tmp_path / "libsecond.so", "-shared", "-fPIC")
     program = compile_native(
-        "next_symbol_program.c", tmp_path / "next_symbol", "-Wl,--no-as-needed", str(first), str(second),
+        "next_symbol_program.c",
+        tmp_path / "next_symbol",
+        "-Wl,--no-as-needed",
+        str(first),
+        str(second),
         f"-Wl,-rpath,{tmp_path}",
-    )  # fmt: skip
+    )
     # WHEN ggml-viz runs it (its dlsym in the process)
     result = ggml_viz_cli("run", "-o", str(tmp_path / "next.ggmlviz"), "--", str(program))
     # THEN the lookup still finds the second library's definition, as it does untraced

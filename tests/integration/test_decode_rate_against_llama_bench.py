@@ -37,12 +37,37 @@ def bench(tmp_path_factory, model_path):
     the summary's decode step needs a bandwidth to judge by)."""
     folder = tmp_path_factory.mktemp("bench")
     env = {**os.environ, "GGML_VIZ_LIMITS_DIR": str(folder / "limits")}
-    measured = ggml_viz_cli("limits", "--threads", "2", "--types", "Q4_1", "--size-mib", "64", "--repeats", "1",
-                            "--no-gpu", "--json", env=env)  # fmt: skip
+    measured = ggml_viz_cli(
+        "limits",
+        "--threads",
+        "2",
+        "--types",
+        "Q4_1",
+        "--size-mib",
+        "64",
+        "--repeats",
+        "1",
+        "--no-gpu",
+        "--json",
+        env=env,
+    )
     assert measured.returncode == 0, measured.stderr
     output = folder / "bench.ggmlviz"
-    command = [str(llama_tool("llama-bench")), "-m", str(model_path), "-p", "0", "-n", str(N_GEN),
-               "-r", str(REPETITIONS), "-t", "2", "-o", "json"]  # fmt: skip
+    command = [
+        str(llama_tool("llama-bench")),
+        "-m",
+        str(model_path),
+        "-p",
+        "0",
+        "-n",
+        str(N_GEN),
+        "-r",
+        str(REPETITIONS),
+        "-t",
+        "2",
+        "-o",
+        "json",
+    ]
     recorded = ggml_viz_cli("run", "-o", str(output), "--", *command, env=env)
     assert recorded.returncode == 0, recorded.stderr
     (figure,) = json.loads(recorded.stdout)  # one test: tg32

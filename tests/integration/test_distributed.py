@@ -434,8 +434,12 @@ def test_a_worker_recorded_by_the_preload_library_alone(tmp_path, model_path):
     preload = ggml_viz_cli("preload-path").stdout.strip()
     port = free_port()
     environment = {**os.environ, "LD_PRELOAD": preload, "GGML_VIZ_OUTPUT": str(tmp_path / "worker.ggmlviz")}
-    server = subprocess.Popen([str(llama_tool("ggml-rpc-server")), "-t", "1", "-H", "127.0.0.1", "-p", str(port)],
-                              env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    server = subprocess.Popen(
+        [str(llama_tool("ggml-rpc-server")), "-t", "1", "-H", "127.0.0.1", "-p", str(port)],
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     worker = Worker(port, tmp_path / "worker.ggmlviz", server, tmp_path / "unused.log")
     try:
         wait_for_port(port, server)

@@ -16,8 +16,9 @@ from .native import llama_tool
 def doctor(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("GGML_VIZ_")}
     base.update(env or {})
-    return subprocess.run([sys.executable, "-m", "ggml_viz", "doctor", *args], capture_output=True, text=True,
-                          timeout=180, env=base)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "ggml_viz", "doctor", *args], capture_output=True, text=True, timeout=180, env=base
+    )
 
 
 def checks(answer: subprocess.CompletedProcess[str]) -> dict[str, dict]:

@@ -13,8 +13,13 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "download_sdist.py"
 
 
 def download(project: str, version: str, folder: Path, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), project, version, str(folder)], capture_output=True,
-                          text=True, timeout=300, env={**os.environ, **env})  # fmt: skip
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), project, version, str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **env},
+    )
 
 
 def test_downloads_the_sdist_from_the_package_index(tmp_path):
@@ -31,8 +36,14 @@ def test_fetches_from_the_index_pip_is_told_to_use(tmp_path):
     mirror = tmp_path / "mirror"
     (mirror / "ggml-python").mkdir(parents=True)
     (mirror / "ggml-python" / "index.html").write_text("<!DOCTYPE html><html><body></body></html>")
-    pip_env = dict(PIP_CONFIG_FILE=os.devnull, PIP_INDEX_URL=mirror.as_uri(), PIP_EXTRA_INDEX_URL="",
-                   PIP_FIND_LINKS="", PIP_NO_INDEX="", PIP_NO_CACHE_DIR="1")  # fmt: skip
+    pip_env = dict(
+        PIP_CONFIG_FILE=os.devnull,
+        PIP_INDEX_URL=mirror.as_uri(),
+        PIP_EXTRA_INDEX_URL="",
+        PIP_FIND_LINKS="",
+        PIP_NO_INDEX="",
+        PIP_NO_CACHE_DIR="1",
+    )
     # WHEN the script asks for an sdist that mirror does not hold
     result = download("ggml-python", "0.0.37", tmp_path / "sdist", **pip_env)
     # THEN it looked there, and only there, and says in one line what failed

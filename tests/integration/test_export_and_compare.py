@@ -81,8 +81,9 @@ def test_one_layer_as_dot_parses_with_its_nodes_and_edges(run, tmp_path):
     import pydot
 
     (graph,) = pydot.graph_from_dot_file(str(export(run, tmp_path / "layer.dot", "--graph", "1", "--layer", "3")))
-    labels = " ".join(str(node.get_label()) for node in graph.get_nodes() + [n for s in graph.get_subgraphs()
-                                                                               for n in s.get_nodes()])  # fmt: skip
+    labels = " ".join(
+        str(node.get_label()) for node in graph.get_nodes() + [n for s in graph.get_subgraphs() for n in s.get_nodes()]
+    )
     for name in ("norm-3", "Qcur-3", "kq_soft_max-3", "ffn_out-3", "blk.3.ffn_up.weight", "cache_k_l3"):
         assert name in labels
     assert len(graph.get_edges()) > 30

@@ -34,8 +34,11 @@ def expected_flops(reader: GGUFReader, n_tokens: int, n_outputs: int, n_kv: int)
     layers = metadata(reader, f"{arch}.block_count")
     heads = metadata(reader, f"{arch}.attention.head_count")
     key_length = f"{arch}.attention.key_length"
-    head_dim = metadata(reader, key_length) if key_length in reader.fields else \
-        metadata(reader, f"{arch}.embedding_length") // heads  # fmt: skip
+    head_dim = (
+        metadata(reader, key_length)
+        if key_length in reader.fields
+        else metadata(reader, f"{arch}.embedding_length") // heads
+    )
     weights = 0.0
     for tensor in reader.tensors:
         parts = tensor.name.split(".")

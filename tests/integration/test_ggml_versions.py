@@ -113,9 +113,12 @@ def early_ggml_program(tmp_path) -> Path:
     """A program on a ggml from before ggml_op_desc and ggml_version (a stand-in libggml-base)."""
     compile_native("early_ggml.c", tmp_path / "libggml-base.so", "-shared")
     return compile_native(
-        "early_ggml_program.c", tmp_path / "early_ggml_program", f"-L{tmp_path}", "-lggml-base",
+        "early_ggml_program.c",
+        tmp_path / "early_ggml_program",
+        f"-L{tmp_path}",
+        "-lggml-base",
         f"-Wl,-rpath,{tmp_path}",
-    )  # fmt: skip
+    )
 
 
 def test_a_ggml_without_a_function_ggml_viz_calls_leaves_the_program_untraced(tmp_path, early_ggml_program):

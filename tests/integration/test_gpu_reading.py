@@ -23,14 +23,30 @@ STRUCTURE = ("structure_nodes", "edges", "tensors")
 
 
 def completion(model_path, n_predict: int = 24) -> list[str]:
-    return [str(llama_tool("llama-completion")), "-m", str(model_path), "-p", PROMPT, "-n", str(n_predict),
-            "--temp", "0", "--ignore-eos", "-no-cnv", "-t", "2", "-c", "512"]  # fmt: skip
+    return [
+        str(llama_tool("llama-completion")),
+        "-m",
+        str(model_path),
+        "-p",
+        PROMPT,
+        "-n",
+        str(n_predict),
+        "--temp",
+        "0",
+        "--ignore-eos",
+        "-no-cnv",
+        "-t",
+        "2",
+        "-c",
+        "512",
+    ]
 
 
 def same_recording(a, b) -> None:
     """Two runs of one program recorded the same graphs (their times aside)."""
-    graphs_a, graphs_b = (r.raw("graphs").drop(columns=["start_ns", "end_ns", "decode_start_ns", "decode_end_ns"])
-                          for r in (a, b))  # fmt: skip
+    graphs_a, graphs_b = (
+        r.raw("graphs").drop(columns=["start_ns", "end_ns", "decode_start_ns", "decode_end_ns"]) for r in (a, b)
+    )
     assert graphs_a.equals(graphs_b)
     for table in STRUCTURE:
         assert a.raw(table).equals(b.raw(table)), table

@@ -40,8 +40,9 @@ def build_stream(folder: Path) -> Path:
     if compiler is None:
         pytest.skip("no gcc to build the STREAM-like read benchmark")
     program = folder / "stream_read"
-    built = subprocess.run([compiler, "-O3", "-march=native", "-fopenmp", "-o", str(program), str(SOURCE)],
-                           capture_output=True, text=True)  # fmt: skip
+    built = subprocess.run(
+        [compiler, "-O3", "-march=native", "-fopenmp", "-o", str(program), str(SOURCE)], capture_output=True, text=True
+    )
     if built.returncode != 0:
         pytest.skip(f"gcc could not build with OpenMP (-fopenmp): {built.stderr.strip()[-300:]}")
     return program
@@ -63,8 +64,12 @@ def likwid_load_gb_per_s(threads: int) -> float | None:
     unknown CPU, no AVX)."""
     if shutil.which("likwid-bench") is None:
         return None
-    result = subprocess.run(["likwid-bench", "-t", "load_avx", "-w", f"N:{SIZE_MIB}MB:{threads}"],
-                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    result = subprocess.run(
+        ["likwid-bench", "-t", "load_avx", "-w", f"N:{SIZE_MIB}MB:{threads}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     found = re.search(r"^MByte/s:\s+([\d.]+)", result.stdout, re.MULTILINE)
     return float(found.group(1)) / 1e3 if result.returncode == 0 and found else None
 
@@ -83,8 +88,11 @@ def best_of_each(tmp_path_factory) -> dict[str, dict[int, float]]:
     best: dict[str, dict[int, float]] = {"c": {}, "likwid": {}, "ggml-viz": {}}
     for _ in range(ROUNDS):
         for threads in THREADS:
-            rates = {"c": stream_read_gb_per_s(program, threads), "likwid": likwid_load_gb_per_s(threads),
-                     "ggml-viz": ggml_viz_gb_per_s(threads)}  # fmt: skip
+            rates = {
+                "c": stream_read_gb_per_s(program, threads),
+                "likwid": likwid_load_gb_per_s(threads),
+                "ggml-viz": ggml_viz_gb_per_s(threads),
+            }
             for reader, rate in rates.items():
                 if rate is not None:
                     best[reader][threads] = max(best[reader].get(threads, 0.0), rate)
@@ -93,8 +101,10 @@ def best_of_each(tmp_path_factory) -> dict[str, dict[int, float]]:
 
 
 def fastest_independent(best: dict[str, dict[int, float]], threads: int) -> tuple[str, float]:
-    return max(((reader, best[reader][threads]) for reader in ("c", "likwid") if threads in best[reader]),
-               key=lambda pair: pair[1])  # fmt: skip
+    return max(
+        ((reader, best[reader][threads]) for reader in ("c", "likwid") if threads in best[reader]),
+        key=lambda pair: pair[1],
+    )
 
 
 def test_memory_read_at_one_thread_agrees_with_the_fastest_independent_reader(best_of_each):
@@ -121,9 +131,21 @@ def test_memory_read_at_two_threads_agrees_with_the_fastest_independent_reader(b
 @pytest.mark.skipif(shutil.which("sysbench") is None, reason="sysbench is not installed")
 def test_memory_read_is_no_slower_than_sysbench_s_sequential_read(best_of_each):
     # GIVEN sysbench's sequential memory read at 1 thread, over blocks of 512 MiB
-    result = subprocess.run(["sysbench", "memory", "--memory-oper=read", "--memory-access-mode=seq",
-                             f"--memory-block-size={SIZE_MIB}M", f"--memory-total-size={20 * SIZE_MIB}M",
-                             "--threads=1", "run"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    result = subprocess.run(
+        [
+            "sysbench",
+            "memory",
+            "--memory-oper=read",
+            "--memory-access-mode=seq",
+            f"--memory-block-size={SIZE_MIB}M",
+            f"--memory-total-size={20 * SIZE_MIB}M",
+            "--threads=1",
+            "run",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     found = re.search(r"\(([\d.]+) MiB/sec\)", result.stdout)
     assert found is not None, result.stdout

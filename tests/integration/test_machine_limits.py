@@ -34,8 +34,11 @@ def run_here(runs_by_recorder, tmp_path):
 
 
 def measured(limits, what, kind="F32", threads=1):
-    rows = [row for row in limits["measurements"]
-            if row["what"] == what and row["type"] == kind and row["threads"] == threads]  # fmt: skip
+    rows = [
+        row
+        for row in limits["measurements"]
+        if row["what"] == what and row["type"] == kind and row["threads"] == threads
+    ]
     assert len(rows) == 1, (what, kind, threads, limits["measurements"])
     return rows[0]
 
@@ -115,12 +118,15 @@ def test_a_run_judged_against_its_limits_says_how_far_decode_and_each_op_are(run
     assert f"Decode runs at {step['of_limit']:.0%} of this machine's read bandwidth" in said
     assert f"{step['gb_per_s']:,.1f} of {bandwidth:,.1f} GB/s at 1 thread" in said
     assert "the op furthest from its limit" in said
-    assert ("The run computed with 2 threads, judged at the nearest measured below (1): "
-            "`ggml-viz limits --for RUN` measures 2.") in said  # fmt: skip
+    assert (
+        "The run computed with 2 threads, judged at the nearest measured below (1): "
+        "`ggml-viz limits --for RUN` measures 2."
+    ) in said
 
     # and the query's node_limits holds the same rows
-    query = ggml_viz_cli("query", str(run_here), "select sum(floor_ns) floor, sum(time_ns) time from node_limits",
-                         "-o", "json")  # fmt: skip
+    query = ggml_viz_cli(
+        "query", str(run_here), "select sum(floor_ns) floor, sum(time_ns) time from node_limits", "-o", "json"
+    )
     assert query.returncode == 0, query.stderr
     row = json.loads(query.stdout)[0]
     assert row["floor"] == pytest.approx(floors["floor_ns"].sum())
@@ -159,8 +165,10 @@ def test_limits_are_not_given_to_a_run_of_another_machine(run_here):
 
 
 def test_wrong_arguments_get_one_clear_error():
-    for arguments, said in ((["--threads", "0"], "--threads takes counts of 1 or more"),
-                            (["--types", "Q9_9", "--threads", "1"], "this ggml has no type Q9_9")):  # fmt: skip
+    for arguments, said in (
+        (["--threads", "0"], "--threads takes counts of 1 or more"),
+        (["--types", "Q9_9", "--threads", "1"], "this ggml has no type Q9_9"),
+    ):
         result = ggml_viz_cli("limits", *arguments, "--again")
         assert result.returncode != 0 and said in result.stderr, result.stderr
         assert "Traceback" not in result.stderr

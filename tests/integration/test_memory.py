@@ -246,8 +246,7 @@ def test_the_bytes_an_embedding_lookup_moves_are_its_rows_ids_and_output(recorde
     lookups = run.edges[run.edges.src_name == "token_embd.weight"].merge(
         run.nodes[["graph_id", "node_index", "op"]], on=["graph_id", "node_index"]
     )
-    lookups = lookups[lookups.op == "GET_ROWS"].merge(run.raw("graphs")[["graph_id", "n_tokens"]],
-                                                      on="graph_id")  # fmt: skip
+    lookups = lookups[lookups.op == "GET_ROWS"].merge(run.raw("graphs")[["graph_id", "n_tokens"]], on="graph_id")
     costs = node_costs(run).set_index(["structure_id", "node_index"])["bytes"]
     # THEN per token it moves one row of the table read, one int32 id read, one f32 embedding written
     moved = costs.loc[list(zip(lookups.structure_id, lookups.node_index, strict=True))].to_numpy()

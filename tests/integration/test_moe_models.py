@@ -17,7 +17,7 @@ from .moe_models import (
     capture_moe,
     router_topk,
     write_moe_model,
-)  # fmt: skip
+)
 
 # long enough that the prompt's tokens go to most experts
 PROMPT = "The quick brown fox jumps over the lazy dog, and the capital of France is"
@@ -81,9 +81,17 @@ def test_the_routing_weights_are_computed_before_the_experts(model, routed):
     ops = dict(graphs[-1].nodes)
     weights_node = WEIGHTS_NODE.get(model.gating, "ffn_moe_weights")
     for layer in range(model.n_layers):
-        order = [f"ffn_moe_logits-{layer}", f"ffn_moe_topk-{layer}", f"ffn_moe_weights-{layer}",
-                 f"{weights_node}-{layer}", f"ffn_moe_gate-{layer}", f"ffn_moe_up-{layer}",
-                 f"ffn_moe_down-{layer}", f"ffn_moe_weighted-{layer}", f"ffn_moe_out-{layer}"]  # fmt: skip
+        order = [
+            f"ffn_moe_logits-{layer}",
+            f"ffn_moe_topk-{layer}",
+            f"ffn_moe_weights-{layer}",
+            f"{weights_node}-{layer}",
+            f"ffn_moe_gate-{layer}",
+            f"ffn_moe_up-{layer}",
+            f"ffn_moe_down-{layer}",
+            f"ffn_moe_weighted-{layer}",
+            f"ffn_moe_out-{layer}",
+        ]
         # THEN build_moe_ffn's nodes come in this order: the weights (GET_ROWS, and their
         # normalization) before the experts' MUL_MAT_IDs, whose output the MUL weights
         assert [names.index(name) for name in order] == sorted(names.index(name) for name in order)

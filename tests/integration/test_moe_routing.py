@@ -78,8 +78,9 @@ def assert_routing_is_the_routers(run: ggml_viz.runformat.reader.Run, model: Moe
         # every MoE layer of the graph has its routing recorded
         assert sorted(mine["layer"].unique()) == list(range(model.n_layers)), graph.graph_id
         for layer, rows in mine.groupby("layer"):
-            captured = captures[(captures["graph_id"] == graph.graph_id)
-                                & (captures["name"] == f"{model.router_input}-{layer}")]  # fmt: skip
+            captured = captures[
+                (captures["graph_id"] == graph.graph_id) & (captures["name"] == f"{model.router_input}-{layer}")
+            ]
             assert len(captured) == 1, (graph.graph_id, layer)
             router_input = run.captured(graph.graph_id, int(captured["node_index"].iloc[0])).reshape(-1, model.n_embd)
             ids, weights = router_topk(model, int(layer), router_input)
@@ -131,8 +132,9 @@ def test_a_step_reads_only_the_chosen_experts_slices(model, recorded):
     )
     # GIVEN each graph's MUL_MAT_IDs: THEN each read, of its experts' weight, the slices of the
     # experts its tokens chose (the union over them), as sized in the file
-    reads = run.expert_reads.merge(by_ids[["structure_id", "node_index", "routed_at", "name"]],
-                                   on=["structure_id", "node_index"])  # fmt: skip
+    reads = run.expert_reads.merge(
+        by_ids[["structure_id", "node_index", "routed_at", "name"]], on=["structure_id", "node_index"]
+    )
     chosen = run.raw("moe_routing").groupby(["graph_id", "node_index"])["expert"].nunique()
     # (gate, up and down in every layer of every graph; gpt-oss's biases added by ADD_ID too)
     per_structure = run.expert_nodes.groupby("structure_id").size()
@@ -172,8 +174,11 @@ def test_the_work_of_an_expert_node_counts_the_experts_chosen(model, recorded):
     totals = run.node_totals[["phase", "structure_id", "node_index", "op"]]
     work = events_work(run, totals).merge(nodes[["structure_id", "node_index", "slice_bytes", "n_expert"]])
     # THEN each reads the mean of its graphs' chosen slices, not the whole weight
-    chosen = run.expert_reads.merge(run.graphs[["graph_id", "phase"]]).groupby(
-        ["phase", "structure_id", "node_index"], as_index=False)["bytes_read"].mean()  # fmt: skip
+    chosen = (
+        run.expert_reads.merge(run.graphs[["graph_id", "phase"]])
+        .groupby(["phase", "structure_id", "node_index"], as_index=False)["bytes_read"]
+        .mean()
+    )
     work = work.merge(chosen, on=["phase", "structure_id", "node_index"])
     assert len(work) == len(nodes[nodes["structure_id"].isin(run.graphs["structure_id"])]) and not work.empty
     full = work["slice_bytes"] * work["n_expert"]
@@ -218,8 +223,9 @@ def test_the_views_of_routing_agree_with_the_table(model, recorded):
 
     view = RunView("r0", run.path)
     assert shape_problems(view.experts, payloads.ExpertsPayload) == []
-    assert view.experts["tokens"] == [[int(n) for n in experts.loc[experts["layer"] == layer, "tokens"]]
-                                      for layer in range(model.n_layers)]  # fmt: skip
+    assert view.experts["tokens"] == [
+        [int(n) for n in experts.loc[experts["layer"] == layer, "tokens"]] for layer in range(model.n_layers)
+    ]
     first = run.expert_nodes.iloc[0]
     graph = int(run.graphs.loc[run.graphs["structure_id"] == first["structure_id"], "graph_id"].iloc[0])
     node = view.node(view.event_index(graph, int(first["node_index"])))
@@ -276,14 +282,42 @@ def qwen3moe(tmp_path_factory) -> MoeSpec:
 
 def test_llama_completion_s_routing_is_the_router_s(qwen3moe, tmp_path):
     model = qwen3moe
-    completion = [str(llama_tool("llama-completion")), "-m", str(model.path), "-p", PROMPT, "-n", "4", "-no-cnv",
-                  "--temp", "0", "-t", "2", "--seed", "1"]  # fmt: skip
+    completion = [
+        str(llama_tool("llama-completion")),
+        "-m",
+        str(model.path),
+        "-p",
+        PROMPT,
+        "-n",
+        "4",
+        "-no-cnv",
+        "--temp",
+        "0",
+        "-t",
+        "2",
+        "--seed",
+        "1",
+    ]
     untraced = subprocess.run(completion, capture_output=True, text=True, timeout=300)
     assert untraced.returncode == 0 and untraced.stdout, (untraced.returncode, untraced.stderr[-3000:])
     output = tmp_path / "completion.ggmlviz"
-    traced = subprocess.run([sys.executable, "-m", "ggml_viz", "run", "-o", str(output),
-                             "--capture", f"{model.router_input}-*", "--", *completion],
-                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    traced = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ggml_viz",
+            "run",
+            "-o",
+            str(output),
+            "--capture",
+            f"{model.router_input}-*",
+            "--",
+            *completion,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert traced.returncode == 0, traced.stderr[-3000:]
     # THEN the program printed the same text traced and untraced
     assert traced.stdout == untraced.stdout and untraced.stdout
@@ -303,18 +337,46 @@ def test_llama_server_s_routing_is_kept_per_request(qwen3moe, tmp_path):
     model = qwen3moe
     port = _free_port()
     output = tmp_path / "server.ggmlviz"
-    command = [str(llama_tool("llama-server")), "-m", str(model.path), "--host", "127.0.0.1", "--port", str(port),
-               "-np", "2", "-c", "1024", "-t", "2"]  # fmt: skip
-    server = subprocess.Popen([sys.executable, "-m", "ggml_viz", "run", "-o", str(output),
-                               "--capture", f"{model.router_input}-*", "--", *command],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    command = [
+        str(llama_tool("llama-server")),
+        "-m",
+        str(model.path),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "-np",
+        "2",
+        "-c",
+        "1024",
+        "-t",
+        "2",
+    ]
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ggml_viz",
+            "run",
+            "-o",
+            str(output),
+            "--capture",
+            f"{model.router_input}-*",
+            "--",
+            *command,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         _wait_for_server(port, server)
 
         def complete(prompt: str) -> None:
             body = json.dumps({"prompt": prompt, "n_predict": 4, "temperature": 0}).encode()
-            request = urllib.request.Request(f"http://127.0.0.1:{port}/completion", body,
-                                             {"Content-Type": "application/json"})  # fmt: skip
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{port}/completion", body, {"Content-Type": "application/json"}
+            )
             with urllib.request.urlopen(request, timeout=120) as answer:
                 assert answer.status == 200
 
@@ -363,14 +425,33 @@ def test_a_graph_read_at_its_compute_call_reads_the_same_routing(qwen3moe, tmp_p
     program the same way, at every compute: the routing must be the eval callback's."""
     import os
 
-    completion = [str(llama_tool("llama-completion")), "-m", str(qwen3moe.path), "-p", PROMPT, "-n", "4", "-no-cnv",
-                  "--temp", "0", "-t", "2", "--seed", "1"]  # fmt: skip
+    completion = [
+        str(llama_tool("llama-completion")),
+        "-m",
+        str(qwen3moe.path),
+        "-p",
+        PROMPT,
+        "-n",
+        "4",
+        "-no-cnv",
+        "--temp",
+        "0",
+        "-t",
+        "2",
+        "--seed",
+        "1",
+    ]
     runs = {}
     for how in ("callback", "compute"):
         output = tmp_path / f"{how}.ggmlviz"
         env = {**os.environ, "GGML_VIZ_READ_GRAPHS": how}
-        done = subprocess.run([sys.executable, "-m", "ggml_viz", "run", "-o", str(output), "--", *completion],
-                              capture_output=True, text=True, timeout=300, env=env)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-m", "ggml_viz", "run", "-o", str(output), "--", *completion],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         runs[how] = ggml_viz.open(output)
     read_at_compute = runs["compute"]

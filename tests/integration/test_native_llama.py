@@ -34,8 +34,26 @@ def tokens_of(run, phase: str):
 
 
 def completion_command(model_path: Path, n_predict: int = N_PREDICT) -> list[str]:
-    return [str(llama_tool("llama-completion")), "-m", str(model_path), "-p", PROMPT, "-n", str(n_predict),
-            "--temp", "0", "--ignore-eos", "-no-cnv", "--no-warmup", "-t", "2", "-c", "512", "-fa", "off"]  # fmt: skip
+    return [
+        str(llama_tool("llama-completion")),
+        "-m",
+        str(model_path),
+        "-p",
+        PROMPT,
+        "-n",
+        str(n_predict),
+        "--temp",
+        "0",
+        "--ignore-eos",
+        "-no-cnv",
+        "--no-warmup",
+        "-t",
+        "2",
+        "-c",
+        "512",
+        "-fa",
+        "off",
+    ]
 
 
 def test_llama_completion_records_the_graphs_llama_cpp_python_runs(tmp_path, model_path):
@@ -61,8 +79,10 @@ def test_llama_completion_records_the_graphs_llama_cpp_python_runs(tmp_path, mod
     assert native.graphs.phase.tolist() == python.graphs.phase.tolist()
     assert native.graphs.n_nodes.tolist() == python.graphs.n_nodes.tolist()
     last = {name: run.graphs.graph_id.iloc[-1] for name, run in (("native", native), ("python", python))}
-    ops = {name: run.nodes[run.nodes.graph_id == last[name]].op.tolist() for name, run in
-           (("native", native), ("python", python))}  # fmt: skip
+    ops = {
+        name: run.nodes[run.nodes.graph_id == last[name]].op.tolist()
+        for name, run in (("native", native), ("python", python))
+    }
     assert ops["native"] == ops["python"]
     # AND the prompt's tokens are the same tokens, with their text
     prompt = {name: tokens_of(run, "prompt") for name, run in (("native", native), ("python", python))}
@@ -118,12 +138,27 @@ def _wait_for_server(port: int, process: subprocess.Popen, timeout: float = 180)
 
 def _start_server(output: Path, model_path: Path) -> tuple[subprocess.Popen, int]:
     port = _free_port()
-    command = [str(llama_tool("llama-server")), "-m", str(model_path), "--host", "127.0.0.1", "--port", str(port),
-               "-np", "2", "-c", "2048", "-t", "2"]  # fmt: skip
+    command = [
+        str(llama_tool("llama-server")),
+        "-m",
+        str(model_path),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "-np",
+        "2",
+        "-c",
+        "2048",
+        "-t",
+        "2",
+    ]
     process = subprocess.Popen(
         [sys.executable, "-m", "ggml_viz", "run", "-o", str(output), "--", *command],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     _wait_for_server(port, process)
     return process, port
 
@@ -135,8 +170,12 @@ def _ask(port: int, question: str, stream: bool = False) -> tuple[str, int]:
     import openai
 
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", timeout=120)
-    request = {"model": "smollm2", "messages": [{"role": "user", "content": question}], "max_tokens": 12,
-               "temperature": 0}  # fmt: skip
+    request = {
+        "model": "smollm2",
+        "messages": [{"role": "user", "content": question}],
+        "max_tokens": 12,
+        "temperature": 0,
+    }
     if not stream:
         answer = client.chat.completions.create(**request)
         text, timings = answer.choices[0].message.content or "", (answer.model_extra or {})["timings"]
@@ -230,8 +269,21 @@ def test_a_killed_server_keeps_every_graph_closed_before_the_kill(tmp_path, mode
 def test_llama_bench_gets_a_per_op_breakdown_of_pp_and_tg(tmp_path, model_path):
     # GIVEN llama-bench's prompt-processing and text-generation tests
     output = tmp_path / "bench.ggmlviz"
-    command = [str(llama_tool("llama-bench")), "-m", str(model_path), "-p", "16", "-n", "16", "-r", "3", "-t", "2",
-               "-o", "json"]  # fmt: skip
+    command = [
+        str(llama_tool("llama-bench")),
+        "-m",
+        str(model_path),
+        "-p",
+        "16",
+        "-n",
+        "16",
+        "-r",
+        "3",
+        "-t",
+        "2",
+        "-o",
+        "json",
+    ]
     # WHEN ggml-viz runs it
     result = ggml_viz_cli("run", "-o", str(output), "--", *command)
     assert result.returncode == 0, result.stderr

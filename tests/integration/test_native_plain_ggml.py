@@ -110,8 +110,9 @@ def test_killing_the_collector_leaves_the_program_running(tmp_path, plain_progra
     output = tmp_path / "orphan.ggmlviz"
     wrapper = subprocess.Popen(
         [sys.executable, "-m", "ggml_viz", "run", "-o", str(output), "--", str(plain_program), "50", "20"],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while not list(output.glob("spool/*.spool")) and time.monotonic() < deadline:
         time.sleep(0.05)  # the program has started once its spool exists

@@ -52,10 +52,11 @@ def gguf_file(model) -> GGUFFile:
     """The model as gguf's own reader reads it (seconds for qwen2's vocabulary: read once)."""
     reader = GGUFReader(model.path)
     tensors = {
-        t.name: GGUFTensor(t.tensor_type.name.lower(), tuple(int(d) for d in t.shape), int(t.data_offset),
-                           int(t.n_bytes))
+        t.name: GGUFTensor(
+            t.tensor_type.name.lower(), tuple(int(d) for d in t.shape), int(t.data_offset), int(t.n_bytes)
+        )
         for t in reader.tensors
-    }  # fmt: skip
+    }
     return GGUFFile(int(reader.data_offset), tensors)
 
 
@@ -172,8 +173,11 @@ def layer_checks(nodes: pd.DataFrame) -> list[str]:
         for layer, members in graph_nodes[graph_nodes["layer"].notna()].groupby("layer"):
             inside = graph_nodes["node_index"].between(members["node_index"].min(), members["node_index"].max())
             strays = graph_nodes[inside & graph_nodes["layer"].ne(layer).fillna(True)]
-            problems += [f"graph {graph_id}: node {row.node_index} {row.name!r} ({row.op}) inside layer {layer} "
-                         f"has layer {row.layer}" for row in strays.itertuples()]  # fmt: skip
+            problems += [
+                f"graph {graph_id}: node {row.node_index} {row.name!r} ({row.op}) inside layer {layer} "
+                f"has layer {row.layer}"
+                for row in strays.itertuples()
+            ]
     return problems
 
 

@@ -26,8 +26,24 @@ MIB = 2**20
 
 
 def _completion(model, *flags: str, n_predict: int = 8) -> list[str]:
-    return [str(llama_tool("llama-completion")), "-m", str(model), *flags, "-p", PROMPT, "-n", str(n_predict),
-            "--temp", "0", "--ignore-eos", "-no-cnv", "-t", "1", "-c", "1024"]  # fmt: skip
+    return [
+        str(llama_tool("llama-completion")),
+        "-m",
+        str(model),
+        *flags,
+        "-p",
+        PROMPT,
+        "-n",
+        str(n_predict),
+        "--temp",
+        "0",
+        "--ignore-eos",
+        "-no-cnv",
+        "-t",
+        "1",
+        "-c",
+        "1024",
+    ]
 
 
 def _buffers(stderr: str) -> dict[str, dict[str, float]]:
@@ -37,8 +53,11 @@ def _buffers(stderr: str) -> dict[str, dict[str, float]]:
     last: dict[tuple[str, str], float] = {}  # (a first pass, llama.cpp's fit, says 0.00 for each)
     kinds = {"model": "weights", "KV": "kv_cache", "compute": "compute"}
     for line in stderr.splitlines():
-        match = re.search(r"(?:load_tensors|llama_kv_cache|sched_reserve):\s+(\S+) (model|KV|compute) buffer size "
-                          r"=\s+([\d.]+) MiB", line)  # fmt: skip
+        match = re.search(
+            r"(?:load_tensors|llama_kv_cache|sched_reserve):\s+(\S+) (model|KV|compute) buffer size "
+            r"=\s+([\d.]+) MiB",
+            line,
+        )
         if match:
             name, kind, size = match.groups()
             last[(name, kinds[kind])] = float(size)
@@ -92,8 +111,11 @@ def test_n_cpu_moe_is_predicted_from_a_split_run_with_llama_cpps_own_memory(moe_
     worker = start_worker(folder, "plain", recorded=False)
     try:
         for n_cpu_moe, row in rows.items():
-            told = untraced(_completion(model, "--rpc", worker.endpoint, "-ngl", "99", "--n-cpu-moe",
-                                        str(n_cpu_moe), "-v", n_predict=1))  # fmt: skip
+            told = untraced(
+                _completion(
+                    model, "--rpc", worker.endpoint, "-ngl", "99", "--n-cpu-moe", str(n_cpu_moe), "-v", n_predict=1
+                )
+            )
             assert told.returncode == 0, told.stderr[-2000:]
             allocated = _buffers(told.stderr)
             predicted = {device.split("[")[0]: memory for device, memory in row["memory"].items()}  # (its port)

@@ -162,8 +162,12 @@ def test_plugins_lists_built_ins_plugins_and_the_ones_that_failed(plugin_site):
     plugins = json.loads(listed.stdout)
     exporters = {row["name"]: row for row in plugins["exporters"]}
     assert plugins["exporters"][0]["source"] == "built-in"
-    assert exporters["graph-count"] == {"name": "graph-count", "extensions": [".graphcount.txt"],
-                                        "summary": "the number of graphs, as text", "source": SOURCE}  # fmt: skip
+    assert exporters["graph-count"] == {
+        "name": "graph-count",
+        "extensions": [".graphcount.txt"],
+        "summary": "the number of graphs, as text",
+        "source": SOURCE,
+    }
     assert exporters["csv"]["source"] == "built-in"  # the clashing plugin did not replace it
     findings = {row["name"]: row for row in plugins["findings"]}
     assert findings["node-time"]["source"] == "built-in" and findings["node-time"]["section"] is None
@@ -199,8 +203,10 @@ def test_an_exporter_raising_is_one_error_line_naming_it(plugin_site, run_path, 
     done = ggml_viz_cli(plugin_site, "export", run_path, "-o", tmp_path / "out.boom")
     # THEN the command fails with one line naming the plugin and its error, no traceback
     assert done.returncode == 1
-    assert f"ggml-viz: error: plugin 'exploding-export' (ggml_viz.exporters, from {SOURCE}) failed: " \
-           "RuntimeError: the exporter's own bug" in done.stderr  # fmt: skip
+    assert (
+        f"ggml-viz: error: plugin 'exploding-export' (ggml_viz.exporters, from {SOURCE}) failed: "
+        "RuntimeError: the exporter's own bug" in done.stderr
+    )
     assert "Traceback" not in done.stderr
 
 

@@ -29,8 +29,13 @@ def on_a_terminal(*args: str) -> tuple[int, str, str]:
     """`ggml-viz ARGS` with standard error a terminal (a pseudo-terminal) and standard output a pipe:
     its status, standard output and what the terminal showed."""
     leader, follower = pty.openpty()
-    process = subprocess.Popen([sys.executable, "-m", "ggml_viz", *args], stdout=subprocess.PIPE, stderr=follower,
-                               stdin=subprocess.DEVNULL, env=ENV)  # fmt: skip
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ggml_viz", *args],
+        stdout=subprocess.PIPE,
+        stderr=follower,
+        stdin=subprocess.DEVNULL,
+        env=ENV,
+    )
     os.close(follower)
     shown = b""
     while True:
@@ -59,8 +64,9 @@ def test_summary_shows_progress_on_a_terminal(tmp_path: Path) -> None:
 
 def test_summary_says_nothing_on_a_pipe(tmp_path: Path) -> None:
     run = older_run(tmp_path)
-    answer = subprocess.run([sys.executable, "-m", "ggml_viz", "summary", str(run)], capture_output=True, text=True,
-                            env=ENV, timeout=120)  # fmt: skip
+    answer = subprocess.run(
+        [sys.executable, "-m", "ggml_viz", "summary", str(run)], capture_output=True, text=True, env=ENV, timeout=120
+    )
     assert answer.returncode == 0, answer.stderr
     assert answer.stderr == ""
     assert "\x1b" not in answer.stderr and "summing" not in answer.stdout
@@ -70,6 +76,7 @@ def test_validate_shows_progress_on_a_terminal_only(tmp_path: Path) -> None:
     run = write_synthetic_run(tmp_path / "run.ggmlviz", graphs=8, layers=2, seed=2)
     status, out, shown = on_a_terminal("validate", str(run))
     assert status in (0, 1) and f"validating {run}" in shown
-    piped = subprocess.run([sys.executable, "-m", "ggml_viz", "validate", str(run)], capture_output=True, text=True,
-                           env=ENV, timeout=120)  # fmt: skip
+    piped = subprocess.run(
+        [sys.executable, "-m", "ggml_viz", "validate", str(run)], capture_output=True, text=True, env=ENV, timeout=120
+    )
     assert piped.stderr == "" and piped.stdout == out

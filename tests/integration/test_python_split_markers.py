@@ -46,6 +46,10 @@ def test_each_split_of_a_traced_compute_is_marked_where_it_began(tmp_path, model
     # THEN each traced compute has its one split (the whole graph, on the CPU) marked at node 0
     computes = [c for w in windows for c in w.computes["compute"].tolist()]
     assert computes
-    markers = [(int(call["compute"]), int(call["node_index"]), int(call["flags"]))
-               for w in windows for call in w.node_calls if call["flags"]]  # fmt: skip
+    markers = [
+        (int(call["compute"]), int(call["node_index"]), int(call["flags"]))
+        for w in windows
+        for call in w.node_calls
+        if call["flags"]
+    ]
     assert markers == [(c, 0, NODE_CALL_SPLIT | NODE_CALL_CPU) for c in computes]

@@ -22,8 +22,7 @@ def test_a_model_recorded_by_name_says_where_it_came_from(tmp_path, model_path):
     with serve_fake_hub() as hub:
         # GIVEN SmolLM2 on the Hub, downloaded into an empty cache by name
         commit = hub.add(REPO, {model_path.name: model_path.read_bytes(), "README.md": b"# SmolLM2\n"})
-        fetched = ggml_viz_cli("memmap", f"{REPO}:Q4_1", "--download", "--json",
-                               env={**env, "HF_ENDPOINT": hub.url})  # fmt: skip
+        fetched = ggml_viz_cli("memmap", f"{REPO}:Q4_1", "--download", "--json", env={**env, "HF_ENDPOINT": hub.url})
         assert fetched.returncode == 0, fetched.stderr
     # WHEN it is recorded by name, offline
     output = tmp_path / "named.ggmlviz"

@@ -126,8 +126,9 @@ def test_a_graph_shape_seen_before_keeps_its_structure(tmp_path, model_path, rec
     assert first[columns].equals(second[columns])
     assert (second.loc[second["name"] == "inp_embd", "ne1"] == prompts["n_tokens"].iloc[1]).all()
     tokens = run.tokens
-    assert (tokens[tokens["graph_id"] == prompts["graph_id"].iloc[1]]["pos"].tolist()
-            == list(range(prompts["n_tokens"].iloc[1])))  # fmt: skip
+    assert tokens[tokens["graph_id"] == prompts["graph_id"].iloc[1]]["pos"].tolist() == list(
+        range(prompts["n_tokens"].iloc[1])
+    )
 
 
 @pytest.mark.parametrize("detail", ["op", "graph"])  # graph: the C recorder's decode graphs come as repeats

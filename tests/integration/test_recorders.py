@@ -50,7 +50,7 @@ def test_both_recorders_record_the_same_run(runs_by_recorder):
                 "src_usage",
                 "src_view_offs",
             ],
-        ),  # fmt: skip
+        ),
         ("buffers", ["buffer", "name", "buffer_type", "usage", "size", "first_graph_id"]),
         ("tokens", ["graph_id", "batch_index", "pos", "token_id", "seq_id", "output", "text"]),
         (
@@ -93,12 +93,27 @@ def test_both_recorders_agree_when_a_graph_repeats_its_predecessor_part_way(tmp_
     same_rows = (before == after).all(axis=1)
     assert same_rows.iloc[:10].all() and not same_rows.all()
     # AND both recorders describe every graph alike
-    for table, columns in (("nodes", TIMELESS_NODE_COLUMNS), ("edges", ["graph_id", "node_index", "src_slot",
-                           "src_name", "src_ne0", "src_ne1", "src_view_offs"]),
-                           ("graphs", ["graph_id", "decode_index", "ubatch_index", "structure_id", "n_nodes",
-                                       "n_tokens", "first_batch_index", "return_code", "phase", "detail"]),
-                           ("tokens", ["graph_id", "batch_index", "pos", "token_id", "seq_id", "output", "text"]),
-                           ("buffers", ["buffer", "name", "usage", "size", "first_graph_id"])):  # fmt: skip
+    for table, columns in (
+        ("nodes", TIMELESS_NODE_COLUMNS),
+        ("edges", ["graph_id", "node_index", "src_slot", "src_name", "src_ne0", "src_ne1", "src_view_offs"]),
+        (
+            "graphs",
+            [
+                "graph_id",
+                "decode_index",
+                "ubatch_index",
+                "structure_id",
+                "n_nodes",
+                "n_tokens",
+                "first_batch_index",
+                "return_code",
+                "phase",
+                "detail",
+            ],
+        ),
+        ("tokens", ["graph_id", "batch_index", "pos", "token_id", "seq_id", "output", "text"]),
+        ("buffers", ["buffer", "name", "usage", "size", "first_graph_id"]),
+    ):
         assert getattr(native, table)[columns].equals(getattr(python, table)[columns]), f"{table} differ"
 
 
@@ -168,8 +183,9 @@ def test_layer_and_name_filters_combine(tmp_path, model_path):
     timed = nodes[nodes["timed"]]
     assert set(timed["layer"].astype(int)) == {0, 1, 29}
     assert timed["name"].str.startswith("ffn_").all()
-    assert len(timed[timed["graph_id"] > 0]) == len(nodes[(nodes["graph_id"] > 0) & nodes["name"].str.startswith("ffn_")
-                                                         & nodes["layer"].isin([0, 1, 29])])  # fmt: skip
+    assert len(timed[timed["graph_id"] > 0]) == len(
+        nodes[(nodes["graph_id"] > 0) & nodes["name"].str.startswith("ffn_") & nodes["layer"].isin([0, 1, 29])]
+    )
 
 
 def test_graph_detail_records_structure_and_graph_times(tmp_path, model_path, recorded_run):
@@ -232,11 +248,20 @@ MEMORY_SCRIPT = textwrap.dedent(
 def test_recording_memory_stays_flat_over_a_long_generation(tmp_path, model_path):
     def peak(n_predict: int) -> dict[str, int]:
         result = subprocess.run(
-            [sys.executable, "-c", MEMORY_SCRIPT, str(n_predict), str(tmp_path / f"{n_predict}.ggmlviz"),
-             str(model_path)],
-            capture_output=True, text=True, timeout=600, check=True,
+            [
+                sys.executable,
+                "-c",
+                MEMORY_SCRIPT,
+                str(n_predict),
+                str(tmp_path / f"{n_predict}.ggmlviz"),
+                str(model_path),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=True,
             env={k: v for k, v in os.environ.items() if not k.startswith("GGML_VIZ_")},
-        )  # fmt: skip
+        )
         return json.loads(result.stdout.strip().splitlines()[-1])
 
     short, long = peak(64), peak(512)

@@ -148,8 +148,12 @@ def check_the_tooltip(page, roofline: dict[str, Any]) -> None:
     row = next(r for r in roofline["by_op"] if r["op"] == "MUL_MAT")
     text = hovered_tooltip(page, "MUL_MAT")
     assert text.startswith("MUL_MAT")
-    for said in (f"{rate(row['gflop_per_s'])} GFLOP/s", f"{rate(row['gb_per_s'])} GB/s",
-                 f"{row['bound']}-bound", f"{percent(row['of_limit'])} of limit"):  # fmt: skip
+    for said in (
+        f"{rate(row['gflop_per_s'])} GFLOP/s",
+        f"{rate(row['gb_per_s'])} GB/s",
+        f"{row['bound']}-bound",
+        f"{percent(row['of_limit'])} of limit",
+    ):
         assert said in text, (said, text)
 
 

@@ -37,8 +37,13 @@ def test_statistics_match_numpy_on_the_captured_tensors(values_run):
         tensor = run.captured(row.graph_id, row.node_index).astype(np.float64)
         stats = values.loc[(row.graph_id, row.node_index)]
         assert stats["nan"] == 0 and stats["inf"] == 0 and stats["n"] == tensor.size
-        for name, expected in (("min", tensor.min()), ("max", tensor.max()), ("mean", tensor.mean()),
-                               ("std", tensor.std()), ("mean_abs", np.abs(tensor).mean())):  # fmt: skip
+        for name, expected in (
+            ("min", tensor.min()),
+            ("max", tensor.max()),
+            ("mean", tensor.mean()),
+            ("std", tensor.std()),
+            ("mean_abs", np.abs(tensor).mean()),
+        ):
             assert stats[name] == pytest.approx(expected, rel=1e-5, abs=1e-7), name
 
 

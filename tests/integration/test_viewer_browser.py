@@ -217,8 +217,9 @@ def test_the_live_view_gains_graphs_while_a_recording_runs(page, tmp_path, model
     with serving(page, path, live=True) as viewer:
         recording = subprocess.Popen(
             [sys.executable, "-m", "ggml_viz", "record", "-n", "160", "-t", "2", "-o", str(path)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             follow_the_recording(page, viewer, recording, path)
         finally:
@@ -421,8 +422,9 @@ def test_the_what_if_view_shows_each_placement_s_step_and_memory(page, tmp_path,
         # THEN the recorded placement comes first, then others, each with its decode step as a bar of parts
         assert rows.count() >= 2 and "(recorded)" in rows.nth(0).inner_text()
         assert "-t 2" in page.inner_text("[data-testid=whatif-table]")
-        widths = page.eval_on_selector_all("[data-testid=whatif-bar]",
-                                           "bars => bars.map(b => b.getBoundingClientRect().width)")  # fmt: skip
+        widths = page.eval_on_selector_all(
+            "[data-testid=whatif-bar]", "bars => bars.map(b => b.getBoundingClientRect().width)"
+        )
         assert len(widths) == rows.count() and min(widths) > 1
         parts = page.eval_on_selector_all(".whatif-part", "parts => parts.map(p => p.dataset.part)")
         assert "CPU" in parts and "fixed" in parts

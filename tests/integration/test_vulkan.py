@@ -32,8 +32,28 @@ def tiny_model(tmp_path_factory):
 def completion(model, n_predict: int = N_PREDICT) -> list[str]:
     """llama-completion of the Vulkan build, every layer on the GPU, greedy, no warm-up graph."""
     program = vulkan_llama_folder() / "bin" / "llama-completion"
-    return [str(program), "-m", str(model), "-p", PROMPT, "-n", str(n_predict), "-ngl", "99", "--temp", "0",
-            "--ignore-eos", "-no-cnv", "--no-warmup", "-t", "2", "-c", "256", "--seed", "0"]  # fmt: skip
+    return [
+        str(program),
+        "-m",
+        str(model),
+        "-p",
+        PROMPT,
+        "-n",
+        str(n_predict),
+        "-ngl",
+        "99",
+        "--temp",
+        "0",
+        "--ignore-eos",
+        "-no-cnv",
+        "--no-warmup",
+        "-t",
+        "2",
+        "-c",
+        "256",
+        "--seed",
+        "0",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -53,16 +73,18 @@ def traced(tiny_model, tmp_path_factory, warm_shader_cache):
 
 def untraced_run(model, timeout: int = 300, **extra: str) -> subprocess.CompletedProcess[str]:
     """The program run without ggml-viz (with `extra` in its environment), checked to succeed."""
-    result = subprocess.run(completion(model), env=environment(**extra), capture_output=True, text=True,
-                            timeout=timeout)  # fmt: skip
+    result = subprocess.run(
+        completion(model), env=environment(**extra), capture_output=True, text=True, timeout=timeout
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return result
 
 
 def traced_run(model, folder, **extra: str) -> tuple[subprocess.CompletedProcess[str], Run]:
     output = folder / "vulkan.ggmlviz"
-    result = ggml_viz_cli("run", "--gpu", "every", "-o", str(output), "--", *completion(model),
-                          env=environment(**extra))  # fmt: skip
+    result = ggml_viz_cli(
+        "run", "--gpu", "every", "-o", str(output), "--", *completion(model), env=environment(**extra)
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return result, ggml_viz.open(output)
 
@@ -191,9 +213,11 @@ def test_a_python_program_on_vulkan(tiny_model, tmp_path, how):
     # GIVEN llama-cpp-python loading the Vulkan build's libraries, recorded by the start-up hook
     # (GGML_VIZ_OUTPUT), or by `ggml-viz run -- python` (the preload library in the process too)
     output = tmp_path / "python.ggmlviz"
-    code = ("from llama_cpp import Llama\n"
-            f"llm = Llama(model_path={str(tiny_model)!r}, n_gpu_layers=99, n_ctx=256, verbose=False, seed=0)\n"
-            f"print(llm({PROMPT!r}, max_tokens=4, temperature=0)['choices'][0]['text'])\n")  # fmt: skip
+    code = (
+        "from llama_cpp import Llama\n"
+        f"llm = Llama(model_path={str(tiny_model)!r}, n_gpu_layers=99, n_ctx=256, verbose=False, seed=0)\n"
+        f"print(llm({PROMPT!r}, max_tokens=4, temperature=0)['choices'][0]['text'])\n"
+    )
     env = environment(LLAMA_CPP_LIB_PATH=str(vulkan_llama_folder() / "lib"))
     if how == "start-up hook":
         env.update(GGML_VIZ_OUTPUT=str(output), GGML_VIZ_GPU="every")

@@ -48,8 +48,15 @@ def whisper(tmp_path_factory):
     command = [str(cli), "-m", str(model), "-f", str(audio), "-t", "2", "-nf"]  # -nf: decoded once
     output = folder / "whisper.ggmlviz"
     traced = ggml_viz_cli("run", "-o", str(output), "--", *command)
-    return {"layout": layout, "model": model, "audio": audio, "untraced": untraced(command), "traced": traced,
-            "run": ggml_viz.open(output), "path": output}  # fmt: skip
+    return {
+        "layout": layout,
+        "model": model,
+        "audio": audio,
+        "untraced": untraced(command),
+        "traced": traced,
+        "run": ggml_viz.open(output),
+        "path": output,
+    }
 
 
 def test_whisper_cli_is_recorded_and_left_as_it_is(whisper):
@@ -98,8 +105,10 @@ def test_every_weight_has_its_file_name_and_its_bytes_there(whisper):
     assert (weights["memory"] == "disk").all()
     expected = {tensor.name: (tensor.start, tensor.end) for tensor in layout.tensors}
     read = weights[weights["src_op"] == "NONE"].drop_duplicates("src_name")
-    assert {name: (int(start), int(end)) for name, start, end in
-            zip(read["src_name"], read["file_offset"], read["file_end"], strict=True)} == expected  # fmt: skip
+    assert {
+        name: (int(start), int(end))
+        for name, start, end in zip(read["src_name"], read["file_offset"], read["file_end"], strict=True)
+    } == expected
     # AND the nodes have the layers of the blocks they compute, encoder and decoder
     assert set(run.nodes["layer"].dropna().astype(int)) == set(range(RUNNABLE.n_audio_layer))
     assert ggml_viz_cli("validate", str(whisper["path"])).returncode == 0
@@ -206,9 +215,12 @@ def test_a_whisper_run_in_the_browser(whisper):
             assert page.locator("[data-testid=computations] [data-testid=computation]").count() == 4
             assert "encoder: conv1, conv2" in page.inner_text("[data-testid=computations]")
             # AND each view draws
-            for tab, ready in (("timeline", "[data-testid=timeline-canvas][data-drawn]"),
-                               ("graph", "[data-testid=graph-svg] g"), ("stats", "[data-testid=stats-op] td"),
-                               ("memory", "#view-memory [data-testid=event-table] .vrow")):  # fmt: skip
+            for tab, ready in (
+                ("timeline", "[data-testid=timeline-canvas][data-drawn]"),
+                ("graph", "[data-testid=graph-svg] g"),
+                ("stats", "[data-testid=stats-op] td"),
+                ("memory", "#view-memory [data-testid=event-table] .vrow"),
+            ):
                 page.click(f"#tabs button[data-tab={tab}]")
                 page.wait_for_selector(ready)
         finally:

@@ -74,20 +74,35 @@ def findings_before(run) -> list[str]:
 
 @pytest.mark.parametrize(
     ("name", "component"),
-    [("Qcur-3", "attention"), ("kq_soft_max-0", "attention"), ("ffn_up-2", "ffn"), ("attn_norm-1", "norm"),
-     ("result_output", "output"), ("embd", "input"), ("l_out-4", "other")],
-)  # fmt: skip
+    [
+        ("Qcur-3", "attention"),
+        ("kq_soft_max-0", "attention"),
+        ("ffn_up-2", "ffn"),
+        ("attn_norm-1", "norm"),
+        ("result_output", "output"),
+        ("embd", "input"),
+        ("l_out-4", "other"),
+    ],
+)
 def test_components(name, component):
     assert component_of(name) == component
 
 
 @pytest.mark.parametrize(
     ("weight", "component"),
-    [("blk.3.attn_output.weight", "attention"), ("blk.0.attn_q.bias", "attention"), ("blk.7.ffn_down.weight", "ffn"),
-     ("blk.1.attn_q_norm.weight", "norm"), ("blk.2.post_ffw_norm.weight", "norm"), ("output.weight", "output"),
-     ("token_embd.weight", "embedding"), ("enc.blk.0.ffn_up.weight", "ffn"), ("rope_freqs.weight", None),
-     ("cache_k_l0", None)],
-)  # fmt: skip
+    [
+        ("blk.3.attn_output.weight", "attention"),
+        ("blk.0.attn_q.bias", "attention"),
+        ("blk.7.ffn_down.weight", "ffn"),
+        ("blk.1.attn_q_norm.weight", "norm"),
+        ("blk.2.post_ffw_norm.weight", "norm"),
+        ("output.weight", "output"),
+        ("token_embd.weight", "embedding"),
+        ("enc.blk.0.ffn_up.weight", "ffn"),
+        ("rope_freqs.weight", None),
+        ("cache_k_l0", None),
+    ],
+)
 def test_a_weights_component_comes_from_its_gguf_name(weight, component):
     assert component_of_weight(weight) == component
 
@@ -129,7 +144,10 @@ def test_a_server_s_requests_are_told_apart_per_sequence(tmp_path):
     # THEN each sequence is a request: its prompt token, then the tokens it generated
     served = requests(run)
     assert [(r["seq_id"], r["prompt"], r["generated"]) for r in served] == [
-        (0, " t0", " t3 t6 t9"), (1, " t1", " t4 t7 t10"), (2, " t2", " t5 t8 t11")]  # fmt: skip
+        (0, " t0", " t3 t6 t9"),
+        (1, " t1", " t4 t7 t10"),
+        (2, " t2", " t5 t8 t11"),
+    ]
     summary = summarize(run)
     assert summary["n_requests"] == 3 and summary["prompt"] == "" and summary["generated_text"] is None
     # AND one sequence alone gives the run's prompt and generated text

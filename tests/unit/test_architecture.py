@@ -21,9 +21,12 @@ def lint_imports(source_root: Path) -> subprocess.CompletedProcess[str]:
     """import-linter's verdict on the package below `source_root`, with the repository's contracts."""
     return subprocess.run(
         [str(LINT_IMPORTS), "--no-cache", "--config", str(REPO / "pyproject.toml")],
-        cwd=source_root, env={"PYTHONPATH": str(source_root), "PATH": "/usr/bin:/bin"},
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        cwd=source_root,
+        env={"PYTHONPATH": str(source_root), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def copy_of_the_package(tmp_path: Path) -> Path:

@@ -146,8 +146,11 @@ def test_without_a_file_every_value_is_the_default(project, monkeypatch, capsys)
 def test_command_line_then_environment_then_file_then_default(project, monkeypatch, capsys):
     # GIVEN a file that sets capture settings, output_dir and the viewer's address, variables that
     # set some of them, and options
-    write(project / "ggml-viz.toml", 'detail = "graph"\nsample = 2\ntiming = "sync"\ngpu_window = 8\n'
-                                     'output_dir = "runs"\n[viewer]\nport = 9000\nhost = "0.0.0.0"\n')  # fmt: skip
+    write(
+        project / "ggml-viz.toml",
+        'detail = "graph"\nsample = 2\ntiming = "sync"\ngpu_window = 8\n'
+        'output_dir = "runs"\n[viewer]\nport = 9000\nhost = "0.0.0.0"\n',
+    )
     for variable, value in [("SAMPLE", "4"), ("TIMING", "inline"), ("VIEWER_PORT", "9200"), ("OUTPUT_DIR", "there")]:
         monkeypatch.setenv(f"GGML_VIZ_{variable}", value)
     # WHEN the settings are asked for with options
@@ -185,9 +188,18 @@ def test_run_gives_the_program_the_effective_settings(project):
     show = "import os; print(*(os.environ.get('GGML_VIZ_' + k) for k in ('DETAIL', 'SAMPLE', 'OPS', 'MAX_EVENTS')))"
     # WHEN `run` runs a program that prints its GGML_VIZ_* variables
     result = ggml_viz_cli(
-        "run", "--max-events", "7", "-o", "out.ggmlviz", "--", sys.executable, "-c", show,
-        cwd=project, env={"GGML_VIZ_SAMPLE": "4"},
-    )  # fmt: skip
+        "run",
+        "--max-events",
+        "7",
+        "-o",
+        "out.ggmlviz",
+        "--",
+        sys.executable,
+        "-c",
+        show,
+        cwd=project,
+        env={"GGML_VIZ_SAMPLE": "4"},
+    )
     # THEN the program sees the option's, the variable's and the file's values, in that order of rank
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["graph", "4", "MUL_MAT,ROPE", "7"]

@@ -31,8 +31,11 @@ def _compile_header(folder: Path) -> subprocess.CompletedProcess:
     """A translation unit of the header alone, checked by the C compiler (its _Static_asserts)."""
     source = folder / "contract_check.c"
     source.write_text('#include "ggml_viz_contract.h"\nint main(void) { return 0; }\n')
-    return subprocess.run([_compiler(), "-fsyntax-only", "-std=c11", "-Wall", "-Wextra", "-Werror", f"-I{folder}",
-                           str(source)], capture_output=True, text=True)  # fmt: skip
+    return subprocess.run(
+        [_compiler(), "-fsyntax-only", "-std=c11", "-Wall", "-Wextra", "-Werror", f"-I{folder}", str(source)],
+        capture_output=True,
+        text=True,
+    )
 
 
 def _package_copy(tmp_path: Path) -> Path:
@@ -72,14 +75,20 @@ def test_a_declaration_the_c_would_lay_out_otherwise_fails_the_build(tmp_path):
     copy = _package_copy(tmp_path)
     declaration = copy / "ggml_viz" / "capture" / "contract" / "records.py"
     text = declaration.read_text()
-    swapped = text.replace('        Field("reserved", "u4"),\n        Field("offset", "u8"),\n',
-                           '        Field("offset", "u8"),\n        Field("reserved", "u4"),\n')  # fmt: skip
+    swapped = text.replace(
+        '        Field("reserved", "u4"),\n        Field("offset", "u8"),\n',
+        '        Field("offset", "u8"),\n        Field("reserved", "u4"),\n',
+    )
     assert swapped != text
     declaration.write_text(swapped)
     # WHEN its header is written and compiled
     folder = tmp_path / "header"
-    subprocess.run([sys.executable, "-m", "ggml_viz.capture.c_header", str(folder)], check=True,
-                   env={**os.environ, "PYTHONPATH": str(copy)}, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "ggml_viz.capture.c_header", str(folder)],
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(copy)},
+        capture_output=True,
+    )
     compiled = _compile_header(folder)
     # THEN the build fails, saying which record and which field
     assert compiled.returncode != 0

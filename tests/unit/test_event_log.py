@@ -41,10 +41,16 @@ def expected(view: RunView, where: EventFilter) -> list[tuple[int, int]]:
 @pytest.mark.parametrize("chunk", [256, 2])  # a chunk of graphs, or many small ones
 @pytest.mark.parametrize(
     "where",
-    [EventFilter(), EventFilter(op="MUL_MAT"), EventFilter(name="ffn_"), EventFilter(layer=1),
-     EventFilter(op="mul_mat", layer=0), EventFilter(t0=3_000_000, t1=6_000_000),
-     EventFilter(name="qcur", t0=2_500_000)],
-)  # fmt: skip
+    [
+        EventFilter(),
+        EventFilter(op="MUL_MAT"),
+        EventFilter(name="ffn_"),
+        EventFilter(layer=1),
+        EventFilter(op="mul_mat", layer=0),
+        EventFilter(t0=3_000_000, t1=6_000_000),
+        EventFilter(name="qcur", t0=2_500_000),
+    ],
+)
 def test_every_page_is_the_events_filtering_all_of_them_gives(view, where, chunk, monkeypatch):
     monkeypatch.setattr(context, "EVENT_CHUNK_GRAPHS", chunk)
     view.event_log._filter_cache = None

@@ -57,8 +57,10 @@ def test_every_export_names_only_modules_of_the_extra():
     from ggml_viz.export.registry import all_exporters
 
     pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
-    extra = {requirement.split(">")[0].split("=")[0].lower() for requirement in
-             pyproject["project"]["optional-dependencies"]["export"]}  # fmt: skip
+    extra = {
+        requirement.split(">")[0].split("=")[0].lower()
+        for requirement in pyproject["project"]["optional-dependencies"]["export"]
+    }
     needed = {module.lower() for exporter in all_exporters().values() for module in exporter.requires}
     assert needed == extra  # (tensorboardX's module is its distribution's name)
     assert all(not exporter.missing() for exporter in all_exporters().values())  # (installed for the tests)

@@ -54,13 +54,41 @@ def test_each_op_s_flops_are_its_hand_computation(op, dst, srcs, expected):
 
 def test_every_formula_is_tested():
     tested = {case[0] for case in CASES}
-    same_as_tested = {"RWKV_WKV7", "GATED_LINEAR_ATTN", "L2_NORM", "GROUP_NORM", "UNARY", "SUB", "MUL", "DIV",
-                      "SCALE", "ADD_ID", "ACC", "SQR", "SQRT", "LOG", "SIN", "COS", "CLAMP", "ADD1", "SUM", "MEAN",
-                      "ARGMAX", "COUNT_EQUAL", "POOL_1D"}  # fmt: skip
+    same_as_tested = {
+        "RWKV_WKV7",
+        "GATED_LINEAR_ATTN",
+        "L2_NORM",
+        "GROUP_NORM",
+        "UNARY",
+        "SUB",
+        "MUL",
+        "DIV",
+        "SCALE",
+        "ADD_ID",
+        "ACC",
+        "SQR",
+        "SQRT",
+        "LOG",
+        "SIN",
+        "COS",
+        "CLAMP",
+        "ADD1",
+        "SUM",
+        "MEAN",
+        "ARGMAX",
+        "COUNT_EQUAL",
+        "POOL_1D",
+    }
     assert set(FORMULAS) <= tested | same_as_tested
     for op in same_as_tested:  # (each shares its formula with a tested op: the same numbers)
-        twin = {"RWKV_WKV7": "RWKV_WKV6", "GATED_LINEAR_ATTN": "RWKV_WKV6", "L2_NORM": "RMS_NORM",
-                "GROUP_NORM": "NORM", "UNARY": "GLU", "POOL_1D": "POOL_2D"}.get(op)  # fmt: skip
+        twin = {
+            "RWKV_WKV7": "RWKV_WKV6",
+            "GATED_LINEAR_ATTN": "RWKV_WKV6",
+            "L2_NORM": "RMS_NORM",
+            "GROUP_NORM": "NORM",
+            "UNARY": "GLU",
+            "POOL_1D": "POOL_2D",
+        }.get(op)
         twin = twin or ("SUM_ROWS" if op in ("SUM", "MEAN", "ARGMAX", "COUNT_EQUAL") else "ADD")
         case = next(case for case in CASES if case[0] == twin)
         assert op_flops(op, case[1], case[2]) == case[3]
@@ -78,8 +106,14 @@ def test_the_summary_marks_figures_counted_over_a_whole_window_as_upper_bounds()
 
     from ggml_viz.commands.render import _throughput_table
 
-    row = {"time_ns": 1_000_000, "flops": 2e9, "bytes": 1e9, "gflop_per_s": 2000.0, "gb_per_s": 1000.0,
-           "flops_per_byte": 2.0}  # fmt: skip
+    row = {
+        "time_ns": 1_000_000,
+        "flops": 2e9,
+        "bytes": 1e9,
+        "gflop_per_s": 2000.0,
+        "gb_per_s": 1000.0,
+        "flops_per_byte": 2.0,
+    }
     out = io.StringIO()
     rows = [{"op": "MUL_MAT", **row, "upper_bound": False}, {"op": "FLASH_ATTN_EXT", **row, "upper_bound": True}]
     Console(file=out, width=200).print(_throughput_table(rows))

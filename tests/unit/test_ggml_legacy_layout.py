@@ -90,12 +90,19 @@ def test_layers_and_categories(runnable_model):
 
 @pytest.mark.parametrize(
     ("name", "category"),
-    [("model.embed_tokens.weight", "input"), ("model.layers.3.self_attn.q_proj.weight", "attention"),
-     ("model.layers.3.mlp.gate_proj.weight", "ffn"), ("model.norm.weight", "norm"), ("lm_head.weight", "output"),
-     ("transformer.wte.weight", "input"), ("transformer.h.2.ln_1.weight", "norm"),
-     ("transformer.h.2.attn.c_attn.weight", "attention"), ("enc.blk.1.attn_q.weight", "attention"),
-     ("blk.0.ssm_conv1d.weight", "other")],
-)  # fmt: skip
+    [
+        ("model.embed_tokens.weight", "input"),
+        ("model.layers.3.self_attn.q_proj.weight", "attention"),
+        ("model.layers.3.mlp.gate_proj.weight", "ffn"),
+        ("model.norm.weight", "norm"),
+        ("lm_head.weight", "output"),
+        ("transformer.wte.weight", "input"),
+        ("transformer.h.2.ln_1.weight", "norm"),
+        ("transformer.h.2.attn.c_attn.weight", "attention"),
+        ("enc.blk.1.attn_q.weight", "attention"),
+        ("blk.0.ssm_conv1d.weight", "other"),
+    ],
+)
 def test_categories_of_checkpoint_names(name, category):
     assert category_of(name) == category
 
@@ -159,8 +166,9 @@ ONE_LAYER = WhisperHparams(n_vocab=4, n_audio_ctx=2, n_audio_state=4, n_audio_he
                            n_text_state=4, n_text_head=1, n_text_layer=1, n_mels=1, ftype=1)  # fmt: skip
 
 
-def legacy_bytes(*, magic=0x67676D6C, hparams=ONE_LAYER, mel=(1, 2), n_tokens=None, tokens=(b"a", b"bc"),
-                 records=()) -> bytes:  # fmt: skip
+def legacy_bytes(
+    *, magic=0x67676D6C, hparams=ONE_LAYER, mel=(1, 2), n_tokens=None, tokens=(b"a", b"bc"), records=()
+) -> bytes:
     """Raw legacy bytes from parts, so that a test can make any field lie. A record is
     (n_dims, name length, type, dims, name, data), or (name, dims, type, data) to fill in the rest."""
     out = struct.pack("<I", magic) + struct.pack("<11i", *astuple(hparams))

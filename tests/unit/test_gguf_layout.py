@@ -82,10 +82,16 @@ def test_layers_categories_and_summaries(small_model):
 
 @pytest.mark.parametrize(
     ("name", "category"),
-    [("token_embd.weight", "input"), ("blk.3.attn_k.weight", "attention"), ("blk.3.ffn_gate.weight", "ffn"),
-     ("blk.3.ffn_norm.weight", "norm"), ("output_norm.weight", "norm"), ("output.weight", "output"),
-     ("rope_freqs.weight", "other")],
-)  # fmt: skip
+    [
+        ("token_embd.weight", "input"),
+        ("blk.3.attn_k.weight", "attention"),
+        ("blk.3.ffn_gate.weight", "ffn"),
+        ("blk.3.ffn_norm.weight", "norm"),
+        ("output_norm.weight", "norm"),
+        ("output.weight", "output"),
+        ("rope_freqs.weight", "other"),
+    ],
+)
 def test_categories(name, category):
     assert category_of(name) == category
 

@@ -48,8 +48,9 @@ class H200Run:
             if not passes or tensor in {t for _, t, _ in passes[-1]}:
                 passes.append([])
             passes[-1].append((ns, tensor, op))
-        api = np.array([tuple(int(v) for v in line.split(",")[1:]) + (0,) for line in _lines("runtime-api.csv.gz")],
-                       API_DTYPE)  # fmt: skip
+        api = np.array(
+            [tuple(int(v) for v in line.split(",")[1:]) + (0,) for line in _lines("runtime-api.csv.gz")], API_DTYPE
+        )
         thread = int(api["thread"][0])
         computes = np.zeros(len(passes), COMPUTE_DTYPE)
         computes["start_ns"] = [p[0][0] for p in passes]
@@ -71,10 +72,29 @@ class H200Run:
         for line in _lines("kernels.csv.gz"):
             _, start, end, graph_id, graph_node, correlation, stream, name = line.split(",", 7)
             name_id = names.setdefault(name, len(names) + 1)
-            kernels.append((int(start), int(end), 0, int(graph_node), int(correlation), int(graph_id), 0, int(stream),
-                            name_id, KERNEL, 0, (0, 0)))  # fmt: skip
-        self.window = GpuWindow(computes, np.array(node_calls, NODE_CALL_DTYPE), api,
-                                np.array(kernels, ACTIVITY_DTYPE), {i: n for n, i in names.items()})  # fmt: skip
+            kernels.append(
+                (
+                    int(start),
+                    int(end),
+                    0,
+                    int(graph_node),
+                    int(correlation),
+                    int(graph_id),
+                    0,
+                    int(stream),
+                    name_id,
+                    KERNEL,
+                    0,
+                    (0, 0),
+                )
+            )
+        self.window = GpuWindow(
+            computes,
+            np.array(node_calls, NODE_CALL_DTYPE),
+            api,
+            np.array(kernels, ACTIVITY_DTYPE),
+            {i: n for n, i in names.items()},
+        )
 
 
 @pytest.fixture(scope="module")
@@ -145,9 +165,14 @@ def test_decode_time_by_op(h200, mapped):
     ops = _op_of(h200, mapped, replays)
     shares = {op: 100 * mapped.busy_ns[replays][ops == op].sum() / mapped.busy_ns[replays].sum() for op in set(ops)}
     assert {op: round(share, 2) for op, share in shares.items()} == {
-        "MUL_MAT": 68.17, "RMS_NORM": 13.45, "FLASH_ATTN_EXT": 9.26, "ROPE": 6.15, "SET_ROWS": 2.60,
-        "GET_ROWS": 0.28, "ADD": 0.09,
-    }  # fmt: skip
+        "MUL_MAT": 68.17,
+        "RMS_NORM": 13.45,
+        "FLASH_ATTN_EXT": 9.26,
+        "ROPE": 6.15,
+        "SET_ROWS": 2.60,
+        "GET_ROWS": 0.28,
+        "ADD": 0.09,
+    }
     clipped = np.zeros(len(replays), dtype=np.int64)
     for correlation in np.unique(activities["correlation_id"][replays]):
         rows = np.flatnonzero(activities["correlation_id"][replays] == correlation)

@@ -108,7 +108,11 @@ def test_perfetto_has_a_gpu_track_under_the_context_with_a_slice_per_kernel(run,
         node = nodes.loc[(kernel.graph_id, kernel.node_index)]
         assert args["kernel"] == kernel.name and args["busy_ns"] == kernel.busy_ns
         assert (args["node name"], args["op"], args["node"], args["graph"]) == (
-            node["name"], node["op"], kernel.node_index, kernel.graph_id)  # fmt: skip
+            node["name"],
+            node["op"],
+            kernel.node_index,
+            kernel.graph_id,
+        )
     assert f"{len(kernels):,} GPU kernels and copies" in said
 
 

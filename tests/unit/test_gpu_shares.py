@@ -37,12 +37,25 @@ def _eager_window() -> GpuWindow:
     computes[0] = (1_000, 9_000, 9_500, 0, 0, THREAD, 3, 0, 0)
     reached = [(1_100, LOOP_SITE, 0, node, THREAD, 0) for node in range(3)]
     reached = [(ns + 250 * node, *rest) for node, (ns, *rest) in enumerate(reached)]  # at 1,100, 1,350, 1,600
-    launches = [(1_150, 1_160, 1, LAUNCH, THREAD, 0), (1_400, 1_410, 2, LAUNCH, THREAD, 0),
-                (1_450, 1_460, 3, LAUNCH, THREAD, 0), (1_650, 1_660, 4, LAUNCH, THREAD, 0)]  # fmt: skip
-    kernels = [_kernel(2_000, 3_000, 1, 0), _kernel(3_000, 4_000, 2, 0), _kernel(3_100, 3_600, 3, 1),
-               _kernel(4_000, 4_500, 4, 0)]  # fmt: skip
-    return GpuWindow(computes, np.array(reached, NODE_CALL_DTYPE), np.array(launches, API_DTYPE),
-                     np.array(kernels, ACTIVITY_DTYPE), {1: "void k<float>(float*)"})  # fmt: skip
+    launches = [
+        (1_150, 1_160, 1, LAUNCH, THREAD, 0),
+        (1_400, 1_410, 2, LAUNCH, THREAD, 0),
+        (1_450, 1_460, 3, LAUNCH, THREAD, 0),
+        (1_650, 1_660, 4, LAUNCH, THREAD, 0),
+    ]
+    kernels = [
+        _kernel(2_000, 3_000, 1, 0),
+        _kernel(3_000, 4_000, 2, 0),
+        _kernel(3_100, 3_600, 3, 1),
+        _kernel(4_000, 4_500, 4, 0),
+    ]
+    return GpuWindow(
+        computes,
+        np.array(reached, NODE_CALL_DTYPE),
+        np.array(launches, API_DTYPE),
+        np.array(kernels, ACTIVITY_DTYPE),
+        {1: "void k<float>(float*)"},
+    )
 
 
 def test_a_node_with_kernels_on_two_devices_has_a_row_per_device():
@@ -54,10 +67,18 @@ def test_a_node_with_kernels_on_two_devices_has_a_row_per_device():
     times.finish()
     # THEN node 1 has a row on device 0 and one on device 1, each with its own kernel's time
     (rows,) = tables["gpu_node_times"]
-    found = list(zip(*(rows[c].tolist() for c in ("node_index", "device", "gpu_ns", "start_ns", "end_ns", "kernels")),
-                     strict=True))  # fmt: skip
-    assert found == [(0, 0, 1000, 2000, 3000, 1), (1, 0, 1000, 3000, 4000, 1), (1, 1, 500, 3100, 3600, 1),
-                     (2, 0, 500, 4000, 4500, 1)]  # fmt: skip
+    found = list(
+        zip(
+            *(rows[c].tolist() for c in ("node_index", "device", "gpu_ns", "start_ns", "end_ns", "kernels")),
+            strict=True,
+        )
+    )
+    assert found == [
+        (0, 0, 1000, 2000, 3000, 1),
+        (1, 0, 1000, 3000, 4000, 1),
+        (1, 1, 500, 3100, 3600, 1),
+        (2, 0, 500, 4000, 4500, 1),
+    ]
     assert set(rows["graph_id"].tolist()) == {7}
 
 

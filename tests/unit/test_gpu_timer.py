@@ -58,14 +58,30 @@ def timer_program(tmp_path_factory) -> tuple[Path, Path]:
     )
     program = folder / "gpu_timer_program"
     contract = write_header(folder).parent
-    subprocess.run([compiler, "-O1", "-std=c11", "-D_GNU_SOURCE", f"-I{CAPTURE}", f"-I{contract}", "-o", str(program),
-                    str(NATIVE_TESTS / "gpu_timer_program.c"), *(str(CAPTURE / c) for c in CORE), "-ldl",
-                    "-lpthread", "-lm"], check=True)  # fmt: skip
+    subprocess.run(
+        [
+            compiler,
+            "-O1",
+            "-std=c11",
+            "-D_GNU_SOURCE",
+            f"-I{CAPTURE}",
+            f"-I{contract}",
+            "-o",
+            str(program),
+            str(NATIVE_TESTS / "gpu_timer_program.c"),
+            *(str(CAPTURE / c) for c in CORE),
+            "-ldl",
+            "-lpthread",
+            "-lm",
+        ],
+        check=True,
+    )
     return program, fake
 
 
-def run_timer(timer_program, tmp_path: Path, mode: str, computes: int, cupti: str | None = None,
-              **env: str) -> tuple[str, list[GpuWindow]]:  # fmt: skip
+def run_timer(
+    timer_program, tmp_path: Path, mode: str, computes: int, cupti: str | None = None, **env: str
+) -> tuple[str, list[GpuWindow]]:
     program, fake = timer_program
     out = tmp_path / f"{mode}.windows"
     command = [str(program), str(fake), str(out), mode, str(computes), cupti or str(fake)]
@@ -111,8 +127,11 @@ def test_every_kernel_of_a_window_finds_its_node(timer_program, tmp_path, mode):
     assert first.activities["kind"][eager].tolist() == [1, 1, 1, 2, 1]
     kernels = first.activities["name_id"][eager & (first.activities["kind"] == 1)]
     assert [first.names[i] for i in kernels] == [
-        "_Z8rms_normPKf", "_Z13quantize_q8_1PKf", "_Z13mul_mat_vec_qPKv", "_Z9fused_addPKf",
-    ]  # fmt: skip
+        "_Z8rms_normPKf",
+        "_Z13quantize_q8_1PKf",
+        "_Z13mul_mat_vec_qPKv",
+        "_Z9fused_addPKf",
+    ]
     names = {i: name for w in windows for i, name in w.names.items()}
     for window, m in zip(windows, mapped, strict=True):
         # the split's input copy is no node's; the rest is each its node's
@@ -160,8 +179,10 @@ def test_split_markers_say_where_each_split_began(timer_program, tmp_path):
         # THEN each compute's node calls hold both, in order, from no call site of ggml-cuda's
         for compute in window.computes["compute"].tolist():
             mine = markers[markers["compute"] == compute]
-            assert mine[["node_index", "flags"]].tolist() == [(0, NODE_CALL_SPLIT),
-                                                              (5, NODE_CALL_SPLIT | NODE_CALL_CPU)]  # fmt: skip
+            assert mine[["node_index", "flags"]].tolist() == [
+                (0, NODE_CALL_SPLIT),
+                (5, NODE_CALL_SPLIT | NODE_CALL_CPU),
+            ]
             assert (mine["return_address"] == 0).all()
         assert (calls["return_address"][calls["flags"] == 0] != 0).all()
 
@@ -252,8 +273,19 @@ def test_cupti_declarations_match_the_cuda_toolkit(tmp_path):
     if include is None:
         pytest.skip("no CUDA toolkit headers (cupti.h) on this machine")
     contract = write_header(tmp_path).parent
-    result = subprocess.run([_compiler(), "-fsyntax-only", "-std=c11", f"-I{include}", f"-I{CAPTURE}", f"-I{contract}",
-                             str(NATIVE_TESTS / "cupti_abi_check.c")], capture_output=True, text=True)  # fmt: skip
+    result = subprocess.run(
+        [
+            _compiler(),
+            "-fsyntax-only",
+            "-std=c11",
+            f"-I{include}",
+            f"-I{CAPTURE}",
+            f"-I{contract}",
+            str(NATIVE_TESTS / "cupti_abi_check.c"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr
 
 
@@ -263,14 +295,18 @@ def test_callback_ids_match_the_cuda_toolkit(tmp_path):
         pytest.skip("no CUDA toolkit headers (cupti.h) on this machine")
     prefixes = {RUNTIME: "CUPTI_RUNTIME_TRACE_CBID_", DRIVER: "CUPTI_DRIVER_TRACE_CBID_"}
     # CUPTI's domains only (the Vulkan layer's numbers: test_vulkan_layer.py)
-    checks = [f"_Static_assert({prefixes[domain]}{name} == {cbid}, \"{name}\");"
-              for table in (LAUNCH_CBIDS, COPY_CBIDS, GRAPH_LAUNCH_CBIDS)
-              for domain, named in table.items() if domain in prefixes
-              for name, cbid in named.items()]  # fmt: skip
+    checks = [
+        f'_Static_assert({prefixes[domain]}{name} == {cbid}, "{name}");'
+        for table in (LAUNCH_CBIDS, COPY_CBIDS, GRAPH_LAUNCH_CBIDS)
+        for domain, named in table.items()
+        if domain in prefixes
+        for name, cbid in named.items()
+    ]
     source = tmp_path / "cbids.c"
     source.write_text("#include <cupti.h>\n" + "\n".join(checks) + "\n")
-    result = subprocess.run([_compiler(), "-fsyntax-only", "-std=c11", f"-I{include}", str(source)],
-                            capture_output=True, text=True)  # fmt: skip
+    result = subprocess.run(
+        [_compiler(), "-fsyntax-only", "-std=c11", f"-I{include}", str(source)], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stderr
 
 
@@ -331,10 +367,14 @@ def test_cupti_records_become_ggml_vizs():
     calls = np.frombuffer(calls, API_DTYPE)
     # THEN each kept record holds its fields, on the recorder's clock; the name stored once
     assert activities[["start_ns", "end_ns", "correlation_id", "graph_id", "stream", "kind"]].tolist() == [
-        (900, 1400, 42, 3, 13, 1), (1900, 2200, 43, 0, 0, 2)]  # fmt: skip
+        (900, 1400, 42, 3, 13, 1),
+        (1900, 2200, 43, 0, 0, 2),
+    ]
     assert activities["bytes"].tolist() == [0, 4096] and activities["copy_kind"].tolist() == [0, 2]
     assert calls[["start_ns", "end_ns", "correlation_id", "cbid", "thread", "domain"]].tolist() == [
-        (800, 850, 42, 211, 77, RUNTIME), (900, 950, 45, 652, 77, DRIVER)]  # fmt: skip
+        (800, 850, 42, 211, 77, RUNTIME),
+        (900, 950, 45, 652, 77, DRIVER),
+    ]
     assert invalid == 1
     assert np.frombuffer(lengths, np.uint32).tolist() in ([], [len(b"_Z13quantize_q8_1PKf")])
     assert names in (b"", b"_Z13quantize_q8_1PKf")

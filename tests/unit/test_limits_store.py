@@ -73,9 +73,12 @@ def test_limits_of_version_1_are_read_in_a_run_but_measured_again_for_this_machi
 
 @pytest.mark.parametrize(
     ("text", "said"),
-    [("[1, 2]", "holds no ggml-viz limits"), ('{"version": 99, "measurements": []}', "limits of version 99"),
-     (json.dumps({**LIMITS, "measurements": [{"what": "rm -rf"}]}), "a measurement of an unknown kind")],
-)  # fmt: skip
+    [
+        ("[1, 2]", "holds no ggml-viz limits"),
+        ('{"version": 99, "measurements": []}', "limits of version 99"),
+        (json.dumps({**LIMITS, "measurements": [{"what": "rm -rf"}]}), "a measurement of an unknown kind"),
+    ],
+)
 def test_a_damaged_or_foreign_limits_file_is_one_clear_error_and_never_stops_a_recording(text, said):
     with pytest.raises(RunFormatError, match=said):
         check_limits(json.loads(text), "the file")
@@ -92,8 +95,14 @@ def test_a_damaged_or_foreign_limits_file_is_one_clear_error_and_never_stops_a_r
 def test_the_findings_say_where_the_threads_judged_at_are_not_the_run_s():
     from ggml_viz.analysis.roofline import limit_findings
 
-    step = {"of_limit": 0.25, "gb_per_s": 10.0, "bandwidth_gb_per_s": 40.0, "threads": 4, "weight_type": "Q4_K",
-            "kernel_gb_per_s": 25.0}  # fmt: skip
+    step = {
+        "of_limit": 0.25,
+        "gb_per_s": 10.0,
+        "bandwidth_gb_per_s": 40.0,
+        "threads": 4,
+        "weight_type": "Q4_K",
+        "kernel_gb_per_s": 25.0,
+    }
     unknown = {"limits": {"judged_at": [4], "threads": {"decode": None, "prompt": None}}, "decode_step": step}
     assert limit_findings(unknown) == [
         "Decode runs at 25% of this machine's read bandwidth: 10.0 of 40.0 GB/s at 4 threads; the Q4_K "
@@ -101,16 +110,22 @@ def test_the_findings_say_where_the_threads_judged_at_are_not_the_run_s():
         "The run does not say how many threads computed it: it is judged at 4 threads, the most measured.",
     ]
     more = {"limits": {"judged_at": [4], "threads": {"decode": 8, "prompt": 8}}}
-    assert limit_findings(more) == ["The run computed with 8 threads, judged at the nearest measured below (4): "
-                                    "`ggml-viz limits --for RUN` measures 8."]  # fmt: skip
+    assert limit_findings(more) == [
+        "The run computed with 8 threads, judged at the nearest measured below (4): "
+        "`ggml-viz limits --for RUN` measures 8."
+    ]
     assert limit_findings({"limits": {"judged_at": [4], "threads": {"decode": 4}}}) == []
     assert limit_findings({"limits": None}) == []
 
 
 def test_limits_slower_at_more_threads_are_named():
     # GIVEN limits whose F32 matrix product came out slower at 4 threads than at 1 (busy cores)
-    busy = limits_of(row("memory_read", 1, None, gb=15.0), row("memory_read", 4, None, gb=40.0),
-                     row("matmul", 1, "F32", gflop=60.0), row("matmul", 4, "F32", gflop=45.0))  # fmt: skip
+    busy = limits_of(
+        row("memory_read", 1, None, gb=15.0),
+        row("memory_read", 4, None, gb=40.0),
+        row("matmul", 1, "F32", gflop=60.0),
+        row("matmul", 4, "F32", gflop=45.0),
+    )
     limits = Limits.from_json(busy)
     # THEN that measurement is named, with both rates; the bandwidth, faster at 4, is not
     assert limits.slower_with_more_threads() == ["matmul F32: 45.0 GFLOP/s at 4 threads, 60.0 at 1"]

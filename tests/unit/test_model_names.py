@@ -58,8 +58,10 @@ def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "ggml_viz", *args],
         env={**os.environ, "PYTHONPATH": pythonpath, "HF_HUB_DISABLE_TELEMETRY": "1", **env},
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.parametrize(

@@ -43,7 +43,10 @@ def test_the_nodes_reading_experts_and_one_expert_s_slice():
     # THEN both MUL_MAT_IDs and the ADD_ID, each with its weight, a quarter of it per expert (the
     # matrices' third dimension, the biases' second), all routed at the first MUL_MAT_ID
     assert nodes[["node_index", "op", "experts_tensor_id", "n_expert", "slice_bytes", "routed_at"]].values.tolist() == [
-        [1, "MUL_MAT_ID", 10, 4, 100, 1], [2, "MUL_MAT_ID", 11, 4, 200, 1], [3, "ADD_ID", 12, 4, 10, 1]]  # fmt: skip
+        [1, "MUL_MAT_ID", 10, 4, 100, 1],
+        [2, "MUL_MAT_ID", 11, 4, 200, 1],
+        [3, "ADD_ID", 12, 4, 10, 1],
+    ]
     assert set(nodes["layer"]) == {5} and set(nodes["ids_tensor_id"]) == {20}
 
 

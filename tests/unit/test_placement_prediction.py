@@ -36,27 +36,59 @@ def _model(**overrides) -> PlacementModel:
     layer 0's experts 6 on the CPU, layer 1's 3 on GPU0; the input 1, the output 4 on GPU0."""
     parts = {
         (INPUT, DENSE, "CPU"): Line(1.0, 0.0),
-        (0, DENSE, "CPU"): Line(10.0, 1.0), (0, EXPERTS, "CPU"): Line(6.0, 0.0),
-        (1, DENSE, "GPU0"): Line(2.0, 0.5), (1, EXPERTS, "GPU0"): Line(3.0, 0.0),
+        (0, DENSE, "CPU"): Line(10.0, 1.0),
+        (0, EXPERTS, "CPU"): Line(6.0, 0.0),
+        (1, DENSE, "GPU0"): Line(2.0, 0.5),
+        (1, EXPERTS, "GPU0"): Line(3.0, 0.0),
         (2, DENSE, "GPU0"): Line(4.0, 0.0),
-    }  # fmt: skip
+    }
     weights = pd.DataFrame(
-        [(INPUT, DENSE, "embd", 100 * MIB), (0, DENSE, "attn0", 10 * MIB), (0, EXPERTS, "exps0", 40 * MIB),
-         (1, DENSE, "attn1", 10 * MIB), (1, EXPERTS, "exps1", 40 * MIB), (2, DENSE, "embd", 100 * MIB)],
+        [
+            (INPUT, DENSE, "embd", 100 * MIB),
+            (0, DENSE, "attn0", 10 * MIB),
+            (0, EXPERTS, "exps0", 40 * MIB),
+            (1, DENSE, "attn1", 10 * MIB),
+            (1, EXPERTS, "exps1", 40 * MIB),
+            (2, DENSE, "embd", 100 * MIB),
+        ],
         columns=["block", "group", "name", "bytes"],
-    )  # fmt: skip
+    )
     values = dict(
-        n_layer=2, others=("GPU0",), recorded=Placement(2, 0, 1, 1, 512), parts={RECORDED: parts},
-        crossing=Line(3.0, 0.0), fixed=Line(5.0, 0.0),
-        measured={"decode": {"steps": 10.0, "tokens": 10.0, "ns": 10 * 45.5}}, prompt_steps=[8],
-        cold_prompt=False, weights=weights, logits_bytes_per_token=1000, output_device="GPU0",
-        kv_bytes_per_layer_cell=1.0, n_ctx=512, n_ubatch=512, compute_bytes={"CPU": 7 * MIB, "GPU0": 9 * MIB},
-        has_experts=True, threads={"decode": 1, "prompt": 1},
-        activation_bytes={(INPUT, DENSE): 1 * MIB, (0, DENSE): 2 * MIB, (0, EXPERTS): 4 * MIB, (1, DENSE): 2 * MIB,
-                          (1, EXPERTS): 4 * MIB, (2, DENSE): 8 * MIB},
-        recorded_devices={(INPUT, DENSE): "CPU", (0, DENSE): "CPU", (0, EXPERTS): "CPU", (1, DENSE): "GPU0",
-                          (1, EXPERTS): "GPU0", (2, DENSE): "GPU0"},
-    )  # fmt: skip
+        n_layer=2,
+        others=("GPU0",),
+        recorded=Placement(2, 0, 1, 1, 512),
+        parts={RECORDED: parts},
+        crossing=Line(3.0, 0.0),
+        fixed=Line(5.0, 0.0),
+        measured={"decode": {"steps": 10.0, "tokens": 10.0, "ns": 10 * 45.5}},
+        prompt_steps=[8],
+        cold_prompt=False,
+        weights=weights,
+        logits_bytes_per_token=1000,
+        output_device="GPU0",
+        kv_bytes_per_layer_cell=1.0,
+        n_ctx=512,
+        n_ubatch=512,
+        compute_bytes={"CPU": 7 * MIB, "GPU0": 9 * MIB},
+        has_experts=True,
+        threads={"decode": 1, "prompt": 1},
+        activation_bytes={
+            (INPUT, DENSE): 1 * MIB,
+            (0, DENSE): 2 * MIB,
+            (0, EXPERTS): 4 * MIB,
+            (1, DENSE): 2 * MIB,
+            (1, EXPERTS): 4 * MIB,
+            (2, DENSE): 8 * MIB,
+        },
+        recorded_devices={
+            (INPUT, DENSE): "CPU",
+            (0, DENSE): "CPU",
+            (0, EXPERTS): "CPU",
+            (1, DENSE): "GPU0",
+            (1, EXPERTS): "GPU0",
+            (2, DENSE): "GPU0",
+        },
+    )
     values.update(overrides)
     return PlacementModel(**values)
 
@@ -101,8 +133,12 @@ def test_a_prompt_is_its_ubatches_each_a_step_at_its_tokens():
 
 
 def test_a_part_never_measured_anywhere_like_it_is_refused():
-    parts = {(INPUT, DENSE, "CPU"): Line(1, 0), (0, DENSE, "CPU"): Line(5, 0), (1, DENSE, "CPU"): Line(5, 0),
-             (2, DENSE, "CPU"): Line(1, 0)}  # fmt: skip
+    parts = {
+        (INPUT, DENSE, "CPU"): Line(1, 0),
+        (0, DENSE, "CPU"): Line(5, 0),
+        (1, DENSE, "CPU"): Line(5, 0),
+        (2, DENSE, "CPU"): Line(1, 0),
+    }
     model = _model(parts={RECORDED: parts}, has_experts=False)
     with pytest.raises(GgmlVizError, match="no layer's dense part ran on GPU0"):
         predict_one(model, Placement(ngl=1))
@@ -112,8 +148,9 @@ def test_other_thread_counts_are_the_lines_measured_for_them_or_refused():
     model = _model()
     with pytest.raises(GgmlVizError, match="measured at none"):
         predict_one(model, Placement(2, 0, threads=4))
-    faster = {key: Line(line.a / 2, line.b / 2) if key[2] == "CPU" else line
-              for key, line in model.parts[RECORDED].items()}  # fmt: skip
+    faster = {
+        key: Line(line.a / 2, line.b / 2) if key[2] == "CPU" else line for key, line in model.parts[RECORDED].items()
+    }
     model = _model(parts={RECORDED: model.parts[RECORDED], 1: model.parts[RECORDED], 2: faster})
     assert predict_one(model, Placement(2, 0, threads=2))["decode_parts"]["CPU"] == pytest.approx(9)
 
@@ -158,8 +195,9 @@ def test_advise_keeps_what_fits_and_ranks_by_the_goal():
     assert best["flags"].startswith("-ngl 3 --n-cpu-moe 0")
     # GPU0 given too little for every layer: the best is one that fits
     tight = advise(model, {"GPU0": best["memory"]["GPU0"]["total"] - 1})
-    assert tight["not_fitting"] >= 1 and all(row["memory"]["GPU0"]["total"] < best["memory"]["GPU0"]["total"]
-                                             for row in tight["best"])  # fmt: skip
+    assert tight["not_fitting"] >= 1 and all(
+        row["memory"]["GPU0"]["total"] < best["memory"]["GPU0"]["total"] for row in tight["best"]
+    )
     finding = advice_finding(model, advice)
     assert finding and "`-ngl 3 --n-cpu-moe 0`" in finding and "more on GPU0" in finding
 
@@ -174,10 +212,20 @@ def test_a_memory_budget_is_device_equals_size():
 
 def test_a_split_between_two_devices_gives_each_its_share_of_the_offloaded_blocks_in_order():
     # GIVEN a dense model measured on the CPU and two devices (its layer 1 on GPU1, the rest on GPU0)
-    parts = {(INPUT, DENSE, "CPU"): Line(1, 0), (0, DENSE, "GPU0"): Line(4, 0), (1, DENSE, "GPU1"): Line(2, 0),
-             (2, DENSE, "GPU0"): Line(4, 0), (3, DENSE, "GPU0"): Line(1, 0)}  # fmt: skip
-    model = _model(n_layer=3, others=("GPU0", "GPU1"), parts={RECORDED: parts}, has_experts=False,
-                   recorded=Placement(4, 0, 1, 1, 512, (0.75, 0.25)))  # fmt: skip
+    parts = {
+        (INPUT, DENSE, "CPU"): Line(1, 0),
+        (0, DENSE, "GPU0"): Line(4, 0),
+        (1, DENSE, "GPU1"): Line(2, 0),
+        (2, DENSE, "GPU0"): Line(4, 0),
+        (3, DENSE, "GPU0"): Line(1, 0),
+    }
+    model = _model(
+        n_layer=3,
+        others=("GPU0", "GPU1"),
+        parts={RECORDED: parts},
+        has_experts=False,
+        recorded=Placement(4, 0, 1, 1, 512, (0.75, 0.25)),
+    )
     # WHEN the four offloaded blocks are split evenly, and 3 to 1 (llama.cpp: block i of n to the first
     # device whose cumulative share exceeds i / n)
     even = devices_of(model, Placement(4, split=(1, 1)))

@@ -54,8 +54,9 @@ def test_a_run_still_recording_and_an_older_run_are_queried_alike(runs, tmp_path
     older = tmp_path / "older.ggmlviz"
     write_synthetic_run(older, graphs=4, layers=2, seed=1)
     table = pq.read_table(older / "node_times.parquet")
-    pq.write_table(table.drop_columns(["wait_ns"]).replace_schema_metadata(table.schema.metadata),
-                   older / "node_times.parquet")  # fmt: skip
+    pq.write_table(
+        table.drop_columns(["wait_ns"]).replace_schema_metadata(table.schema.metadata), older / "node_times.parquet"
+    )
     result = run_query(ggml_viz.open(older), "select count(*) as n, count(wait_ns) as waits from nodes")
     assert result["n"].tolist() == [len(closed.nodes)] and result["waits"].tolist() == [0]
     writer = RunWriter(prepare_run_dir(tmp_path / "live.ggmlviz"), "f" * 32, new_manifest("f" * 32))

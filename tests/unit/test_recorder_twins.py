@@ -117,8 +117,16 @@ def recorded(graphs: list[Any]) -> list[dict[str, Any]]:
             }
         values = [] if graph.values is None else graph.values.tolist()
         routing = [(r.node, r.n_expert, r.experts.tolist(), r.weights.tolist(), r.status) for r in graph.routing]
-        result.append({**structure, "buffers": list(graph.buffers.items()), "flags": graph.flags.tolist(),
-                       "values": values, "captures": graph.captures, "routing": routing})  # fmt: skip
+        result.append(
+            {
+                **structure,
+                "buffers": list(graph.buffers.items()),
+                "flags": graph.flags.tolist(),
+                "values": values,
+                "captures": graph.captures,
+                "routing": routing,
+            }
+        )
     return result
 
 
@@ -182,8 +190,14 @@ def test_graphs_end_where_the_next_begins_whole_or_part_repeated(make_recorder, 
     unnamed = model.graph(first_name="", memory=TensorMemory())
     callbacks = Callbacks.of(recorder)
     expected = []
-    for nodes, change in ((first.nodes, None), (first.nodes, None), (first.nodes, "grow"), (other_memory.nodes, None),
-                          (unnamed.nodes, None), (unnamed.nodes, None)):  # fmt: skip
+    for nodes, change in (
+        (first.nodes, None),
+        (first.nodes, None),
+        (first.nodes, "grow"),
+        (other_memory.nodes, None),
+        (unnamed.nodes, None),
+        (unnamed.nodes, None),
+    ):
         if change == "grow":
             first.memory.struct(first["k-0"])["ne"][1] = 5
         if nodes is unnamed.nodes and len(expected) == 4:
@@ -266,12 +280,18 @@ def test_values_are_read_after_each_node_and_captures_within_the_budget(make_rec
     # AND the outputs wanted are copied whole, in order, as long as the budget lasts
     captured = [(c.node, c.name, c.ggml_type, c.ne) for c in taken["captures"]]
     copies = ["Qcur-0", "Qcur-0 (reshaped)", "kq-0", "ffn_up-0"]  # 192 bytes; result_output's 256 are too many
-    assert captured == [(names.index(n), n, int(structs[names.index(n)]["type"]),
-                         tuple(structs[names.index(n)]["ne"].tolist())) for n in copies]  # fmt: skip
+    assert captured == [
+        (names.index(n), n, int(structs[names.index(n)]["type"]), tuple(structs[names.index(n)]["ne"].tolist()))
+        for n in copies
+    ]
     assert [c.data for c in taken["captures"]] == [_elements(structs[names.index(n)]).tobytes() for n in copies]
     assert recorder.captures_skipped == (2, 32 + 256)  # kq-0 (transposed), not contiguous; result_output
-    assert [names[i] for i in np.flatnonzero(flags & NODE_CAPTURE)] == [*copies[:3], "kq-0 (transposed)", *copies[3:],
-                                                                        "result_output"]  # fmt: skip
+    assert [names[i] for i in np.flatnonzero(flags & NODE_CAPTURE)] == [
+        *copies[:3],
+        "kq-0 (transposed)",
+        *copies[3:],
+        "result_output",
+    ]
 
 
 def _elements(struct: np.void) -> np.ndarray:
@@ -352,8 +372,13 @@ def test_both_recorders_record_the_same_graphs(model, scenario):
         recorder.time_nodes = time_nodes
         callbacks = Callbacks.of(recorder)
         # WHEN each records the same graphs: new, repeated, repeated part way, in other memory
-        for nodes, grow in ((first.nodes, False), (first.nodes, False), (first.nodes, True), (other.nodes, False),
-                            (other.nodes, False)):  # fmt: skip
+        for nodes, grow in (
+            (first.nodes, False),
+            (first.nodes, False),
+            (first.nodes, True),
+            (other.nodes, False),
+            (other.nodes, False),
+        ):
             if grow:
                 first.memory.struct(first["k-0"])["ne"][1] = 5
             compute(callbacks, nodes, model.ops)
@@ -395,8 +420,16 @@ class Written:
         if decode is None:
             return (None, call.return_code, ubatch, n_nodes, detail)
         tokens = decode.tokens_of_ubatch(ubatch)
-        return (decode.index, decode.phase, call.return_code, ubatch, tokens["token_id"].tolist(),
-                tokens["pos"].tolist(), n_nodes, detail)  # fmt: skip
+        return (
+            decode.index,
+            decode.phase,
+            call.return_code,
+            ubatch,
+            tokens["token_id"].tolist(),
+            tokens["pos"].tolist(),
+            n_nodes,
+            detail,
+        )
 
     def write_graph(self, tracer: Any, raw: Any, call: Any, ubatch: int) -> None:
         self.writes[-1].append(self._row(call, ubatch, raw.n_nodes, raw.detail))

@@ -87,8 +87,16 @@ def test_the_summary_is_checked_down_to_its_deepest_records(runs):
     assert gpu["gpu"] and gpu["gpu"]["top_kernels"] and gpu["gpu"]["decode_step"]
     assert len(server["requests"]) == server["n_requests"] > 1
     assert limits["roofline"]["limits"] and limits["roofline"]["by_op"] and limits["placement"]
-    assert {"RequestText", "GpuTimerSummary", "GpuKernelRow", "RooflineSummary", "LimitMeasurement",
-            "PlacementCheck", "DeviceSummary", "MoeLayerBalance"} <= declared_types(RunSummary)  # fmt: skip
+    assert {
+        "RequestText",
+        "GpuTimerSummary",
+        "GpuKernelRow",
+        "RooflineSummary",
+        "LimitMeasurement",
+        "PlacementCheck",
+        "DeviceSummary",
+        "MoeLayerBalance",
+    } <= declared_types(RunSummary)
     # AND a key the producer adds without declaring it is seen
     limits["roofline"]["by_op"][0]["spare"] = 1  # type: ignore[typeddict-unknown-key]
     assert shape_problems(limits, RunSummary) == ["$.roofline.by_op[0]: 'spare' undeclared (RooflineOp)"]
@@ -119,10 +127,22 @@ def test_the_first_non_finite_output_has_the_keys_it_declares(runs, tmp_path):
     # GIVEN a run with --values stats whose node 5 of graphs 2 onwards holds NaNs
     path = write_synthetic_run(tmp_path / "values.ggmlviz", graphs=6, layers=2, seed=5)
     graphs = ggml_viz.open(path).graphs
-    rows = [{"graph_id": graph, "node_index": index, "n": 100, "nan": 3 if graph >= 2 and index == 5 else 0,
-             "inf": 0, "min": -1.0, "max": 2.0, "mean": 0.5, "std": None if index % 2 else 0.1, "mean_abs": 0.7}
-            for graph, nodes in zip(graphs["graph_id"], graphs["n_nodes"], strict=True)
-            for index in range(nodes)]  # fmt: skip
+    rows = [
+        {
+            "graph_id": graph,
+            "node_index": index,
+            "n": 100,
+            "nan": 3 if graph >= 2 and index == 5 else 0,
+            "inf": 0,
+            "min": -1.0,
+            "max": 2.0,
+            "mean": 0.5,
+            "std": None if index % 2 else 0.1,
+            "mean_abs": 0.7,
+        }
+        for graph, nodes in zip(graphs["graph_id"], graphs["n_nodes"], strict=True)
+        for index in range(nodes)
+    ]
     table = path / "node_values.parquet"
     pq.write_table(pa.Table.from_pylist(rows, schema=pq.read_schema(table)), table)
     # WHEN its first non-finite output is found

@@ -38,8 +38,9 @@ def written(path: Path, graphs: int) -> Path:
 
 def totals(run) -> dict[str, list]:
     """Both totals tables of a run, in one order, as lists (comparable whatever was stored)."""
-    node = run.totals_table("node_totals").sort_by([("phase", "ascending"), ("structure_id", "ascending"),
-                                                      ("node_index", "ascending")])  # fmt: skip
+    node = run.totals_table("node_totals").sort_by(
+        [("phase", "ascending"), ("structure_id", "ascending"), ("node_index", "ascending")]
+    )
     graph_op = run.totals_table("graph_op_totals").cast(TOTALS_SCHEMAS["graph_op_totals"])  # (ops read as a dictionary)
     graph_op = graph_op.sort_by([("graph_id", "ascending"), ("op", "ascending")])
     return {"node": node.to_pylist(), "graph_op": graph_op.to_pylist()}
@@ -73,8 +74,9 @@ def test_a_run_killed_while_recording_keeps_its_parts_and_streams(tmp_path):
     # GIVEN a recording with parts and streams, never closed
     rec = recording(tmp_path / "killed.ggmlviz", graphs=12)
     names = {p.name for p in (tmp_path / "killed.ggmlviz").iterdir()}
-    assert "node_times.0.parquet" in names and any(name.startswith("node_times.") and name.endswith(".arrows")
-                                                   for name in names)  # fmt: skip
+    assert "node_times.0.parquet" in names and any(
+        name.startswith("node_times.") and name.endswith(".arrows") for name in names
+    )
     # THEN a reader finds every graph and event, its totals those of the events
     run = ggml_viz.open(tmp_path / "killed.ggmlviz")
     assert run.status != "complete"
@@ -87,8 +89,9 @@ def test_a_run_killed_while_recording_keeps_its_parts_and_streams(tmp_path):
 def test_a_segment_whose_part_is_written_but_stream_not_yet_removed_counts_once(tmp_path, monkeypatch):
     # GIVEN parts written whose streams stayed (killed between the two)
     original_unlink = Path.unlink
-    monkeypatch.setattr(Path, "unlink", lambda self, *a, **k: None if self.suffix == ".arrows"
-                        else original_unlink(self, *a, **k))  # fmt: skip
+    monkeypatch.setattr(
+        Path, "unlink", lambda self, *a, **k: None if self.suffix == ".arrows" else original_unlink(self, *a, **k)
+    )
     rec = recording(tmp_path / "both.ggmlviz", graphs=12)
     assert (tmp_path / "both.ggmlviz" / "node_times.arrows").exists()
     assert (tmp_path / "both.ggmlviz" / "node_times.0.parquet").exists()

@@ -24,41 +24,92 @@ def write_synthetic_run(path, *, graphs=2, nodes_per_graph=3, close=True, experi
     writer = RunWriter(prepare_run_dir(path), experiment_id, new_manifest(experiment_id))
     writer.append(
         "buffers",
-        {"buffer_id": [0, 1], "context_id": [0, 0], "name": ["CPU_Mapped", "CPU"], "buffer_type": ["CPU_Mapped", "CPU"],
-         "usage": ["weights", "compute"], "size": [4096, 1024], "base": [1 << 20, 1 << 30], "first_graph_id": [0, 0]},
-    )  # fmt: skip
+        {
+            "buffer_id": [0, 1],
+            "context_id": [0, 0],
+            "name": ["CPU_Mapped", "CPU"],
+            "buffer_type": ["CPU_Mapped", "CPU"],
+            "usage": ["weights", "compute"],
+            "size": [4096, 1024],
+            "base": [1 << 20, 1 << 30],
+            "first_graph_id": [0, 0],
+        },
+    )
     names = ["blk.0.w.weight"] + [f"x-{i}" for i in range(nodes_per_graph)]
     writer.append(
         "tensors",
         {
-            "tensor_id": list(range(len(names))), "name": names, "op": ["NONE"] + ["ADD"] * nodes_per_graph,
-            "op_base": ["NONE"] + ["ADD"] * nodes_per_graph, "type": ["f32"] * len(names),
-            "ne0": [8] * len(names), "ne1": [1] * len(names), "ne2": [1] * len(names), "ne3": [1] * len(names),
-            "nbytes": [32] * len(names), "flags": [0] * len(names), "buffer_id": [0] + [1] * nodes_per_graph,
+            "tensor_id": list(range(len(names))),
+            "name": names,
+            "op": ["NONE"] + ["ADD"] * nodes_per_graph,
+            "op_base": ["NONE"] + ["ADD"] * nodes_per_graph,
+            "type": ["f32"] * len(names),
+            "ne0": [8] * len(names),
+            "ne1": [1] * len(names),
+            "ne2": [1] * len(names),
+            "ne3": [1] * len(names),
+            "nbytes": [32] * len(names),
+            "flags": [0] * len(names),
+            "buffer_id": [0] + [1] * nodes_per_graph,
             "buffer_offset": [0] + [32 * i for i in range(nodes_per_graph)],
-            "layer": [0] * len(names), "view_src_id": [-1] * len(names), "view_offs": [0] * len(names),
+            "layer": [0] * len(names),
+            "view_src_id": [-1] * len(names),
+            "view_offs": [0] * len(names),
         },
-    )  # fmt: skip
+    )
     index = np.arange(nodes_per_graph, dtype=np.int32)
-    writer.append("structure_nodes", {"structure_id": np.zeros(nodes_per_graph, np.int32), "node_index": index,
-                                      "tensor_id": index + 1,
-                                      "layer": np.zeros(nodes_per_graph, np.int32)})  # fmt: skip
-    writer.append("edges", {"structure_id": np.zeros(nodes_per_graph, np.int32), "node_index": index,
-                            "src_slot": np.zeros(nodes_per_graph, np.int8),
-                            "src_tensor_id": np.zeros(nodes_per_graph, np.int32)})  # fmt: skip
+    writer.append(
+        "structure_nodes",
+        {
+            "structure_id": np.zeros(nodes_per_graph, np.int32),
+            "node_index": index,
+            "tensor_id": index + 1,
+            "layer": np.zeros(nodes_per_graph, np.int32),
+        },
+    )
+    writer.append(
+        "edges",
+        {
+            "structure_id": np.zeros(nodes_per_graph, np.int32),
+            "node_index": index,
+            "src_slot": np.zeros(nodes_per_graph, np.int8),
+            "src_tensor_id": np.zeros(nodes_per_graph, np.int32),
+        },
+    )
     for graph in range(graphs):
         start = 1_000_000 * (graph + 1)
         writer.append(
             "node_times",
-            {"graph_id": np.full(nodes_per_graph, graph), "node_index": index, "start_ns": start + index * 100,
-             "end_ns": start + index * 100 + 50, "wait_ns": np.full(nodes_per_graph, 10)},
-        )  # fmt: skip
-        row = {"graph_id": graph, "context_id": 0, "decode_index": graph, "ubatch_index": 0, "structure_id": 0,
-               "start_ns": start, "end_ns": start + nodes_per_graph * 100, "decode_start_ns": start - 10,
-               "decode_end_ns": start + nodes_per_graph * 100 + 10, "return_code": 0, "n_nodes": nodes_per_graph,
-               "n_tokens": 1, "token_ids": [42 + graph], "token_positions": [graph], "token_seq_ids": [0],
-               "token_outputs": [True], "token_texts": [f"tok{graph}"], "first_batch_index": 0,
-               "phase": "prompt" if graph == 0 else "decode", "detail": "op"}  # fmt: skip
+            {
+                "graph_id": np.full(nodes_per_graph, graph),
+                "node_index": index,
+                "start_ns": start + index * 100,
+                "end_ns": start + index * 100 + 50,
+                "wait_ns": np.full(nodes_per_graph, 10),
+            },
+        )
+        row = {
+            "graph_id": graph,
+            "context_id": 0,
+            "decode_index": graph,
+            "ubatch_index": 0,
+            "structure_id": 0,
+            "start_ns": start,
+            "end_ns": start + nodes_per_graph * 100,
+            "decode_start_ns": start - 10,
+            "decode_end_ns": start + nodes_per_graph * 100 + 10,
+            "return_code": 0,
+            "n_nodes": nodes_per_graph,
+            "n_tokens": 1,
+            "token_ids": [42 + graph],
+            "token_positions": [graph],
+            "token_seq_ids": [0],
+            "token_outputs": [True],
+            "token_texts": [f"tok{graph}"],
+            "first_batch_index": 0,
+            "phase": "prompt" if graph == 0 else "decode",
+            "detail": "op",
+        }
         writer.append("graphs", {column: [value] for column, value in row.items()})
     if close:
         writer.close()
@@ -199,11 +250,28 @@ def test_streams_of_an_unfinished_run_are_readable_with_pyarrow(tmp_path):
 
 
 def graph_row(graph_id: int) -> dict:
-    return {"graph_id": graph_id, "context_id": 0, "decode_index": graph_id, "ubatch_index": 0, "structure_id": 0,
-            "start_ns": 1000 * graph_id, "end_ns": 1000 * graph_id + 300, "decode_start_ns": 1000 * graph_id - 5,
-            "decode_end_ns": 1000 * graph_id + 305, "return_code": 0, "n_nodes": 3, "n_tokens": 1,
-            "token_ids": [7], "token_positions": [graph_id], "token_seq_ids": [0], "token_outputs": [True],
-            "token_texts": ["é"], "first_batch_index": 0, "phase": "decode", "detail": "op"}  # fmt: skip
+    return {
+        "graph_id": graph_id,
+        "context_id": 0,
+        "decode_index": graph_id,
+        "ubatch_index": 0,
+        "structure_id": 0,
+        "start_ns": 1000 * graph_id,
+        "end_ns": 1000 * graph_id + 300,
+        "decode_start_ns": 1000 * graph_id - 5,
+        "decode_end_ns": 1000 * graph_id + 305,
+        "return_code": 0,
+        "n_nodes": 3,
+        "n_tokens": 1,
+        "token_ids": [7],
+        "token_positions": [graph_id],
+        "token_seq_ids": [0],
+        "token_outputs": [True],
+        "token_texts": ["é"],
+        "first_batch_index": 0,
+        "phase": "decode",
+        "detail": "op",
+    }
 
 
 def journal_times(graph_id: int) -> dict:
@@ -288,8 +356,10 @@ def _totals_from_events(run) -> dict:
 def _totals_stored(run) -> dict:
     totals = run.node_totals[run.node_totals["timed"] > 0].set_index(["phase", "structure_id", "node_index"])
     # a node whose wait was never seen has no wait total (null), where pandas sums nothing to 0
-    return {key: (int(row.timed), int(row.time_ns), 0 if pd.isna(row.wait_ns) else int(row.wait_ns))
-            for key, row in totals.iterrows()}  # fmt: skip
+    return {
+        key: (int(row.timed), int(row.time_ns), 0 if pd.isna(row.wait_ns) else int(row.wait_ns))
+        for key, row in totals.iterrows()
+    }
 
 
 def test_node_totals_sum_the_node_events_of_closed_and_running_runs(tmp_path):

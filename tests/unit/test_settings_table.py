@@ -177,17 +177,40 @@ def test_the_api_refuses_an_unknown_setting_naming_the_known_ones(tmp_path):
 def test_the_api_keeps_its_keyword_arguments(tmp_path):
     # GIVEN every keyword argument ggml_viz.record took before the settings became rows
     recording = ggml_viz.record(
-        tmp_path / "run.ggmlviz", detail="graph", timing="sync", sample=2, ops=["mul_mat", "ROPE"], layers="0-1",
-        names=("attn*", "ffn_*"), max_events=10, policy="keep-last", recorder="python", values="stats",
-        capture=["kq_soft_max-*"], capture_bytes=100, metadata={"prompt": "hi"}, overwrite=True, verbose=True,
-    )  # fmt: skip
+        tmp_path / "run.ggmlviz",
+        detail="graph",
+        timing="sync",
+        sample=2,
+        ops=["mul_mat", "ROPE"],
+        layers="0-1",
+        names=("attn*", "ffn_*"),
+        max_events=10,
+        policy="keep-last",
+        recorder="python",
+        values="stats",
+        capture=["kq_soft_max-*"],
+        capture_bytes=100,
+        metadata={"prompt": "hi"},
+        overwrite=True,
+        verbose=True,
+    )
     # THEN sequences mean the same as comma-separated text
     assert recording.settings == settings_from_environment(
-        {"GGML_VIZ_DETAIL": "graph", "GGML_VIZ_TIMING": "sync", "GGML_VIZ_SAMPLE": "2", "GGML_VIZ_OPS": "MUL_MAT,ROPE",
-         "GGML_VIZ_LAYERS": "0-1", "GGML_VIZ_NAMES": "attn*,ffn_*", "GGML_VIZ_MAX_EVENTS": "10",
-         "GGML_VIZ_POLICY": "keep-last", "GGML_VIZ_RECORDER": "python", "GGML_VIZ_VALUES": "stats",
-         "GGML_VIZ_CAPTURE": "kq_soft_max-*", "GGML_VIZ_CAPTURE_BYTES": "100"}
-    )  # fmt: skip
+        {
+            "GGML_VIZ_DETAIL": "graph",
+            "GGML_VIZ_TIMING": "sync",
+            "GGML_VIZ_SAMPLE": "2",
+            "GGML_VIZ_OPS": "MUL_MAT,ROPE",
+            "GGML_VIZ_LAYERS": "0-1",
+            "GGML_VIZ_NAMES": "attn*,ffn_*",
+            "GGML_VIZ_MAX_EVENTS": "10",
+            "GGML_VIZ_POLICY": "keep-last",
+            "GGML_VIZ_RECORDER": "python",
+            "GGML_VIZ_VALUES": "stats",
+            "GGML_VIZ_CAPTURE": "kq_soft_max-*",
+            "GGML_VIZ_CAPTURE_BYTES": "100",
+        }
+    )
     assert recording.metadata == {"prompt": "hi"} and recording.verbose
     parameters = inspect.signature(ggml_viz.record).parameters
     assert list(parameters)[0] == "output" and {"metadata", "overwrite", "verbose"} <= set(parameters)

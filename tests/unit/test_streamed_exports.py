@@ -37,8 +37,10 @@ def test_the_tables_written_a_graph_at_a_time_are_the_readers_tables(run, tmp_pa
         expected = getattr(run, table)
         assert len(from_csv) == len(from_parquet) == len(expected), table
         assert from_parquet["graph_id"].tolist() == expected["graph_id"].tolist(), table
-        assert from_csv["node_index" if table != "graphs" else "graph_id"].tolist() == expected[
-            "node_index" if table != "graphs" else "graph_id"].tolist()  # fmt: skip
+        assert (
+            from_csv["node_index" if table != "graphs" else "graph_id"].tolist()
+            == expected["node_index" if table != "graphs" else "graph_id"].tolist()
+        )
 
 
 def test_a_window_exports_only_its_graphs(run, tmp_path):

@@ -33,9 +33,16 @@ def reference_requests(run: Any) -> list[dict[str, Any]]:
     for several, seq_id, pos, output, start_ns, text in zip(in_batch > 1, *columns, strict=True):
         request = current.get(int(seq_id))
         if request is None or pos <= request["last_pos"] or (several and request["generated_tokens"]):
-            request = current[int(seq_id)] = {"seq_id": int(seq_id), "start_ns": int(start_ns), "prompt": [],
-                                              "prompt_tokens": 0, "generated": [], "generated_tokens": 0,
-                                              "last_pos": -1, "prompt_ended": False}  # fmt: skip
+            request = current[int(seq_id)] = {
+                "seq_id": int(seq_id),
+                "start_ns": int(start_ns),
+                "prompt": [],
+                "prompt_tokens": 0,
+                "generated": [],
+                "generated_tokens": 0,
+                "last_pos": -1,
+                "prompt_ended": False,
+            }
             found.append(request)
         side = "generated" if request["prompt_ended"] and not several else "prompt"
         request[side].append(text)
@@ -43,9 +50,17 @@ def reference_requests(run: Any) -> list[dict[str, Any]]:
         request["last_pos"] = int(pos)
         request["prompt_ended"] = request["prompt_ended"] or bool(output)
     origin = int(run.graphs["start_ns"].min())
-    return [{"seq_id": r["seq_id"], "start_ns": r["start_ns"] - origin, "prompt": "".join(r["prompt"]),
-             "prompt_tokens": r["prompt_tokens"], "generated": "".join(r["generated"]),
-             "generated_tokens": r["generated_tokens"]} for r in found]  # fmt: skip
+    return [
+        {
+            "seq_id": r["seq_id"],
+            "start_ns": r["start_ns"] - origin,
+            "prompt": "".join(r["prompt"]),
+            "prompt_tokens": r["prompt_tokens"],
+            "generated": "".join(r["generated"]),
+            "generated_tokens": r["generated_tokens"],
+        }
+        for r in found
+    ]
 
 
 def reference_growth(run: Any) -> list[str]:
@@ -133,9 +148,24 @@ def server_graphs(seed: int, n_graphs: int = 300) -> pa.Table:
     positions going on, the warm-up, tokens of no sequence, graphs starting at the same time."""
     rng = np.random.default_rng(seed)
     last = {seq: 0 for seq in range(4)}
-    rows: dict[str, list] = {key: [] for key in ("graph_id", "phase", "start_ns", "end_ns", "first_batch_index",
-                                                 "token_ids", "token_positions", "token_seq_ids", "token_outputs",
-                                                 "token_texts", "structure_id", "n_tokens", "context_id")}  # fmt: skip
+    rows: dict[str, list] = {
+        key: []
+        for key in (
+            "graph_id",
+            "phase",
+            "start_ns",
+            "end_ns",
+            "first_batch_index",
+            "token_ids",
+            "token_positions",
+            "token_seq_ids",
+            "token_outputs",
+            "token_texts",
+            "structure_id",
+            "n_tokens",
+            "context_id",
+        )
+    }
     for graph in range(n_graphs):
         tokens = []
         for seq in rng.choice(5, size=rng.integers(0, 4), replace=False):
@@ -158,9 +188,16 @@ def server_graphs(seed: int, n_graphs: int = 300) -> pa.Table:
         rows["structure_id"].append(int(rng.integers(0, 3)))
         rows["n_tokens"].append(len(tokens))
         rows["context_id"].append(None if rng.random() < 0.05 else int(rng.integers(0, 2)))
-    types = {"graph_id": pa.int32(), "structure_id": pa.int32(), "n_tokens": pa.int32(),
-             "first_batch_index": pa.int32(), "token_ids": pa.list_(pa.int32()), "context_id": pa.int32(),
-             "token_positions": pa.list_(pa.int32()), "token_seq_ids": pa.list_(pa.int32())}  # fmt: skip
+    types = {
+        "graph_id": pa.int32(),
+        "structure_id": pa.int32(),
+        "n_tokens": pa.int32(),
+        "first_batch_index": pa.int32(),
+        "token_ids": pa.list_(pa.int32()),
+        "context_id": pa.int32(),
+        "token_positions": pa.list_(pa.int32()),
+        "token_seq_ids": pa.list_(pa.int32()),
+    }
     return pa.table({key: pa.array(values, types.get(key)) for key, values in rows.items()})
 
 
@@ -213,9 +250,18 @@ def test_a_median_from_counts_is_the_median_of_every_value(counts):
 def with_kv_cache(run: Any, capacities: dict[int, int]) -> Any:
     """`run` with KV cache tensors of these capacities (cells) per layer, k and v."""
     tensors = run.tensors
-    rows = [{**tensors.iloc[0].to_dict(), "tensor_id": 10_000 + 2 * layer + part, "name": f"cache_{kv}_l{layer}",
-             "op": "NONE", "layer": layer, "ne1": cells}
-            for layer, cells in capacities.items() for part, kv in enumerate("kv")]  # fmt: skip
+    rows = [
+        {
+            **tensors.iloc[0].to_dict(),
+            "tensor_id": 10_000 + 2 * layer + part,
+            "name": f"cache_{kv}_l{layer}",
+            "op": "NONE",
+            "layer": layer,
+            "ne1": cells,
+        }
+        for layer, cells in capacities.items()
+        for part, kv in enumerate("kv")
+    ]
     run.__dict__["tensors"] = pd.concat([tensors, pd.DataFrame(rows).astype(tensors.dtypes.to_dict())])
     return run
 
@@ -226,8 +272,12 @@ def test_the_kv_cache_s_fill_is_that_of_every_graph_and_layer(runs, seed, capaci
     run = with_kv_cache(with_graphs(ggml_viz.open(runs["one"].path), server_graphs(seed)), capacities)
     fill = memory.kv_cache_fill(run)
     last = fill[fill["graph_id"] == fill["graph_id"].max()]
-    expected = {"layers": int(fill["layer"].nunique()), "used": int(last["used"].max()),
-                "capacity": int(last["capacity"].max()), "fill": float(last["fill"].max())}  # fmt: skip
+    expected = {
+        "layers": int(fill["layer"].nunique()),
+        "used": int(last["used"].max()),
+        "capacity": int(last["capacity"].max()),
+        "fill": float(last["fill"].max()),
+    }
     assert summary._kv_summary(run) == expected and expected["layers"] == len(capacities)
     kv = memory.kv_cache_extremes(run)
     assert kv is not None and kv["fullest"] == float(fill["fill"].max()) and 0 < kv["fullest"] <= 1

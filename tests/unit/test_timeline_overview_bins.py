@@ -106,8 +106,10 @@ def test_a_windows_graph_labels_are_the_runs_labels_of_its_graphs(runs):
     # THEN each graph is called by its tokens' text, or without tokens by what it computes
     computes = view.run.structure_labels
     texts = [view.graph_text(row) for row in range(len(view.graphs))]
-    expected = [text or computes.get(int(structure), "")
-                for text, structure in zip(texts, view.graphs["structure_id"], strict=True)]  # fmt: skip
+    expected = [
+        text or computes.get(int(structure), "")
+        for text, structure in zip(texts, view.graphs["structure_id"], strict=True)
+    ]
     assert labels == expected
     assert before == view.graph_labels_of(rows) == [expected[row] for row in rows]
     # AND a graph's text is its tokens' text, joined

@@ -67,8 +67,11 @@ def test_a_zoomed_window_draws_each_kernel_at_its_gpu_times_with_its_node(view):
     for op, event, node in zip(bars["op"], bars["event"], kernels["node_index"].tolist(), strict=True):
         if node >= 0:
             assert (ops[op], event) == (nodes.loc[node, "op"], view.event_index(8, node))
-    others = [(op, event) for op, event, node in zip(bars["op"], bars["event"], kernels["node_index"], strict=True)
-              if node < 0]  # fmt: skip
+    others = [
+        (op, event)
+        for op, event, node in zip(bars["op"], bars["event"], kernels["node_index"], strict=True)
+        if node < 0
+    ]
     assert others == [(gpu.MEMCPY, -1), (gpu.MEMSET, -1), (gpu.UNATTRIBUTED, -1)]  # EXTRAS, in time order
     assert bars["bytes"][:3] == [4096, 512, 0]
     # AND the traced graphs met by the window are marked, the others not
@@ -190,8 +193,15 @@ def test_a_node_s_details_carry_its_gpu_time_and_the_graph_view_its_nodes(view):
     row = times.loc[(8, 3)]
     assert node["start_ns"] is None  # no host time on a GPU
     start, end = int(row["start_ns"]) - view.origin_ns, int(row["end_ns"]) - view.origin_ns
-    assert node["gpu"] == {"device": "CUDA0", "node_index": 3, "group_end": 3, "start_ns": start, "end_ns": end,
-                           "gpu_ns": int(row["gpu_ns"]), "kernels": 2}  # fmt: skip
+    assert node["gpu"] == {
+        "device": "CUDA0",
+        "node_index": 3,
+        "group_end": 3,
+        "start_ns": start,
+        "end_ns": end,
+        "gpu_ns": int(row["gpu_ns"]),
+        "kernels": 2,
+    }
     assert view.node(view.event_index(9, 3))["gpu"] is None  # a graph the GPU timer did not trace
     # the graph view times a traced graph's nodes by the GPU, an untraced one's not at all
     opened = {item["node_index"]: item["duration_ns"] for item in view.graph(8, 0)["items"] if item["kind"] == "node"}
@@ -242,8 +252,12 @@ def test_a_gpu_run_being_recorded_is_read_in_slices(tmp_path, monkeypatch):
 
 def test_pixel_columns_take_the_busiest_op_and_sum_the_column():
     # two ops in column 3 (op 2 the busier), a memcpy alone in column 7, nothing busy in column 9
-    columns = timeline_gpu.pixel_columns(np.array([3, 3, 3, 7, 9]), np.array([1, 2, 2, gpu.MEMCPY, 0]),
-                                np.array([10.0, 8.0, 8.0, 50.0, 0.0]), ns_per_px=100)  # fmt: skip
+    columns = timeline_gpu.pixel_columns(
+        np.array([3, 3, 3, 7, 9]),
+        np.array([1, 2, 2, gpu.MEMCPY, 0]),
+        np.array([10.0, 8.0, 8.0, 50.0, 0.0]),
+        ns_per_px=100,
+    )
     assert columns == {"px": [3, 7], "op": [2, gpu.MEMCPY], "fill": [0.26, 0.5]}
     # a span spread over the columns it covers, the part of its time inside the window
     starts, ends, busy = np.array([50, 500]), np.array([250, 2000]), np.array([200, 1500])

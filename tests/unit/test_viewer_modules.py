@@ -186,8 +186,14 @@ def test_the_timeline_lays_out_lanes_ticks_and_windows(page):
     assert calls(page, TIMELINE, "axisStep", (0, 1e6, 1100), (0, 3e6, 1100), (0, 1.5e6, 1100)) == [1e5, 5e5, 2e5]
     # zooming keeps the time under the cursor in place, the span within 200 ns .. four runs
     window = {"t0": 0, "t1": 1000}
-    zooms = calls(page, TIMELINE, "zoomedView", (window, 0.5, 250, 1000, 1e6), (window, 0.01, 250, 1000, 1e6),
-                  (window, 100, 250, 1000, 1000))  # fmt: skip
+    zooms = calls(
+        page,
+        TIMELINE,
+        "zoomedView",
+        (window, 0.5, 250, 1000, 1e6),
+        (window, 0.01, 250, 1000, 1e6),
+        (window, 100, 250, 1000, 1000),
+    )
     assert zooms == [{"t0": 125, "t1": 625}, {"t0": 200, "t1": 400}, {"t0": -750, "t1": 3250}]
     # a node shown with 15 % of context, and at least 40 µs
     assert calls(page, TIMELINE, "focusedView", (1000, 2000), (0, 1e6)) == [
@@ -199,8 +205,15 @@ def test_the_timeline_lays_out_lanes_ticks_and_windows(page):
 def test_a_message_between_hosts_runs_from_the_sender_s_lane_to_the_receiver_s(page):
     # GIVEN two lanes (node bars at 64 and 160 px, 30 px high) and 2 px per ns from t = 100
     rows = call(page, TIMELINE, "laneLayout", [{}, {}])
-    wire = {"start": [150, 200], "end": [250, 220], "source": [0, 1], "target": [1, 5], "bytes": [70000, 16],
-            "command": ["SET_TENSOR", "GET_TENSOR"], "total": 2}  # fmt: skip
+    wire = {
+        "start": [150, 200],
+        "end": [250, 220],
+        "source": [0, 1],
+        "target": [1, 5],
+        "bytes": [70000, 16],
+        "command": ["SET_TENSOR", "GET_TENSOR"],
+        "total": 2,
+    }
     # THEN a line from the middle of the sender's node lane when sent to the receiver's when received,
     # thicker for 64 KiB or more; one to a lane not shown is left out
     assert call(page, TIMELINE, "transferSegments", wire, rows, 100, 2) == [
@@ -255,30 +268,70 @@ def test_gpu_lanes_lie_under_their_context_s_lane_and_find_the_kernel_under_the_
         return call(page, TIMELINE, "hitAt", GPU_WINDOW, {"t0": 0, "t1": 1000}, x, y, 1000)
 
     # THEN the narrowest kernel under the cursor, with its node's event and op and its names
-    assert hit(50, 120) == {"kind": "kernel", "i": 0, "start": 0, "end": 90, "busy": 90, "code": 1, "op": "MUL_MAT",
-                            "event": 7, "kernel": "quantize_q8_1", "name": "void quantize_q8_1(float const*)",
-                            "bytes": 0, "device": "CUDA0"}  # fmt: skip
+    assert hit(50, 120) == {
+        "kind": "kernel",
+        "i": 0,
+        "start": 0,
+        "end": 90,
+        "busy": 90,
+        "code": 1,
+        "op": "MUL_MAT",
+        "event": 7,
+        "kernel": "quantize_q8_1",
+        "name": "void quantize_q8_1(float const*)",
+        "bytes": 0,
+        "device": "CUDA0",
+    }
     assert hit(750, 120)["op"] == "memcpy" and hit(750, 120)["event"] == -1
     # a summed column of kernels no node claims; the node lane above is the host's
-    assert hit(505, 120) == {"kind": "column", "op": "not attributed", "fill": 0.5, "start": 500, "end": 510,
-                             "gpu": True}  # fmt: skip
+    assert hit(505, 120) == {
+        "kind": "column",
+        "op": "not attributed",
+        "fill": 0.5,
+        "start": 500,
+        "end": 510,
+        "gpu": True,
+    }
     assert hit(120, 70)["kind"] == "node" and hit(600, 120) is None
 
 
 def test_a_kernel_s_tooltip_names_it_its_node_and_its_busy_share(page):
-    kernel = {"kind": "kernel", "start": 100, "end": 400, "busy": 250, "code": 1, "op": "MUL_MAT", "event": 7,
-              "kernel": "mul_mat_vec_q", "name": "void mul_mat_vec_q<2>(void const*)", "bytes": 0,
-              "device": "CUDA0"}  # fmt: skip
+    kernel = {
+        "kind": "kernel",
+        "start": 100,
+        "end": 400,
+        "busy": 250,
+        "code": 1,
+        "op": "MUL_MAT",
+        "event": 7,
+        "kernel": "mul_mat_vec_q",
+        "name": "void mul_mat_vec_q<2>(void const*)",
+        "bytes": 0,
+        "device": "CUDA0",
+    }
     row = {"name": "Qcur-0", "op": "MUL_MAT", "layer": 0, "graph_id": 3}
     copy = {**kernel, "code": -2, "op": "memcpy", "event": -1, "kernel": "HtoD", "name": "", "bytes": 4096}
     assert calls(page, TIMELINE, "kernelTooltip", (kernel,), (kernel, row), (copy,)) == [
-        ["mul_mat_vec_q", ["a MUL_MAT node", "300 ns on CUDA0 · busy 250 ns (83.3 %, overlap counted once)",
-                           "void mul_mat_vec_q<2>(void const*)", "click for the node"]],
-        ["mul_mat_vec_q", ["Qcur-0 · MUL_MAT · layer 0 · graph 3",
-                           "300 ns on CUDA0 · busy 250 ns (83.3 %, overlap counted once)",
-                           "void mul_mat_vec_q<2>(void const*)", "click for the node"]],
+        [
+            "mul_mat_vec_q",
+            [
+                "a MUL_MAT node",
+                "300 ns on CUDA0 · busy 250 ns (83.3 %, overlap counted once)",
+                "void mul_mat_vec_q<2>(void const*)",
+                "click for the node",
+            ],
+        ],
+        [
+            "mul_mat_vec_q",
+            [
+                "Qcur-0 · MUL_MAT · layer 0 · graph 3",
+                "300 ns on CUDA0 · busy 250 ns (83.3 %, overlap counted once)",
+                "void mul_mat_vec_q<2>(void const*)",
+                "click for the node",
+            ],
+        ],
         ["HtoD", ["memcpy", "300 ns on CUDA0 · busy 250 ns (83.3 %, overlap counted once)", "4.0 KiB"]],
-    ]  # fmt: skip
+    ]
     assert call(page, TIMELINE, "hitTooltip", kernel) == call(page, TIMELINE, "kernelTooltip", kernel)
     column = {"kind": "column", "op": "memset", "fill": 0.5, "gpu": True}
     assert call(page, TIMELINE, "hitTooltip", column)[0] == "many short kernels, mostly memset"
@@ -290,12 +343,23 @@ def test_gpu_work_keeps_its_node_s_op_color_and_the_rest_their_own(page):
     assert colors[0] == call(page, COLORS, "opColor", "MUL_MAT", ops) and colors[4] == "#4e79a7"
     assert len(set(colors[1:4])) == 3 and not set(colors[1:4]) & set(call(page, COLORS, "opColor", "ADD", ops))
     assert calls(page, COLORS, "gpuOpName", (1, ops), (-1, ops), (-2, ops), (-3, ops)) == [
-        "MUL_MAT", "not attributed", "memcpy", "memset"]  # fmt: skip
+        "MUL_MAT",
+        "not attributed",
+        "memcpy",
+        "memset",
+    ]
 
 
 def test_the_gpu_s_words_in_the_overview_statistics_and_details(page):
-    step = {"device": "CUDA0", "phase": "decode", "graphs": 4, "host_ns": 310_000, "busy_ns": 140_000,
-            "span_ns": 270_000, "busy_share": 0.4516}  # fmt: skip
+    step = {
+        "device": "CUDA0",
+        "phase": "decode",
+        "graphs": 4,
+        "host_ns": 310_000,
+        "busy_ns": 140_000,
+        "span_ns": 270_000,
+        "busy_share": 0.4516,
+    }
     assert call(page, "js/views/overview.js", "gpuStepText", step) == [
         "decode step on CUDA0 (median of 4 traced)",
         "host 310.0 µs · GPU busy 140.0 µs (45.2 %) · GPU idle 170.0 µs",
@@ -303,23 +367,42 @@ def test_the_gpu_s_words_in_the_overview_statistics_and_details(page):
     assert call(page, "js/views/overview.js", "gpuStepText", {**step, "phase": "prompt", "graphs": 1})[0] == (
         "prompt graph on CUDA0 (median of 1 traced)"
     )
-    source = {"clock": "gpu", "label": "GPU time (CUDA0, CUPTI kernel records, 5 of 40 graphs traced)", "timed": 390,
-              "time_ns": 697_049}  # fmt: skip
+    source = {
+        "clock": "gpu",
+        "label": "GPU time (CUDA0, CUPTI kernel records, 5 of 40 graphs traced)",
+        "timed": 390,
+        "time_ns": 697_049,
+    }
     assert call(page, "js/views/stats.js", "timeSourceText", source) == (
         "GPU time (CUDA0, CUPTI kernel records, 5 of 40 graphs traced): 390 node events timed, 697.0 µs"
     )
-    gpu = {"device": "CUDA0", "node_index": 3, "group_end": 3, "start_ns": 20_400, "end_ns": 24_265, "gpu_ns": 2665,
-           "kernels": 2}  # fmt: skip
+    gpu = {
+        "device": "CUDA0",
+        "node_index": 3,
+        "group_end": 3,
+        "start_ns": 20_400,
+        "end_ns": 24_265,
+        "gpu_ns": 2665,
+        "kernels": 2,
+    }
     node = {"start_ns": None, "end_ns": None, "gpu": gpu}
     assert call(page, "js/details.js", "gpuTimeLines", node) == [
-        ["GPU time", "2.7 µs busy on CUDA0 (2 kernels)"], ["on the GPU", "20.4 µs – 24.3 µs"]]  # fmt: skip
+        ["GPU time", "2.7 µs busy on CUDA0 (2 kernels)"],
+        ["on the GPU", "20.4 µs – 24.3 µs"],
+    ]
     fused = call(page, "js/details.js", "gpuTimeLines", {**node, "gpu": {**gpu, "node_index": 2, "kernels": 1}})
     assert fused[0][1].endswith("(1 kernel)")
     assert fused[2] == ["fused", "nodes 2–3 ran as one group: its time is node 2's"]
     assert call(page, "js/details.js", "gpuTimeLines", {"gpu": None}) == []
     # a node shows in the timeline at its host time, else its GPU time
-    spans = calls(page, "js/details.js", "timeSpan", (node,), ({"start_ns": 5, "end_ns": 9, "gpu": gpu},),
-                  ({"start_ns": None, "end_ns": None, "gpu": None},))  # fmt: skip
+    spans = calls(
+        page,
+        "js/details.js",
+        "timeSpan",
+        (node,),
+        ({"start_ns": 5, "end_ns": 9, "gpu": gpu},),
+        ({"start_ns": None, "end_ns": None, "gpu": None},),
+    )
     assert spans == [[20_400, 24_265], [5, 9], [None, None]]
 
 
@@ -332,8 +415,16 @@ def test_timeline_tooltips_say_what_a_bar_is(page):
         ["many short nodes, mostly MUL_MAT", ["75.0 % busy in this pixel", "zoom in to see each"]],
         ["ADD", ["50 ns"]],
     ]
-    row = {"name": "Qcur-0", "op": "MUL_MAT", "type": "f32", "shape": "576×1", "duration_ns": 2500, "wait_ns": 500,
-           "layer": 0, "graph_id": 3}  # fmt: skip
+    row = {
+        "name": "Qcur-0",
+        "op": "MUL_MAT",
+        "type": "f32",
+        "shape": "576×1",
+        "duration_ns": 2500,
+        "wait_ns": 500,
+        "layer": 0,
+        "graph_id": 3,
+    }
     assert calls(page, TIMELINE, "rowTooltip", (row,), ({**row, "wait_ns": None, "layer": None},)) == [
         ["Qcur-0", ["MUL_MAT · f32 576×1", "2.5 µs (500 ns waiting for other threads) · layer 0 · graph 3"]],
         ["Qcur-0", ["MUL_MAT · f32 576×1", "2.5 µs · layer none · graph 3"]],
@@ -361,9 +452,16 @@ def test_the_graph_places_boxes_and_draws_links_between_them(page):
 
 def test_graph_boxes_are_colored_and_captioned_by_kind(page):
     node = {"kind": "node", "name": "Qcur-0", "op": "MUL_MAT", "type": "f32", "shape": "576×1", "duration_ns": 100}
-    fills = calls(page, GRAPH, "itemFill", ({"kind": "weight"}, "time", 100, []), ({"kind": "kv"}, "op", 100, []),
-                  (node, "op", 100, ["ADD", "MUL_MAT"]), (node, "time", 100, []),
-                  ({**node, "duration_ns": -1}, "time", 100, []))  # fmt: skip
+    fills = calls(
+        page,
+        GRAPH,
+        "itemFill",
+        ({"kind": "weight"}, "time", 100, []),
+        ({"kind": "kv"}, "op", 100, []),
+        (node, "op", 100, ["ADD", "MUL_MAT"]),
+        (node, "time", 100, []),
+        ({**node, "duration_ns": -1}, "time", 100, []),
+    )
     assert fills == ["#3d4a63", "#5a3f6b", "#f28e2b", "rgb(255,240,180)", "#59607a"]
     layer = {"kind": "layer", "n_nodes": 19, "n_weights": 9, "reads_kv": True, "duration_ns": 1500}
     weight = {"kind": "weight", "op": "", "shape": "576×256", "duration_ns": -1}
@@ -386,10 +484,19 @@ def test_statistics_sort_numbers_by_value_and_names_with_numbers_in_order(page):
     assert [row["tensor"] for row in by_name] == ["blk.1.x", "blk.9.x", "blk.10.x"]
     # clicking a heading: the same column flips; the key column sorts ascending, a number column descending
     by_time_desc = {"key": "time_ns", "ascending": False}
-    clicks = calls(page, "js/views/stats.js", "nextSort", (by_time_desc, "time_ns", "op"), (by_time_desc, "op", "op"),
-                   ({"key": "op", "ascending": True}, "bytes", "op"))  # fmt: skip
-    assert clicks == [{"key": "time_ns", "ascending": True}, {"key": "op", "ascending": True},
-                      {"key": "bytes", "ascending": False}]  # fmt: skip
+    clicks = calls(
+        page,
+        "js/views/stats.js",
+        "nextSort",
+        (by_time_desc, "time_ns", "op"),
+        (by_time_desc, "op", "op"),
+        ({"key": "op", "ascending": True}, "bytes", "op"),
+    )
+    assert clicks == [
+        {"key": "time_ns", "ascending": True},
+        {"key": "op", "ascending": True},
+        {"key": "bytes", "ascending": False},
+    ]
 
 
 def test_the_event_log_fetches_only_the_pages_in_sight(page):
@@ -401,23 +508,47 @@ def test_the_event_log_fetches_only_the_pages_in_sight(page):
     ]
     inputs = {"op": "ADD", "name": "", "layer": "3", "from": "1.5", "to": ""}  # times typed in ms
     assert call(page, "js/eventlog.js", "filterQuery", {"file_lo": 1, "file_hi": 9}, inputs) == {
-        "file_lo": 1, "file_hi": 9, "op": "ADD", "name": "", "layer": "3", "t0": 1500000, "t1": ""}  # fmt: skip
+        "file_lo": 1,
+        "file_hi": 9,
+        "op": "ADD",
+        "name": "",
+        "layer": "3",
+        "t0": 1500000,
+        "t1": "",
+    }
 
 
 def test_tooltips_stay_in_the_window(page):
     window = (1000, 800)
-    placed = calls(page, "js/widgets.js", "tooltipPlace", (100, 100, 200, 50, *window), (900, 100, 200, 50, *window),
-                   (100, 780, 200, 50, *window), (100, 100, 200, 50, *window, True),
-                   (0, 0, 10, 10, *window, True))  # fmt: skip
+    placed = calls(
+        page,
+        "js/widgets.js",
+        "tooltipPlace",
+        (100, 100, 200, 50, *window),
+        (900, 100, 200, 50, *window),
+        (100, 780, 200, 50, *window),
+        (100, 100, 200, 50, *window, True),
+        (0, 0, 10, 10, *window, True),
+    )
     # beside the cursor; pulled left at the right edge; above it at the bottom; under it, with an arrow
-    assert placed == [{"left": 114, "top": 114}, {"left": 796, "top": 114}, {"left": 114, "top": 720},
-                      {"left": 82, "top": 114}, {"left": 4, "top": 14}]  # fmt: skip
+    assert placed == [
+        {"left": 114, "top": 114},
+        {"left": 796, "top": 114},
+        {"left": 114, "top": 720},
+        {"left": 82, "top": 114},
+        {"left": 4, "top": 14},
+    ]
 
 
 def test_small_pieces_of_text(page):
-    places = calls(page, "js/details.js", "sourcePlace", ({"memory": "disk", "file_offset": 4096},),
-                   ({"memory": "buffer", "buffer": "CPU", "buffer_offset": 1024},),
-                   ({"memory": "buffer", "buffer": None, "buffer_offset": None},))  # fmt: skip
+    places = calls(
+        page,
+        "js/details.js",
+        "sourcePlace",
+        ({"memory": "disk", "file_offset": 4096},),
+        ({"memory": "buffer", "buffer": "CPU", "buffer_offset": 1024},),
+        ({"memory": "buffer", "buffer": None, "buffer_offset": None},),
+    )
     assert places == ["file @ 4,096", "CPU @ 1,024", "?"]
     assert calls(page, "js/views/runs.js", "speedCells", ({"a": 10, "b": 15},), ({"a": 10},)) == [
         ["10.0", "15.0", "1.50"],
@@ -482,11 +613,33 @@ def test_the_offline_report_answers_event_queries_as_the_server_does(page):
     second_page = ask("runs/r0/events", {"offset": 1, "limit": 2})
     assert (second_page["total"], second_page["offset"]) == (4, 1)
     assert second_page["rows"] == [
-        {"graph_id": 0, "node_index": 1, "start_ns": 100, "duration_ns": 50, "wait_ns": None, "op": "MUL_MAT",
-         "name": "Qcur-0", "layer": 0, "type": "f32", "shape": "576", "event": 1},
-        {"graph_id": 1, "node_index": 0, "start_ns": 500, "duration_ns": 200, "wait_ns": 10, "op": "GET_ROWS",
-         "name": "embd", "layer": None, "type": "f32", "shape": "576", "event": 2},
-    ]  # fmt: skip
+        {
+            "graph_id": 0,
+            "node_index": 1,
+            "start_ns": 100,
+            "duration_ns": 50,
+            "wait_ns": None,
+            "op": "MUL_MAT",
+            "name": "Qcur-0",
+            "layer": 0,
+            "type": "f32",
+            "shape": "576",
+            "event": 1,
+        },
+        {
+            "graph_id": 1,
+            "node_index": 0,
+            "start_ns": 500,
+            "duration_ns": 200,
+            "wait_ns": 10,
+            "op": "GET_ROWS",
+            "name": "embd",
+            "layer": None,
+            "type": "f32",
+            "shape": "576",
+            "event": 2,
+        },
+    ]
     # a search also matches the op; a node's details are what its row holds
     assert [hit["event"] for hit in ask("runs/r0/search", {"q": "get_rows"})["hits"]] == [0, 2]
     node = ask("runs/r0/node", {"graph": 1, "index": 0})
@@ -495,8 +648,13 @@ def test_the_offline_report_answers_event_queries_as_the_server_does(page):
 
 
 def test_the_offline_report_says_what_it_does_not_hold(page):
-    missing = [("runs/r0/event/9", {}), ("runs/r0/graph/2", {"layer": ""}), ("runs/r0/occupancy/1", {}),
-               ("runs/r0/attention", {}), ("runs/r0/node", {"graph": 5, "index": 0})]  # fmt: skip
+    missing = [
+        ("runs/r0/event/9", {}),
+        ("runs/r0/graph/2", {"layer": ""}),
+        ("runs/r0/occupancy/1", {}),
+        ("runs/r0/attention", {}),
+        ("runs/r0/node", {"graph": 5, "index": 0}),
+    ]
     messages = page.evaluate(
         """async ([report, missing]) => {
              const m = await import('/js/offline.js');
@@ -523,11 +681,15 @@ def test_the_roofline_draws_the_roofs_of_the_device_and_threads_the_run_is_judge
         return {"device": device, "threads": threads, "what": what, "type": kind, "gb_per_s": gb, "gflop_per_s": gflop}
 
     measurements = [
-        row("CPU", 1, "memory_read", "F32", gb=15), row("CPU", 2, "memory_read", "F32", gb=30),
-        row("CPU", 2, "matmul", "F32", gflop=110), row("CPU", 2, "matmul", "Q4_1", gflop=55),
-        row("CPU", 2, "matmul", "Q6_K", gflop=135), row("CPU", 1, "matmul", "F32", gflop=60),
-        row("CUDA0", None, "memory_read", "F32", gb=4000), row("CUDA0", None, "matmul", "F32", gflop=50000),
-    ]  # fmt: skip
+        row("CPU", 1, "memory_read", "F32", gb=15),
+        row("CPU", 2, "memory_read", "F32", gb=30),
+        row("CPU", 2, "matmul", "F32", gflop=110),
+        row("CPU", 2, "matmul", "Q4_1", gflop=55),
+        row("CPU", 2, "matmul", "Q6_K", gflop=135),
+        row("CPU", 1, "matmul", "F32", gflop=60),
+        row("CUDA0", None, "memory_read", "F32", gb=4000),
+        row("CUDA0", None, "matmul", "F32", gflop=50000),
+    ]
     cpu = {"measurements": measurements, "judged_at": [2], "weight_types": ["F32", "Q4_1"], "device": "CPU"}
     gpu = {**cpu, "judged_at": [], "device": "CUDA0"}
     unsaid = {"measurements": measurements, "judged_at": [1]}  # (an older summary: every type, the CPU)
@@ -536,6 +698,10 @@ def test_the_roofline_draws_the_roofs_of_the_device_and_threads_the_run_is_judge
     peaks = [{"type": "F32", "gflop_per_s": 110}, {"type": "Q4_1", "gflop_per_s": 55}]
     assert on_cpu == {"device": "CPU", "threads": 2, "bandwidth": 30, "compute": peaks}
     # a GPU's roofs: no thread count
-    assert on_gpu == {"device": "CUDA0", "threads": None, "bandwidth": 4000,
-                      "compute": [{"type": "F32", "gflop_per_s": 50000}]}  # fmt: skip
+    assert on_gpu == {
+        "device": "CUDA0",
+        "threads": None,
+        "bandwidth": 4000,
+        "compute": [{"type": "F32", "gflop_per_s": 50000}],
+    }
     assert older == {"device": "CPU", "threads": 1, "bandwidth": 15, "compute": [{"type": "F32", "gflop_per_s": 60}]}

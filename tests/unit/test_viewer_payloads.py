@@ -143,8 +143,11 @@ def test_the_answers_fill_what_the_declarations_leave_optional(answers):
     )
     assert wide["lanes"][0]["columns"]["px"] and narrow["lanes"][0]["nodes"]["start"]
     # collapsed layers and nodes, and leaves once a layer is open: each kind's optional keys
-    kinds = {item["kind"] for request in ("/api/runs/r0/graph/2", "/api/runs/r0/graph/2?layer=1")
-             for item in answers[request]["items"]}  # fmt: skip
+    kinds = {
+        item["kind"]
+        for request in ("/api/runs/r0/graph/2", "/api/runs/r0/graph/2?layer=1")
+        for item in answers[request]["items"]
+    }
     assert {"layer", "node", "weight"} <= kinds
     assert answers["/api/compare?a=r0&b=r1"]["per_graph_time_by"]["layer"]
     # a GPU run: kernels one by one in a narrow window, summed per pixel column in a wide one
@@ -194,15 +197,31 @@ def test_every_declaration_has_its_twin_in_the_page_s_api_with_the_same_fields()
     # THEN every TypedDict the server declares or answers with, wherever it is declared (the
     # summary's records in ggml_viz.analysis, beside the functions that make them), has a typedef
     # of its name, with its keys exactly
-    declared = {name: value for name, value in vars(payloads).items()
-                if is_typeddict(value) and not name.startswith("_")}  # fmt: skip
+    declared = {
+        name: value for name, value in vars(payloads).items() if is_typeddict(value) and not name.startswith("_")
+    }
     for answer in [*(t for _, _, t in ENDPOINTS), *CHECKED_ON_A_REAL_RUN.values()]:
         declared |= reachable_typeddicts(answer)
     from_analysis = {name for name, value in declared.items() if value.__module__.startswith("ggml_viz.analysis.")}
-    assert {"RunSummary", "GpuTimerSummary", "RooflineSummary", "MoeSummary", "PlacementCheck", "RunComparison",
-            "TimeDeltas", "OpDelta", "LayerDelta", "TensorDelta", "GraphLayout", "GraphItem",
-            "GraphLink"} <= from_analysis  # fmt: skip
+    assert {
+        "RunSummary",
+        "GpuTimerSummary",
+        "RooflineSummary",
+        "MoeSummary",
+        "PlacementCheck",
+        "RunComparison",
+        "TimeDeltas",
+        "OpDelta",
+        "LayerDelta",
+        "TensorDelta",
+        "GraphLayout",
+        "GraphItem",
+        "GraphLink",
+    } <= from_analysis
     missing = sorted(set(declared) - set(typedefs))
-    differing = {name: sorted(set(get_type_hints(value)) ^ typedefs[name]) for name, value in declared.items()
-                 if name in typedefs and set(get_type_hints(value)) != typedefs[name]}  # fmt: skip
+    differing = {
+        name: sorted(set(get_type_hints(value)) ^ typedefs[name])
+        for name, value in declared.items()
+        if name in typedefs and set(get_type_hints(value)) != typedefs[name]
+    }
     assert missing == [] and differing == {}

@@ -164,10 +164,19 @@ def test_the_api_needs_the_token(client):
 
 @pytest.mark.parametrize(
     "path",
-    ["/static/..%2f..%2fapp.py", "/static/%2e%2e%2fapp.py", "/static/../ui/app.py", "/static/%2Fetc%2Fpasswd",
-     "/api/runs/..%2f..%2fetc/overview", "/api/runs/%2e%2e/overview", "/api/runs/%2Fetc%2Fpasswd/overview",
-     "/api/runs/r9/overview", "/etc/passwd", "/static/index.html"],
-)  # fmt: skip
+    [
+        "/static/..%2f..%2fapp.py",
+        "/static/%2e%2e%2fapp.py",
+        "/static/../ui/app.py",
+        "/static/%2Fetc%2Fpasswd",
+        "/api/runs/..%2f..%2fetc/overview",
+        "/api/runs/%2e%2e/overview",
+        "/api/runs/%2Fetc%2Fpasswd/overview",
+        "/api/runs/r9/overview",
+        "/etc/passwd",
+        "/static/index.html",
+    ],
+)
 def test_paths_outside_the_served_runs_are_not_found(client, path):
     assert get(client, path).status_code == 404
 

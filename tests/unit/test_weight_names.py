@@ -34,10 +34,13 @@ def test_a_fingerprint_only_one_tensor_has_names_the_weight(tmp_path):
     content = path.read_bytes()
     tensor = layout.tensors[3]
     prints = np.array(
-        [(0x1000, tensor.nbytes, weight_fingerprint(content[tensor.start : tensor.end])),
-         (0x2000, 8, weight_fingerprint(b"same" * 2)), (0x3000, 8, weight_fingerprint(b"nowhere!"))],
+        [
+            (0x1000, tensor.nbytes, weight_fingerprint(content[tensor.start : tensor.end])),
+            (0x2000, 8, weight_fingerprint(b"same" * 2)),
+            (0x3000, 8, weight_fingerprint(b"nowhere!")),
+        ],
         dtype=WEIGHT_PRINT.dtype,
-    )  # fmt: skip
+    )
     shared = {(8, weight_fingerprint(b"same" * 2)): ["a.weight", "b.weight"]}
     names = WeightNames(lambda: [tensor_fingerprints(layout), shared])
     names.learn(prints.tobytes())

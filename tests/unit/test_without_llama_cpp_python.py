@@ -28,8 +28,14 @@ INSTALL = "pip install 'ggml-viz[python]'"
 def without_llama_cpp(code: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     environment = {k: v for k, v in os.environ.items() if not k.startswith("GGML_VIZ_") and k != "LLAMA_CPP_LIB_PATH"}
     environment.update(GGML_VIZ_CACHE=str(tmp_path / "cache"), **env)
-    return subprocess.run([sys.executable, "-c", BLOCK_LLAMA_CPP + code], capture_output=True, text=True,
-                          timeout=120, cwd=tmp_path, env=environment)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", BLOCK_LLAMA_CPP + code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env=environment,
+    )
 
 
 def cli(*args: str) -> str:

@@ -75,15 +75,21 @@ def _graph_sums(run: Run, keys: list[str], missing: bool = False) -> pd.DataFram
     whose key is missing are left out, as pandas' groupby leaves them (missing: a group of their own)."""
     graphs = run.arrow("graphs")
     duration = pc.subtract(graphs.column("end_ns"), graphs.column("start_ns"))
-    table = pa.table({**{key: graphs.column(key) for key in keys}, "n_tokens": graphs.column("n_tokens"),
-                      "duration_ns": duration})  # fmt: skip
+    table = pa.table(
+        {**{key: graphs.column(key) for key in keys}, "n_tokens": graphs.column("n_tokens"), "duration_ns": duration}
+    )
     for key in [] if missing else keys:
         table = table.filter(pc.is_valid(table.column(key)))
     every = pc.ScalarAggregateOptions(min_count=0)  # (a sum of nothing: 0)
-    sums = table.group_by(keys).aggregate([([], "count_all"), ("n_tokens", "sum", every),
-                                           ("duration_ns", "sum", every)])  # fmt: skip
-    sums = sums.rename_columns([{"count_all": "graphs", "n_tokens_sum": "n_tokens", "duration_ns_sum": "duration_ns"}
-                                .get(name, name) for name in sums.column_names])  # fmt: skip
+    sums = table.group_by(keys).aggregate(
+        [([], "count_all"), ("n_tokens", "sum", every), ("duration_ns", "sum", every)]
+    )
+    sums = sums.rename_columns(
+        [
+            {"count_all": "graphs", "n_tokens_sum": "n_tokens", "duration_ns_sum": "duration_ns"}.get(name, name)
+            for name in sums.column_names
+        ]
+    )
     frame = sums.to_pandas().astype({"graphs": "int64", "n_tokens": "int64", "duration_ns": "int64"})
     return frame.sort_values(keys, ignore_index=True)
 
@@ -114,12 +120,14 @@ def fused_op_labels(totals: pd.DataFrame) -> pd.Series:
         return labels
     size = (carriers["group_end"] - carriers["node_index"]).to_numpy(np.int64)
     offset = np.arange(size.sum()) - np.repeat(np.cumsum(size) - size, size) + 1
-    members = pd.DataFrame({
-        "carrier": np.repeat(carriers.index.to_numpy(), size),
-        "phase": np.repeat(carriers["phase"].to_numpy(), size),
-        "structure_id": np.repeat(carriers["structure_id"].to_numpy(), size),
-        "node_index": np.repeat(carriers["node_index"].to_numpy(np.int64), size) + offset,
-    })  # fmt: skip
+    members = pd.DataFrame(
+        {
+            "carrier": np.repeat(carriers.index.to_numpy(), size),
+            "phase": np.repeat(carriers["phase"].to_numpy(), size),
+            "structure_id": np.repeat(carriers["structure_id"].to_numpy(), size),
+            "node_index": np.repeat(carriers["node_index"].to_numpy(np.int64), size) + offset,
+        }
+    )
     ops = totals[["phase", "structure_id", "node_index", "op", "op_base"]].astype({"node_index": "int64"})
     members = members.merge(ops, on=["phase", "structure_id", "node_index"], how="left")  # (in node order)
     members = members[members["op"].notna() & ~members["op_base"].isin(VIEW_OPS)]
@@ -211,8 +219,11 @@ def weight_bytes_per_graph(run: Run, disk: pd.DataFrame) -> tuple[pd.Series, pd.
     exact_per_graph = exact.groupby("graph_id")["bytes_read"].sum()
     routed = per_graph.index.isin(exact_per_graph.index)
     charged_every = reading["structure_id"].isin(every.index) & ~routed
-    per_graph[routed] = (per_graph[routed] - reading.loc[routed, "structure_id"].map(every).fillna(0)
-                         + exact_per_graph.reindex(per_graph.index[routed])).astype("int64")  # fmt: skip
+    per_graph[routed] = (
+        per_graph[routed]
+        - reading.loc[routed, "structure_id"].map(every).fillna(0)
+        + exact_per_graph.reindex(per_graph.index[routed])
+    ).astype("int64")
     return per_graph, pd.Series(np.asarray(charged_every), index=per_graph.index)
 
 
@@ -297,8 +308,11 @@ def backend_names(buffer_types: Iterable[str]) -> list[str]:
     without the device's number (CUDA_Host beside CUDA0): such a name counts only where no
     device of it is named."""
     names = {str(name).split("_", 1)[0] for name in buffer_types if name}
-    devices = {name for name in names if not any(other != name and re.fullmatch(re.escape(name) + r"\d+", other)
-                                                 for other in names)}  # fmt: skip
+    devices = {
+        name
+        for name in names
+        if not any(other != name and re.fullmatch(re.escape(name) + r"\d+", other) for other in names)
+    }
     return sorted(devices)
 
 
@@ -372,10 +386,16 @@ def requests_and_count(run: Run, limit: int | None = None) -> tuple[list[Request
     found: list[RequestText] = []
     for place, r in enumerate(listed.tolist()):
         head = heads[r]
-        found.append({"seq_id": int(seq[head]), "start_ns": int(start_ns[by_seq[head]]) - origin,
-                      "prompt": joined[2 * place] or "", "prompt_tokens": int(all_tokens[r] - generated_tokens[r]),
-                      "generated": joined[2 * place + 1] or "",
-                      "generated_tokens": int(generated_tokens[r])})  # fmt: skip
+        found.append(
+            {
+                "seq_id": int(seq[head]),
+                "start_ns": int(start_ns[by_seq[head]]) - origin,
+                "prompt": joined[2 * place] or "",
+                "prompt_tokens": int(all_tokens[r] - generated_tokens[r]),
+                "generated": joined[2 * place + 1] or "",
+                "generated_tokens": int(generated_tokens[r]),
+            }
+        )
     return found, count
 
 
@@ -384,8 +404,17 @@ def _served_tokens(run: Run) -> tuple[Any, ...] | None:
     read (by their graph's start, then place in the batch): sequence, position, whether it asked for
     logits, whether its sequence had several tokens in its batch, its graph's start, its place in
     `texts` (every token's text, as stored); None if there are none."""
-    columns = ["graph_id", "phase", "start_ns", "first_batch_index", "token_ids", "token_positions",
-               "token_seq_ids", "token_outputs", "token_texts"]  # fmt: skip
+    columns = [
+        "graph_id",
+        "phase",
+        "start_ns",
+        "first_batch_index",
+        "token_ids",
+        "token_positions",
+        "token_seq_ids",
+        "token_outputs",
+        "token_texts",
+    ]
     graphs = run.arrow("graphs").select(columns)
     lists = graphs.column("token_ids").combine_chunks()
     row = pc.list_parent_indices(lists).to_numpy()  # each token's graph row

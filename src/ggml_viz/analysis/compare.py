@@ -150,9 +150,11 @@ def clocks(a: Run, b: Run) -> NodeClocks:
     same = left == right or left is None or right is None
     note = None
     if not same:
-        note = (f"A's node times come from the {left} clock, B's from the {right} clock: the time per op, "
-                f"layer and tensor compares different measures (a GPU node's time is its kernels' share of "
-                f"the GPU's busy time; a host node's, the host's time around its compute)")  # fmt: skip
+        note = (
+            f"A's node times come from the {left} clock, B's from the {right} clock: the time per op, "
+            f"layer and tensor compares different measures (a GPU node's time is its kernels' share of "
+            f"the GPU's busy time; a host node's, the host's time around its compute)"
+        )
     return {"a": left, "b": right, "same": same, "note": note}
 
 
@@ -193,15 +195,20 @@ def compare(a: Run, b: Run, top: int = 15) -> RunComparison:
         "settings_that_differ": differing,
         "tokens_per_s": speed,
         "per_graph_time_by": {
-            "op": [{"phase": phase, "op": key, "a_ns": a_ns, "b_ns": b_ns, "delta_ns": delta, "ratio": ratio}
-                   for phase, key, a_ns, b_ns, delta, ratio in _largest_changes(a, b, "op", top)],
-            "layer": [{"phase": phase, "layer": str(key), "a_ns": a_ns, "b_ns": b_ns, "delta_ns": delta,
-                       "ratio": ratio}
-                      for phase, key, a_ns, b_ns, delta, ratio in _largest_changes(a, b, "layer", top)],
-            "name": [{"phase": phase, "name": key, "a_ns": a_ns, "b_ns": b_ns, "delta_ns": delta, "ratio": ratio}
-                     for phase, key, a_ns, b_ns, delta, ratio in _largest_changes(a, b, "name", top)],
+            "op": [
+                {"phase": phase, "op": key, "a_ns": a_ns, "b_ns": b_ns, "delta_ns": delta, "ratio": ratio}
+                for phase, key, a_ns, b_ns, delta, ratio in _largest_changes(a, b, "op", top)
+            ],
+            "layer": [
+                {"phase": phase, "layer": str(key), "a_ns": a_ns, "b_ns": b_ns, "delta_ns": delta, "ratio": ratio}
+                for phase, key, a_ns, b_ns, delta, ratio in _largest_changes(a, b, "layer", top)
+            ],
+            "name": [
+                {"phase": phase, "name": key, "a_ns": a_ns, "b_ns": b_ns, "delta_ns": delta, "ratio": ratio}
+                for phase, key, a_ns, b_ns, delta, ratio in _largest_changes(a, b, "name", top)
+            ],
         },
-    }  # fmt: skip
+    }
 
 
 def _rates(run: Run) -> dict[str, float]:

@@ -93,8 +93,11 @@ def structure_components(run: Run) -> pd.DataFrame:
     # plain dicts and sets, not Series lookups: the loop below asks once per node
     ids, names = tensors["tensor_id"].tolist(), tensors["name"].astype(str)
     leaves = (tensors["name"].notna() & (tensors["op"] == "NONE")).tolist()
-    weight_part = {tensor: component_of_weight(name) for tensor, name, leaf in zip(ids, names.tolist(), leaves,
-                   strict=True) if leaf}  # fmt: skip
+    weight_part = {
+        tensor: component_of_weight(name)
+        for tensor, name, leaf in zip(ids, names.tolist(), leaves, strict=True)
+        if leaf
+    }
     lookup = set(tensors.loc[tensors["op_base"] == "GET_ROWS", "tensor_id"].tolist())
     name_part = dict(zip(ids, components(names).tolist(), strict=True))
     rows = []
@@ -113,8 +116,9 @@ def structure_components(run: Run) -> pd.DataFrame:
             from_source = (part.get(node_of[s], "other") for s in sources if s in node_of)
             named = name_part.get(tensor, "other")
             part[node] = from_weight or (named if named != "other" else next(from_source, "other"))
-        rows.append(pd.DataFrame({"structure_id": structure_id, "node_index": list(part),
-                                  "component": list(part.values())}))  # fmt: skip
+        rows.append(
+            pd.DataFrame({"structure_id": structure_id, "node_index": list(part), "component": list(part.values())})
+        )
     if not rows:
         return pd.DataFrame(columns=["structure_id", "node_index", "component"])
     return pd.concat(rows, ignore_index=True)

@@ -91,8 +91,10 @@ class NonFiniteValues(Finding):
 
 class NodeTime(Finding):
     name = "node-time"
-    summary = ("the costliest op and the components of each phase, ops slowing with the context, "
-               "prompt against decode speed, the weight traffic of a decode step")  # fmt: skip
+    summary = (
+        "the costliest op and the components of each phase, ops slowing with the context, "
+        "prompt against decode speed, the weight traffic of a decode step"
+    )
 
     def find(self, run: Run, context: FindingContext) -> list[str]:
         return _time_findings(run, context.phases, context.reads, context.components)
@@ -100,8 +102,10 @@ class NodeTime(Finding):
 
 class MachineLimits(Finding):
     name = "limits"
-    summary = ("the run against this machine's limits (ggml-viz limits): decode against the read bandwidth, "
-               "the prompt against the peak, the op furthest from its limit")  # fmt: skip
+    summary = (
+        "the run against this machine's limits (ggml-viz limits): decode against the read bandwidth, "
+        "the prompt against the peak, the op furthest from its limit"
+    )
 
     def find(self, run: Run, context: FindingContext) -> list[str]:
         from .roofline import limit_findings
@@ -121,8 +125,10 @@ class GpuFindings(Finding):
 
 class ExpertRouting(Finding):
     name = "moe-routing"
-    summary = ("mixtures of experts: layers whose tokens crowd onto few experts, experts never chosen, the "
-               "share of tokens the experts on each device carry")  # fmt: skip
+    summary = (
+        "mixtures of experts: layers whose tokens crowd onto few experts, experts never chosen, the "
+        "share of tokens the experts on each device carry"
+    )
 
     def find(self, run: Run, context: FindingContext) -> list[str]:
         from .moe import moe_summary
@@ -198,8 +204,10 @@ def _non_finite(run: Run) -> list[str]:
     first = bad.sort_values(["graph_id", "node_index"]).iloc[0]
     node = run.nodes_of(int(first["graph_id"]))
     name = node.loc[node["node_index"] == first["node_index"], "name"].iloc[0]
-    return [f"{len(bad):,} node outputs hold NaN or Inf values; the first is {name} (graph {first['graph_id']}, "
-            f"node {first['node_index']}): `ggml-viz numerics` says what it read."]  # fmt: skip
+    return [
+        f"{len(bad):,} node outputs hold NaN or Inf values; the first is {name} (graph {first['graph_id']}, "
+        f"node {first['node_index']}): `ggml-viz numerics` says what it read."
+    ]
 
 
 AS_FAST = 1.05  # speeds within this factor of each other are said to be about the same
@@ -234,8 +242,12 @@ def _time_findings(run: Run, phases: pd.DataFrame, reads: WeightReads, component
             continue
         total = part["time_ns"].sum()
         # the same tensor in every layer ("ffn_out" for ffn_out-0 … ffn_out-29, a weight's blocks.*)
-        kind = (part["label"].str.replace(_LAYER_SUFFIX, "", regex=True).str.replace(_LAYER_PART, r"\1.*.", regex=True)
-                .str.replace(r" · layer \d+$", " · every layer", regex=True))  # fmt: skip
+        kind = (
+            part["label"]
+            .str.replace(_LAYER_SUFFIX, "", regex=True)
+            .str.replace(_LAYER_PART, r"\1.*.", regex=True)
+            .str.replace(r" · layer \d+$", " · every layer", regex=True)
+        )
         top = part.assign(kind=kind).groupby(["op", "kind"])["time_ns"].sum().sort_values(ascending=False)
         (op, kind), time = next(iter(top.items()))
         what = kind if kind.startswith(f"{op} · ") else f"{op} in {kind}"  # a label made of its op already
@@ -354,8 +366,9 @@ def _graph_runs(batches: list[pa.RecordBatch], keys: np.ndarray) -> list[tuple[n
         firsts = np.flatnonzero(np.concatenate(([True], ids[1:] != ids[:-1]))) if len(ids) else np.zeros(0, np.int64)
         firsts_of.append((firsts, len(ids)))
         run_ids.append(ids[firsts].astype(np.int64))
-    places = np.split(_places(keys, np.concatenate(run_ids or [np.zeros(0, np.int64)])),
-                      np.cumsum([len(ids) for ids in run_ids])[:-1])  # fmt: skip
+    places = np.split(
+        _places(keys, np.concatenate(run_ids or [np.zeros(0, np.int64)])), np.cumsum([len(ids) for ids in run_ids])[:-1]
+    )
     return [(place, np.diff(np.append(firsts, n))) for place, (firsts, n) in zip(places, firsts_of, strict=True)]
 
 
@@ -413,7 +426,9 @@ def _routing_findings(moe: MoeSummary) -> list[str]:
     devices = moe.get("decode_expert_bytes_by_device") or {}
     if len(devices) > 1:
         shares = moe.get("token_share_by_device") or {}
-        parts = [f"{device}: {shares.get(device, 0):.0%} of the tokens, {size / 2**20:,.1f} MiB read per decode step"
-                 for device, size in devices.items()]  # fmt: skip
+        parts = [
+            f"{device}: {shares.get(device, 0):.0%} of the tokens, {size / 2**20:,.1f} MiB read per decode step"
+            for device, size in devices.items()
+        ]
         said.append("Experts by device — " + "; ".join(parts) + ".")
     return said

@@ -158,8 +158,14 @@ def node_costs(run: Run) -> pd.DataFrame:
     set_rows = np.flatnonzero(op == "SET_ROWS")
     if len(set_rows):
         per_element = written[set_rows] / np.maximum(dst[set_rows].prod(axis=1), 1)
-        rows_in = [np.prod(sources.get((int(nodes["structure_id"].iat[i]), int(nodes["node_index"].iat[i])), {})
-                           .get(0, (0, 0, 0, 0))) for i in set_rows]  # fmt: skip
+        rows_in = [
+            np.prod(
+                sources.get((int(nodes["structure_id"].iat[i]), int(nodes["node_index"].iat[i])), {}).get(
+                    0, (0, 0, 0, 0)
+                )
+            )
+            for i in set_rows
+        ]
         written[set_rows] = per_element * np.asarray(rows_in, np.float64)
     moved = read.reindex(keys).fillna(0).to_numpy(np.float64) + written
     moved[np.isin(op, VIEW_OPS)] = 0.0  # views move nothing
@@ -170,8 +176,17 @@ def node_costs(run: Run) -> pd.DataFrame:
         shapes = sources.get((int(nodes["structure_id"].iat[flash]), int(nodes["node_index"].iat[flash])), {})
         masked[flash] = 3 in shapes
         cells[flash] = shapes.get(1, _NONE)[1] * shapes.get(0, _NONE)[1]  # window x queries (per head and batch)
-    return pd.DataFrame({"structure_id": nodes["structure_id"], "node_index": nodes["node_index"], "op": op,
-                         "flops": flops, "bytes": moved, "masked": masked, "window_cells": cells})  # fmt: skip
+    return pd.DataFrame(
+        {
+            "structure_id": nodes["structure_id"],
+            "node_index": nodes["node_index"],
+            "op": op,
+            "flops": flops,
+            "bytes": moved,
+            "masked": masked,
+            "window_cells": cells,
+        }
+    )
 
 
 def causal_cells(run: Run) -> pd.DataFrame:
@@ -184,8 +199,13 @@ def causal_cells(run: Run) -> pd.DataFrame:
     flat = pc.list_flatten(positions).to_numpy(zero_copy_only=False).astype(np.float64)
     parents = pc.list_parent_indices(positions).to_numpy()
     attended = np.bincount(parents, weights=flat + 1, minlength=len(lengths)) if len(flat) else np.zeros(len(lengths))
-    frame = pd.DataFrame({"phase": graphs.column("phase").to_pandas(), "structure_id": graphs.column("structure_id")
-                          .to_numpy(), "cells": np.where(lengths > 0, attended, np.nan)})  # fmt: skip
+    frame = pd.DataFrame(
+        {
+            "phase": graphs.column("phase").to_pandas(),
+            "structure_id": graphs.column("structure_id").to_numpy(),
+            "cells": np.where(lengths > 0, attended, np.nan),
+        }
+    )
     return frame.groupby(["phase", "structure_id"], as_index=False)["cells"].agg(lambda c: c.mean(skipna=False))
 
 
@@ -241,8 +261,9 @@ def throughput_by_op(run: Run) -> pd.DataFrame:
     and arithmetic intensity (FLOPs per byte)."""
     events = events_work(run, timed_totals(run)[["phase", "structure_id", "node_index", "op", "timed", "time_ns"]])
     events = events.assign(flops=events["flops"] * events["timed"], bytes=events["bytes"] * events["timed"])
-    table = events.groupby("op").agg(time_ns=("time_ns", "sum"), flops=("flops", "sum"), bytes=("bytes", "sum"),
-                                     upper_bound=("upper_bound", "any"))  # fmt: skip
+    table = events.groupby("op").agg(
+        time_ns=("time_ns", "sum"), flops=("flops", "sum"), bytes=("bytes", "sum"), upper_bound=("upper_bound", "any")
+    )
     seconds = table["time_ns"].astype(np.float64) / 1e9
     table["gflop_per_s"] = (table["flops"] / 1e9 / seconds).where(seconds > 0)
     table["gb_per_s"] = (table["bytes"] / 1e9 / seconds).where(seconds > 0)

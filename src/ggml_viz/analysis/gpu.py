@@ -124,8 +124,10 @@ def estimate_note(graphs: pd.DataFrame, traced: Iterable[int]) -> str:
     traced_ids = set(traced)
     kinds = graphs.assign(traced=graphs["graph_id"].isin(traced_ids)).groupby(["phase", "structure_id"])["traced"]
     never = kinds.sum() == 0
-    note = (f"estimated from {len(traced_ids):,} traced graphs of {len(graphs):,}, weighted by how often each "
-            "graph structure ran")  # fmt: skip
+    note = (
+        f"estimated from {len(traced_ids):,} traced graphs of {len(graphs):,}, weighted by how often each "
+        "graph structure ran"
+    )
     if never.any():
         untraced = int(kinds.size()[never].sum())
         note += f"; {int(never.sum()):,} graph structures never traced ({untraced:,} graphs) count nowhere"
@@ -137,11 +139,14 @@ def record_warnings(info: dict[str, Any], agent: str = "CUPTI") -> list[str]:
     as warnings beside the GPU's figures."""
     said = []
     if info.get("dropped_records"):
-        said.append(f"{agent} dropped {int(info['dropped_records']):,} records: node times of the traced graphs are "
-                    "incomplete")  # fmt: skip
+        said.append(
+            f"{agent} dropped {int(info['dropped_records']):,} records: node times of the traced graphs are incomplete"
+        )
     if info.get("invalid_records"):
-        said.append(f"{agent} left {int(info['invalid_records']):,} records without times: node times of the traced "
-                    "graphs are incomplete")  # fmt: skip
+        said.append(
+            f"{agent} left {int(info['invalid_records']):,} records without times: node times of the traced "
+            "graphs are incomplete"
+        )
     return said
 
 
@@ -157,8 +162,9 @@ def decode_step(run: Run) -> GpuDecodeStep | None:
         return None
     steady = decode[decode["mapping"] == "replay"]
     traced = steady if len(steady) else decode
-    per_graph = traced.groupby("graph_id").agg(busy_ns=("busy_ns", "sum"), start_ns=("start_ns", "min"),
-                                               end_ns=("end_ns", "max"), host_ns=("host_ns", "first"))  # fmt: skip
+    per_graph = traced.groupby("graph_id").agg(
+        busy_ns=("busy_ns", "sum"), start_ns=("start_ns", "min"), end_ns=("end_ns", "max"), host_ns=("host_ns", "first")
+    )
     steps = run.graphs[run.graphs["phase"] == "decode"]
     structures = steps.loc[steps["graph_id"].isin(traced["graph_id"]), "structure_id"].unique()
     untraced = steps[~steps["graph_id"].isin(graphs["graph_id"]) & steps["structure_id"].isin(structures)]
@@ -184,8 +190,9 @@ def kernel_table(kernels: pd.DataFrame, weights: pd.Series | None = None) -> pd.
     work = kernels.assign(function=kernels["kernel"].where(kernels["kind"] == "kernel", kernels["kind"]))
     weight = work["graph_id"].map(weights).fillna(1.0) if weights is not None else 1.0
     work = work.assign(estimated=work["busy_ns"] * weight)
-    table = work.groupby("function").agg(count=("busy_ns", "size"), traced_ns=("busy_ns", "sum"),
-                                         busy_ns=("estimated", "sum"))  # fmt: skip
+    table = work.groupby("function").agg(
+        count=("busy_ns", "size"), traced_ns=("busy_ns", "sum"), busy_ns=("estimated", "sum")
+    )
     total = table["busy_ns"].sum()
     table["share"] = table["busy_ns"] / total if total else 0.0
     table["mean_ns"] = table["traced_ns"] / table["count"]
@@ -218,8 +225,9 @@ def side_kernels(run: Run) -> pd.DataFrame:
     table["share"] = table["busy_ns"] / total
     table = table.reset_index().rename(columns={"kernel": "function"}).astype({"busy_ns": "float64"})
     table["busy_ns"] = table["busy_ns"].round().astype("int64")
-    return table[["op", "function", "main", "busy_ns", "share"]].sort_values("busy_ns", ascending=False,
-                                                                             ignore_index=True)  # fmt: skip
+    return table[["op", "function", "main", "busy_ns", "share"]].sort_values(
+        "busy_ns", ascending=False, ignore_index=True
+    )
 
 
 def _node_ops(run: Run) -> pd.DataFrame:
@@ -247,8 +255,13 @@ def timer_cost(run: Run, info: dict[str, Any]) -> GpuTimerCost | None:
     compared = int(extra.notna().sum())  # traced graphs with untraced ones of their kind to compare with
     traced_extra = float(extra.fillna(0).sum())
     attach = float(info.get("overhead_ns") or 0)
-    return {"attach_ns": attach, "traced_extra_ns": traced_extra, "compared": compared, "graph_ns": total,
-            "share": (attach + traced_extra) / total}  # fmt: skip
+    return {
+        "attach_ns": attach,
+        "traced_extra_ns": traced_extra,
+        "compared": compared,
+        "graph_ns": total,
+        "share": (attach + traced_extra) / total,
+    }
 
 
 def gpu_findings(summary: GpuTimerSummary | None) -> list[str]:

@@ -115,8 +115,14 @@ def graph_view(
         key = f"n{index}"
         if key not in items:
             duration = duration_by_node.get(index, -1)
-            items[key] = {"id": key, "kind": "node", "node_index": index, "layer": layer_of_node[index],
-                          "duration_ns": duration, **tensor_fields(node_tensor[index])}  # fmt: skip
+            items[key] = {
+                "id": key,
+                "kind": "node",
+                "node_index": index,
+                "layer": layer_of_node[index],
+                "duration_ns": duration,
+                **tensor_fields(node_tensor[index]),
+            }
         return key
 
     def layer_item(number: int) -> str:
@@ -125,10 +131,17 @@ def graph_view(
             members = [i for i, value in layer_of_node.items() if value == number]
             durations = [duration_by_node.get(i, -1) for i in members]
             items[key] = {
-                "id": key, "kind": "layer", "layer": number, "name": f"layer {number}", "op": "",
-                "n_nodes": len(members), "duration_ns": sum(d for d in durations if d > 0),
-                "n_weights": 0, "reads_kv": False, "n_inputs": 0,
-            }  # fmt: skip
+                "id": key,
+                "kind": "layer",
+                "layer": number,
+                "name": f"layer {number}",
+                "op": "",
+                "n_nodes": len(members),
+                "duration_ns": sum(d for d in durations if d > 0),
+                "n_weights": 0,
+                "reads_kv": False,
+                "n_inputs": 0,
+            }
         return key
 
     def leaf_item(tensor: int) -> str:

@@ -115,8 +115,13 @@ def kv_cache_extremes(run: Run) -> KvCacheExtremes | None:
     def fills(used: int) -> np.ndarray:
         return np.minimum(used, cells) / cells
 
-    return {"layers": len(cells), "used": int(np.minimum(used_last, cells).max()), "capacity": int(cells.max()),
-            "fill": float(fills(used_last).max()), "fullest": float(fills(last_pos.max() + 1).max())}  # fmt: skip
+    return {
+        "layers": len(cells),
+        "used": int(np.minimum(used_last, cells).max()),
+        "capacity": int(cells.max()),
+        "fill": float(fills(used_last).max()),
+        "fullest": float(fills(last_pos.max() + 1).max()),
+    }
 
 
 def kv_cache_fill(run: Run) -> pd.DataFrame:
@@ -227,13 +232,15 @@ def expert_slices(run: Run) -> pd.DataFrame:
     chosen = chosen.merge(run.graphs[["graph_id", "structure_id"]], on="graph_id")
     names = run.raw("tensors").set_index("tensor_id")["name"]
     nodes = by_ids.assign(name=names.reindex(by_ids["experts_tensor_id"]).to_numpy())
-    reads = chosen.merge(nodes[["structure_id", "routed_at", "name", "slice_bytes", "n_expert"]],
-                         on=["structure_id", "routed_at"])  # fmt: skip
+    reads = chosen.merge(
+        nodes[["structure_id", "routed_at", "name", "slice_bytes", "n_expert"]], on=["structure_id", "routed_at"]
+    )
     reads = reads[reads["name"].isin(in_file.index) & (reads["expert"] >= 0) & (reads["expert"] < reads["n_expert"])]
     slices = reads.groupby(["name", "expert", "slice_bytes"]).size().rename("reads").reset_index()
     start = in_file["start"].reindex(slices["name"]).to_numpy() + slices["expert"].to_numpy() * slices["slice_bytes"]
-    slices = slices.assign(row=slices["expert"], start=start.astype(np.int64),
-                           end=(start + slices["slice_bytes"]).astype(np.int64))  # fmt: skip
+    slices = slices.assign(
+        row=slices["expert"], start=start.astype(np.int64), end=(start + slices["slice_bytes"]).astype(np.int64)
+    )
     return slices[columns]
 
 
@@ -254,8 +261,9 @@ def token_rows(run: Run) -> pd.DataFrame:
     lookups = nodes[tensors["op_base"].reindex(nodes["tensor_id"]).to_numpy() == "GET_ROWS"]
     if lookups.empty or in_file.empty:
         return pd.DataFrame(columns=columns)
-    sources = edges.pivot_table(index=["structure_id", "node_index"], columns="src_slot", values="src_tensor_id",
-                                aggfunc="first")  # fmt: skip
+    sources = edges.pivot_table(
+        index=["structure_id", "node_index"], columns="src_slot", values="src_tensor_id", aggfunc="first"
+    )
     lookups = lookups.join(sources, on=["structure_id", "node_index"])
     if 0 not in lookups or 1 not in lookups:
         return pd.DataFrame(columns=columns)

@@ -74,13 +74,20 @@ def layer_balance(run: Run) -> pd.DataFrame:
         entropy = float(-(nonzero * np.log2(nonzero)).sum())
         n_expert = len(load)
         order = np.argsort(-load, kind="stable")[:HOT_EXPERTS]
-        rows.append({
-            "layer": int(layer), "n_expert": n_expert, "tokens": int(total),
-            "max_over_mean": float(load.max() / load.mean()), "never_used": int((load == 0).sum()),
-            "entropy_bits": entropy, "entropy_share": entropy / np.log2(n_expert) if n_expert > 1 else 1.0,
-            "hottest": [(int(group["expert"].iloc[i]), float(shares[i])) for i in order],
-            "prompt_tokens": int(group["prompt_tokens"].sum()), "decode_tokens": int(group["decode_tokens"].sum()),
-        })  # fmt: skip
+        rows.append(
+            {
+                "layer": int(layer),
+                "n_expert": n_expert,
+                "tokens": int(total),
+                "max_over_mean": float(load.max() / load.mean()),
+                "never_used": int((load == 0).sum()),
+                "entropy_bits": entropy,
+                "entropy_share": entropy / np.log2(n_expert) if n_expert > 1 else 1.0,
+                "hottest": [(int(group["expert"].iloc[i]), float(shares[i])) for i in order],
+                "prompt_tokens": int(group["prompt_tokens"].sum()),
+                "decode_tokens": int(group["decode_tokens"].sum()),
+            }
+        )
     return pd.DataFrame(rows)
 
 

@@ -63,10 +63,20 @@ NonFiniteSource = TypedDict(
 # A weight's statistics read from the model file (or why they were not)
 _FileStats = TypedDict(
     "_FileStats",
-    {"n": int | None, "nan": int | None, "inf": int | None, "min": float | None, "max": float | None,
-     "mean": float | None, "std": float | None, "mean_abs": float | None, "from": str, "note": str},
+    {
+        "n": int | None,
+        "nan": int | None,
+        "inf": int | None,
+        "min": float | None,
+        "max": float | None,
+        "mean": float | None,
+        "std": float | None,
+        "mean_abs": float | None,
+        "from": str,
+        "note": str,
+    },
     total=False,
-)  # fmt: skip
+)
 
 
 class NonFiniteOutput(ValueStats):
@@ -101,12 +111,18 @@ def first_non_finite(run: Run) -> NonFiniteOutput | None:
     in_graph = values[values["graph_id"] == graph_id].set_index("node_index")
     structure = run.graphs.set_index("graph_id").loc[graph_id, "structure_id"]
     nodes = run.raw("structure_nodes")
-    producer = dict(zip(*nodes.loc[nodes["structure_id"] == structure, ["tensor_id", "node_index"]].T.values,
-                        strict=True))  # fmt: skip
+    producer = dict(
+        zip(*nodes.loc[nodes["structure_id"] == structure, ["tensor_id", "node_index"]].T.values, strict=True)
+    )
     sources: list[NonFiniteSource] = []
     for edge in run.edges_of(graph_id, node_index).itertuples():
-        source: NonFiniteSource = {"slot": int(edge.src_slot), "name": edge.src_name, "op": edge.src_op,
-                                   "type": edge.src_type, "memory": edge.memory}  # fmt: skip
+        source: NonFiniteSource = {
+            "slot": int(edge.src_slot),
+            "name": edge.src_name,
+            "op": edge.src_op,
+            "type": edge.src_type,
+            "memory": edge.memory,
+        }
         producing = producer.get(int(edge.src_tensor_id))
         if producing is not None and producing in in_graph.index:
             source.update({"node_index": int(producing), **_stats_of(in_graph.loc[producing])})
@@ -114,18 +130,31 @@ def first_non_finite(run: Run) -> NonFiniteOutput | None:
             source.update(_file_stats(run, edge))
         sources.append(source)
     return {
-        "graph_id": graph_id, "node_index": node_index, "name": first["name"], "op": first["op"],
-        "layer": None if pd.isna(first["layer"]) else int(first["layer"]), **_stats_of(first),
-        "sources": sources, "non_finite_events": int(len(bad)),
-    }  # fmt: skip
+        "graph_id": graph_id,
+        "node_index": node_index,
+        "name": first["name"],
+        "op": first["op"],
+        "layer": None if pd.isna(first["layer"]) else int(first["layer"]),
+        **_stats_of(first),
+        "sources": sources,
+        "non_finite_events": int(len(bad)),
+    }
 
 
 def _stats_of(row: pd.Series) -> ValueStats:
     def value(column: str) -> Any:
         return None if pd.isna(row[column]) else row[column].item()
 
-    return {"n": value("n"), "nan": value("nan"), "inf": value("inf"), "min": value("min"), "max": value("max"),
-            "mean": value("mean"), "std": value("std"), "mean_abs": value("mean_abs")}  # fmt: skip
+    return {
+        "n": value("n"),
+        "nan": value("nan"),
+        "inf": value("inf"),
+        "min": value("min"),
+        "max": value("max"),
+        "mean": value("mean"),
+        "std": value("std"),
+        "mean_abs": value("mean_abs"),
+    }
 
 
 def _file_stats(run: Run, edge: Any) -> _FileStats:
@@ -141,8 +170,13 @@ def _file_stats(run: Run, edge: Any) -> _FileStats:
     values = decode_tensor(data, str(edge.src_type), shape).astype(np.float64).ravel()
     finite = values[np.isfinite(values)]
     return {
-        "n": int(len(finite)), "nan": int(np.isnan(values).sum()), "inf": int(np.isinf(values).sum()),
-        "min": float(finite.min()) if len(finite) else None, "max": float(finite.max()) if len(finite) else None,
-        "mean": float(finite.mean()) if len(finite) else None, "std": float(finite.std()) if len(finite) else None,
-        "mean_abs": float(np.abs(finite).mean()) if len(finite) else None, "from": "model file",
-    }  # fmt: skip
+        "n": int(len(finite)),
+        "nan": int(np.isnan(values).sum()),
+        "inf": int(np.isinf(values).sum()),
+        "min": float(finite.min()) if len(finite) else None,
+        "max": float(finite.max()) if len(finite) else None,
+        "mean": float(finite.mean()) if len(finite) else None,
+        "std": float(finite.std()) if len(finite) else None,
+        "mean_abs": float(np.abs(finite).mean()) if len(finite) else None,
+        "from": "model file",
+    }

@@ -195,8 +195,10 @@ class Limits:
             for fewer, more in zip(by_threads.index[:-1], by_threads.index[1:], strict=True):
                 if by_threads[more] < by_threads[fewer]:
                     unit = "GFLOP/s" if what == "matmul" else "GB/s"
-                    said.append(f"{what} {kind}".strip() + f": {by_threads[more]:,.1f} {unit} at {more} threads, "
-                                f"{by_threads[fewer]:,.1f} at {fewer}")  # fmt: skip
+                    said.append(
+                        f"{what} {kind}".strip() + f": {by_threads[more]:,.1f} {unit} at {more} threads, "
+                        f"{by_threads[fewer]:,.1f} at {fewer}"
+                    )
         return said
 
     def node_step_ns(self, threads: int) -> float | None:
@@ -247,8 +249,10 @@ def node_floors(run: Run, limits: Limits) -> pd.DataFrame:
     rows["weight_type"] = _weight_types(run, rows)
     rows["device"] = _devices(rows, limits)
     threads = phase_threads(run)
-    nearest = {(phase, device): limits.nearest_threads(threads.get(phase), device)
-               for phase, device in rows[["phase", "device"]].drop_duplicates().itertuples(index=False)}  # fmt: skip
+    nearest = {
+        (phase, device): limits.nearest_threads(threads.get(phase), device)
+        for phase, device in rows[["phase", "device"]].drop_duplicates().itertuples(index=False)
+    }
     rows["threads"] = [nearest[key] for key in zip(rows["phase"], rows["device"], strict=True)]
     rows["threads"] = rows["threads"].astype("Int64")
     peak = np.full(len(rows), np.nan)
@@ -299,9 +303,15 @@ def roofline_by(floors: pd.DataFrame, key: str) -> pd.DataFrame:
         flops_all=floors["flops"].fillna(0) * floors["timed"], bytes_all=floors["bytes"].fillna(0) * floors["timed"]
     )
     groups = timed.groupby(key, dropna=True)
-    table = groups.agg(time_ns=("time_ns", "sum"), flops=("flops_all", "sum"), bytes=("bytes_all", "sum"),
-                       floor_ns=("floor_ns", lambda s: s.sum(min_count=1)), memory_ns=("memory_ns", "sum"),
-                       compute_ns=("compute_ns", "sum"), upper_bound=("upper_bound", "any"))  # fmt: skip
+    table = groups.agg(
+        time_ns=("time_ns", "sum"),
+        flops=("flops_all", "sum"),
+        bytes=("bytes_all", "sum"),
+        floor_ns=("floor_ns", lambda s: s.sum(min_count=1)),
+        memory_ns=("memory_ns", "sum"),
+        compute_ns=("compute_ns", "sum"),
+        upper_bound=("upper_bound", "any"),
+    )
     seconds = table["time_ns"].astype(np.float64) / 1e9
     table["gflop_per_s"] = (table["flops"] / 1e9 / seconds).where(seconds > 0)
     table["gb_per_s"] = (table["bytes"] / 1e9 / seconds).where(seconds > 0)
@@ -395,10 +405,16 @@ def _decode_floor(run: Run, limits: Limits, floors: pd.DataFrame, reads: WeightR
     kind = _main_type(decode)
     floor_ns = step_bytes / bandwidth  # (GB/s: bytes per ns)
     return {
-        "bytes": int(step_bytes), "median_ns": median_ns, "gb_per_s": step_bytes / median_ns,
-        "bandwidth_gb_per_s": bandwidth, "floor_ns": floor_ns, "of_limit": floor_ns / median_ns, "threads": count,
-        "weight_type": kind, "kernel_gb_per_s": limits.kernel_read(CPU, count, kind) if kind else None,
-    }  # fmt: skip
+        "bytes": int(step_bytes),
+        "median_ns": median_ns,
+        "gb_per_s": step_bytes / median_ns,
+        "bandwidth_gb_per_s": bandwidth,
+        "floor_ns": floor_ns,
+        "of_limit": floor_ns / median_ns,
+        "threads": count,
+        "weight_type": kind,
+        "kernel_gb_per_s": limits.kernel_read(CPU, count, kind) if kind else None,
+    }
 
 
 def _prompt_floor(limits: Limits, floors: pd.DataFrame) -> PromptFloor | None:
@@ -414,9 +430,16 @@ def _prompt_floor(limits: Limits, floors: pd.DataFrame) -> PromptFloor | None:
     peak, measured_type = limits.peak(CPU, count, kind)
     if not peak:
         return None
-    return {"flops": flops, "time_ns": time_ns, "gflop_per_s": flops / time_ns, "peak_gflop_per_s": peak,
-            "weight_type": kind, "peak_type": measured_type, "of_limit": flops / peak / time_ns,
-            "threads": count}  # fmt: skip
+    return {
+        "flops": flops,
+        "time_ns": time_ns,
+        "gflop_per_s": flops / time_ns,
+        "peak_gflop_per_s": peak,
+        "weight_type": kind,
+        "peak_type": measured_type,
+        "of_limit": flops / peak / time_ns,
+        "threads": count,
+    }
 
 
 def _furthest(by_op: pd.DataFrame, least_share: float = 0.05) -> FurthestOp | None:
@@ -427,9 +450,14 @@ def _furthest(by_op: pd.DataFrame, least_share: float = 0.05) -> FurthestOp | No
     if heavy.empty:
         return None
     row = heavy.loc[heavy["of_limit"].idxmin()]
-    return {"op": row["op"], "of_limit": float(row["of_limit"]), "bound": row["bound"],
-            "share": float(row["time_ns"] / total), "gflop_per_s": float(row["gflop_per_s"]),
-            "gb_per_s": float(row["gb_per_s"])}  # fmt: skip
+    return {
+        "op": row["op"],
+        "of_limit": float(row["of_limit"]),
+        "bound": row["bound"],
+        "share": float(row["time_ns"] / total),
+        "gflop_per_s": float(row["gflop_per_s"]),
+        "gb_per_s": float(row["gb_per_s"]),
+    }
 
 
 def limit_findings(roofline: RooflineSummary) -> list[str]:
@@ -440,23 +468,36 @@ def limit_findings(roofline: RooflineSummary) -> list[str]:
     said = []
     step = roofline.get("decode_step")
     if step:
-        kernel = (f"; the {step['weight_type']} matrix-vector kernel alone reads at most "
-                  f"{step['kernel_gb_per_s']:,.1f} GB/s here" if step.get("kernel_gb_per_s") else "")  # fmt: skip
-        said.append(f"Decode runs at {step['of_limit']:.0%} of this machine's read bandwidth: "
-                    f"{step['gb_per_s']:,.1f} of {step['bandwidth_gb_per_s']:,.1f} GB/s"
-                    f"{_at(step['threads'])}{kernel}.")  # fmt: skip
+        kernel = (
+            f"; the {step['weight_type']} matrix-vector kernel alone reads at most "
+            f"{step['kernel_gb_per_s']:,.1f} GB/s here"
+            if step.get("kernel_gb_per_s")
+            else ""
+        )
+        said.append(
+            f"Decode runs at {step['of_limit']:.0%} of this machine's read bandwidth: "
+            f"{step['gb_per_s']:,.1f} of {step['bandwidth_gb_per_s']:,.1f} GB/s"
+            f"{_at(step['threads'])}{kernel}."
+        )
     prompt = roofline.get("prompt")
     if prompt:
-        said.append(f"Prompt processing runs at {prompt['of_limit']:.0%} of the {prompt['peak_type']} matrix "
-                    f"product's peak: {prompt['gflop_per_s']:,.1f} of {prompt['peak_gflop_per_s']:,.1f} GFLOP/s"
-                    f"{_at(prompt['threads'])}.")  # fmt: skip
+        said.append(
+            f"Prompt processing runs at {prompt['of_limit']:.0%} of the {prompt['peak_type']} matrix "
+            f"product's peak: {prompt['gflop_per_s']:,.1f} of {prompt['peak_gflop_per_s']:,.1f} GFLOP/s"
+            f"{_at(prompt['threads'])}."
+        )
     furthest = roofline.get("furthest")
     if furthest:
-        achieved = (f"{furthest['gflop_per_s']:,.1f} GFLOP/s" if furthest["bound"] == "compute"
-                    else f"{furthest['gb_per_s']:,.1f} GB/s")  # fmt: skip
+        achieved = (
+            f"{furthest['gflop_per_s']:,.1f} GFLOP/s"
+            if furthest["bound"] == "compute"
+            else f"{furthest['gb_per_s']:,.1f} GB/s"
+        )
         limit = "peak" if furthest["bound"] == "compute" else "read bandwidth"
-        said.append(f"{furthest['op']} is {furthest['bound']}-bound at {furthest['of_limit']:.0%} of {limit} "
-                    f"({achieved}, {furthest['share']:.0%} of node time): the op furthest from its limit.")  # fmt: skip
+        said.append(
+            f"{furthest['op']} is {furthest['bound']}-bound at {furthest['of_limit']:.0%} of {limit} "
+            f"({achieved}, {furthest['share']:.0%} of node time): the op furthest from its limit."
+        )
     return said + _threads_caveat(limits)
 
 
@@ -467,13 +508,16 @@ def _threads_caveat(limits: RooflineLimits) -> list[str]:
     if not judged:
         return []
     if not used:
-        return [f"The run does not say how many threads computed it: it is judged{_at(max(judged))}, "
-                "the most measured."]  # fmt: skip
+        return [
+            f"The run does not say how many threads computed it: it is judged{_at(max(judged))}, the most measured."
+        ]
     missing = sorted(used - set(judged))
     if missing:
         counts = ", ".join(str(n) for n in missing)
-        return [f"The run computed with {counts} threads, judged at the nearest measured below "
-                f"({', '.join(str(n) for n in judged)}): `ggml-viz limits --for RUN` measures {counts}."]  # fmt: skip
+        return [
+            f"The run computed with {counts} threads, judged at the nearest measured below "
+            f"({', '.join(str(n) for n in judged)}): `ggml-viz limits --for RUN` measures {counts}."
+        ]
     return []
 
 
@@ -491,6 +535,13 @@ def graph_floors(run: Run, floors: pd.DataFrame) -> pd.DataFrame:
     keys = pd.MultiIndex.from_frame(graphs[["phase", "structure_id"]])
     duration = (graphs["end_ns"] - graphs["start_ns"]).astype("float64")
     floor = per_event.reindex(keys).to_numpy()
-    return pd.DataFrame({"graph_id": graphs["graph_id"], "phase": graphs["phase"], "n_tokens": graphs["n_tokens"],
-                         "duration_ns": duration, "floor_ns": floor,
-                         "of_limit": np.where(duration > 0, floor / duration.where(duration > 0), np.nan)})  # fmt: skip
+    return pd.DataFrame(
+        {
+            "graph_id": graphs["graph_id"],
+            "phase": graphs["phase"],
+            "n_tokens": graphs["n_tokens"],
+            "duration_ns": duration,
+            "floor_ns": floor,
+            "of_limit": np.where(duration > 0, floor / duration.where(duration > 0), np.nan),
+        }
+    )

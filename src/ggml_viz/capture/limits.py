@@ -154,8 +154,9 @@ def cpu_memory_read(threads: int, size_mib: int, repeats: int, say: ProgressFn) 
         del words  # (the mapping closes only once no array holds it)
     seconds = max(min(passes[1:]), 1) / 1e9
     note = f"ggml-viz's read kernel: {threads} thread{plural} summing 64-bit words"
-    return Measurement("CPU", threads, "memory_read", None, size / seconds / 1e9, None, size, 0.0, seconds, repeats,
-                       note)  # fmt: skip
+    return Measurement(
+        "CPU", threads, "memory_read", None, size / seconds / 1e9, None, size, 0.0, seconds, repeats, note
+    )
 
 
 def type_ids(wanted: list[str] | tuple[str, ...]) -> dict[str, int]:
@@ -213,8 +214,16 @@ def _thread_setter(backend: int) -> Callable[[int, int], None]:
 class _Bench:
     """Graphs of one op on one backend, timed."""
 
-    def __init__(self, backend: int, device: str, threads: int | None, repeats: int, nodes: int, say: ProgressFn,
-                 types: list[str]):  # fmt: skip
+    def __init__(
+        self,
+        backend: int,
+        device: str,
+        threads: int | None,
+        repeats: int,
+        nodes: int,
+        say: ProgressFn,
+        types: list[str],
+    ):
         self.backend, self.device, self.threads = backend, device, threads
         self.repeats, self.nodes, self.say = repeats, nodes, say
         self.lib = ggml_api.libggml()
@@ -236,9 +245,13 @@ class _Bench:
         """A node's cost beyond its work: NODE_CHAIN additions of 64 floats, each on the last."""
         lib = self.lib
         self.say(f"{self.device}{self._at()}: a chain of {NODE_CHAIN:,} nodes")
-        ctx = lib.ggml_init(ggml_api._InitParams(
-            mem_size=(NODE_CHAIN + 4) * lib.ggml_tensor_overhead() + lib.ggml_graph_overhead(),
-            mem_buffer=None, no_alloc=True))  # fmt: skip
+        ctx = lib.ggml_init(
+            ggml_api._InitParams(
+                mem_size=(NODE_CHAIN + 4) * lib.ggml_tensor_overhead() + lib.ggml_graph_overhead(),
+                mem_buffer=None,
+                no_alloc=True,
+            )
+        )
         if not ctx:
             raise CaptureError("ggml_init failed")
         buffer = 0
@@ -263,17 +276,22 @@ class _Bench:
             lib.ggml_free(ctx)
         per_node = best / 1e9 / NODE_CHAIN
         note = f"{per_node * 1e6:.2f} µs a node: a chain of {NODE_CHAIN:,} additions of 64 floats"
-        return Measurement(self.device, self.threads, "node_step", None, None, None, 0, 0.0, per_node, self.repeats,
-                           note=note)  # fmt: skip
+        return Measurement(
+            self.device, self.threads, "node_step", None, None, None, 0, 0.0, per_node, self.repeats, note=note
+        )
 
     def _product(self, what: str, type_name: str, rows: int, columns: int, weights_at: int = 0) -> Measurement:
         """`what`: the weights [ROW, rows] of `type_name` by `columns` F32 columns, `self.nodes`
         times in one graph (over the same weights); weights_at: a mapped file to read them from."""
         lib, kind = self.lib, self.ids[type_name]
         self.say(f"{self.device}{self._at()}: {what} {type_name}, {rows:,}x{ROW:,} by {columns:,}")
-        ctx = lib.ggml_init(ggml_api._InitParams(
-            mem_size=(4 + 2 * self.nodes) * lib.ggml_tensor_overhead() + lib.ggml_graph_overhead(),
-            mem_buffer=None, no_alloc=True))  # fmt: skip
+        ctx = lib.ggml_init(
+            ggml_api._InitParams(
+                mem_size=(4 + 2 * self.nodes) * lib.ggml_tensor_overhead() + lib.ggml_graph_overhead(),
+                mem_buffer=None,
+                no_alloc=True,
+            )
+        )
         if not ctx:
             raise CaptureError("ggml_init failed")
         buffers: list[int] = []
@@ -332,17 +350,29 @@ class _Bench:
         best = self._best_ns(graph)
         return self._measurement(best, self.repeats, what, type_name, weight_bytes, rows, columns)
 
-    def _timed_once(self, graph: int, what: str, type_name: str, weight_bytes: int, rows: int,
-                    columns: int) -> Measurement:  # fmt: skip
+    def _timed_once(
+        self, graph: int, what: str, type_name: str, weight_bytes: int, rows: int, columns: int
+    ) -> Measurement:
         return self._measurement(self._compute(graph), 1, what, type_name, weight_bytes, rows, columns)
 
-    def _measurement(self, best_ns: int, repeats: int, what: str, type_name: str, weight_bytes: int, rows: int,
-                     columns: int) -> Measurement:  # fmt: skip
+    def _measurement(
+        self, best_ns: int, repeats: int, what: str, type_name: str, weight_bytes: int, rows: int, columns: int
+    ) -> Measurement:
         seconds = max(best_ns, 1) / 1e9
         moved = self.nodes * (weight_bytes + 4 * ROW * columns + 4 * rows * columns)
         flops = 2.0 * ROW * rows * columns * self.nodes
-        return Measurement(self.device, self.threads, what, type_name, moved / seconds / 1e9, flops / seconds / 1e9,
-                           moved, flops, seconds, repeats)  # fmt: skip
+        return Measurement(
+            self.device,
+            self.threads,
+            what,
+            type_name,
+            moved / seconds / 1e9,
+            flops / seconds / 1e9,
+            moved,
+            flops,
+            seconds,
+            repeats,
+        )
 
     def file_reads(self, size_mib: int, file_dir: Path | None) -> list[Measurement]:
         """The F32 product over a mapped file: from the page cache, then from the disk."""

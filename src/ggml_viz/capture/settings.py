@@ -450,10 +450,11 @@ def environment_from_options(options: Mapping[str, Any]) -> dict[str, str]:
 def keyword_parameters() -> list[inspect.Parameter]:
     """The settings as keyword-only parameters (for ggml_viz.record's signature)."""
     return [
-        inspect.Parameter(setting.key, inspect.Parameter.KEYWORD_ONLY, default=setting.default,
-                          annotation=setting.annotation)
+        inspect.Parameter(
+            setting.key, inspect.Parameter.KEYWORD_ONLY, default=setting.default, annotation=setting.annotation
+        )
         for setting in CAPTURE_SETTINGS
-    ]  # fmt: skip
+    ]
 
 
 def settings_docstring(indent: str = "    ") -> str:

@@ -43,8 +43,9 @@ class AdviseCommand(Command):
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("run", help="a run (NAME.ggmlviz), or a joined distributed run that used two devices")
-        parser.add_argument("--memory", type=memory_budget, default={},
-                            help="bytes each device may hold: CUDA0=8GiB,CPU=24GiB")  # fmt: skip
+        parser.add_argument(
+            "--memory", type=memory_budget, default={}, help="bytes each device may hold: CUDA0=8GiB,CPU=24GiB"
+        )
         parser.add_argument("--goal", choices=("decode", "prompt"), default="decode", help="the rate to rank by")
         parser.add_argument("--top", type=int, default=5, help="placements to print")
         add_prediction_options(parser)
@@ -62,13 +63,19 @@ class AdviseCommand(Command):
         advice = advise(model, budget, args.ctx, args.prompt_tokens, args.goal, args.top)
         finding = advice_finding(model, advice, least_gain=1.0)
         if args.json:
-            print(json.dumps({**advice, "recorded_flags": model.flags(model.recorded),
-                              "finding": finding, "left_out": LEFT_OUT}, indent=2, default=str))  # fmt: skip
+            print(
+                json.dumps(
+                    {**advice, "recorded_flags": model.flags(model.recorded), "finding": finding, "left_out": LEFT_OUT},
+                    indent=2,
+                    default=str,
+                )
+            )
             return 0
         fits = f"{advice['placements'] - advice['not_fitting']} of {advice['placements']} placements fit"
         limits = ", ".join(f"{d} {v / 2**30:,.2f} GiB" for d, v in budget.items())
-        print_predictions(model, [advice["recorded"], *advice["best"]],
-                          f"the fastest {args.goal} ({fits} {limits or 'any memory'})")  # fmt: skip
+        print_predictions(
+            model, [advice["recorded"], *advice["best"]], f"the fastest {args.goal} ({fits} {limits or 'any memory'})"
+        )
         print_check(advice["check"], model)
         if finding:
             print(finding)

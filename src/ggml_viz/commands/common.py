@@ -84,9 +84,11 @@ def add_view_arguments(parser: argparse.ArgumentParser, browser: bool = True) ->
 
 def add_config_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--config", metavar="FILE", default=None,
+        "--config",
+        metavar="FILE",
+        default=None,
         help="settings file (default: ggml-viz.toml, or pyproject.toml's [tool.ggml-viz], in this folder or above)",
-    )  # fmt: skip
+    )
 
 
 def command_line_settings(args: argparse.Namespace) -> dict[str, Any]:

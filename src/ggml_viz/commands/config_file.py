@@ -32,7 +32,7 @@ from ..capture.settings import (
     Setting,
     environment_from_options,
     settings_from_options,
-)  # fmt: skip
+)
 from ..ui.defaults import DEFAULT_HOST, DEFAULT_PORT
 
 CONFIG_FILE = "ggml-viz.toml"
@@ -366,8 +366,9 @@ def _default(key: str) -> Any:
     return None
 
 
-def load_configuration(cli: Mapping[str, Any], config: str | None, env: Mapping[str, str] | None = None,
-                       start: Path | None = None) -> Configuration:  # fmt: skip
+def load_configuration(
+    cli: Mapping[str, Any], config: str | None, env: Mapping[str, str] | None = None, start: Path | None = None
+) -> Configuration:
     """The effective settings of a command: `config` is --config's file, else one is looked for from `start`."""
     path = Path(config) if config else find_config_file(start)
     return resolve(cli, os.environ if env is None else env, load_config_file(path) if path else None)

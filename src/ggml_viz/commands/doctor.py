@@ -73,15 +73,34 @@ class DoctorCommand(Command):
         lines.append(llama_cpp_python_line(needed=program_path is None or _is_python(program_path)))
         if program_path is not None:
             lines.extend(program_lines(program_path))
-        lines.extend([gpu_line(), cupti_line(), vulkan_line(), chromium_line(find_chromium()), dot_line(),
-                      limits_line(), settings_line(args)])  # fmt: skip
+        lines.extend(
+            [
+                gpu_line(),
+                cupti_line(),
+                vulkan_line(),
+                chromium_line(find_chromium()),
+                dot_line(),
+                limits_line(),
+                settings_line(args),
+            ]
+        )
         failed = any(line.failed for line in lines)
         if args.json:
-            print(json.dumps({"version": __version__, "program": str(program_path) if program_path else None,
-                              "ok": not failed, "checks": [asdict(line) for line in lines]}, indent=2))  # fmt: skip
+            print(
+                json.dumps(
+                    {
+                        "version": __version__,
+                        "program": str(program_path) if program_path else None,
+                        "ok": not failed,
+                        "checks": [asdict(line) for line in lines],
+                    },
+                    indent=2,
+                )
+            )
         else:
-            print(f"ggml-viz {__version__}, Python {platform.python_version()}, {platform.system()} "
-                  f"{platform.machine()}")  # fmt: skip
+            print(
+                f"ggml-viz {__version__}, Python {platform.python_version()}, {platform.system()} {platform.machine()}"
+            )
             width = max(len(line.topic) for line in lines)
             for line in lines:
                 print(f"  {line.state:<4}  {line.topic:<{width}}  {line.text}")
@@ -109,17 +128,24 @@ def extension_line() -> Line:
 
     if extension is not None:
         return Line("C extension", OK, f"loaded ({Path(str(extension.__file__)).name})")
-    return Line("C extension", NOTE, f"not loaded ({IMPORT_ERROR}): ggml-viz records with its slower Python "
-                "recorder; reinstall ggml-viz with a C compiler (pip install --force-reinstall --no-binary "
-                "ggml-viz ggml-viz)")  # fmt: skip
+    return Line(
+        "C extension",
+        NOTE,
+        f"not loaded ({IMPORT_ERROR}): ggml-viz records with its slower Python "
+        "recorder; reinstall ggml-viz with a C compiler (pip install --force-reinstall --no-binary "
+        "ggml-viz ggml-viz)",
+    )
 
 
 def preload_line(needed: bool) -> Line:
     from ..capture.preload.library import PRELOAD_LIBRARY
 
     if not PRELOAD_LIBRARY.exists():
-        return Line("preload library", FIX if needed else NOTE, f"missing ({PRELOAD_LIBRARY}): native programs "
-                    "cannot be recorded; reinstall ggml-viz with a C compiler")  # fmt: skip
+        return Line(
+            "preload library",
+            FIX if needed else NOTE,
+            f"missing ({PRELOAD_LIBRARY}): native programs cannot be recorded; reinstall ggml-viz with a C compiler",
+        )
     try:
         ctypes.CDLL(str(PRELOAD_LIBRARY), mode=os.RTLD_LAZY | os.RTLD_LOCAL)  # type: ignore[attr-defined]
     except OSError as error:
@@ -147,10 +173,13 @@ def llama_cpp_python_line(needed: bool) -> Line:
         ggml = ggml_api.ggml_description()
         ggml_api.check_tensor_layout()
     except (GgmlVizError, OSError, AttributeError) as error:
-        return Line(topic, state, f"{version}, but ggml-viz cannot read its ggml: {error}",
-                    {"version": version})  # fmt: skip
-    return Line(topic, OK, f"{version}, on {ggml}: read by ggml-viz",
-                {"version": version, "ggml_version": info["version"], "ggml_commit": info["commit"]})  # fmt: skip
+        return Line(topic, state, f"{version}, but ggml-viz cannot read its ggml: {error}", {"version": version})
+    return Line(
+        topic,
+        OK,
+        f"{version}, on {ggml}: read by ggml-viz",
+        {"version": version, "ggml_version": info["version"], "ggml_commit": info["commit"]},
+    )
 
 
 def ggml_libraries(program: Path) -> dict[str, str | None]:
@@ -204,20 +233,44 @@ def program_lines(program: Path) -> list[Line]:
     topic = f"program {program.name}"
     kind = program_kind(str(program))
     if kind is ProgramKind.PYTHON:
-        return [Line(topic, OK, f"a Python program ({program}): llama-cpp-python is recorded by its start-up hook, "
-                     "other ggml bindings by the preload library")]  # fmt: skip
+        return [
+            Line(
+                topic,
+                OK,
+                f"a Python program ({program}): llama-cpp-python is recorded by its start-up hook, "
+                "other ggml bindings by the preload library",
+            )
+        ]
     if kind is ProgramKind.UNKNOWN:
-        return [Line(topic, NOTE, f"a script or wrapper ({program}): `ggml-viz run` preloads into it; the ggml of "
-                     "the programs it starts is checked as they start")]  # fmt: skip
+        return [
+            Line(
+                topic,
+                NOTE,
+                f"a script or wrapper ({program}): `ggml-viz run` preloads into it; the ggml of "
+                "the programs it starts is checked as they start",
+            )
+        ]
     libraries = ggml_libraries(program)
     missing = sorted(name for name, path in libraries.items() if path is None)
     if missing:
-        return [Line(topic, FIX, f"its loader does not find {', '.join(missing)}: set LD_LIBRARY_PATH to their "
-                     "folder, or run it where it was built")]  # fmt: skip
+        return [
+            Line(
+                topic,
+                FIX,
+                f"its loader does not find {', '.join(missing)}: set LD_LIBRARY_PATH to their "
+                "folder, or run it where it was built",
+            )
+        ]
     if kind is ProgramKind.STATIC or not libraries:
-        return [Line(topic, FIX, f"{program} loads no ggml shared library (not a ggml program, or ggml linked in "
-                     "statically): ggml-viz records ggml through its shared libraries; build it with "
-                     "-DBUILD_SHARED_LIBS=ON")]  # fmt: skip
+        return [
+            Line(
+                topic,
+                FIX,
+                f"{program} loads no ggml shared library (not a ggml program, or ggml linked in "
+                "statically): ggml-viz records ggml through its shared libraries; build it with "
+                "-DBUILD_SHARED_LIBS=ON",
+            )
+        ]
     base = next((path for name, path in sorted(libraries.items()) if name.startswith("libggml-base")), None)
     base = base or next((path for name, path in sorted(libraries.items()) if name.startswith("libggml.")), None)
     found = ", ".join(sorted(libraries))
@@ -234,10 +287,20 @@ def ggml_read_line(base: str) -> Line:
     if answer.get("problem") is None:
         return Line("its ggml", OK, f"{what} ({base}): read by ggml-viz", facts)
     if answer.get("overhead") in _OLDER_LAYOUT_SIZES:
-        return Line("its ggml", OK, f"{what} ({base}): not the current tensor layout; the preload library reads "
-                    "it if it is one of 2024's (it says so as the program starts)", facts)  # fmt: skip
-    return Line("its ggml", FIX, f"{what} ({base}): not read by ggml-viz ({answer['problem']}); update ggml-viz, "
-                "or build the program on a newer ggml", facts)  # fmt: skip
+        return Line(
+            "its ggml",
+            OK,
+            f"{what} ({base}): not the current tensor layout; the preload library reads "
+            "it if it is one of 2024's (it says so as the program starts)",
+            facts,
+        )
+    return Line(
+        "its ggml",
+        FIX,
+        f"{what} ({base}): not read by ggml-viz ({answer['problem']}); update ggml-viz, "
+        "or build the program on a newer ggml",
+        facts,
+    )
 
 
 def gpu_line() -> Line:
@@ -252,8 +315,11 @@ def gpu_line() -> Line:
             pass
     if names or gpus:
         return Line("NVIDIA GPU", OK, "; ".join(names) or f"{len(gpus)} GPU(s)", {"gpus": names or gpus})
-    return Line("NVIDIA GPU", NOTE, "none found (no NVIDIA driver): GPU times on CUDA need one (on Vulkan, any "
-                "Vulkan device: see the Vulkan line)")  # fmt: skip
+    return Line(
+        "NVIDIA GPU",
+        NOTE,
+        "none found (no NVIDIA driver): GPU times on CUDA need one (on Vulkan, any Vulkan device: see the Vulkan line)",
+    )
 
 
 def cupti_candidates() -> list[str]:
@@ -277,8 +343,12 @@ def cupti_line() -> Line:
         version = re.search(r"\.so\.(.+)$", os.path.realpath(candidate) if os.path.isabs(candidate) else candidate)
         said = candidate + (f" (version {version[1]})" if version else "")
         return Line("CUPTI", OK, said, {"path": candidate, "version": version[1] if version else None})
-    return Line("CUPTI", NOTE, "no libcupti found: GPU node times need it (pip install nvidia-cuda-cupti, or the "
-                "CUDA toolkit's; or name one with GGML_VIZ_CUPTI=PATH)")  # fmt: skip
+    return Line(
+        "CUPTI",
+        NOTE,
+        "no libcupti found: GPU node times need it (pip install nvidia-cuda-cupti, or the "
+        "CUDA toolkit's; or name one with GGML_VIZ_CUPTI=PATH)",
+    )
 
 
 def vulkan_line() -> Line:
@@ -288,16 +358,25 @@ def vulkan_line() -> Line:
     loader = ctypes.util.find_library("vulkan")
     facts = {"loader": loader, "layer": str(LAYER_LIBRARY) if layer_available() else None}
     if not layer_available() and headers_on_this_machine():
-        return Line("Vulkan", NOTE, "this ggml-viz was built before Vulkan's headers were installed, and has no "
-                    "Vulkan layer: install ggml-viz again (pip install --force-reinstall --no-deps ggml-viz, or "
-                    "from its checkout) to time a Vulkan program's GPU nodes", facts)  # fmt: skip
+        return Line(
+            "Vulkan",
+            NOTE,
+            "this ggml-viz was built before Vulkan's headers were installed, and has no "
+            "Vulkan layer: install ggml-viz again (pip install --force-reinstall --no-deps ggml-viz, or "
+            "from its checkout) to time a Vulkan program's GPU nodes",
+            facts,
+        )
     if not layer_available():
-        return Line("Vulkan", NOTE, "this ggml-viz was built without Vulkan's headers (Debian's libvulkan-dev): a "
-                    "Vulkan program's graphs are recorded, its GPU node times not", facts)  # fmt: skip
+        return Line(
+            "Vulkan",
+            NOTE,
+            "this ggml-viz was built without Vulkan's headers (Debian's libvulkan-dev): a "
+            "Vulkan program's graphs are recorded, its GPU node times not",
+            facts,
+        )
     if not loader:
         return Line("Vulkan", NOTE, "no Vulkan loader installed (libvulkan): no Vulkan program to time", facts)
-    return Line("Vulkan", OK, f"GPU node times through ggml-viz's layer ({LAYER_LIBRARY.name}; loader {loader})",
-                facts)  # fmt: skip
+    return Line("Vulkan", OK, f"GPU node times through ggml-viz's layer ({LAYER_LIBRARY.name}; loader {loader})", facts)
 
 
 def find_chromium() -> str | None:
@@ -311,16 +390,21 @@ def find_chromium() -> str | None:
 def chromium_line(path: str | None) -> Line:
     if path:
         return Line("Chromium", OK, path, {"path": path})
-    return Line("Chromium", NOTE, "not found: the viewer's browser tests need it (apt-get install chromium); "
-                "`ggml-viz view` opens your own browser")  # fmt: skip
+    return Line(
+        "Chromium",
+        NOTE,
+        "not found: the viewer's browser tests need it (apt-get install chromium); "
+        "`ggml-viz view` opens your own browser",
+    )
 
 
 def dot_line() -> Line:
     found = shutil.which("dot")
     if found:
         return Line("Graphviz", OK, found, {"path": found})
-    return Line("Graphviz", NOTE, "no `dot`: graph pictures (export --format svg/png) need it "
-                "(apt-get install graphviz)")  # fmt: skip
+    return Line(
+        "Graphviz", NOTE, "no `dot`: graph pictures (export --format svg/png) need it (apt-get install graphviz)"
+    )
 
 
 def limits_line() -> Line:

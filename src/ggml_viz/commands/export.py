@@ -40,8 +40,12 @@ class ExportCommand(Command):
         parser.add_argument("-f", "--format", help="format name (default: from the output's ending)")
         parser.add_argument("--graph", type=int, help="graph pictures: the graph to draw (default: the first decode)")
         parser.add_argument("--layer", type=int, help="graph pictures: draw this layer's nodes (default: layers)")
-        parser.add_argument("--tensors", action="append", metavar="GLOB",
-                            help="npz, safetensors: which captured tensors (repeatable; default: all)")  # fmt: skip
+        parser.add_argument(
+            "--tensors",
+            action="append",
+            metavar="GLOB",
+            help="npz, safetensors: which captured tensors (repeatable; default: all)",
+        )
         parser.add_argument(
             "--graphs",
             metavar="FIRST-LAST",
@@ -52,7 +56,7 @@ class ExportCommand(Command):
             metavar="FROM-TO",
             help="the same: only graphs meeting this window (ms after the run's start)",
         )
-        parser.add_argument("--list", action="store_true", help="list the formats and exit")  # fmt: skip
+        parser.add_argument("--list", action="store_true", help="list the formats and exit")
 
     def run(self, args: argparse.Namespace) -> int:
         from rich.console import Console
@@ -104,8 +108,10 @@ def _export(exporter: Exporter, run: Run, output: Path, options: ExportOptions) 
     origin = exporter_plugins().origin_of(exporter)
     missing = exporter.missing()
     if missing:
-        raise CommandError(f"the {exporter.name} export needs {', '.join(missing)}, which is not installed: "
-                           "pip install 'ggml-viz[export]'")  # fmt: skip
+        raise CommandError(
+            f"the {exporter.name} export needs {', '.join(missing)}, which is not installed: "
+            "pip install 'ggml-viz[export]'"
+        )
     if origin is None:
         return exporter.export(run, output, options)
     try:

@@ -33,23 +33,44 @@ class LimitsCommand(Command):
     name = "limits"
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--for", dest="runs", nargs="+", default=[], metavar="RUN",
-                            help="runs recorded on this machine: measure what they used, keep the limits in "
-                                 "them")  # fmt: skip
-        parser.add_argument("--threads", type=int, nargs="+", metavar="N",
-                            help="CPU thread counts (default: 1 and every core, and the runs')")  # fmt: skip
-        parser.add_argument("--types", nargs="+", metavar="TYPE",
-                            help="weight types (default: F32 F16 Q8_0 Q4_0 Q4_K Q6_K, and the runs')")  # fmt: skip
+        parser.add_argument(
+            "--for",
+            dest="runs",
+            nargs="+",
+            default=[],
+            metavar="RUN",
+            help="runs recorded on this machine: measure what they used, keep the limits in them",
+        )
+        parser.add_argument(
+            "--threads",
+            type=int,
+            nargs="+",
+            metavar="N",
+            help="CPU thread counts (default: 1 and every core, and the runs')",
+        )
+        parser.add_argument(
+            "--types",
+            nargs="+",
+            metavar="TYPE",
+            help="weight types (default: F32 F16 Q8_0 Q4_0 Q4_K Q6_K, and the runs')",
+        )
         parser.add_argument("--again", action="store_true", help="measure even where this machine's limits are kept")
-        parser.add_argument("--size-mib", type=int, default=512,
-                            help="the matrix read to measure bandwidth, MiB (default 512: far above the "
-                                 "caches)")  # fmt: skip
+        parser.add_argument(
+            "--size-mib",
+            type=int,
+            default=512,
+            help="the matrix read to measure bandwidth, MiB (default 512: far above the caches)",
+        )
         parser.add_argument("--repeats", type=int, default=5, help="runs of each measurement; the best counts")
         parser.add_argument("--file-dir", type=Path, help="where the file read from disk is written (default: /tmp)")
         parser.add_argument("--no-gpu", action="store_true", help="measure the CPU only")
-        parser.add_argument("--ggml", type=Path, metavar="DIR",
-                            help="measure with the ggml libraries in DIR (a llama.cpp build's libggml-base.so, "
-                                 "libggml.so, ...) rather than llama-cpp-python's")  # fmt: skip
+        parser.add_argument(
+            "--ggml",
+            type=Path,
+            metavar="DIR",
+            help="measure with the ggml libraries in DIR (a llama.cpp build's libggml-base.so, "
+            "libggml.so, ...) rather than llama-cpp-python's",
+        )
         parser.add_argument("--json", action="store_true", help="print the limits as one JSON object")
 
     def run(self, args: argparse.Namespace) -> int:
@@ -88,9 +109,11 @@ def _open_here(path: str) -> Any:
     machine = recorded_on(run.manifest)
     here = this_machine()
     if not same_machine(machine, here):
-        raise CommandError(f"{path} was recorded on {machine.get('host')} ({machine.get('cpu_model')}, "
-                           f"{machine.get('cpu_cores')} cores), not on this machine, {here['host']} "
-                           f"({here['cpu_model']}, {here['cpu_cores']} cores): measure its limits there")  # fmt: skip
+        raise CommandError(
+            f"{path} was recorded on {machine.get('host')} ({machine.get('cpu_model')}, "
+            f"{machine.get('cpu_cores')} cores), not on this machine, {here['host']} "
+            f"({here['cpu_model']}, {here['cpu_cores']} cores): measure its limits there"
+        )
     return run
 
 
@@ -110,15 +133,19 @@ def _wanted(args: argparse.Namespace, runs: list[Any]) -> tuple[list[int], list[
 
 def _covers(limits: dict[str, Any], threads: list[int], types: list[str]) -> bool:
     """Whether kept limits hold a bandwidth, a node's step and a peak for every thread count and type asked."""
-    have = {(row.get("what"), row.get("threads"), (row.get("type") or "").upper())
-            for row in limits["measurements"] if row.get("device") == "CPU"}  # fmt: skip
+    have = {
+        (row.get("what"), row.get("threads"), (row.get("type") or "").upper())
+        for row in limits["measurements"]
+        if row.get("device") == "CPU"
+    }
     read = {count for what, count, _ in have if what == "memory_read"}
     stepped = {count for what, count, _ in have if what == "node_step"}  # (limits kept before it was measured lack it)
     return all(n in read and n in stepped and all(("matmul", n, kind) in have for kind in types) for n in threads)
 
 
-def _measure(args: argparse.Namespace, threads: list[int], types: list[str],
-             kept: dict[str, Any] | None) -> dict[str, Any]:  # fmt: skip
+def _measure(
+    args: argparse.Namespace, threads: list[int], types: list[str], kept: dict[str, Any] | None
+) -> dict[str, Any]:
     """Measure what is asked, and what the kept limits held besides (one consistent set, all
     measured now: a machine's limits change with its load, its kernel, its ggml)."""
     from rich.console import Console
@@ -131,8 +158,15 @@ def _measure(args: argparse.Namespace, threads: list[int], types: list[str],
         types = sorted(set(types) | {row["type"].upper() for row in rows if row.get("what") == "matmul"})
     console = Console(stderr=True)
     with console.status("measuring") as status:
-        return measure(threads, types, size_mib=args.size_mib, repeats=args.repeats, file_dir=args.file_dir,
-                       gpus=not args.no_gpu, progress=lambda what: status.update(f"measuring {what}"))  # fmt: skip
+        return measure(
+            threads,
+            types,
+            size_mib=args.size_mib,
+            repeats=args.repeats,
+            file_dir=args.file_dir,
+            gpus=not args.no_gpu,
+            progress=lambda what: status.update(f"measuring {what}"),
+        )
 
 
 def _keep_in_run(run: Any, limits: dict[str, Any]) -> None:
@@ -150,25 +184,51 @@ def _show(limits: dict[str, Any], runs: list[str]) -> None:
     console = Console()
     machine = limits.get("machine") or {}
     ggml = limits.get("ggml") or {}
-    console.print(f"[bold]{machine.get('host')}[/]: {machine.get('cpu_model')}, {machine.get('cpu_cores')} cores, "
-                  f"{(machine.get('memory_bytes') or 0) / 2**30:,.1f} GiB; measured {limits.get('measured')} with "
-                  f"ggml {ggml.get('version') or '?'}")  # fmt: skip
-    table = Table("device", "threads", "measured", "type", "GB/s", "GFLOP/s", "note", title_justify="left",
-                  title="limits (the best of each measurement's runs)")  # fmt: skip
-    words = {"memory_read": "memory read", "matvec": "matrix × vector", "matmul": "matrix × matrix",
-             "page_cache_read": "mapped file, page cache", "disk_read": "mapped file, disk",
-             "node_step": "a node's step"}  # fmt: skip
+    console.print(
+        f"[bold]{machine.get('host')}[/]: {machine.get('cpu_model')}, {machine.get('cpu_cores')} cores, "
+        f"{(machine.get('memory_bytes') or 0) / 2**30:,.1f} GiB; measured {limits.get('measured')} with "
+        f"ggml {ggml.get('version') or '?'}"
+    )
+    table = Table(
+        "device",
+        "threads",
+        "measured",
+        "type",
+        "GB/s",
+        "GFLOP/s",
+        "note",
+        title_justify="left",
+        title="limits (the best of each measurement's runs)",
+    )
+    words = {
+        "memory_read": "memory read",
+        "matvec": "matrix × vector",
+        "matmul": "matrix × matrix",
+        "page_cache_read": "mapped file, page cache",
+        "disk_read": "mapped file, disk",
+        "node_step": "a node's step",
+    }
     for row in limits["measurements"]:
-        table.add_row(row["device"], str(row["threads"] or "—"), words.get(row["what"], row["what"]),
-                      row.get("type") or "—", _number(row.get("gb_per_s")), _number(row.get("gflop_per_s")),
-                      (row.get("note") or "").lstrip("; "))  # fmt: skip
+        table.add_row(
+            row["device"],
+            str(row["threads"] or "—"),
+            words.get(row["what"], row["what"]),
+            row.get("type") or "—",
+            _number(row.get("gb_per_s")),
+            _number(row.get("gflop_per_s")),
+            (row.get("note") or "").lstrip("; "),
+        )
     console.print(table)
     from ..analysis.roofline import Limits
 
     doubts = Limits.from_json(limits, "the limits").slower_with_more_threads()
     if doubts:
-        console.print(f"slower at more threads ({'; '.join(doubts)}): other work had the cores? "
-                      "`ggml-viz limits --again` measures again", markup=False, highlight=False)  # fmt: skip
+        console.print(
+            f"slower at more threads ({'; '.join(doubts)}): other work had the cores? "
+            "`ggml-viz limits --again` measures again",
+            markup=False,
+            highlight=False,
+        )
     for path in runs:
         console.print(f"kept in {path}: `ggml-viz summary {path}` judges it against them")
 

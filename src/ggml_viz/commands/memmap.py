@@ -84,8 +84,21 @@ def _csv(layout: ModelLayout) -> str:
     writer.writerow(CSV_COLUMNS)
     for t in layout.tensors:
         shape = [*t.shape, 1, 1, 1][:4]
-        writer.writerow([t.name, t.type, *shape, t.n_elements, t.start, t.end, t.nbytes, t.padding_after,
-                         t.layer if t.layer >= 0 else "", t.category, f"{t.bits_per_weight:.3f}"])  # fmt: skip
+        writer.writerow(
+            [
+                t.name,
+                t.type,
+                *shape,
+                t.n_elements,
+                t.start,
+                t.end,
+                t.nbytes,
+                t.padding_after,
+                t.layer if t.layer >= 0 else "",
+                t.category,
+                f"{t.bits_per_weight:.3f}",
+            ]
+        )
     return buffer.getvalue()
 
 
@@ -119,8 +132,13 @@ def _render(layout: ModelLayout, console: Console) -> None:
         for row in (
             rows if by != "layer" else sorted(rows, key=lambda r: (r["layer"] == "none", str(r["layer"]).zfill(4)))
         ):
-            table.add_row(str(row[by]), str(row["tensors"]), format_bytes(row["bytes"]), f"{row['share']:.1%}",
-                          f"{row['bits_per_weight']:.2f}")  # fmt: skip
+            table.add_row(
+                str(row[by]),
+                str(row["tensors"]),
+                format_bytes(row["bytes"]),
+                f"{row['share']:.1%}",
+                f"{row['bits_per_weight']:.2f}",
+            )
         console.print(table)
     if layout.problems:
         console.print("[red]problems:[/]")

@@ -42,15 +42,19 @@ class NumericsCommand(Command):
             f"first non-finite output: graph {found['graph_id']}, node {found['node_index']}: "
             f"{found['name']} ({found['op']}, layer {found['layer']}) — {found['nan']:,} NaN, {found['inf']:,} Inf; "
             f"{found['non_finite_events']:,} node events in all hold some",
-            markup=False, highlight=False,
-        )  # fmt: skip
+            markup=False,
+            highlight=False,
+        )
         table = Table("slot", "source", "op", "type", "from", *STAT_COLUMNS, title="what it read")
         for source in found["sources"]:
             table.add_row(
-                str(source["slot"]), source["name"], source["op"], source["type"],
+                str(source["slot"]),
+                source["name"],
+                source["op"],
+                source["type"],
                 source.get("from") or (f"node {source['node_index']}" if "node_index" in source else source["memory"]),
                 *[_cell(source.get(column)) for column in STAT_COLUMNS],
-            )  # fmt: skip
+            )
         console.print(table)
         return 1
 

@@ -62,8 +62,13 @@ class QueryCommand(Command):
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("run", help="run directory (NAME.ggmlviz), or a folder of them (read as one dataset)")
         parser.add_argument("sql", nargs="?", help="the query")
-        parser.add_argument("-o", "--output", choices=("table", "csv", "json"), default="table",
-                            help="output: a table (default), CSV or JSON records")  # fmt: skip
+        parser.add_argument(
+            "-o",
+            "--output",
+            choices=("table", "csv", "json"),
+            default="table",
+            help="output: a table (default), CSV or JSON records",
+        )
         parser.add_argument("--tables", action="store_true", help="list the views and their columns")
 
     def run(self, args: argparse.Namespace) -> int:
@@ -138,8 +143,11 @@ def _stacked(parts: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
     if not parts:
         return pd.DataFrame({column: [] for column in columns})
     frame = pd.concat(parts, ignore_index=True)[columns]
-    nullable = [name for name, kind in frame.dtypes.items() if isinstance(kind, pd.api.extensions.ExtensionDtype)
-                and kind.kind in "iu"]  # fmt: skip
+    nullable = [
+        name
+        for name, kind in frame.dtypes.items()
+        if isinstance(kind, pd.api.extensions.ExtensionDtype) and kind.kind in "iu"
+    ]
     return frame.astype({name: "float64" for name in nullable})
 
 

@@ -17,7 +17,7 @@ from .common import (
     default_output_path,
     positive_int,
     start_viewer,
-)  # fmt: skip
+)
 from .render import print_short_summary
 
 if TYPE_CHECKING:
@@ -59,9 +59,11 @@ class RecordCommand(Command):
             help="never sample end-of-text (or any end-of-generation token): generate exactly -n tokens",
         )
         parser.add_argument(
-            "-o", "--output", default=None,
+            "-o",
+            "--output",
+            default=None,
             help="run directory to write (default: run-DATE.ggmlviz in the settings' output_dir, else here)",
-        )  # fmt: skip
+        )
         parser.add_argument("-f", "--force", action="store_true", help="replace the output run if it exists")
         parser.add_argument("--view", action="store_true", help="show the run in the web viewer while it records")
         add_config_argument(parser)
@@ -93,8 +95,12 @@ class RecordCommand(Command):
         if args.view and not args.force:
             output = unique_run_dir(output)  # the viewer follows this very directory
         try:
-            recording = InProcessRecording(output, settings=settings_from_options(config.capture_options()),
-                                           metadata=settings, overwrite=args.force)  # fmt: skip
+            recording = InProcessRecording(
+                output,
+                settings=settings_from_options(config.capture_options()),
+                metadata=settings,
+                overwrite=args.force,
+            )
         except CaptureError as error:
             raise CommandError(str(error), exit_code=1) from None
         if model.source is not None:
@@ -133,9 +139,14 @@ def _generate(model_path: Path, args: argparse.Namespace, console: Console) -> s
         raise ModelNotFoundError(f"llama.cpp could not load {model_path}: {error}") from None
     pieces: list[str] = []
     progress = Progress(
-        TextColumn("generating"), BarColumn(), MofNCompleteColumn(), TextColumn("tokens"), TimeElapsedColumn(),
-        console=console, transient=not sys.stderr.isatty(),
-    )  # fmt: skip
+        TextColumn("generating"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("tokens"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=not sys.stderr.isatty(),
+    )
     with progress:
         task = progress.add_task("generate", total=args.n_predict)
         stream: Any = llm.create_completion(

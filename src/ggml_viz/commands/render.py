@@ -57,8 +57,11 @@ def _render_requests(console: Console, summary: RunSummary, width: int = 60) -> 
     console.print(f"requests: {summary['n_requests']:,}")
     for request in summary["requests"]:
         prompt, generated = readable(request["prompt"], width), readable(request["generated"], width)
-        console.print(f"  seq {request['seq_id']} at {format_ms(request['start_ns'])}: {prompt} → {generated}",
-                      markup=False, highlight=False)  # fmt: skip
+        console.print(
+            f"  seq {request['seq_id']} at {format_ms(request['start_ns'])}: {prompt} → {generated}",
+            markup=False,
+            highlight=False,
+        )
     if summary["n_requests"] > len(summary["requests"]):
         console.print(f"  and {summary['n_requests'] - len(summary['requests']):,} more")
 
@@ -91,8 +94,12 @@ def render_summary(summary: RunSummary, console: Console | None = None, short: b
     ):  # graphs that compute different parts of a model
         table = Table("computes", "phase", "graphs", "time", title="graphs by what they compute", title_justify="left")
         for computation in computations:
-            table.add_row(computation["label"] or "(no weights)", computation["phase"], f"{computation['graphs']:,}",
-                          format_ms(computation["time_ns"]))  # fmt: skip
+            table.add_row(
+                computation["label"] or "(no weights)",
+                computation["phase"],
+                f"{computation['graphs']:,}",
+                format_ms(computation["time_ns"]),
+            )
         console.print(table)
     if summary["timed_node_events"]:
         console.print(_time_table("time by op", "op", summary["time_by_op"], bool(waits.get("seen"))))
@@ -173,8 +180,13 @@ def _render_memory(console: Console, summary: RunSummary) -> None:
         "kind", "buffers", "bytes", "peak in use", "names", title="memory by buffer kind", title_justify="left"
     )
     for kind in summary["memory_by_buffer"]:
-        memory.add_row(kind["kind"], str(kind["buffers"]), format_bytes(kind["bytes"]),
-                       format_bytes(kind["peak_bytes"]), kind["names"])  # fmt: skip
+        memory.add_row(
+            kind["kind"],
+            str(kind["buffers"]),
+            format_bytes(kind["bytes"]),
+            format_bytes(kind["peak_bytes"]),
+            kind["names"],
+        )
     console.print(memory)
     kv, reads = summary.get("kv_cache") or {}, summary.get("weight_reads") or {}
     if kv.get("layers"):
@@ -196,24 +208,44 @@ def _render_moe(console: Console, moe: MoeSummary, short: bool) -> None:
         f"{moe['experts_per_token']} per token; load imbalance (busiest / mean) median "
         f"{moe['median_max_over_mean']:.2f}, worst {moe['worst_max_over_mean']:.2f} (layer {moe['worst_layer']}); "
         f"{moe['never_used']} expert-layer pairs never chosen"
-        + (f"; the routing of {moe['graphs_routed']} of its {moe['graphs_with_experts']} graphs with experts "
-           "(read in the GPU timer's windows)" if moe["graphs_routed"] < moe["graphs_with_experts"] else "")
-    )  # fmt: skip
+        + (
+            f"; the routing of {moe['graphs_routed']} of its {moe['graphs_with_experts']} graphs with experts "
+            "(read in the GPU timer's windows)"
+            if moe["graphs_routed"] < moe["graphs_with_experts"]
+            else ""
+        )
+    )
     if short:
         return
     from rich.table import Table
 
-    table = Table("layer", "tokens", "busiest/mean", "never used", "entropy", "hottest experts (share of load)",
-                  title="expert load per MoE layer", title_justify="left")  # fmt: skip
+    table = Table(
+        "layer",
+        "tokens",
+        "busiest/mean",
+        "never used",
+        "entropy",
+        "hottest experts (share of load)",
+        title="expert load per MoE layer",
+        title_justify="left",
+    )
     for row in moe["balance"]:
         hottest = ", ".join(f"{expert} ({share:.0%})" for expert, share in row["hottest"])
-        table.add_row(str(row["layer"]), f"{row['tokens']:,}", f"{row['max_over_mean']:.2f}",
-                      f"{row['never_used']}/{row['n_expert']}", f"{row['entropy_share']:.0%}", hottest)  # fmt: skip
+        table.add_row(
+            str(row["layer"]),
+            f"{row['tokens']:,}",
+            f"{row['max_over_mean']:.2f}",
+            f"{row['never_used']}/{row['n_expert']}",
+            f"{row['entropy_share']:.0%}",
+            hottest,
+        )
     console.print(table)
     for device, size in moe["decode_expert_bytes_by_device"].items():
         share = moe["token_share_by_device"].get(device)
-        console.print(f"  experts on {device}: a decode step reads {format_bytes(size)} of them"
-                      + (f"; they computed {share:.0%} of the routed tokens" if share is not None else ""))  # fmt: skip
+        console.print(
+            f"  experts on {device}: a decode step reads {format_bytes(size)} of them"
+            + (f"; they computed {share:.0%} of the routed tokens" if share is not None else "")
+        )
 
 
 def _render_gpu(console: Console, summary: RunSummary, short: bool) -> None:
@@ -268,8 +300,13 @@ def _render_gpu(console: Console, summary: RunSummary, short: bool) -> None:
         title = "GPU time by kernel (busy, share: the run's, estimated; count, mean: the traced graphs')"
         table = Table("kernel", "count", "busy", "share", "mean", title=title, title_justify="left")
         for row in gpu["top_kernels"]:
-            table.add_row(row["function"], f"{row['count']:,}", format_ms(row["busy_ns"]), f"{row['share']:.1%}",
-                          f"{row['mean_ns'] / 1e3:,.1f} µs")  # fmt: skip
+            table.add_row(
+                row["function"],
+                f"{row['count']:,}",
+                format_ms(row["busy_ns"]),
+                f"{row['share']:.1%}",
+                f"{row['mean_ns'] / 1e3:,.1f} µs",
+            )
         console.print(table)
 
 
@@ -281,8 +318,18 @@ def _throughput_table(rows: Sequence[OpThroughput]) -> Table:
     title = "work and throughput by op (estimates, see ggml_viz.analysis.flops)"
     if judged:
         title = "work, throughput and distance to this machine's limits by op (see ggml_viz.analysis.roofline)"
-    table = Table("op", "time", "GFLOP", "GB moved", "GFLOP/s", "GB/s", "FLOP/byte",
-                  *(["bound", "of limit"] if judged else []), title=title, title_justify="left")  # fmt: skip
+    table = Table(
+        "op",
+        "time",
+        "GFLOP",
+        "GB moved",
+        "GFLOP/s",
+        "GB/s",
+        "FLOP/byte",
+        *(["bound", "of limit"] if judged else []),
+        title=title,
+        title_justify="left",
+    )
 
     def number(value: Any, digits: int = 2) -> str:
         return "—" if value is None or value != value else f"{value:,.{digits}f}"
@@ -291,13 +338,20 @@ def _throughput_table(rows: Sequence[OpThroughput]) -> Table:
         bound = "*" if row.get("upper_bound") else ""  # (on the figures its FLOPs make)
         limit = [row.get("bound") or "—", "—" if row.get("of_limit") is None else f"{row['of_limit']:.0%}"]
         table.add_row(
-            row["op"], format_ms(row["time_ns"]), number(row["flops"] / 1e9, 3) + bound, number(row["bytes"] / 1e9, 3),
-            number(row["gflop_per_s"]) + bound, number(row["gb_per_s"]), number(row["flops_per_byte"]) + bound,
+            row["op"],
+            format_ms(row["time_ns"]),
+            number(row["flops"] / 1e9, 3) + bound,
+            number(row["bytes"] / 1e9, 3),
+            number(row["gflop_per_s"]) + bound,
+            number(row["gb_per_s"]),
+            number(row["flops_per_byte"]) + bound,
             *(limit if judged else []),
-        )  # fmt: skip
+        )
     if any(row.get("upper_bound") for row in rows):
-        table.caption = ("* over every KV cell of its graph's window (its tokens' positions are not known): an "
-                         "upper bound where its mask hides cells, which ggml's kernels skip")  # fmt: skip
+        table.caption = (
+            "* over every KV cell of its graph's window (its tokens' positions are not known): an "
+            "upper bound where its mask hides cells, which ggml's kernels skip"
+        )
         table.caption_justify = "left"
     return table
 
@@ -306,28 +360,41 @@ def _print_limits(console: Console, roofline: RooflineSummary, run: str) -> None
     """Which limits the run was judged against, or how to measure them."""
     limits = roofline.get("limits")
     if not limits:
-        console.print(f"this machine's limits are not in the run: `ggml-viz limits --for {run}` measures them "
-                      "(about 20 s) and the summary then says how far each op is from them", markup=False)  # fmt: skip
+        console.print(
+            f"this machine's limits are not in the run: `ggml-viz limits --for {run}` measures them "
+            "(about 20 s) and the summary then says how far each op is from them",
+            markup=False,
+        )
         return
     where = "" if limits.get("same_machine") else " (not the machine the run was recorded on)"
     rows = [row for row in limits["measurements"] if row["device"] == "CPU" and row["threads"] in limits["judged_at"]]
-    reads = ", ".join(f"{row['gb_per_s']:,.1f} GB/s at {row['threads']} threads" for row in rows
-                      if row["what"] == "memory_read")  # fmt: skip
-    console.print(f"judged against the limits measured on {(limits.get('machine') or {}).get('host')} "
-                  f"{limits.get('measured')}{where}: memory read {reads or '—'}; a node's limit is the larger of its "
-                  "bytes at that bandwidth and its FLOPs at its weight type's matrix-product peak",
-                  markup=False)  # fmt: skip
+    reads = ", ".join(
+        f"{row['gb_per_s']:,.1f} GB/s at {row['threads']} threads" for row in rows if row["what"] == "memory_read"
+    )
+    console.print(
+        f"judged against the limits measured on {(limits.get('machine') or {}).get('host')} "
+        f"{limits.get('measured')}{where}: memory read {reads or '—'}; a node's limit is the larger of its "
+        "bytes at that bandwidth and its FLOPs at its weight type's matrix-product peak",
+        markup=False,
+    )
 
 
 def _time_table(title: str, key: str, rows: Sequence[Mapping[str, Any]], waits: bool = False) -> Table:
     """Time per key; with waits, the part of it spent waiting for the other threads."""
     from rich.table import Table
 
-    table = Table(key, "count", "time", "share", "mean", *(["of it, waiting"] if waits else []), title=title,
-                  title_justify="left")  # fmt: skip
+    table = Table(
+        key, "count", "time", "share", "mean", *(["of it, waiting"] if waits else []), title=title, title_justify="left"
+    )
     for row in rows:
-        table.add_row(str(row[key]), f"{row['count']:,}", format_ms(row["time_ns"]), f"{row['share']:.1%}",
-                      f"{row['mean_ns'] / 1e3:,.1f} µs", *([format_ms(row["wait_ns"])] if waits else []))  # fmt: skip
+        table.add_row(
+            str(row[key]),
+            f"{row['count']:,}",
+            format_ms(row["time_ns"]),
+            f"{row['share']:.1%}",
+            f"{row['mean_ns'] / 1e3:,.1f} µs",
+            *([format_ms(row["wait_ns"])] if waits else []),
+        )
     return table
 
 
@@ -378,13 +445,24 @@ def render_joined(summary: Mapping[str, Any]) -> None:
     steps = summary.get("steps") or []
     if steps:
         workers = list(steps[0]["worker_compute_ns"])
-        table = Table("one step (median)", "graphs", "in the llama call", "head's own", *workers, "wire, protocol",
-                      title="where a step's time goes")  # fmt: skip
+        table = Table(
+            "one step (median)",
+            "graphs",
+            "in the llama call",
+            "head's own",
+            *workers,
+            "wire, protocol",
+            title="where a step's time goes",
+        )
         for step in steps:
-            table.add_row(step["phase"], str(step["graphs"]), f"{step['step_ns'] / 1e6:.2f} ms",
-                          f"{step['head_own_ns'] / 1e6:.2f} ms",
-                          *(f"{step['worker_compute_ns'].get(w, 0) / 1e6:.2f} ms" for w in workers),
-                          f"{step['wire_and_protocol_ns'] / 1e6:.2f} ms")  # fmt: skip
+            table.add_row(
+                step["phase"],
+                str(step["graphs"]),
+                f"{step['step_ns'] / 1e6:.2f} ms",
+                f"{step['head_own_ns'] / 1e6:.2f} ms",
+                *(f"{step['worker_compute_ns'].get(w, 0) / 1e6:.2f} ms" for w in workers),
+                f"{step['wire_and_protocol_ns'] / 1e6:.2f} ms",
+            )
         console.print(table)
     render_devices(summary.get("devices"), console)
     placement = summary.get("placement") or {}
@@ -407,19 +485,38 @@ def render_devices(devices: DeviceSummary | None, console: Console | None = None
     if not devices or not devices["phases"]:
         return
     console = console or Console()
-    table = Table("phase (steps)", "device", "busy", "waits for a device", "transfers", "launches, scheduling",
-                  "host", "idle", title="where a mean step's time goes, per device", title_justify="left")  # fmt: skip
+    table = Table(
+        "phase (steps)",
+        "device",
+        "busy",
+        "waits for a device",
+        "transfers",
+        "launches, scheduling",
+        "host",
+        "idle",
+        title="where a mean step's time goes, per device",
+        title_justify="left",
+    )
     for phase in devices["phases"]:
         for i, device in enumerate(phase["devices"]):
             parts = device["parts"]
-            waits = {p.removeprefix("waiting for "): ns for p, ns in parts.items()
-                     if p.startswith("waiting for ") and p != "waiting for transfers"}  # fmt: skip
+            waits = {
+                p.removeprefix("waiting for "): ns
+                for p, ns in parts.items()
+                if p.startswith("waiting for ") and p != "waiting for transfers"
+            }
             waited = "; ".join(f"{escape(other)} {format_ms(ns)}" for other, ns in waits.items()) or "—"
             label = f"{phase['phase']} ({phase['steps']}): {format_ms(phase['step_ns'])}" if i == 0 else ""
-            table.add_row(label, escape(device["device"]), format_ms(device["busy_ns"]), waited,
-                          format_ms(parts.get("waiting for transfers", 0.0)),
-                          format_ms(parts.get("launches and scheduling", 0.0)), format_ms(parts.get("host", 0.0)),
-                          f"{device['idle_share']:.0%}")  # fmt: skip
+            table.add_row(
+                label,
+                escape(device["device"]),
+                format_ms(device["busy_ns"]),
+                waited,
+                format_ms(parts.get("waiting for transfers", 0.0)),
+                format_ms(parts.get("launches and scheduling", 0.0)),
+                format_ms(parts.get("host", 0.0)),
+                f"{device['idle_share']:.0%}",
+            )
     console.print(table)
     if devices.get("finding"):
         console.print(f"  • {devices['finding']}", markup=False, highlight=False)

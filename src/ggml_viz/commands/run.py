@@ -36,9 +36,11 @@ class RunCommand(Command):
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
-            "-o", "--output", default=None,
+            "-o",
+            "--output",
+            default=None,
             help="run directory to write (default: run-DATE.ggmlviz in the settings' output_dir, else here)",
-        )  # fmt: skip
+        )
         parser.add_argument("-f", "--force", action="store_true", help="replace the output run if it exists")
         parser.add_argument("-v", "--verbose", action="store_true", help="say what is attached")
         add_config_argument(parser)

@@ -41,8 +41,11 @@ class SummaryCommand(Command):
             with spinner(f"summarizing {args.run}"):
                 across = open_joined(Path(args.run))[0]["summary"]
                 head, activity = open_activity(Path(args.run))
-                joined: JoinedDevicesSummary = {**across, "devices": device_summary(head, activity),
-                                                "placement": placement_advice(head, activity)}  # fmt: skip
+                joined: JoinedDevicesSummary = {
+                    **across,
+                    "devices": device_summary(head, activity),
+                    "placement": placement_advice(head, activity),
+                }
             print(json.dumps(joined, indent=2, default=str)) if args.json else render_joined(joined)
             return 0
         with spinner(f"summarizing {args.run}"):

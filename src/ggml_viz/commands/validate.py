@@ -108,17 +108,26 @@ def _disk_access_problems(run: Run) -> list[str]:
     disk = edges[edges["memory"] == "disk"].drop_duplicates(["src_tensor_id", "context_id"])
     problems = []
     too_big = disk[disk["src_nbytes"] > disk["file_end"] - disk["file_offset"]]
-    problems += [f"{name}: {n} bytes read, more than its {e - s} in the file" for name, n, s, e in
-                 too_big[["src_name", "src_nbytes", "file_offset", "file_end"]].itertuples(index=False)]  # fmt: skip
+    problems += [
+        f"{name}: {n} bytes read, more than its {e - s} in the file"
+        for name, n, s, e in too_big[["src_name", "src_nbytes", "file_offset", "file_end"]].itertuples(index=False)
+    ]
     mapped = disk[disk["mmap"]]
     data_offsets = {path: entry.get("data_offset") for path, entry in (run.manifest.get("model_files") or {}).items()}
     model_paths = {c["context_id"]: (c.get("model") or {}).get("path") for c in run.manifest.get("contexts", [])}
     mapped_at = mapped["context_id"].map(model_paths).map(data_offsets).astype("Int64")
     # In a mapped weight buffer, the buffer starts where tensor data starts in the file.
     misplaced = mapped[pd.notna(mapped_at) & (mapped["buffer_offset"] + mapped_at != mapped["file_offset"])]
-    problems += [f"{name}: read at file offset {b + d}, but the file has it at {f}" for name, b, d, f in
-                 zip(misplaced["src_name"], misplaced["buffer_offset"], mapped_at[misplaced.index],
-                     misplaced["file_offset"], strict=True)]  # fmt: skip
+    problems += [
+        f"{name}: read at file offset {b + d}, but the file has it at {f}"
+        for name, b, d, f in zip(
+            misplaced["src_name"],
+            misplaced["buffer_offset"],
+            mapped_at[misplaced.index],
+            misplaced["file_offset"],
+            strict=True,
+        )
+    ]
     unresolved = edges[(edges["src_usage"] == "weights") & (edges["memory"] != "disk")]["src_name"].unique()
     if len(unresolved) and len(run.memory_map):
         problems.append(f"{len(unresolved)} weight(s) not found in the model file's map, e.g. {unresolved[0]!r}")

@@ -88,15 +88,22 @@ class WhatifCommand(Command):
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("run", help="a run (NAME.ggmlviz), or a joined distributed run that used two devices")
         parser.add_argument("--ngl", type=count_list, help="blocks on the other devices: 0,8,24")
-        parser.add_argument("-ts", "--tensor-split", type=split_list,
-                            help="splits between the devices beside the CPU: 1/1,3/1")  # fmt: skip
+        parser.add_argument(
+            "-ts", "--tensor-split", type=split_list, help="splits between the devices beside the CPU: 1/1,3/1"
+        )
         parser.add_argument("--n-cpu-moe", type=count_list, help="layers whose experts stay on the CPU: 0,4,8")
         parser.add_argument("-t", "--threads", type=positive_list, help="decode's CPU threads: 1,2,4")
         parser.add_argument("-tb", "--threads-batch", type=positive_list, help="the prompt's CPU threads")
         parser.add_argument("-ub", "--ubatch", type=positive_list, help="tokens in one prompt step: 64,512")
-        parser.add_argument("-ot", "--override-tensor", action="append", default=[], metavar="PATTERN=DEVICE",
-                            help="experts whose weights' names match, moved to DEVICE (repeatable), as llama.cpp's "
-                                 "-ot: 'blk\\.[0-7]\\.ffn_.*_exps=CPU'")  # fmt: skip
+        parser.add_argument(
+            "-ot",
+            "--override-tensor",
+            action="append",
+            default=[],
+            metavar="PATTERN=DEVICE",
+            help="experts whose weights' names match, moved to DEVICE (repeatable), as llama.cpp's "
+            "-ot: 'blk\\.[0-7]\\.ffn_.*_exps=CPU'",
+        )
         add_prediction_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
@@ -106,22 +113,41 @@ class WhatifCommand(Command):
         model = open_model(args.run)
         recorded = model.recorded
         lists: list[list[Any]] = [
-            args.ngl or [recorded.ngl], args.n_cpu_moe or [recorded.n_cpu_moe], args.threads or [None],
-            args.threads_batch or [None], args.ubatch or [None], args.tensor_split or [recorded.split],
-        ]  # fmt: skip
+            args.ngl or [recorded.ngl],
+            args.n_cpu_moe or [recorded.n_cpu_moe],
+            args.threads or [None],
+            args.threads_batch or [None],
+            args.ubatch or [None],
+            args.tensor_split or [recorded.split],
+        ]
         moved = tuple(pair for override in args.override_tensor for pair in _experts_moved(model, override))
-        placements = [recorded, *(Placement(ngl, n_cpu_moe, threads, threads_batch, ubatch, split, moved)
-                                  for ngl, n_cpu_moe, threads, threads_batch, ubatch, split
-                                  in itertools.product(*lists))]  # fmt: skip
+        placements = [
+            recorded,
+            *(
+                Placement(ngl, n_cpu_moe, threads, threads_batch, ubatch, split, moved)
+                for ngl, n_cpu_moe, threads, threads_batch, ubatch, split in itertools.product(*lists)
+            ),
+        ]
         unique = list(dict.fromkeys(placements))
         table = predict(model, unique, args.ctx, args.prompt_tokens)
         check = recorded_check(model, table.iloc[0].to_dict())
         if args.json:
-            print(json.dumps({"recorded": model.flags(recorded),
-                              "recorded_placement": dataclasses.asdict(recorded), "n_layer": model.n_layer,
-                              "others": model.others, "check": check, "limit_doubts": model.limit_doubts,
-                              "predictions": table.to_dict(orient="records"),
-                              "left_out": LEFT_OUT}, indent=2, default=str))  # fmt: skip
+            print(
+                json.dumps(
+                    {
+                        "recorded": model.flags(recorded),
+                        "recorded_placement": dataclasses.asdict(recorded),
+                        "n_layer": model.n_layer,
+                        "others": model.others,
+                        "check": check,
+                        "limit_doubts": model.limit_doubts,
+                        "predictions": table.to_dict(orient="records"),
+                        "left_out": LEFT_OUT,
+                    },
+                    indent=2,
+                    default=str,
+                )
+            )
             return 0
         print_predictions(model, table.to_dict(orient="records"), f"predicted from the run ({model.n_layer} layers)")
         print_check(check, model)
@@ -148,14 +174,25 @@ def print_predictions(model: Any, rows: Sequence[Mapping[str, Any]], title: str)
     phases = [p for p in ("prompt", "decode") if any(f"{p}_tokens_per_s" in row for row in rows)]
     layers = [f"layers on {device}" for device in model.others]
     experts = ["expert layers on CPU"] if model.has_experts and model.others else []
-    out = Table("flags", *layers, *experts, *(f"{p} tok/s" for p in phases), "decode step, where it goes",
-                *(f"{d} memory" for d in devices), title=title, title_justify="left")  # fmt: skip
+    out = Table(
+        "flags",
+        *layers,
+        *experts,
+        *(f"{p} tok/s" for p in phases),
+        "decode step, where it goes",
+        *(f"{d} memory" for d in devices),
+        title=title,
+        title_justify="left",
+    )
     for row in rows:
         rates = [row.get(f"{p}_tokens_per_s") for p in phases]
         parts = row.get("decode_parts") or {}
         step = sum(parts.values())
-        where = ", ".join(f"{name} {ns / step:.0%}" for name, ns in sorted(parts.items(), key=lambda kv: -kv[1])
-                          if step and ns / step >= 0.05)  # fmt: skip
+        where = ", ".join(
+            f"{name} {ns / step:.0%}"
+            for name, ns in sorted(parts.items(), key=lambda kv: -kv[1])
+            if step and ns / step >= 0.05
+        )
         cells = [f"{row['flags'] or '(as recorded)'}{' (recorded)' if row['recorded'] else ''}"]
         cells += [str(row["layers_on"][device]) for device in model.others]
         cells += [str(row["cpu_expert_layers"])] if experts else []
@@ -173,8 +210,11 @@ def print_predictions(model: Any, rows: Sequence[Mapping[str, Any]], title: str)
 
 def print_check(check: dict[str, PlacementCheck], model: Any) -> None:
     """The recorded placement predicted against what the run measured, in one line."""
-    said = [f"{phase} {c['predicted_tokens_per_s']:,.1f} predicted, {c['measured_tokens_per_s']:,.1f} measured "
-            f"({c['ratio'] - 1:+.1%})" for phase, c in check.items()]  # fmt: skip
+    said = [
+        f"{phase} {c['predicted_tokens_per_s']:,.1f} predicted, {c['measured_tokens_per_s']:,.1f} measured "
+        f"({c['ratio'] - 1:+.1%})"
+        for phase, c in check.items()
+    ]
     cold = " (the only prompt step was the run's first graph, cold)" if model.cold_prompt else ""
     if said:
         print(f"the recorded placement: {'; '.join(said)}{cold}")
@@ -188,5 +228,7 @@ def print_check(check: dict[str, PlacementCheck], model: Any) -> None:
 def _memory(memory: dict[str, int]) -> str:
     if not memory["total"]:
         return "—"
-    return (f"{format_bytes(memory['total'])} (weights {format_bytes(memory['weights'])}, KV "
-            f"{format_bytes(memory['kv_cache'])}, compute {format_bytes(memory['compute'])})")  # fmt: skip
+    return (
+        f"{format_bytes(memory['total'])} (weights {format_bytes(memory['weights'])}, KV "
+        f"{format_bytes(memory['kv_cache'])}, compute {format_bytes(memory['compute'])})"
+    )

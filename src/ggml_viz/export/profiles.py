@@ -193,8 +193,10 @@ class TensorBoardExporter(Exporter):
                 described = events.merge(descriptions, on=NODE, how="left").dropna(subset=["layer"])
                 # the GPU's node times under tags of their own: op_gpu_time_us/..., layer_gpu_time_us/...
                 prefix = described["clock"].map({"host": "", "gpu": "gpu_"})
-                described = described.assign(op_tag="op_" + prefix + "time_us/" + described["op"],
-                                             layer_tag="layer_" + prefix + "time_us/" + described["layer"])  # fmt: skip
+                described = described.assign(
+                    op_tag="op_" + prefix + "time_us/" + described["op"],
+                    layer_tag="layer_" + prefix + "time_us/" + described["layer"],
+                )
                 write_graph_times(writer, described, step_of)
                 done += events["graph_id"].nunique()
                 options.progress(done, len(graphs))
@@ -210,11 +212,15 @@ def write_graph_times(writer: Any, events: pd.DataFrame, step_of: dict[int, int]
     time (us)."""
     durations = events["duration_ns"].to_numpy(np.int64)
     by_op = events.groupby(["graph_id", "op_tag"]).indices  # positions in node order
-    ops = {graph: [(tag, by_op[(graph, tag)]) for _, tag in keys]
-           for graph, keys in itertools.groupby(sorted(by_op), key=lambda key: key[0])}  # fmt: skip
+    ops = {
+        graph: [(tag, by_op[(graph, tag)]) for _, tag in keys]
+        for graph, keys in itertools.groupby(sorted(by_op), key=lambda key: key[0])
+    }
     by_layer = events.groupby(["graph_id", "layer_tag"])["duration_ns"].sum()
-    layers = {graph: [(tag, total) for (_, tag), total in items]
-              for graph, items in itertools.groupby(by_layer.items(), key=lambda item: item[0][0])}  # fmt: skip
+    layers = {
+        graph: [(tag, total) for (_, tag), total in items]
+        for graph, items in itertools.groupby(by_layer.items(), key=lambda item: item[0][0])
+    }
     for graph in sorted(ops.keys() | layers.keys()):
         step = step_of[int(graph)]
         for tag, positions in ops.get(graph, []):

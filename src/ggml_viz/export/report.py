@@ -47,7 +47,7 @@ def report_answers(view: RunView, graph_id: int) -> dict[str, Any]:
                 }
             ],
             "live": False,
-        },  # fmt: skip
+        },
         "overview": overview,
         "stats": view.statistics,
         "memory": {"disk": view.disk_track, "buffers": view.buffer_track},

@@ -30,8 +30,11 @@ PER_GRAPH = ("graphs", "tokens", "gpu_graphs", "moe_routing")
 
 def table_names(run: Run) -> tuple[str, ...]:
     """The tables an export of `run` writes."""
-    return (TABLE_NAMES + (GPU_TABLE_NAMES if not run.gpu_graphs.empty else ())
-            + (MOE_TABLE_NAMES if len(run.raw("moe_routing")) else ()))  # fmt: skip
+    return (
+        TABLE_NAMES
+        + (GPU_TABLE_NAMES if not run.gpu_graphs.empty else ())
+        + (MOE_TABLE_NAMES if len(run.raw("moe_routing")) else ())
+    )
 
 
 def reader_tables(run: Run, options: ExportOptions) -> Iterator[tuple[str, Iterator[pd.DataFrame]]]:
@@ -117,8 +120,10 @@ class ParquetExporter(_TablesExporter):
 class RoutingExporter(Exporter):
     name = "moe-routing"
     extensions = ()
-    summary = ("a mixture of experts' routing alone, one row per graph, MoE layer, token and slot (run.moe_routing): "
-               "a .csv or .parquet file, for tools that reorder or place experts by their use")  # fmt: skip
+    summary = (
+        "a mixture of experts' routing alone, one row per graph, MoE layer, token and slot (run.moe_routing): "
+        "a .csv or .parquet file, for tools that reorder or place experts by their use"
+    )
 
     def export(self, run: Run, output: Path, options: ExportOptions) -> str:
         ids = window_graphs(run, options)["graph_id"]

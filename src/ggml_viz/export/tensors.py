@@ -23,16 +23,23 @@ def captured_tensors(run: Run, patterns: tuple[str, ...]) -> tuple[dict[str, np.
         raise GgmlVizError(f"{run.path} holds no captured tensors: record with --capture PATTERN")
     chosen = captures[[any(fnmatch.fnmatchcase(name, p) for p in patterns or ("*",)) for name in captures["name"]]]
     if chosen.empty:
-        raise GgmlVizError(f"no captured tensor matches {', '.join(patterns)} (captured: "
-                           f"{', '.join(sorted(set(captures['name']))[:8])}…)")  # fmt: skip
+        raise GgmlVizError(
+            f"no captured tensor matches {', '.join(patterns)} (captured: "
+            f"{', '.join(sorted(set(captures['name']))[:8])}…)"
+        )
     positions = run.tokens.groupby("graph_id")["pos"].apply(list)
     arrays, meta = {}, {}
     for row in chosen.itertuples():
         key = f"{row.name}@graph{row.graph_id}"
         arrays[key] = run.captured(int(row.graph_id), int(row.node_index))
         graph_positions = [int(p) for p in positions.get(row.graph_id, [])]
-        meta[key] = {"name": row.name, "graph_id": int(row.graph_id), "node_index": int(row.node_index),
-                     "ggml_type": row.type, "token_positions": graph_positions}  # fmt: skip
+        meta[key] = {
+            "name": row.name,
+            "graph_id": int(row.graph_id),
+            "node_index": int(row.node_index),
+            "ggml_type": row.type,
+            "token_positions": graph_positions,
+        }
     return arrays, meta
 
 
@@ -59,6 +66,9 @@ class SafetensorsExporter(Exporter):
         from safetensors.numpy import save_file
 
         arrays, meta = captured_tensors(run, options.tensors)
-        save_file({k: np.ascontiguousarray(v) for k, v in arrays.items()}, str(output),
-                  metadata={k: json.dumps(v) for k, v in meta.items()})  # fmt: skip
+        save_file(
+            {k: np.ascontiguousarray(v) for k, v in arrays.items()},
+            str(output),
+            metadata={k: json.dumps(v) for k, v in meta.items()},
+        )
         return f"{len(arrays):,} tensors"

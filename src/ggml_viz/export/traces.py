@@ -165,6 +165,30 @@ def _node_args(row: Any) -> dict[str, Any]:
     }
 
 
+def _span(name: str, category: str, pid: int, tid: int, ts_us: float, duration_ns: int, args: dict) -> dict[str, Any]:
+    """A complete event ("X") of the Chrome trace format."""
+    return {
+        "ph": "X",
+        "name": name,
+        "cat": category,
+        "pid": pid,
+        "tid": tid,
+        "ts": ts_us,
+        "dur": duration_ns / 1000.0,
+        "args": args,
+    }
+
+
+def _row_span(row: Any, name: str, category: str, tid: int, us: Any, args: dict) -> dict[str, Any]:
+    """A node's or a kernel's span: its context's process, its start and end from the row."""
+    return _span(name, category, int(row.context_id), tid, us(row.start_ns), row.end_ns - row.start_ns, args)
+
+
+def _named(pid: int, tid: int, name: str, what: str = "thread_name") -> dict[str, Any]:
+    """A metadata event ("M") naming a process or a thread (a track)."""
+    return {"ph": "M", "name": what, "pid": pid, "tid": tid, "args": {"name": name}}
+
+
 class ChromeJsonExporter(Exporter):
     name = "chrome-json"
     extensions = (".json",)
@@ -186,40 +210,44 @@ class ChromeJsonExporter(Exporter):
 
             file.write('{"displayTimeUnit":"ns","traceEvents":[')
             for context_id, name in _context_names(run).items():
-                write([{"ph": "M", "name": "process_name", "pid": context_id, "tid": 0, "args": {"name": name}},
-                       {"ph": "M", "name": "thread_name", "pid": context_id, "tid": 1,
-                        "args": {"name": "graphs"}}])  # fmt: skip
-            write([
-                {"ph": "X", "name": f"graph {graph['graph_id']} ({graph['phase']})", "cat": "graph",
-                 "pid": graph["context_id"], "tid": 1, "ts": us(graph["start_ns"]),
-                 "dur": (graph["end_ns"] - graph["start_ns"]) / 1000.0,
-                 "args": {"tokens": graph["tokens"], "nodes": graph["n_nodes"]}}
-                for graph in graph_slices(run, graphs)
-            ])  # fmt: skip
+                write([_named(context_id, 0, name, "process_name"), _named(context_id, 1, "graphs")])
+            write(
+                [
+                    _span(
+                        f"graph {graph['graph_id']} ({graph['phase']})",
+                        "graph",
+                        graph["context_id"],
+                        1,
+                        us(graph["start_ns"]),
+                        graph["end_ns"] - graph["start_ns"],
+                        {"tokens": graph["tokens"], "nodes": graph["n_nodes"]},
+                    )
+                    for graph in graph_slices(run, graphs)
+                ]
+            )
             gpu = GpuKernels(run, graphs)
             for chunk in in_chunks(sorted(int(g) for g in graphs["graph_id"])):
                 events = timed_events(run, chunk)
-                write([
-                    {"ph": "X", "name": row.op, "cat": "node", "pid": int(row.context_id), "tid": 1,
-                     "ts": us(row.start_ns), "dur": (row.end_ns - row.start_ns) / 1000.0, "args": _node_args(row)}
-                    for row in events.itertuples(index=False)
-                ])  # fmt: skip
+                write(
+                    [_row_span(row, row.op, "node", 1, us, _node_args(row)) for row in events.itertuples(index=False)]
+                )
                 for row in gpu.of_graphs(list(chunk)).itertuples(index=False):
                     lane, opens = gpu.lane(row)
                     tid = GPU_TID + 100 * int(row.device) + lane
                     if opens:
                         name = _gpu_track_name(row.device) + (f" (overlapping, {lane + 1})" if lane else "")
-                        write([{"ph": "M", "name": "thread_name", "pid": int(row.context_id), "tid": tid,
-                                "args": {"name": name}}])  # fmt: skip
-                    write([{"ph": "X", "name": _kernel_name(row), "cat": "gpu", "pid": int(row.context_id),
-                            "tid": tid, "ts": us(row.start_ns), "dur": (row.end_ns - row.start_ns) / 1000.0,
-                            "args": _kernel_args(row)}])  # fmt: skip
+                        write([_named(int(row.context_id), tid, name)])
+                    write([_row_span(row, _kernel_name(row), "gpu", tid, us, _kernel_args(row))])
                     gpu_written += 1
                 written += len(events)
                 graphs_done += len(chunk)
                 options.progress(graphs_done, len(graphs))
-            write([{"ph": "C", "name": counter, "pid": 0, "tid": 0, "ts": us(time_ns), "args": {"value": value}}
-                   for counter, time_ns, value in counters(run, graphs)])  # fmt: skip
+            write(
+                [
+                    {"ph": "C", "name": counter, "pid": 0, "tid": 0, "ts": us(time_ns), "args": {"value": value}}
+                    for counter, time_ns, value in counters(run, graphs)
+                ]
+            )
             file.write("]}")
         options.progress(len(graphs), len(graphs))
         warning = (
@@ -353,8 +381,10 @@ class PerfettoExporter(Exporter):
         window = window_note(run, graphs)
         big = f"; {_too_big(graphs, size)}" if size > PERFETTO_UI_LIMIT else ""
         kernels = f", {gpu_done:,} GPU kernels and copies" if gpu.present else ""
-        return (f"{done:,} node events{kernels} and {len(graphs):,} graphs{window} as a Perfetto trace "
-                f"({size:,} bytes){big}")  # fmt: skip
+        return (
+            f"{done:,} node events{kernels} and {len(graphs):,} graphs{window} as a Perfetto trace "
+            f"({size:,} bytes){big}"
+        )
 
 
 def _too_big(graphs: pd.DataFrame, size: float) -> str:
@@ -362,6 +392,8 @@ def _too_big(graphs: pd.DataFrame, size: float) -> str:
     per_graph = size / max(len(graphs), 1)
     fits = max(1, int(PERFETTO_UI_LIMIT * 0.8 / per_graph))
     first = int(graphs["graph_id"].min()) if len(graphs) else 0
-    return (f"about {size / 2**30:,.1f} GiB: Perfetto's UI opens traces up to about 2 GiB (trace_processor "
-            f"reads larger ones); export a window, such as --graphs {first}-{first + fits - 1} "
-            f"({fits:,} graphs)")  # fmt: skip
+    return (
+        f"about {size / 2**30:,.1f} GiB: Perfetto's UI opens traces up to about 2 GiB (trace_processor "
+        f"reads larger ones); export a window, such as --graphs {first}-{first + fits - 1} "
+        f"({fits:,} graphs)"
+    )

@@ -96,9 +96,17 @@ class _Parser(BoundedReader):
             "whisper.vocabulary.tokens": n_tokens,
         }
         return ModelLayout(
-            format="ggml", path=self.path, file_size=self.file_size, version=0, alignment=1,
-            data_offset=vocabulary_end, metadata=metadata, tensors=tensors, regions=regions, problems=problems,
-        )  # fmt: skip
+            format="ggml",
+            path=self.path,
+            file_size=self.file_size,
+            version=0,
+            alignment=1,
+            data_offset=vocabulary_end,
+            metadata=metadata,
+            tensors=tensors,
+            regions=regions,
+            problems=problems,
+        )
 
     def hyperparameters(self) -> dict[str, int]:
         hparams = {}
@@ -148,8 +156,9 @@ class _Parser(BoundedReader):
         type_name, nbytes, n_elements = self.tensor_size(name, shape, ggml_type)
         start = self.position
         self.skip(nbytes, f"the data of tensor {name!r} ({nbytes} bytes)")
-        return TensorLayout(name, type_name, shape, n_elements, start, start + nbytes, 0, layer_of(name),
-                            category_of(name))  # fmt: skip
+        return TensorLayout(
+            name, type_name, shape, n_elements, start, start + nbytes, 0, layer_of(name), category_of(name)
+        )
 
 
 def vocabulary_tokens(layout: ModelLayout) -> list[bytes]:

@@ -93,9 +93,17 @@ class _Parser(BoundedReader):
         if covered < self.file_size:
             regions.append(Region("trailing", covered, self.file_size))
         return ModelLayout(
-            format="gguf", path=self.path, file_size=self.file_size, version=version, alignment=alignment,
-            data_offset=data_offset, metadata=metadata, tensors=tensors, regions=regions, problems=problems,
-        )  # fmt: skip
+            format="gguf",
+            path=self.path,
+            file_size=self.file_size,
+            version=version,
+            alignment=alignment,
+            data_offset=data_offset,
+            metadata=metadata,
+            tensors=tensors,
+            regions=regions,
+            problems=problems,
+        )
 
     def value(self, value_type: int, what: str, depth: int) -> Any:
         if value_type in _SCALAR_FORMATS:
@@ -172,7 +180,8 @@ class _Parser(BoundedReader):
             if following < end:
                 raise self.fail(f"tensor {placed[index + 1][2]!r} overlaps {name!r}")
             padding = min(following, aligned_end) - end
-            tensors.append(TensorLayout(name, type_name, shape, n_elements, start, end, padding, layer_of(name),
-                                        category_of(name)))  # fmt: skip
+            tensors.append(
+                TensorLayout(name, type_name, shape, n_elements, start, end, padding, layer_of(name), category_of(name))
+            )
             expected = end + padding
         return tensors, problems

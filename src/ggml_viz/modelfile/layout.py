@@ -55,8 +55,16 @@ def _unknown_format(path: Path, magic: bytes, file_size: int) -> str:
     )
 
 
-__all__ = ["NO_LAYER", "ModelLayout", "Region", "TensorLayout", "category_of", "memory_map_rows", "read_layout",
-           "sampled_hash"]  # fmt: skip
+__all__ = [
+    "NO_LAYER",
+    "ModelLayout",
+    "Region",
+    "TensorLayout",
+    "category_of",
+    "memory_map_rows",
+    "read_layout",
+    "sampled_hash",
+]
 
 
 SAMPLED_HASH_CHUNKS = 16
@@ -103,12 +111,15 @@ def memory_map_rows(layout: ModelLayout) -> dict[str, list[Any]]:
             "start": region.start,
             "end": region.end,
             "type": tensor.type if tensor else "",
-            "ne0": shape[0], "ne1": shape[1], "ne2": shape[2], "ne3": shape[3],
+            "ne0": shape[0],
+            "ne1": shape[1],
+            "ne2": shape[2],
+            "ne3": shape[3],
             "n_elements": tensor.n_elements if tensor else 0,
             "layer": tensor.layer if tensor else NO_LAYER,
             "category": tensor.category if tensor else "",
             "padding_after": tensor.padding_after if tensor else 0,
-        }  # fmt: skip
+        }
         for name, value in row.items():
             columns[name].append(value)
     return columns

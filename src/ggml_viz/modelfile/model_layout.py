@@ -94,8 +94,15 @@ class ModelLayout:
             nbytes = sum(t.nbytes for t in members)
             elements = sum(t.n_elements for t in members)
             label = "none" if by == "layer" and key == NO_LAYER else key
-            rows.append({by: label, "tensors": len(members), "bytes": nbytes, "share": nbytes / total,
-                         "bits_per_weight": 8 * nbytes / elements})  # fmt: skip
+            rows.append(
+                {
+                    by: label,
+                    "tensors": len(members),
+                    "bytes": nbytes,
+                    "share": nbytes / total,
+                    "bits_per_weight": 8 * nbytes / elements,
+                }
+            )
         return sorted(rows, key=lambda row: -row["bytes"])
 
     def to_json(self) -> dict[str, Any]:

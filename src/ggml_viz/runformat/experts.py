@@ -37,8 +37,17 @@ def expert_nodes(structure_nodes: pd.DataFrame, edges: pd.DataFrame, tensors: pd
     slice_bytes (one expert's bytes of it), ids_tensor_id, routed_at (the first MUL_MAT_ID of
     those ids, where the routing is recorded). `tensors` is the stored table (tensor_id, op_base,
     ne1, ne2, nbytes, ...)."""
-    columns = ["structure_id", "node_index", "op", "layer", "experts_tensor_id", "n_expert", "slice_bytes",
-               "ids_tensor_id", "routed_at"]  # fmt: skip
+    columns = [
+        "structure_id",
+        "node_index",
+        "op",
+        "layer",
+        "experts_tensor_id",
+        "n_expert",
+        "slice_bytes",
+        "ids_tensor_id",
+        "routed_at",
+    ]
     described = tensors.set_index("tensor_id")
     nodes = structure_nodes.assign(op=structure_nodes["tensor_id"].map(described["op_base"]))
     nodes = nodes[nodes["op"].isin(list(BY_IDS))]
@@ -70,16 +79,18 @@ def expert_reads(routing: pd.DataFrame, graphs: pd.DataFrame, by_ids: pd.DataFra
     per_layer = chosen.groupby(["graph_id", "node_index"]).size().rename("experts_read").reset_index()
     per_layer = per_layer.rename(columns={"node_index": "routed_at"})
     per_layer = per_layer.merge(graphs[["graph_id", "structure_id"]], on="graph_id")
-    reads = per_layer.merge(by_ids[["structure_id", "routed_at", "node_index", "slice_bytes"]],
-                            on=["structure_id", "routed_at"])  # fmt: skip
+    reads = per_layer.merge(
+        by_ids[["structure_id", "routed_at", "node_index", "slice_bytes"]], on=["structure_id", "routed_at"]
+    )
     reads["bytes_read"] = reads["experts_read"].astype("int64") * reads["slice_bytes"]
     return reads[["graph_id", "structure_id", "node_index", "experts_read", "bytes_read"]].sort_values(
         ["graph_id", "node_index"], ignore_index=True
     )
 
 
-def routing_rows(routing: pd.DataFrame, graphs: pd.DataFrame, tokens: pd.DataFrame,
-                 structure_nodes: pd.DataFrame) -> pd.DataFrame:  # fmt: skip
+def routing_rows(
+    routing: pd.DataFrame, graphs: pd.DataFrame, tokens: pd.DataFrame, structure_nodes: pd.DataFrame
+) -> pd.DataFrame:
     """moe_routing with, per row, its graph's phase and context, the layer of its node, and the
     token's position and sequence (`tokens`: graph_id, pos, seq_id, as the reader's tokens table,
     in batch order: a row's token_index is the token's place in its graph's batch)."""
@@ -90,27 +101,52 @@ def routing_rows(routing: pd.DataFrame, graphs: pd.DataFrame, tokens: pd.DataFra
     places = tokens[["graph_id", "pos", "seq_id"]].rename(columns={"pos": "position", "seq_id": "sequence"})
     places = places.assign(token_index=places.groupby("graph_id").cumcount().astype("int32"))
     rows = rows.merge(places, on=["graph_id", "token_index"], how="left")
-    columns = ["graph_id", "context_id", "phase", "layer", "node_index", "row", "token_index", "position",
-               "sequence", "slot", "expert", "weight", "n_expert"]  # fmt: skip
+    columns = [
+        "graph_id",
+        "context_id",
+        "phase",
+        "layer",
+        "node_index",
+        "row",
+        "token_index",
+        "position",
+        "sequence",
+        "slot",
+        "expert",
+        "weight",
+        "n_expert",
+    ]
     return rows[columns].sort_values(["graph_id", "node_index", "row", "slot"], ignore_index=True)
 
 
-def expert_table(rows: pd.DataFrame, reads: pd.DataFrame, by_ids: pd.DataFrame, graphs: pd.DataFrame,
-                 node_times: pd.DataFrame) -> pd.DataFrame:  # fmt: skip
+# expert_table's columns, in order (weight_mass and time_share are floats, the others whole numbers).
+EXPERT_COLUMNS = ["layer", "expert", "n_expert", "tokens", "prompt_tokens", "decode_tokens", "weight_mass", "graphs",
+                  "bytes_read", "est_time_ns", "time_share"]  # fmt: skip
+
+
+def expert_table(
+    rows: pd.DataFrame, reads: pd.DataFrame, by_ids: pd.DataFrame, graphs: pd.DataFrame, node_times: pd.DataFrame
+) -> pd.DataFrame:
     """Per layer and expert (every expert of the layer, the never chosen too): tokens routed
     (in all, in prompts, in decode steps), weight mass, graphs that read it, bytes read, and
     est_time_ns: the layer's MUL_MAT_ID time in each timed graph split by the (token, slot)
     rows each expert computed. `rows` as routing_rows gives them; `node_times` the stored table."""
-    columns = ["layer", "expert", "n_expert", "tokens", "prompt_tokens", "decode_tokens", "weight_mass", "graphs",
-               "bytes_read", "est_time_ns", "time_share"]  # fmt: skip
+    columns = EXPERT_COLUMNS
     if rows.empty:
-        return pd.DataFrame({c: pd.Series(dtype="float64" if c in ("weight_mass", "time_share") else "int64")
-                             for c in columns})  # fmt: skip
+        return pd.DataFrame(
+            {c: pd.Series(dtype="float64" if c in ("weight_mass", "time_share") else "int64") for c in columns}
+        )
     rows = rows.assign(layer=rows["layer"].fillna(-1).astype("int64"))
-    counts = rows.groupby(["graph_id", "node_index", "layer", "expert"]).agg(
-        tokens=("slot", "size"), weight_mass=("weight", "sum"), phase=("phase", "first"),
-        n_expert=("n_expert", "first"),
-    ).reset_index()  # fmt: skip
+    counts = (
+        rows.groupby(["graph_id", "node_index", "layer", "expert"])
+        .agg(
+            tokens=("slot", "size"),
+            weight_mass=("weight", "sum"),
+            phase=("phase", "first"),
+            n_expert=("n_expert", "first"),
+        )
+        .reset_index()
+    )
     # bytes: each graph reads an expert's slices once (the union over its tokens), of every
     # MUL_MAT_ID of the layer
     structure = graphs.set_index("graph_id")["structure_id"]
@@ -132,19 +168,25 @@ def expert_table(rows: pd.DataFrame, reads: pd.DataFrame, by_ids: pd.DataFrame, 
     counts["prompt_tokens"] = counts["tokens"].where(counts["phase"] == "prompt", 0)
     counts["decode_tokens"] = counts["tokens"].where(counts["phase"] == "decode", 0)
     table = counts.groupby(["layer", "expert"]).agg(
-        n_expert=("n_expert", "max"), tokens=("tokens", "sum"), prompt_tokens=("prompt_tokens", "sum"),
-        decode_tokens=("decode_tokens", "sum"), weight_mass=("weight_mass", "sum"), graphs=("graph_id", "nunique"),
-        bytes_read=("bytes_read", "sum"), est_time_ns=("est_time_ns", "sum"),
-    )  # fmt: skip
+        n_expert=("n_expert", "max"),
+        tokens=("tokens", "sum"),
+        prompt_tokens=("prompt_tokens", "sum"),
+        decode_tokens=("decode_tokens", "sum"),
+        weight_mass=("weight_mass", "sum"),
+        graphs=("graph_id", "nunique"),
+        bytes_read=("bytes_read", "sum"),
+        est_time_ns=("est_time_ns", "sum"),
+    )
     # every expert of each layer, the ones never chosen with zeros
-    every = [(layer, expert) for layer, n in table.groupby(level="layer")["n_expert"].max().items()
-             for expert in range(int(n))]  # fmt: skip
+    every = [
+        (layer, expert)
+        for layer, n in table.groupby(level="layer")["n_expert"].max().items()
+        for expert in range(int(n))
+    ]
     table = table.reindex(pd.MultiIndex.from_tuples(every, names=["layer", "expert"]))
     table["n_expert"] = table.groupby(level="layer")["n_expert"].transform("max")
     table = table.fillna(0).reset_index()
     layer_total = table.groupby("layer")["est_time_ns"].transform("sum")
     table["time_share"] = (table["est_time_ns"] / layer_total).where(layer_total > 0, 0.0)
     table["est_time_ns"] = table["est_time_ns"].round()
-    integers = ["layer", "expert", "n_expert", "tokens", "prompt_tokens", "decode_tokens", "graphs", "bytes_read",
-                "est_time_ns"]  # fmt: skip
-    return table.astype({c: "int64" for c in integers})[columns]
+    return table.astype({c: "int64" for c in columns if c not in ("weight_mass", "time_share")})[columns]

@@ -81,9 +81,11 @@ def check_limits(limits: Any, where: str) -> dict[str, Any]:
     if not isinstance(limits, dict) or not isinstance(limits.get("measurements"), list):
         raise RunFormatError(f"{where} holds no ggml-viz limits (no measurements list)")
     if limits.get("version") not in READ_VERSIONS:
-        raise RunFormatError(f"{where} holds limits of version {limits.get('version')!r}; this ggml-viz reads "
-                             f"versions {', '.join(map(str, READ_VERSIONS))} (measure again: ggml-viz limits "
-                             "--again)")  # fmt: skip
+        raise RunFormatError(
+            f"{where} holds limits of version {limits.get('version')!r}; this ggml-viz reads "
+            f"versions {', '.join(map(str, READ_VERSIONS))} (measure again: ggml-viz limits "
+            "--again)"
+        )
     for row in limits["measurements"]:
         if not isinstance(row, dict) or row.get("what") not in MEASUREMENT_KINDS:
             raise RunFormatError(f"{where}: a measurement of an unknown kind: {row!r:.200}")

@@ -105,8 +105,9 @@ def edge_memory(edges: pd.DataFrame, memory_map: pd.DataFrame, model_paths: dict
     edges = edges.merge(weights_in_file, on=["model_path", "src_name"], how="left")
     # a view of a weight (a reshape, a slice: ggml's view_src is the weight itself) reads the
     # weight's bytes from its offset in it
-    roots = weights_in_file.rename(columns={"src_name": "src_view_src", "file_offset": "root_start",
-                                            "file_end": "root_end"})  # fmt: skip
+    roots = weights_in_file.rename(
+        columns={"src_name": "src_view_src", "file_offset": "root_start", "file_end": "root_end"}
+    )
     edges = edges.merge(roots, on=["model_path", "src_view_src"], how="left")
     view = edges["file_offset"].isna() & edges["root_start"].notna()
     start = edges["root_start"] + edges["src_view_offs"].fillna(0)

@@ -345,26 +345,41 @@ class Run(StoredRun):
     def moe_experts(self) -> pd.DataFrame:
         """Per MoE layer and expert: tokens routed, weight mass, bytes read, estimated share of
         the layer's expert time (experts.expert_table)."""
-        return expert_table(self.moe_routing, self.expert_reads, self.expert_nodes, self.graphs,
-                            self.raw("node_times"))  # fmt: skip
+        return expert_table(self.moe_routing, self.expert_reads, self.expert_nodes, self.graphs, self.raw("node_times"))
 
     @cached_property
     def tokens(self) -> pd.DataFrame:
         """One row per token of each graph's batch (stored as lists on the graph's row)."""
-        columns = {"token_ids": "token_id", "token_positions": "pos", "token_seq_ids": "seq_id",
-                   "token_outputs": "output", "token_texts": "text"}  # fmt: skip
+        columns = {
+            "token_ids": "token_id",
+            "token_positions": "pos",
+            "token_seq_ids": "seq_id",
+            "token_outputs": "output",
+            "token_texts": "text",
+        }
         graphs = self.arrow("graphs")
         lists = graphs.column("token_ids").combine_chunks()
         graph_of = pc.list_parent_indices(lists).to_numpy()  # each token's graph row
         starts = np.concatenate(([0], np.cumsum(pc.list_value_length(lists).fill_null(0).to_numpy())))
-        tokens = pd.DataFrame({
-            "graph_id": graphs.column("graph_id").to_numpy()[graph_of],
-            "batch_index": graphs.column("first_batch_index").to_numpy()[graph_of]
-            + (np.arange(len(graph_of)) - starts[graph_of]),
-            **{name: pc.list_flatten(graphs.column(stored).combine_chunks()).to_numpy(zero_copy_only=False)
-               for stored, name in columns.items()},
-        })  # fmt: skip
-        types = {"graph_id": "int32", "batch_index": "int32", "pos": "int32", "token_id": "int32",
-                 "seq_id": "int32", "output": "bool", "text": "str"}  # fmt: skip
+        tokens = pd.DataFrame(
+            {
+                "graph_id": graphs.column("graph_id").to_numpy()[graph_of],
+                "batch_index": graphs.column("first_batch_index").to_numpy()[graph_of]
+                + (np.arange(len(graph_of)) - starts[graph_of]),
+                **{
+                    name: pc.list_flatten(graphs.column(stored).combine_chunks()).to_numpy(zero_copy_only=False)
+                    for stored, name in columns.items()
+                },
+            }
+        )
+        types = {
+            "graph_id": "int32",
+            "batch_index": "int32",
+            "pos": "int32",
+            "token_id": "int32",
+            "seq_id": "int32",
+            "output": "bool",
+            "text": "str",
+        }
         tokens = tokens[list(types)].astype(types)
         return tokens.sort_values(["graph_id", "batch_index"], ignore_index=True)

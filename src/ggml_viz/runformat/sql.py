@@ -166,14 +166,27 @@ def register_runs(connection: Any, runs: Sequence[ReadableRun]) -> None:
                 f", {sql_string(host)} as host, {pid} as pid" if view == "graphs" else ""
             )
             connection.execute(f"create view {view}_{i} as select {where}, * from _{view}_{i}")
-        connection.register(f"_runs_{i}", pd.DataFrame([{
-            "run": name, "experiment_id": run.experiment_id, "host": host, "pid": None if pid == "null" else int(pid),
-            "rpc_role": _rpc_role(run),
-            "program": " ".join((run.manifest.get("program") or {}).get("argv") or []) or None, "status": run.status,
-        }]))  # fmt: skip
+        connection.register(
+            f"_runs_{i}",
+            pd.DataFrame(
+                [
+                    {
+                        "run": name,
+                        "experiment_id": run.experiment_id,
+                        "host": host,
+                        "pid": None if pid == "null" else int(pid),
+                        "rpc_role": _rpc_role(run),
+                        "program": " ".join((run.manifest.get("program") or {}).get("argv") or []) or None,
+                        "status": run.status,
+                    }
+                ]
+            ),
+        )
         connection.execute(f"create view runs_{i} as select * from _runs_{i}")
-        connection.execute(f"create view rpc_messages_{i} as select run, {sql_string(host)} as host, {pid} as pid, "
-                           f"* exclude (run) from raw_rpc_messages_{i}")  # fmt: skip
+        connection.execute(
+            f"create view rpc_messages_{i} as select run, {sql_string(host)} as host, {pid} as pid, "
+            f"* exclude (run) from raw_rpc_messages_{i}"
+        )
         edges = run.structure_edges.assign(run=name)
         connection.register(f"structure_edges_{i}", _plain(edges))
         connection.execute(f"create view nodes_{i} as {_NODES_SQL.format(i=i, host=sql_string(host), pid=pid)}")

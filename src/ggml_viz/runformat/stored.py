@@ -157,8 +157,10 @@ class StoredRun:
         if rebuilding:  # damage found beside them: the node times are summed only if their pages are sound
             _verify_pages(parquet)
         if not rebuilding and events >= UPGRADE_NOTICE_EVENTS:  # seconds per 10M events: say why
-            say(f"{self.path.name}: summing its {events:,} node events once (an older ggml-viz recorded it "
-                f"without their totals); later opens read the stored totals")  # fmt: skip
+            say(
+                f"{self.path.name}: summing its {events:,} node events once (an older ggml-viz recorded it "
+                f"without their totals); later opens read the stored totals"
+            )
         import duckdb  # (imported by connect() already)
 
         connection = connect()
@@ -174,8 +176,10 @@ class StoredRun:
             write_totals(self.path, totals, self.experiment_id)
         except OSError as error:
             if events >= UPGRADE_NOTICE_EVENTS:
-                say(f"{self.path.name}: its totals cannot be stored ({error.strerror or error}): "
-                    f"every open sums its events again")  # fmt: skip
+                say(
+                    f"{self.path.name}: its totals cannot be stored ({error.strerror or error}): "
+                    f"every open sums its events again"
+                )
         return totals
 
     def _totals_over(self, connection: Any) -> dict[str, pa.Table]:
@@ -315,9 +319,13 @@ class StoredRun:
         parts = [schema.empty_table()]
         for row, times in self._journal_only:
             waits = np.ma.masked_less(times["wait_ns"], 0)
-            columns = {"graph_id": np.full(len(times["node_index"]), row["graph_id"], np.int32),
-                       "node_index": times["node_index"], "start_ns": times["start_ns"], "end_ns": times["end_ns"],
-                       "wait_ns": pa.array(waits, type=pa.int64())}  # fmt: skip
+            columns = {
+                "graph_id": np.full(len(times["node_index"]), row["graph_id"], np.int32),
+                "node_index": times["node_index"],
+                "start_ns": times["start_ns"],
+                "end_ns": times["end_ns"],
+                "wait_ns": pa.array(waits, type=pa.int64()),
+            }
             try:
                 parts.append(pa.table(columns, schema=schema))
             except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError, TypeError) as error:

@@ -67,8 +67,12 @@ def _new_messages(path: Path, known: _Tail | None) -> tuple[_Tail, list[_Message
             reader = pa.ipc.MessageReader.open_stream(source)
             schema = pa.ipc.read_schema(reader.read_next_message())
             identity = (stat.st_dev, stat.st_ino)
-            continues = (known is not None and known.identity == identity and stat.st_size >= known.offset
-                         and known.schema.equals(schema, check_metadata=True))  # fmt: skip
+            continues = (
+                known is not None
+                and known.identity == identity
+                and stat.st_size >= known.offset
+                and known.schema.equals(schema, check_metadata=True)
+            )
             offset = known.offset if continues and known is not None else source.tell()
             source.seek(offset)
             reader = pa.ipc.MessageReader.open_stream(source)
@@ -158,8 +162,9 @@ class NodeTimesSegment:
 _segments: dict[str, NodeTimesSegment] = {}
 
 
-def node_times_segment(path: Path, finished: pa.Array, totals_of: Callable[[pa.Table], dict[str, Any]]
-                       ) -> NodeTimesSegment:  # fmt: skip
+def node_times_segment(
+    path: Path, finished: pa.Array, totals_of: Callable[[pa.Table], dict[str, Any]]
+) -> NodeTimesSegment:
     """The segment at `path`, its new batches taken up to the first that holds a graph not
     in `finished` (the recorder writes a batch's node times before its graphs' rows, so
     the batches after it are not finished either): indexed, and their totals

@@ -76,6 +76,32 @@ class SyntheticRecording:
         node_ops.append("MUL_MAT")
         weights_read.append("output.weight")
         costs.append(120.0)
+        node_index = self._write_structure(node_names, node_ops, weights_read, gpu_every)
+        self.node_index = node_index
+        self.node_ops = node_ops
+        self.base_costs = np.array(costs) * 1_000.0  # ns
+        self.clock = 1_000_000_000
+        self.graphs = 0
+        writer.update_manifest(
+            model={
+                "name": "synthetic",
+                "description": f"synthetic {layers}-layer model",
+                "layers": layers,
+                "architecture": "llama",
+                "path": "synthetic.gguf",
+            },
+            contexts=[{"context_id": 0, "model": {"path": "synthetic.gguf"}}],
+            capture={"recorder": "synthetic", "detail": "op", "timing": "inline"},
+        )
+        if gpu_every:
+            writer.update_manifest(gpu={"mode": "windows", "cupti": "synthetic", "clock": "recorder", "problem": None})
+
+    def _write_structure(
+        self, node_names: list[str], node_ops: list[str], weights_read: list[str | None], gpu_every: int
+    ) -> np.ndarray:
+        """The model's buffers, tensors, its one graph structure and its edges, and its weights'
+        places in the model file; the nodes' indexes."""
+        writer = self.writer
         weight_names = sorted({w for w in weights_read if w})
         n_nodes, n_weights = len(node_names), len(weight_names)
         weight_size = 1 << 16
@@ -85,29 +111,49 @@ class SyntheticRecording:
         compute = "CUDA0" if gpu_every else "CPU"
         writer.append(
             "buffers",
-            {"buffer_id": [0, 1], "context_id": [0, 0], "name": ["CPU_Mapped", compute],
-             "buffer_type": ["CPU_Mapped", compute], "usage": ["weights", "compute"],
-             "size": [n_weights * weight_size, 1 << 24], "base": [1 << 32, 1 << 40], "first_graph_id": [0, 0]},
-        )  # fmt: skip
+            {
+                "buffer_id": [0, 1],
+                "context_id": [0, 0],
+                "name": ["CPU_Mapped", compute],
+                "buffer_type": ["CPU_Mapped", compute],
+                "usage": ["weights", "compute"],
+                "size": [n_weights * weight_size, 1 << 24],
+                "base": [1 << 32, 1 << 40],
+                "first_graph_id": [0, 0],
+            },
+        )
         writer.append(
             "tensors",
             {
-                "tensor_id": np.arange(n_tensors, dtype=np.int32), "name": names,
-                "op": ["NONE"] * n_weights + node_ops, "op_base": ["NONE"] * n_weights + node_ops,
+                "tensor_id": np.arange(n_tensors, dtype=np.int32),
+                "name": names,
+                "op": ["NONE"] * n_weights + node_ops,
+                "op_base": ["NONE"] * n_weights + node_ops,
                 "type": ["q4_0"] * n_weights + ["f32"] * n_nodes,
-                "ne0": [576] * n_tensors, "ne1": [256] * n_weights + [1] * n_nodes, "ne2": [1] * n_tensors,
-                "ne3": [1] * n_tensors, "nbytes": [weight_size] * n_weights + [2304] * n_nodes,
+                "ne0": [576] * n_tensors,
+                "ne1": [256] * n_weights + [1] * n_nodes,
+                "ne2": [1] * n_tensors,
+                "ne3": [1] * n_tensors,
+                "nbytes": [weight_size] * n_weights + [2304] * n_nodes,
                 "flags": [0] * n_tensors,
                 "buffer_id": [0] * n_weights + [1] * n_nodes,
                 "buffer_offset": [i * weight_size for i in range(n_weights)]
                 + [(i % 64) * 4096 for i in range(n_nodes)],
-                "layer": layer_of, "view_src_id": [-1] * n_tensors, "view_offs": [0] * n_tensors,
+                "layer": layer_of,
+                "view_src_id": [-1] * n_tensors,
+                "view_offs": [0] * n_tensors,
             },
-        )  # fmt: skip
+        )
         node_index = np.arange(n_nodes, dtype=np.int32)
-        writer.append("structure_nodes", {"structure_id": np.zeros(n_nodes, np.int32), "node_index": node_index,
-                                          "tensor_id": node_index + n_weights,
-                                          "layer": np.array(layer_of[n_weights:], np.int32)})  # fmt: skip
+        writer.append(
+            "structure_nodes",
+            {
+                "structure_id": np.zeros(n_nodes, np.int32),
+                "node_index": node_index,
+                "tensor_id": node_index + n_weights,
+                "layer": np.array(layer_of[n_weights:], np.int32),
+            },
+        )
         edge_nodes, edge_sources, edge_slots = [], [], []
         weight_id = {name: i for i, name in enumerate(weight_names)}
         for index, weight in enumerate(weights_read):
@@ -119,20 +165,17 @@ class SyntheticRecording:
                 edge_nodes.append(index)
                 edge_sources.append(weight_id[weight])
                 edge_slots.append(1)
-        writer.append("edges", {"structure_id": np.zeros(len(edge_nodes), np.int32), "node_index": edge_nodes,
-                                "src_slot": np.array(edge_slots, np.int8), "src_tensor_id": edge_sources})  # fmt: skip
+        writer.append(
+            "edges",
+            {
+                "structure_id": np.zeros(len(edge_nodes), np.int32),
+                "node_index": edge_nodes,
+                "src_slot": np.array(edge_slots, np.int8),
+                "src_tensor_id": edge_sources,
+            },
+        )
         memory_map_rows(writer, weight_names, weight_size, layer_of[:n_weights])
-        self.node_index = node_index
-        self.node_ops = node_ops
-        self.base_costs = np.array(costs) * 1_000.0  # ns
-        self.clock = 1_000_000_000
-        self.graphs = 0
-        writer.update_manifest(model={"name": "synthetic", "description": f"synthetic {layers}-layer model",
-                                      "layers": layers, "architecture": "llama", "path": "synthetic.gguf"},
-                               contexts=[{"context_id": 0, "model": {"path": "synthetic.gguf"}}],
-                               capture={"recorder": "synthetic", "detail": "op", "timing": "inline"})  # fmt: skip
-        if gpu_every:
-            writer.update_manifest(gpu={"mode": "windows", "cupti": "synthetic", "clock": "recorder", "problem": None})
+        return node_index
 
     def append_graphs(self, count: int) -> None:
         """`count` more decode graphs (the first graph of the run is its prompt)."""
@@ -145,8 +188,12 @@ class SyntheticRecording:
                 gpu_durations = durations // 8
                 traced = graph % self.gpu_every == 0
                 gpu_end = self._gpu_graph(graph, gpu_durations) if traced else self.clock + int(gpu_durations.sum())
-                no_node_times = {"node_index": self.node_index[:0], "start_ns": starts[:0], "end_ns": ends[:0],
-                                 "wait_ns": durations[:0]}  # fmt: skip
+                no_node_times = {
+                    "node_index": self.node_index[:0],
+                    "start_ns": starts[:0],
+                    "end_ns": ends[:0],
+                    "wait_ns": durations[:0],
+                }
                 self.writer.append_graph(self._graph_row(graph, n_nodes, gpu_end + 20_000, "graph"), no_node_times)
                 self.clock = gpu_end + 220_000
                 continue
@@ -161,12 +208,28 @@ class SyntheticRecording:
         """A graph of one token: graph g of sequence g % sequences, at position g // sequences
         (each sequence's first graph is its prompt)."""
         seq, pos = graph % self.sequences, graph // self.sequences
-        return {"graph_id": graph, "context_id": 0, "decode_index": graph, "ubatch_index": 0, "structure_id": 0,
-                "start_ns": self.clock, "end_ns": end_ns, "decode_start_ns": self.clock - 20_000,
-                "decode_end_ns": end_ns + 20_000, "return_code": 0, "n_nodes": n_nodes, "n_tokens": 1,
-                "token_ids": [graph % 50_000], "token_positions": [pos], "token_seq_ids": [seq],
-                "token_outputs": [True], "token_texts": [f" t{graph}"], "first_batch_index": 0,
-                "phase": "prompt" if pos == 0 else "decode", "detail": detail}  # fmt: skip
+        return {
+            "graph_id": graph,
+            "context_id": 0,
+            "decode_index": graph,
+            "ubatch_index": 0,
+            "structure_id": 0,
+            "start_ns": self.clock,
+            "end_ns": end_ns,
+            "decode_start_ns": self.clock - 20_000,
+            "decode_end_ns": end_ns + 20_000,
+            "return_code": 0,
+            "n_nodes": n_nodes,
+            "n_tokens": 1,
+            "token_ids": [graph % 50_000],
+            "token_positions": [pos],
+            "token_seq_ids": [seq],
+            "token_outputs": [True],
+            "token_texts": [f" t{graph}"],
+            "first_batch_index": 0,
+            "phase": "prompt" if pos == 0 else "decode",
+            "detail": detail,
+        }
 
     def _gpu_graph(self, graph: int, durations: np.ndarray) -> int:
         """A traced graph's kernels, node by node, each starting a little before the one before it
@@ -188,25 +251,52 @@ class SyntheticRecording:
         n = len(rows["kernel"])
         node_index = np.array(rows["node_index"], np.int32)
         starts, finish, busy = (np.array(rows[k], np.int64) for k in ("start_ns", "end_ns", "busy_ns"))
-        self.writer.append("gpu_kernels", {
-            "graph_id": np.full(n, graph, np.int32), "node_index": node_index, "group_end": node_index,
-            "device": np.zeros(n, np.int32), "stream": np.full(n, 7, np.int32), "kind": ["kernel"] * n,
-            "kernel": rows["kernel"], "name": [f"void {k}<float>(float const*, float*, int)" for k in rows["kernel"]],
-            "start_ns": starts, "end_ns": finish, "busy_ns": busy, "bytes": np.zeros(n, np.int64),
-            "correlation_id": np.full(n, 1000 + graph, np.int64),
-        })  # fmt: skip
+        self.writer.append(
+            "gpu_kernels",
+            {
+                "graph_id": np.full(n, graph, np.int32),
+                "node_index": node_index,
+                "group_end": node_index,
+                "device": np.zeros(n, np.int32),
+                "stream": np.full(n, 7, np.int32),
+                "kind": ["kernel"] * n,
+                "kernel": rows["kernel"],
+                "name": [f"void {k}<float>(float const*, float*, int)" for k in rows["kernel"]],
+                "start_ns": starts,
+                "end_ns": finish,
+                "busy_ns": busy,
+                "bytes": np.zeros(n, np.int64),
+                "correlation_id": np.full(n, 1000 + graph, np.int64),
+            },
+        )
         nodes, first = np.unique(node_index, return_index=True)
         last = np.append(first[1:], n) - 1
-        self.writer.append("gpu_node_times", {
-            "graph_id": np.full(len(nodes), graph, np.int32), "node_index": nodes, "group_end": nodes,
-            "device": np.zeros(len(nodes), np.int32), "start_ns": starts[first], "end_ns": finish[last],
-            "gpu_ns": np.add.reduceat(busy, first), "kernels": (last - first + 1).astype(np.int32),
-        })  # fmt: skip
-        self.writer.append("gpu_graphs", {
-            "graph_id": [graph], "device": [0], "start_ns": [int(starts[0])], "end_ns": [int(finish[-1])],
-            "busy_ns": [int(busy.sum())], "kernels": [n], "attributed": [n],
-            "mapping": ["replay" if graph else "eager"],
-        })  # fmt: skip
+        self.writer.append(
+            "gpu_node_times",
+            {
+                "graph_id": np.full(len(nodes), graph, np.int32),
+                "node_index": nodes,
+                "group_end": nodes,
+                "device": np.zeros(len(nodes), np.int32),
+                "start_ns": starts[first],
+                "end_ns": finish[last],
+                "gpu_ns": np.add.reduceat(busy, first),
+                "kernels": (last - first + 1).astype(np.int32),
+            },
+        )
+        self.writer.append(
+            "gpu_graphs",
+            {
+                "graph_id": [graph],
+                "device": [0],
+                "start_ns": [int(starts[0])],
+                "end_ns": [int(finish[-1])],
+                "busy_ns": [int(busy.sum())],
+                "kernels": [n],
+                "attributed": [n],
+                "mapping": ["replay" if graph else "eager"],
+            },
+        )
         return int(finish[-1])
 
     def close(self) -> None:
@@ -219,12 +309,23 @@ def memory_map_rows(writer: RunWriter, weight_names: list[str], weight_size: int
     n = len(weight_names) + 1
     writer.append(
         "memory_map",
-        {"model_path": ["synthetic.gguf"] * n, "kind": ["header"] + ["tensor"] * (n - 1), "name": [""] + weight_names,
-         "start": [0] + starts, "end": [header] + [s + weight_size for s in starts], "type": [""] + ["q4_0"] * (n - 1),
-         "ne0": [0] + [576] * (n - 1), "ne1": [0] + [256] * (n - 1), "ne2": [0] + [1] * (n - 1),
-         "ne3": [0] + [1] * (n - 1), "n_elements": [0] + [576 * 256] * (n - 1), "layer": [-1] + layers,
-         "category": [""] + ["other"] * (n - 1), "padding_after": [0] * n},
-    )  # fmt: skip
+        {
+            "model_path": ["synthetic.gguf"] * n,
+            "kind": ["header"] + ["tensor"] * (n - 1),
+            "name": [""] + weight_names,
+            "start": [0] + starts,
+            "end": [header] + [s + weight_size for s in starts],
+            "type": [""] + ["q4_0"] * (n - 1),
+            "ne0": [0] + [576] * (n - 1),
+            "ne1": [0] + [256] * (n - 1),
+            "ne2": [0] + [1] * (n - 1),
+            "ne3": [0] + [1] * (n - 1),
+            "n_elements": [0] + [576 * 256] * (n - 1),
+            "layer": [-1] + layers,
+            "category": [""] + ["other"] * (n - 1),
+            "padding_after": [0] * n,
+        },
+    )
 
 
 def _layer(name: str) -> int:

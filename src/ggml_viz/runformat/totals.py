@@ -201,8 +201,12 @@ def read_totals(run_dir: Path, experiment_id: str) -> dict[str, pa.Table] | None
         # the per-graph ops (twenty million rows for a billion node events) kept so (KEPT_AS_DICTIONARY)
         strings = [field.name for field in schema if field.type == pa.string()]
         kept = KEPT_AS_DICTIONARY.get(name, ())
-        schema = pa.schema([field.with_type(pa.dictionary(pa.int32(), pa.string())) if field.name in kept else field
-                            for field in schema])  # fmt: skip
+        schema = pa.schema(
+            [
+                field.with_type(pa.dictionary(pa.int32(), pa.string())) if field.name in kept else field
+                for field in schema
+            ]
+        )
         try:  # the whole table: damage in a data page shows only when that page is decoded
             # (not pq.read_table: pyarrow.dataset)
             table = pq.ParquetFile(path, page_checksum_verification=True, read_dictionary=strings).read()

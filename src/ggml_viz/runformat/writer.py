@@ -203,8 +203,10 @@ class RunWriter:
         self._rolled = []
 
     def _descriptions(self) -> dict[str, pa.Table]:
-        return {table: pa.Table.from_batches(batches, schema=table_schema(table, self.experiment_id))
-                for table, batches in self._described.items()}  # fmt: skip
+        return {
+            table: pa.Table.from_batches(batches, schema=table_schema(table, self.experiment_id))
+            for table, batches in self._described.items()
+        }
 
     def append_graph(self, row: dict[str, Any], node_times: Mapping[str, np.ndarray]) -> None:
         """A graph's row and the times of its timed nodes: into the journal now (while
@@ -214,8 +216,15 @@ class RunWriter:
         if not self.journal_deferred:
             self.sync_journal()
         self._pending_rows.append(row)
-        self._pending_times.append((np.full(len(index), row["graph_id"], dtype=np.int32), index,
-                                    node_times["start_ns"], node_times["end_ns"], node_times["wait_ns"]))  # fmt: skip
+        self._pending_times.append(
+            (
+                np.full(len(index), row["graph_id"], dtype=np.int32),
+                index,
+                node_times["start_ns"],
+                node_times["end_ns"],
+                node_times["wait_ns"],
+            )
+        )
         if len(self._pending_rows) >= self.graphs_per_batch:
             self.flush_graphs()
 
@@ -242,10 +251,16 @@ class RunWriter:
         rows = [{key: row[key] for key in _SEGMENT_GRAPHS.names} for row in self._pending_rows]
         self._segment_graphs.append(pa.RecordBatch.from_pylist(rows, schema=_SEGMENT_GRAPHS))
         schema = self._tables["node_times"].schema
-        columns = {"graph_id": graph_id, "node_index": index, "start_ns": start, "end_ns": end,
-                   "wait_ns": np.ma.masked_less(wait, 0)}  # fmt: skip
-        self._write_batch("node_times", pa.record_batch([pa.array(columns[f.name], type=f.type) for f in schema],
-                                                         schema=schema))  # fmt: skip
+        columns = {
+            "graph_id": graph_id,
+            "node_index": index,
+            "start_ns": start,
+            "end_ns": end,
+            "wait_ns": np.ma.masked_less(wait, 0),
+        }
+        self._write_batch(
+            "node_times", pa.record_batch([pa.array(columns[f.name], type=f.type) for f in schema], schema=schema)
+        )
         self._write_batch(
             "graphs", pa.RecordBatch.from_pylist(self._pending_rows, schema=self._tables["graphs"].schema)
         )
@@ -394,8 +409,10 @@ class _PartWriter:
         self.wait()
         for first in range(0, len(segments), 2):
             (rolled, whole), *beside = segments[first : first + 2]
-            helpers = [threading.Thread(target=self._convert, args=(other, descriptions, other_whole))
-                       for other, other_whole in beside]  # fmt: skip
+            helpers = [
+                threading.Thread(target=self._convert, args=(other, descriptions, other_whole))
+                for other, other_whole in beside
+            ]
             for helper in helpers:
                 helper.start()
             self._convert(rolled, descriptions, whole)
@@ -415,8 +432,9 @@ class _PartWriter:
         if rolled.graphs is not None:
             self._add_totals(self.run_dir / name, rolled.segment, rows, rolled.graphs, descriptions)
 
-    def _add_totals(self, part: Path, segment: int, rows: int, graphs: list[pa.RecordBatch],
-                    descriptions: dict[str, pa.Table]) -> None:  # fmt: skip
+    def _add_totals(
+        self, part: Path, segment: int, rows: int, graphs: list[pa.RecordBatch], descriptions: dict[str, pa.Table]
+    ) -> None:
         """The part's node totals, added to the run's: sound only if every event of the
         part found its graph and node (a structure described after its graphs' events were
         written would leave some out: then the close sums all parts instead)."""
@@ -449,8 +467,9 @@ class _PartWriter:
             if self._graph_op_file is None:
                 metadata = table_metadata(GRAPH_OP_TOTALS, self.experiment_id)
                 schema = TOTALS_SCHEMAS[GRAPH_OP_TOTALS].with_metadata(metadata)
-                self._graph_op_file = pq.ParquetWriter(self._graph_op_path(".partial"), schema, compression="zstd",
-                                                       write_page_checksum=True)  # fmt: skip
+                self._graph_op_file = pq.ParquetWriter(
+                    self._graph_op_path(".partial"), schema, compression="zstd", write_page_checksum=True
+                )
             self._graph_op_file.write_table(table.cast(self._graph_op_file.schema))
         except (OSError, pa.ArrowException):
             self._sound = False  # (summed again from the parts at the close)
@@ -498,8 +517,10 @@ def _events_counted(totals: dict[str, pa.Table]) -> int:
 
 def _same_time(totals: dict[str, pa.Table]) -> bool:
     """Both totals sum the same time: every event found its node's op too."""
-    return bool(pc.sum(totals[NODE_TOTALS].column("time_ns")).as_py() == pc.sum(
-        totals[GRAPH_OP_TOTALS].column("time_ns")).as_py())  # fmt: skip
+    return bool(
+        pc.sum(totals[NODE_TOTALS].column("time_ns")).as_py()
+        == pc.sum(totals[GRAPH_OP_TOTALS].column("time_ns")).as_py()
+    )
 
 
 class _OpenTable(NamedTuple):

@@ -117,10 +117,15 @@ class RunRegistry:
                 continue
             model = manifest.get("model") or {}
             runs.append(
-                {"run_id": run_id, "name": path.name, "status": manifest.get("status"),
-                 "created": manifest.get("created"), "model": model.get("name") or model.get("description"),
-                 "graphs": (manifest.get("counts") or {}).get("graphs")}
-            )  # fmt: skip
+                {
+                    "run_id": run_id,
+                    "name": path.name,
+                    "status": manifest.get("status"),
+                    "created": manifest.get("created"),
+                    "model": model.get("name") or model.get("description"),
+                    "graphs": (manifest.get("counts") or {}).get("graphs"),
+                }
+            )
         return runs
 
 
@@ -267,8 +272,12 @@ def create_app(registry: RunRegistry, *, host: str, port: int, token: str) -> tu
                 now = (len(view.graphs), view.run.status)
                 if now != last:
                     last = now
-                    update: LiveUpdate = {"graphs": now[0], "status": now[1], "duration_ns": view.duration_ns,
-                                          "ops": view.ops}  # fmt: skip
+                    update: LiveUpdate = {
+                        "graphs": now[0],
+                        "status": now[1],
+                        "duration_ns": view.duration_ns,
+                        "ops": view.ops,
+                    }
                     yield f"data: {json.dumps(update)}\n\n"
                 else:
                     yield ": still here\n\n"

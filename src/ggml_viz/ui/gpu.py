@@ -170,8 +170,10 @@ class GpuRun:
         """The kernels meeting [t0, t1), read from the blocks whose span meets it."""
         blocks = [self._block(i) for i, (lo, hi) in enumerate(self._source[2]) if hi >= t0 and lo <= t1]
         if not blocks:
-            return {key: np.zeros(0, np.int64) for key in ("start", "end", "busy", "bytes", "op", "event",
-                                                           "graph_row", "context", "device", "name")}  # fmt: skip
+            return {
+                key: np.zeros(0, np.int64)
+                for key in ("start", "end", "busy", "bytes", "op", "event", "graph_row", "context", "device", "name")
+            }
         kernels = {key: np.concatenate([block[key] for block in blocks]) for key in blocks[0]}
         s, e = kernels["start"], kernels["end"]
         meets = (e > t0) & (s < t1) | ((e == s) & (s >= t0) & (s < t1))
@@ -195,12 +197,14 @@ class GpuRun:
             pieces.append(_pieces(frame))
             kernels.append(frame.groupby(["name", "op"], as_index=False)[["count", "busy", "time", "estimated"]].sum())
         joined = _pieces(pd.concat(pieces)) if pieces else pd.DataFrame(columns=[*_PIECE_KEYS, *_PIECE_SUMS])
-        by_name = pd.concat(kernels).groupby(["name", "op"], as_index=False).sum() if kernels else pd.DataFrame(
-            columns=["name", "op", "count", "busy", "time", "estimated"])  # fmt: skip
+        by_name = (
+            pd.concat(kernels).groupby(["name", "op"], as_index=False).sum()
+            if kernels
+            else pd.DataFrame(columns=["name", "op", "count", "busy", "time", "estimated"])
+        )
         by_name = by_name.rename(columns={"busy": "traced_busy", "estimated": "busy"})
         joined = joined.sort_values(["context", "device", "start"], ignore_index=True)
-        return {"pieces": {column: joined[column].to_numpy(np.int64) for column in joined.columns},
-                "kernels": by_name}  # fmt: skip
+        return {"pieces": {column: joined[column].to_numpy(np.int64) for column in joined.columns}, "kernels": by_name}
 
     @property
     def pieces(self) -> dict[str, np.ndarray]:
@@ -233,11 +237,18 @@ class GpuRun:
         for context, device in sorted(set(zip(traced["context"].tolist(), traced["device"].tolist(), strict=True))):
             rows = np.flatnonzero((traced["context"] == context) & (traced["device"] == device))
             rows = rows[np.argsort(traced["start"][rows], kind="stable")]
-            lanes.append({
-                "context_id": context, "device": device, "label": f"{self.device_name(device)} · GPU ({self.source})",
-                "start": traced["start"][rows], "end": traced["end"][rows], "graph_id": traced["graph_id"][rows],
-                "end_max": np.maximum.accumulate(traced["end"][rows]), "kernels": traced["kernels"][rows],
-            })  # fmt: skip
+            lanes.append(
+                {
+                    "context_id": context,
+                    "device": device,
+                    "label": f"{self.device_name(device)} · GPU ({self.source})",
+                    "start": traced["start"][rows],
+                    "end": traced["end"][rows],
+                    "graph_id": traced["graph_id"][rows],
+                    "end_max": np.maximum.accumulate(traced["end"][rows]),
+                    "kernels": traced["kernels"][rows],
+                }
+            )
         return lanes
 
     @cached_property
@@ -246,11 +257,14 @@ class GpuRun:
         to the run's first graph."""
         graphs = self.graphs
         contexts = self.context.graphs.set_index("graph_id")["context_id"]
-        return {"context": contexts.reindex(graphs["graph_id"]).to_numpy(np.int64),
-                "device": graphs["device"].to_numpy(np.int64), "graph_id": graphs["graph_id"].to_numpy(np.int64),
-                "start": graphs["start_ns"].to_numpy(np.int64) - self.context.origin_ns,
-                "end": graphs["end_ns"].to_numpy(np.int64) - self.context.origin_ns,
-                "kernels": graphs["kernels"].to_numpy(np.int64)}  # fmt: skip
+        return {
+            "context": contexts.reindex(graphs["graph_id"]).to_numpy(np.int64),
+            "device": graphs["device"].to_numpy(np.int64),
+            "graph_id": graphs["graph_id"].to_numpy(np.int64),
+            "start": graphs["start_ns"].to_numpy(np.int64) - self.context.origin_ns,
+            "end": graphs["end_ns"].to_numpy(np.int64) - self.context.origin_ns,
+            "kernels": graphs["kernels"].to_numpy(np.int64),
+        }
 
     # -- what the overview, the statistics and a node's details say -------------------------
 
@@ -286,8 +300,10 @@ class GpuRun:
         """Where GPU node times come from, in words: how the times over the run are estimated
         from the traced graphs, and the records CUPTI could not keep, if any."""
         estimate = estimate_note(self._graphs_of_traced_contexts, self.graphs["graph_id"].unique().tolist())
-        said = [f"GPU time ({', '.join(self.devices)}, {self.source}, {self.traced_graphs:,} of {self.graphs_on_gpu:,} "
-                f"graphs traced), times over the run {estimate}"]  # fmt: skip
+        said = [
+            f"GPU time ({', '.join(self.devices)}, {self.source}, {self.traced_graphs:,} of {self.graphs_on_gpu:,} "
+            f"graphs traced), times over the run {estimate}"
+        ]
         return ". ".join(said + self.warnings)
 
     @cached_property
@@ -307,10 +323,15 @@ class GpuRun:
             return None
         rows = carrying[carrying["node_index"] == carrying["node_index"].max()]
         origin = self.context.origin_ns
-        return {"device": ", ".join(self.device_name(int(d)) for d in sorted(rows["device"].unique())),
-                "node_index": int(rows["node_index"].iloc[0]), "group_end": int(rows["group_end"].max()),
-                "start_ns": int(rows["start_ns"].min()) - origin, "end_ns": int(rows["end_ns"].max()) - origin,
-                "gpu_ns": int(rows["gpu_ns"].sum()), "kernels": int(rows["kernels"].sum())}  # fmt: skip
+        return {
+            "device": ", ".join(self.device_name(int(d)) for d in sorted(rows["device"].unique())),
+            "node_index": int(rows["node_index"].iloc[0]),
+            "group_end": int(rows["group_end"].max()),
+            "start_ns": int(rows["start_ns"].min()) - origin,
+            "end_ns": int(rows["end_ns"].max()) - origin,
+            "gpu_ns": int(rows["gpu_ns"].sum()),
+            "kernels": int(rows["kernels"].sum()),
+        }
 
     def graph_node_times(self, graph_id: int) -> dict[int, int]:
         """A traced graph's GPU time per node, on all its devices (the graph view's "time" where

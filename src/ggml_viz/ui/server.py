@@ -42,8 +42,15 @@ class Viewer:
         self.server.should_exit = True
 
 
-def make_viewer(path: Path, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT, live: bool = False,
-                token: str | None = None, allow_remote: bool = False) -> Viewer:  # fmt: skip
+def make_viewer(
+    path: Path,
+    *,
+    host: str = "127.0.0.1",
+    port: int = DEFAULT_PORT,
+    live: bool = False,
+    token: str | None = None,
+    allow_remote: bool = False,
+) -> Viewer:
     """Bind `host:port` (a free port if the default is taken) and prepare the app. An
     address beyond loopback needs `allow_remote` (the command's explicit --host)."""
     if not is_loopback(host) and not allow_remote:

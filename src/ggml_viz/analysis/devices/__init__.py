@@ -87,9 +87,12 @@ def _longest_wait(phases: list[DevicePhase], activity: pd.DataFrame) -> str | No
     if not phases:
         return None
     phase = max(phases, key=lambda p: p["steps"])
-    waits = [(ns, device["device"], part, device["idle_share"]) for device in phase["devices"]
-             for part, ns in device["parts"].items()
-             if part.startswith("waiting for ") and part != TRANSFERS]  # fmt: skip
+    waits = [
+        (ns, device["device"], part, device["idle_share"])
+        for device in phase["devices"]
+        for part, ns in device["parts"].items()
+        if part.startswith("waiting for ") and part != TRANSFERS
+    ]
     if not waits or not phase["step_ns"]:
         return None
     ns, device, part, idle = max(waits)
@@ -131,8 +134,11 @@ def placement_advice(head: Run, activity: pd.DataFrame | None) -> PlacementAdvic
     except GgmlVizError:
         return None
     best = advice["best"][0] if advice["best"] else None
-    return {"recorded_flags": model.flags(model.recorded), "check": advice["check"],
-            "best_flags": best["flags"] if best else None,
-            "best_decode_tokens_per_s": best.get("decode_tokens_per_s") if best else None,
-            "recorded_decode_tokens_per_s": advice["recorded"].get("decode_tokens_per_s"),
-            "finding": advice_finding(model, advice)}  # fmt: skip
+    return {
+        "recorded_flags": model.flags(model.recorded),
+        "check": advice["check"],
+        "best_flags": best["flags"] if best else None,
+        "best_decode_tokens_per_s": best.get("decode_tokens_per_s") if best else None,
+        "recorded_decode_tokens_per_s": advice["recorded"].get("decode_tokens_per_s"),
+        "finding": advice_finding(model, advice),
+    }

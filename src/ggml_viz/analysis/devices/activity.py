@@ -33,8 +33,12 @@ WIRE = "wire"
 
 
 def empty_activity() -> pd.DataFrame:
-    return pd.DataFrame({column: pd.Series(dtype="object" if column in ("device", "kind", "op", "layer") else "int64")
-                         for column in ACTIVITY_COLUMNS})  # fmt: skip
+    return pd.DataFrame(
+        {
+            column: pd.Series(dtype="object" if column in ("device", "kind", "op", "layer") else "int64")
+            for column in ACTIVITY_COLUMNS
+        }
+    )
 
 
 def run_activity(run: Run, graph_ids: Sequence[int] | None = None) -> pd.DataFrame:
@@ -55,8 +59,9 @@ def joined_activity(head: Run, remote_nodes: pd.DataFrame, transfers: pd.DataFra
     if not remote_nodes.empty:
         timed = remote_nodes[remote_nodes["start_ns"].notna()]
         head_nodes = head.nodes[["graph_id", "node_index", "layer", "buffer_name"]]
-        placed = timed.merge(head_nodes, left_on=["head_graph_id", "head_node_index"],
-                             right_on=["graph_id", "node_index"], how="left")  # fmt: skip
+        placed = timed.merge(
+            head_nodes, left_on=["head_graph_id", "head_node_index"], right_on=["graph_id", "node_index"], how="left"
+        )
         device = placed["buffer_name"].map(device_of_buffer).fillna(placed["host"])
         frames.append(
             pd.DataFrame(
@@ -70,7 +75,7 @@ def joined_activity(head: Run, remote_nodes: pd.DataFrame, transfers: pd.DataFra
                     "start_ns": placed["start_ns"].to_numpy(np.int64),
                     "end_ns": placed["end_ns"].to_numpy(np.int64),
                 }
-            )  # fmt: skip
+            )
         )
     if not transfers.empty:
         during = transfers[transfers["head_graph_id"] >= 0]
@@ -86,18 +91,24 @@ def joined_activity(head: Run, remote_nodes: pd.DataFrame, transfers: pd.DataFra
                     "start_ns": during["sent_ns"].to_numpy(np.int64),
                     "end_ns": during["received_ns"].to_numpy(np.int64),
                 }
-            )  # fmt: skip
+            )
         )
     return _concat(frames)
 
 
 def _node_rows(nodes: pd.DataFrame, start: pd.Series, end: pd.Series, device: pd.Series) -> pd.DataFrame:
-    return pd.DataFrame({
-        "graph_id": nodes["graph_id"].to_numpy(np.int64), "node_index": nodes["node_index"].to_numpy(np.int64),
-        "device": device.fillna("CPU").to_numpy(), "kind": COMPUTE,
-        "layer": nodes["layer"].to_numpy(), "op": nodes["op"].to_numpy(),
-        "start_ns": start.to_numpy(np.int64), "end_ns": end.to_numpy(np.int64),
-    })  # fmt: skip
+    return pd.DataFrame(
+        {
+            "graph_id": nodes["graph_id"].to_numpy(np.int64),
+            "node_index": nodes["node_index"].to_numpy(np.int64),
+            "device": device.fillna("CPU").to_numpy(),
+            "kind": COMPUTE,
+            "layer": nodes["layer"].to_numpy(),
+            "op": nodes["op"].to_numpy(),
+            "start_ns": start.to_numpy(np.int64),
+            "end_ns": end.to_numpy(np.int64),
+        }
+    )
 
 
 def _gpu_rows(run: Run, nodes: pd.DataFrame, graph_ids: Sequence[int] | None = None) -> pd.DataFrame:
@@ -107,17 +118,23 @@ def _gpu_rows(run: Run, nodes: pd.DataFrame, graph_ids: Sequence[int] | None = N
     kernels = kernels[kernels["graph_id"] >= 0 if graph_ids is None else kernels["graph_id"].isin(list(graph_ids))]
     if kernels.empty:
         return empty_activity()
-    described = kernels.merge(nodes[["graph_id", "node_index", "layer", "op"]], on=["graph_id", "node_index"],
-                              how="left")  # fmt: skip
+    described = kernels.merge(
+        nodes[["graph_id", "node_index", "layer", "op"]], on=["graph_id", "node_index"], how="left"
+    )
     # a kernel of no node (a graph whose kernels could not be mapped) is still the GPU's busy time
     transfer = (described["kind"] != "kernel") & (described["node_index"] < 0)
-    return pd.DataFrame({
-        "graph_id": described["graph_id"].to_numpy(np.int64), "node_index": described["node_index"].to_numpy(np.int64),
-        "device": (run.gpu_timer.backend + described["device"].astype(str)).to_numpy(),
-        "kind": np.where(transfer, TRANSFER, COMPUTE),
-        "layer": described["layer"].to_numpy(), "op": described["op"].fillna(described["kind"]).to_numpy(),
-        "start_ns": described["start_ns"].to_numpy(np.int64), "end_ns": described["end_ns"].to_numpy(np.int64),
-    })  # fmt: skip
+    return pd.DataFrame(
+        {
+            "graph_id": described["graph_id"].to_numpy(np.int64),
+            "node_index": described["node_index"].to_numpy(np.int64),
+            "device": (run.gpu_timer.backend + described["device"].astype(str)).to_numpy(),
+            "kind": np.where(transfer, TRANSFER, COMPUTE),
+            "layer": described["layer"].to_numpy(),
+            "op": described["op"].fillna(described["kind"]).to_numpy(),
+            "start_ns": described["start_ns"].to_numpy(np.int64),
+            "end_ns": described["end_ns"].to_numpy(np.int64),
+        }
+    )
 
 
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:

@@ -60,8 +60,14 @@ def candidates(model: PlacementModel) -> list[Placement]:
     return unique
 
 
-def advise(model: PlacementModel, budget: dict[str, int], ctx: int | None = None, prompt_tokens: int | None = None,
-           goal: str = "decode", top: int = 5) -> Advice:  # fmt: skip
+def advise(
+    model: PlacementModel,
+    budget: dict[str, int],
+    ctx: int | None = None,
+    prompt_tokens: int | None = None,
+    goal: str = "decode",
+    top: int = 5,
+) -> Advice:
     """The best placements that fit `budget` (bytes per device; a device not named: no limit),
     each with its best threads and ubatch, ranked by `goal`; the recorded placement as predicted
     and as measured, for comparison."""
@@ -81,14 +87,25 @@ def advise(model: PlacementModel, budget: dict[str, int], ctx: int | None = None
         rows.append(best)
     rows.sort(key=lambda row: rate_of(row, goal) or 0.0, reverse=True)
     return {
-        "goal": goal, "recorded": recorded, "check": recorded_check(model, recorded), "best": rows[:top],
-        "placements": len(rows) + refused, "not_fitting": refused, "budget": budget,
-    }  # fmt: skip
+        "goal": goal,
+        "recorded": recorded,
+        "check": recorded_check(model, recorded),
+        "best": rows[:top],
+        "placements": len(rows) + refused,
+        "not_fitting": refused,
+        "budget": budget,
+    }
 
 
-def _best_settings(model: PlacementModel, base: Placement, threads: list[int | None], ubatches: list[int | None],
-                   ctx: int | None, prompt_tokens: int | None,
-                   budget: dict[str, int]) -> PlacementPrediction | None:  # fmt: skip
+def _best_settings(
+    model: PlacementModel,
+    base: Placement,
+    threads: list[int | None],
+    ubatches: list[int | None],
+    ctx: int | None,
+    prompt_tokens: int | None,
+    budget: dict[str, int],
+) -> PlacementPrediction | None:
     """A placement with its fastest decode threads, and its fastest prompt threads and ubatch
     among those whose memory fits (None: none fits)."""
     decode = [predict_one(model, replace(base, threads=t), ctx, prompt_tokens) for t in threads]
@@ -98,15 +115,21 @@ def _best_settings(model: PlacementModel, base: Placement, threads: list[int | N
     chosen = max(fitting, key=lambda row: row.get("decode_tokens_per_s") or 0.0)
     if not model.prompt_steps:
         return chosen
-    prompts = [predict_one(model, replace(base, threads_batch=t, ubatch=u), ctx, prompt_tokens)
-               for t in threads for u in ubatches]  # fmt: skip
+    prompts = [
+        predict_one(model, replace(base, threads_batch=t, ubatch=u), ctx, prompt_tokens)
+        for t in threads
+        for u in ubatches
+    ]
     prompts = [row for row in prompts if _fits(row["memory"], budget)]
     if not prompts:
         return None
     prompt = max(prompts, key=lambda row: row.get("prompt_tokens_per_s") or 0.0)
-    placement = replace(base, threads=_changed(chosen["threads"], model.recorded.threads),
-                        threads_batch=_changed(prompt["threads_batch"], model.recorded.threads_batch),
-                        ubatch=_changed(prompt["ubatch"], model.recorded.ubatch))  # fmt: skip
+    placement = replace(
+        base,
+        threads=_changed(chosen["threads"], model.recorded.threads),
+        threads_batch=_changed(prompt["threads_batch"], model.recorded.threads_batch),
+        ubatch=_changed(prompt["ubatch"], model.recorded.ubatch),
+    )
     result = chosen.copy()  # the prompt's settings in their places (chosen has every key: a prompt was measured)
     result["threads_batch"], result["ubatch"] = prompt["threads_batch"], prompt["ubatch"]
     result["prompt_tokens"], result["prompt_ns"] = prompt["prompt_tokens"], prompt["prompt_ns"]
@@ -134,11 +157,16 @@ def advice_finding(model: PlacementModel, advice: Advice, least_gain: float = 1.
     best_rate, recorded_rate = rate_of(best, goal), rate_of(recorded, goal)
     if not best_rate or not recorded_rate or best_rate < least_gain * recorded_rate:
         return None
-    more = [f"{_gib(best['memory'][d]['total'] - recorded['memory'][d]['total'])} more on {d}"
-            for d in best["memory"] if best["memory"][d]["total"] > recorded["memory"][d]["total"]]  # fmt: skip
+    more = [
+        f"{_gib(best['memory'][d]['total'] - recorded['memory'][d]['total'])} more on {d}"
+        for d in best["memory"]
+        if best["memory"][d]["total"] > recorded["memory"][d]["total"]
+    ]
     needs = f"; it needs {', '.join(more)}" if more else ""
-    return (f"Predicted from this run: `{best['flags']}` would take {goal} from {recorded_rate:,.1f} to "
-            f"{best_rate:,.1f} tokens/s{needs} (`ggml-viz advise` lists the others).")  # fmt: skip
+    return (
+        f"Predicted from this run: `{best['flags']}` would take {goal} from {recorded_rate:,.1f} to "
+        f"{best_rate:,.1f} tokens/s{needs} (`ggml-viz advise` lists the others)."
+    )
 
 
 def _gib(n: int) -> str:

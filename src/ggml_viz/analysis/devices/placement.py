@@ -168,8 +168,11 @@ def groups_of(compute: pd.DataFrame) -> np.ndarray:
         return group
     time = compute.assign(expert=expert).groupby(["block", "expert", "device"])["ns"].sum().reset_index()
     main = time.sort_values("ns").drop_duplicates(["block", "expert"], keep="last").set_index(["block", "expert"])
-    apart = {int(block): str(row["device"]) for (block, is_expert), row in main.iterrows()
-             if is_expert and main["device"].get((block, False)) != row["device"]}  # fmt: skip
+    apart = {
+        int(block): str(row["device"])
+        for (block, is_expert), row in main.iterrows()
+        if is_expert and main["device"].get((block, False)) != row["device"]
+    }
     experts_device = compute["block"].map(apart)
     group[(experts_device == compute["device"]).to_numpy()] = EXPERTS
     return group
@@ -202,13 +205,17 @@ def placement_model(head: Run, activity: pd.DataFrame, parts: pd.DataFrame) -> P
     others = tuple(sorted(devices - {"CPU"}, key=_device_order))
     if (others and "CPU" not in devices) or not devices:
         found = ", ".join(sorted(devices)) or "none"
-        raise GgmlVizError(f"a placement is predicted from a run that computed on the CPU, alone or beside other "
-                           f"devices (GPUs, RPC workers); this run's devices: {found}")  # fmt: skip
+        raise GgmlVizError(
+            f"a placement is predicted from a run that computed on the CPU, alone or beside other "
+            f"devices (GPUs, RPC workers); this run's devices: {found}"
+        )
     compute_bytes = _compute_bytes(head)
     untimed = sorted(set(compute_bytes) - devices)
     if untimed:
-        raise GgmlVizError(f"this run also computed on {', '.join(untimed)}, whose nodes have no time in it (an RPC "
-                           "worker's: record the worker too and give the joined run, `ggml-viz join`)")  # fmt: skip
+        raise GgmlVizError(
+            f"this run also computed on {', '.join(untimed)}, whose nodes have no time in it (an RPC "
+            "worker's: record the worker too and give the joined run, `ggml-viz join`)"
+        )
     steps = warm_steps(head.graphs)
     steps = steps[steps["graph_id"].isin(compute["graph_id"].unique())].reset_index(drop=True)
     if steps.empty:
@@ -231,29 +238,46 @@ def placement_model(head: Run, activity: pd.DataFrame, parts: pd.DataFrame) -> P
     crossing, fixed = _crossing_and_fixed(parts, tokens, crossings_along(recorded_devices, n_layer))
     windows = step_windows(steps)
     length = (windows["end_ns"] - windows["start_ns"]).clip(lower=0).to_numpy(float)
-    measured = {str(phase): {"steps": float(len(mine)), "tokens": float(steps["n_tokens"].to_numpy()[mine.index].sum()),
-                             "ns": float(length[mine.index].sum())}
-                for phase, mine in windows.reset_index(drop=True).groupby("phase")}  # fmt: skip
+    measured = {
+        str(phase): {
+            "steps": float(len(mine)),
+            "tokens": float(steps["n_tokens"].to_numpy()[mine.index].sum()),
+            "ns": float(length[mine.index].sum()),
+        }
+        for phase, mine in windows.reset_index(drop=True).groupby("phase")
+    }
     prompt = steps[steps["phase"] == "prompt"]
     weights = _weights(nodes, edges)
     context = (head.manifest.get("contexts") or [{}])[0]
     first_graph = int(head.graphs["graph_id"].min())
     return PlacementModel(
-        n_layer=n_layer, others=others, recorded=recorded, parts=lines, crossing=crossing, fixed=fixed,
-        measured=measured, prompt_steps=[int(n) for n in prompt["n_tokens"]],
+        n_layer=n_layer,
+        others=others,
+        recorded=recorded,
+        parts=lines,
+        crossing=crossing,
+        fixed=fixed,
+        measured=measured,
+        prompt_steps=[int(n) for n in prompt["n_tokens"]],
         cold_prompt=len(prompt) == 1 and int(prompt["graph_id"].iloc[0]) == first_graph,
-        weights=weights, logits_bytes_per_token=_logits_per_token(weights, n_layer),
+        weights=weights,
+        logits_bytes_per_token=_logits_per_token(weights, n_layer),
         output_device=str(recorded_devices.get((n_layer, DENSE), "CPU")),
         kv_bytes_per_layer_cell=_kv_per_layer_cell(head, n_layer, context),
-        n_ctx=int(context.get("n_ctx") or 0), n_ubatch=int(context.get("n_ubatch") or 512),
-        compute_bytes=compute_bytes, activation_bytes=_activations(nodes), recorded_devices=recorded_devices,
-        has_experts=bool((compute["group"] == EXPERTS).any()), threads=threads,
+        n_ctx=int(context.get("n_ctx") or 0),
+        n_ubatch=int(context.get("n_ubatch") or 512),
+        compute_bytes=compute_bytes,
+        activation_bytes=_activations(nodes),
+        recorded_devices=recorded_devices,
+        has_experts=bool((compute["group"] == EXPERTS).any()),
+        threads=threads,
         limit_doubts=tuple(limits.slower_with_more_threads()) if limits is not None else (),
-    )  # fmt: skip
+    )
 
 
-def _part_lines(compute: pd.DataFrame, tokens: pd.Series,
-                experts: tuple[int, int] | None) -> dict[tuple[int, str, str], Line]:  # fmt: skip
+def _part_lines(
+    compute: pd.DataFrame, tokens: pd.Series, experts: tuple[int, int] | None
+) -> dict[tuple[int, str, str], Line]:
     """Each part's cost as a line in the step's tokens, through the mean cost of each token count;
     the experts' in the experts a step reads and its tokens."""
     parts = ["block", "group", "device"]
@@ -280,8 +304,10 @@ def _fit_experts(per_step: pd.DataFrame, tokens: pd.Series, experts: tuple[int, 
         return {column: Line(0.0, 0.0, float(v) / read[0], experts) for column, v in means.iloc[0].items()}
     design = np.column_stack([read, x])
     solution, *_ = np.linalg.lstsq(design, means.to_numpy(), rcond=None)
-    return {column: Line(0.0, float(b), float(c), experts)
-            for column, c, b in zip(means.columns, solution[0], solution[1], strict=True)}  # fmt: skip
+    return {
+        column: Line(0.0, float(b), float(c), experts)
+        for column, c, b in zip(means.columns, solution[0], solution[1], strict=True)
+    }
 
 
 def _fit(per_step: pd.DataFrame, tokens: pd.Series) -> dict[Any, Line]:
@@ -290,16 +316,19 @@ def _fit(per_step: pd.DataFrame, tokens: pd.Series) -> dict[Any, Line]:
     means, x = _means_by_tokens(per_step, tokens)
     if len(x) == 1:
         per_token = x[0] > 1
-        return {column: Line(0.0 if per_token else float(v), float(v) / x[0] if per_token else 0.0)
-                for column, v in means.iloc[0].items()}  # fmt: skip
+        return {
+            column: Line(0.0 if per_token else float(v), float(v) / x[0] if per_token else 0.0)
+            for column, v in means.iloc[0].items()
+        }
     dx = x - x.mean()
     slope = (dx[:, None] * (means.to_numpy() - means.to_numpy().mean(axis=0))).sum(axis=0) / (dx**2).sum()
     intercept = means.to_numpy().mean(axis=0) - slope * x.mean()
     return {column: Line(float(a), float(b)) for column, a, b in zip(means.columns, intercept, slope, strict=True)}
 
 
-def _at_thread_counts(head: Run, limits: Limits, compute: pd.DataFrame,
-                      threads: dict[str, int | None]) -> dict[int, pd.Series]:  # fmt: skip
+def _at_thread_counts(
+    head: Run, limits: Limits, compute: pd.DataFrame, threads: dict[str, int | None]
+) -> dict[int, pd.Series]:
     """Each compute row's time at every CPU thread count the limits were measured at: a CPU
     node's time scaled by its limit there against its limit at the threads it ran on."""
     counts = limits.threads_measured()
@@ -307,11 +336,18 @@ def _at_thread_counts(head: Run, limits: Limits, compute: pd.DataFrame,
         return {}
     floors = node_floors(head, limits)
     graphs = head.graphs.set_index("graph_id")
-    keys = pd.DataFrame({"phase": compute["graph_id"].map(graphs["phase"]).to_numpy(),
-                         "structure_id": compute["graph_id"].map(graphs["structure_id"]).to_numpy(),
-                         "node_index": compute["node_index"].to_numpy()})  # fmt: skip
-    described = keys.merge(floors[["phase", "structure_id", "node_index", "bound", "weight_type", "op"]],
-                           on=["phase", "structure_id", "node_index"], how="left")  # fmt: skip
+    keys = pd.DataFrame(
+        {
+            "phase": compute["graph_id"].map(graphs["phase"]).to_numpy(),
+            "structure_id": compute["graph_id"].map(graphs["structure_id"]).to_numpy(),
+            "node_index": compute["node_index"].to_numpy(),
+        }
+    )
+    described = keys.merge(
+        floors[["phase", "structure_id", "node_index", "bound", "weight_type", "op"]],
+        on=["phase", "structure_id", "node_index"],
+        how="left",
+    )
     on_cpu = (compute["device"] == "CPU").to_numpy()
     rates = {count: _limit_rates(limits, described, count) for count in counts}
     result = {}
@@ -417,8 +453,10 @@ def experts_matching(model: PlacementModel, pattern: str, device: str) -> tuple[
         raise GgmlVizError(f"-ot {pattern}={device}: names none of this run's weights")
     others = named[named["group"] != EXPERTS]
     if len(others):
-        raise GgmlVizError(f"-ot {pattern}={device}: moves experts only here, and it names "
-                           f"{', '.join(others['name'].astype(str).head(3))}")  # fmt: skip
+        raise GgmlVizError(
+            f"-ot {pattern}={device}: moves experts only here, and it names "
+            f"{', '.join(others['name'].astype(str).head(3))}"
+        )
     return tuple((int(layer), device) for layer in sorted(set(named["block"].astype(int))))
 
 
@@ -456,8 +494,10 @@ def _crossing_and_fixed(parts: pd.DataFrame, tokens: pd.Series, boundaries: int)
     per_step = cpu.pivot_table(index="graph_id", columns="part", values="ns", aggfunc="sum").fillna(0.0)
     moving = per_step.get(TRANSFERS, 0.0) + per_step.get(SCHEDULING, 0.0)
     host = per_step.get(HOST, pd.Series(0.0, index=per_step.index))
-    table = pd.DataFrame({"crossing": moving / boundaries if boundaries else 0.0,
-                          "fixed": host + (0.0 if boundaries else moving)}, index=per_step.index)  # fmt: skip
+    table = pd.DataFrame(
+        {"crossing": moving / boundaries if boundaries else 0.0, "fixed": host + (0.0 if boundaries else moving)},
+        index=per_step.index,
+    )
     lines = _fit(table, tokens)
     return lines["crossing"], lines["fixed"]
 
@@ -484,9 +524,12 @@ def _weights(nodes: pd.DataFrame, edges: pd.DataFrame) -> pd.DataFrame:
     read by two blocks, a tied embedding, once per block: a device holds one copy of a name)."""
     weights = edges[edges["src_buffer_kind"] == "weights"]
     reader = nodes.set_index("node_index").reindex(weights["node_index"].to_numpy())
-    weights = weights.assign(block=reader["block"].to_numpy(), group=reader["group"].to_numpy(),
-                             op=reader["op"].to_numpy(),
-                             name=weights["src_name"].fillna(weights["src_tensor_id"].astype(str)))  # fmt: skip
+    weights = weights.assign(
+        block=reader["block"].to_numpy(),
+        group=reader["group"].to_numpy(),
+        op=reader["op"].to_numpy(),
+        name=weights["src_name"].fillna(weights["src_tensor_id"].astype(str)),
+    )
     table = weights.drop_duplicates(["block", "name"])[["block", "group", "name", "src_nbytes", "src_ne1", "op"]]
     return table.rename(columns={"src_nbytes": "bytes", "src_ne1": "rows"}).reset_index(drop=True)
 

@@ -104,29 +104,38 @@ LEFT_OUT = (
 KV_PAD = 256  # llama.cpp rounds a context up to a multiple of this
 
 
-def predict(model: PlacementModel, placements: list[Placement], ctx: int | None = None,
-            prompt_tokens: int | None = None) -> pd.DataFrame:  # fmt: skip
+def predict(
+    model: PlacementModel, placements: list[Placement], ctx: int | None = None, prompt_tokens: int | None = None
+) -> pd.DataFrame:
     """One row per placement: its flags, where its blocks are, each phase's predicted step and
     rate, each device's busy time in a decode step, and the memory each device needs."""
     return pd.DataFrame([predict_one(model, placement, ctx, prompt_tokens) for placement in placements])
 
 
-def predict_one(model: PlacementModel, placement: Placement, ctx: int | None = None,
-                prompt_tokens: int | None = None) -> PlacementPrediction:  # fmt: skip
+def predict_one(
+    model: PlacementModel, placement: Placement, ctx: int | None = None, prompt_tokens: int | None = None
+) -> PlacementPrediction:
     where = devices_of(model, placement)
     crossings = boundaries_of(model, where)
     layers_on = {d: sum(1 for b in range(model.n_layer) if where[(b, DENSE)] == d) for d in model.devices}
     row: _Placed = {
-        "flags": model.flags(placement), "ngl": placement.ngl, "n_cpu_moe": placement.n_cpu_moe,
-        "split": list(placement.split) if placement.split else None, "layers_on": layers_on,
+        "flags": model.flags(placement),
+        "ngl": placement.ngl,
+        "n_cpu_moe": placement.n_cpu_moe,
+        "split": list(placement.split) if placement.split else None,
+        "layers_on": layers_on,
         "threads": placement.threads or model.threads.get("decode"),
         "threads_batch": placement.threads_batch or model.threads.get("prompt"),
-        "ubatch": placement.ubatch or model.n_ubatch, "recorded": _is_recorded(model, placement),
-        "cpu_layers": layers_on["CPU"], "other_layers": model.n_layer - layers_on["CPU"],
+        "ubatch": placement.ubatch or model.n_ubatch,
+        "recorded": _is_recorded(model, placement),
+        "cpu_layers": layers_on["CPU"],
+        "other_layers": model.n_layer - layers_on["CPU"],
         "output_on": where[(model.n_layer, DENSE)],
         "cpu_expert_layers": sum(1 for b in range(model.n_layer) if where[(b, EXPERTS)] == "CPU")
-        if model.has_experts else 0, "crossings": crossings,
-    }  # fmt: skip
+        if model.has_experts
+        else 0,
+        "crossings": crossings,
+    }
     rates: _Rates = {}
     if "decode" in model.measured:
         lines = _lines(model, placement.threads, "decode")
@@ -157,20 +166,26 @@ def recorded_check(model: PlacementModel, prediction: PlacementPrediction) -> di
             predicted_ns = prediction["decode_step_ns"] * seen["steps"]
         elif phase == "prompt" and model.prompt_steps:
             where = devices_of(model, model.recorded)
-            predicted_ns = _steps_ns(model, _lines(model, None, "prompt"), where, boundaries_of(model, where),
-                                     model.prompt_steps)  # fmt: skip
+            predicted_ns = _steps_ns(
+                model, _lines(model, None, "prompt"), where, boundaries_of(model, where), model.prompt_steps
+            )
         else:
             continue
         measured_rate = seen["tokens"] / (seen["ns"] / 1e9) if seen["ns"] else None
         predicted_rate = seen["tokens"] / (predicted_ns / 1e9) if predicted_ns else None
         if measured_rate and predicted_rate:
-            result[phase] = {"measured_tokens_per_s": measured_rate, "predicted_tokens_per_s": predicted_rate,
-                             "ratio": predicted_rate / measured_rate, "steps": seen["steps"]}  # fmt: skip
+            result[phase] = {
+                "measured_tokens_per_s": measured_rate,
+                "predicted_tokens_per_s": predicted_rate,
+                "ratio": predicted_rate / measured_rate,
+                "steps": seen["steps"],
+            }
     return result
 
 
-def memory_of(model: PlacementModel, where: dict[tuple[int, str], str], ctx: int,
-              ubatch: int) -> dict[str, DeviceMemory]:  # fmt: skip
+def memory_of(
+    model: PlacementModel, where: dict[tuple[int, str], str], ctx: int, ubatch: int
+) -> dict[str, DeviceMemory]:
     """Per device: weights, KV cache and compute buffer, in bytes, and their total."""
     cells = math.ceil(ctx / KV_PAD) * KV_PAD if ctx else 0
     pairs = zip(model.weights["block"], model.weights["group"], strict=True)
@@ -230,19 +245,31 @@ def _lines(model: PlacementModel, threads: int | None, phase: str) -> dict[tuple
         return model.parts[RECORDED]
     if threads not in model.parts:
         measured = ", ".join(map(str, model.thread_counts)) or "none"
-        raise GgmlVizError(f"{threads} CPU threads: this run's limits were measured at {measured} "
-                           f"(`ggml-viz limits --threads 1,{threads}` before recording measures them)")  # fmt: skip
+        raise GgmlVizError(
+            f"{threads} CPU threads: this run's limits were measured at {measured} "
+            f"(`ggml-viz limits --threads 1,{threads}` before recording measures them)"
+        )
     return model.parts[threads]
 
 
-def _steps_ns(model: PlacementModel, lines: dict[tuple[int, str, str], Line], where: dict[tuple[int, str], str],
-              crossings: int, tokens: list[int]) -> float:  # fmt: skip
+def _steps_ns(
+    model: PlacementModel,
+    lines: dict[tuple[int, str, str], Line],
+    where: dict[tuple[int, str], str],
+    crossings: int,
+    tokens: list[int],
+) -> float:
     """Steps of these token counts (a prompt's ubatches), predicted, summed."""
     return sum(sum(_step_parts(model, lines, where, crossings, float(n)).values()) for n in tokens)
 
 
-def _step_parts(model: PlacementModel, lines: dict[tuple[int, str, str], Line], where: dict[tuple[int, str], str],
-                crossings: int, tokens: float) -> dict[str, float]:  # fmt: skip
+def _step_parts(
+    model: PlacementModel,
+    lines: dict[tuple[int, str, str], Line],
+    where: dict[tuple[int, str], str],
+    crossings: int,
+    tokens: float,
+) -> dict[str, float]:
     """A step's time by where it goes: each device's compute, the crossings, the fixed time."""
     ratio = _speed_ratio(model, lines, tokens)
     parts = {device: 0.0 for device in model.devices}
@@ -257,8 +284,10 @@ def _step_parts(model: PlacementModel, lines: dict[tuple[int, str, str], Line], 
         source = max(on, key=lambda d: on[d])
         if (group, source, device) not in ratio:
             missing = device if device != "CPU" else source
-            raise GgmlVizError(f"no layer's {group} part ran on {missing} in this run: its cost there is unknown "
-                               "(record a placement with layers on both devices)")  # fmt: skip
+            raise GgmlVizError(
+                f"no layer's {group} part ran on {missing} in this run: its cost there is unknown "
+                "(record a placement with layers on both devices)"
+            )
         parts[device] += on[source] * ratio[(group, source, device)]
     parts["crossings"] = crossings * model.crossing.at(tokens)
     parts["fixed"] = model.fixed.at(tokens)
@@ -272,8 +301,11 @@ def _speed_ratio(model: PlacementModel, lines: dict[tuple[int, str, str], Line],
     for group in (DENSE, EXPERTS):
         means = {}
         for device in model.devices:
-            costs = [line.at(tokens) for (b, g, d), line in lines.items() if d == device and g == group
-                     and INPUT < b < model.n_layer]  # fmt: skip
+            costs = [
+                line.at(tokens)
+                for (b, g, d), line in lines.items()
+                if d == device and g == group and INPUT < b < model.n_layer
+            ]
             if costs and np.mean(costs) > 0:
                 means[device] = float(np.mean(costs))
         ratios[group] = {(a, b): means[b] / means[a] for a in means for b in means}

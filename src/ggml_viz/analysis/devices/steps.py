@@ -61,10 +61,16 @@ def step_windows(graphs: pd.DataFrame) -> pd.DataFrame:
     alone = (per_call == 1) & graphs["decode_start_ns"].gt(0) & graphs["decode_end_ns"].gt(0)
     start = np.where(alone, np.minimum(graphs["decode_start_ns"], graphs["start_ns"]), graphs["start_ns"])
     end = np.where(alone, np.maximum(graphs["decode_end_ns"], graphs["end_ns"]), graphs["end_ns"])
-    return pd.DataFrame({"graph_id": graphs["graph_id"].to_numpy(np.int64), "phase": graphs["phase"].to_numpy(),
-                         "start_ns": start.astype(np.int64), "end_ns": end.astype(np.int64),
-                         "compute_start_ns": graphs["start_ns"].to_numpy(np.int64),
-                         "compute_end_ns": graphs["end_ns"].to_numpy(np.int64)})  # fmt: skip
+    return pd.DataFrame(
+        {
+            "graph_id": graphs["graph_id"].to_numpy(np.int64),
+            "phase": graphs["phase"].to_numpy(),
+            "start_ns": start.astype(np.int64),
+            "end_ns": end.astype(np.int64),
+            "compute_start_ns": graphs["start_ns"].to_numpy(np.int64),
+            "compute_end_ns": graphs["end_ns"].to_numpy(np.int64),
+        }
+    )
 
 
 def device_parts(steps: pd.DataFrame, activity: pd.DataFrame) -> pd.DataFrame:
@@ -85,8 +91,14 @@ def device_parts(steps: pd.DataFrame, activity: pd.DataFrame) -> pd.DataFrame:
     end = offset + np.clip(act["end_ns"].to_numpy(np.int64) - origin[row], 0, length[row])
     compute = (act["kind"] == COMPUTE).to_numpy()
     device = act["device"].to_numpy()
-    busiest = (act[compute].assign(ns=end[compute] - start[compute]).groupby("device")["ns"].sum()
-               .sort_values(ascending=False).index.tolist())  # fmt: skip
+    busiest = (
+        act[compute]
+        .assign(ns=end[compute] - start[compute])
+        .groupby("device")["ns"]
+        .sum()
+        .sort_values(ascending=False)
+        .index.tolist()
+    )
     lanes = {name: _union(start[compute & (device == name)], end[compute & (device == name)]) for name in busiest}
     transfers = _union(start[(act["kind"] == TRANSFER).to_numpy()], end[(act["kind"] == TRANSFER).to_numpy()])
     steps_at = np.arange(len(steps), dtype=np.int64) << _SPAN_BITS
@@ -95,11 +107,17 @@ def device_parts(steps: pd.DataFrame, activity: pd.DataFrame) -> pd.DataFrame:
         steps_at + np.clip(steps["compute_end_ns"].to_numpy(np.int64) - origin, 0, length),
     )
     # the step's elementary segments: between every boundary of every lane's union
-    bounds = np.unique(np.concatenate([
-        np.arange(len(steps), dtype=np.int64) << _SPAN_BITS,
-        (np.arange(len(steps), dtype=np.int64) << _SPAN_BITS) + length,
-        *(np.concatenate(lane) for lane in lanes.values()), np.concatenate(transfers), np.concatenate(calls),
-    ]))  # fmt: skip
+    bounds = np.unique(
+        np.concatenate(
+            [
+                np.arange(len(steps), dtype=np.int64) << _SPAN_BITS,
+                (np.arange(len(steps), dtype=np.int64) << _SPAN_BITS) + length,
+                *(np.concatenate(lane) for lane in lanes.values()),
+                np.concatenate(transfers),
+                np.concatenate(calls),
+            ]
+        )
+    )
     seg_start, seg_end = bounds[:-1], bounds[1:]
     inside = (seg_start >> _SPAN_BITS) == (seg_end >> _SPAN_BITS)
     inside &= (seg_end & ((1 << _SPAN_BITS) - 1)) <= length[seg_start >> _SPAN_BITS]
@@ -137,8 +155,14 @@ def phase_breakdown(parts: pd.DataFrame, steps: pd.DataFrame) -> list[DevicePhas
         for device, theirs in mine.groupby("device", sort=False):
             per_part = (theirs.groupby("part")["ns"].sum() / len(graphs)).sort_values(ascending=False)
             busy = float(per_part.get(BUSY, 0.0))
-            devices.append({"device": device, "busy_ns": busy, "idle_share": 1 - busy / step_ns if step_ns else 0.0,
-                            "parts": {part: float(ns) for part, ns in per_part.items() if part != BUSY}})  # fmt: skip
+            devices.append(
+                {
+                    "device": device,
+                    "busy_ns": busy,
+                    "idle_share": 1 - busy / step_ns if step_ns else 0.0,
+                    "parts": {part: float(ns) for part, ns in per_part.items() if part != BUSY},
+                }
+            )
         result.append({"phase": phase, "steps": len(graphs), "step_ns": step_ns, "devices": devices})
     return result
 

@@ -61,10 +61,20 @@ def write_joined(joined: Joined, output: Path) -> JoinedSummary:
     served = (
         {host: set(rows["worker_graph_id"].tolist()) for host, rows in splits.groupby("host")} if len(splits) else {}
     )
-    merge_runs([MergeMember(member.run, member.offset, {"host": member.host, "role": member.role},
-                            served.get(member.host, set()) if member.role == "worker" else None)
-                for member in joined.members], output, joined.experiment_id,
-               distributed={"join": JOIN_FILE, "hosts": [m.host for m in joined.members]})  # fmt: skip
+    merge_runs(
+        [
+            MergeMember(
+                member.run,
+                member.offset,
+                {"host": member.host, "role": member.role},
+                served.get(member.host, set()) if member.role == "worker" else None,
+            )
+            for member in joined.members
+        ],
+        output,
+        joined.experiment_id,
+        distributed={"join": JOIN_FILE, "hosts": [m.host for m in joined.members]},
+    )
     for name, table in joined.tables.items():
         table.to_parquet(output / f"{name}.parquet", index=False)
     _write_remote_nodes(joined, output / "remote_nodes.parquet")

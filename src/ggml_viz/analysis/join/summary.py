@@ -145,10 +145,14 @@ def _steps(head_graphs: pd.DataFrame, splits: pd.DataFrame) -> list[JoinedStep]:
     rows: list[JoinedStep] = []
     for phase, graphs in step.groupby("phase", sort=False):
         wire = graphs["wait_ns"] - graphs[hosts].sum(axis=1) if hosts else graphs["wait_ns"]
-        rows.append({
-            "phase": phase, "graphs": len(graphs), "step_ns": int(graphs["step_ns"].median()),
-            "head_own_ns": int((graphs["step_ns"] - graphs["wait_ns"]).median()),
-            "worker_compute_ns": {host: int(graphs[host].median()) for host in hosts},
-            "wire_and_protocol_ns": int(wire.clip(lower=0).median()),
-        })  # fmt: skip
+        rows.append(
+            {
+                "phase": phase,
+                "graphs": len(graphs),
+                "step_ns": int(graphs["step_ns"].median()),
+                "head_own_ns": int((graphs["step_ns"] - graphs["wait_ns"]).median()),
+                "worker_compute_ns": {host: int(graphs[host].median()) for host in hosts},
+                "wire_and_protocol_ns": int(wire.clip(lower=0).median()),
+            }
+        )
     return rows

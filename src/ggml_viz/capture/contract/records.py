@@ -273,5 +273,16 @@ def ggml_tensor_layout() -> tuple[int, ...]:
     """RECORDER_TENSOR_LAYOUT: the C's TensorLayout (recorder.h) of ggml_tensor, field for field."""
     at = {name: offset for name, _, _, offset in GGML_TENSOR_FIELDS}
     n_src = next(count for name, _, count, _ in GGML_TENSOR_FIELDS if name == "src")
-    return (GGML_TENSOR_SIZE, at["buffer"], at["op"], at["src"], n_src, at["view_src"], at["name"], at["type"],
-            at["ne"], at["nb"], at["data"])  # fmt: skip
+    return (
+        GGML_TENSOR_SIZE,
+        at["buffer"],
+        at["op"],
+        at["src"],
+        n_src,
+        at["view_src"],
+        at["name"],
+        at["type"],
+        at["ne"],
+        at["nb"],
+        at["data"],
+    )

@@ -266,8 +266,9 @@ def device_handles(kinds: tuple[int, ...]) -> dict[str, int]:
     if lib is None:
         return {}
     devices = (lib.ggml_backend_dev_get(i) for i in range(lib.ggml_backend_dev_count()))
-    return {(lib.ggml_backend_dev_name(d) or b"?").decode(): d for d in devices
-            if lib.ggml_backend_dev_type(d) in kinds}  # fmt: skip
+    return {
+        (lib.ggml_backend_dev_name(d) or b"?").decode(): d for d in devices if lib.ggml_backend_dev_type(d) in kinds
+    }
 
 
 def gpu_device_handles() -> dict[str, int]:

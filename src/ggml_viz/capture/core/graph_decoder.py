@@ -177,14 +177,22 @@ class TensorCatalog:
         n = raw.n_nodes
         wait_ns = raw.wait_ns if raw.wait_ns is not None else np.full(n, -1, dtype=np.int64)
         if raw.n_timed == n:
-            node_times = {"node_index": self._node_indexes(n), "start_ns": raw.start_ns, "end_ns": raw.end_ns,
-                          "wait_ns": wait_ns}  # fmt: skip
+            node_times = {
+                "node_index": self._node_indexes(n),
+                "start_ns": raw.start_ns,
+                "end_ns": raw.end_ns,
+                "wait_ns": wait_ns,
+            }
         elif raw.n_timed == 0:
             node_times = {"node_index": _NO_INDEX, "start_ns": _NO_TIMES, "end_ns": _NO_TIMES, "wait_ns": _NO_TIMES}
         else:
             index = np.flatnonzero(raw.timed).astype(np.int32)
-            node_times = {"node_index": index, "start_ns": raw.start_ns[index], "end_ns": raw.end_ns[index],
-                          "wait_ns": wait_ns[index]}  # fmt: skip
+            node_times = {
+                "node_index": index,
+                "start_ns": raw.start_ns[index],
+                "end_ns": raw.end_ns[index],
+                "wait_ns": wait_ns[index],
+            }
         return DecodedGraph(
             node_times=node_times,
             new_structure_nodes=new_structure_nodes,

@@ -40,14 +40,20 @@ class GraphRecordReader:
                 self._last_buffers = (record.buffers, _describe_buffers(record.buffers))
             raw = _raw_graph(record, self._last_buffers[1])
             if len(record.stats) or len(record.capture_records):
-                raw = replace(raw, values=np.frombuffer(record.stats, STATS.dtype).copy(),
-                              captures=_captures(record.capture_records, record.capture_bytes))  # fmt: skip
+                raw = replace(
+                    raw,
+                    values=np.frombuffer(record.stats, STATS.dtype).copy(),
+                    captures=_captures(record.capture_records, record.capture_bytes),
+                )
             if len(record.routing_records):
                 raw = replace(raw, routing=routings(record.routing_records, record.routing_bytes))
             if self.inline_timing:
-                raw = self.clock.apply(raw, np.frombuffer(record.tick_ns, np.int64),
-                                       np.frombuffer(record.tick_asked, np.uint32),
-                                       np.frombuffer(record.tick_barrier_ns, np.int64))  # fmt: skip
+                raw = self.clock.apply(
+                    raw,
+                    np.frombuffer(record.tick_ns, np.int64),
+                    np.frombuffer(record.tick_asked, np.uint32),
+                    np.frombuffer(record.tick_barrier_ns, np.int64),
+                )
             graphs.append(raw)
         return graphs
 
@@ -61,27 +67,42 @@ def decode_calls(record: Any) -> list[tuple[int, int, int, int, int, tuple[Any, 
         batch = None
         if index >= 0:
             int32s = slice(4 * first, 4 * (first + n_tokens))
-            batch = (n_tokens, lowest, record.token_ids[int32s], record.positions[int32s], record.seq_ids[int32s],
-                     record.outputs[first : first + n_tokens])  # fmt: skip
+            batch = (
+                n_tokens,
+                lowest,
+                record.token_ids[int32s],
+                record.positions[int32s],
+                record.seq_ids[int32s],
+                record.outputs[first : first + n_tokens],
+            )
         calls.append((index, start_ns, end_ns, return_code, graphs_closed, batch))
     return calls
 
 
 def _captures(records: bytes, data: bytes) -> list[Capture]:
     return [
-        Capture(int(r["node"]), tensor_name(bytes(r["name"])), int(r["type"]),
-                tuple(int(x) for x in r["ne"]),  # type: ignore[arg-type]
-                data[int(r["offset"]) : int(r["offset"]) + int(r["nbytes"])])
+        Capture(
+            int(r["node"]),
+            tensor_name(bytes(r["name"])),
+            int(r["type"]),
+            tuple(int(x) for x in r["ne"]),  # type: ignore[arg-type]
+            data[int(r["offset"]) : int(r["offset"]) + int(r["nbytes"])],
+        )
         for r in np.frombuffer(records, CAPTURE.dtype)
-    ]  # fmt: skip
+    ]
 
 
 def _describe_buffers(records: bytes) -> dict[int, BufferInfo]:
     return {
-        int(b["address"]): BufferInfo(tensor_name(b["name"]), tensor_name(b["buffer_type"]) or "?",
-                                      BUFFER_USAGE_NAMES.get(int(b["usage"]), "other"), int(b["size"]), int(b["base"]))
+        int(b["address"]): BufferInfo(
+            tensor_name(b["name"]),
+            tensor_name(b["buffer_type"]) or "?",
+            BUFFER_USAGE_NAMES.get(int(b["usage"]), "other"),
+            int(b["size"]),
+            int(b["base"]),
+        )
         for b in np.frombuffer(records, BUFFER.dtype)
-    }  # fmt: skip
+    }
 
 
 def _raw_graph(record: Any, buffers: dict[int, BufferInfo]) -> RawGraph:

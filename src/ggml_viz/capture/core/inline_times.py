@@ -147,8 +147,9 @@ class InlineClock:
         self._elsewhere = np.zeros(0, dtype=bool)
         self.mismatches = 0  # graphs that were to be timed but whose ticks did not fit
 
-    def apply(self, raw: RawGraph, tick_ns: np.ndarray, tick_asked: np.ndarray,
-              tick_barrier_ns: np.ndarray | None = None) -> RawGraph:  # fmt: skip
+    def apply(
+        self, raw: RawGraph, tick_ns: np.ndarray, tick_asked: np.ndarray, tick_barrier_ns: np.ndarray | None = None
+    ) -> RawGraph:
         selected = (raw.flags & NODE_SELECTED) != 0
         if not selected.any():  # not to be timed (graph detail, or sampled out)
             if not (raw.same_as_previous or raw.fingerprint == self._fingerprint):
@@ -183,10 +184,12 @@ class InlineClock:
         # tick (no work, or fused into the one before), -1 where the barrier was not seen.
         waits = np.concatenate((np.zeros(n_splits, dtype=np.int64), np.where(seen, node_end - tick_ns, -1)))
         return replace(
-            raw, start_ns=times[plan.start_from], end_ns=times[plan.end_from],
+            raw,
+            start_ns=times[plan.start_from],
+            end_ns=times[plan.end_from],
             wait_ns=np.where(plan.ticked, waits[plan.end_from], 0),
             flags=raw.flags | (selected * np.uint8(NODE_TIMED)).astype(np.uint8),
             n_timed=int(selected.sum()),
             # splits computed elsewhere after the last tick: the graph ends at its boundary
             end_of_graph_ns=max(int(node_end[-1]), raw.boundary_ns) if elsewhere.any() else int(node_end[-1]),
-        )  # fmt: skip
+        )

@@ -135,10 +135,14 @@ class Recording(Generic[TracerT]):
         try:
             layout = read_layout(path)
             entry: dict[str, Any] = {
-                "size": layout.file_size, "content_hash": sampled_hash(path, layout.data_offset),
-                "version": layout.version, "alignment": layout.alignment, "data_offset": layout.data_offset,
-                "tensors": len(layout.tensors), "problems": layout.problems,
-            }  # fmt: skip
+                "size": layout.file_size,
+                "content_hash": sampled_hash(path, layout.data_offset),
+                "version": layout.version,
+                "alignment": layout.alignment,
+                "data_offset": layout.data_offset,
+                "tensors": len(layout.tensors),
+                "problems": layout.problems,
+            }
             self.writer.append("memory_map", memory_map_rows(layout))
             self.layouts[path] = layout
         except (GgmlVizError, OSError) as error:  # the recording goes on without the map
@@ -242,10 +246,16 @@ class Recording(Generic[TracerT]):
         offset = self.writer.append_capture(capture.data)
         self.writer.append(
             "captures",
-            {"graph_id": [graph_id], "node_index": [capture.node], "name": [capture.name],
-             "type": [ggml_api.type_name(capture.ggml_type)], **{f"ne{d}": [capture.ne[d]] for d in range(4)},
-             "offset": [offset], "nbytes": [len(capture.data)]},
-        )  # fmt: skip
+            {
+                "graph_id": [graph_id],
+                "node_index": [capture.node],
+                "name": [capture.name],
+                "type": [ggml_api.type_name(capture.ggml_type)],
+                **{f"ne{d}": [capture.ne[d]] for d in range(4)},
+                "offset": [offset],
+                "nbytes": [len(capture.data)],
+            },
+        )
         self.captured_tensors += 1
         self.captured_bytes += len(capture.data)
 
@@ -384,10 +394,17 @@ def values_rows(graph_id: int, values: np.ndarray) -> dict[str, Any]:
         variance = np.maximum(readable["sum_squares"] / n - mean * mean, 0.0)
         mean_abs = readable["sum_abs"] / n
     return {
-        "graph_id": np.full(len(readable), graph_id, dtype=np.int32), "node_index": readable["node"].astype(np.int32),
-        "n": readable["n"], "nan": readable["nan"], "inf": readable["inf"], "min": readable["min"],
-        "max": readable["max"], "mean": mean, "std": np.sqrt(variance), "mean_abs": mean_abs,
-    }  # fmt: skip
+        "graph_id": np.full(len(readable), graph_id, dtype=np.int32),
+        "node_index": readable["node"].astype(np.int32),
+        "n": readable["n"],
+        "nan": readable["nan"],
+        "inf": readable["inf"],
+        "min": readable["min"],
+        "max": readable["max"],
+        "mean": mean,
+        "std": np.sqrt(variance),
+        "mean_abs": mean_abs,
+    }
 
 
 def _graph_row(

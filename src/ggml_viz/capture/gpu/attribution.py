@@ -98,8 +98,9 @@ def attribute(window: GpuWindow, structures: np.ndarray, state: AttributionState
         if not (activities["kind"][mine] == KERNEL).any():
             continue
         ends = _group_ends(node_calls[node_calls["compute"] == computes["compute"][c]], int(computes["n_nodes"][c]))
-        how, nodes, groups = _map_compute(window, c, mine, signature, activity_api, api_compute, api_node,
-                                          structures[c], state)  # fmt: skip
+        how, nodes, groups = _map_compute(
+            window, c, mine, signature, activity_api, api_compute, api_node, structures[c], state
+        )
         mapping[c] = how
         if nodes is None:
             continue

@@ -84,8 +84,9 @@ class GpuTimes:
         backend begins when that split did, a little after the scheduler's call)."""
         computes = window.computes
         found = []
-        for context, start, end in zip(computes["context_id"].tolist(), computes["start_ns"].tolist(),
-                                       computes["end_ns"].tolist(), strict=True):  # fmt: skip
+        for context, start, end in zip(
+            computes["context_id"].tolist(), computes["start_ns"].tolist(), computes["end_ns"].tolist(), strict=True
+        ):
             starts, graphs = self.graphs.get(context, ([], []))
             at = bisect.bisect_left(starts, start)  # the first graph of the context begun from then on
             found.append(graphs[at] if at < len(starts) and starts[at] <= end else (-1, -1))
@@ -107,18 +108,32 @@ class GpuTimes:
         compute = attribution.compute
         graph = np.where(compute >= 0, graph_of_compute[np.maximum(compute, 0)], -1) if len(compute) else compute
         is_kernel = activities["kind"] == KERNEL
-        names = [self.state.names.get(int(i), "?") if k == KERNEL else "" for i, k in
-                 zip(activities["name_id"].tolist(), activities["kind"].tolist(), strict=True)]  # fmt: skip
-        kernel = [kernel_function(n) if k == KERNEL else COPY_KINDS.get(c, KIND_NAMES.get(k, "?")) for n, k, c in
-                  zip(names, activities["kind"].tolist(), activities["copy_kind"].tolist(), strict=True)]  # fmt: skip
-        self.append("gpu_kernels", {
-            "graph_id": graph, "node_index": attribution.node, "group_end": attribution.group_end,
-            "device": activities["device"], "stream": activities["stream"],
-            "kind": [KIND_NAMES.get(k, "?") for k in activities["kind"].tolist()], "kernel": kernel,
-            "name": [demangle(n) if n else "" for n in names],
-            "start_ns": activities["start_ns"], "end_ns": activities["end_ns"], "busy_ns": attribution.busy_ns,
-            "bytes": activities["bytes"].astype(np.int64), "correlation_id": activities["correlation_id"],
-        })  # fmt: skip
+        names = [
+            self.state.names.get(int(i), "?") if k == KERNEL else ""
+            for i, k in zip(activities["name_id"].tolist(), activities["kind"].tolist(), strict=True)
+        ]
+        kernel = [
+            kernel_function(n) if k == KERNEL else COPY_KINDS.get(c, KIND_NAMES.get(k, "?"))
+            for n, k, c in zip(names, activities["kind"].tolist(), activities["copy_kind"].tolist(), strict=True)
+        ]
+        self.append(
+            "gpu_kernels",
+            {
+                "graph_id": graph,
+                "node_index": attribution.node,
+                "group_end": attribution.group_end,
+                "device": activities["device"],
+                "stream": activities["stream"],
+                "kind": [KIND_NAMES.get(k, "?") for k in activities["kind"].tolist()],
+                "kernel": kernel,
+                "name": [demangle(n) if n else "" for n in names],
+                "start_ns": activities["start_ns"],
+                "end_ns": activities["end_ns"],
+                "busy_ns": attribution.busy_ns,
+                "bytes": activities["bytes"].astype(np.int64),
+                "correlation_id": activities["correlation_id"],
+            },
+        )
         self.append("gpu_node_times", _node_rows(activities, attribution, graph))
         self.append("gpu_graphs", _graph_rows(activities, attribution, graph, graph_of_compute))
         traced = graph_of_compute[attribution.mapping != "none"]
@@ -151,17 +166,20 @@ def _node_rows(activities: np.ndarray, attribution: Attribution, graph: np.ndarr
     starts = np.flatnonzero(np.concatenate(([True], (node_key[1:] != node_key[:-1]) | (device[1:] != device[:-1]))))
     keys = node_key[starts]
     return {
-        "graph_id": keys >> 32, "node_index": keys & 0xFFFFFFFF, "group_end": attribution.group_end[rows][starts],
+        "graph_id": keys >> 32,
+        "node_index": keys & 0xFFFFFFFF,
+        "group_end": attribution.group_end[rows][starts],
         "device": device[starts],
         "start_ns": np.minimum.reduceat(activities["start_ns"][rows], starts),
         "end_ns": np.maximum.reduceat(activities["end_ns"][rows], starts),
         "gpu_ns": np.add.reduceat(attribution.busy_ns[rows], starts),
         "kernels": np.diff(np.append(starts, len(rows))),
-    }  # fmt: skip
+    }
 
 
-def _graph_rows(activities: np.ndarray, attribution: Attribution, graph: np.ndarray,
-                graph_of_compute: np.ndarray) -> dict[str, Any]:  # fmt: skip
+def _graph_rows(
+    activities: np.ndarray, attribution: Attribution, graph: np.ndarray, graph_of_compute: np.ndarray
+) -> dict[str, Any]:
     """Per (graph, device): when the GPU worked on it, how busy, how its kernels mapped."""
     rows = np.flatnonzero(graph >= 0)
     if not len(rows):
@@ -171,11 +189,12 @@ def _graph_rows(activities: np.ndarray, attribution: Attribution, graph: np.ndar
     rows = rows[order]
     mapping = dict(zip(graph_of_compute.tolist(), attribution.mapping.tolist(), strict=True))
     return {
-        "graph_id": keys >> 32, "device": keys & 0xFFFFFFFF,
+        "graph_id": keys >> 32,
+        "device": keys & 0xFFFFFFFF,
         "start_ns": np.minimum.reduceat(activities["start_ns"][rows], starts),
         "end_ns": np.maximum.reduceat(activities["end_ns"][rows], starts),
         "busy_ns": np.add.reduceat(attribution.busy_ns[rows], starts),
         "kernels": np.add.reduceat((activities["kind"][rows] == KERNEL).astype(np.int64), starts),
         "attributed": np.add.reduceat((attribution.node[rows] >= 0).astype(np.int64), starts),
         "mapping": [mapping.get(graph_id, "none") for graph_id in (keys >> 32).tolist()],
-    }  # fmt: skip
+    }

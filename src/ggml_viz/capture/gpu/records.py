@@ -151,8 +151,13 @@ def parse_window(payload: bytes) -> GpuWindow:
     first_name = int(head["first_name_id"])
     position = GPU_WINDOW_HEAD.size
     arrays = []
-    for dtype, count in ((COMPUTE_DTYPE, n_computes), (NODE_CALL_DTYPE, n_calls), (API_DTYPE, n_api),
-                         (ACTIVITY_DTYPE, n_activities), (np.dtype("<u4"), n_names)):  # fmt: skip
+    for dtype, count in (
+        (COMPUTE_DTYPE, n_computes),
+        (NODE_CALL_DTYPE, n_calls),
+        (API_DTYPE, n_api),
+        (ACTIVITY_DTYPE, n_activities),
+        (np.dtype("<u4"), n_names),
+    ):
         size = dtype.itemsize * count
         if position + size > len(payload):
             raise RunFormatError("a GPU frame is shorter than its sizes say")
@@ -167,9 +172,15 @@ def parse_window(payload: bytes) -> GpuWindow:
         for i, (end, length) in enumerate(zip(ends.tolist(), arrays[4].tolist(), strict=True))
     }
     return GpuWindow(
-        computes=arrays[0], node_calls=arrays[1], api_calls=without_nested_driver_calls(arrays[2]),
-        activities=arrays[3], names=names,
-        clock_offset_ns=int(head["clock_offset_ns"]), clock_uncertainty_ns=int(head["clock_uncertainty_ns"]),
-        dropped=int(head["dropped"]), invalid=int(head["invalid"]), overhead_ns=int(head["overhead_ns"]),
+        computes=arrays[0],
+        node_calls=arrays[1],
+        api_calls=without_nested_driver_calls(arrays[2]),
+        activities=arrays[3],
+        names=names,
+        clock_offset_ns=int(head["clock_offset_ns"]),
+        clock_uncertainty_ns=int(head["clock_uncertainty_ns"]),
+        dropped=int(head["dropped"]),
+        invalid=int(head["invalid"]),
+        overhead_ns=int(head["overhead_ns"]),
         reason=WINDOW_REASONS.get(int(head["reason"]), "?"),
-    )  # fmt: skip
+    )

@@ -38,8 +38,13 @@ def headers_on_this_machine() -> bool:
     layer is missing, ggml-viz was built before the headers were installed."""
     compiler = (sysconfig.get_config_var("CC") or "cc").split()
     try:
-        found = subprocess.run([*compiler, "-E", "-x", "c", "-"], input="#include <vulkan/vk_layer.h>\n",
-                               capture_output=True, text=True, timeout=60)  # fmt: skip
+        found = subprocess.run(
+            [*compiler, "-E", "-x", "c", "-"],
+            input="#include <vulkan/vk_layer.h>\n",
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     except (OSError, subprocess.SubprocessError):
         return False
     return found.returncode == 0
@@ -52,8 +57,10 @@ def layer_environment(env: Mapping[str, str]) -> dict[str, str]:
         return {}
     paths = [str(LAYER_MANIFEST.parent), *filter(None, env.get("VK_ADD_LAYER_PATH", "").split(os.pathsep))]
     layers = [*filter(None, env.get("VK_INSTANCE_LAYERS", "").split(os.pathsep)), LAYER_NAME]
-    added = {"VK_ADD_LAYER_PATH": os.pathsep.join(dict.fromkeys(paths)),
-             "VK_INSTANCE_LAYERS": os.pathsep.join(dict.fromkeys(layers))}  # fmt: skip
+    added = {
+        "VK_ADD_LAYER_PATH": os.pathsep.join(dict.fromkeys(paths)),
+        "VK_INSTANCE_LAYERS": os.pathsep.join(dict.fromkeys(layers)),
+    }
     if "GGML_VK_DEBUG_MARKERS" not in env:
         added["GGML_VK_DEBUG_MARKERS"] = "1"
     return added

@@ -38,10 +38,15 @@ def _addresses(*names: str) -> tuple[int, ...]:
 
 def _functions() -> tuple[int, ...]:
     return _addresses(
-        "ggml_backend_buffer_name", "ggml_backend_buffer_get_usage", "ggml_backend_buffer_get_size",
-        "ggml_backend_buffer_get_base", "ggml_backend_buffer_get_type", "ggml_backend_buft_name", "ggml_op_desc",
+        "ggml_backend_buffer_name",
+        "ggml_backend_buffer_get_usage",
+        "ggml_backend_buffer_get_size",
+        "ggml_backend_buffer_get_base",
+        "ggml_backend_buffer_get_type",
+        "ggml_backend_buft_name",
+        "ggml_op_desc",
         "ggml_op_name",
-    )  # fmt: skip
+    )
 
 
 class CGraphRecorder:

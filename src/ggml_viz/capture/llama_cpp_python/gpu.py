@@ -44,13 +44,17 @@ def gpu_reading(settings: CaptureSettings) -> GpuReading | None:
     if not devices and os.environ.get("GGML_VIZ_READ_GRAPHS") != "compute":
         return None
     if not _hook_graph_compute():
-        say_once("cannot reach llama.cpp's graph compute call (a static build?): GPU graphs are recorded with the "
-                 "eval callback, which costs a GPU its CUDA graphs")  # fmt: skip
+        say_once(
+            "cannot reach llama.cpp's graph compute call (a static build?): GPU graphs are recorded with the "
+            "eval callback, which costs a GPU its CUDA graphs"
+        )
         return None
     timed_device = timed_device_of(devices)
     if devices and not timed_device:
-        say_once(f"this program computes on {', '.join(devices)}: ggml-viz times GPU nodes on CUDA (with CUPTI) "
-                 "and Vulkan (with its layer) only; its graphs keep their graph times")  # fmt: skip
+        say_once(
+            f"this program computes on {', '.join(devices)}: ggml-viz times GPU nodes on CUDA (with CUPTI) "
+            "and Vulkan (with its layer) only; its graphs keep their graph times"
+        )
     return GpuReading(timed_device=timed_device)
 
 
@@ -71,8 +75,9 @@ def configure_gpu_timer(settings: CaptureSettings) -> None:
     modes = {"off": GPU_TRACE_OFF, "windows": GPU_TRACE_WINDOWS, "every": GPU_TRACE_EVERY}
     mode = modes["off" if settings.detail == "graph" else settings.gpu]
     detach = os.environ.get("GGML_VIZ_GPU_DETACH", "1").strip().lower() not in ("0", "false", "no", "off")
-    extension.configure_gpu(mode, settings.gpu_window, settings.gpu_period, detach,
-                          os.environ.get("GGML_VIZ_CUPTI") or None)  # fmt: skip
+    extension.configure_gpu(
+        mode, settings.gpu_window, settings.gpu_period, detach, os.environ.get("GGML_VIZ_CUPTI") or None
+    )
 
 
 def begin_call(recorder_address: int, context_id: int, gpu: GpuReading) -> None:
@@ -98,8 +103,14 @@ def take_window() -> bytes | None:
 def timer_state() -> dict[str, Any]:
     """What the GPU timer used, or why it timed nothing (for the run's manifest)."""
     path, version, own_clock, problem, timer, layer = extension.gpu_state()
-    return {"timer": timer, "vulkan_layer": layer, "cupti": path, "cupti_version": version,
-            "clock": "recorder" if own_clock else "offset", "problem": problem}  # fmt: skip
+    return {
+        "timer": timer,
+        "vulkan_layer": layer,
+        "cupti": path,
+        "cupti_version": version,
+        "clock": "recorder" if own_clock else "offset",
+        "problem": problem,
+    }
 
 
 def _hook_graph_compute() -> bool:
@@ -107,9 +118,11 @@ def _hook_graph_compute() -> bool:
     if _hooked is None:
         lib = ggml_api.libggml()
         _hooked = extension.hook_graph_compute(
-            ggml_api.address_of(lib.ggml_graph_n_nodes), ggml_api.address_of(lib.ggml_graph_node),
-            ggml_api.field_bytes("buffer").start, ggml_api.field_bytes("data").start,
+            ggml_api.address_of(lib.ggml_graph_n_nodes),
+            ggml_api.address_of(lib.ggml_graph_node),
+            ggml_api.field_bytes("buffer").start,
+            ggml_api.field_bytes("data").start,
             ggml_api.address_of(lib.ggml_backend_sched_synchronize),
             ggml_api.address_of(lib.ggml_backend_sched_set_eval_callback),
-        )  # fmt: skip
+        )
     return bool(_hooked and _hooked > 0)

@@ -240,8 +240,9 @@ class PythonGraphRecorder:
         # Values are read after the node is computed: the scheduler must call back for it.
         if self.values.stats and not int(copied["view_src"]):  # views share their source's bytes
             flags |= NODE_VALUES
-        if self.values.captures and any(fnmatch.fnmatchcase(tensor_name(bytes(copied["name"])), pattern)
-                                        for pattern in self.values.captures):  # fmt: skip
+        if self.values.captures and any(
+            fnmatch.fnmatchcase(tensor_name(bytes(copied["name"])), pattern) for pattern in self.values.captures
+        ):
             flags |= NODE_CAPTURE
         if self._routing_ops is not None and self._note_routing(tensor, copied):
             flags |= NODE_ROUTING

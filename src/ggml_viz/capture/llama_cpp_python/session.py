@@ -156,8 +156,10 @@ class InProcessRecording(Recording[InProcessTracer]):
             say_once("the program installs its own eval callback; that context is not recorded")
             return None
         if not claim_from_preload():
-            say_once("another ggml binding's graphs are already recorded in this process (by the preload library); "
-                     "its llama-cpp-python contexts are recorded there too, without their tokens")  # fmt: skip
+            say_once(
+                "another ggml binding's graphs are already recorded in this process (by the preload library); "
+                "its llama-cpp-python contexts are recorded there too, without their tokens"
+            )
             return None
         with self.lock:
             try:
@@ -169,8 +171,9 @@ class InProcessRecording(Recording[InProcessTracer]):
                 token_text = llama_info.TokenText(model)
                 if isinstance(recorder, CGraphRecorder) and llama_info.batch_offsets() is not None:
                     reading = gpu.gpu_reading(self.settings)
-                    tracer = CContextTracer(self, len(self.tracers), token_text, int(params.n_ubatch), recorder,
-                                            reading)  # fmt: skip
+                    tracer = CContextTracer(
+                        self, len(self.tracers), token_text, int(params.n_ubatch), recorder, reading
+                    )
                 else:
                     tracer = PythonContextTracer(self, len(self.tracers), token_text, int(params.n_ubatch), recorder)
             except (CaptureError, OSError) as error:
@@ -239,11 +242,14 @@ class InProcessRecording(Recording[InProcessTracer]):
         if any(t.reads_at_compute is not None and t.reads_at_compute.timed_device for t in self.tracers):
             if gpu.finish():
                 self.take_gpu_window()
-            self.gpu_timer_state({
-                "mode": "off" if self.settings.detail == "graph" else self.settings.gpu,
-                "window": self.settings.gpu_window, "period": self.settings.gpu_period,
-                **gpu.timer_state(),
-            })  # fmt: skip
+            self.gpu_timer_state(
+                {
+                    "mode": "off" if self.settings.detail == "graph" else self.settings.gpu,
+                    "window": self.settings.gpu_window,
+                    "period": self.settings.gpu_period,
+                    **gpu.timer_state(),
+                }
+            )
         super()._finish_gpu_timer()
 
     def _program_versions(self) -> dict[str, Any]:

@@ -173,10 +173,17 @@ class SpoolCollector:
 
     def _apply(self, path: Path, frame: Frame) -> None:
         handlers: dict[int, Callable[[Path, Frame], None]] = {
-            START: self._start, CONTEXT: self._context, TAKE: self._take, FAILED: self._failed, END: self._end,
-            GPU: self._gpu, WEIGHTS: self._weights, UNTRACED: self._untraced, CONNECTION: self._connection,
+            START: self._start,
+            CONTEXT: self._context,
+            TAKE: self._take,
+            FAILED: self._failed,
+            END: self._end,
+            GPU: self._gpu,
+            WEIGHTS: self._weights,
+            UNTRACED: self._untraced,
+            CONNECTION: self._connection,
             WIRE: self._wire,
-        }  # fmt: skip
+        }
         handlers[frame.kind](path, frame)
 
     def _start(self, path: Path, frame: Frame) -> None:
@@ -196,11 +203,13 @@ class SpoolCollector:
         self.programs.append({key: info.get(key) for key in ("pid", "argv", "ggml_library", "llama_library")})
         writer = self.recording.writer
         assert writer is not None
-        versions = {**writer.manifest["versions"], "llama_cpp_system_info": info.get("system_info"),
-                    "ggml": {"version": info.get("ggml_version"), "commit": info.get("ggml_commit")}}  # fmt: skip
+        versions = {
+            **writer.manifest["versions"],
+            "llama_cpp_system_info": info.get("system_info"),
+            "ggml": {"version": info.get("ggml_version"), "commit": info.get("ggml_commit")},
+        }
         program = {**self.programs[0], "processes": self.programs, "exit_status": None}
-        capture = {**writer.manifest["capture"], "recorder": "preload",
-                   "tensor_layout": info.get("tensor_layout")}  # fmt: skip
+        capture = {**writer.manifest["capture"], "recorder": "preload", "tensor_layout": info.get("tensor_layout")}
         self.inline_timing = info.get("timing") == "inline"
         if self.inline_timing and not info.get("inline_timing_available", True):
             say("this program's ggml has no CPU backend functions to time nodes inline: graph times only")
@@ -224,8 +233,9 @@ class SpoolCollector:
         for file in files:
             recording.store_memory_map(file)
         layouts = [recording.layouts[file] for file in files if file in recording.layouts]
-        tracer.weight_names = WeightNames(lambda: [recording.tensor_fingerprints(file) for file in files
-                                                   if file in recording.layouts])  # fmt: skip
+        tracer.weight_names = WeightNames(
+            lambda: [recording.tensor_fingerprints(file) for file in files if file in recording.layouts]
+        )
         if model is not None:
             tracer.warmup = warmup_tokens(model.pop("bos", None), model.pop("eos", None))
             path_of_model = model_file(files, model.get("tensor_bytes"))
@@ -248,8 +258,10 @@ class SpoolCollector:
         if path in self.libraries:  # the processes of a script may each load another ggml version
             ggml_api.use_library(self.libraries[path])
         take = frame.take()
-        graphs = [graph._replace(leaves=tracer.weight_names.rename(graph.leaves)) if isinstance(graph, GraphRecord)
-                  else graph for graph in take.graphs]  # fmt: skip
+        graphs = [
+            graph._replace(leaves=tracer.weight_names.rename(graph.leaves)) if isinstance(graph, GraphRecord) else graph
+            for graph in take.graphs
+        ]
         tracer.write_take(take.decodes, take.token_texts, graphs)
 
     def _weights(self, path: Path, frame: Frame) -> None:

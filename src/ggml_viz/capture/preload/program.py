@@ -69,8 +69,14 @@ class ProgramRun(NamedTuple):
     untraced: list[dict[str, Any]]
 
 
-def run_native(program: list[str], run_dir: Path, settings: CaptureSettings, env: dict[str, str],
-               verbose: bool = False, python: bool = False) -> ProgramRun:  # fmt: skip
+def run_native(
+    program: list[str],
+    run_dir: Path,
+    settings: CaptureSettings,
+    env: dict[str, str],
+    verbose: bool = False,
+    python: bool = False,
+) -> ProgramRun:
     """Run `program` with the preload library, collecting its spool into `run_dir` as it runs.
     python: a Python program, whose start-up hook records llama-cpp-python's contexts itself
     (then no spool comes, and the run is the hook's): the run is made only once a spool comes

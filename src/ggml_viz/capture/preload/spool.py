@@ -185,8 +185,9 @@ def parse_take(payload: bytes, graph_parts: tuple[str, ...] = GRAPH_PARTS) -> Ta
         token_texts: dict[int, str] = {}
         if text_bytes:
             ends = np.cumsum(lengths, dtype=np.int64)
-            for token, start, end in zip(np.frombuffer(columns[0], np.int32).tolist(), (ends - lengths).tolist(),
-                                         ends.tolist(), strict=True):  # fmt: skip
+            for token, start, end in zip(
+                np.frombuffer(columns[0], np.int32).tolist(), (ends - lengths).tolist(), ends.tolist(), strict=True
+            ):
                 token_texts[token] = texts[start:end].decode("utf-8", "replace")
         graphs: list[GraphRecord | RepeatRecord] = []
         for _ in range(n_graphs):
@@ -199,8 +200,15 @@ def parse_take(payload: bytes, graph_parts: tuple[str, ...] = GRAPH_PARTS) -> Ta
             for name, size in zip(graph_parts, header["part_sizes"].tolist(), strict=True):
                 parts[name] = _cut(payload, position, size)
                 position += size
-            graphs.append(GraphRecord(**parts, boundary_ns=int(header["boundary_ns"]), same=bool(header["same"]),
-                                      n_timed=int(header["n_timed"]), end_ns=int(header["end_ns"])))  # fmt: skip
+            graphs.append(
+                GraphRecord(
+                    **parts,
+                    boundary_ns=int(header["boundary_ns"]),
+                    same=bool(header["same"]),
+                    n_timed=int(header["n_timed"]),
+                    end_ns=int(header["end_ns"]),
+                )
+            )
     except ValueError as error:
         raise RunFormatError(f"a damaged spool frame: {error}") from None
     if position != len(payload):

@@ -19,8 +19,11 @@ def attention_index(context: RunContext) -> AttentionIndexPayload:
     for row in softmax.itertuples():
         graphs.setdefault(int(row.graph_id), []).append(int(row.name.rsplit("-", 1)[1]))
     heads = int(softmax["ne2"].max()) if len(softmax) else 0
-    return {"graphs": {str(g): sorted(layers) for g, layers in graphs.items()}, "heads": heads,
-            "flash_attention": flash}  # fmt: skip
+    return {
+        "graphs": {str(g): sorted(layers) for g, layers in graphs.items()},
+        "heads": heads,
+        "flash_attention": flash,
+    }
 
 
 def attention_weights(context: RunContext, graph_id: int, layer: int, head: int) -> AttentionPayload:
@@ -45,8 +48,12 @@ def attention_weights(context: RunContext, graph_id: int, layer: int, head: int)
     queries = tokens[tokens["graph_id"] == graph_id]
     used = max(text_at, default=-1) + 1
     return {
-        "graph_id": graph_id, "layer": layer, "head": head, "heads": int(weights.shape[1]),
-        "query_labels": queries["text"].tolist(), "query_positions": queries["pos"].tolist(),
+        "graph_id": graph_id,
+        "layer": layer,
+        "head": head,
+        "heads": int(weights.shape[1]),
+        "query_labels": queries["text"].tolist(),
+        "query_positions": queries["pos"].tolist(),
         "key_labels": [text_at.get(position, "") for position in range(used)],
         "weights": np.round(matrix[:, :used], 5).tolist(),
-    }  # fmt: skip
+    }

@@ -35,20 +35,27 @@ class NodeDetails:
         for edge in context.run.edges_of(graph_id, node_index).itertuples():
             sources.append(
                 {
-                    "slot": int(edge.src_slot), "name": edge.src_name, "op": edge.src_op, "type": edge.src_type,
+                    "slot": int(edge.src_slot),
+                    "name": edge.src_name,
+                    "op": edge.src_op,
+                    "type": edge.src_type,
                     "shape": shape_text(edge.src_ne0, edge.src_ne1, edge.src_ne2, edge.src_ne3),
-                    "nbytes": int(edge.src_nbytes), "usage": edge.src_usage, "memory": edge.memory,
+                    "nbytes": int(edge.src_nbytes),
+                    "usage": edge.src_usage,
+                    "memory": edge.memory,
                     "buffer": None if pd.isna(edge.src_buffer_name) else edge.src_buffer_name,
                     "file_offset": None if pd.isna(edge.file_offset) else int(edge.file_offset),
                     "buffer_offset": None if pd.isna(edge.buffer_offset) else int(edge.buffer_offset),
                 }
-            )  # fmt: skip
+            )
         where: _NodeWhere = {
-            "event": int(event), "graph_id": graph_id, "node_index": node_index,
+            "event": int(event),
+            "graph_id": graph_id,
+            "node_index": node_index,
             "start_ns": int(node["start_ns"]) - context.origin_ns if timed else None,
             "end_ns": int(node["end_ns"]) - context.origin_ns if timed else None,
             "tokens": context.graph_text(row),
-        }  # fmt: skip
+        }
         layer = None if pd.isna(node["layer"]) else int(node["layer"])  # from the graph
         values = self._values_of(graph_id, node_index)
         gpu = self.gpu.node_time(graph_id, node_index) if self.gpu is not None else None
@@ -56,11 +63,12 @@ class NodeDetails:
         if not len(context.tensors):
             # Not provable: a run whose tensors table holds no row yet (a live run read before
             # its first) cannot describe the node's tensor, and its answer lacks those fields.
-            return cast(NodePayload, {**where, "layer": layer, "sources": sources, "values": values, "gpu": gpu,
-                                      "routing": routing})  # fmt: skip
+            return cast(
+                NodePayload,
+                {**where, "layer": layer, "sources": sources, "values": values, "gpu": gpu, "routing": routing},
+            )
         tensor = _describe_tensor(context.tensors.iloc[int(node["tensor_id"])], self._buffer_names)
-        return {**where, **tensor, "layer": layer, "sources": sources, "values": values, "gpu": gpu,
-                "routing": routing}  # fmt: skip
+        return {**where, **tensor, "layer": layer, "sources": sources, "values": values, "gpu": gpu, "routing": routing}
 
     @cached_property
     def _values(self) -> pd.DataFrame:
@@ -106,9 +114,12 @@ class _NodeTensor(TypedDict):
 def _describe_tensor(tensor: pd.Series, buffer_names: dict[int, str]) -> _NodeTensor:
     buffer = int(tensor["buffer_id"])
     return {
-        "name": tensor["name"], "op": tensor["op"], "op_base": tensor["op_base"], "type": tensor["type"],
+        "name": tensor["name"],
+        "op": tensor["op"],
+        "op_base": tensor["op_base"],
+        "type": tensor["type"],
         "shape": shape_text(tensor["ne0"], tensor["ne1"], tensor["ne2"], tensor["ne3"]),
         "nbytes": int(tensor["nbytes"]),
         "buffer": buffer_names.get(buffer) if buffer != NO_ID else None,
         "buffer_offset": None if tensor["buffer_offset"] == NO_ID else int(tensor["buffer_offset"]),
-    }  # fmt: skip
+    }

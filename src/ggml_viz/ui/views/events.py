@@ -73,8 +73,9 @@ class EventLog:
         readers = None
         if where.file_lo is not None and where.file_hi is not None:
             regions = context.run.memory_map
-            weights = regions[(regions["kind"] == "tensor") & (regions["end"] > where.file_lo)
-                              & (regions["start"] < where.file_hi)]  # fmt: skip
+            weights = regions[
+                (regions["kind"] == "tensor") & (regions["end"] > where.file_lo) & (regions["start"] < where.file_hi)
+            ]
             readers = self._weight_readers(weights["name"])
         passing = self._passing_nodes(tensor_ok, where.layer, readers)
         structure = context.graphs["structure_id"].to_numpy()
@@ -98,8 +99,11 @@ class EventLog:
             events = events[mine]
             return events[passing[context.event_structure_node(events)]]
 
-        counts = per_structure[structure[rows]] if not timed_window else np.array(
-            [len(events_of(int(row))) for row in rows], dtype=np.int64)  # fmt: skip
+        counts = (
+            per_structure[structure[rows]]
+            if not timed_window
+            else np.array([len(events_of(int(row))) for row in rows], dtype=np.int64)
+        )
         result: tuple[np.ndarray, np.ndarray, Any] = (counts.astype(np.int64), rows, events_of)
         self._filter_cache = (where, result)
         return result
@@ -113,8 +117,9 @@ class EventLog:
         if layer is not None:
             passing &= context.structure["layer"].to_numpy() == layer
         if readers is not None:
-            keys = _event_key(context.structure["structure_id"].to_numpy(np.int32),
-                              context.structure["node_index"].to_numpy(np.int32))  # fmt: skip
+            keys = _event_key(
+                context.structure["structure_id"].to_numpy(np.int32), context.structure["node_index"].to_numpy(np.int32)
+            )
             wanted = _event_key(readers["structure_id"].to_numpy(np.int32), readers["node_index"].to_numpy(np.int32))
             passing &= np.isin(keys, wanted)
         return passing
@@ -140,8 +145,10 @@ class EventLog:
         for key, name in zip(keys.tolist(), readers["name"].tolist(), strict=True):
             by_node.setdefault(key, []).append(index_of[name])
         at = context.event_structure_node(np.asarray(events, dtype=np.int64))
-        event_keys = _event_key(context.structure["structure_id"].to_numpy(np.int32)[at],
-                                context.structure["node_index"].to_numpy(np.int32)[at]).tolist()  # fmt: skip
+        event_keys = _event_key(
+            context.structure["structure_id"].to_numpy(np.int32)[at],
+            context.structure["node_index"].to_numpy(np.int32)[at],
+        ).tolist()
         ranges = {"start": weights["start"].astype(int).tolist(), "end": weights["end"].astype(int).tolist()}
         return ranges, [by_node.get(key, []) for key in event_keys]
 
@@ -164,19 +171,21 @@ class EventLog:
         rows: list[EventRow] = []
         for i, event in enumerate(events.tolist()):
             j, known = int(found[i]), bool(timed[i])
-            rows.append({
-                "event": event,
-                "graph_id": int(context.graphs["graph_id"].iat[int(graph_row[i])]),
-                "node_index": int(node[i]),
-                "start_ns": int(start[j]) if known else None,
-                "duration_ns": int(end[j] - start[j]) if known else None,
-                "wait_ns": int(wait[j]) if known and wait[j] >= 0 else None,
-                "op": context.ops[int(context.tensor_op[tensor[i]])] if len(context.tensor_op) else "",
-                "name": str(context.tensor_names[tensor[i]]) if len(context.tensor_names) else "",
-                "layer": None if layer[i] == NO_LAYER else int(layer[i]),
-                "type": str(described["type"].iat[i]),
-                "shape": shape_text(*(described[f"ne{d}"].iat[i] for d in range(4))),
-            })  # fmt: skip
+            rows.append(
+                {
+                    "event": event,
+                    "graph_id": int(context.graphs["graph_id"].iat[int(graph_row[i])]),
+                    "node_index": int(node[i]),
+                    "start_ns": int(start[j]) if known else None,
+                    "duration_ns": int(end[j] - start[j]) if known else None,
+                    "wait_ns": int(wait[j]) if known and wait[j] >= 0 else None,
+                    "op": context.ops[int(context.tensor_op[tensor[i]])] if len(context.tensor_op) else "",
+                    "name": str(context.tensor_names[tensor[i]]) if len(context.tensor_names) else "",
+                    "layer": None if layer[i] == NO_LAYER else int(layer[i]),
+                    "type": str(described["type"].iat[i]),
+                    "shape": shape_text(*(described[f"ne{d}"].iat[i] for d in range(4))),
+                }
+            )
         return rows
 
     def search(self, query: str) -> list[EventRow]:

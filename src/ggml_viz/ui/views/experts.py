@@ -22,8 +22,16 @@ def experts(context: RunContext) -> ExpertsPayload:
     run = context.run
     table = run.moe_experts
     if table.empty:
-        return {"layers": [], "n_expert": 0, "experts_per_token": 0, "tokens": [], "bytes": [], "time_share": [],
-                "devices": [], "requests": []}  # fmt: skip
+        return {
+            "layers": [],
+            "n_expert": 0,
+            "experts_per_token": 0,
+            "tokens": [],
+            "bytes": [],
+            "time_share": [],
+            "devices": [],
+            "requests": [],
+        }
     layers = sorted(int(layer) for layer in table["layer"].unique())
     n_expert = int(table["n_expert"].max())
 
@@ -34,13 +42,15 @@ def experts(context: RunContext) -> ExpertsPayload:
 
     placement = expert_devices(run).drop_duplicates("layer").set_index("layer")["device"]
     return {
-        "layers": layers, "n_expert": n_expert,
+        "layers": layers,
+        "n_expert": n_expert,
         "experts_per_token": int(run.raw("moe_routing")["slot"].max()) + 1,
-        "tokens": matrix("tokens"), "bytes": matrix("bytes_read"),
+        "tokens": matrix("tokens"),
+        "bytes": matrix("bytes_read"),
         "time_share": matrix("time_share", lambda value: round(float(value), 4)),
         "devices": [str(placement.get(layer, "?")) for layer in layers],
         "requests": _per_request(context, layers, n_expert),
-    }  # fmt: skip
+    }
 
 
 def _per_request(context: RunContext, layers: list[int], n_expert: int) -> list[RequestRouting]:
@@ -102,5 +112,8 @@ def node_routing(context: RunContext, graph_id: int, node_index: int) -> NodeRou
         chosen.append([int(e) for e in group["expert"]])
         weights.append([None if pd.isna(w) else round(float(w), 5) for w in group["weight"]])
     layer = mine["layer"].iloc[0]
-    return {"layer": int(layer) if layer >= 0 else None, "n_expert": int(mine["n_expert"].iloc[0]),
-            "tokens": {"position": positions, "text": texts, "experts": chosen, "weights": weights}}  # fmt: skip
+    return {
+        "layer": int(layer) if layer >= 0 else None,
+        "n_expert": int(mine["n_expert"].iloc[0]),
+        "tokens": {"position": positions, "text": texts, "experts": chosen, "weights": weights},
+    }

@@ -16,10 +16,15 @@ def graph_list(context: RunContext) -> list[GraphListEntry]:
     return [
         {"graph_id": int(g), "phase": p, "n_nodes": int(n), "duration_ns": int(e - s), "label": label}
         for g, p, n, s, e, label in zip(
-            graphs["graph_id"], graphs["phase"], graphs["n_nodes"], graphs["start_ns"], graphs["end_ns"],
-            context.graph_labels, strict=True,
+            graphs["graph_id"],
+            graphs["phase"],
+            graphs["n_nodes"],
+            graphs["start_ns"],
+            graphs["end_ns"],
+            context.graph_labels,
+            strict=True,
         )
-    ]  # fmt: skip
+    ]
 
 
 def graph_layout(context: RunContext, gpu: GpuRun | None, graph_id: int, layer: int | None) -> GraphLayout:

@@ -79,7 +79,7 @@ def buffer_track(context: RunContext) -> BufferTrack:
                 "context_id": int(row.context_id),
             }
             for row in buffers.itertuples()
-        ],  # fmt: skip
+        ],
         "kv_cache": kv,
         "has_output_buffer": bool((buffers["kind"] == "output").any()),
     }
@@ -93,13 +93,16 @@ def compute_occupancy(context: RunContext, graph_id: int) -> OccupancyPayload:
         "graph_id": graph_id,
         "n_nodes": int(context.graphs.loc[context.graphs["graph_id"] == graph_id, "n_nodes"].iloc[0]),
         "tensors": {
-            "name": table["name"].tolist(), "op": table["op"].tolist(), "start": table["start"].tolist(),
-            "end": table["end"].tolist(), "first_node": table["first_node"].tolist(),
+            "name": table["name"].tolist(),
+            "op": table["op"].tolist(),
+            "start": table["start"].tolist(),
+            "end": table["end"].tolist(),
+            "first_node": table["first_node"].tolist(),
             "last_node": table["last_node"].tolist(),
         },
         "live_bytes": live.tolist(),
         "peak_bytes": int(live.max()) if len(live) else 0,
-    }  # fmt: skip
+    }
 
 
 # -- statistics ------------------------------------------------------------------

@@ -47,8 +47,10 @@ def _texts_cut(summary: RunSummary) -> RunSummary:
         "prompt": shown(summary["prompt"]),
         "generated_text": shown(summary["generated_text"]),
     }
-    cut["requests"] = [{**request, "prompt": shown(request["prompt"]), "generated": shown(request["generated"])}
-                       for request in summary["requests"]]  # fmt: skip
+    cut["requests"] = [
+        {**request, "prompt": shown(request["prompt"]), "generated": shown(request["generated"])}
+        for request in summary["requests"]
+    ]
     return cut
 
 
@@ -75,8 +77,13 @@ def graph_bars(context: RunContext) -> GraphBars:
     rows = np.arange(len(graphs))
     if len(graphs) > GRAPH_BARS:
         bounds = np.linspace(0, len(graphs), GRAPH_BARS + 1).astype(np.int64)
-        rows = np.array([first + int(np.argmax(durations[first:last])) for first, last in zip(bounds[:-1], bounds[1:],
-                         strict=True)], np.int64)  # fmt: skip
+        rows = np.array(
+            [
+                first + int(np.argmax(durations[first:last]))
+                for first, last in zip(bounds[:-1], bounds[1:], strict=True)
+            ],
+            np.int64,
+        )
     return {
         "graph_id": graphs["graph_id"].to_numpy()[rows].tolist(),
         "duration_ns": durations[rows].tolist(),
@@ -95,19 +102,32 @@ def gpu_overview(gpu: GpuRun) -> GpuOverview:
     steps: list[GpuStep] = []
     for (device, phase), group in graphs.groupby(["device", "phase"], sort=True):
         share = group["busy_share"].median()
-        steps.append({
-            "device": gpu.device_name(int(device)), "phase": str(phase), "graphs": int(group["graph_id"].nunique()),
-            "host_ns": int(group["host_ns"].median()), "busy_ns": int(group["busy_ns"].median()),
-            "span_ns": int(group["span_ns"].median()), "busy_share": None if pd.isna(share) else float(share),
-        })  # fmt: skip
+        steps.append(
+            {
+                "device": gpu.device_name(int(device)),
+                "phase": str(phase),
+                "graphs": int(group["graph_id"].nunique()),
+                "host_ns": int(group["host_ns"].median()),
+                "busy_ns": int(group["busy_ns"].median()),
+                "span_ns": int(group["span_ns"].median()),
+                "busy_share": None if pd.isna(share) else float(share),
+            }
+        )
     steps.sort(key=lambda step: (step["phase"] != "decode", step["device"]))  # a decode step first
     kernels = gpu.kernel_totals
     is_kernel = kernels["op"] >= UNATTRIBUTED
-    return {"label": gpu.label, "devices": gpu.devices, "source": gpu.source, "traced_graphs": gpu.traced_graphs,
-            "graphs": gpu.graphs_on_gpu, "steps": steps, "top_kernels": top_kernels(gpu),
-            "kernels": int(kernels.loc[is_kernel, "count"].sum()),
-            "unattributed": int(kernels.loc[kernels["op"] == UNATTRIBUTED, "count"].sum()),
-            "copies": int(kernels.loc[~is_kernel, "count"].sum())}  # fmt: skip
+    return {
+        "label": gpu.label,
+        "devices": gpu.devices,
+        "source": gpu.source,
+        "traced_graphs": gpu.traced_graphs,
+        "graphs": gpu.graphs_on_gpu,
+        "steps": steps,
+        "top_kernels": top_kernels(gpu),
+        "kernels": int(kernels.loc[is_kernel, "count"].sum()),
+        "unattributed": int(kernels.loc[kernels["op"] == UNATTRIBUTED, "count"].sum()),
+        "copies": int(kernels.loc[~is_kernel, "count"].sum()),
+    }
 
 
 def top_kernels(gpu: GpuRun) -> list[KernelTime]:
@@ -115,14 +135,21 @@ def top_kernels(gpu: GpuRun) -> list[KernelTime]:
     kernels = gpu.kernel_totals
     if kernels.empty:
         return []
-    kernels = kernels.assign(kernel=[gpu.short_names[int(i)] for i in kernels["name"]],
-                             kind=np.select([kernels["op"] == MEMCPY, kernels["op"] == MEMSET],
-                                            ["memcpy", "memset"], "kernel"))  # fmt: skip
+    kernels = kernels.assign(
+        kernel=[gpu.short_names[int(i)] for i in kernels["name"]],
+        kind=np.select([kernels["op"] == MEMCPY, kernels["op"] == MEMSET], ["memcpy", "memset"], "kernel"),
+    )
     by_kernel = kernels.groupby(["kernel", "kind"], as_index=False)[["count", "busy", "time"]].sum()
     total = max(int(by_kernel["busy"].sum()), 1)
     by_kernel = by_kernel.sort_values(["busy", "kernel"], ascending=[False, True]).head(TOP_KERNELS)
     return [
-        {"kernel": row.kernel, "kind": row.kind, "count": int(row.count), "time_ns": int(row.busy),
-         "share": int(row.busy) / total, "mean_ns": float(row.time) / max(int(row.count), 1)}
+        {
+            "kernel": row.kernel,
+            "kind": row.kind,
+            "count": int(row.count),
+            "time_ns": int(row.busy),
+            "share": int(row.busy) / total,
+            "mean_ns": float(row.time) / max(int(row.count), 1),
+        }
         for row in by_kernel.itertuples()
-    ]  # fmt: skip
+    ]

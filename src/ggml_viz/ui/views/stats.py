@@ -41,9 +41,13 @@ def statistics(context: RunContext, gpu: GpuRun | None, summary: RunSummary) -> 
 
     def table(key: str) -> list[Any]:  # rows of OpStats, LayerStats or TensorStats
         grouped = frame.groupby(key).agg(
-            count=("count", "sum"), time_ns=("duration", "sum"), wait_ns=("wait", "sum"),
-            bytes=("bytes", "sum"), timed=("timed", "sum"), clock=("clock", _clocks),
-        )  # fmt: skip
+            count=("count", "sum"),
+            time_ns=("duration", "sum"),
+            wait_ns=("wait", "sum"),
+            bytes=("bytes", "sum"),
+            timed=("timed", "sum"),
+            clock=("clock", _clocks),
+        )
         grouped["mean_ns"] = grouped["time_ns"] / grouped["timed"].where(grouped["timed"] > 0)
         grouped["time_share"] = grouped["time_ns"] / total_time if total_time else 0.0
         grouped["bytes_share"] = grouped["bytes"] / total_bytes if total_bytes else 0.0
@@ -72,9 +76,13 @@ def activation_by_layer(context: RunContext) -> list[LayerActivation]:
         return []
     values = values.assign(layer=values["layer"].astype("object").where(values["layer"].notna(), "none"))
     table = values.groupby("layer", sort=False).agg(
-        min=("min", "min"), max=("max", "max"), mean_abs=("mean_abs", "mean"), nan=("nan", "sum"),
-        inf=("inf", "sum"), nodes=("node_index", "size"),
-    )  # fmt: skip
+        min=("min", "min"),
+        max=("max", "max"),
+        mean_abs=("mean_abs", "mean"),
+        nan=("nan", "sum"),
+        inf=("inf", "sum"),
+        nodes=("node_index", "size"),
+    )
     order = sorted(table.index, key=lambda layer: (layer == "none", layer if layer != "none" else 0))
     return json_safe([{"layer": layer, **{k: plain(v) for k, v in table.loc[layer].items()}} for layer in order])
 
@@ -83,14 +91,22 @@ def time_sources(context: RunContext, gpu: GpuRun | None) -> list[TimeSource]:
     """Where the node times of the statistics come from: the host's clock, the GPU's, both."""
     totals = context.run.node_totals
     timing = (context.run.manifest.get("capture") or {}).get("timing")
-    labels = {"host": f"timing {timing_label(timing)}" if timing else "host clock",
-              "gpu": gpu.label if gpu is not None else "GPU time"}  # fmt: skip
+    labels = {
+        "host": f"timing {timing_label(timing)}" if timing else "host clock",
+        "gpu": gpu.label if gpu is not None else "GPU time",
+    }
     sources: list[TimeSource] = []
     for clock in ("host", "gpu"):
         rows = totals[totals["clock"] == clock]
         if len(rows):
-            sources.append({"clock": clock, "label": labels[clock], "timed": int(rows["timed"].sum()),
-                            "time_ns": int(rows["time_ns"].sum())})  # fmt: skip
+            sources.append(
+                {
+                    "clock": clock,
+                    "label": labels[clock],
+                    "timed": int(rows["timed"].sum()),
+                    "time_ns": int(rows["time_ns"].sum()),
+                }
+            )
     return sources
 
 

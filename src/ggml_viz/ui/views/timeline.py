@@ -72,11 +72,21 @@ class Timeline:
                 "phase": self._phases[lane["graph_row"][shown]].tolist(),
             }
             lanes.append(
-                {"label": lane["label"], "graphs": graph_bars, **self._node_bars(lane, rows, t0, t1, width, ns_per_px),
-                 "gpu": gpu_by_context.get(lane["context_id"], [])}
-            )  # fmt: skip
-        return {"t0": t0, "t1": t1, "width": width, "ops": context.ops, "lanes": lanes,
-                "transfers": self._transfers_in(t0, t1)}  # fmt: skip
+                {
+                    "label": lane["label"],
+                    "graphs": graph_bars,
+                    **self._node_bars(lane, rows, t0, t1, width, ns_per_px),
+                    "gpu": gpu_by_context.get(lane["context_id"], []),
+                }
+            )
+        return {
+            "t0": t0,
+            "t1": t1,
+            "width": width,
+            "ops": context.ops,
+            "lanes": lanes,
+            "transfers": self._transfers_in(t0, t1),
+        }
 
     @cached_property
     def _transfers(self) -> pd.DataFrame:
@@ -99,12 +109,16 @@ class Timeline:
             return pd.DataFrame(columns=columns)
         to_worker = (wire["direction"] == "to_worker").to_numpy()
         origin = self.context.origin_ns
-        return pd.DataFrame({
-            "start": wire["sent_ns"].to_numpy(np.int64) - origin,
-            "end": wire["received_ns"].to_numpy(np.int64) - origin,
-            "source": np.where(to_worker, head, wire["worker"]), "target": np.where(to_worker, wire["worker"], head),
-            "bytes": wire["bytes"].to_numpy(np.int64), "command": wire["command"].astype(str).to_numpy(),
-        }).sort_values("start", ignore_index=True)  # fmt: skip
+        return pd.DataFrame(
+            {
+                "start": wire["sent_ns"].to_numpy(np.int64) - origin,
+                "end": wire["received_ns"].to_numpy(np.int64) - origin,
+                "source": np.where(to_worker, head, wire["worker"]),
+                "target": np.where(to_worker, wire["worker"], head),
+                "bytes": wire["bytes"].to_numpy(np.int64),
+                "command": wire["command"].astype(str).to_numpy(),
+            }
+        ).sort_values("start", ignore_index=True)
 
     def _transfers_in(self, t0: int, t1: int) -> TimelineTransfers:
         wire = self._transfers
@@ -112,10 +126,15 @@ class Timeline:
         shown = (
             inside.nlargest(TRANSFER_LIMIT, "bytes").sort_values("start") if len(inside) > TRANSFER_LIMIT else inside
         )
-        return {"start": shown["start"].astype(int).tolist(), "end": shown["end"].astype(int).tolist(),
-                "source": shown["source"].astype(int).tolist(), "target": shown["target"].astype(int).tolist(),
-                "bytes": shown["bytes"].astype(int).tolist(), "command": shown["command"].astype(str).tolist(),
-                "total": int(len(inside))}  # fmt: skip
+        return {
+            "start": shown["start"].astype(int).tolist(),
+            "end": shown["end"].astype(int).tolist(),
+            "source": shown["source"].astype(int).tolist(),
+            "target": shown["target"].astype(int).tolist(),
+            "bytes": shown["bytes"].astype(int).tolist(),
+            "command": shown["command"].astype(str).tolist(),
+            "total": int(len(inside)),
+        }
 
     def _node_bars(
         self, lane: dict[str, Any], rows: np.ndarray, t0: int, t1: int, width: int, ns_per_px: float
@@ -151,12 +170,14 @@ class Timeline:
         column = np.clip(((ns - t0) / ns_per_px).astype(np.int64), 0, width - 1)
         return {
             "nodes": _bars(events[wide], s[wide], e[wide], ops[wide]),
-            "columns": self._columns(column, ops[narrow].astype(np.int64), (ne - ns).astype(np.float64), width,
-                                     ns_per_px),
-        }  # fmt: skip
+            "columns": self._columns(
+                column, ops[narrow].astype(np.int64), (ne - ns).astype(np.float64), width, ns_per_px
+            ),
+        }
 
-    def _columns(self, column: np.ndarray, ops: np.ndarray, busy_ns: np.ndarray, width: int, ns_per_px: float
-                 ) -> PixelColumns:  # fmt: skip
+    def _columns(
+        self, column: np.ndarray, ops: np.ndarray, busy_ns: np.ndarray, width: int, ns_per_px: float
+    ) -> PixelColumns:
         """Per pixel column with work in it: the op that kept it busiest, and how busy it was."""
         n_ops = len(self.context.ops)
         busy = np.bincount(column * n_ops + ops, weights=busy_ns, minlength=width * n_ops).reshape(width, n_ops)
@@ -168,9 +189,9 @@ class Timeline:
             "fill": np.minimum(total[used] / ns_per_px, 1.0).round(3).tolist(),
         }
 
-    def _columns_from_graph_totals(self, lane: dict[str, Any], rows: np.ndarray, t0: int, t1: int, width: int,
-                                   ns_per_px: float
-                                   ) -> PixelColumns:  # fmt: skip
+    def _columns_from_graph_totals(
+        self, lane: dict[str, Any], rows: np.ndarray, t0: int, t1: int, width: int, ns_per_px: float
+    ) -> PixelColumns:
         """Pixel columns from each graph's time per op (graph_op_totals), spread evenly over
         the columns the graph spans: the zoomed-out timeline of a long run. A window wider
         than a few of the run's OVERVIEW_BINS is drawn from those bins instead (computed
@@ -187,8 +208,9 @@ class Timeline:
         column, ops, busy_ns = self._spread(rows, t0, t1, ns_per_px, width)
         return self._columns(column, ops, busy_ns, width, ns_per_px)
 
-    def _spread(self, rows: np.ndarray, t0: int, t1: int, ns_per_px: float, width: int
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    def _spread(
+        self, rows: np.ndarray, t0: int, t1: int, ns_per_px: float, width: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Each (graph, op) time of the graphs at `rows`, spread evenly over the columns
         [t0, t1) at ns_per_px that the graph spans: (column, op, busy ns) per piece."""
         totals = self._graph_op_time
@@ -255,11 +277,15 @@ class Timeline:
                     first = first[repeat] + (np.arange(len(repeat)) - np.repeat(np.cumsum(span) - span, span))
                     piece_op, busy_ns = piece_op[repeat], busy_ns[repeat]
                 carried = np.flatnonzero(lane_sums)
-                sums[index] = np.bincount(np.concatenate((carried, first.astype(np.int64) * n_ops + piece_op)),
-                                          weights=np.concatenate((lane_sums[carried], busy_ns)),
-                                          minlength=OVERVIEW_BINS * n_ops)  # fmt: skip
-        by_lane = {lane["context_id"]: busy.reshape(OVERVIEW_BINS, n_ops) for lane, busy in zip(context.lanes, sums,
-                   strict=True)}  # fmt: skip
+                sums[index] = np.bincount(
+                    np.concatenate((carried, first.astype(np.int64) * n_ops + piece_op)),
+                    weights=np.concatenate((lane_sums[carried], busy_ns)),
+                    minlength=OVERVIEW_BINS * n_ops,
+                )
+        by_lane = {
+            lane["context_id"]: busy.reshape(OVERVIEW_BINS, n_ops)
+            for lane, busy in zip(context.lanes, sums, strict=True)
+        }
         return {"bin_ns": bin_ns, "by_lane": by_lane}
 
     def _graph_op_time_slices(self) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:

@@ -25,8 +25,10 @@ def gpu_lanes(gpu: GpuRun, t0: int, t1: int, width: int) -> dict[int, list[GpuLa
         first = int(np.searchsorted(lane["end_max"], t0, side="right"))
         last = int(np.searchsorted(lane["start"], t1, side="left"))
         in_window.append(slice(first, max(first, last)))
-    many = [int(lane["kernels"][graphs].sum()) > WINDOW_KERNEL_LIMIT
-            for lane, graphs in zip(gpu.lanes, in_window, strict=True)]  # fmt: skip
+    many = [
+        int(lane["kernels"][graphs].sum()) > WINDOW_KERNEL_LIMIT
+        for lane, graphs in zip(gpu.lanes, in_window, strict=True)
+    ]
     kernels = gpu.kernels_in(t0, t1) if not all(many) else None
     found: dict[int, list[GpuLane]] = {}
     for lane, graphs, wide_window in zip(gpu.lanes, in_window, many, strict=True):
@@ -38,19 +40,29 @@ def gpu_lanes(gpu: GpuRun, t0: int, t1: int, width: int) -> dict[int, list[GpuLa
             bars, columns, names = _kernel_bars({k: v[mine] for k, v in kernels.items()}, t0, t1, width, ns_per_px)
         # the traced graphs met: where the GPU was watched (elsewhere nothing was recorded)
         spans = lane["end"][graphs] > t0
-        traced: TracedSpans = {"start": lane["start"][graphs][spans].tolist(),
-                               "end": lane["end"][graphs][spans].tolist(),
-                               "graph_id": lane["graph_id"][graphs][spans].tolist()}  # fmt: skip
-        found.setdefault(lane["context_id"], []).append({
-            "label": lane["label"], "device": lane["device"], "device_name": gpu.device_name(lane["device"]),
-            "kernels": [gpu.short_names[i] for i in names], "names": [gpu.full_names[i] for i in names],
-            "bars": bars, "columns": columns, "traced": traced,
-        })  # fmt: skip
+        traced: TracedSpans = {
+            "start": lane["start"][graphs][spans].tolist(),
+            "end": lane["end"][graphs][spans].tolist(),
+            "graph_id": lane["graph_id"][graphs][spans].tolist(),
+        }
+        found.setdefault(lane["context_id"], []).append(
+            {
+                "label": lane["label"],
+                "device": lane["device"],
+                "device_name": gpu.device_name(lane["device"]),
+                "kernels": [gpu.short_names[i] for i in names],
+                "names": [gpu.full_names[i] for i in names],
+                "bars": bars,
+                "columns": columns,
+                "traced": traced,
+            }
+        )
     return found
 
 
-def _kernel_bars(kernels: dict[str, np.ndarray], t0: int, t1: int, width: int, ns_per_px: float
-                 ) -> tuple[KernelBars, PixelColumns, list[int]]:  # fmt: skip
+def _kernel_bars(
+    kernels: dict[str, np.ndarray], t0: int, t1: int, width: int, ns_per_px: float
+) -> tuple[KernelBars, PixelColumns, list[int]]:
     """A lane's kernels in the window: each its own bar, or (more than DETAIL_LIMIT) the
     widest DETAIL_LIMIT so and the rest summed per pixel column; and the names' ids the
     bars index (KernelBars.kernel)."""
@@ -70,15 +82,20 @@ def _kernel_bars(kernels: dict[str, np.ndarray], t0: int, t1: int, width: int, n
         columns = pixel_columns(column, kernels["op"][narrow][pick], busy, ns_per_px)
     names, name_index = np.unique(kernels["name"][wide], return_inverse=True)
     bars: KernelBars = {
-        "start": s[wide].tolist(), "end": e[wide].tolist(), "busy": kernels["busy"][wide].tolist(),
-        "op": kernels["op"][wide].tolist(), "event": kernels["event"][wide].tolist(),
-        "kernel": name_index.tolist(), "bytes": kernels["bytes"][wide].tolist(),
-    }  # fmt: skip
+        "start": s[wide].tolist(),
+        "end": e[wide].tolist(),
+        "busy": kernels["busy"][wide].tolist(),
+        "op": kernels["op"][wide].tolist(),
+        "event": kernels["event"][wide].tolist(),
+        "kernel": name_index.tolist(),
+        "bytes": kernels["bytes"][wide].tolist(),
+    }
     return bars, columns, names.tolist()
 
 
-def _columns_of_pieces(gpu: GpuRun, lane: dict[str, Any], t0: int, t1: int, width: int, ns_per_px: float
-                       ) -> PixelColumns:  # fmt: skip
+def _columns_of_pieces(
+    gpu: GpuRun, lane: dict[str, Any], t0: int, t1: int, width: int, ns_per_px: float
+) -> PixelColumns:
     """A wide window's pixel columns from the pieces, each spread evenly over its span;
     a window wider than a few of the lane's OVERVIEW_BINS from those bins (computed once)."""
     bins = _bins(gpu, lane)
@@ -91,8 +108,9 @@ def _columns_of_pieces(gpu: GpuRun, lane: dict[str, Any], t0: int, t1: int, widt
     pieces, rows = gpu.pieces, _pieces_of(gpu, lane)
     first = int(np.searchsorted(lane["pieces_end_max"], t0, side="right"))
     rows = rows[first : max(first, int(np.searchsorted(pieces["start"][rows], t1, side="left")))]
-    column, pick, busy = spread(pieces["start"][rows], pieces["end"][rows], pieces["busy"][rows], t0, t1,
-                                ns_per_px, width)  # fmt: skip
+    column, pick, busy = spread(
+        pieces["start"][rows], pieces["end"][rows], pieces["busy"][rows], t0, t1, ns_per_px, width
+    )
     return pixel_columns(column, pieces["op"][rows][pick], busy, ns_per_px)
 
 
@@ -114,17 +132,23 @@ def _bins(gpu: GpuRun, lane: dict[str, Any]) -> dict[str, Any]:
         duration = gpu.context.duration_ns
         bin_ns = max(1.0, duration / OVERVIEW_BINS)
         pieces, rows = gpu.pieces, _pieces_of(gpu, lane)
-        column, pick, busy = spread(pieces["start"][rows], pieces["end"][rows], pieces["busy"][rows], 0,
-                                    duration, bin_ns, OVERVIEW_BINS)  # fmt: skip
+        column, pick, busy = spread(
+            pieces["start"][rows], pieces["end"][rows], pieces["busy"][rows], 0, duration, bin_ns, OVERVIEW_BINS
+        )
         key = column * (1 << 16) + (pieces["op"][rows][pick] + OTHER_CODES)
         keys, index = np.unique(key, return_inverse=True)
-        lane["bins"] = {"bin_ns": bin_ns, "bin": keys >> 16, "op": (keys & 0xFFFF) - OTHER_CODES,
-                        "busy": np.bincount(index, weights=busy, minlength=len(keys))}  # fmt: skip
+        lane["bins"] = {
+            "bin_ns": bin_ns,
+            "bin": keys >> 16,
+            "op": (keys & 0xFFFF) - OTHER_CODES,
+            "busy": np.bincount(index, weights=busy, minlength=len(keys)),
+        }
     return lane["bins"]
 
 
-def spread(start: np.ndarray, end: np.ndarray, busy: np.ndarray, t0: float, t1: float, ns_per_px: float, width: int
-           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+def spread(
+    start: np.ndarray, end: np.ndarray, busy: np.ndarray, t0: float, t1: float, ns_per_px: float, width: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each span's busy time spread evenly over the pixel columns of [t0, t1) it covers (a
     span reaching out of the window: the part of its time inside): (column, the span's
     index, busy ns) per piece of it."""
