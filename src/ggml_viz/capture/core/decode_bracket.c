@@ -16,27 +16,42 @@ int32_t batch_size(const uint8_t *batch) {
     return n < 0 ? 0 : n;
 }
 
+/* A llama_batch's column pointers, read at their offsets (token, pos, n_seq_id, seq_id, logits). */
+typedef struct {
+    const int32_t *token, *pos, *n_seq;
+    const int32_t *const *seq;
+    const int8_t *logits;
+} BatchColumns;
+
+static BatchColumns batch_columns(const uint8_t *batch, const size_t *offsets) {
+    BatchColumns c;
+    memcpy(&c.token, batch + offsets[0], sizeof c.token);
+    memcpy(&c.pos, batch + offsets[1], sizeof c.pos);
+    memcpy(&c.n_seq, batch + offsets[2], sizeof c.n_seq);
+    memcpy(&c.seq, batch + offsets[3], sizeof c.seq);
+    memcpy(&c.logits, batch + offsets[4], sizeof c.logits);
+    return c;
+}
+
+/* Token i's first sequence, or -1 where the batch gives none. */
+static int32_t first_sequence(BatchColumns c, int32_t i) {
+    return (c.seq && c.n_seq && c.n_seq[i] > 0 && c.seq[i]) ? c.seq[i][0] : -1;
+}
+
 /* Copy a llama_batch's columns (offsets of its token, pos, n_seq_id, seq_id and logits
    pointers): token ids, positions, each token's first sequence id, whether llama.cpp
    computes its logits. What a pointer the batch leaves NULL gives is -1 (outputs: the last
    token only, as llama.cpp does). Returns the lowest position (-1: no token). */
 long long copy_batch(const uint8_t *batch, const size_t *offsets, int32_t n, int32_t *token_out, int32_t *pos_out,
                      int32_t *seq_out, uint8_t *output_out) {
-    const int32_t *token, *pos, *n_seq;
-    const int32_t *const *seq;
-    const int8_t *logits;
-    memcpy(&token, batch + offsets[0], sizeof token);
-    memcpy(&pos, batch + offsets[1], sizeof pos);
-    memcpy(&n_seq, batch + offsets[2], sizeof n_seq);
-    memcpy(&seq, batch + offsets[3], sizeof seq);
-    memcpy(&logits, batch + offsets[4], sizeof logits);
+    BatchColumns c = batch_columns(batch, offsets);
     long long lowest = -1;
     for (int32_t i = 0; i < n; i++) {
-        token_out[i] = token ? token[i] : -1;
-        pos_out[i] = pos ? pos[i] : -1;
+        token_out[i] = c.token ? c.token[i] : -1;
+        pos_out[i] = c.pos ? c.pos[i] : -1;
         if (i == 0 || pos_out[i] < lowest) lowest = pos_out[i];
-        seq_out[i] = (seq && n_seq && n_seq[i] > 0 && seq[i]) ? seq[i][0] : -1;
-        output_out[i] = logits ? logits[i] > 0 : i == n - 1;
+        seq_out[i] = first_sequence(c, i);
+        output_out[i] = c.logits ? c.logits[i] > 0 : i == n - 1;
     }
     return lowest;
 }
@@ -109,20 +124,14 @@ static long long open_decode(Recorder *r, const uint8_t *batch, int32_t n, long 
    tokens of one, or does not compute every token's logits, holds a prompt. */
 static bool is_prompt_batch(const uint8_t *batch, const size_t *offsets, int32_t n) {
     if (!batch || n <= 0) return false;
-    const int32_t *pos, *n_seq;
-    const int32_t *const *seq;
-    const int8_t *logits;
-    memcpy(&pos, batch + offsets[1], sizeof pos);
-    memcpy(&n_seq, batch + offsets[2], sizeof n_seq);
-    memcpy(&seq, batch + offsets[3], sizeof seq);
-    memcpy(&logits, batch + offsets[4], sizeof logits);
-    if (n == 1) return pos && pos[0] == 0;
-    if (!pos || !logits || n > 256) return true;
+    BatchColumns c = batch_columns(batch, offsets);
+    if (n == 1) return c.pos && c.pos[0] == 0;
+    if (!c.pos || !c.logits || n > 256) return true;
     for (int32_t i = 0; i < n; i++) {
-        if (logits[i] <= 0 || pos[i] <= 0) return true;
-        int32_t s = (seq && n_seq && n_seq[i] > 0 && seq[i]) ? seq[i][0] : -1;
+        if (c.logits[i] <= 0 || c.pos[i] <= 0) return true;
+        int32_t s = first_sequence(c, i);
         for (int32_t j = 0; j < i; j++) {
-            if (s == ((seq && n_seq && n_seq[j] > 0 && seq[j]) ? seq[j][0] : -1)) return true;
+            if (s == first_sequence(c, j)) return true;
         }
     }
     return false;

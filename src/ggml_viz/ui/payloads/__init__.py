@@ -65,6 +65,7 @@ from .details import (
     NodeGpuTime,
     NodePayload,
     NodeSource,
+    NodeTensor,
     NodeValues,
 )
 from .events import (
@@ -181,6 +182,7 @@ __all__ = [
     "NodeBars",
     "NodeGpuTime",
     "NodePayload",
+    "NodeTensor",
     "NodeRouting",
     "NodeSource",
     "NodeValues",

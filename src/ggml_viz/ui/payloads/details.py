@@ -46,15 +46,9 @@ class NodeGpuTime(TypedDict):
     kernels: int
 
 
-class NodePayload(TypedDict):
-    """GET /api/runs/{id}/node?graph=&index="""
+class NodeTensor(TypedDict):
+    """A node's tensor, as its details describe it."""
 
-    event: int
-    graph_id: int
-    node_index: int
-    start_ns: int | None  # None: not timed
-    end_ns: int | None
-    tokens: str
     name: str
     op: str
     op_base: str
@@ -63,6 +57,17 @@ class NodePayload(TypedDict):
     nbytes: int
     buffer: str | None
     buffer_offset: int | None
+
+
+class NodePayload(NodeTensor):
+    """GET /api/runs/{id}/node?graph=&index="""
+
+    event: int
+    graph_id: int
+    node_index: int
+    start_ns: int | None  # None: not timed
+    end_ns: int | None
+    tokens: str
     layer: int | None
     sources: list[NodeSource]
     values: NodeValues | None

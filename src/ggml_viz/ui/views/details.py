@@ -12,7 +12,7 @@ import pandas as pd
 from ...runformat.schema import NO_ID
 from ..context import RunContext, json_safe, shape_text
 from ..gpu import GpuRun
-from ..payloads import NodePayload, NodeSource, NodeValues
+from ..payloads import NodePayload, NodeSource, NodeTensor, NodeValues
 from .experts import node_routing
 
 
@@ -98,20 +98,7 @@ class _NodeWhere(TypedDict):
     tokens: str
 
 
-class _NodeTensor(TypedDict):
-    """A node's tensor, as its details describe it."""
-
-    name: str
-    op: str
-    op_base: str
-    type: str
-    shape: str
-    nbytes: int
-    buffer: str | None
-    buffer_offset: int | None
-
-
-def _describe_tensor(tensor: pd.Series, buffer_names: dict[int, str]) -> _NodeTensor:
+def _describe_tensor(tensor: pd.Series, buffer_names: dict[int, str]) -> NodeTensor:
     buffer = int(tensor["buffer_id"])
     return {
         "name": tensor["name"],

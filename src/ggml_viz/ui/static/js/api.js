@@ -618,6 +618,16 @@ import { offlineAnswer } from "./offline.js";
  * @property {number} gpu_ns their share of the device's busy time
  * @property {number} kernels
  *
+ * @typedef {Object} NodeTensor a node's tensor, as its details describe it
+ * @property {string} name
+ * @property {string} op
+ * @property {string} op_base
+ * @property {string} type
+ * @property {string} shape
+ * @property {number} nbytes
+ * @property {?string} buffer
+ * @property {?number} buffer_offset
+ *
  * @typedef {Object} NodePayload
  * @property {number} event
  * @property {number} graph_id
