@@ -8,11 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from .build_cache import cache_folder
+
 MISSING = "llama.cpp's vocabulary GGUF files are missing (`make test` extracts them)"
 
 
 def vocab_folder() -> Path:
-    return Path(os.environ.get("GGML_VIZ_VOCAB_FILES", Path.home() / ".cache/ggml-viz/llama-vocab-0.3.36"))
+    return Path(os.environ.get("GGML_VIZ_VOCAB_FILES", cache_folder() / "llama-vocab-0.3.36"))
 
 
 def vocab_files() -> list[Path]:

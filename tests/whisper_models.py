@@ -27,6 +27,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from .build_cache import cache_folder
+
 GGML_FILE_MAGIC = 0x67676D6C
 N_FFT = 201  # whisper's mel filters span the 201 frequency bins of a 400-sample FFT
 ENGLISH_VOCABULARY = 51864
@@ -212,7 +214,7 @@ MISSING_TOOLS = "whisper.cpp's programs are not built (make setup builds them: s
 def whisper_tools_folder() -> Path:
     """Where scripts/build-whisper-tools.sh installed whisper.cpp 1.8.5's programs, libraries,
     headers and test model files (GGML_VIZ_WHISPER_TOOLS overrides the default)."""
-    default = Path.home() / ".cache/ggml-viz/whisper-tools-1.8.5-portable"
+    default = cache_folder() / "whisper-tools-1.8.5-portable"
     return Path(os.environ.get("GGML_VIZ_WHISPER_TOOLS", default))
 
 

@@ -14,6 +14,7 @@ from typing import NoReturn
 
 import pytest
 
+from ..build_cache import cache_folder
 from ..whisper_models import MISSING_TOOLS, whisper_tools_folder
 
 HERE = Path(__file__).parent
@@ -154,11 +155,6 @@ def whisper_tool(name: str) -> Path:
         if path.exists():
             return path
     missing(f"{name} is not installed beside ggml-viz (make setup builds whisper.cpp's own programs)")
-
-
-def cache_folder() -> Path:
-    """Where the Makefile keeps what it builds and installs outside the checkout (its GGML_VIZ_CACHE)."""
-    return Path(os.environ.get("GGML_VIZ_CACHE", Path.home() / ".cache/ggml-viz"))
 
 
 def ggml_python(version: str) -> Path:

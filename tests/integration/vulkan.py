@@ -9,7 +9,8 @@ import os
 import re
 from pathlib import Path
 
-from .native import cache_folder, missing
+from ..build_cache import cache_folder
+from .native import missing
 
 LLAMA_CPP_VERSION = "0.3.36"
 
