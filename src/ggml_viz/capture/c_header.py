@@ -66,9 +66,7 @@ def _named_fields(record: records.NamedRecord) -> list[str]:
 
 
 def _settings() -> list[str]:
-    variables = [(v.env, v.kind, v.choices) for v in settings.HOOK_VARIABLES] + [
-        (s.env, s.kind, s.choices) for s in settings.CAPTURE_SETTINGS if s.key not in settings.WRITER_SETTINGS
-    ]
+    variables = settings.preload_variables()
     entries = [
         f"{{{_c_string(env)}, SETTING_{kind.upper()}, {_c_string('|'.join(choices))}}}"
         for env, kind, choices in variables

@@ -389,12 +389,19 @@ HOOK_VARIABLES: tuple[HookVariable, ...] = (
 WRITER_SETTINGS = ("max_events", "policy", "recorder")
 
 
+def preload_variables() -> list[tuple[str, str, tuple[str, ...]]]:
+    """The GGML_VIZ_* variables the preload library reads in a native program, each with its kind
+    and choices: what the C's header declares to it (capture/c_header.py)."""
+    return [(var.env, var.kind, var.choices) for var in HOOK_VARIABLES] + [
+        (setting.env, setting.kind, setting.choices)
+        for setting in CAPTURE_SETTINGS
+        if setting.key not in WRITER_SETTINGS
+    ]
+
+
 def preload_environment_names() -> tuple[str, ...]:
-    """The GGML_VIZ_* variables the preload library reads in a native program (its C list,
-    `ggml_viz_preload_settings`, is tested equal to this)."""
-    return tuple(var.env for var in HOOK_VARIABLES) + tuple(
-        setting.env for setting in CAPTURE_SETTINGS if setting.key not in WRITER_SETTINGS
-    )
+    """The names of preload_variables() (the C's list, `ggml_viz_preload_settings`, is tested equal to this)."""
+    return tuple(env for env, _, _ in preload_variables())
 
 
 def environment_names() -> tuple[str, ...]:

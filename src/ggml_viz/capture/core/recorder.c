@@ -12,12 +12,6 @@
 
 /* ---- reading a tensor struct ------------------------------------------------------- */
 
-uint64_t field_u64(const uint8_t *tensor, size_t offset) {
-    uint64_t value;
-    memcpy(&value, tensor + offset, sizeof value);
-    return value;
-}
-
 /* The number at name[at] ending in a dot ("12." of "blk.12.x"), or -1. */
 static int64_t layer_number(const char *name, size_t length, size_t at) {
     size_t i = at;

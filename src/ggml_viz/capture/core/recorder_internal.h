@@ -7,6 +7,16 @@
 
 #include "recorder.h"
 
+#include <string.h>
+
+/* A tensor's 8-byte field (a pointer, a count) at `offset`: inline, as it was before the recorder's
+   files were split, since every node reads several. */
+static inline uint64_t field_u64(const uint8_t *tensor, size_t offset) {
+    uint64_t value;
+    memcpy(&value, tensor + offset, sizeof value);
+    return value;
+}
+
 /* GGML_BACKEND_BUFFER_USAGE_WEIGHTS, the same in ggml 0.13.1 and 0.25.3 */
 enum { BUFFER_USAGE_WEIGHTS = 1 };
 /* The kinds of pointer a graph in flight has shown (Recorder.seen). */
@@ -37,7 +47,6 @@ enum { ROUTING_CHAINS_FOLLOWED = 2 }; /* a chain is computed in one run of nodes
 /* recorder.c */
 int buffer_usage_of(const Recorder *r, const void *buffer);
 int describe_buffer(Recorder *r, uint64_t buffer);
-uint64_t field_u64(const uint8_t *tensor, size_t offset);
 bool is_selected(Recorder *r, const uint8_t *tensor);
 void reset_recorded(Recorder *r);
 

@@ -3,22 +3,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static size_t hash_pointer(uint64_t p, size_t capacity) {
-    p ^= p >> 33;
-    p *= 0xff51afd7ed558ccdULL;
-    p ^= p >> 33;
-    return (size_t)p & (capacity - 1);
-}
-
-int pointer_set_find(const PointerSet *s, uint64_t key) {
-    size_t i = hash_pointer(key, s->capacity);
-    while (s->kinds[i]) {
-        if (s->keys[i] == key) return s->kinds[i];
-        i = (i + 1) & (s->capacity - 1);
-    }
-    return 0;
-}
-
 static int grow(PointerSet *s) {
     size_t old_capacity = s->capacity;
     uint64_t *old_keys = s->keys;
@@ -36,7 +20,7 @@ static int grow(PointerSet *s) {
     s->capacity = capacity;
     for (size_t i = 0; i < old_capacity; i++) {
         if (!old_kinds[i]) continue;
-        size_t j = hash_pointer(old_keys[i], capacity);
+        size_t j = pointer_set_slot(old_keys[i], capacity);
         while (kinds[j]) j = (j + 1) & (capacity - 1);
         keys[j] = old_keys[i];
         kinds[j] = old_kinds[i];
@@ -53,7 +37,7 @@ int pointer_set_init(PointerSet *s) {
 
 int pointer_set_add(PointerSet *s, uint64_t key, uint8_t kind) {
     if ((s->count + 1) * 2 > s->capacity && grow(s) != 0) return -1;
-    size_t i = hash_pointer(key, s->capacity);
+    size_t i = pointer_set_slot(key, s->capacity);
     while (s->kinds[i]) i = (i + 1) & (s->capacity - 1);
     s->keys[i] = key;
     s->kinds[i] = kind;

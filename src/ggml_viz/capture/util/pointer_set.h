@@ -14,8 +14,23 @@ typedef struct {
 
 /* An empty set, with room already (the hot path never finds it unallocated): 0, or -1 out of memory. */
 int pointer_set_init(PointerSet *s);
-/* The kind `key` was added with, or 0 if it is not in the set. */
-int pointer_set_find(const PointerSet *s, uint64_t key);
+static inline size_t pointer_set_slot(uint64_t p, size_t capacity) {
+    p ^= p >> 33;
+    p *= 0xff51afd7ed558ccdULL;
+    p ^= p >> 33;
+    return (size_t)p & (capacity - 1);
+}
+
+/* The kind `key` was added with, or 0 if it is not in the set. Inline: the recorder asks it for
+   every node and source. */
+static inline int pointer_set_find(const PointerSet *s, uint64_t key) {
+    size_t i = pointer_set_slot(key, s->capacity);
+    while (s->kinds[i]) {
+        if (s->keys[i] == key) return s->kinds[i];
+        i = (i + 1) & (s->capacity - 1);
+    }
+    return 0;
+}
 /* Add a key not in the set yet, with a kind of 1 or more: 0, or -1 out of memory. */
 int pointer_set_add(PointerSet *s, uint64_t key, uint8_t kind);
 void pointer_set_clear(PointerSet *s);
