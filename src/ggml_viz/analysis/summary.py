@@ -28,6 +28,7 @@ from .devices import DeviceSummary, PlacementAdvice, device_summary, placement_a
 from .findings import FindingContext, find_all
 from .flops import ThroughputRow, throughput_by_op
 from .gpu import GpuTimerSummary, gpu_summary
+from .kv import KvUse, kv_use
 from .memory import kv_cache_extremes
 from .moe import MoeSummary, moe_summary
 from .roofline import RooflineSummary, roofline_summary
@@ -153,6 +154,7 @@ class RunSummary(TypedDict):
     memory_by_buffer: list[BufferKindRow]
     weight_reads: WeightReads
     kv_cache: KvSummary
+    kv: KvUse | None  # slots and the cache over time (None: no token of a sequence)
     moe: MoeSummary
     throughput_by_op: list[OpThroughput]
     roofline: RooflineSummary  # against this machine's measured limits
@@ -236,6 +238,7 @@ def summarize(run: Run, top: int = 10) -> RunSummary:
         "memory_by_buffer": records_as(memory_by_buffer(run), BufferKindRow),
         "weight_reads": reads,
         "kv_cache": _kv_summary(run),
+        "kv": kv_use(run),
         "moe": moe_summary(run),
         "throughput_by_op": _throughput(run, roofline, top),
         "roofline": roofline,  # against this machine's limits (analysis/roofline.py); limits None: none measured

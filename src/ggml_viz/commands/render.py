@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from ..analysis.devices import DeviceSummary
+    from ..analysis.kv import KvUse
     from ..analysis.moe import MoeSummary
     from ..analysis.roofline import RooflineSummary
     from ..analysis.summary import OpThroughput, RunSummary
@@ -193,10 +194,30 @@ def _render_memory(console: Console, summary: RunSummary) -> None:
         console.print(
             f"KV cache: {kv['layers']} layers, {kv['used']:,} of {kv['capacity']:,} cells used ({kv['fill']:.1%})"
         )
+    if summary.get("kv"):
+        console.print(kv_use_line(summary["kv"]))
     if reads.get("weights_read"):
         source = "the file mapping" if reads["weights_from_mmap"] else "loaded copies"
         per_graph = format_bytes(reads["weight_bytes_per_graph"])
         console.print(f"weight bytes the ops of a graph take as sources: {per_graph}, from {source}")
+
+
+def kv_use_line(kv: KvUse) -> str:
+    """The slots' KV cells in one line: the peak of all and of each sequence, shifts and reuses, and
+    the KV bytes a decode step read per token at its largest context."""
+    of = f" of {kv['capacity']:,}" if kv["capacity"] else ""
+    each = f" of {kv['per_sequence_capacity']:,}" if kv["per_sequence_capacity"] else ""
+    slots = ", ".join(f"{seq}: {cells:,}" for seq, cells in kv["peak_cells_by_sequence"].items())
+    line = (
+        f"slots: at most {kv['peak_cells']:,}{of} KV cells at once (per sequence{each}: {slots}); "
+        f"{kv['context_shifts']} context shifts, {kv['cache_reuses']} prompt-cache reuses"
+    )
+    if kv["decode_kv_bytes_per_token"] is not None:
+        line += (
+            f"; a decode step read {format_bytes(kv['decode_kv_bytes_per_token'])} of KV cache per token "
+            f"at {kv['decode_context_cells']:,} cells"
+        )
+    return line
 
 
 def _render_moe(console: Console, moe: MoeSummary, short: bool) -> None:

@@ -58,6 +58,7 @@ def report_answers(view: RunView, graph_id: int) -> dict[str, Any]:
         "attention-index": {**view.attention_index, "graphs": {}},
         "experts": view.experts,
         "whatif": view.whatif,
+        "slots": view.slots,
     }
     if answers["timeline"] is None:
         answers["timeline"] = view.timeline(0, max(view.duration_ns, 1), width)

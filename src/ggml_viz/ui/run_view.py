@@ -23,11 +23,12 @@ from .payloads import (
     NodePayload,
     OccupancyPayload,
     OverviewPayload,
+    SlotsPayload,
     StatsPayload,
     TimelinePayload,
     WhatifPayload,
 )
-from .views import attention, experts, graph, memory, overview, stats, whatif
+from .views import attention, experts, graph, memory, overview, slots, stats, whatif
 from .views.details import NodeDetails
 from .views.events import EventFilter, EventLog
 from .views.timeline import Timeline
@@ -98,6 +99,10 @@ class RunView(RunContext):
     @cached_property
     def experts(self) -> ExpertsPayload:
         return experts.experts(self)
+
+    @cached_property
+    def slots(self) -> SlotsPayload:
+        return slots.slots(self)
 
     @cached_property
     def whatif(self) -> WhatifPayload:

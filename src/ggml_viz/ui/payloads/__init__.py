@@ -32,6 +32,7 @@ from ...analysis.devices.prediction import PlacementCheck
 from ...analysis.devices.steps import DevicePhase, DeviceTime
 from ...analysis.gpu import GpuDecodeStep, GpuKernelRow, GpuSideKernel, GpuTimerCost, GpuTimerSummary
 from ...analysis.graph_view import GraphItem, GraphLayout, GraphLink
+from ...analysis.kv import KvEvent, KvUse
 from ...analysis.moe import MoeLayerBalance, MoeSummary
 from ...analysis.roofline import (
     DecodeFloor,
@@ -107,6 +108,10 @@ from .runs import (
     RunListEntry,
     RunsPayload,
 )
+from .slots import (
+    SlotReads,
+    SlotsPayload,
+)
 from .stats import (
     LayerActivation,
     LayerStats,
@@ -147,6 +152,10 @@ __all__ = [
     "EventRow",
     "EventsPayload",
     "ExpertsPayload",
+    "KvEvent",
+    "KvUse",
+    "SlotReads",
+    "SlotsPayload",
     "FoundSection",
     "DevicePhase",
     "DeviceSummary",

@@ -114,6 +114,16 @@ import { offlineAnswer } from "./offline.js";
  * @property {boolean} weights_from_mmap
  * @property {?number} weight_edges_resolved_to_file
  *
+ * @typedef {Object} KvUse a run with sequences: its KV cells and cache reads
+ * @property {number} peak_cells the most cells all sequences held at once
+ * @property {number|null} capacity
+ * @property {number|null} per_sequence_capacity
+ * @property {Object<string, number>} peak_cells_by_sequence
+ * @property {number} context_shifts
+ * @property {number} cache_reuses
+ * @property {number|null} decode_kv_bytes_per_token at the largest context a decode call reached
+ * @property {number|null} decode_context_cells
+ *
  * @typedef {Object} KvSummary
  * @property {number} layers
  * @property {number} [used]
@@ -260,6 +270,7 @@ import { offlineAnswer } from "./offline.js";
  * @property {BufferKindRow[]} memory_by_buffer
  * @property {WeightReads} weight_reads
  * @property {KvSummary} kv_cache
+ * @property {KvUse|null} kv slots and the cache over time (null: no token of a sequence)
  * @property {MoeSummary} moe a mixture of experts' routing ({layers: 0} for a dense model)
  * @property {OpThroughput[]} throughput_by_op
  * @property {RooflineSummary} roofline against this machine's measured limits
@@ -785,6 +796,33 @@ import { offlineAnswer } from "./offline.js";
  * @property {number} peak_bytes
  */
 
+// -- slots
+/**
+ * @typedef {Object} KvEvent a context shift or a prompt-cache reuse
+ * @property {number} context_id
+ * @property {number} decode_index
+ * @property {number} time_ns the call's end
+ * @property {number} seq_id
+ * @property {string} kind "context_shift" or "cache_reuse"
+ * @property {number} cells_before
+ * @property {number} cells_after kept: the position the sequence went on from
+ *
+ * @typedef {Object} SlotReads per context length a decode step reached
+ * @property {number[]} context_cells
+ * @property {number[]} kv_bytes_per_token
+ *
+ * @typedef {Object} SlotsPayload a served run's KV cells per sequence (empty sequences: none)
+ * @property {number|null} context_id
+ * @property {number[]} time_ns per point: a call's end
+ * @property {number[]} sequences
+ * @property {number[][]} cells [sequence][point]
+ * @property {number|null} capacity
+ * @property {number|null} per_sequence_capacity
+ * @property {string} capacity_note
+ * @property {KvEvent[]} events
+ * @property {SlotReads} reads
+ */
+
 // -- statistics and attention
 /**
  * @typedef {Object} StatsRow OpStats, LayerStats, TensorStats: these and their key
@@ -978,6 +1016,8 @@ export const getOccupancy = (runId, graphId) => api(`runs/${runId}/occupancy/${g
 export const getStats = (runId) => api(`runs/${runId}/stats`);
 /** @returns {Promise<ExpertsPayload>} */
 export const getExperts = (runId) => api(`runs/${runId}/experts`);
+/** @returns {Promise<SlotsPayload>} */
+export const getSlots = (runId) => api(`runs/${runId}/slots`);
 /** @returns {Promise<WhatifPayload>} */
 export const getWhatif = (runId) => api(`runs/${runId}/whatif`);
 /** @returns {Promise<AttentionIndexPayload>} */

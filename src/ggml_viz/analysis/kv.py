@@ -1,0 +1,263 @@
+"""A served run's KV cache over time, per sequence (a server's slot): pure functions over a run's
+tables, read per llama_decode call (the graphs of one call together: a call's ubatches are one
+step of every sequence it fed).
+
+- `kv_capacity(run)`: the cache's cells, in all and per sequence, from its tensors' shape.
+- `cells_over_time(run)`: per call and sequence, the cells the sequence holds after it.
+- `kv_events(run)`: context shifts and prompt-cache reuse, with the cells before and after.
+- `kv_reads(run)`: per call, the bytes its attention read from the cache, against its context.
+- `kv_use(run)`: what the summary says of them.
+
+A sequence holds positions 0..the largest it has fed: a new request on a slot that starts at
+position p kept p cells of its cache (the cached prefix of its prompt), one that starts at 0
+cleared it. Positions going back while the sequence generates, one token a call, are a context
+shift: the slot was full, the server discarded cells and moved the rest back. The calls that
+shift write into the cache other than by a row store (a RoPE over the cached keys, in place);
+either sign marks a shift.
+"""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+import numpy as np
+import pandas as pd
+
+from ..runformat.memory_sources import STATE_WRITES, VIEW_OPS, bytes_read
+from ..runformat.reader import Run
+from .rows import records_as
+
+CONTEXT_SHIFT = "context_shift"
+CACHE_REUSE = "cache_reuse"
+
+
+class KvCapacity(TypedDict):
+    """The KV cache's cells (kv_capacity): its tensors are [row, cells, streams], one stream per
+    sequence unless the sequences share one (then `per_sequence` is None: any may fill it all)."""
+
+    cells: int  # in all: cells × streams
+    per_sequence: int | None
+    streams: int
+
+
+class KvEvent(TypedDict):
+    """A context shift or a prompt-cache reuse (kv_events)."""
+
+    context_id: int
+    decode_index: int
+    time_ns: int  # the call's end, from the run's first graph
+    seq_id: int
+    kind: str  # "context_shift" or "cache_reuse"
+    cells_before: int
+    cells_after: int  # kept: the position the sequence went on from
+
+
+class KvUse(TypedDict):
+    """The summary's `kv` part (kv_use): cells and cache reads of a run with sequences."""
+
+    peak_cells: int  # the most cells all sequences held at once
+    capacity: int | None  # the cache's cells in all (None: not in the run)
+    per_sequence_capacity: int | None
+    peak_cells_by_sequence: dict[str, int]  # sequence id (as JSON keys are) -> its most cells
+    context_shifts: int
+    cache_reuses: int
+    decode_kv_bytes_per_token: int | None  # at the largest context a decode call reached
+    decode_context_cells: int | None  # that context
+
+
+def kv_capacity(run: Run) -> KvCapacity | None:
+    """The KV cache's cells from its tensors (the tensors of the KV cache's buffers that own their
+    bytes: [row, cells, streams]); the largest layer's (a sliding-window layer's cache is smaller).
+    None where the run has none."""
+    tensors = run.tensors
+    cache = tensors[(tensors["buffer_kind"] == "kv_cache") & tensors["view_src_id"].isna() & (tensors["op"] == "NONE")]
+    if cache.empty:
+        return None
+    largest = cache.loc[(cache["ne1"] * cache["ne2"]).idxmax()]
+    cells, streams = int(largest["ne1"]), int(largest["ne2"])
+    return {"cells": cells * streams, "per_sequence": cells if streams > 1 else None, "streams": streams}
+
+
+def _calls(run: Run) -> pd.DataFrame:
+    """Per llama_decode call (context_id, decode_index) of a llama context: its end (from the run's
+    first graph), its tokens and phase (its first graph's), beside warm-ups left out."""
+    graphs = run.graphs
+    graphs = graphs[graphs["context_id"].notna() & graphs["decode_index"].notna() & (graphs["phase"] != "warmup")]
+    origin = int(run.graphs["start_ns"].min()) if len(run.graphs) else 0
+    ends = graphs["decode_end_ns"].fillna(graphs["end_ns"]) if "decode_end_ns" in graphs else graphs["end_ns"]
+    by_call = graphs.assign(call_end=ends).groupby(["context_id", "decode_index"], sort=True)
+    calls = by_call.agg(time_ns=("call_end", "max"), n_tokens=("n_tokens", "sum"), phase=("phase", "first"))
+    calls["time_ns"] = calls["time_ns"].astype(np.int64) - origin
+    return calls.reset_index()
+
+
+def _fed(run: Run) -> pd.DataFrame:
+    """Per call and sequence it fed, in order: its first and largest position, its tokens, and the
+    cells the sequence holds after it (`cells`), with `start` where the sequence began again
+    (positions going back: a new request, or a shift) and `lone` where it fed one token."""
+    graphs = run.graphs[["graph_id", "context_id", "decode_index", "phase"]]
+    graphs = graphs[graphs["context_id"].notna() & graphs["decode_index"].notna() & (graphs["phase"] != "warmup")]
+    tokens = run.tokens[["graph_id", "batch_index", "pos", "seq_id"]]
+    tokens = tokens[tokens["seq_id"].notna() & (tokens["seq_id"] >= 0)].merge(graphs, on="graph_id")
+    columns = ["context_id", "seq_id", "decode_index"]
+    if tokens.empty:
+        return pd.DataFrame(columns=[*columns, "first_pos", "last_pos", "n", "start", "lone", "cells"])
+    tokens = tokens.sort_values([*columns, "graph_id", "batch_index"], kind="stable")
+    by_call = tokens.groupby(columns, sort=True)["pos"]
+    fed = pd.DataFrame({"first_pos": by_call.first(), "last_pos": by_call.max(), "n": by_call.size()})
+    fed = fed.astype(np.int64).reset_index()
+    same = (fed["context_id"].to_numpy()[1:] == fed["context_id"].to_numpy()[:-1]) & (
+        fed["seq_id"].to_numpy()[1:] == fed["seq_id"].to_numpy()[:-1]
+    )
+    first_of_seq = np.concatenate(([True], ~same))
+    back = np.concatenate(([False], fed["first_pos"].to_numpy()[1:] <= fed["last_pos"].to_numpy()[:-1]))
+    fed["first_of_seq"] = first_of_seq
+    fed["start"] = first_of_seq | back
+    fed["lone"] = fed["n"] == 1
+    run_of_positions = np.cumsum(fed["start"].to_numpy())
+    fed["cells"] = fed.groupby(run_of_positions)["last_pos"].cummax() + 1
+    return fed
+
+
+def cells_over_time(run: Run) -> pd.DataFrame:
+    """Per llama_decode call and each sequence seen by then in its context: the KV cells the
+    sequence holds after the call (carried from its last call where the call did not feed it).
+    Columns: context_id, decode_index, time_ns (the call's end, from the run's first graph),
+    seq_id, cells, fed (whether the call fed the sequence)."""
+    fed = _fed(run)
+    columns = ["context_id", "decode_index", "time_ns", "seq_id", "cells", "fed"]
+    if fed.empty:
+        return pd.DataFrame(columns=columns)
+    calls = _calls(run)[["context_id", "decode_index", "time_ns"]]
+    wide = fed.pivot_table(index=["context_id", "decode_index"], columns="seq_id", values="cells", aggfunc="max")
+    wide = calls.set_index(["context_id", "decode_index"]).join(wide, how="left")
+    sequences = [c for c in wide.columns if c != "time_ns"]
+    fed_mask = wide[sequences].notna()
+    wide[sequences] = wide.groupby(level="context_id")[sequences].ffill()
+    long = wide.reset_index().melt(
+        id_vars=["context_id", "decode_index", "time_ns"], value_vars=sequences, var_name="seq_id", value_name="cells"
+    )
+    long["fed"] = fed_mask.reset_index(drop=True).melt(value_name="fed")["fed"].to_numpy()
+    long = long[long["cells"].notna()]
+    long = long.astype({"context_id": np.int64, "decode_index": np.int64, "seq_id": np.int64, "cells": np.int64})
+    return long[columns].sort_values(["context_id", "decode_index", "seq_id"], ignore_index=True)
+
+
+def cells_in_all(cells: pd.DataFrame) -> pd.DataFrame:
+    """Per call, the cells all sequences of its context hold (from cells_over_time)."""
+    total = cells.groupby(["context_id", "decode_index"], sort=True).agg(
+        time_ns=("time_ns", "first"), cells=("cells", "sum")
+    )
+    return total.reset_index()
+
+
+def _shift_calls(run: Run) -> pd.DataFrame:
+    """The calls (context_id, decode_index; `shifted` True) whose graphs write into the KV cache other than by a
+    row store or copy: llama.cpp's shift of the cached keys' positions (a RoPE in place)."""
+    nodes = run.raw("structure_nodes")[["structure_id", "tensor_id"]]
+    tensors = run.tensors.set_index("tensor_id")
+    kind = nodes["tensor_id"].map(tensors["buffer_kind"])
+    op = nodes["tensor_id"].map(tensors["op_base"])
+    writes = (kind == "kv_cache") & ~op.isin((*STATE_WRITES, *VIEW_OPS))
+    shifting = set(nodes.loc[writes, "structure_id"])
+    graphs = run.graphs[run.graphs["structure_id"].isin(shifting) & run.graphs["decode_index"].notna()]
+    calls = graphs[["context_id", "decode_index"]].drop_duplicates().astype(np.int64)
+    return calls.assign(shifted=True)
+
+
+def kv_event_table(run: Run) -> pd.DataFrame:
+    """kv_events as a table (its columns, KvEvent's keys)."""
+    fed = _fed(run)
+    columns = list(KvEvent.__annotations__)
+    if fed.empty:
+        return pd.DataFrame(columns=columns)
+    before = fed["cells"].shift(1)
+    was_lone = fed["lone"].shift(1, fill_value=False)
+    again = fed["start"] & ~fed["first_of_seq"] & (fed["first_pos"] > 0)
+    shifted = fed.merge(_shift_calls(run), on=["context_id", "decode_index"], how="left")["shifted"]
+    shifted = shifted.fillna(False).to_numpy(dtype=bool)
+    is_shift = shifted | (fed["lone"].to_numpy() & was_lone.to_numpy())
+    events = fed.assign(
+        kind=np.where(is_shift, CONTEXT_SHIFT, CACHE_REUSE), cells_before=before, cells_after=fed["first_pos"]
+    )[again]
+    times = _calls(run).set_index(["context_id", "decode_index"])["time_ns"]
+    keys = pd.MultiIndex.from_frame(events[["context_id", "decode_index"]])
+    events = events.assign(time_ns=times.reindex(keys).to_numpy())
+    events = events.astype({"cells_before": np.int64, "time_ns": np.int64})
+    return events[columns].sort_values(["time_ns", "seq_id"], ignore_index=True)
+
+
+def kv_events(run: Run) -> list[KvEvent]:
+    """Each context shift and prompt-cache reuse of the run, in time order: when a sequence went on
+    from a position past 0 but not past its last one. A shift where the call shifted the cache's
+    positions or the sequence was generating (one token a call, before and after); a reuse
+    otherwise (a new request whose prompt's first `cells_after` tokens were cached)."""
+    return records_as(kv_event_table(run), KvEvent)
+
+
+def kv_bytes_by_structure(run: Run) -> pd.Series:
+    """Per graph structure, the bytes its nodes read from the KV cache: the sources in a KV cache
+    buffer (views of the cache) of the nodes that compute into another buffer (attention: the
+    cache's own writes and shifts are left out), as memory_sources.bytes_read counts them."""
+    edges = run.raw("edges")
+    if edges.empty:
+        return pd.Series(dtype=np.int64)
+    tensors = run.tensors.set_index("tensor_id")
+    nodes = run.raw("structure_nodes").set_index(["structure_id", "node_index"])["tensor_id"]
+    keys = pd.MultiIndex.from_frame(edges[["structure_id", "node_index"]])
+    reader_kind = nodes.reindex(keys).map(tensors["buffer_kind"]).to_numpy()
+    source_kind = edges["src_tensor_id"].map(tensors["buffer_kind"]).to_numpy()
+    reads = (source_kind == "kv_cache") & (reader_kind != "kv_cache")
+    read = bytes_read(edges, run.raw("structure_nodes"), run.raw("tensors"))
+    return read[reads].groupby(edges.loc[reads, "structure_id"]).sum().astype(np.int64)
+
+
+def kv_reads(run: Run) -> pd.DataFrame:
+    """Per llama_decode call: the bytes its graphs read from the KV cache, beside its context (the
+    most cells a sequence it fed holds after it). Columns: context_id, decode_index, time_ns,
+    phase, n_tokens, context_cells, kv_bytes."""
+    columns = ["context_id", "decode_index", "time_ns", "phase", "n_tokens", "context_cells", "kv_bytes"]
+    fed = _fed(run)
+    if fed.empty:
+        return pd.DataFrame(columns=columns)
+    per_structure = kv_bytes_by_structure(run)
+    graphs = run.graphs[run.graphs["decode_index"].notna() & run.graphs["context_id"].notna()]
+    graphs = graphs.assign(kv_bytes=graphs["structure_id"].map(per_structure).fillna(0).astype(np.int64))
+    per_call = graphs.groupby(["context_id", "decode_index"])["kv_bytes"].sum()
+    context = fed.groupby(["context_id", "decode_index"])["cells"].max().rename("context_cells")
+    calls = (
+        _calls(run)
+        .join(per_call, on=["context_id", "decode_index"])
+        .join(context, on=["context_id", "decode_index"], how="inner")
+    )
+    calls = calls.astype({"context_id": np.int64, "decode_index": np.int64, "context_cells": np.int64})
+    return calls[columns].reset_index(drop=True)
+
+
+def kv_use(run: Run) -> KvUse | None:
+    """The summary's KV cache of a run with sequences: the most cells held at once and by each
+    sequence, the shifts and reuses, and the KV bytes a decode call read per token at the largest
+    context a decode call reached; None for a run without sequences."""
+    cells = cells_over_time(run)
+    if cells.empty:
+        return None
+    capacity = kv_capacity(run)
+    events = kv_event_table(run)
+    reads = kv_reads(run)
+    decode = reads[(reads["phase"] == "decode") & (reads["n_tokens"] > 0)]
+    per_token = context_cells = None
+    if len(decode):
+        largest = decode.loc[decode["context_cells"].idxmax()]
+        per_token = int(round(largest["kv_bytes"] / largest["n_tokens"]))
+        context_cells = int(largest["context_cells"])
+    by_sequence = cells.groupby("seq_id")["cells"].max()
+    return {
+        "peak_cells": int(cells_in_all(cells)["cells"].max()),
+        "capacity": capacity["cells"] if capacity else None,
+        "per_sequence_capacity": capacity["per_sequence"] if capacity else None,
+        "peak_cells_by_sequence": {str(seq): int(value) for seq, value in by_sequence.items()},
+        "context_shifts": int((events["kind"] == CONTEXT_SHIFT).sum()),
+        "cache_reuses": int((events["kind"] == CACHE_REUSE).sum()),
+        "decode_kv_bytes_per_token": per_token,
+        "decode_context_cells": context_cells,
+    }
