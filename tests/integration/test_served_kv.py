@@ -21,7 +21,7 @@ import ggml_viz
 from ggml_viz.analysis.kv import CACHE_REUSE, CONTEXT_SHIFT, cells_over_time, kv_capacity, kv_events, kv_reads
 from ggml_viz.ui.server import make_viewer
 
-from ..browser import checked_page, chromium
+from ..browser import checked_page, chromium, open_offline
 from .arch_models import write_model
 from .native import llama_tool
 from .smollm2 import ggml_viz_cli
@@ -156,26 +156,39 @@ def test_kv_bytes_read_per_step_follow_the_context(served):
     assert "1 context shifts, 1 prompt-cache reuses" in " ".join(text.split())
 
 
+def _shows_the_slots(page) -> None:
+    """The Slots view shows the cells per slot, the capacity and the events, and the reads."""
+    page.wait_for_selector("[data-testid='slots-cells'] canvas")
+    legend = page.inner_text("[data-testid='slots-view']")
+    assert "context shift" in legend and "cache reuse" in legend and "512" in legend
+    assert page.locator("[data-testid='slots-event']").count() == 2
+    for chart in ("slots-cells", "slots-reads"):
+        drawn = page.eval_on_selector(
+            f"[data-testid='{chart}'] canvas",
+            "c => { const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let n = 0;"
+            " for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++; return n; }",
+        )
+        assert drawn > 500, chart
+
+
 @pytest.mark.browser
-def test_the_slots_view_draws_cells_markers_and_reads(served):
+def test_the_slots_view_draws_cells_markers_and_reads(served, tmp_path):
     run = served[0]
     viewer = make_viewer(run.path, port=0)
     viewer.serve_in_background()
     try:
-        with chromium() as browser, checked_page(browser) as page:
-            page.goto(f"{viewer.url}#slots")
-            page.wait_for_selector("body[data-ready='1']")
-            page.wait_for_selector("[data-testid='slots-cells'] canvas")
-            # THEN the cells per slot, the capacity and the events, and the reads against the context
-            legend = page.inner_text("[data-testid='slots-view']")
-            assert "context shift" in legend and "cache reuse" in legend and "512" in legend
-            assert page.locator("[data-testid='slots-event']").count() == 2
-            for chart in ("slots-cells", "slots-reads"):
-                drawn = page.eval_on_selector(
-                    f"[data-testid='{chart}'] canvas",
-                    "c => { const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let n = 0;"
-                    " for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++; return n; }",
-                )
-                assert drawn > 500, chart
+        with chromium() as browser:
+            # WHEN the viewer serves the run
+            with checked_page(browser) as page:
+                page.goto(f"{viewer.url}#slots")
+                page.wait_for_selector("body[data-ready='1']")
+                _shows_the_slots(page)
+            # AND the HTML report holds it, offline
+            report = tmp_path / "report.html"
+            assert ggml_viz_cli("export", str(run.path), "--format", "html", "-o", str(report)).returncode == 0
+            page, _, errors = open_offline(browser, report)
+            page.click("#tabs button[data-tab='slots']")
+            _shows_the_slots(page)
+            assert not errors, errors
     finally:
         viewer.stop()

@@ -12,8 +12,9 @@ A sequence holds positions 0..the largest it has fed: a new request on a slot th
 position p kept p cells of its cache (the cached prefix of its prompt), one that starts at 0
 cleared it. Positions going back while the sequence generates, one token a call, are a context
 shift: the slot was full, the server discarded cells and moved the rest back. The calls that
-shift write into the cache other than by a row store (a RoPE over the cached keys, in place);
-either sign marks a shift.
+shift write into the cache other than by a row store (a RoPE over the cached keys, in place):
+that marks a shift, and so does a slot full but one that goes on generating from an earlier
+position (a model whose keys are not moved).
 """
 
 from __future__ import annotations
@@ -176,7 +177,11 @@ def kv_event_table(run: Run) -> pd.DataFrame:
     again = fed["start"] & ~fed["first_of_seq"] & (fed["first_pos"] > 0)
     shifted = fed.merge(_shift_calls(run), on=["context_id", "decode_index"], how="left")["shifted"]
     shifted = shifted.fillna(False).to_numpy(dtype=bool)
-    is_shift = shifted | (fed["lone"].to_numpy() & was_lone.to_numpy())
+    # without the cache's positions moved (a model without RoPE): a slot full but one, generating
+    capacity = kv_capacity(run)
+    slot_cells = (capacity["per_sequence"] or capacity["cells"]) if capacity else None
+    full = before.to_numpy() >= slot_cells - 1 if slot_cells else np.ones(len(fed), bool)
+    is_shift = shifted | (fed["lone"].to_numpy() & was_lone.to_numpy() & full)
     events = fed.assign(
         kind=np.where(is_shift, CONTEXT_SHIFT, CACHE_REUSE), cells_before=before, cells_after=fed["first_pos"]
     )[again]
@@ -189,9 +194,9 @@ def kv_event_table(run: Run) -> pd.DataFrame:
 
 def kv_events(run: Run) -> list[KvEvent]:
     """Each context shift and prompt-cache reuse of the run, in time order: when a sequence went on
-    from a position past 0 but not past its last one. A shift where the call shifted the cache's
-    positions or the sequence was generating (one token a call, before and after); a reuse
-    otherwise (a new request whose prompt's first `cells_after` tokens were cached)."""
+    from a position past 0 but not past its last one. A shift where the call moved the cache's
+    positions, or the sequence was generating (one token a call, before and after) with its slot's
+    cells full but one; a reuse otherwise (a new request whose prompt's first `cells_after` tokens were cached)."""
     return records_as(kv_event_table(run), KvEvent)
 
 
@@ -246,7 +251,7 @@ def kv_use(run: Run) -> KvUse | None:
     reads = kv_reads(run)
     decode = reads[(reads["phase"] == "decode") & (reads["n_tokens"] > 0)]
     per_token = context_cells = None
-    if len(decode):
+    if len(decode) and capacity is not None:
         largest = decode.loc[decode["context_cells"].idxmax()]
         per_token = int(round(largest["kv_bytes"] / largest["n_tokens"]))
         context_cells = int(largest["context_cells"])

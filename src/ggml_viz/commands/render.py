@@ -194,8 +194,8 @@ def _render_memory(console: Console, summary: RunSummary) -> None:
         console.print(
             f"KV cache: {kv['layers']} layers, {kv['used']:,} of {kv['capacity']:,} cells used ({kv['fill']:.1%})"
         )
-    if summary.get("kv"):
-        console.print(kv_use_line(summary["kv"]))
+    if (use := summary.get("kv")) is not None:
+        console.print(kv_use_line(use))
     if reads.get("weights_read"):
         source = "the file mapping" if reads["weights_from_mmap"] else "loaded copies"
         per_graph = format_bytes(reads["weight_bytes_per_graph"])
