@@ -3,7 +3,8 @@ tables, read per llama_decode call (the graphs of one call together: a call's ub
 step of every sequence it fed).
 
 - `kv_capacity(run)`: the cache's cells, in all and per sequence, from its tensors' shape.
-- `cells_over_time(run)`: per call and sequence, the cells the sequence holds after it.
+- `cells_by_call(run)`, `cells_over_time(run)`: per call and sequence, the cells the sequence
+  holds after it (a column per sequence, or a row per call and sequence).
 - `kv_events(run)`: context shifts and prompt-cache reuse, with the cells before and after.
 - `kv_reads(run)`: per call, the bytes its attention read from the cache, against its context.
 - `kv_use(run)`: what the summary says of them.
@@ -23,6 +24,7 @@ from typing import TypedDict
 
 import numpy as np
 import pandas as pd
+import pyarrow.compute as pc
 
 from ..runformat.memory_sources import STATE_WRITES, VIEW_OPS, bytes_read
 from ..runformat.reader import Run
@@ -92,19 +94,42 @@ def _calls(run: Run) -> pd.DataFrame:
     return calls.reset_index()
 
 
+def _tokens(run: Run) -> pd.DataFrame:
+    """Each token of a sequence a llama context's call fed (warm-ups left out), in the order read:
+    context_id, seq_id, decode_index, pos. From the graphs' token lists as stored (Arrow, numpy: no
+    Python object per token, nor the tokens' texts)."""
+    columns = ["graph_id", "context_id", "decode_index", "phase", "token_positions", "token_seq_ids"]
+    graphs = run.arrow("graphs").select(columns)
+    lists = graphs.column("token_positions").combine_chunks()
+    row = pc.list_parent_indices(lists).to_numpy()
+
+    def flat(column: str) -> np.ndarray:
+        values = pc.list_flatten(graphs.column(column).combine_chunks())
+        return pc.fill_null(values, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+
+    def per_graph(column: str) -> np.ndarray:
+        return pc.fill_null(graphs.column(column), -1).to_numpy(zero_copy_only=False).astype(np.int64)
+
+    served = pc.fill_null(pc.not_equal(graphs.column("phase"), "warmup"), True).to_numpy(zero_copy_only=False)
+    context, call = per_graph("context_id")[row], per_graph("decode_index")[row]
+    seq, pos = flat("token_seq_ids"), flat("token_positions")
+    keep = np.flatnonzero(served[row] & (context >= 0) & (call >= 0) & (seq >= 0))
+    # by context, sequence and call; within a call, as read (graph, then place: as stored)
+    order = keep[np.lexsort((per_graph("graph_id")[row][keep], call[keep], seq[keep], context[keep]))]
+    return pd.DataFrame(
+        {"context_id": context[order], "seq_id": seq[order], "decode_index": call[order], "pos": pos[order]}
+    )
+
+
 def _fed(run: Run) -> pd.DataFrame:
     """Per call and sequence it fed, in order: its first and largest position, its tokens, and the
     cells the sequence holds after it (`cells`), with `start` where the sequence began again
     (positions going back: a new request, or a shift) and `lone` where it fed one token."""
-    graphs = run.graphs[["graph_id", "context_id", "decode_index", "phase"]]
-    graphs = graphs[graphs["context_id"].notna() & graphs["decode_index"].notna() & (graphs["phase"] != "warmup")]
-    tokens = run.tokens[["graph_id", "batch_index", "pos", "seq_id"]]
-    tokens = tokens[tokens["seq_id"].notna() & (tokens["seq_id"] >= 0)].merge(graphs, on="graph_id")
+    tokens = _tokens(run)
     columns = ["context_id", "seq_id", "decode_index"]
     if tokens.empty:
-        return pd.DataFrame(columns=[*columns, "first_pos", "last_pos", "n", "start", "lone", "cells"])
-    tokens = tokens.sort_values([*columns, "graph_id", "batch_index"], kind="stable")
-    by_call = tokens.groupby(columns, sort=True)["pos"]
+        return pd.DataFrame(columns=[*columns, "first_pos", "last_pos", "n", "first_of_seq", "start", "lone", "cells"])
+    by_call = tokens.groupby(columns, sort=False)["pos"]  # sorted already
     fed = pd.DataFrame({"first_pos": by_call.first(), "last_pos": by_call.max(), "n": by_call.size()})
     fed = fed.astype(np.int64).reset_index()
     same = (fed["context_id"].to_numpy()[1:] == fed["context_id"].to_numpy()[:-1]) & (
@@ -120,36 +145,36 @@ def _fed(run: Run) -> pd.DataFrame:
     return fed
 
 
+def cells_by_call(run: Run) -> pd.DataFrame:
+    """Per llama_decode call (index: context_id, decode_index), the KV cells each sequence (a column
+    per seq_id) holds after it: carried from its last call where the call did not feed it, NaN
+    before its first; and the call's end (`time_ns`, from the run's first graph)."""
+    fed = _fed(run)
+    calls = _calls(run)[["context_id", "decode_index", "time_ns"]].set_index(["context_id", "decode_index"])
+    if fed.empty:
+        return calls.iloc[:0]
+    wide = fed.pivot_table(index=["context_id", "decode_index"], columns="seq_id", values="cells", aggfunc="max")
+    wide = calls.join(wide, how="left")
+    sequences = [c for c in wide.columns if c != "time_ns"]
+    wide[sequences] = wide.groupby(level="context_id")[sequences].ffill()
+    return wide
+
+
 def cells_over_time(run: Run) -> pd.DataFrame:
     """Per llama_decode call and each sequence seen by then in its context: the KV cells the
-    sequence holds after the call (carried from its last call where the call did not feed it).
-    Columns: context_id, decode_index, time_ns (the call's end, from the run's first graph),
-    seq_id, cells, fed (whether the call fed the sequence)."""
-    fed = _fed(run)
-    columns = ["context_id", "decode_index", "time_ns", "seq_id", "cells", "fed"]
-    if fed.empty:
+    sequence holds after the call (cells_by_call, a row per call and sequence). Columns:
+    context_id, decode_index, time_ns (the call's end, from the run's first graph), seq_id, cells."""
+    columns = ["context_id", "decode_index", "time_ns", "seq_id", "cells"]
+    wide = cells_by_call(run)
+    if wide.empty:
         return pd.DataFrame(columns=columns)
-    calls = _calls(run)[["context_id", "decode_index", "time_ns"]]
-    wide = fed.pivot_table(index=["context_id", "decode_index"], columns="seq_id", values="cells", aggfunc="max")
-    wide = calls.set_index(["context_id", "decode_index"]).join(wide, how="left")
     sequences = [c for c in wide.columns if c != "time_ns"]
-    fed_mask = wide[sequences].notna()
-    wide[sequences] = wide.groupby(level="context_id")[sequences].ffill()
     long = wide.reset_index().melt(
         id_vars=["context_id", "decode_index", "time_ns"], value_vars=sequences, var_name="seq_id", value_name="cells"
     )
-    long["fed"] = fed_mask.reset_index(drop=True).melt(value_name="fed")["fed"].to_numpy()
     long = long[long["cells"].notna()]
     long = long.astype({"context_id": np.int64, "decode_index": np.int64, "seq_id": np.int64, "cells": np.int64})
     return long[columns].sort_values(["context_id", "decode_index", "seq_id"], ignore_index=True)
-
-
-def cells_in_all(cells: pd.DataFrame) -> pd.DataFrame:
-    """Per call, the cells all sequences of its context hold (from cells_over_time)."""
-    total = cells.groupby(["context_id", "decode_index"], sort=True).agg(
-        time_ns=("time_ns", "first"), cells=("cells", "sum")
-    )
-    return total.reset_index()
 
 
 def _shift_calls(run: Run) -> pd.DataFrame:
@@ -243,9 +268,10 @@ def kv_use(run: Run) -> KvUse | None:
     """The summary's KV cache of a run with sequences: the most cells held at once and by each
     sequence, the shifts and reuses, and the KV bytes a decode call read per token at the largest
     context a decode call reached; None for a run without sequences."""
-    cells = cells_over_time(run)
-    if cells.empty:
+    wide = cells_by_call(run)
+    if wide.empty:
         return None
+    sequences = wide.drop(columns="time_ns")
     capacity = kv_capacity(run)
     events = kv_event_table(run)
     reads = kv_reads(run)
@@ -255,9 +281,9 @@ def kv_use(run: Run) -> KvUse | None:
         largest = decode.loc[decode["context_cells"].idxmax()]
         per_token = int(round(largest["kv_bytes"] / largest["n_tokens"]))
         context_cells = int(largest["context_cells"])
-    by_sequence = cells.groupby("seq_id")["cells"].max()
+    by_sequence = sequences.max()
     return {
-        "peak_cells": int(cells_in_all(cells)["cells"].max()),
+        "peak_cells": int(sequences.fillna(0).sum(axis=1).max()),
         "capacity": capacity["cells"] if capacity else None,
         "per_sequence_capacity": capacity["per_sequence"] if capacity else None,
         "peak_cells_by_sequence": {str(seq): int(value) for seq, value in by_sequence.items()},

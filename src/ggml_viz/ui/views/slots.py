@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...analysis.kv import KvEvent, cells_over_time, kv_capacity, kv_event_table, kv_reads
+from ...analysis.kv import KvEvent, cells_by_call, kv_capacity, kv_event_table, kv_reads
 from ...analysis.rows import records_as
 from ..context import RunContext
 from ..payloads import SlotsPayload
@@ -19,7 +19,7 @@ def slots(context: RunContext) -> SlotsPayload:
     """Cells per sequence over the calls of the first context that fed sequences, bucketed to at
     most MAX_POINTS points; the capacity, the events and the reads of that context."""
     run = context.run
-    cells = cells_over_time(run)
+    cells = cells_by_call(run)
     capacity = kv_capacity(run)
     empty: SlotsPayload = {
         "context_id": None,
@@ -34,11 +34,10 @@ def slots(context: RunContext) -> SlotsPayload:
     }
     if cells.empty:
         return empty
-    shown = int(cells["context_id"].min())
-    cells = cells[cells["context_id"] == shown]
-    wide = cells.pivot_table(index=["decode_index", "time_ns"], columns="seq_id", values="cells", fill_value=0)
-    wide = wide.reset_index().sort_values("decode_index")
-    sequences = [int(seq) for seq in wide.columns if seq not in ("decode_index", "time_ns")]
+    held = cells.drop(columns="time_ns").notna().any(axis=1).groupby(level="context_id").any()
+    shown = int(held[held].index[0])
+    wide = cells.loc[shown].dropna(axis="columns", how="all").fillna(0)
+    sequences = [int(seq) for seq in wide.columns if seq != "time_ns"]
     bucket = np.arange(len(wide)) * MAX_POINTS // max(len(wide), 1)
     grouped = wide.groupby(bucket)
     times = grouped["time_ns"].max()
