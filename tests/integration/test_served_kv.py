@@ -1,8 +1,9 @@
 """Slots and the KV cache of a served run: llama-server with two slots, a small context and
 --context-shift, recorded by ggml-viz run, against the server's own numbers (/slots, each
 response's timings, tokens_cached and truncated) and the cache's size recomputed from the
-model's hyperparameters. The model is a qwen2 written by gguf's writer: no llama, no one
-model's tensor names."""
+model's hyperparameters. The model is a gemma3 written by gguf's writer (no llama, no one
+model's tensor names; sliding-window layers beside full ones, and a small vocabulary, so that a
+few hundred tokens generate in seconds)."""
 
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ def served(tmp_path_factory):
     """The recorded run, the model's spec, the answers of the three requests (one after another:
     one slot's long generation, then a prompt twice on the other) and /slots after them."""
     folder = tmp_path_factory.mktemp("served_kv")
-    model = write_model(folder / "qwen2.gguf", "qwen2")
+    model = write_model(folder / "gemma3.gguf", "gemma3")
     output, port = folder / "server.ggmlviz", _free_port()
     command = [str(llama_tool("llama-server")), "-m", str(model.path), "--host", "127.0.0.1", "--port", str(port)]
     command += ["-np", str(SLOTS), "-c", str(N_CTX), "-t", "2", "--context-shift"]
@@ -89,14 +90,16 @@ def served(tmp_path_factory):
 
 def _kv_row_bytes(model_path: Path) -> int:
     """The bytes one cache cell of all layers holds, K and V: n_layer × (n_embd_k_gqa +
-    n_embd_v_gqa) × bytes per element, from the model file's hyperparameters."""
+    n_embd_v_gqa) × bytes per element, from the model file's hyperparameters (n_embd_k_gqa:
+    the KV heads × the key length)."""
     fields = GGUFReader(model_path).fields
+    architecture = str(fields["general.architecture"].contents())
 
     def value(key: str) -> int:
-        return int(fields[f"qwen2.{key}"].contents())
+        return int(fields[f"{architecture}.{key}"].contents())
 
-    head_dim = value("embedding_length") // value("attention.head_count")
-    return value("block_count") * 2 * value("attention.head_count_kv") * head_dim * F16
+    k_and_v = value("attention.key_length") + value("attention.value_length")
+    return value("block_count") * value("attention.head_count_kv") * k_and_v * F16
 
 
 def test_cells_per_slot_and_the_capacity_are_the_server_s(served):
@@ -120,7 +123,8 @@ def test_the_context_shift_and_the_cache_reuse_are_seen_where_the_server_made_th
     run, _, answers, slots = served
     events = kv_events(run)
     # THEN one shift, on slot 0, whose answer says it was truncated: when the slot's cells were
-    # full but one, half of them discarded (n_keep 0: n_discard = n_past / 2)
+    # full but one, half of them discarded past the kept ones (n_keep 0, with BOS 1: the server's
+    # n_discard = (n_past - n_keep) / 2, 255 either way)
     shifts = [event for event in events if event["kind"] == CONTEXT_SHIFT]
     assert answers[0]["truncated"] and len(shifts) == 1 and shifts[0]["seq_id"] == 0
     before = N_CTX // SLOTS - 1
