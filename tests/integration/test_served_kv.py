@@ -166,13 +166,14 @@ def _shows_the_slots(page) -> None:
     legend = page.inner_text("[data-testid='slots-view']")
     assert "context shift" in legend and "cache reuse" in legend and "512" in legend
     assert page.locator("[data-testid='slots-event']").count() == 2
-    for chart in ("slots-cells", "slots-reads"):
+    for chart in ("slots-cells", "slots-reads", "slots-cells"):
         drawn = page.eval_on_selector(
             f"[data-testid='{chart}'] canvas",
             "c => { const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let n = 0;"
             " for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++; return n; }",
         )
         assert drawn > 500, chart
+        page.select_option("[data-testid='slots-axis']", "call")  # the cells again, over calls
 
 
 @pytest.mark.browser

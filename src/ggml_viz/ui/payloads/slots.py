@@ -21,6 +21,7 @@ class SlotsPayload(TypedDict):
 
     context_id: int | None  # the context shown (the first one that fed sequences)
     time_ns: list[int]  # per point: a llama_decode call's end (the last of a bucket of calls)
+    decode_index: list[int]  # per point: that call's number
     sequences: list[int]
     cells: list[list[int]]  # [sequence][point]: the cells it held (the most of the bucket)
     capacity: int | None  # the cache's cells in all

@@ -24,6 +24,7 @@ def slots(context: RunContext) -> SlotsPayload:
     empty: SlotsPayload = {
         "context_id": None,
         "time_ns": [],
+        "decode_index": [],
         "sequences": [],
         "cells": [],
         "capacity": capacity["cells"] if capacity else None,
@@ -41,6 +42,7 @@ def slots(context: RunContext) -> SlotsPayload:
     bucket = np.arange(len(wide)) * MAX_POINTS // max(len(wide), 1)
     grouped = wide.groupby(bucket)
     times = grouped["time_ns"].max()
+    calls = wide.index.to_series().groupby(bucket).max()
     most = grouped[sequences].max()
     events = kv_event_table(run)
     reads = kv_reads(run)
@@ -51,6 +53,7 @@ def slots(context: RunContext) -> SlotsPayload:
         **empty,
         "context_id": shown,
         "time_ns": [int(t) for t in times],
+        "decode_index": [int(c) for c in calls],
         "sequences": sequences,
         "cells": [[int(v) for v in most[seq]] for seq in sequences],
         "events": records_as(events[events["context_id"] == shown], KvEvent),

@@ -814,6 +814,7 @@ import { offlineAnswer } from "./offline.js";
  * @typedef {Object} SlotsPayload a served run's KV cells per sequence (empty sequences: none)
  * @property {number|null} context_id
  * @property {number[]} time_ns per point: a call's end
+ * @property {number[]} decode_index per point: that call's number
  * @property {number[]} sequences
  * @property {number[][]} cells [sequence][point]
  * @property {number|null} capacity

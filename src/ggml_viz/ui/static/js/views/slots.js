@@ -14,6 +14,7 @@ const EVENT_COLORS = { context_shift: "#e15759", cache_reuse: "#edc948" };
 const EVENT_NAMES = { context_shift: "context shift", cache_reuse: "cache reuse" };
 const CAPACITY_COLOR = "#c9ccd6";
 const PAD = { left: 56, right: 12, top: 10, bottom: 22 };
+const LISTED_EVENTS = 200; // events listed in words (all are marked on the chart)
 
 const seqColor = (i) => HUES[i % HUES.length];
 
@@ -24,6 +25,13 @@ export async function render(section) {
     return;
   }
   const cellsCanvas = sizedCanvas("slots-cells-canvas", "100%", "280px");
+  const axis = h(
+    "select",
+    { "data-testid": "slots-axis" },
+    h("option", { value: "time", text: "over time" }),
+    h("option", { value: "call", text: "over llama_decode calls" })
+  );
+  axis.addEventListener("change", () => drawCells(cellsCanvas, data, axis.value === "call"));
   const readsCanvas = sizedCanvas("slots-reads-canvas", "100%", "220px");
   setChildren(
     section,
@@ -34,7 +42,7 @@ export async function render(section) {
         "div",
         { class: "card", "data-testid": "slots-cells" },
         h("h3", { text: "KV cells per sequence (slot) after each llama_decode call, stacked" }),
-        slotsLegend(data),
+        h("div", { class: "toolbar" }, axis, slotsLegend(data)),
         cellsCanvas
       ),
       h("div", { class: "card" }, h("h3", { text: "context shifts and cache reuses" }), eventList(data)),
@@ -68,10 +76,11 @@ function slotsLegend(data) {
 
 function eventList(data) {
   if (!data.events.length) return h("div", { class: "muted", text: "none: no slot was shifted or reused a prefix" });
+  const more = data.events.length - LISTED_EVENTS;
   return h(
     "ul",
     { class: "slots-events" },
-    data.events.map((e) =>
+    data.events.slice(0, LISTED_EVENTS).map((e) =>
       h("li", {
         "data-testid": "slots-event",
         text:
@@ -79,7 +88,8 @@ function eventList(data) {
           `${fmtInt(e.cells_before)} → ${fmtInt(e.cells_after)} cells` +
           (e.kind === "cache_reuse" ? ` (${fmtInt(e.cells_after)} cached prompt tokens)` : " kept"),
       })
-    )
+    ),
+    more > 0 ? h("li", { class: "muted", text: `and ${fmtInt(more)} more, marked on the chart` }) : null
   );
 }
 
@@ -97,13 +107,18 @@ function axes(ctx, width, height, yMax, yText) {
   ctx.fillText(yText(0), PAD.left - 4, height - PAD.bottom);
 }
 
-function drawCells(canvas, data) {
+// The cells per sequence, stacked, over time or over calls (byCall: each call one step wide).
+function drawCells(canvas, data, byCall = false) {
   const { ctx, width, height } = setupCanvas(canvas);
+  ctx.clearRect(0, 0, width, height);
   const n = data.time_ns.length;
+  const along = byCall ? data.decode_index : data.time_ns;
+  const eventAt = (e) => (byCall ? e.decode_index : e.time_ns);
+  const label = (v) => (byCall ? `call ${fmtInt(v)}` : fmtNs(v));
   const totals = data.time_ns.map((_, p) => data.cells.reduce((sum, row) => sum + row[p], 0));
   const yMax = Math.max(1, data.capacity || 0, ...totals) * 1.05;
-  const t0 = data.time_ns[0],
-    t1 = Math.max(data.time_ns[n - 1], t0 + 1);
+  const t0 = along[0],
+    t1 = Math.max(along[n - 1], t0 + 1);
   const X = (t) => PAD.left + ((t - t0) / (t1 - t0)) * (width - PAD.left - PAD.right);
   const Y = (v) => height - PAD.bottom - (v / yMax) * (height - PAD.top - PAD.bottom);
   axes(ctx, width, height, yMax, (v) => fmtInt(Math.round(v)));
@@ -113,9 +128,9 @@ function drawCells(canvas, data) {
     ctx.fillStyle = seqColor(i);
     ctx.globalAlpha = 0.75;
     ctx.beginPath();
-    ctx.moveTo(X(data.time_ns[0]), Y(below[0]));
-    for (let p = 0; p < n; p++) ctx.lineTo(X(data.time_ns[p]), Y(above[p]));
-    for (let p = n - 1; p >= 0; p--) ctx.lineTo(X(data.time_ns[p]), Y(below[p]));
+    ctx.moveTo(X(along[0]), Y(below[0]));
+    for (let p = 0; p < n; p++) ctx.lineTo(X(along[p]), Y(above[p]));
+    for (let p = n - 1; p >= 0; p--) ctx.lineTo(X(along[p]), Y(below[p]));
     ctx.closePath();
     ctx.fill();
     ctx.globalAlpha = 1;
@@ -133,7 +148,7 @@ function drawCells(canvas, data) {
   if (data.capacity) line(data.capacity, false);
   if (data.per_sequence_capacity) line(data.per_sequence_capacity, true);
   for (const e of data.events) {
-    const x = X(e.time_ns);
+    const x = X(eventAt(e));
     ctx.strokeStyle = ctx.fillStyle = EVENT_COLORS[e.kind];
     ctx.beginPath();
     ctx.moveTo(x, PAD.top);
@@ -147,17 +162,18 @@ function drawCells(canvas, data) {
   }
   ctx.fillStyle = "#8a90a2";
   ctx.textAlign = "left";
-  ctx.fillText(fmtNs(t0), PAD.left, height - 6);
+  ctx.fillText(label(t0), PAD.left, height - 6);
   ctx.textAlign = "right";
-  ctx.fillText(fmtNs(t1), width - PAD.right, height - 6);
+  ctx.fillText(label(t1), width - PAD.right, height - 6);
   canvas.onmousemove = (event) => {
     const rect = canvas.getBoundingClientRect();
     const t = t0 + ((event.clientX - rect.left - PAD.left) / (width - PAD.left - PAD.right)) * (t1 - t0);
-    let p = data.time_ns.findIndex((time) => time >= t);
+    let p = along.findIndex((value) => value >= t);
     if (p < 0) p = n - 1;
     const lines = data.sequences.map((seq, i) => `sequence ${seq}: ${fmtInt(data.cells[i][p])} cells`);
     lines.push(`in all: ${fmtInt(totals[p])} cells`);
-    tooltip.show(event.clientX, event.clientY, `at ${fmtNs(data.time_ns[p])}`, lines);
+    const title = `call ${fmtInt(data.decode_index[p])} at ${fmtNs(data.time_ns[p])}`;
+    tooltip.show(event.clientX, event.clientY, title, lines);
   };
   canvas.onmouseleave = () => tooltip.hide();
 }
