@@ -68,17 +68,27 @@ class KvUse(TypedDict):
     decode_context_cells: int | None  # that context
 
 
-def kv_capacity(run: Run) -> KvCapacity | None:
+def kv_capacity(run: Run, context_id: int | None = None) -> KvCapacity | None:
     """The KV cache's cells from its tensors (the tensors of the KV cache's buffers that own their
-    bytes: [row, cells, streams]); the largest layer's (a sliding-window layer's cache is smaller).
-    None where the run has none."""
+    bytes: [row, cells, streams]); the largest layer's (a sliding-window layer's cache is smaller),
+    of one context's buffers where `context_id` is given. None where the run has none."""
     tensors = run.tensors
     cache = tensors[(tensors["buffer_kind"] == "kv_cache") & tensors["view_src_id"].isna() & (tensors["op"] == "NONE")]
+    if context_id is not None:
+        owner = run.buffers.set_index("buffer")["context_id"]
+        cache = cache[cache["buffer"].map(owner) == context_id]
     if cache.empty:
         return None
     largest = cache.loc[(cache["ne1"] * cache["ne2"]).idxmax()]
     cells, streams = int(largest["ne1"]), int(largest["ne2"])
     return {"cells": cells * streams, "per_sequence": cells if streams > 1 else None, "streams": streams}
+
+
+def served_context(run: Run) -> int | None:
+    """The first llama context that fed tokens of a sequence (a server's model: a draft model's
+    context comes after it); None where none did."""
+    fed = _fed(run)
+    return int(fed["context_id"].min()) if len(fed) else None
 
 
 def _calls(run: Run) -> pd.DataFrame:
@@ -203,9 +213,12 @@ def kv_event_table(run: Run) -> pd.DataFrame:
     shifted = fed.merge(_shift_calls(run), on=["context_id", "decode_index"], how="left")["shifted"]
     shifted = shifted.fillna(False).to_numpy(dtype=bool)
     # without the cache's positions moved (a model without RoPE): a slot full but one, generating
-    capacity = kv_capacity(run)
-    slot_cells = (capacity["per_sequence"] or capacity["cells"]) if capacity else None
-    full = before.to_numpy() >= slot_cells - 1 if slot_cells else np.ones(len(fed), bool)
+    slot_cells = np.zeros(len(fed), np.int64)  # 0: not known
+    for context in fed["context_id"].unique():
+        capacity = kv_capacity(run, int(context))
+        if capacity:
+            slot_cells[(fed["context_id"] == context).to_numpy()] = capacity["per_sequence"] or capacity["cells"]
+    full = (slot_cells == 0) | (before.to_numpy() >= slot_cells - 1)
     is_shift = shifted | (fed["lone"].to_numpy() & was_lone.to_numpy() & full)
     events = fed.assign(
         kind=np.where(is_shift, CONTEXT_SHIFT, CACHE_REUSE), cells_before=before, cells_after=fed["first_pos"]
@@ -267,15 +280,18 @@ def kv_reads(run: Run) -> pd.DataFrame:
 def kv_use(run: Run) -> KvUse | None:
     """The summary's KV cache of a run with sequences: the most cells held at once and by each
     sequence, the shifts and reuses, and the KV bytes a decode call read per token at the largest
-    context a decode call reached; None for a run without sequences."""
+    context a decode call reached; of the first context that fed sequences (served_context); None
+    for a run without sequences."""
     wide = cells_by_call(run)
     if wide.empty:
         return None
-    sequences = wide.drop(columns="time_ns")
-    capacity = kv_capacity(run)
+    context = int(wide.drop(columns="time_ns").dropna(how="all").index.get_level_values("context_id").min())
+    sequences = wide.loc[context].drop(columns="time_ns").dropna(axis="columns", how="all")
+    capacity = kv_capacity(run, context)
     events = kv_event_table(run)
+    events = events[events["context_id"] == context]
     reads = kv_reads(run)
-    decode = reads[(reads["phase"] == "decode") & (reads["n_tokens"] > 0)]
+    decode = reads[(reads["context_id"] == context) & (reads["phase"] == "decode") & (reads["n_tokens"] > 0)]
     per_token = context_cells = None
     if len(decode) and capacity is not None:
         largest = decode.loc[decode["context_cells"].idxmax()]

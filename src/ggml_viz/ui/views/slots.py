@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...analysis.kv import KvEvent, cells_by_call, kv_capacity, kv_event_table, kv_reads
+from ...analysis.kv import KvEvent, cells_by_call, kv_capacity, kv_event_table, kv_reads, served_context
 from ...analysis.rows import records_as
 from ..context import RunContext
 from ..payloads import SlotsPayload
@@ -16,11 +16,12 @@ NO_CAPACITY = "no KV cache tensors in the run: its capacity is not known"
 
 
 def slots(context: RunContext) -> SlotsPayload:
-    """Cells per sequence over the calls of the first context that fed sequences, bucketed to at
-    most MAX_POINTS points; the capacity, the events and the reads of that context."""
+    """Cells per sequence over the calls of the first context that fed sequences (served_context),
+    bucketed to at most MAX_POINTS points; the capacity, the events and the reads of that context."""
     run = context.run
     cells = cells_by_call(run)
-    capacity = kv_capacity(run)
+    shown = served_context(run)
+    capacity = kv_capacity(run, shown)
     empty: SlotsPayload = {
         "context_id": None,
         "time_ns": [],
@@ -33,10 +34,8 @@ def slots(context: RunContext) -> SlotsPayload:
         "events": [],
         "reads": {"context_cells": [], "kv_bytes_per_token": []},
     }
-    if cells.empty:
+    if shown is None:
         return empty
-    held = cells.drop(columns="time_ns").notna().any(axis=1).groupby(level="context_id").any()
-    shown = int(held[held].index[0])
     wide = cells.loc[shown].dropna(axis="columns", how="all").fillna(0)
     sequences = [int(seq) for seq in wide.columns if seq != "time_ns"]
     bucket = np.arange(len(wide)) * MAX_POINTS // max(len(wide), 1)
