@@ -21,7 +21,7 @@ from ggml_viz.analysis.devices import placement_advice, run_advice, run_devices
 from ggml_viz.analysis.devices.advise import advise
 from ggml_viz.analysis.gpu import gpu_summary
 from ggml_viz.analysis.graph_view import graph_view_of
-from ggml_viz.analysis.kv import kv_events, kv_use
+from ggml_viz.analysis.kv import kv_capacity, kv_events, kv_use
 from ggml_viz.analysis.memory import kv_cache_extremes
 from ggml_viz.analysis.moe import moe_summary
 from ggml_viz.analysis.numerics import first_non_finite
@@ -46,6 +46,7 @@ PRODUCERS: dict[str, tuple[Callable[..., Any], Callable[[Run, Run], tuple[Any, .
     "moe_summary": (moe_summary, lambda run, other: (run,)),
     "kv_cache_extremes": (kv_cache_extremes, lambda run, other: (run,)),
     "kv_use": (kv_use, lambda run, other: (run,)),
+    "kv_capacity": (kv_capacity, lambda run, other: (run,)),
     "kv_events": (kv_events, lambda run, other: (run,)),
     "placement_advice": (placement_advice, lambda run, other: (run, run_devices(run))),
     "compare": (compare, lambda run, other: (other, run)),

@@ -7,7 +7,8 @@ step of every sequence it fed).
   holds after it (a column per sequence, or a row per call and sequence).
 - `kv_events(run)`: context shifts and prompt-cache reuse, with the cells before and after.
 - `kv_reads(run)`: per call, the bytes its attention read from the cache, against its context.
-- `kv_use(run)`: what the summary says of them.
+- `kv_use(run)`: what the summary says of them, for the first context that fed sequences
+  (`served_context(run)`: a server's model, before a draft model's).
 
 A sequence holds positions 0..the largest it has fed: a new request on a slot that starts at
 position p kept p cells of its cache (the cached prefix of its prompt), one that starts at 0
