@@ -41,11 +41,18 @@ class Server:
         """The draft context drafts `drafted` tokens (decoding the sampled one, then each draft but the
         last, alone), the target verifies them with the sampled token, and keeps `accepted`: where the
         sequence's next token goes."""
+        return self.speculate_together({seq: pos}, drafted, {seq: accepted})[seq]
+
+    def speculate_together(self, positions: dict[int, int], drafted: int, accepted: dict[int, int]) -> dict[int, int]:
+        """Several slots drafting in the same calls (a token of each sequence per draft call), verified
+        in one target batch; where each sequence's next token goes."""
         if self.draft_model:
             for i in range(drafted):
-                self.compute(DRAFT, [(500 + i, pos + i, seq, True)], "decode", DRAFT_NS)
-        self.target([(600 + i, pos + i, seq, True) for i in range(drafted + 1)], "prompt", VERIFY_NS)
-        return pos + accepted + 1
+                batch = [(500 + i, pos + i, seq, True) for seq, pos in positions.items()]
+                self.compute(DRAFT, batch, "decode", DRAFT_NS)
+        batch = [(600 + i, pos + i, seq, True) for seq, pos in positions.items() for i in range(drafted + 1)]
+        self.target(batch, "prompt", VERIFY_NS * len(positions))
+        return {seq: pos + accepted[seq] + 1 for seq, pos in positions.items()}
 
     def plain(self, seq: int, pos: int) -> int:
         self.target([(700, pos, seq, True)], "decode", STEP_NS)
@@ -66,5 +73,18 @@ def write_server_run(path: Path, draft_model: bool = True) -> Path:
     pos = server.plain(0, pos)
     pos = server.speculate(0, pos, drafted=2, accepted=1)
     server.plain(0, pos)
+    recording.close()
+    return recording.run_dir
+
+
+def write_two_slot_run(path: Path) -> Path:
+    """Two slots (sequences 0 and 1) whose prompts came apart, then drafting and verifying together:
+    3 drafts each, twice; sequence 0 keeping 2 then (at its end) 3, sequence 1 none then (at its end:
+    counted accepted) 3."""
+    recording = SyntheticRecording(path, layers=1, seed=4)
+    server = Server(recording, draft_model=True)
+    positions = {0: server.prompt(0, [10, 11, 12, 13, 14]), 1: server.prompt(1, [20, 21, 22])}
+    positions = server.speculate_together(positions, drafted=3, accepted={0: 2, 1: 0})
+    server.speculate_together(positions, drafted=3, accepted={0: 3, 1: 3})
     recording.close()
     return recording.run_dir

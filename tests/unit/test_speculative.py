@@ -11,7 +11,7 @@ from ggml_viz.analysis.breakdowns import requests
 from ggml_viz.analysis.findings import findings
 from ggml_viz.analysis.speculative import find_speculation, speculative_summary
 
-from ..speculative_runs import DRAFT, STEP_NS, TARGET, write_server_run
+from ..speculative_runs import DRAFT, STEP_NS, TARGET, write_server_run, write_two_slot_run
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +87,20 @@ def test_speculation_costlier_than_plain_steps_is_a_finding(runs):
     assert len(said) == 1 and "for 12 tokens" in said[0] and "8 of 14 drafted tokens" in said[0]
     # AND verifying drafts from the text alone cost less: nothing said
     assert not [line for line in findings(runs["draftless"]) if line.startswith("Speculative decoding")]
+
+
+def test_slots_drafting_and_verifying_together_are_read_apart(tmp_path):
+    # GIVEN two slots drafting in the same draft calls (a token of each), verified in one batch
+    run = ggml_viz.open(write_two_slot_run(tmp_path / "two.ggmlviz"))
+    summary = speculative_summary(run)
+    # THEN the draft context is found, and each sequence's drafts are its own
+    assert summary is not None and summary["draft_contexts"] == [DRAFT]
+    per_request = {r["seq_id"]: (r["verifications"], r["drafted"], r["accepted"]) for r in summary["requests"]}
+    assert per_request == {0: (2, 6, 5), 1: (2, 6, 3)}
+    # AND each verification call's time is shared by the sequences' tokens: half each here
+    shares = {r["seq_id"]: r["verify_ns"] for r in summary["requests"]}
+    assert shares[0] == pytest.approx(shares[1], abs=2)
+    assert [(r["prompt_tokens"], r["generated_tokens"]) for r in requests(run)] == [(5, 3 + 4), (3, 1 + 4)]
 
 
 def test_a_run_without_speculation_has_none(tmp_path):

@@ -251,7 +251,7 @@ def _draft_contexts(tokens: pd.DataFrame, steps: pd.DataFrame) -> dict[int, int]
             replays = int(_replays(calls, context, target).sum())
             if replays * 2 >= counts[target] and replays > best_count:
                 best, best_count = target, replays
-        alone = (calls["context_id"] == context) & (calls["n"] == 1)
+        alone = (steps["context_id"] == context) & (steps["n"] == 1)  # a sequence's token alone in its call
         if best is not None and alone.any():
             draft_of[int(context)] = int(best)
     return draft_of
