@@ -9,7 +9,8 @@ import pytest
 import ggml_viz
 from ggml_viz.analysis.breakdowns import requests
 from ggml_viz.analysis.findings import findings
-from ggml_viz.analysis.speculative import find_speculation, speculative_summary
+from ggml_viz.analysis.speculative import speculative_summary
+from ggml_viz.analysis.speculative_batches import find_speculation
 
 from ..speculative_runs import DRAFT, STEP_NS, TARGET, write_server_run, write_two_slot_run
 

@@ -20,7 +20,7 @@ from ..runformat.memory_sources import VIEW_OPS
 from ..runformat.reader import Run
 from .components import structure_components
 from .memory import peak_bytes
-from .speculative import fed_tokens
+from .speculative_batches import fed_tokens
 
 # The phases whose tokens are a rate worth giving: the prompt read, the tokens generated (not
 # llama.cpp's warm-up decode, nor a non-LLM program's graphs).
