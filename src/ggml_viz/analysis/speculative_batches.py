@@ -91,17 +91,25 @@ def fed_tokens(run: Run) -> tuple[np.ndarray, np.ndarray] | None:
 
 def _tokens(run: Run) -> pd.DataFrame | None:
     """The serving phases' tokens of a sequence, each with its call (context, llama_decode call),
-    the call's start, graph time and tokens; None where no graph asks for logits at two tokens."""
-    columns = ["graph_id", "context_id", "decode_index", "phase", "start_ns", "end_ns"]
+    the call's start, graph time and tokens; None where no graph asks for logits at two tokens of
+    one sequence (no verification: the common case, told apart without a table of the tokens)."""
     graphs = run.arrow("graphs")
     row = pc.list_parent_indices(graphs.column("token_ids").combine_chunks()).to_numpy()  # each token's graph
     outputs = pc.fill_null(pc.list_flatten(graphs.column("token_outputs").combine_chunks()), False)
     outputs = outputs.to_numpy(zero_copy_only=False).astype(bool)
-    if not len(row) or np.bincount(row, weights=outputs).max() < 2:
+    seq = pc.list_flatten(graphs.column("token_seq_ids").combine_chunks()).to_numpy(zero_copy_only=False)
+    asking = np.flatnonzero(outputs)
+    pairs = row[asking].astype(np.int64) * (np.int64(1) << 32) + seq[asking].astype(np.int64)
+    if len(pairs) < 2 or np.unique(pairs, return_counts=True)[1].max() < 2:
         return None
-    table = graphs.select(columns).to_pandas()
+    present = [
+        c for c in ("graph_id", "context_id", "decode_index", "phase", "start_ns", "end_ns") if c in graphs.column_names
+    ]
+    table = graphs.select(present).to_pandas()
+    table["context_id"] = table["context_id"].fillna(-1).astype(np.int64)
+    decode_index = table["decode_index"] if "decode_index" in table else pd.Series(-1, index=table.index)
     # a graph outside any call is a call of its own
-    table["call"] = table["decode_index"].where(table["decode_index"] >= 0, -2 - table["graph_id"])
+    table["call"] = decode_index.where(decode_index >= 0, -2 - table["graph_id"])
     table["duration_ns"] = table["end_ns"] - table["start_ns"]
 
     def flat(column: str) -> np.ndarray:
@@ -112,7 +120,7 @@ def _tokens(run: Run) -> pd.DataFrame | None:
             "index": np.arange(len(row)),
             "context_id": table["context_id"].to_numpy()[row],
             "call": table["call"].to_numpy()[row],
-            "seq_id": flat("token_seq_ids").astype(np.int64),
+            "seq_id": seq.astype(np.int64),
             "pos": flat("token_positions").astype(np.int64),
             "token_id": flat("token_ids").astype(np.int64),
             "output": outputs,

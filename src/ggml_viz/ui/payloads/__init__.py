@@ -44,6 +44,7 @@ from ...analysis.roofline import (
     RooflinePhase,
     RooflineSummary,
 )
+from ...analysis.speculative import SpeculativeRequest, SpeculativeSummary
 from ...analysis.summary import (
     BufferKindRow,
     ComponentTime,
@@ -203,6 +204,8 @@ __all__ = [
     "RunSummary",
     "RunsPayload",
     "SearchPayload",
+    "SpeculativeRequest",
+    "SpeculativeSummary",
     "SettingPair",
     "StatsPayload",
     "TensorStats",
