@@ -238,7 +238,8 @@ def _render_speculative(console: Console, speculative: SpeculativeSummary | None
         console.print(
             f"  the {spec['tokens_fed']:,} tokens the verifications fed, at this run's single-token decode step "
             f"({format_ms(spec['plain_step_ns'] or 0)}, median of {spec['plain_steps']:,}): "
-            f"{format_ms(spec['plain_estimate_ns'])}, against {format_ms(spec['draft_ns'] + spec['verify_ns'])}"
+            f"{format_ms(spec['plain_estimate_ns'])}, against {format_ms(spec['draft_ns'] + spec['verify_ns'])} "
+            "drafting and verifying"
         )
     if short or len(spec["requests"]) < 2:
         return
