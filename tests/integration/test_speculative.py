@@ -18,6 +18,7 @@ from gguf import GGMLQuantizationType as GGMLType
 import ggml_viz
 from ggml_viz.analysis.breakdowns import requests
 from ggml_viz.analysis.speculative import speculative_summary
+from ggml_viz.analysis.speculative_batches import find_speculation
 
 from .arch_models import write_model
 from .native import llama_tool
@@ -105,6 +106,10 @@ def test_a_draft_model_s_drafts_and_their_time_are_told_apart(tmp_path, models):
     assert summary["target_contexts"] == [0] and summary["draft_contexts"] == [1]
     graphs = run.graphs.assign(time_ns=run.graphs.end_ns - run.graphs.start_ns)
     assert summary["draft_graphs"] == int((graphs.context_id == 1).sum())
+    found = find_speculation(run)
+    drafting = found.draft_steps[~found.draft_steps.reread.astype(bool)]
+    assert len(drafting) == summary["drafted"] and (drafting.n == 1).all()  # one call per draft (n_max 4)
+    assert set(found.verifications.context_id) == {0}
     served = requests(run)
     assert len(served) == len(PROMPTS)
     fed = [t["prompt_n"] + t["predicted_n"] - 1 for t in timings]  # the last generated token is never fed
