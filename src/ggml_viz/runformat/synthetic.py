@@ -229,6 +229,7 @@ class SyntheticRecording:
             token_seq_ids=seq_ids,
             token_outputs=outputs,
             token_texts=[f" t{token}" for token in ids],
+            token_batch_indexes=list(range(len(tokens))),
             phase=phase,
         )
         times = {
