@@ -33,6 +33,7 @@ from .memory import kv_cache_extremes
 from .moe import MoeSummary, moe_summary
 from .roofline import RooflineSummary, roofline_summary
 from .rows import records_as
+from .speculative import SpeculativeSummary, speculative_summary
 
 
 class PhaseRow(TypedDict):
@@ -164,6 +165,7 @@ class RunSummary(TypedDict):
     gpu: GpuTimerSummary | None  # the GPU timer's account (None: no GPU the timer saw)
     devices: DeviceSummary | None  # where a step's time goes per device (None: one device)
     placement: PlacementAdvice | None  # other flags predicted from the run (None: nothing to predict)
+    speculative: SpeculativeSummary | None  # drafts verified, accepted, and their time (None: no speculation)
 
 
 TIMING_LABELS = {
@@ -228,6 +230,7 @@ def summarize(run: Run, top: int = 10) -> RunSummary:
         "gpu": gpu,
         "devices": devices,
         "placement": placement,  # other flags, predicted from this run (analysis/devices/advise.py)
+        "speculative": speculative_summary(run),
         "node_waits": node_waits(run),
         "phases": records_as(phases, PhaseRow),
         "computations": records_as(graphs_by_computation(run).head(top), ComputationRow),

@@ -45,6 +45,7 @@ from ...analysis.roofline import (
     RooflinePhase,
     RooflineSummary,
 )
+from ...analysis.speculative import SpeculativeRequest, SpeculativeSummary
 from ...analysis.summary import (
     BufferKindRow,
     ComponentTime,
@@ -212,6 +213,8 @@ __all__ = [
     "RunSummary",
     "RunsPayload",
     "SearchPayload",
+    "SpeculativeRequest",
+    "SpeculativeSummary",
     "SettingPair",
     "StatsPayload",
     "TensorStats",

@@ -280,6 +280,7 @@ import { offlineAnswer } from "./offline.js";
  * @property {?GpuTimerSummary} gpu  the GPU timer's account (analysis.gpu.gpu_summary), or null
  * @property {?DeviceSummary} devices where a step's time goes per device, or null (one device)
  * @property {?PlacementAdvice} placement other flags predicted from the run, or null
+ * @property {?SpeculativeSummary} speculative drafts verified and accepted, and their time, or null (none)
  *
  * @typedef {Object} PlacementCheck the recorded placement's predicted rate against its own steps'
  * @property {number} measured_tokens_per_s
@@ -945,6 +946,38 @@ import { offlineAnswer } from "./offline.js";
  * @property {number} [median_entropy_share]
  * @property {Object<string, number>} [decode_expert_bytes_by_device]
  * @property {Object<string, number>} [token_share_by_device]
+ *
+ * @typedef {Object} SpeculativeRequest one request's speculative decoding (analysis.speculative)
+ * @property {number} seq_id
+ * @property {number} start_ns from the run's first graph
+ * @property {number} verifications
+ * @property {number} drafted
+ * @property {number} accepted
+ * @property {number} accepted_assumed of accepted: the last verification's drafts, which no later batch confirms
+ * @property {number} draft_ns the draft context's time for the request
+ * @property {number} draft_reread_ns of draft_ns: re-reading the target's batches
+ * @property {number} verify_ns the request's share of the verification batches
+ * @property {number} rejected_ns of verify_ns: the rejected drafts' share
+ *
+ * @typedef {Object} SpeculativeSummary a run's speculative decoding (analysis.speculative)
+ * @property {string} method "draft model" or "draftless"
+ * @property {number[]} target_contexts
+ * @property {number[]} draft_contexts
+ * @property {number} draft_graphs
+ * @property {number} verifications
+ * @property {number} drafted
+ * @property {number} accepted
+ * @property {number} accepted_assumed
+ * @property {?number} acceptance
+ * @property {number} draft_ns
+ * @property {number} draft_reread_ns
+ * @property {number} verify_ns
+ * @property {number} rejected_ns
+ * @property {number} tokens_fed the sampled token and accepted drafts of each verification
+ * @property {number} plain_steps
+ * @property {?number} plain_step_ns the median single-token decode step of the target, or null (none)
+ * @property {?number} plain_estimate_ns tokens_fed at that step's time, or null
+ * @property {SpeculativeRequest[]} requests
  *
  * @typedef {Object} AttentionIndexPayload
  * @property {Object<string, number[]>} graphs graph id -> layers with captured attention
