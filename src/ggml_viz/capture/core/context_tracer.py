@@ -105,41 +105,47 @@ class DecodeCall:
 def ubatch_places(tokens: dict[str, np.ndarray], untaken: np.ndarray, ids: np.ndarray) -> np.ndarray | None:
     """Which of a batch's tokens not yet computed (`untaken`) a ubatch that looked up `ids`
     holds, in its order; None where they are not among them. llama.cpp takes a ubatch's tokens
-    as runs of a sequence's next tokens (the next n in the batch's order, or an equal run of
-    each sequence): each id is the token after the one before it, in the same sequence, where
-    that fits, else the first one not yet computed that has that id. (Tokens alike at the same
-    place of two sequences' runs may go to the first: the counts stay right.)"""
+    (llama_batch_allocr's splits) as the next n in the batch's order (one memory for all
+    sequences: split_simple), or as runs of equal length, one per sequence, of each sequence's
+    next tokens, sequences in increasing order (a memory per sequence: split_equal; one run:
+    split_seq). The ids are read as the first of these that they fit: the same ids at the same
+    place of two sequences' runs are then told apart by their order."""
     free = np.flatnonzero(untaken)
     token_ids, seq_ids = tokens["token_id"], tokens["seq_id"]
-    if len(ids) <= len(free) and np.array_equal(token_ids[free[: len(ids)]], ids):
-        return free[: len(ids)]  # the next tokens in the batch's order: one sequence, or unified memory
-    waiting: dict[int, list[int]] = {}  # per id, its places not yet computed, last first
-    for place in free[::-1].tolist():
-        waiting.setdefault(int(token_ids[place]), []).append(place)
-    open_ = untaken.copy()
-    places: list[int] = []
-    previous = -2
-    for token in ids.tolist():
-        following = previous + 1
-        if (
-            previous >= 0
-            and following < len(token_ids)
-            and open_[following]
-            and token_ids[following] == token
-            and seq_ids[following] == seq_ids[previous]
-        ):
-            place = following
-        else:
-            candidates = waiting.get(token, [])
-            while candidates and not open_[candidates[-1]]:
-                candidates.pop()
-            if not candidates:
-                return None
-            place = candidates.pop()
-        open_[place] = False
-        places.append(place)
-        previous = place
-    return np.array(places, np.int64)
+    n = len(ids)
+    if n <= len(free) and np.array_equal(token_ids[free[:n]], ids):
+        return free[:n]  # the next tokens in the batch's order
+    # each sequence's tokens not yet computed, in the batch's order (their positions' order)
+    sequences = {int(seq): free[seq_ids[free] == seq] for seq in np.unique(seq_ids[free]).tolist()}
+    for run in (length for length in range(1, n + 1) if n % length == 0 and n // length <= len(sequences)):
+        places = _equal_runs(token_ids, sequences, ids, run)
+        if places is not None:
+            return places
+    return None
+
+
+def _equal_runs(
+    token_ids: np.ndarray, sequences: dict[int, np.ndarray], ids: np.ndarray, run: int
+) -> np.ndarray | None:
+    """`ids` read as runs of `run` tokens, each a distinct sequence's next ones (the lowest
+    sequence past the last run's that fits, else the lowest that fits); None where they are not."""
+    taken: list[np.ndarray] = []
+    used: set[int] = set()
+    last = -1
+    for start in range(0, len(ids), run):
+        wanted = ids[start : start + run]
+        fits = [
+            seq
+            for seq, places in sequences.items()
+            if seq not in used and len(places) >= run and np.array_equal(token_ids[places[:run]], wanted)
+        ]
+        if not fits:
+            return None
+        seq = min((s for s in fits if s > last), default=min(fits))
+        used.add(seq)
+        last = seq
+        taken.append(sequences[seq][:run])
+    return np.concatenate(taken)
 
 
 # Closed graphs are written in batches: per graph, Python's bookkeeping costs several times
