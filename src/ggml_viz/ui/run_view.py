@@ -23,11 +23,12 @@ from .payloads import (
     NodePayload,
     OccupancyPayload,
     OverviewPayload,
+    RequestsPayload,
     StatsPayload,
     TimelinePayload,
     WhatifPayload,
 )
-from .views import attention, experts, graph, memory, overview, stats, whatif
+from .views import attention, experts, graph, memory, overview, requests, stats, whatif
 from .views.details import NodeDetails
 from .views.events import EventFilter, EventLog
 from .views.timeline import Timeline
@@ -98,6 +99,10 @@ class RunView(RunContext):
     @cached_property
     def experts(self) -> ExpertsPayload:
         return experts.experts(self)
+
+    @cached_property
+    def requests(self) -> RequestsPayload:
+        return requests.requests_view(self)
 
     @cached_property
     def whatif(self) -> WhatifPayload:

@@ -33,6 +33,7 @@ from ...analysis.devices.steps import DevicePhase, DeviceTime
 from ...analysis.gpu import GpuDecodeStep, GpuKernelRow, GpuSideKernel, GpuTimerCost, GpuTimerSummary
 from ...analysis.graph_view import GraphItem, GraphLayout, GraphLink
 from ...analysis.moe import MoeLayerBalance, MoeSummary
+from ...analysis.requests import Percentiles, RequestsSummary
 from ...analysis.roofline import (
     DecodeFloor,
     FurthestOp,
@@ -102,6 +103,10 @@ from .overview import (
     KernelTime,
     OverviewPayload,
 )
+from .requests import (
+    RequestBar,
+    RequestsPayload,
+)
 from .runs import (
     LiveUpdate,
     RunListEntry,
@@ -147,6 +152,10 @@ __all__ = [
     "EventRow",
     "EventsPayload",
     "ExpertsPayload",
+    "Percentiles",
+    "RequestBar",
+    "RequestsSummary",
+    "RequestsPayload",
     "FoundSection",
     "DevicePhase",
     "DeviceSummary",

@@ -3,7 +3,17 @@
 // (see export/report.py). A pure function of the embedded answers, a path and a query.
 
 const NOT_IN_REPORT = "not in this report: open the run with `ggml-viz view` for everything";
-const WHOLE_ANSWERS = ["overview", "stats", "graphs", "memory", "timeline", "attention-index", "experts", "whatif"];
+const WHOLE_ANSWERS = [
+  "overview",
+  "stats",
+  "graphs",
+  "memory",
+  "timeline",
+  "attention-index",
+  "experts",
+  "requests",
+  "whatif",
+];
 
 const given = (value) => value !== undefined && value !== null && value !== "";
 
