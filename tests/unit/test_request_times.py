@@ -4,6 +4,9 @@ same figures read token by token from randomized server runs as the reference.""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 from typing import Any
 
 import numpy as np
@@ -20,6 +23,7 @@ from ggml_viz.analysis.requests import (
     request_times,
     requests_summary,
 )
+from ggml_viz.commands import main
 from ggml_viz.runformat.synthetic import write_synthetic_run
 
 from .test_summary_at_scale import server_graphs, with_graphs
@@ -233,3 +237,51 @@ def test_request_times_are_those_read_token_by_token(blank, seed):
     assert len(expected) > 10
     columns = list(expected.columns)
     pd.testing.assert_frame_equal(times[columns], expected, check_dtype=False)
+
+
+# ---- where they are shown: the summary (text and JSON) and the query views
+
+
+def test_the_summary_says_a_server_s_requests_in_words_and_gives_them_in_json(tmp_path, monkeypatch):
+    # GIVEN a server's run (three sequences taking turns)
+    path = write_synthetic_run(tmp_path / "server.ggmlviz", graphs=12, layers=1, sequences=3)
+    monkeypatch.setenv("COLUMNS", "2000")
+    # WHEN it is summarized
+    text, as_json = command_output("summary", str(path)), json.loads(command_output("summary", str(path), "--json"))
+    # THEN a Requests section gives the counts and the percentiles, and says why no queue wait
+    section = text[text.index("\nRequests\n") + 1 :].splitlines()[1:8]
+    assert section[0].strip() == "3 requests: 3 prompt tokens computed, 0 found cached, 12 generated"
+    assert section[1].strip().startswith("time to first token: p50 0.5, p90 0.5, p99 0.5, max 0.5 ms")
+    assert section[2].strip().startswith("time per output token: p50 1.")
+    assert any(line.strip().startswith("queue wait: not seen") for line in section)
+    # AND the JSON holds the same figures
+    figures = as_json["request_times"]
+    assert figures["n_requests"] == as_json["n_requests"] == 3 and figures["predicted_tokens"] == 12
+    assert figures == json.loads(json.dumps(requests_summary(ggml_viz.open(path))))
+
+
+def test_the_query_views_are_computed_from_the_run_when_asked_for(tmp_path):
+    # GIVEN a server's run and a run beside it in one folder
+    folder = tmp_path / "runs"
+    server = write_synthetic_run(folder / "a-server.ggmlviz", graphs=12, layers=1, sequences=3)
+    write_synthetic_run(folder / "b-one.ggmlviz", graphs=4, layers=1)
+    # WHEN the requests and their decode calls are asked for over the folder
+    sql = "select * from requests order by run, request"
+    rows = json.loads(command_output("query", str(folder), sql, "-o", "json"))
+    batches = json.loads(command_output("query", str(server), "select * from request_batches", "-o", "json"))
+    # THEN each run's requests, each row naming its run, with request_times' columns
+    runs = [("a-server.ggmlviz", request) for request in range(3)] + [("b-one.ggmlviz", 0)]
+    assert [(row["run"], row["request"]) for row in rows] == runs
+    expected = request_times(ggml_viz.open(server))
+    assert [row["prompt_ms"] for row in rows[:3]] == pytest.approx(expected["prompt_ms"].tolist())
+    assert set(rows[0]) == {"run", *RequestTimes.__annotations__}
+    assert len(batches) == expected["batches"].sum() and {row["share"] for row in batches} == {1.0}
+    # AND the stored run holds no such table: the views are made by the package, on the fly
+    assert not any("request" in part.name for part in server.rglob("*"))
+
+
+def command_output(*argv: str) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(list(argv)) == 0
+    return out.getvalue()

@@ -84,7 +84,8 @@ def _render_request_times(console: Console, times: RequestsSummary | None) -> No
         f"{times['cached_tokens']:,} found cached, {times['predicted_tokens']:,} generated",
         f"time to first token: {spread(times['ttft_ms'])}",
         f"time per output token: {spread(times['tpot_ms'])}",
-        f"prompt: {spread(times['prompt_ms'])}; generation: {spread(times['predicted_ms'])}",
+        f"prompt: {spread(times['prompt_ms'])}",
+        f"generation: {spread(times['predicted_ms'])}",
     ]
     if times["shared_batches"] is not None:
         lines.append(f"{times['shared_batches']:.0%} of their decode calls held other requests' tokens too")
