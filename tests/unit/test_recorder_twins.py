@@ -415,11 +415,11 @@ class Written:
         self.writes.append([])
         yield
 
-    def _row(self, call: Any, ubatch: int, n_nodes: int, detail: str) -> tuple[Any, ...]:
+    def _row(self, call: Any, ubatch: int, graph: Any) -> tuple[Any, ...]:
         decode = call.decode
         if decode is None:
-            return (None, call.return_code, ubatch, n_nodes, detail)
-        tokens = decode.tokens_of_ubatch(ubatch)
+            return (None, call.return_code, ubatch, graph.n_nodes, graph.detail)
+        tokens, _ = decode.tokens_of_graph(ubatch, getattr(graph, "input_ids", None))
         return (
             decode.index,
             decode.phase,
@@ -427,15 +427,15 @@ class Written:
             ubatch,
             tokens["token_id"].tolist(),
             tokens["pos"].tolist(),
-            n_nodes,
-            detail,
+            graph.n_nodes,
+            graph.detail,
         )
 
     def write_graph(self, tracer: Any, raw: Any, call: Any, ubatch: int) -> None:
-        self.writes[-1].append(self._row(call, ubatch, raw.n_nodes, raw.detail))
+        self.writes[-1].append(self._row(call, ubatch, raw))
 
     def write_repeats(self, tracer: Any, repeats: list[Any]) -> None:
-        self.writes[-1] += [self._row(r.call, r.ubatch, r.graph.n_nodes, r.graph.detail) for r in repeats]
+        self.writes[-1] += [self._row(r.call, r.ubatch, r.graph) for r in repeats]
 
     def count_dropped(self, n_nodes: int) -> None:
         self.dropped += n_nodes
@@ -471,14 +471,19 @@ def make_tracer(request, monkeypatch):
 
 
 def _batch(tokens: list[int], first_position: int) -> Any:
+    return _batch_of([(token, first_position + i, 0, i == len(tokens) - 1) for i, token in enumerate(tokens)])
+
+
+def _batch_of(rows: list[tuple[int, int, int, bool]]) -> Any:
+    """A llama_batch of these (token, position, sequence, logits) rows."""
     import llama_cpp
 
-    batch = llama_cpp.llama_batch_init(len(tokens), 0, 1)
-    batch.n_tokens = len(tokens)
-    for i, token in enumerate(tokens):
-        batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, first_position + i, 1
-        batch.seq_id[i][0] = 0
-        batch.logits[i] = i == len(tokens) - 1
+    batch = llama_cpp.llama_batch_init(len(rows), 0, 1)
+    batch.n_tokens = len(rows)
+    for i, (token, position, sequence, logits) in enumerate(rows):
+        batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, position, 1
+        batch.seq_id[i][0] = sequence
+        batch.logits[i] = logits
     return batch
 
 
@@ -514,6 +519,41 @@ def test_the_decode_bracket_gives_each_graph_its_call_and_samples_calls(make_tra
     prompt = [(0, "prompt", 0, 0, [7, 8], [0, 1], n, "op"), (0, "prompt", 0, 1, [9, 10], [2, 3], n, "op")]
     decodes = [(1 + i, "decode", 0, 0, [11 + i], [4 + i], n, "op" if i % 2 == 0 else "graph") for i in range(4)]
     assert written.writes == [[*prompt, decodes[0]], decodes[1:4], [(None, 0, 0, n, "graph")]]
+
+
+def test_each_graph_of_a_batch_llama_cpp_splits_by_sequence_gets_the_tokens_it_looked_up(make_tracer, model):
+    import llama_cpp
+
+    # GIVEN a call whose batch holds two sequences' prompts, three tokens each, alike at first
+    # (two requests arriving together), in ubatches of two tokens
+    tracer, written = make_tracer(CaptureSettings(), n_ubatch=2)
+    graph = model.graph()
+    callbacks = Callbacks.of(tracer.recorder)
+    first, second = [7, 8, 9], [7, 8, 12]
+    batch = _batch_of(
+        [(token, i, 0, i == 2) for i, token in enumerate(first)]
+        + [(token, i, 1, i == 2) for i, token in enumerate(second)]
+    )
+    try:
+        # WHEN llama.cpp computes it as it does with a memory per sequence (split_equal): each
+        # ubatch a token of each sequence, its graph looking those tokens up
+        tracer.begin_decode(batch)
+        ids = ctypes.cast(int(struct_at(graph["inp_tokens"])["data"]), ctypes.POINTER(ctypes.c_int32))
+        for place in range(3):
+            ids[0], ids[1] = first[place], second[place]
+            compute(callbacks, graph.nodes, model.ops)
+        tracer.end_decode(0)
+        tracer.flush()
+    finally:
+        llama_cpp.llama_batch_free(batch)
+    # THEN each graph is written with the tokens it computed, of both sequences, not the batch's
+    # next two in its order
+    rows = [row for write in written.writes for row in write]
+    assert [(row[3], row[4], row[5]) for row in rows] == [
+        (0, [7, 7], [0, 0]),
+        (1, [8, 8], [1, 1]),
+        (2, [9, 12], [2, 2]),
+    ]
 
 
 def test_the_decode_bracket_counts_the_nodes_it_drops(make_tracer, model):

@@ -29,7 +29,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..runformat.reader import Run
+from ..runformat.reader import Run, token_batch_indexes
 from .rows import records_as
 
 # The phases whose tokens are a rate worth giving: the prompt read, the tokens generated (not
@@ -361,13 +361,15 @@ def _served_tokens(run: Run) -> _ServedTokens | None:
         "phase",
         "start_ns",
         "first_batch_index",
+        "token_batch_indexes",
         "token_ids",
         "token_positions",
         "token_seq_ids",
         "token_outputs",
         "token_texts",
     ]
-    graphs = run.arrow("graphs").select(columns)
+    graphs = run.arrow("graphs")
+    graphs = graphs.select([column for column in columns if column in graphs.schema.names])  # (older runs: fewer)
     lists = graphs.column("token_ids").combine_chunks()
     row = pc.list_parent_indices(lists).to_numpy()  # each token's graph row
     if not len(row):
@@ -380,7 +382,7 @@ def _served_tokens(run: Run) -> _ServedTokens | None:
 
     graph_id = graphs.column("graph_id").to_numpy()[row].astype(np.int64)
     in_list = np.arange(len(row)) - starts[row]  # each token's place in its graph's list
-    batch_index = graphs.column("first_batch_index").to_numpy()[row].astype(np.int64) + in_list
+    batch_index = token_batch_indexes(graphs, row, in_list)
     seq, pos = flat("token_seq_ids").astype(np.int64), flat("token_positions").astype(np.int64)
     output = flat("token_outputs")
     phase = pc.is_in(graphs.column("phase"), value_set=pa.array(TOKEN_PHASES)).to_numpy(zero_copy_only=False)

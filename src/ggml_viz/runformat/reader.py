@@ -364,8 +364,7 @@ class Run(StoredRun):
         tokens = pd.DataFrame(
             {
                 "graph_id": graphs.column("graph_id").to_numpy()[graph_of],
-                "batch_index": graphs.column("first_batch_index").to_numpy()[graph_of]
-                + (np.arange(len(graph_of)) - starts[graph_of]),
+                "batch_index": token_batch_indexes(graphs, graph_of, np.arange(len(graph_of)) - starts[graph_of]),
                 **{
                     name: pc.list_flatten(graphs.column(stored).combine_chunks()).to_numpy(zero_copy_only=False)
                     for stored, name in columns.items()
@@ -383,3 +382,16 @@ class Run(StoredRun):
         }
         tokens = tokens[list(types)].astype(types)
         return tokens.sort_values(["graph_id", "batch_index"], ignore_index=True)
+
+
+def token_batch_indexes(graphs: pa.Table, graph_of: np.ndarray, in_list: np.ndarray) -> np.ndarray:
+    """Each token's index in its llama_decode batch (the tokens of `graphs`' lists, flattened:
+    their graph's row and place in its list): as stored, or, in a run recorded before the
+    indexes were kept, its graph's first index plus its place (a ubatch taken in the batch's order)."""
+    indexes = graphs.column("first_batch_index").to_numpy()[graph_of].astype(np.int64) + in_list
+    if "token_batch_indexes" in graphs.schema.names:
+        stored = graphs.column("token_batch_indexes").combine_chunks()
+        kept = pc.is_valid(stored).to_numpy(zero_copy_only=False)[graph_of]
+        if kept.any():
+            indexes[kept] = pc.list_flatten(stored).to_numpy()
+    return indexes

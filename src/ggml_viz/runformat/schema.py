@@ -62,6 +62,9 @@ TABLES: dict[str, pa.Schema] = {
             ("token_outputs", pa.list_(pa.bool_())),  # llama.cpp computes logits for it
             ("token_texts", pa.list_(pa.string())),  # the token's text piece
             ("first_batch_index", pa.int32()),  # index of its first token in the llama_decode batch
+            # each token's index in that batch (llama.cpp may split a batch of several sequences
+            # into ubatches of its own order); null in runs recorded before it was kept
+            ("token_batch_indexes", pa.list_(pa.int32())),
             ("phase", pa.string()),  # prompt | decode
             ("detail", pa.string()),  # op: every node timed | graph: structure only
         ]
@@ -181,7 +184,7 @@ TABLES: dict[str, pa.Schema] = {
             ("node_index", pa.int32()),  # the layer's first MUL_MAT_ID (its layer: structure_nodes.layer)
             ("row", pa.int32()),  # the row of the layer's input: 0 .. tokens the layer computed - 1
             # that row's token, by its place in the graph's batch (graphs.token_positions[i]); -1 where
-            # the graph's tokens are not known row by row (a batch llama.cpp split by sequence)
+            # the layer's rows are neither the graph's tokens nor those it computes logits for
             ("token_index", pa.int32()),
             ("slot", pa.int32()),  # 0 .. experts per token - 1, in the router's order (best first)
             ("expert", pa.int32()),
@@ -268,7 +271,7 @@ GPU_TABLES = ("gpu_kernels", "gpu_node_times", "gpu_graphs")
 # Tables written only by a run that has rows for them (no file otherwise).
 SPARSE_TABLES = (*GPU_TABLES, "rpc_messages", "moe_routing")
 # Columns a run of an earlier ggml-viz may lack (read as nulls).
-OPTIONAL_COLUMNS = {"node_times": ("wait_ns",)}
+OPTIONAL_COLUMNS = {"node_times": ("wait_ns",), "graphs": ("token_batch_indexes",)}
 # Columns a run of an earlier ggml-viz may lack, which the reader then computes from the others.
 DERIVED_COLUMNS = {"structure_nodes": ("layer",)}
 CAPTURES_FILE = "captures.bin"

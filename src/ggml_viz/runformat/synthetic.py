@@ -227,6 +227,7 @@ class SyntheticRecording:
             "token_outputs": [True],
             "token_texts": [f" t{graph}"],
             "first_batch_index": 0,
+            "token_batch_indexes": [0],
             "phase": "prompt" if pos == 0 else "decode",
             "detail": detail,
         }

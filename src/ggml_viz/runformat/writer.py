@@ -32,6 +32,7 @@ from .schema import (
     CAPTURES_FILE,
     GRAPH_TABLES,
     MANIFEST_FILE,
+    OPTIONAL_COLUMNS,
     PARQUET_SUFFIX,
     SPARSE_TABLES,
     TABLES,
@@ -160,9 +161,14 @@ class RunWriter:
         first = columns[schema.names[0]]
         if len(first) == 0:
             return
-        self._write_batch(
-            table, pa.record_batch([pa.array(columns[f.name], type=f.type) for f in schema], schema=schema)
-        )
+        optional = OPTIONAL_COLUMNS.get(table, ())  # (as nulls where not given: as an older writer left them)
+        arrays = [
+            pa.nulls(len(first), f.type)
+            if f.name in optional and f.name not in columns
+            else pa.array(columns[f.name], type=f.type)
+            for f in schema
+        ]
+        self._write_batch(table, pa.record_batch(arrays, schema=schema))
         self._hand_over_rolled()
 
     def _open_segment(self, table: str, segment: int) -> _OpenTable:

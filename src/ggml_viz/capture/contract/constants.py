@@ -77,8 +77,8 @@ SPOOL_WIRE = 10  # binary: WireRecord[], the RPC messages that passed, whole, in
 
 # A spool begins with its magic, which says its version: this one, and the older ones still
 # read, with the graph parts each had (version 2 had no routing).
-SPOOL_MAGIC = b"GGVZSPL3"
-SPOOL_VERSIONS_PARTS = {SPOOL_MAGIC: 16, b"GGVZSPL2": 14}
+SPOOL_MAGIC = b"GGVZSPL4"
+SPOOL_VERSIONS_PARTS = {SPOOL_MAGIC: 17, b"GGVZSPL3": 16, b"GGVZSPL2": 14}
 
 C_PREFIXES = (
     "MODE_", "NODE_", "ROUTING_", "NO_BATCH", "MAX_", "NAME_LEN", "GPU_TRACE_", "GPU_KERNEL", "GPU_MEMCPY",

@@ -204,6 +204,7 @@ class GraphRecord(NamedTuple):
     capture_bytes: Annotated[bytes, "the copies"]
     routing_records: Annotated[bytes, "RoutingRecord per MoE layer read (its experts' choice)"]
     routing_bytes: Annotated[bytes, "their ids and weights"]
+    input_ids: Annotated[bytes, "the ids its token lookup read (in a call of several tokens: its ubatch's), int32"]
     boundary_ns: Annotated[int, "when the graph was closed"]
     same: Annotated[bool, "the graph repeats the one before it struct for struct"]
     n_timed: Annotated[int, "nodes timed on their own"]
@@ -229,7 +230,7 @@ class DecodesRecord(NamedTuple):
 
 
 # The parts of a graph, in the order the recorder, the extension and the spool give them.
-GRAPH_PARTS: tuple[str, ...] = GraphRecord._fields[:16]
+GRAPH_PARTS: tuple[str, ...] = GraphRecord._fields[:17]
 GRAPH_HEAD = Record("SpoolGraphHeader", "Before each graph's parts in a SPOOL_TAKE frame.", (
     *_fields("u4", "plain_repeat same"),
     Field("n_nodes", "u8"),

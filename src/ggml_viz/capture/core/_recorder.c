@@ -294,6 +294,14 @@ static PyObject *Recorder_set_routing(PyRecorder *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* set_input_reads(is_host): read the ids each graph of a call of several tokens looks up */
+static PyObject *Recorder_set_input_reads(PyRecorder *self, PyObject *args) {
+    unsigned long long is_host;
+    if (!PyArg_ParseTuple(args, "K", &is_host)) return NULL;
+    recorder_set_input_reads(&self->core, (tensor_bool_fn)(uintptr_t)is_host);
+    Py_RETURN_NONE;
+}
+
 static PyObject *Recorder_chain_abort(PyRecorder *self, PyObject *args) {
     unsigned long long function, data;
     if (!PyArg_ParseTuple(args, "KK", &function, &data)) return NULL;
@@ -321,6 +329,8 @@ static PyMethodDef Recorder_methods[] = {
     {"discard", (PyCFunction)Recorder_discard, METH_NOARGS, "forget what was recorded since the last take"},
     {"set_values", (PyCFunction)Recorder_set_values, METH_VARARGS,
      "set_values(stats, capture_patterns, capture_budget, functions): read node outputs"},
+    {"set_input_reads", (PyCFunction)Recorder_set_input_reads, METH_VARARGS,
+     "set_input_reads(is_host): read the ubatch each graph of a call of several tokens looks up"},
     {"set_routing", (PyCFunction)Recorder_set_routing, METH_VARARGS,
      "set_routing(on, op_mul_mat_id, op_get_rows, functions): read each MoE layer's routing"},
     {"chain_abort", (PyCFunction)Recorder_chain_abort, METH_VARARGS,

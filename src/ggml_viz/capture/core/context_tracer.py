@@ -79,11 +79,67 @@ class DecodeCall:
     def tokens(self) -> dict[str, np.ndarray]:
         return batch_arrays(self.batch)
 
-    def tokens_of_ubatch(self, ubatch: int) -> dict[str, np.ndarray]:
+    @cached_property
+    def _untaken(self) -> np.ndarray:
+        """Per token of the batch, whether no graph of the call has computed it yet."""
+        return np.ones(len(self.tokens["token_id"]), bool)
+
+    def tokens_of_graph(
+        self, ubatch: int, input_ids: np.ndarray | None = None
+    ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """The tokens the call's graph number `ubatch` computed, and their places in the batch.
+        llama.cpp splits a batch into ubatches of its own order (a few tokens of each sequence,
+        where the batch holds several): where the graph's token lookup was read (`input_ids`),
+        its tokens are the batch's that it looked up (ubatch_places); else the next n_ubatch not
+        yet computed, in the batch's order. The call's graphs come here in the order they ran."""
         if self.batch[1] == NO_BATCH:  # a plain program's compute: one graph, its input's tokens
-            return self.tokens if ubatch == 0 else {column: values[:0] for column, values in self.tokens.items()}
-        chunk = slice(ubatch * self.n_ubatch, (ubatch + 1) * self.n_ubatch)
-        return {column: values[chunk] for column, values in self.tokens.items()}
+            places = np.arange(len(self.tokens["token_id"]) if ubatch == 0 else 0)
+        else:
+            untaken = self._untaken
+            looked_up = ubatch_places(self.tokens, untaken, input_ids) if input_ids is not None else None
+            places = np.flatnonzero(untaken)[: self.n_ubatch] if looked_up is None else looked_up
+            untaken[places] = False
+        return {column: values[places] for column, values in self.tokens.items()}, places
+
+
+def ubatch_places(tokens: dict[str, np.ndarray], untaken: np.ndarray, ids: np.ndarray) -> np.ndarray | None:
+    """Which of a batch's tokens not yet computed (`untaken`) a ubatch that looked up `ids`
+    holds, in its order; None where they are not among them. llama.cpp takes a ubatch's tokens
+    as runs of a sequence's next tokens (the next n in the batch's order, or an equal run of
+    each sequence): each id is the token after the one before it, in the same sequence, where
+    that fits, else the first one not yet computed that has that id. (Tokens alike at the same
+    place of two sequences' runs may go to the first: the counts stay right.)"""
+    free = np.flatnonzero(untaken)
+    token_ids, seq_ids = tokens["token_id"], tokens["seq_id"]
+    if len(ids) <= len(free) and np.array_equal(token_ids[free[: len(ids)]], ids):
+        return free[: len(ids)]  # the next tokens in the batch's order: one sequence, or unified memory
+    waiting: dict[int, list[int]] = {}  # per id, its places not yet computed, last first
+    for place in free[::-1].tolist():
+        waiting.setdefault(int(token_ids[place]), []).append(place)
+    open_ = untaken.copy()
+    places: list[int] = []
+    previous = -2
+    for token in ids.tolist():
+        following = previous + 1
+        if (
+            previous >= 0
+            and following < len(token_ids)
+            and open_[following]
+            and token_ids[following] == token
+            and seq_ids[following] == seq_ids[previous]
+        ):
+            place = following
+        else:
+            candidates = waiting.get(token, [])
+            while candidates and not open_[candidates[-1]]:
+                candidates.pop()
+            if not candidates:
+                return None
+            place = candidates.pop()
+        open_[place] = False
+        places.append(place)
+        previous = place
+    return np.array(places, np.int64)
 
 
 # Closed graphs are written in batches: per graph, Python's bookkeeping costs several times

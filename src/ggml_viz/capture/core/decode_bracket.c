@@ -71,6 +71,7 @@ static int close_decode(Recorder *r, int32_t return_code, int64_t now) {
     if (r->decode_open) {
         record = &ARRAY_AT(r->decodes, DecodeRecord, r->decodes.count - 1);
         r->decode_open = 0;
+        r->read_input_ids = 0;
     } else {
         if (r->graph_node_start.count == closed_before) return 0; /* nothing ran outside a call */
         record = array_push(&r->decodes);
@@ -100,6 +101,7 @@ static long long open_decode(Recorder *r, const uint8_t *batch, int32_t n, long 
     size_t first = r->batch[BATCH_TOKENS].count;
     long long lowest = NO_BATCH; /* a graph computed outside llama: tokens only from its inputs */
     r->plain_call = batch == NULL;
+    r->read_input_ids = batch != NULL && n > 1;
     r->ids_table_rows = 0;
     if (batch) {
         lowest = copy_batch(batch, r->batch_offsets, n, &ARRAY_AT(r->batch[BATCH_TOKENS], int32_t, first),

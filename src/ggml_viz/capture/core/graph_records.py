@@ -122,4 +122,5 @@ def _raw_graph(record: Any, buffers: dict[int, BufferInfo]) -> RawGraph:
         same_as_previous=bool(record.same),
         n_timed=record.n_timed,
         end_of_graph_ns=record.end_ns,
+        input_ids=np.frombuffer(record.input_ids, np.int32) if record.input_ids else None,
     )

@@ -95,6 +95,9 @@ class RawGraph:
     values: np.ndarray | None = None  # contract STATS records, --values stats: one row per node read
     captures: list[Capture] = field(default_factory=list)  # --capture: whole outputs
     routing: list[Routing] = field(default_factory=list)  # each MoE layer's choice of experts
+    # int32: the ids its token lookup read, in a llama_decode call of several tokens (its ubatch's
+    # tokens, in llama.cpp's order); None where not read
+    input_ids: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.graph_start_ns < 0:

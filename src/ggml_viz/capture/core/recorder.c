@@ -182,6 +182,8 @@ static int on_ask(Recorder *r, uint64_t address) {
         memcpy(r->first_name, tensor + r->layout.name_offset, NAME_LEN);
         r->first_name[NAME_LEN - 1] = 0;
     }
+    if (r->read_input_ids && r->input_ids.count == r->graph_first_input_id && note_ubatch_ids(r, tensor) != 0)
+        return -1;
     if (!asked) { /* no callback will come for it: nothing to read; timed by ticks, if at all */
         if (r->tick_reads && r->time_nodes && (!r->filtering || is_selected(r, tensor))) *flags |= NODE_SELECTED;
         *start = *end = 0;
@@ -288,6 +290,7 @@ int recorder_read_graph(Recorder *r, void *graph, int n_nodes, void *(*node_at)(
     if (recorder_open_nodes(r) && close_graph(r, start_ns) != 0) goto failed;
     r->split_cursor = r->tick_split_end = 0;
     r->reading_at_compute = 1;
+    r->ids_tensor = 0;
     for (int i = 0; i < n_nodes; i++) {
         if (on_ask(r, (uint64_t)(uintptr_t)node_at(graph, i)) < 0) goto failed;
     }
@@ -337,6 +340,7 @@ int recorder_repeat_graph(Recorder *r, void *graph, int n_nodes, void *(*node_at
     for (size_t b = 0; b < r->previous_buffers.count; b++) { /* as a read describes them */
         if (describe_buffer(r, ARRAY_AT(r->previous_buffers, uint64_t, b)) != 0) goto failed;
     }
+    if (reread_ubatch_ids(r) != 0) goto failed;
     return 1;
 failed:
     r->out_of_memory = 1;
@@ -415,7 +419,9 @@ int recorder_split_computed(Recorder *r, void *split, int n_nodes, void *(*node_
     X(r, routing_records, sizeof(RoutingRecord)) \
     X(r, routing_data, 1) \
     X(r, graph_routing_start, sizeof(size_t)) \
-    X(r, graph_routing_data_start, sizeof(size_t))
+    X(r, graph_routing_data_start, sizeof(size_t)) \
+    X(r, input_ids, sizeof(int32_t)) \
+    X(r, graph_input_ids_start, sizeof(size_t))
 #define ARRAY_INIT(r, field, item_size) array_init(&(r)->field, item_size);
 #define ARRAY_FREE(r, field, item_size) array_free(&(r)->field);
 void reset_recorded(Recorder *r) {
@@ -426,6 +432,7 @@ void reset_recorded(Recorder *r) {
     r->graph_stats_start.count = r->graph_capture_start.count = r->graph_capture_data_start.count = 0;
     r->routing_records.count = r->routing_data.count = 0;
     r->graph_routing_start.count = r->graph_routing_data_start.count = 0;
+    r->input_ids.count = r->graph_input_ids_start.count = 0;
     r->graph_node_start.count = r->graph_struct_start.count = r->graph_leaf_start.count = 0;
     r->graph_buffer_start.count = r->graph_boundary.count = r->buffers.count = r->graph_same.count = 0;
     open_graph(r);
@@ -460,8 +467,12 @@ void recorder_free(Recorder *r) {
 }
 
 void recorder_set_weight_prints(Recorder *r, tensor_bool_fn buffer_is_host, size_fn nbytes) {
-    r->print_buffer_is_host = buffer_is_host;
+    r->is_host_buffer = buffer_is_host;
     r->print_nbytes = buffer_is_host ? nbytes : NULL;
+}
+
+void recorder_set_input_reads(Recorder *r, tensor_bool_fn buffer_is_host) {
+    if (buffer_is_host) r->is_host_buffer = buffer_is_host;
 }
 
 const char *recorder_set_filters(Recorder *r, const char *const *ops, int n_ops, const int64_t (*layer_ranges)[2],

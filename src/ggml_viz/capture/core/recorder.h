@@ -166,14 +166,23 @@ typedef struct {
     Array batch[BATCH_COLUMNS]; /* the calls' batches, column by column */
     int out_of_memory;
     long long fail_after_nodes; /* tests: act out of memory at this many nodes (0: never) */
+    /* ggml_backend_buffer_is_host (recorder_set_weight_prints, recorder_set_input_reads): which
+       memory the recorder may read itself; NULL: none */
+    tensor_bool_fn is_host_buffer;
     /* unnamed weights' fingerprints (recorder_set_weight_prints): new ones since the owner took
        them, and the data address of every weight printed (sorted) */
-    tensor_bool_fn print_buffer_is_host;
     size_fn print_nbytes;
     Array weight_prints, printed;
     /* a call without a batch: the rows of the table its tokens were read from (0: none yet) */
     int plain_call;
     int64_t ids_table_rows;
+    /* the ubatch each graph of a call of several tokens computes (plain_tokens.c): the ids its
+       token lookup read, per graph; the lookup's ids tensor in the graph last read whole (a graph
+       computed again unread reads it again) */
+    int read_input_ids;
+    Array input_ids, graph_input_ids_start;
+    size_t graph_first_input_id;
+    uint64_t ids_tensor;
 } Recorder;
 
 /* A byte range of what the recorder holds (valid until the next take ends). */
@@ -222,6 +231,9 @@ const char *recorder_set_routing(Recorder *r, int on, int32_t op_mul_mat_id, int
 /* Fingerprint each unnamed weight in host memory the first time a graph reads it (the owner
    takes them from r->weight_prints); the functions: ggml_backend_buffer_is_host, ggml_nbytes. */
 void recorder_set_weight_prints(Recorder *r, tensor_bool_fn buffer_is_host, size_fn nbytes);
+/* Read the ids each graph of a llama_decode call of several tokens looks up (its ubatch's tokens),
+   where they are in host memory: ggml_backend_buffer_is_host (NULL: never). */
+void recorder_set_input_reads(Recorder *r, tensor_bool_fn buffer_is_host);
 /* FNV-1a (64 bits) over the first, middle and last 64 bytes (all of them when fewer). */
 uint64_t weight_fingerprint(const uint8_t *bytes, uint64_t nbytes);
 

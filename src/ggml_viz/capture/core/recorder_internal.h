@@ -68,6 +68,8 @@ bool starts_next_graph(Recorder *r, const uint8_t *tensor);
 /* plain_tokens.c */
 bool in_weights(Recorder *r, const uint8_t *tensor);
 int note_input_ids(Recorder *r, const uint8_t *node);
+int note_ubatch_ids(Recorder *r, const uint8_t *node);
+int reread_ubatch_ids(Recorder *r);
 
 /* routing.c */
 int note_routing(Recorder *r, const uint8_t *tensor, uint64_t address, uint32_t node, bool can_plan, uint8_t *flags);

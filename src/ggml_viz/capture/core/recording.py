@@ -353,8 +353,8 @@ def routing_rows(graph_id: int, routing: list[Routing], outputs: np.ndarray) -> 
     """moe_routing rows: per MoE layer read, one per token of the batch and slot (a layer whose
     ids could not be read has none). A layer's rows are the graph's tokens, or, where it computes
     fewer (llama.cpp's last layer keeps only the tokens whose logits are wanted: `outputs`),
-    those tokens; rows that fit neither (a batch llama.cpp split by sequence into ubatches whose
-    tokens the graphs table does not know one by one) get token_index -1."""
+    those tokens; rows that fit neither (a graph whose tokens were not read: a ubatch whose token
+    lookup is not in host memory) get token_index -1."""
     read = [layer for layer in routing if layer.status in ROUTING_KEPT]
     empty = np.zeros(0, np.int32)
 
@@ -419,7 +419,7 @@ def _graph_row(
     """A graph's row of the `graphs` table: when it ran, in which llama_decode call, on which
     tokens (outside any: in the phase its structure computes, structure_phase)."""
     decode = call.decode
-    tokens = decode.tokens_of_ubatch(ubatch) if decode else {}
+    tokens, places = decode.tokens_of_graph(ubatch, getattr(graph, "input_ids", None)) if decode else ({}, np.arange(0))
     n_tokens = len(tokens.get("token_id", ()))
     return {
         "graph_id": graph_id,
@@ -439,7 +439,8 @@ def _graph_row(
         "token_seq_ids": tokens["seq_id"].tolist() if n_tokens else [],
         "token_outputs": tokens["output"].tolist() if n_tokens else [],
         "token_texts": tracer.token_texts(tokens["token_id"]) if n_tokens else [],
-        "first_batch_index": ubatch * tracer.n_ubatch,
+        "first_batch_index": int(places[0]) if n_tokens else ubatch * tracer.n_ubatch,
+        "token_batch_indexes": places.tolist() if n_tokens else [],
         # a call that fed no tokens (a plain ggml program's compute): what its structure computes
         "phase": structure_phase if decode is None or decode.phase == "other" else decode.phase,
         "detail": graph.detail,

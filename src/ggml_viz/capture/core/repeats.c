@@ -129,6 +129,7 @@ void open_graph(Recorder *r) {
     r->graph_first_capture_byte = r->capture_data.count;
     r->graph_first_routing = r->routing_records.count;
     r->graph_first_routing_byte = r->routing_data.count;
+    r->graph_first_input_id = r->input_ids.count;
     r->routing_chains.count = r->routing_reads.count = 0;
     r->planned_next = r->routing_plan_at = 0;
     r->leaf_end.count = r->buffer_end.count = 0;
@@ -177,10 +178,12 @@ int close_graph(Recorder *r, int64_t boundary) {
     size_t *capture_data_start = array_push(&r->graph_capture_data_start);
     size_t *routing_start = array_push(&r->graph_routing_start);
     size_t *routing_data_start = array_push(&r->graph_routing_data_start);
+    size_t *input_ids_start = array_push(&r->graph_input_ids_start);
     int64_t *boundary_ns = array_push(&r->graph_boundary);
     uint8_t *same_flag = array_push(&r->graph_same);
     if (!node_start || !struct_start || !leaf_start || !buffer_start || !tick_start || !boundary_ns || !same_flag ||
-        !stats_start || !capture_start || !capture_data_start || !routing_start || !routing_data_start) {
+        !stats_start || !capture_start || !capture_data_start || !routing_start || !routing_data_start ||
+        !input_ids_start) {
         return -1;
     }
     bool same;
@@ -202,6 +205,7 @@ int close_graph(Recorder *r, int64_t boundary) {
     *capture_data_start = r->graph_first_capture_byte;
     *routing_start = r->graph_first_routing;
     *routing_data_start = r->graph_first_routing_byte;
+    *input_ids_start = r->graph_first_input_id;
     *boundary_ns = boundary;
     if (n > r->previous_capacity) {
         uint8_t *grown = realloc(r->previous_selection, n);

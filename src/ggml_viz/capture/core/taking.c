@@ -25,7 +25,7 @@ static Bytes bytes_of(const Array *a, size_t from, size_t to) {
 }
 
 int recorder_take_graph(Recorder *r, size_t g, GraphTake *out) {
-    size_t n0, n1, m0, m1, l0, l1, b0, b1, k0, k1, v0, v1, c0, c1, d0, d1, e0, e1, f0, f1;
+    size_t n0, n1, m0, m1, l0, l1, b0, b1, k0, k1, v0, v1, c0, c1, d0, d1, e0, e1, f0, f1, i0, i1;
     graph_range(&r->graph_node_start, g, r->node_flags.count, &n0, &n1);
     graph_range(&r->graph_struct_start, g, r->nodes.count, &m0, &m1);
     graph_range(&r->graph_leaf_start, g, r->leaves.count, &l0, &l1);
@@ -36,6 +36,7 @@ int recorder_take_graph(Recorder *r, size_t g, GraphTake *out) {
     graph_range(&r->graph_capture_data_start, g, r->capture_data.count, &d0, &d1);
     graph_range(&r->graph_routing_start, g, r->routing_records.count, &e0, &e1);
     graph_range(&r->graph_routing_data_start, g, r->routing_data.count, &f0, &f1);
+    graph_range(&r->graph_input_ids_start, g, r->input_ids.count, &i0, &i1);
     memset(out, 0, sizeof *out);
     out->same = ARRAY_AT(r->graph_same, uint8_t, g);
     out->n_nodes = n1 - n0;
@@ -61,7 +62,7 @@ int recorder_take_graph(Recorder *r, size_t g, GraphTake *out) {
         r->taken_buffers.count = b1 - b0;
     }
     out->plain_repeat = out->same && same_buffers && !out->n_timed && !n_selected && k1 == k0 && v1 == v0 && c1 == c0 &&
-                        e1 == e0;
+                        e1 == e0 && i1 == i0;
     if (out->plain_repeat) return 0;
     size_t s0 = out->same ? n1 : n0, t0 = out->same ? l1 : l0, u0 = out->same ? m1 : m0; /* empty when same */
     out->parts[PART_NODES] = bytes_of(&r->nodes, u0, m1);
@@ -80,6 +81,7 @@ int recorder_take_graph(Recorder *r, size_t g, GraphTake *out) {
     out->parts[PART_CAPTURE_BYTES] = bytes_of(&r->capture_data, d0, d1);
     out->parts[PART_ROUTING_RECORDS] = bytes_of(&r->routing_records, e0, e1);
     out->parts[PART_ROUTING_BYTES] = bytes_of(&r->routing_data, f0, f1);
+    out->parts[PART_INPUT_IDS] = bytes_of(&r->input_ids, i0, i1);
     return 0;
 }
 
@@ -132,7 +134,7 @@ void recorder_drop_open(Recorder *r) {
         r->graph_boundary.count != n_graphs || r->graph_same.count != n_graphs ||
         r->graph_stats_start.count != n_graphs || r->graph_capture_start.count != n_graphs ||
         r->graph_capture_data_start.count != n_graphs || r->graph_routing_start.count != n_graphs ||
-        r->graph_routing_data_start.count != n_graphs) {
+        r->graph_routing_data_start.count != n_graphs || r->graph_input_ids_start.count != n_graphs) {
         reset_recorded(r); /* failed while closing a graph: nothing is whole */
         return;
     }
@@ -146,6 +148,7 @@ void recorder_drop_open(Recorder *r) {
     r->capture_data.count = r->graph_first_capture_byte;
     r->routing_records.count = r->graph_first_routing;
     r->routing_data.count = r->graph_first_routing_byte;
+    r->input_ids.count = r->graph_first_input_id;
     open_graph(r);
 }
 

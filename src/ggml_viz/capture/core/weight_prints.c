@@ -42,7 +42,7 @@ int print_weight(Recorder *r, const uint8_t *tensor) {
     if (name[0] && strncmp(name, "leaf_", 5) != 0) return 0;
     const void *buffer = (const void *)(uintptr_t)field_u64(tensor, r->layout.buffer_offset);
     const uint8_t *data = (const uint8_t *)(uintptr_t)field_u64(tensor, r->layout.data_offset);
-    if (!buffer || !data || buffer_usage_of(r, buffer) != BUFFER_USAGE_WEIGHTS || !r->print_buffer_is_host(buffer)) {
+    if (!buffer || !data || buffer_usage_of(r, buffer) != BUFFER_USAGE_WEIGHTS || !r->is_host_buffer(buffer)) {
         return 0;
     }
     size_t at;

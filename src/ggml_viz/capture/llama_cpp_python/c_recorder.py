@@ -78,6 +78,7 @@ class CGraphRecorder:
         self.values = values
         if values.wanted:
             self._recorder.set_values(values.stats, values.captures, values.capture_bytes, value_functions())
+        self._recorder.set_input_reads(*_addresses("ggml_backend_buffer_is_host"))
         self.routing = routing
         if routing:
             ops = routing_ops()

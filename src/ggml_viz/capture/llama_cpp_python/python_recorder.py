@@ -51,6 +51,7 @@ _INITIAL_CAPACITY = 2048
 
 _STRIDED_TYPES = {0: np.float32, 1: np.float16, 26: np.int32}  # ggml_type ids: F32, F16, I32
 _BUFFER_USAGE_WEIGHTS = 1
+_MAX_INPUT_IDS = 1 << 16  # plain_tokens.c's bound
 
 
 def _strided(address: int, ggml_type: int, ne: np.ndarray, nb: np.ndarray) -> np.ndarray:
@@ -135,6 +136,9 @@ class PythonGraphRecorder:
         self._skipped = (0, 0)
         self._routing_read = 0
         self.selection = selection or NodeSelection()
+        self._get_rows = routing_ops().get_rows
+        # a llama_decode call of several tokens is open: read the ids each graph looks up (its ubatch's)
+        self.read_input_ids = False
         self.failure: str | None = None
         self.user_data: int | None = None
         # llama.cpp keeps the raw function pointer: this object must outlive the context.
@@ -168,6 +172,7 @@ class PythonGraphRecorder:
         self._ids_read: set[int] = set()
         self._routing: list[Routing] = []
         self._pending_routing: tuple[int, int, int] = (0, 0, 0)  # ids, weights, experts
+        self._input_ids: np.ndarray | None = None  # the ids its token lookup read (read_input_ids)
 
     # -- the callbacks ------------------------------------------------------------------
 
@@ -223,6 +228,8 @@ class PythonGraphRecorder:
             name = bytes(copied["name"]).split(b"\0", 1)[0]
             self._first = (int(copied["op"]), name) if name else None
         self._note_buffer(int(copied["buffer"]))
+        if self.read_input_ids and self._input_ids is None:
+            self._input_ids = self._lookup_ids(copied)
         for source in copied["src"].tolist():
             if source not in self._known:
                 self._copy_leaf(source)
@@ -258,6 +265,22 @@ class PythonGraphRecorder:
         self._starts.append(now)
         self._ends.append(now)
         return answer
+
+    def _lookup_ids(self, copied: np.void) -> np.ndarray | None:
+        """The ids a token lookup reads (as plain_tokens.c's lookup_ids): a GET_ROWS of a weight
+        by a 1-D I32 tensor that is no weight, in host memory; None where this node is none."""
+        if int(copied["op"]) != self._get_rows:
+            return None
+        table, ids = (int(source) for source in copied["src"][:2])
+        if not table or not ids or not _in_weights(int(_struct(table)["buffer"])):
+            return None
+        described = _struct(ids)
+        buffer, ne = int(described["buffer"]), described["ne"]
+        if _in_weights(buffer) or int(described["type"]) != 26 or not 0 < int(ne[0]) <= _MAX_INPUT_IDS:
+            return None
+        if int(described["nb"][0]) != 4 or any(int(n) != 1 for n in ne[1:]) or not buffer:
+            return None
+        return _read_elements(described)
 
     def _note_routing(self, tensor: int, copied: np.void) -> bool:
         """Follow the experts' weights; whether this node is a MUL_MAT_ID whose ids were not read
@@ -394,6 +417,7 @@ class PythonGraphRecorder:
             values=np.array(self._values, dtype=STATS.dtype) if self._values else None,
             captures=self._captures,
             routing=self._routing,
+            input_ids=self._input_ids,
         )
         if self.inline_timing:
             ticks = np.array(self._ticks, dtype=np.int64)

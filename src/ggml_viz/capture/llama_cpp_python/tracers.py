@@ -24,6 +24,7 @@ from . import gpu
 from .c_recorder import CGraphRecorder
 from .gpu import GpuReading
 from .llama_info import batch_offsets, read_batch
+from .python_recorder import PythonGraphRecorder
 
 
 class InProcessWriter(GraphWriter, Protocol):
@@ -108,6 +109,8 @@ class PythonContextTracer(InProcessTracer):
             self._close_open_graph(None, 0, perf_counter_ns())
         decode = DecodeCall(self.n_decodes, perf_counter_ns(), read_batch(batch), self.n_ubatch, self.warmup)
         self.decode = decode
+        if isinstance(self.recorder, PythonGraphRecorder):  # (the C recorder's own bracket decides in C)
+            self.recorder.read_input_ids = len(decode.tokens["token_id"]) > 1
         self.n_decodes += 1
         time_nodes = self._time_nodes_now(decode)
         if time_nodes != self._time_nodes:
@@ -127,6 +130,8 @@ class PythonContextTracer(InProcessTracer):
     def _close_call(self, return_code: int) -> None:
         now = perf_counter_ns()
         decode, self.decode = self.decode, None
+        if isinstance(self.recorder, PythonGraphRecorder):
+            self.recorder.read_input_ids = False
         if self._mode is Mode.COUNT:
             self._count_dropped()
         elif self._mode is Mode.RECORD and decode is not None:

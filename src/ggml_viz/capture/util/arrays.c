@@ -26,6 +26,13 @@ int array_append(Array *a, const Array *from, size_t start, size_t count) {
     return 0;
 }
 
+int array_append_items(Array *a, const void *items, size_t count) {
+    if (array_reserve(a, count) != 0) return -1;
+    memcpy(a->items + a->count * a->item_size, items, count * a->item_size);
+    a->count += count;
+    return 0;
+}
+
 void array_init(Array *a, size_t item_size) {
     memset(a, 0, sizeof *a);
     a->item_size = item_size;

@@ -21,5 +21,7 @@ int array_reserve(Array *a, size_t extra);
 void *array_push(Array *a);
 /* Append `count` items of `from` (same item size), starting at item `start`: 0, or -1. */
 int array_append(Array *a, const Array *from, size_t start, size_t count);
+/* Append `count` items read from `items` (of the array's item size): 0, or -1. */
+int array_append_items(Array *a, const void *items, size_t count);
 
 #endif
