@@ -32,9 +32,10 @@ MS = 1_000_000
 ORIGIN = 5 * MS  # the run's first graph, before any request: the warm-up
 
 # decode calls: (start, end, [(seq, first position, tokens, last asks for logits)], graphs it ran as)
-# call 0: two prompts at once (slot 0: 4 tokens, slot 1: 2), run as two graphs, all the tokens on
-# the first (as the recorder gives a call's tokens when llama.cpp splits it by sequence); calls 1
-# and 2: the tokens fed back; call 3: slot 1's next request, its first position cached.
+# call 1: two prompts at once (slot 0: 4 tokens, slot 1: 2), run as two graphs, one per sequence
+# (as llama.cpp splits a batch by sequence), or all the tokens on the first (as runs recorded before
+# the graphs' own tokens were kept hold them); calls 2 and 3: the tokens fed back; call 4: slot 1's
+# next request, its first position cached.
 CALLS = [
     (10, 20, [(0, 0, 4, True), (1, 0, 2, True)], 2),
     (21, 24, [(0, 4, 1, True), (1, 2, 1, True)], 1),
@@ -44,7 +45,7 @@ CALLS = [
 ]
 
 
-def two_slots() -> pa.Table:
+def two_slots(by_sequence: bool = True) -> pa.Table:
     rows: dict[str, list] = {key: [] for key in COLUMNS}
 
     def graph(phase: str, start: int, end: int, tokens: list, call: int, ubatch: int, call_times: tuple) -> None:
@@ -52,7 +53,7 @@ def two_slots() -> pa.Table:
         rows["phase"].append(phase)
         rows["start_ns"].append(start)
         rows["end_ns"].append(end)
-        rows["first_batch_index"].append(0)
+        rows["first_batch_index"].append(4 * ubatch)  # (slot 0's four tokens before slot 1's)
         rows["token_ids"].append([7] * len(tokens))
         rows["token_positions"].append([pos for _, pos, _ in tokens])
         rows["token_seq_ids"].append([seq for seq, _, _ in tokens])
@@ -72,8 +73,11 @@ def two_slots() -> pa.Table:
         phase = "prompt" if len(tokens) > 2 else "decode"
         times = (start * MS, end * MS)
         for ubatch in range(n_graphs):  # the graphs inside the call, a little after it began
-            graph(phase, times[0] + MS // 2 + ubatch * MS, times[0] + (ubatch + 1) * MS, tokens if not ubatch else [],
-                  index, ubatch, times)  # fmt: skip
+            if n_graphs == 1:
+                mine = tokens
+            else:
+                mine = [t for t in tokens if t[0] == ubatch] if by_sequence else (tokens if not ubatch else [])
+            graph(phase, times[0] + MS // 2 + ubatch * MS, times[0] + (ubatch + 1) * MS, mine, index, ubatch, times)
     return pa.table({key: pa.array(values, TYPES.get(key)) for key, values in rows.items()})
 
 
@@ -91,9 +95,10 @@ def blank(tmp_path_factory) -> Any:
     return write_synthetic_run(tmp_path_factory.mktemp("requests") / "one.ggmlviz", graphs=4, layers=1)
 
 
-def test_each_request_s_counts_and_times_come_from_its_decode_calls(blank):
+@pytest.mark.parametrize("by_sequence", [True, False], ids=["graphs-by-sequence", "tokens-on-the-first-graph"])
+def test_each_request_s_counts_and_times_come_from_its_decode_calls(blank, by_sequence):
     # GIVEN two slots' requests, batched together in decode calls
-    run = with_graphs(ggml_viz.open(blank), two_slots())
+    run = with_graphs(ggml_viz.open(blank), two_slots(by_sequence))
     # WHEN their times are read
     times = request_times(run).set_index("request")
     # THEN three requests, in the order they began, with the server's counts: prompt tokens
@@ -108,7 +113,8 @@ def test_each_request_s_counts_and_times_come_from_its_decode_calls(blank):
     assert times["prompt_ms"].tolist() == [10.0, 10.0, 10.0] and times["ttft_ms"].equals(times["prompt_ms"])
     assert times["predicted_ms"].tolist() == [8.0, 4.0, 4.0]
     assert times["tpot_ms"].tolist() == [4.0, 4.0, 4.0]
-    assert times["first_graph_id"].tolist() == [1, 1, 5] and times["last_graph_id"].tolist() == [4, 3, 6]
+    assert times["first_graph_id"].tolist() == [1, 2 if by_sequence else 1, 5]
+    assert times["last_graph_id"].tolist() == [4, 3, 6]
     # AND the calls they held tokens in, shared with the other slot's or not, and their share
     assert times["batches"].tolist() == [3, 2, 2] and times["shared_batches"].tolist() == [2, 2, 0]
     assert times["batches_ms"].tolist() == [16.0, 13.0, 13.0]
