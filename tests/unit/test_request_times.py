@@ -171,9 +171,11 @@ def reference_times(run: Any) -> pd.DataFrame:
     tokens = graphs.explode(["token_positions", "token_seq_ids", "token_outputs"]).dropna(subset=["token_seq_ids"])
     tokens["batch_index"] = tokens["first_batch_index"] + tokens.groupby(level=0).cumcount()
     tokens = tokens[tokens["phase"].isin(["prompt", "decode"]) & (tokens["token_seq_ids"] >= 0)]
-    # in reading order, as the reader's tokens table (by graph, place in its batch), then by start
-    tokens = tokens.sort_values(["start_ns", "batch_index"], kind="stable")
-    in_batch = tokens.groupby(["graph_id", "token_seq_ids"])["token_positions"].transform("size").to_numpy()
+    # in reading order: by decode call's start, place in its batch, then call (by its first graph)
+    tokens["call_start"] = tokens["call"].map(starts)
+    tokens["call_first"] = tokens["call"].map(graphs.groupby("call")["graph_id"].min())
+    tokens = tokens.sort_values(["call_start", "batch_index", "call_first"], kind="stable")
+    in_batch = tokens.groupby(["call", "token_seq_ids"])["token_positions"].transform("size").to_numpy()
     found: list[dict[str, Any]] = []
     current: dict[int, dict[str, Any]] = {}
     columns = [tokens[name] for name in ("token_seq_ids", "token_positions", "token_outputs", "call")]

@@ -181,9 +181,8 @@ def request_times(run: Run) -> pd.DataFrame:
     split = _split(run)
     if split is None:
         return _empty(REQUEST_COLUMNS)
-    calls = _decode_calls(run)
-    graph_row = split.tokens.graph_row[split.by_seq]  # per token, in `by_seq` order
-    call = calls.of_row[graph_row]
+    calls = split.tokens.calls
+    call = split.tokens.call[split.by_seq]  # per token, in `by_seq` order
     start, end = calls.start_ns[call], calls.end_ns[call]
     generated, heads = split.generated, split.heads
     prompt = ~generated
@@ -233,8 +232,8 @@ def request_batches(run: Run) -> pd.DataFrame:
     split = _split(run)
     if split is None:
         return _empty(BATCH_COLUMNS)
-    calls = _decode_calls(run)
-    call = calls.of_row[split.tokens.graph_row[split.by_seq]]
+    calls = split.tokens.calls
+    call = split.tokens.call[split.by_seq]
     request, pair_call, tokens = _pairs(split, call, calls)
     rank = np.empty(len(split.heads), np.int64)
     rank[split.order] = np.arange(len(split.heads))
@@ -302,10 +301,12 @@ class _ServedTokens:
     seq: np.ndarray
     pos: np.ndarray
     output: np.ndarray  # it asked for logits
-    several: np.ndarray  # its sequence had several tokens in its batch (graph)
+    several: np.ndarray  # its sequence had several tokens in its batch (decode call)
     start_ns: np.ndarray  # its graph's start
     graph_id: np.ndarray
     graph_row: np.ndarray  # its graph's row in the graphs table
+    call: np.ndarray  # its decode call (in `calls`)
+    calls: _DecodeCalls
     text_index: np.ndarray  # its place in `texts`
     texts: pa.Array  # every token's text, as stored
 
@@ -390,15 +391,18 @@ def _served_tokens(run: Run) -> _ServedTokens | None:
     keep = np.flatnonzero(phase[row] & (seq >= 0))
     if not len(keep):
         return None
-    # by graph (and place in it), as the reader's tokens table, then by the graph's start (stable;
-    # as stored, they are so already: a day's 1.75M tokens are then not sorted again)
-    keys = (graph_id[keep], batch_index[keep], start_ns[keep])
+    # by decode call's start, place in its batch, then call (stable; as stored, they are so already: a
+    # day's 1.75M tokens are then not sorted again). Not by graph: a call that splits its batch into
+    # several graphs need not give each sequence's tokens to them in the batch's order.
+    calls = _decode_calls(run)
+    call = calls.of_row[row]
+    keys = (call[keep], batch_index[keep], calls.start_ns[call[keep]])
     order = keep if _in_order(*keys) else keep[np.lexsort(keys)]
-    # a sequence's tokens in one batch (graph): only a graph of several tokens can have them
+    # a sequence's tokens in one batch (call): only a call of several tokens can have them
     several = np.zeros(len(order), bool)
-    multi = np.flatnonzero(lengths[row[order]] > 1)
+    multi = np.flatnonzero(np.bincount(call, minlength=len(calls.start_ns))[call[order]] > 1)
     if len(multi):
-        pair = graph_id[order[multi]] * (np.int64(1) << 32) + seq[order[multi]]
+        pair = call[order[multi]] * (np.int64(1) << 32) + seq[order[multi]]
         _, inverse, counts = np.unique(pair, return_inverse=True, return_counts=True)
         several[multi] = counts[inverse] > 1
     texts = pc.fill_null(pc.list_flatten(graphs.column("token_texts").combine_chunks()), "")
@@ -410,6 +414,8 @@ def _served_tokens(run: Run) -> _ServedTokens | None:
         start_ns=start_ns[order],
         graph_id=graph_id[order],
         graph_row=row[order],
+        call=call[order],
+        calls=calls,
         text_index=order,
         texts=texts,
     )
@@ -461,11 +467,11 @@ class _DecodeCalls:
 def _decode_calls(run: Run) -> _DecodeCalls:
     """The decode calls of the run's graphs. A call's tokens are its graphs' together (however
     the call's graphs share them out), its times the call's own (entered, returned)."""
-    columns = ["graph_id", "context_id", "decode_index", "start_ns", "end_ns", "decode_start_ns",
-               "decode_end_ns", "n_tokens"]  # fmt: skip
-    graphs = run.arrow("graphs").select(columns)
+    graphs = run.arrow("graphs")
 
     def column(name: str, missing: int = -1) -> np.ndarray:
+        if name not in graphs.schema.names:  # (a table made without the decode calls: a graph is one)
+            return np.full(graphs.num_rows, missing, np.int64)
         return graphs.column(name).fill_null(missing).to_numpy().astype(np.int64)
 
     graph_id, context_id, decode_index = column("graph_id"), column("context_id"), column("decode_index")
@@ -478,6 +484,10 @@ def _decode_calls(run: Run) -> _DecodeCalls:
     n = len(unique)
     first = np.full(n, np.iinfo(np.int64).max)
     np.minimum.at(first, of_row, graph_id)
+    # the calls numbered by their first graph, as stored
+    renumbered = np.empty(n, np.int64)
+    renumbered[np.argsort(first, kind="stable")] = np.arange(n)
+    of_row, first = renumbered[of_row.ravel()], np.sort(first)
     call_start = np.full(n, np.iinfo(np.int64).max)
     np.minimum.at(call_start, of_row, start)
     call_end = np.full(n, np.iinfo(np.int64).min)
