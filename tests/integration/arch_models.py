@@ -103,10 +103,10 @@ class ModelSpec:
     tensor_types: dict[str, str]  # every tensor's name and ggml type name, in file order
 
 
-def write_model(path: Path, architecture: str, **overrides: Any) -> ModelSpec:
+def write_model(path: Path, architecture: str, seed: int = SEED, **overrides: Any) -> ModelSpec:
     """Write `architecture`'s tiny model to `path` (overrides: Recipe fields, e.g. n_layers=12,
-    n_embd=512 for a model whose steps take milliseconds); skips the test where llama.cpp's
-    vocabulary files are missing."""
+    n_embd=512 for a model whose steps take milliseconds; seed: of its random weights); skips the
+    test where llama.cpp's vocabulary files are missing."""
     recipe = dataclasses.replace(RECIPES[architecture], **overrides)
     tokenizer = _tokenizer(require_vocab_file(recipe.vocab))
     n_vocab = len(tokenizer["tokenizer.ggml.tokens"][0])
@@ -117,7 +117,7 @@ def write_model(path: Path, architecture: str, **overrides: Any) -> ModelSpec:
         lambda writer: _add_hparams(writer, recipe),
         _tensors(recipe, n_vocab),
         _random_values,
-        SEED,
+        seed,
     )
     return ModelSpec(path, architecture, recipe.n_layers, n_vocab, recipe.tied_embeddings, types)
 

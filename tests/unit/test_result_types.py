@@ -21,11 +21,13 @@ from ggml_viz.analysis.devices import placement_advice, run_advice, run_devices
 from ggml_viz.analysis.devices.advise import advise
 from ggml_viz.analysis.gpu import gpu_summary
 from ggml_viz.analysis.graph_view import graph_view_of
+from ggml_viz.analysis.kv import kv_capacity, kv_events, kv_use
 from ggml_viz.analysis.memory import kv_cache_extremes
 from ggml_viz.analysis.moe import moe_summary
 from ggml_viz.analysis.numerics import first_non_finite
 from ggml_viz.analysis.requests import request_rows, requests_summary
 from ggml_viz.analysis.roofline import roofline_summary
+from ggml_viz.analysis.speculative import speculative_summary
 from ggml_viz.analysis.summary import RunSummary, summarize
 from ggml_viz.runformat.reader import Run
 from ggml_viz.runformat.synthetic import write_synthetic_run
@@ -33,6 +35,7 @@ from ggml_viz.runformat.synthetic import write_synthetic_run
 from ..gpu_runs import write_gpu_run
 from ..machine_limits import keep_in_run, twice_as_fast_at_two_threads
 from ..payload_shapes import declared_types, shape_problems
+from ..speculative_runs import write_server_run
 
 # each producer, and how it is called on a run (`other`: another run, for those comparing two):
 # the type checked is its return annotation
@@ -46,7 +49,11 @@ PRODUCERS: dict[str, tuple[Callable[..., Any], Callable[[Run, Run], tuple[Any, .
     "gpu_summary": (gpu_summary, lambda run, other: (run,)),
     "roofline_summary": (roofline_summary, lambda run, other: (run, weight_reads(run))),
     "moe_summary": (moe_summary, lambda run, other: (run,)),
+    "speculative_summary": (speculative_summary, lambda run, other: (run,)),
     "kv_cache_extremes": (kv_cache_extremes, lambda run, other: (run,)),
+    "kv_use": (kv_use, lambda run, other: (run,)),
+    "kv_capacity": (kv_capacity, lambda run, other: (run,)),
+    "kv_events": (kv_events, lambda run, other: (run,)),
     "placement_advice": (placement_advice, lambda run, other: (run, run_devices(run))),
     "compare": (compare, lambda run, other: (other, run)),
     "settings": (settings, lambda run, other: (run,)),
@@ -105,6 +112,18 @@ def test_the_summary_is_checked_down_to_its_deepest_records(runs):
     # AND a key the producer adds without declaring it is seen
     limits["roofline"]["by_op"][0]["spare"] = 1  # type: ignore[typeddict-unknown-key]
     assert shape_problems(limits, RunSummary) == ["$.roofline.by_op[0]: 'spare' undeclared (RooflineOp)"]
+
+
+def test_a_speculative_run_s_summary_has_the_keys_it_declares(tmp_path):
+    # GIVEN a server's run whose target verified a draft model's drafts
+    run = ggml_viz.open(write_server_run(tmp_path / "speculative.ggmlviz"))
+    # WHEN it is summed up, alone and in the summary
+    alone, summary = speculative_summary(run), summarize(run)
+    # THEN both hold what they declare, down to each request's
+    assert alone and alone["requests"] and summary["speculative"] == alone
+    assert shape_problems(alone, get_type_hints(speculative_summary)["return"]) == []
+    assert shape_problems(summary, RunSummary) == []
+    assert {"SpeculativeSummary", "SpeculativeRequest"} <= declared_types(RunSummary)
 
 
 def test_the_comparison_and_the_layout_fill_what_they_declare(runs):

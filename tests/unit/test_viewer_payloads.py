@@ -54,6 +54,8 @@ ENDPOINTS: list[tuple[str, str, Any]] = [
     (f"{PREFIX}/requests", "/api/runs/r4/requests", payloads.RequestsPayload),
     (f"{PREFIX}/whatif", "/api/runs/r0/whatif", payloads.WhatifPayload),
     (f"{PREFIX}/whatif", "/api/runs/r3/whatif", payloads.WhatifPayload),
+    (f"{PREFIX}/slots", "/api/runs/r0/slots", payloads.SlotsPayload),
+    (f"{PREFIX}/slots", "/api/runs/r4/slots", payloads.SlotsPayload),
     (f"{PREFIX}/events", "/api/runs/r0/events?op=MUL_MAT&offset=10&limit=5", payloads.EventsPayload),
     (
         f"{PREFIX}/events",
@@ -79,7 +81,8 @@ def runs_folder(tmp_path_factory):
     # r3: a run holding this machine's limits at two thread counts, whose other threads are predicted
     with_limits = write_synthetic_run(folder / "d-limits.ggmlviz", graphs=12, layers=4, seed=4)
     keep_in_run(with_limits, twice_as_fast_at_two_threads())
-    write_synthetic_run(folder / "e-server.ggmlviz", graphs=24, layers=2, seed=5, sequences=3)  # r4: a server's
+    # r4: a server's run, its graphs taking turns among three sequences
+    write_synthetic_run(folder / "e-server.ggmlviz", graphs=24, layers=4, seed=5, sequences=3)
     return folder
 
 

@@ -136,8 +136,28 @@ class ExpertRouting(Finding):
         return _routing_findings(moe_summary(run))
 
 
+class SpeculationCost(Finding):
+    name = "speculation"
+    summary = (
+        "speculative decoding whose drafting and verifying took longer than the run's own single-token "
+        "decode steps would have taken for the same tokens"
+    )
+
+    def find(self, run: Run, context: FindingContext) -> list[str]:
+        from .speculative import speculation_findings, speculative_summary
+
+        return speculation_findings(speculative_summary(run))
+
+
 # In the order they are said; plugins' findings come after these.
-BUILTIN_FINDINGS: list[Finding] = [NonFiniteValues(), NodeTime(), MachineLimits(), ExpertRouting(), GpuFindings()]
+BUILTIN_FINDINGS: list[Finding] = [
+    NonFiniteValues(),
+    NodeTime(),
+    MachineLimits(),
+    ExpertRouting(),
+    GpuFindings(),
+    SpeculationCost(),
+]
 FINDINGS_GROUP = "ggml_viz.findings"
 
 

@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 
 from ..runformat.reader import Run, token_batch_indexes
 from .rows import records_as
+from .speculative_batches import fed_tokens
 
 # The phases whose tokens are a rate worth giving: the prompt read, the tokens generated (not
 # llama.cpp's warm-up decode, nor a non-LLM program's graphs).
@@ -388,7 +389,11 @@ def _served_tokens(run: Run) -> _ServedTokens | None:
     output = flat("token_outputs")
     phase = pc.is_in(graphs.column("phase"), value_set=pa.array(TOKEN_PHASES)).to_numpy(zero_copy_only=False)
     start_ns = graphs.column("start_ns").to_numpy()[row].astype(np.int64)
-    keep = np.flatnonzero(phase[row] & (seq >= 0))
+    served = phase[row] & (seq >= 0)
+    speculation = fed_tokens(run)  # a draft model's tokens and rejected drafts serve no request
+    if speculation is not None:
+        served &= ~speculation[0]
+    keep = np.flatnonzero(served)
     if not len(keep):
         return None
     # by decode call's start, place in its batch, then call (stable; as stored, they are so already: a
@@ -405,6 +410,8 @@ def _served_tokens(run: Run) -> _ServedTokens | None:
         pair = call[order[multi]] * (np.int64(1) << 32) + seq[order[multi]]
         _, inverse, counts = np.unique(pair, return_inverse=True, return_counts=True)
         several[multi] = counts[inverse] > 1
+    if speculation is not None:  # the tokens a verification kept: generated, though not alone
+        several &= ~speculation[1][order]
     texts = pc.fill_null(pc.list_flatten(graphs.column("token_texts").combine_chunks()), "")
     return _ServedTokens(
         seq=seq[order],

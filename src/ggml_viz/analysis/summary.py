@@ -26,11 +26,13 @@ from .devices import DeviceSummary, PlacementAdvice, device_summary, placement_a
 from .findings import FindingContext, find_all
 from .flops import ThroughputRow, throughput_by_op
 from .gpu import GpuTimerSummary, gpu_summary
+from .kv import KvUse, kv_use
 from .memory import kv_cache_extremes
 from .moe import MoeSummary, moe_summary
 from .requests import RequestsSummary, RequestText, requests_and_count, requests_summary
 from .roofline import RooflineSummary, roofline_summary
 from .rows import records_as
+from .speculative import SpeculativeSummary, speculative_summary
 
 
 class PhaseRow(TypedDict):
@@ -153,6 +155,7 @@ class RunSummary(TypedDict):
     memory_by_buffer: list[BufferKindRow]
     weight_reads: WeightReads
     kv_cache: KvSummary
+    kv: KvUse | None  # slots and the cache over time (None: no token of a sequence)
     moe: MoeSummary
     throughput_by_op: list[OpThroughput]
     roofline: RooflineSummary  # against this machine's measured limits
@@ -162,6 +165,7 @@ class RunSummary(TypedDict):
     gpu: GpuTimerSummary | None  # the GPU timer's account (None: no GPU the timer saw)
     devices: DeviceSummary | None  # where a step's time goes per device (None: one device)
     placement: PlacementAdvice | None  # other flags predicted from the run (None: nothing to predict)
+    speculative: SpeculativeSummary | None  # drafts verified, accepted, and their time (None: no speculation)
 
 
 TIMING_LABELS = {
@@ -227,6 +231,7 @@ def summarize(run: Run, top: int = 10) -> RunSummary:
         "gpu": gpu,
         "devices": devices,
         "placement": placement,  # other flags, predicted from this run (analysis/devices/advise.py)
+        "speculative": speculative_summary(run),
         "node_waits": node_waits(run),
         "phases": records_as(phases, PhaseRow),
         "computations": records_as(graphs_by_computation(run).head(top), ComputationRow),
@@ -237,6 +242,7 @@ def summarize(run: Run, top: int = 10) -> RunSummary:
         "memory_by_buffer": records_as(memory_by_buffer(run), BufferKindRow),
         "weight_reads": reads,
         "kv_cache": _kv_summary(run),
+        "kv": kv_use(run),
         "moe": moe_summary(run),
         "throughput_by_op": _throughput(run, roofline, top),
         "roofline": roofline,  # against this machine's limits (analysis/roofline.py); limits None: none measured

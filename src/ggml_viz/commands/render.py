@@ -13,9 +13,11 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from ..analysis.devices import DeviceSummary
+    from ..analysis.kv import KvUse
     from ..analysis.moe import MoeSummary
     from ..analysis.requests import Percentiles, RequestsSummary
     from ..analysis.roofline import RooflineSummary
+    from ..analysis.speculative import SpeculativeSummary
     from ..analysis.summary import OpThroughput, RunSummary
     from ..runformat.reader import Run
 
@@ -141,6 +143,7 @@ def render_summary(summary: RunSummary, console: Console | None = None, short: b
         console.print(f"no node was timed on its own ({summary['untimed_reason']}): graph times only")
     _render_memory(console, summary)
     _render_moe(console, summary.get("moe") or {}, short)
+    _render_speculative(console, summary.get("speculative"), short)
     if summary.get("findings"):
         console.print("[bold]findings[/]")
         for finding in summary["findings"]:
@@ -221,10 +224,96 @@ def _render_memory(console: Console, summary: RunSummary) -> None:
         console.print(
             f"KV cache: {kv['layers']} layers, {kv['used']:,} of {kv['capacity']:,} cells used ({kv['fill']:.1%})"
         )
+    if (use := summary.get("kv")) is not None:
+        console.print(kv_use_line(use))
     if reads.get("weights_read"):
         source = "the file mapping" if reads["weights_from_mmap"] else "loaded copies"
         per_graph = format_bytes(reads["weight_bytes_per_graph"])
         console.print(f"weight bytes the ops of a graph take as sources: {per_graph}, from {source}")
+
+
+def kv_use_line(kv: KvUse) -> str:
+    """The slots' KV cells in one line: the peak of all and of each sequence, shifts and reuses, and
+    the KV bytes a decode step read per token at its largest context."""
+    of = f" of {kv['capacity']:,}" if kv["capacity"] else ""
+    each = f" of {kv['per_sequence_capacity']:,}" if kv["per_sequence_capacity"] else ""
+    slots = ", ".join(f"{seq}: {cells:,}" for seq, cells in kv["peak_cells_by_sequence"].items())
+    line = (
+        f"slots: at most {kv['peak_cells']:,}{of} KV cells at once (per sequence{each}: {slots}); "
+        f"{kv['context_shifts']} context shifts, {kv['cache_reuses']} prompt-cache reuses"
+    )
+    if kv["decode_kv_bytes_per_token"] is not None:
+        line += (
+            f"; a decode step read {format_bytes(kv['decode_kv_bytes_per_token'])} of KV cache per token "
+            f"at {kv['decode_context_cells']:,} cells"
+        )
+    return line
+
+
+def _render_speculative(console: Console, speculative: SpeculativeSummary | None, short: bool) -> None:
+    """Speculative decoding: drafts verified and accepted, where their time went, and what plain
+    single-token steps would have cost for the same tokens; per request unless short."""
+    from rich.table import Table
+
+    if not speculative:
+        return
+    spec = speculative
+    drafts = (
+        f"draft model (context {', '.join(map(str, spec['draft_contexts']))}, {spec['draft_graphs']:,} graphs)"
+        if spec["draft_contexts"]
+        else "draftless (drafts from the text itself)"
+    )
+    assumed = (
+        f", {spec['accepted_assumed']:,} of them at requests' ends, counted accepted"
+        if spec["accepted_assumed"]
+        else ""
+    )
+    acceptance = f" ({spec['acceptance']:.0%})" if spec["acceptance"] is not None else ""
+    console.print(f"[bold]speculative decoding[/]: {drafts}")
+    console.print(
+        f"  {spec['verifications']:,} verifications: {spec['drafted']:,} tokens drafted, "
+        f"{spec['accepted']:,} accepted{acceptance}{assumed}"
+    )
+    console.print(
+        f"  drafting {format_ms(spec['draft_ns'])} (of it {format_ms(spec['draft_reread_ns'])} re-reading the "
+        f"target's batches), verifying {format_ms(spec['verify_ns'])} (of it {format_ms(spec['rejected_ns'])} "
+        "on rejected drafts)"
+    )
+    if spec["plain_estimate_ns"] is None:
+        console.print(
+            "  no single-token decode step of the target to compare with: whether it saves time cannot be told"
+        )
+    else:
+        console.print(
+            f"  the {spec['tokens_fed']:,} tokens the verifications fed, at this run's single-token decode step "
+            f"({format_ms(spec['plain_step_ns'] or 0)}, median of {spec['plain_steps']:,}): "
+            f"{format_ms(spec['plain_estimate_ns'])}, against {format_ms(spec['draft_ns'] + spec['verify_ns'])} "
+            "drafting and verifying"
+        )
+    if short or len(spec["requests"]) < 2:
+        return
+    table = Table(
+        "seq",
+        "start",
+        "drafted",
+        "accepted",
+        "drafting",
+        "verifying",
+        "rejected",
+        title="speculation per request",
+        title_justify="left",
+    )
+    for request in spec["requests"]:
+        table.add_row(
+            str(request["seq_id"]),
+            format_ms(request["start_ns"]),
+            f"{request['drafted']:,}",
+            f"{request['accepted']:,}",
+            format_ms(request["draft_ns"]),
+            format_ms(request["verify_ns"]),
+            format_ms(request["rejected_ns"]),
+        )
+    console.print(table)
 
 
 def _render_moe(console: Console, moe: MoeSummary, short: bool) -> None:

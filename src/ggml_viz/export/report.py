@@ -59,6 +59,7 @@ def report_answers(view: RunView, graph_id: int) -> dict[str, Any]:
         "experts": view.experts,
         "requests": view.requests,
         "whatif": view.whatif,
+        "slots": view.slots,
     }
     if answers["timeline"] is None:
         answers["timeline"] = view.timeline(0, max(view.duration_ns, 1), width)

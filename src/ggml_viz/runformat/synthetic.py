@@ -204,6 +204,45 @@ class SyntheticRecording:
             self.clock = int(ends[-1]) + 200_000
         self.graphs += count
 
+    def append_batch(
+        self,
+        context_id: int,
+        decode_index: int,
+        tokens: list[tuple[int, int, int, bool]],
+        phase: str,
+        duration_ns: int,
+    ) -> int:
+        """One graph computing a batch of (token id, position, sequence, asks for logits), as a llama
+        context's `decode_index`-th call, taking `duration_ns` (its nodes in their usual proportions);
+        returns its graph_id. For runs of several contexts and sequences of a test's own making."""
+        graph = self.graphs
+        durations = np.maximum(1, self.base_costs * duration_ns / self.base_costs.sum()).astype(np.int64)
+        ends = self.clock + np.cumsum(durations)
+        row = self._graph_row(graph, len(self.node_index), int(ends[-1]), "op")
+        ids, positions, seq_ids, outputs = (list(column) for column in zip(*tokens, strict=True))
+        row.update(
+            context_id=context_id,
+            decode_index=decode_index,
+            n_tokens=len(tokens),
+            token_ids=ids,
+            token_positions=positions,
+            token_seq_ids=seq_ids,
+            token_outputs=outputs,
+            token_texts=[f" t{token}" for token in ids],
+            token_batch_indexes=list(range(len(tokens))),
+            phase=phase,
+        )
+        times = {
+            "node_index": self.node_index,
+            "start_ns": ends - durations,
+            "end_ns": ends,
+            "wait_ns": durations // 20,
+        }
+        self.writer.append_graph(row, times)
+        self.clock = int(ends[-1]) + 50_000
+        self.graphs += 1
+        return graph
+
     def _graph_row(self, graph: int, n_nodes: int, end_ns: int, detail: str) -> dict:
         """A graph of one token: graph g of sequence g % sequences, at position g // sequences
         (each sequence's first graph is its prompt)."""

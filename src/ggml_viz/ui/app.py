@@ -245,6 +245,9 @@ def create_app(registry: RunRegistry, *, host: str, port: int, token: str) -> tu
     def whatif(request: Request) -> Response:
         return _json(view_of(request).whatif)
 
+    def slots(request: Request) -> Response:
+        return _json(view_of(request).slots)
+
     def statistics(request: Request) -> Response:
         return _json(view_of(request).statistics)
 
@@ -309,6 +312,7 @@ def create_app(registry: RunRegistry, *, host: str, port: int, token: str) -> tu
         Route(f"{prefix}/experts", experts),
         Route(f"{prefix}/requests", served_requests),
         Route(f"{prefix}/whatif", whatif),
+        Route(f"{prefix}/slots", slots),
         Route(f"{prefix}/attention-index", attention_index),
         Route(f"{prefix}/attention", attention),
         Route(f"{prefix}/events", events),

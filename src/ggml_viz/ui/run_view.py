@@ -24,11 +24,12 @@ from .payloads import (
     OccupancyPayload,
     OverviewPayload,
     RequestsPayload,
+    SlotsPayload,
     StatsPayload,
     TimelinePayload,
     WhatifPayload,
 )
-from .views import attention, experts, graph, memory, overview, requests, stats, whatif
+from .views import attention, experts, graph, memory, overview, requests, slots, stats, whatif
 from .views.details import NodeDetails
 from .views.events import EventFilter, EventLog
 from .views.timeline import Timeline
@@ -103,6 +104,10 @@ class RunView(RunContext):
     @cached_property
     def requests(self) -> RequestsPayload:
         return requests.requests_view(self)
+
+    @cached_property
+    def slots(self) -> SlotsPayload:
+        return slots.slots(self)
 
     @cached_property
     def whatif(self) -> WhatifPayload:

@@ -32,6 +32,7 @@ from ...analysis.devices.prediction import PlacementCheck
 from ...analysis.devices.steps import DevicePhase, DeviceTime
 from ...analysis.gpu import GpuDecodeStep, GpuKernelRow, GpuSideKernel, GpuTimerCost, GpuTimerSummary
 from ...analysis.graph_view import GraphItem, GraphLayout, GraphLink
+from ...analysis.kv import KvEvent, KvUse
 from ...analysis.moe import MoeLayerBalance, MoeSummary
 from ...analysis.requests import Percentiles, RequestsSummary
 from ...analysis.roofline import (
@@ -45,6 +46,7 @@ from ...analysis.roofline import (
     RooflinePhase,
     RooflineSummary,
 )
+from ...analysis.speculative import SpeculativeRequest, SpeculativeSummary
 from ...analysis.summary import (
     BufferKindRow,
     ComponentTime,
@@ -112,6 +114,10 @@ from .runs import (
     RunListEntry,
     RunsPayload,
 )
+from .slots import (
+    SlotReads,
+    SlotsPayload,
+)
 from .stats import (
     LayerActivation,
     LayerStats,
@@ -152,6 +158,10 @@ __all__ = [
     "EventRow",
     "EventsPayload",
     "ExpertsPayload",
+    "KvEvent",
+    "KvUse",
+    "SlotReads",
+    "SlotsPayload",
     "Percentiles",
     "RequestBar",
     "RequestsSummary",
@@ -212,6 +222,8 @@ __all__ = [
     "RunSummary",
     "RunsPayload",
     "SearchPayload",
+    "SpeculativeRequest",
+    "SpeculativeSummary",
     "SettingPair",
     "StatsPayload",
     "TensorStats",

@@ -16,11 +16,12 @@ import * as graph from "./js/views/graph.js";
 import * as memory from "./js/views/memory.js";
 import * as overview from "./js/views/overview.js";
 import * as runs from "./js/views/runs.js";
+import * as slots from "./js/views/slots.js";
 import * as stats from "./js/views/stats.js";
 import * as timeline from "./js/views/timeline.js";
 import { lens, showMessage, tooltip } from "./js/widgets.js";
 
-const VIEWS = { overview, timeline, graph, memory, stats, events, requests, experts, attention, whatif };
+const VIEWS = { overview, timeline, graph, memory, stats, events, requests, experts, attention, whatif, slots };
 const TABS = Object.keys(VIEWS);
 
 // The token arrives in the URL once; it is kept for the tab's session and taken out of the address bar.

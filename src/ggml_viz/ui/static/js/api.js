@@ -114,6 +114,16 @@ import { offlineAnswer } from "./offline.js";
  * @property {boolean} weights_from_mmap
  * @property {?number} weight_edges_resolved_to_file
  *
+ * @typedef {Object} KvUse a run with sequences: its KV cells and cache reads
+ * @property {number} peak_cells the most cells all sequences held at once
+ * @property {number|null} capacity
+ * @property {number|null} per_sequence_capacity
+ * @property {Object<string, number>} peak_cells_by_sequence
+ * @property {number} context_shifts
+ * @property {number} cache_reuses
+ * @property {number|null} decode_kv_bytes_per_token at the largest context a decode call reached
+ * @property {number|null} decode_context_cells
+ *
  * @typedef {Object} KvSummary
  * @property {number} layers
  * @property {number} [used]
@@ -279,6 +289,7 @@ import { offlineAnswer } from "./offline.js";
  * @property {BufferKindRow[]} memory_by_buffer
  * @property {WeightReads} weight_reads
  * @property {KvSummary} kv_cache
+ * @property {KvUse|null} kv slots and the cache over time (null: no token of a sequence)
  * @property {MoeSummary} moe a mixture of experts' routing ({layers: 0} for a dense model)
  * @property {OpThroughput[]} throughput_by_op
  * @property {RooflineSummary} roofline against this machine's measured limits
@@ -288,6 +299,7 @@ import { offlineAnswer } from "./offline.js";
  * @property {?GpuTimerSummary} gpu  the GPU timer's account (analysis.gpu.gpu_summary), or null
  * @property {?DeviceSummary} devices where a step's time goes per device, or null (one device)
  * @property {?PlacementAdvice} placement other flags predicted from the run, or null
+ * @property {?SpeculativeSummary} speculative drafts verified and accepted, and their time, or null (none)
  *
  * @typedef {Object} PlacementCheck the recorded placement's predicted rate against its own steps'
  * @property {number} measured_tokens_per_s
@@ -804,6 +816,34 @@ import { offlineAnswer } from "./offline.js";
  * @property {number} peak_bytes
  */
 
+// -- slots
+/**
+ * @typedef {Object} KvEvent a context shift or a prompt-cache reuse
+ * @property {number} context_id
+ * @property {number} decode_index
+ * @property {number} time_ns the call's end
+ * @property {number} seq_id
+ * @property {string} kind "context_shift" or "cache_reuse"
+ * @property {number} cells_before
+ * @property {number} cells_after kept: the position the sequence went on from
+ *
+ * @typedef {Object} SlotReads per context length a decode step reached
+ * @property {number[]} context_cells
+ * @property {number[]} kv_bytes_per_token
+ *
+ * @typedef {Object} SlotsPayload a served run's KV cells per sequence (empty sequences: none)
+ * @property {number|null} context_id
+ * @property {number[]} time_ns per point: a call's end
+ * @property {number[]} decode_index per point: that call's number
+ * @property {number[]} sequences
+ * @property {number[][]} cells [sequence][point]
+ * @property {number|null} capacity
+ * @property {number|null} per_sequence_capacity
+ * @property {string} capacity_note
+ * @property {KvEvent[]} events
+ * @property {SlotReads} reads
+ */
+
 // -- statistics and attention
 /**
  * @typedef {Object} StatsRow OpStats, LayerStats, TensorStats: these and their key
@@ -950,6 +990,38 @@ import { offlineAnswer } from "./offline.js";
  * @property {Object<string, number>} [decode_expert_bytes_by_device]
  * @property {Object<string, number>} [token_share_by_device]
  *
+ * @typedef {Object} SpeculativeRequest one request's speculative decoding (analysis.speculative)
+ * @property {number} seq_id
+ * @property {number} start_ns from the run's first graph
+ * @property {number} verifications
+ * @property {number} drafted
+ * @property {number} accepted
+ * @property {number} accepted_assumed of accepted: the last verification's drafts, which no later batch confirms
+ * @property {number} draft_ns the draft context's time for the request
+ * @property {number} draft_reread_ns of draft_ns: re-reading the target's batches
+ * @property {number} verify_ns the request's share of the verification batches
+ * @property {number} rejected_ns of verify_ns: the rejected drafts' share
+ *
+ * @typedef {Object} SpeculativeSummary a run's speculative decoding (analysis.speculative)
+ * @property {string} method "draft model" or "draftless"
+ * @property {number[]} target_contexts
+ * @property {number[]} draft_contexts
+ * @property {number} draft_graphs
+ * @property {number} verifications
+ * @property {number} drafted
+ * @property {number} accepted
+ * @property {number} accepted_assumed
+ * @property {?number} acceptance
+ * @property {number} draft_ns
+ * @property {number} draft_reread_ns
+ * @property {number} verify_ns
+ * @property {number} rejected_ns
+ * @property {number} tokens_fed the sampled token and accepted drafts of each verification
+ * @property {number} plain_steps
+ * @property {?number} plain_step_ns the median single-token decode step of the target, or null (none)
+ * @property {?number} plain_estimate_ns tokens_fed at that step's time, or null
+ * @property {SpeculativeRequest[]} requests
+ *
  * @typedef {Object} AttentionIndexPayload
  * @property {Object<string, number[]>} graphs graph id -> layers with captured attention
  * @property {number} heads
@@ -1023,6 +1095,8 @@ export const getStats = (runId) => api(`runs/${runId}/stats`);
 export const getExperts = (runId) => api(`runs/${runId}/experts`);
 /** @returns {Promise<RequestsPayload>} */
 export const getRequests = (runId) => api(`runs/${runId}/requests`);
+/** @returns {Promise<SlotsPayload>} */
+export const getSlots = (runId) => api(`runs/${runId}/slots`);
 /** @returns {Promise<WhatifPayload>} */
 export const getWhatif = (runId) => api(`runs/${runId}/whatif`);
 /** @returns {Promise<AttentionIndexPayload>} */

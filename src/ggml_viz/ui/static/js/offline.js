@@ -13,6 +13,7 @@ const WHOLE_ANSWERS = [
   "experts",
   "requests",
   "whatif",
+  "slots",
 ];
 
 const given = (value) => value !== undefined && value !== null && value !== "";
