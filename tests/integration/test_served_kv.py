@@ -25,8 +25,8 @@ from ggml_viz.ui.server import make_viewer
 from ..browser import checked_page, chromium, open_offline
 from .arch_models import write_model
 from .native import llama_tool
-from .smollm2 import ggml_viz_cli
 from .servers import free_port, wait_for_server
+from .smollm2 import ggml_viz_cli
 
 pytestmark = pytest.mark.model
 

@@ -22,8 +22,8 @@ from ggml_viz.analysis.speculative_batches import find_speculation
 
 from .arch_models import write_model
 from .native import llama_tool
-from .smollm2 import ggml_viz_cli
 from .servers import free_port, wait_for_server
+from .smollm2 import ggml_viz_cli
 
 pytestmark = pytest.mark.model
 
