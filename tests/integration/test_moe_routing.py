@@ -332,10 +332,10 @@ def test_llama_completion_s_routing_is_the_router_s(qwen3moe, tmp_path):
 def test_llama_server_s_routing_is_kept_per_request(qwen3moe, tmp_path):
     from ggml_viz.ui.run_view import RunView
 
-    from .test_native_llama import _free_port, _wait_for_server
+    from .servers import free_port, wait_for_server
 
     model = qwen3moe
-    port = _free_port()
+    port = free_port()
     output = tmp_path / "server.ggmlviz"
     command = [
         str(llama_tool("llama-server")),
@@ -370,7 +370,7 @@ def test_llama_server_s_routing_is_kept_per_request(qwen3moe, tmp_path):
         text=True,
     )
     try:
-        _wait_for_server(port, server)
+        wait_for_server(port, server)
 
         def complete(prompt: str) -> None:
             body = json.dumps({"prompt": prompt, "n_predict": 4, "temperature": 0}).encode()

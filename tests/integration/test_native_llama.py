@@ -6,11 +6,9 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -19,6 +17,7 @@ import pytest
 import ggml_viz
 
 from .native import llama_tool, untraced
+from .servers import start_server
 from .smollm2 import ggml_viz_cli
 
 pytestmark = pytest.mark.model
@@ -115,54 +114,6 @@ def test_llama_cpp_s_warm_up_decode_is_a_phase_of_its_own(tmp_path, model_path):
     assert phases["warmup"]["tokens_per_s"] is None and phases["prompt"]["tokens"] == len(tokens_of(cold, "prompt"))
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _wait_for_server(port: int, process: subprocess.Popen, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"the server ended early ({process.returncode})")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
-                if answer.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.25)
-    raise AssertionError("the server did not become ready")
-
-
-def _start_server(output: Path, model_path: Path) -> tuple[subprocess.Popen, int]:
-    port = _free_port()
-    command = [
-        str(llama_tool("llama-server")),
-        "-m",
-        str(model_path),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "-np",
-        "2",
-        "-c",
-        "2048",
-        "-t",
-        "2",
-    ]
-    process = subprocess.Popen(
-        [sys.executable, "-m", "ggml_viz", "run", "-o", str(output), "--", *command],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    _wait_for_server(port, process)
-    return process, port
-
-
 def _ask(port: int, question: str, stream: bool = False) -> tuple[str, int]:
     """One chat request through the openai client: the answer, and how many tokens the server
     fed to llama.cpp for it (the prompt tokens it computed, not those it had cached, and each
@@ -195,7 +146,7 @@ QUESTIONS = ["What is the capital of France?", "Name a primary color.", "Count t
 def test_llama_server_answering_the_openai_client_is_recorded(tmp_path, model_path):
     # GIVEN llama-server with two slots under ggml-viz run
     output = tmp_path / "server.ggmlviz"
-    server, port = _start_server(output, model_path)
+    server, port = start_server(output, model_path)
     try:
         # WHEN the openai client asks four questions: two at once, then one streamed, then one more
         asked_ns = time.monotonic_ns()  # the recorder's clock: what the server ran before is its own
@@ -244,7 +195,7 @@ def test_llama_server_answering_the_openai_client_is_recorded(tmp_path, model_pa
 def test_a_killed_server_keeps_every_graph_closed_before_the_kill(tmp_path, model_path):
     # GIVEN llama-server under ggml-viz run, after two answers and a pause
     output = tmp_path / "killed.ggmlviz"
-    server, port = _start_server(output, model_path)
+    server, port = start_server(output, model_path)
     try:
         asked_ns = time.monotonic_ns()
         answers = [_ask(port, question) for question in QUESTIONS[:2]]
@@ -332,7 +283,7 @@ def test_a_python_program_with_the_preload_library_too_is_recorded_once(tmp_path
 def test_a_running_server_can_be_read_while_it_runs(tmp_path, model_path):
     # GIVEN llama-server under ggml-viz run, after one answer
     output = tmp_path / "live.ggmlviz"
-    server, port = _start_server(output, model_path)
+    server, port = start_server(output, model_path)
     try:
         _, fed = _ask(port, QUESTIONS[0])
         # WHEN the run is read while the server still runs, as `ggml-viz view --live` reads it

@@ -25,8 +25,8 @@ from ggml_viz.ui.server import make_viewer
 from ..browser import checked_page, chromium, open_offline
 from .arch_models import write_model
 from .native import llama_tool
+from .servers import free_port, wait_for_server
 from .smollm2 import ggml_viz_cli
-from .test_native_llama import _free_port, _wait_for_server
 
 pytestmark = pytest.mark.model
 
@@ -61,7 +61,7 @@ def served(tmp_path_factory):
     one slot's long generation, then a prompt twice on the other) and /slots after them."""
     folder = tmp_path_factory.mktemp("served_kv")
     model = write_model(folder / "gemma3.gguf", "gemma3")
-    output, port = folder / "server.ggmlviz", _free_port()
+    output, port = folder / "server.ggmlviz", free_port()
     command = [str(llama_tool("llama-server")), "-m", str(model.path), "--host", "127.0.0.1", "--port", str(port)]
     command += ["-np", str(SLOTS), "-c", str(N_CTX), "-t", "2", "--context-shift"]
     server = subprocess.Popen(
@@ -71,7 +71,7 @@ def served(tmp_path_factory):
         text=True,
     )
     try:
-        _wait_for_server(port, server)
+        wait_for_server(port, server)
         answers = [
             _complete(port, 0, LONG_PROMPT, LONG_PREDICT),
             _complete(port, 1, SHORT_PROMPT, 8),

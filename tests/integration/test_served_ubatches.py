@@ -18,7 +18,7 @@ import pytest
 import ggml_viz
 
 from .native import llama_tool
-from .test_native_llama import _free_port, _wait_for_server
+from .servers import free_port, wait_for_server
 
 pytestmark = pytest.mark.model
 
@@ -59,7 +59,7 @@ def _complete(port: int, prompt: str) -> dict:
 def test_prompts_arriving_together_at_a_server_s_slots_give_each_graph_its_own_tokens(tmp_path, model_path):
     # GIVEN llama-server with four slots under ggml-viz run
     output = tmp_path / "server.ggmlviz"
-    port = _free_port()
+    port = free_port()
     command = [str(llama_tool("llama-server")), "-m", str(model_path), "--host", "127.0.0.1", "--port", str(port)]
     command += ["-np", "4", "-c", "4096", "-t", "2"]
     server = subprocess.Popen(
@@ -69,7 +69,7 @@ def test_prompts_arriving_together_at_a_server_s_slots_give_each_graph_its_own_t
         text=True,
     )
     try:
-        _wait_for_server(port, server)
+        wait_for_server(port, server)
         # WHEN eight requests arrive together
         with ThreadPoolExecutor(len(PROMPTS)) as pool:
             answers = list(pool.map(lambda prompt: _complete(port, prompt), PROMPTS))

@@ -22,8 +22,8 @@ from ggml_viz.analysis.speculative_batches import find_speculation
 
 from .arch_models import write_model
 from .native import llama_tool
+from .servers import free_port, wait_for_server
 from .smollm2 import ggml_viz_cli
-from .test_native_llama import _free_port, _wait_for_server
 
 pytestmark = pytest.mark.model
 
@@ -50,7 +50,7 @@ def models(tmp_path_factory) -> dict[str, Path]:
 def _serve_and_ask(output: Path, target: Path, flags: list[str], n_predict: int = N_PREDICT) -> list[dict]:
     """llama-server with one slot under ggml-viz run, asked each prompt greedily for n_predict tokens
     (never stopping early, so a request ends at its length); the responses' timings."""
-    port = _free_port()
+    port = free_port()
     server = [str(llama_tool("llama-server")), "-m", str(target), "--host", "127.0.0.1", "--port", str(port)]
     command = [*server, "-np", "1", "-c", "1024", "-t", "2", *flags]
     process = subprocess.Popen(
@@ -61,7 +61,7 @@ def _serve_and_ask(output: Path, target: Path, flags: list[str], n_predict: int 
     )
     timings = []
     try:
-        _wait_for_server(port, process)
+        wait_for_server(port, process)
         for prompt in PROMPTS:
             body = {"prompt": prompt, "n_predict": n_predict, "temperature": 0, "ignore_eos": True}
             request = urllib.request.Request(

@@ -5,6 +5,9 @@ node. The model's own run is in test_viewer_browser.py."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 import ggml_viz
@@ -17,7 +20,7 @@ from ..gpu_runs import write_gpu_run
 
 pytestmark = pytest.mark.browser
 
-TABS = ["overview", "timeline", "graph", "memory", "stats", "events", "attention"]
+TABS = ["overview", "timeline", "graph", "memory", "stats", "events", "requests", "attention"]
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +32,24 @@ def browser():
 @pytest.fixture(scope="module")
 def run_path(tmp_path_factory):
     return write_synthetic_run(tmp_path_factory.mktemp("synthetic") / "synthetic.ggmlviz", graphs=12, layers=3, seed=3)
+
+
+@pytest.fixture(scope="module")
+def screenshots(tmp_path_factory) -> Path:
+    folder = Path(os.environ.get("GGML_VIZ_SCREENSHOTS") or tmp_path_factory.mktemp("screenshots"))
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def colored_pixels(page, selector: str) -> int:
+    """Pixels of a canvas that are not the background: proof that something was drawn."""
+    return page.eval_on_selector(
+        selector,
+        """canvas => { const d = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
+           let n = 0;
+           for (let i = 0; i < d.length; i += 4) if (d[i + 3] > 0) n++;
+           return n; }""",
+    )
 
 
 @pytest.fixture
@@ -57,6 +78,7 @@ def test_every_view_draws_from_its_modules(page, viewer):
         "memory": "#view-memory [data-testid=event-table] .vrow",
         "stats": "[data-testid=stats-op] td",
         "events": "#view-events [data-testid=event-table] .vrow",
+        "requests": "[data-testid=requests-table] [data-testid=requests-row]",
         "attention": "[data-testid=attention-empty]",
     }
     for tab in TABS:
@@ -117,6 +139,8 @@ def test_the_report_inlines_the_modules_and_works_offline(browser, run_path, tmp
         page.wait_for_timeout(200)
     page.click("#tabs button[data-tab=events]")
     page.wait_for_selector("#view-events [data-testid=event-table] .vrow")
+    page.click("#tabs button[data-tab=requests]")
+    page.wait_for_selector("[data-testid=requests-row]")
     page.click("#tabs button[data-tab=memory]")
     page.wait_for_selector("[data-testid=occupancy-graph] option", state="attached")
     assert page.evaluate("() => window.ggmlViz.timeline.data.lanes[0].nodes.start.length") > 0
@@ -239,6 +263,36 @@ def test_a_server_s_run_shows_each_request_apart(page, tmp_path):
         assert "sequence 1" in requests.nth(1).inner_text() and "t4 t7 t10" in requests.nth(1).inner_text()
         assert page.locator("[data-testid=generated]").count() == 0
         assert page.inner_text("[data-testid=phase-legend]").split() == ["prompt", "decode"]
+
+
+def test_a_server_s_requests_show_as_phases_on_one_axis_and_open_their_graphs(page, tmp_path, screenshots):
+    # GIVEN a run whose graphs take turns among three sequences, as a server's slots do
+    path = write_synthetic_run(tmp_path / "server.ggmlviz", graphs=12, layers=1, sequences=3)
+    with serving(page, path) as viewer:
+        # WHEN the Requests tab opens
+        page.goto(viewer.url + "#requests")
+        page.wait_for_selector("[data-testid=requests-row]")
+        # THEN the summary in words, a bar per request's phases, and a row per request with its figures
+        summary = page.inner_text("[data-testid=requests-summary]")
+        assert "3 requests: 3 prompt tokens computed, 0 found cached, 12 generated" in summary
+        assert "time to first token: p50" in summary and "queue wait: not seen" in summary
+        assert page.locator("[data-testid=requests-row]").count() == 3
+        assert colored_pixels(page, "[data-testid=requests-canvas]") > 300
+        first = page.inner_text("[data-testid=requests-row] >> nth=1").split("\t")
+        assert first[:6] == ["1", "1", "580.5 µs", "1", "0", "4"]  # request, sequence, arrival, tokens
+        page.screenshot(path=str(screenshots / "requests.png"))
+        # AND hovering a bar names its request
+        box = page.locator("[data-testid=requests-canvas]").bounding_box()
+        page.mouse.move(box["x"] + box["width"] / 2, box["y"] + 14 + 7)
+        assert "request 1 · sequence 1" in page.inner_text("[data-testid=tooltip]")
+        # WHEN a request is clicked, THEN the timeline opens on its span: its first call to its last
+        page.click("[data-testid=requests-row] >> nth=1")
+        page.wait_for_function("() => window.ggmlViz.tab === 'timeline' && window.ggmlViz.timeline.view")
+        view = page.evaluate("() => [window.ggmlViz.timeline.view.t0, window.ggmlViz.timeline.view.t1]")
+        request = page.evaluate("() => window.ggmlViz.api('runs/r0/requests')")
+        assert request["requests"][1]["start_ns"] == 580_450
+        assert view[0] <= 580_450 and view[1] >= request["requests"][1]["end_ns"]
+        assert view[1] - view[0] < page.evaluate("() => window.ggmlViz.overview.duration_ns")
 
 
 class LayerCount(Finding):

@@ -25,6 +25,7 @@ from ggml_viz.analysis.kv import kv_capacity, kv_events, kv_use
 from ggml_viz.analysis.memory import kv_cache_extremes
 from ggml_viz.analysis.moe import moe_summary
 from ggml_viz.analysis.numerics import first_non_finite
+from ggml_viz.analysis.requests import request_rows, requests_summary
 from ggml_viz.analysis.roofline import roofline_summary
 from ggml_viz.analysis.speculative import speculative_summary
 from ggml_viz.analysis.summary import RunSummary, summarize
@@ -43,6 +44,8 @@ PRODUCERS: dict[str, tuple[Callable[..., Any], Callable[[Run, Run], tuple[Any, .
     "node_waits": (node_waits, lambda run, other: (run,)),
     "weight_reads": (weight_reads, lambda run, other: (run,)),
     "requests": (requests, lambda run, other: (run,)),
+    "request_rows": (request_rows, lambda run, other: (run,)),
+    "requests_summary": (requests_summary, lambda run, other: (run,)),
     "gpu_summary": (gpu_summary, lambda run, other: (run,)),
     "roofline_summary": (roofline_summary, lambda run, other: (run, weight_reads(run))),
     "moe_summary": (moe_summary, lambda run, other: (run,)),
@@ -96,6 +99,8 @@ def test_the_summary_is_checked_down_to_its_deepest_records(runs):
     assert limits["roofline"]["limits"] and limits["roofline"]["by_op"] and limits["placement"]
     assert {
         "RequestText",
+        "RequestsSummary",
+        "Percentiles",
         "GpuTimerSummary",
         "GpuKernelRow",
         "RooflineSummary",

@@ -43,7 +43,7 @@ def test_a_crowded_window_shows_the_longest_graph_starting_in_each_pixel_column(
 
 
 def test_tokens_already_in_order_are_known_so_as_a_sort_would_find():
-    from ggml_viz.analysis.breakdowns import _in_order
+    from ggml_viz.analysis.requests import _in_order
 
     rng = np.random.default_rng(7)
     for _ in range(200):

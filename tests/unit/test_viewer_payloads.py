@@ -50,6 +50,8 @@ ENDPOINTS: list[tuple[str, str, Any]] = [
     (f"{PREFIX}/stats", "/api/runs/r0/stats", payloads.StatsPayload),
     (f"{PREFIX}/attention-index", "/api/runs/r0/attention-index", payloads.AttentionIndexPayload),
     (f"{PREFIX}/experts", "/api/runs/r0/experts", payloads.ExpertsPayload),
+    (f"{PREFIX}/requests", "/api/runs/r0/requests", payloads.RequestsPayload),
+    (f"{PREFIX}/requests", "/api/runs/r4/requests", payloads.RequestsPayload),
     (f"{PREFIX}/whatif", "/api/runs/r0/whatif", payloads.WhatifPayload),
     (f"{PREFIX}/whatif", "/api/runs/r3/whatif", payloads.WhatifPayload),
     (f"{PREFIX}/slots", "/api/runs/r0/slots", payloads.SlotsPayload),

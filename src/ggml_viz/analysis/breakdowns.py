@@ -1,8 +1,8 @@
 """Where the time goes and where the bytes live: pure functions over a run's tables.
 
 Each takes a `Run` and returns a DataFrame or a plain dict: time by phase, op, layer, component
-and tensor, the waits at node boundaries, buffers, weight reads, the computations and requests
-a run holds. Only nodes that carry their own time (`timed`) count in per-node times.
+and tensor, the waits at node boundaries, buffers, weight reads, the computations a run holds
+(the requests it served: requests.py). Only nodes that carry their own time (`timed`) count in per-node times.
 """
 
 from __future__ import annotations
@@ -17,14 +17,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..runformat.memory_sources import VIEW_OPS
-from ..runformat.reader import Run, token_batch_indexes
+from ..runformat.reader import Run
 from .components import structure_components
 from .memory import peak_bytes
-from .speculative_batches import fed_tokens
 
-# The phases whose tokens are a rate worth giving: the prompt read, the tokens generated (not
-# llama.cpp's warm-up decode, nor a non-LLM program's graphs).
-TOKEN_PHASES = ("prompt", "decode")
+# the requests a run served: their home is requests.py (these names stay here for their callers)
+from .requests import TOKEN_PHASES as TOKEN_PHASES
+from .requests import RequestText as RequestText
+from .requests import requests as requests
+from .requests import requests_and_count as requests_and_count
 
 
 class NodeWaits(TypedDict):
@@ -46,17 +47,6 @@ class WeightReads(TypedDict):
     weights_read: int
     weights_from_mmap: bool
     weight_edges_resolved_to_file: float | None
-
-
-class RequestText(TypedDict):
-    """One request a run served, in one sequence (requests)."""
-
-    seq_id: int
-    start_ns: int  # from the run's first graph
-    prompt: str
-    prompt_tokens: int
-    generated: str  # the tokens fed back while decoding (all but the last generated)
-    generated_tokens: int
 
 
 def phase_stats(run: Run) -> pd.DataFrame:
@@ -325,162 +315,3 @@ def graphs_by_computation(run: Run) -> pd.DataFrame:
     table = sums.assign(label=labels).groupby(["label", "phase"], as_index=False)
     stats = table.agg(graphs=("graphs", "sum"), time_ns=("duration_ns", "sum"))
     return stats.sort_values("time_ns", ascending=False, ignore_index=True)
-
-
-def requests(run: Run, limit: int | None = None) -> list[RequestText]:
-    """Each request the run served, per sequence, in the order they began: the prompt it fed
-    and the text it generated (the tokens fed back while decoding: all but the last generated
-    token, which no graph reads). Read token by token, as a server batches them: a sequence's
-    tokens in one batch are prompt when there are several, or while its prompt has not ended
-    (its last token asks for logits); a lone token after that is a generated one fed back. A
-    request begins with a sequence's first tokens, where its positions go back (a slot's next
-    request, whose prompt may start past a cached prefix), and with a prompt after generating.
-    The warm-up is no request, nor are tokens of no sequence (a plain program's, read from its
-    graphs' inputs: whisper.cpp's decoder steps). limit: only the first ones, with their texts."""
-    return requests_and_count(run, limit)[0]
-
-
-def requests_and_count(run: Run, limit: int | None = None) -> tuple[list[RequestText], int]:
-    """The first `limit` requests (all: None), as `requests` gives them, and how many there are.
-
-    Over the graphs' token lists as stored (Arrow), with numpy: no Python object per token,
-    the texts joined by Arrow for the requests listed only."""
-    tokens = _served_tokens(run)
-    if tokens is None:
-        return [], 0
-    seq, pos, output, several, start_ns, text_index, texts = tokens
-    n = len(seq)
-    # per sequence, in the order the tokens were read: a sequence's tokens side by side
-    by_seq = np.argsort(seq, kind="stable")
-    seq, pos, output, several = seq[by_seq], pos[by_seq], output[by_seq], several[by_seq]
-    first_of_seq = np.ones(n, bool)
-    first_of_seq[1:] = seq[1:] != seq[:-1]
-    starts = first_of_seq.copy()
-    starts[1:] |= pos[1:] <= pos[:-1]  # positions going back: a new request
-    while True:  # a prompt after generating: the first such token of each request begins a new one
-        generated = _generated(starts, output, several)
-        request = np.cumsum(starts) - 1
-        before = _count_before(starts, request, generated)
-        candidates = np.flatnonzero(several & (before > 0) & ~starts)
-        if not len(candidates):
-            break
-        _, first = np.unique(request[candidates], return_index=True)
-        starts[candidates[first]] = True
-    request = np.cumsum(starts) - 1
-    heads = np.flatnonzero(starts)  # each request's first token (in `by_seq` order)
-    order = np.argsort(by_seq[heads], kind="stable")  # the requests in the order they began
-    count = len(heads)
-    listed = order if limit is None else order[:limit]
-    generated_tokens = np.bincount(request, weights=generated, minlength=count).astype(np.int64)
-    all_tokens = np.bincount(request, minlength=count).astype(np.int64)
-    rank = np.empty(count, np.int64)
-    rank[listed] = np.arange(len(listed))
-    chosen = np.isin(request, listed)  # the listed requests' tokens, joined into their texts
-    side = generated[chosen].astype(np.int64)  # 0: prompt, 1: generated
-    group = rank[request[chosen]] * 2 + side
-    tokens_order = np.lexsort((by_seq[chosen], group))  # per (request, side), in reading order
-    lengths = np.bincount(group, minlength=2 * len(listed))
-    offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int32)
-    picked = texts.take(pa.array(text_index[by_seq[chosen][tokens_order]]))
-    joined = pc.binary_join(pa.ListArray.from_arrays(pa.array(offsets), picked), "").to_pylist()
-    origin = int(pc.min(run.arrow("graphs").column("start_ns")).as_py())
-    found: list[RequestText] = []
-    for place, r in enumerate(listed.tolist()):
-        head = heads[r]
-        found.append(
-            {
-                "seq_id": int(seq[head]),
-                "start_ns": int(start_ns[by_seq[head]]) - origin,
-                "prompt": joined[2 * place] or "",
-                "prompt_tokens": int(all_tokens[r] - generated_tokens[r]),
-                "generated": joined[2 * place + 1] or "",
-                "generated_tokens": int(generated_tokens[r]),
-            }
-        )
-    return found, count
-
-
-def _served_tokens(run: Run) -> tuple[Any, ...] | None:
-    """The tokens of requests (of a prompt or decode graph, of a sequence), in the order they were
-    read (by their graph's start, then place in the batch): sequence, position, whether it asked for
-    logits, whether its sequence had several tokens in its batch, its graph's start, its place in
-    `texts` (every token's text, as stored); None if there are none."""
-    columns = [
-        "graph_id",
-        "phase",
-        "start_ns",
-        "first_batch_index",
-        "token_batch_indexes",
-        "token_ids",
-        "token_positions",
-        "token_seq_ids",
-        "token_outputs",
-        "token_texts",
-    ]
-    graphs = run.arrow("graphs")
-    graphs = graphs.select([column for column in columns if column in graphs.schema.names])  # (older runs: fewer)
-    lists = graphs.column("token_ids").combine_chunks()
-    row = pc.list_parent_indices(lists).to_numpy()  # each token's graph row
-    if not len(row):
-        return None
-    lengths = pc.list_value_length(lists).fill_null(0).to_numpy()
-    starts = np.concatenate(([0], np.cumsum(lengths)))
-
-    def flat(column: str) -> np.ndarray:
-        return pc.list_flatten(graphs.column(column).combine_chunks()).to_numpy(zero_copy_only=False)
-
-    graph_id = graphs.column("graph_id").to_numpy()[row].astype(np.int64)
-    in_list = np.arange(len(row)) - starts[row]  # each token's place in its graph's list
-    batch_index = token_batch_indexes(graphs, row, in_list)
-    seq, pos = flat("token_seq_ids").astype(np.int64), flat("token_positions").astype(np.int64)
-    output = flat("token_outputs")
-    phase = pc.is_in(graphs.column("phase"), value_set=pa.array(TOKEN_PHASES)).to_numpy(zero_copy_only=False)
-    start_ns = graphs.column("start_ns").to_numpy()[row].astype(np.int64)
-    served = phase[row] & (seq >= 0)
-    speculation = fed_tokens(run)  # a draft model's tokens and rejected drafts serve no request
-    if speculation is not None:
-        served &= ~speculation[0]
-    keep = np.flatnonzero(served)
-    if not len(keep):
-        return None
-    # by graph (and place in it), as the reader's tokens table, then by the graph's start (stable;
-    # as stored, they are so already: a day's 1.75M tokens are then not sorted again)
-    keys = (graph_id[keep], batch_index[keep], start_ns[keep])
-    order = keep if _in_order(*keys) else keep[np.lexsort(keys)]
-    # a sequence's tokens in one batch (graph): only a graph of several tokens can have them
-    several = np.zeros(len(order), bool)
-    multi = np.flatnonzero(lengths[row[order]] > 1)
-    if len(multi):
-        pair = graph_id[order[multi]] * (np.int64(1) << 32) + seq[order[multi]]
-        _, inverse, counts = np.unique(pair, return_inverse=True, return_counts=True)
-        several[multi] = counts[inverse] > 1
-    if speculation is not None:  # the tokens a verification kept: generated, though not alone
-        several &= ~speculation[1][order]
-    texts = pc.fill_null(pc.list_flatten(graphs.column("token_texts").combine_chunks()), "")
-    return (seq[order], pos[order], output[order].astype(bool), several, start_ns[order], order, texts)
-
-
-def _in_order(last: np.ndarray, middle: np.ndarray, first: np.ndarray) -> bool:
-    """Whether rows are sorted by (first, middle, last) already (np.lexsort's key order)."""
-    if len(first) < 2:
-        return True
-    after = first[1:] > first[:-1]
-    tied = first[1:] == first[:-1]
-    after_middle = middle[1:] > middle[:-1]
-    tied_middle = middle[1:] == middle[:-1]
-    return bool(np.all(after | (tied & (after_middle | (tied_middle & (last[1:] >= last[:-1]))))))
-
-
-def _count_before(starts: np.ndarray, request: np.ndarray, flags: np.ndarray) -> np.ndarray:
-    """Per token, how many tokens before it in its request (requests: runs of tokens, each
-    beginning where `starts`) have `flags` set."""
-    total = np.cumsum(flags, dtype=np.int64)
-    at_start = (total - flags)[np.flatnonzero(starts)]  # the count before each request's first token
-    return total - flags - at_start[request]
-
-
-def _generated(starts: np.ndarray, output: np.ndarray, several: np.ndarray) -> np.ndarray:
-    """Per token, whether it is a generated one fed back: its request's prompt ended before it (a
-    token of the request asked for logits) and it is alone in its batch."""
-    request = np.cumsum(starts) - 1
-    return (_count_before(starts, request, output) > 0) & ~several

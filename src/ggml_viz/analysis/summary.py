@@ -8,14 +8,12 @@ from typing import Any, Required, TypedDict
 from ..runformat.reader import Run
 from .breakdowns import (
     NodeWaits,
-    RequestText,
     WeightReads,
     backends,
     graphs_by_computation,
     memory_by_buffer,
     node_waits,
     phase_stats,
-    requests_and_count,
     time_by_component,
     time_by_layer,
     time_by_op,
@@ -31,6 +29,7 @@ from .gpu import GpuTimerSummary, gpu_summary
 from .kv import KvUse, kv_use
 from .memory import kv_cache_extremes
 from .moe import MoeSummary, moe_summary
+from .requests import RequestsSummary, RequestText, requests_and_count, requests_summary
 from .roofline import RooflineSummary, roofline_summary
 from .rows import records_as
 from .speculative import SpeculativeSummary, speculative_summary
@@ -135,6 +134,7 @@ class RunSummary(TypedDict):
     generated_text: str | None
     requests: list[RequestText]  # the first LISTED_REQUESTS
     n_requests: int
+    request_times: RequestsSummary | None  # their counts and time percentiles (None: no request)
     backends: list[str]
     graphs: int
     node_events: int
@@ -216,6 +216,7 @@ def summarize(run: Run, top: int = 10) -> RunSummary:
         "generated_text": generation.get("generated_text", generated),
         "requests": served,
         "n_requests": n_requests,
+        "request_times": requests_summary(run) if n_requests else None,
         "backends": backends(run),
         "graphs": int(len(run.graphs)),
         "node_events": int(totals["graphs"].sum()),  # each graph runs each node of its structure once

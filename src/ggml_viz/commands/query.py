@@ -41,6 +41,11 @@ class QueryCommand(Command):
     threads judged at), floor_ns (that work at the limit) and of_limit (floor_ns / time_ns);
     graph_limits, per graph (a step): its duration against the floor of its nodes' work.
 
+    A server's requests (computed from the graphs' tokens and decode calls, as llama-server's
+    timings count them: docs/serving.md): requests, per request its sequence, graphs, arrival,
+    prompt_n, cache_n, predicted_n, prompt_ms, ttft_ms, predicted_ms, tpot_ms and its decode
+    calls; request_batches, per request and decode call, its tokens and share of the call.
+
     Mixture-of-experts models: moe_routing (per graph, MoE layer, token and slot: the expert
     chosen and its weight, with the layer, the token's position and sequence) and moe_experts
     (per layer and expert: tokens routed, weight mass, bytes read, an estimate of its share of
@@ -54,6 +59,7 @@ class QueryCommand(Command):
       ggml-viz query moe.ggmlviz "select layer, expert, tokens from moe_experts order by tokens desc limit 10"
       ggml-viz query france.ggmlviz "select op, sum(floor_ns) / sum(time_ns) of_limit from node_limits group by op"
       ggml-viz query france.ggmlviz "select phase, median(of_limit) from graph_limits group by phase"
+      ggml-viz query server.ggmlviz "select seq_id, prompt_n, cache_n, ttft_ms, tpot_ms from requests"
       ggml-viz query france.joined "select host, op, sum(duration_ns)/1e6 ms from remote_nodes group by all"
     """
 
@@ -85,14 +91,16 @@ class QueryCommand(Command):
         else:
             runs = open_runs(path)
         if args.tables:
-            for name, doc in {**TABLE_DOCS, **LIMIT_VIEWS}.items():
+            for name, doc in {**TABLE_DOCS, **LIMIT_VIEWS, **REQUEST_VIEWS}.items():
                 print(f"{name}: {doc}")
             return 0
         if not args.sql:
             raise CommandError("give a query (or --tables)")
         wanted = [name for name in LIMIT_VIEWS if name in args.sql.lower()]
-        frames = dict(zip(wanted, limit_views(runs, wanted), strict=True)) if wanted else None
-        result = run_query(runs, args.sql, tables, frames)
+        frames = dict(zip(wanted, limit_views(runs, wanted), strict=True)) if wanted else {}
+        asked = [name for name in REQUEST_VIEWS if name in args.sql.lower()]
+        frames.update(zip(asked, request_views(runs, asked), strict=True))
+        result = run_query(runs, args.sql, tables, frames or None)
         if args.output == "csv":
             result.to_csv(sys.stdout, index=False)
         elif args.output == "json":
@@ -134,6 +142,35 @@ def limit_views(runs: list[Run], names: list[str]) -> list[pd.DataFrame]:
             parts["graph_limits"].append(graph_floors(run, floors)[GRAPH_LIMIT_COLUMNS].assign(run=run_name))
     columns = {"node_limits": NODE_LIMIT_COLUMNS, "graph_limits": GRAPH_LIMIT_COLUMNS}
     return [_stacked(parts[name], ["run", *columns[name]]) for name in names]
+
+
+# a server's requests (analysis/requests.py): computed from the run when asked for, never stored
+REQUEST_VIEWS = {
+    "requests": "a server's requests: run, request, seq_id, first_graph_id, last_graph_id, arrival_ns, "
+    "prompt_end_ns, end_ns, prompt_n, cache_n, predicted_n, prompt_ms, ttft_ms, predicted_ms, tpot_ms, batches, "
+    "shared_batches, batches_ms, share_ms (as llama-server's timings count them; computed, not stored)",
+    "request_batches": "per request and decode call holding its tokens: run, request, seq_id, context_id, "
+    "decode_index, first_graph_id, start_ns, end_ns, tokens, batch_tokens, share, share_ms",
+}
+
+
+def request_views(runs: list[Run], names: list[str]) -> list[pd.DataFrame]:
+    """The views `names` (of REQUEST_VIEWS) over every run, each row naming its run."""
+    import pandas as pd
+
+    from ..analysis.requests import BATCH_COLUMNS, REQUEST_COLUMNS, request_batches, request_times
+    from ..runformat.sql import run_names
+
+    made = {"requests": (request_times, REQUEST_COLUMNS), "request_batches": (request_batches, BATCH_COLUMNS)}
+    views = []
+    for name in names:
+        make, columns = made[name]
+        parts = [make(run).assign(run=run_name) for run, run_name in zip(runs, run_names(runs), strict=True)]
+        view = _stacked([part for part in parts if len(part)], ["run", *columns])
+        if "tpot_ms" in view:  # not defined for one generated token: NULL, not NaN
+            view["tpot_ms"] = pd.to_numeric(view["tpot_ms"]).astype("Float64")
+        views.append(view)
+    return views
 
 
 def _stacked(parts: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:

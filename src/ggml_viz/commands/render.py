@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from ..analysis.devices import DeviceSummary
     from ..analysis.kv import KvUse
     from ..analysis.moe import MoeSummary
+    from ..analysis.requests import Percentiles, RequestsSummary
     from ..analysis.roofline import RooflineSummary
     from ..analysis.speculative import SpeculativeSummary
     from ..analysis.summary import OpThroughput, RunSummary
@@ -66,6 +67,33 @@ def _render_requests(console: Console, summary: RunSummary, width: int = 60) -> 
         )
     if summary["n_requests"] > len(summary["requests"]):
         console.print(f"  and {summary['n_requests'] - len(summary['requests']):,} more")
+    _render_request_times(console, summary.get("request_times"))
+
+
+def _render_request_times(console: Console, times: RequestsSummary | None) -> None:
+    """The requests' counts and time percentiles, in words (as llama-server's timings count them)."""
+    if not times:
+        return
+
+    def spread(figures: Percentiles) -> str:
+        if figures["p50"] is None:
+            return "none"
+        return ", ".join(f"{name} {figures[name]:,.1f}" for name in ("p50", "p90", "p99", "max")) + " ms"
+
+    console.print("[bold]Requests[/]")
+    lines = [
+        f"{times['n_requests']:,} requests: {times['prompt_tokens']:,} prompt tokens computed, "
+        f"{times['cached_tokens']:,} found cached, {times['predicted_tokens']:,} generated",
+        f"time to first token: {spread(times['ttft_ms'])}",
+        f"time per output token: {spread(times['tpot_ms'])}",
+        f"prompt: {spread(times['prompt_ms'])}",
+        f"generation: {spread(times['predicted_ms'])}",
+    ]
+    if times["shared_batches"] is not None:
+        lines.append(f"{times['shared_batches']:.0%} of their decode calls held other requests' tokens too")
+    lines.append(f"queue wait: {times['queue_wait']}")
+    for line in lines:
+        console.print(f"  {line}", markup=False, highlight=False)
 
 
 def render_summary(summary: RunSummary, console: Console | None = None, short: bool = False) -> None:

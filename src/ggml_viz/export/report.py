@@ -57,6 +57,7 @@ def report_answers(view: RunView, graph_id: int) -> dict[str, Any]:
         # captured attention stays in the run (open it with `ggml-viz view`)
         "attention-index": {**view.attention_index, "graphs": {}},
         "experts": view.experts,
+        "requests": view.requests,
         "whatif": view.whatif,
         "slots": view.slots,
     }

@@ -239,6 +239,9 @@ def create_app(registry: RunRegistry, *, host: str, port: int, token: str) -> tu
     def experts(request: Request) -> Response:
         return _json(view_of(request).experts)
 
+    def served_requests(request: Request) -> Response:
+        return _json(view_of(request).requests)
+
     def whatif(request: Request) -> Response:
         return _json(view_of(request).whatif)
 
@@ -307,6 +310,7 @@ def create_app(registry: RunRegistry, *, host: str, port: int, token: str) -> tu
         Route(f"{prefix}/occupancy/{{graph_id:int}}", compute_occupancy),
         Route(f"{prefix}/stats", statistics),
         Route(f"{prefix}/experts", experts),
+        Route(f"{prefix}/requests", served_requests),
         Route(f"{prefix}/whatif", whatif),
         Route(f"{prefix}/slots", slots),
         Route(f"{prefix}/attention-index", attention_index),

@@ -23,12 +23,13 @@ from .payloads import (
     NodePayload,
     OccupancyPayload,
     OverviewPayload,
+    RequestsPayload,
     SlotsPayload,
     StatsPayload,
     TimelinePayload,
     WhatifPayload,
 )
-from .views import attention, experts, graph, memory, overview, slots, stats, whatif
+from .views import attention, experts, graph, memory, overview, requests, slots, stats, whatif
 from .views.details import NodeDetails
 from .views.events import EventFilter, EventLog
 from .views.timeline import Timeline
@@ -99,6 +100,10 @@ class RunView(RunContext):
     @cached_property
     def experts(self) -> ExpertsPayload:
         return experts.experts(self)
+
+    @cached_property
+    def requests(self) -> RequestsPayload:
+        return requests.requests_view(self)
 
     @cached_property
     def slots(self) -> SlotsPayload:

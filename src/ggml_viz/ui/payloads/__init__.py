@@ -34,6 +34,7 @@ from ...analysis.gpu import GpuDecodeStep, GpuKernelRow, GpuSideKernel, GpuTimer
 from ...analysis.graph_view import GraphItem, GraphLayout, GraphLink
 from ...analysis.kv import KvEvent, KvUse
 from ...analysis.moe import MoeLayerBalance, MoeSummary
+from ...analysis.requests import Percentiles, RequestsSummary
 from ...analysis.roofline import (
     DecodeFloor,
     FurthestOp,
@@ -104,6 +105,10 @@ from .overview import (
     KernelTime,
     OverviewPayload,
 )
+from .requests import (
+    RequestBar,
+    RequestsPayload,
+)
 from .runs import (
     LiveUpdate,
     RunListEntry,
@@ -157,6 +162,10 @@ __all__ = [
     "KvUse",
     "SlotReads",
     "SlotsPayload",
+    "Percentiles",
+    "RequestBar",
+    "RequestsSummary",
+    "RequestsPayload",
     "FoundSection",
     "DevicePhase",
     "DeviceSummary",

@@ -10,6 +10,7 @@ import { OVERVIEW_VIEWS, onNavigate, state } from "./js/store.js";
 import * as attention from "./js/views/attention.js";
 import * as events from "./js/views/events.js";
 import * as experts from "./js/views/experts.js";
+import * as requests from "./js/views/requests.js";
 import * as whatif from "./js/views/whatif.js";
 import * as graph from "./js/views/graph.js";
 import * as memory from "./js/views/memory.js";
@@ -20,7 +21,7 @@ import * as stats from "./js/views/stats.js";
 import * as timeline from "./js/views/timeline.js";
 import { lens, showMessage, tooltip } from "./js/widgets.js";
 
-const VIEWS = { overview, timeline, graph, memory, stats, events, experts, attention, whatif, slots };
+const VIEWS = { overview, timeline, graph, memory, stats, events, requests, experts, attention, whatif, slots };
 const TABS = Object.keys(VIEWS);
 
 // The token arrives in the URL once; it is kept for the tab's session and taken out of the address bar.

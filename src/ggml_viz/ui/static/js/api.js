@@ -149,6 +149,24 @@ import { offlineAnswer } from "./offline.js";
  * @property {number} graphs
  * @property {number} time_ns
  *
+ * @typedef {Object} Percentiles a figure over the run's requests (null: no request has it)
+ * @property {?number} p50
+ * @property {?number} p90
+ * @property {?number} p99
+ * @property {?number} max
+ *
+ * @typedef {Object} RequestsSummary a served run's requests in figures, as llama-server's timings count them
+ * @property {number} n_requests
+ * @property {number} prompt_tokens prompt tokens computed
+ * @property {number} cached_tokens
+ * @property {number} predicted_tokens
+ * @property {?number} shared_batches the share of requests' decode calls holding other requests' tokens
+ * @property {Percentiles} ttft_ms
+ * @property {Percentiles} tpot_ms
+ * @property {Percentiles} prompt_ms
+ * @property {Percentiles} predicted_ms
+ * @property {string} queue_wait why the wait for a slot is not given
+ *
  * @typedef {Object} RequestText one request a run served, in one sequence
  * @property {number} seq_id
  * @property {number} start_ns from the run's first graph
@@ -250,6 +268,7 @@ import { offlineAnswer } from "./offline.js";
  * @property {?string} generated_text
  * @property {RequestText[]} requests the first 50 requests served, per sequence
  * @property {number} n_requests
+ * @property {?RequestsSummary} request_times their counts and time percentiles (null: no request)
  * @property {string[]} backends
  * @property {number} graphs
  * @property {number} node_events
@@ -886,6 +905,30 @@ import { offlineAnswer } from "./offline.js";
  * @property {string[]} devices per layer: the device its experts live on
  * @property {RequestRouting[]} requests a server's requests (none for one)
  *
+ * @typedef {Object} RequestBar one request on the run's time axis (ns from its first graph), with its figures
+ * @property {number} request
+ * @property {number} seq_id
+ * @property {number} first_graph_id
+ * @property {number} last_graph_id
+ * @property {number} start_ns its first decode call's start: the prompt's bar begins
+ * @property {number} prompt_end_ns the prompt's bar ends, the decode's begins
+ * @property {number} end_ns the decode's bar ends
+ * @property {number} prompt_n
+ * @property {number} cache_n
+ * @property {number} predicted_n
+ * @property {number} prompt_ms
+ * @property {number} ttft_ms
+ * @property {number} predicted_ms
+ * @property {?number} tpot_ms
+ * @property {number} batches
+ * @property {number} shared_batches
+ * @property {number} share_ms
+ * @property {string} prompt how its prompt (the tokens it computed) begins
+ *
+ * @typedef {Object} RequestsPayload a server's requests (none: the run served none)
+ * @property {RequestBar[]} requests
+ * @property {?RequestsSummary} summary
+ *
  * @typedef {Object} WhatifMemory one device's memory under a placement, in bytes
  * @property {number} weights
  * @property {number} kv_cache
@@ -1050,6 +1093,8 @@ export const getOccupancy = (runId, graphId) => api(`runs/${runId}/occupancy/${g
 export const getStats = (runId) => api(`runs/${runId}/stats`);
 /** @returns {Promise<ExpertsPayload>} */
 export const getExperts = (runId) => api(`runs/${runId}/experts`);
+/** @returns {Promise<RequestsPayload>} */
+export const getRequests = (runId) => api(`runs/${runId}/requests`);
 /** @returns {Promise<SlotsPayload>} */
 export const getSlots = (runId) => api(`runs/${runId}/slots`);
 /** @returns {Promise<WhatifPayload>} */

@@ -11,6 +11,7 @@ const WHOLE_ANSWERS = [
   "timeline",
   "attention-index",
   "experts",
+  "requests",
   "whatif",
   "slots",
 ];
