@@ -20,13 +20,14 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def wait_for_server(port: int, process: subprocess.Popen, timeout: float = 180) -> None:
+def wait_for_server(port: int, process: subprocess.Popen, timeout: float = 180, path: str = "/health") -> None:
+    """Until the server answers `path` (llama-server's /health; another server's page)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise AssertionError(f"the server ended early ({process.returncode})")
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as answer:
                 if answer.status == 200:
                     return
         except OSError:
