@@ -20,6 +20,7 @@ from gguf import GGUFReader
 
 import ggml_viz
 from ggml_viz.analysis.kv import CACHE_REUSE, CONTEXT_SHIFT, cells_over_time, kv_capacity, kv_events, kv_reads
+from ggml_viz.analysis.requests import request_times
 from ggml_viz.ui.server import make_viewer
 
 from ..browser import checked_page, chromium, open_offline
@@ -136,6 +137,11 @@ def test_the_context_shift_and_the_cache_reuse_are_seen_where_the_server_made_th
     assert reuses[0]["cells_after"] == answers[2]["timings"]["cache_n"] > 0
     assert reuses[0]["cells_before"] == answers[1]["tokens_cached"]
     assert not answers[1]["truncated"] and not answers[2]["truncated"]
+    # AND the shift is no request of its own: the run's requests are the three answered, the
+    # first's generation whole past its shift
+    times = request_times(run)
+    assert len(times) == len(answers)
+    assert times.predicted_n.tolist() == [answer["timings"]["predicted_n"] for answer in answers]
 
 
 def test_kv_bytes_read_per_step_follow_the_context(served):

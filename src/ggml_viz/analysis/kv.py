@@ -188,6 +188,12 @@ def cells_over_time(run: Run) -> pd.DataFrame:
     return long[columns].sort_values(["context_id", "decode_index", "seq_id"], ignore_index=True)
 
 
+def shifting_calls(run: Run) -> set[tuple[int, int]]:
+    """The calls (context_id, decode_index) that shifted a sequence's cached positions (see _shift_calls)."""
+    calls = _shift_calls(run)
+    return set(zip(calls["context_id"].tolist(), calls["decode_index"].tolist(), strict=True))
+
+
 def _shift_calls(run: Run) -> pd.DataFrame:
     """The calls (context_id, decode_index; `shifted` True) whose graphs write into the KV cache other than by a
     row store or copy: llama.cpp's shift of the cached keys' positions (a RoPE in place)."""

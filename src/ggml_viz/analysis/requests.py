@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..runformat.reader import Run, token_batch_indexes
+from .kv import shifting_calls
 from .rows import records_as
 from .speculative_batches import fed_tokens
 
@@ -340,7 +341,10 @@ def _split(run: Run) -> _Split | None:
     first_of_seq = np.ones(n, bool)
     first_of_seq[1:] = seq[1:] != seq[:-1]
     starts = first_of_seq.copy()
-    starts[1:] |= pos[1:] <= pos[:-1]  # positions going back: a new request
+    # positions going back: a new request, but where the call shifted the context (llama-server's
+    # --context-shift: a generating slot's positions moved back, one token on as before)
+    shifted = _in_shifting_call(run, tokens)[by_seq] & ~several & (pos > 0)
+    starts[1:] |= (pos[1:] <= pos[:-1]) & ~shifted[1:]
     while True:  # a prompt after generating: the first such token of each request begins a new one
         generated = _generated(starts, output, several)
         request = np.cumsum(starts) - 1
@@ -354,6 +358,22 @@ def _split(run: Run) -> _Split | None:
     heads = np.flatnonzero(starts)
     order = np.argsort(by_seq[heads], kind="stable")  # the requests in the order they began
     return _Split(tokens, by_seq, seq, pos, output, request, generated, heads, order)
+
+
+def _in_shifting_call(run: Run, tokens: _ServedTokens) -> np.ndarray:
+    """Per token, whether its decode call shifted the KV cache's positions (kv.shifting_calls)."""
+    shifting = shifting_calls(run)
+    if not shifting:
+        return np.zeros(len(tokens.seq), bool)
+    calls = tokens.calls
+    in_call = np.array(
+        [
+            (int(c), int(d)) in shifting
+            for c, d in zip(calls.context_id.tolist(), calls.decode_index.tolist(), strict=True)
+        ],
+        bool,
+    )
+    return in_call[tokens.call]
 
 
 def _served_tokens(run: Run) -> _ServedTokens | None:
