@@ -35,6 +35,7 @@ from pathlib import Path
 
 THREADS = 2
 N_GENERATE = 64  # llama-bench tg64, 5 repetitions
+N_PROMPT = 256  # llama-bench pp256, 5 repetitions
 N_COMPLETE = 256  # llama-completion: one generation, long enough for its own eval timer to settle
 PROMPT = "The history of the printing press begins in the fifteenth century, when the"
 
@@ -69,6 +70,22 @@ def commands(model: str) -> dict[str, list[str]]:
             "-o",
             "json",
         ],
+        # prompt processing: graphs of many tokens, whose token lookup the recorder reads (its ubatch)
+        "llama-bench-prompt": [
+            tool("llama-bench"),
+            "-m",
+            model,
+            "-p",
+            str(N_PROMPT),
+            "-n",
+            "0",
+            "-r",
+            "5",
+            "-t",
+            str(THREADS),
+            "-o",
+            "json",
+        ],
         "llama-completion": [
             tool("llama-completion"),
             "-m",
@@ -93,9 +110,10 @@ def tokens_per_second(program: str, completed: subprocess.CompletedProcess) -> f
     """The program's own generation rate."""
     if completed.returncode != 0:
         raise RuntimeError(f"{program} failed ({completed.returncode}): {completed.stderr[-2000:]}")
-    if program == "llama-bench":
+    if program.startswith("llama-bench"):
         results, _ = json.JSONDecoder().raw_decode(completed.stdout.lstrip())
-        return float(next(result["avg_ts"] for result in results if result["n_gen"] > 0))
+        test = "n_gen" if program == "llama-bench" else "n_prompt"
+        return float(next(result["avg_ts"] for result in results if result[test] > 0))
     # llama_perf_context_print: "eval time = X ms / N runs ( ... ms per token, R tokens per second)"
     # (not the "prompt eval time" line before it)
     match = re.search(r"(?<!prompt )\beval time =.*?([\d.]+) tokens per second", completed.stderr)
