@@ -3,13 +3,17 @@ slots, and the wait until it answers."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import signal
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from .native import llama_tool
 
@@ -72,3 +76,30 @@ def start_server(
     )
     wait_for_server(port, process)
     return process, port
+
+
+@contextlib.contextmanager
+def running_server(output: Path, model_path: Path, **options: Any) -> Iterator[tuple[subprocess.Popen, int]]:
+    """start_server's server (its options), killed on the way out if it is still running (a test
+    stops it with stop_server, to read the run it wrote)."""
+    process, port = start_server(output, model_path, **options)
+    try:
+        yield process, port
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+
+def stop_server(process: subprocess.Popen) -> str:
+    """Ctrl-C to the wrapper, which writes the run; its stderr once it ended."""
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    return stderr
+
+
+def ask(port: int, path: str, body: dict[str, Any] | None = None, timeout: float = 300) -> Any:
+    """The server's JSON answer to `path`: a GET, or a POST of `body` as JSON."""
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as answer:
+        return json.load(answer)

@@ -8,10 +8,6 @@ few hundred tokens generate in seconds)."""
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +21,7 @@ from ggml_viz.ui.server import make_viewer
 
 from ..browser import checked_page, chromium, open_offline
 from .arch_models import write_model
-from .native import llama_tool
-from .servers import free_port, wait_for_server
+from .servers import ask, running_server, stop_server
 from .smollm2 import ggml_viz_cli
 
 pytestmark = pytest.mark.model
@@ -42,18 +37,9 @@ LONG_PREDICT = 360
 SHORT_PROMPT = "The quick brown fox jumps over the lazy dog. " * 5
 
 
-def _request(port: int, path: str, body: dict[str, Any] | None = None) -> Any:
-    data = json.dumps(body).encode() if body is not None else None
-    headers = {"Content-Type": "application/json"}
-    with urllib.request.urlopen(
-        urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, headers=headers), timeout=300
-    ) as answer:
-        return json.load(answer)
-
-
 def _complete(port: int, slot: int, prompt: str, n_predict: int) -> dict[str, Any]:
     body = {"prompt": prompt, "n_predict": n_predict, "temperature": 0, "ignore_eos": True, "n_keep": 0}
-    return _request(port, "/completion", {**body, "id_slot": slot, "cache_prompt": True})
+    return ask(port, "/completion", {**body, "id_slot": slot, "cache_prompt": True})
 
 
 @pytest.fixture(scope="module")
@@ -62,28 +48,15 @@ def served(tmp_path_factory):
     one slot's long generation, then a prompt twice on the other) and /slots after them."""
     folder = tmp_path_factory.mktemp("served_kv")
     model = write_model(folder / "gemma3.gguf", "gemma3")
-    output, port = folder / "server.ggmlviz", free_port()
-    command = [str(llama_tool("llama-server")), "-m", str(model.path), "--host", "127.0.0.1", "--port", str(port)]
-    command += ["-np", str(SLOTS), "-c", str(N_CTX), "-t", "2", "--context-shift"]
-    server = subprocess.Popen(
-        [sys.executable, "-m", "ggml_viz", "run", "-o", str(output), "--", *command],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        wait_for_server(port, server)
+    output = folder / "server.ggmlviz"
+    with running_server(output, model.path, slots=SLOTS, context=N_CTX, extra=["--context-shift"]) as (server, port):
         answers = [
             _complete(port, 0, LONG_PROMPT, LONG_PREDICT),
             _complete(port, 1, SHORT_PROMPT, 8),
             _complete(port, 1, SHORT_PROMPT + "And then the dog woke up and ran after the fox", 8),
         ]
-        slots = _request(port, "/slots")
-        server.send_signal(signal.SIGINT)
-        _, stderr = server.communicate(timeout=120)
-    finally:
-        if server.poll() is None:
-            server.kill()
+        slots = ask(port, "/slots")
+        stderr = stop_server(server)
     run = ggml_viz.open(output)
     assert run.status == "complete", (run.manifest["incomplete_reason"], stderr[-3000:])
     return run, model, answers, slots

@@ -4,12 +4,10 @@ counters for each completion (the timings it prints, verbose)."""
 
 from __future__ import annotations
 
-import json
 import re
 import signal
 import subprocess
 import sys
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import pandas as pd
@@ -18,7 +16,7 @@ import pytest
 import ggml_viz
 from ggml_viz.analysis.requests import request_batches, request_times, requests
 
-from .servers import free_port, wait_for_server
+from .servers import ask, free_port, wait_for_server
 
 pytestmark = pytest.mark.model
 pytest.importorskip("llama_cpp.server.app", reason="llama-cpp-python's server extra is not installed")
@@ -31,12 +29,7 @@ PERF = re.compile(r"llama_perf_context_print:\s+(prompt eval|eval) time =\s+([\d
 
 
 def _complete(port: int, prompt: str) -> dict:
-    body = {"prompt": prompt, "max_tokens": N_PREDICT, "temperature": 0}
-    asked = urllib.request.Request(
-        f"http://127.0.0.1:{port}/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(asked, timeout=120) as answer:
-        return json.loads(answer.read())
+    return ask(port, "/v1/completions", {"prompt": prompt, "max_tokens": N_PREDICT, "temperature": 0})
 
 
 def test_llama_cpp_python_s_server_s_requests_are_its_completions(tmp_path, model_path):

@@ -5,9 +5,6 @@ second wave extending the first's prompts) and off."""
 
 from __future__ import annotations
 
-import json
-import signal
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -18,7 +15,7 @@ import pytest
 import ggml_viz
 from ggml_viz.analysis.requests import request_times, requests, requests_summary
 
-from .servers import start_server
+from .servers import ask, running_server, stop_server
 
 pytestmark = pytest.mark.model
 
@@ -44,11 +41,7 @@ def _complete(port: int, prompt: str, n_predict: int, cache_prompt: bool) -> dic
         "ignore_eos": True,  # every request generates its n_predict tokens
         "cache_prompt": cache_prompt,
     }
-    asked = urllib.request.Request(
-        f"http://127.0.0.1:{port}/completion", json.dumps(body).encode(), {"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(asked, timeout=180) as answer:
-        timings = json.load(answer)["timings"]
+    timings = ask(port, "/completion", body)["timings"]
     return {"prompt": prompt, "n_predict": n_predict, **timings}
 
 
@@ -62,19 +55,17 @@ def _serve(tmp_path: Path, model_path: Path, cache_prompt: bool) -> tuple[Any, l
     """Eight requests at once on four slots (with the cache, a second wave extending the first's
     prompts), recorded: the run and the server's timings of each request."""
     output = tmp_path / f"served-{'cache' if cache_prompt else 'nocache'}.ggmlviz"
-    server, port = start_server(output, model_path, slots=SLOTS, context=4096, recording=["--detail", "graph"])
-    try:
+    with running_server(output, model_path, slots=SLOTS, context=4096, recording=["--detail", "graph"]) as (
+        server,
+        port,
+    ):
         # prompts of different lengths, each ending in its topic
         first = [f"Write{' a few' * (i % 3)} words about {topic}." for i, topic in enumerate(TOPICS)]
         answers = _wave(port, first, cache_prompt)
         if cache_prompt:  # each prompt again, extended: its slot (or the server's cache) holds its start
             extended = [f"{prompt} Then a line about {word}." for prompt, word in zip(first, AFTER, strict=True)]
             answers += _wave(port, extended, True)
-        server.send_signal(signal.SIGINT)
-        _, stderr = server.communicate(timeout=120)
-    finally:
-        if server.poll() is None:
-            server.kill()
+        stderr = stop_server(server)
     run = ggml_viz.open(output)
     assert run.status == "complete", stderr[-3000:]
     return run, answers

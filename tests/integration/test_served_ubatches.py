@@ -4,11 +4,6 @@ for llama-server's slots and for a program that decodes such batches through lla
 
 from __future__ import annotations
 
-import json
-import signal
-import subprocess
-import sys
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -17,8 +12,7 @@ import pytest
 
 import ggml_viz
 
-from .native import llama_tool
-from .servers import free_port, wait_for_server
+from .servers import ask, running_server, stop_server
 
 pytestmark = pytest.mark.model
 
@@ -48,36 +42,17 @@ def lookup_rows(run) -> pd.Series:
 
 
 def _complete(port: int, prompt: str) -> dict:
-    request = {"prompt": prompt, "n_predict": N_PREDICT, "temperature": 0, "cache_prompt": False}
-    asked = urllib.request.Request(
-        f"http://127.0.0.1:{port}/completion", json.dumps(request).encode(), {"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(asked, timeout=120) as answer:
-        return json.loads(answer.read())
+    return ask(port, "/completion", {"prompt": prompt, "n_predict": N_PREDICT, "temperature": 0, "cache_prompt": False})
 
 
 def test_prompts_arriving_together_at_a_server_s_slots_give_each_graph_its_own_tokens(tmp_path, model_path):
     # GIVEN llama-server with four slots under ggml-viz run
     output = tmp_path / "server.ggmlviz"
-    port = free_port()
-    command = [str(llama_tool("llama-server")), "-m", str(model_path), "--host", "127.0.0.1", "--port", str(port)]
-    command += ["-np", "4", "-c", "4096", "-t", "2"]
-    server = subprocess.Popen(
-        [sys.executable, "-m", "ggml_viz", "run", "-o", str(output), "--", *command],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        wait_for_server(port, server)
+    with running_server(output, model_path, slots=4, context=4096) as (server, port):
         # WHEN eight requests arrive together
         with ThreadPoolExecutor(len(PROMPTS)) as pool:
             answers = list(pool.map(lambda prompt: _complete(port, prompt), PROMPTS))
-        server.send_signal(signal.SIGINT)
-        _, stderr = server.communicate(timeout=120)
-    finally:
-        if server.poll() is None:
-            server.kill()
+        stderr = stop_server(server)
     run = ggml_viz.open(output)
     assert run.status == "complete", stderr[-3000:]
     graphs = run.graphs.set_index("graph_id")

@@ -5,11 +5,6 @@ alone against what the server says in each response (`timings.draft_n`, `draft_n
 
 from __future__ import annotations
 
-import json
-import signal
-import subprocess
-import sys
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -21,8 +16,7 @@ from ggml_viz.analysis.speculative import speculative_summary
 from ggml_viz.analysis.speculative_batches import find_speculation
 
 from .arch_models import write_model
-from .native import llama_tool
-from .servers import free_port, wait_for_server
+from .servers import ask, running_server, stop_server
 from .smollm2 import ggml_viz_cli
 
 pytestmark = pytest.mark.model
@@ -50,30 +44,14 @@ def models(tmp_path_factory) -> dict[str, Path]:
 def _serve_and_ask(output: Path, target: Path, flags: list[str], n_predict: int = N_PREDICT) -> list[dict]:
     """llama-server with one slot under ggml-viz run, asked each prompt greedily for n_predict tokens
     (never stopping early, so a request ends at its length); the responses' timings."""
-    port = free_port()
-    server = [str(llama_tool("llama-server")), "-m", str(target), "--host", "127.0.0.1", "--port", str(port)]
-    command = [*server, "-np", "1", "-c", "1024", "-t", "2", *flags]
-    process = subprocess.Popen(
-        [sys.executable, "-m", "ggml_viz", "run", "-o", str(output), "--", *command],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    timings = []
-    try:
-        wait_for_server(port, process)
-        for prompt in PROMPTS:
-            body = {"prompt": prompt, "n_predict": n_predict, "temperature": 0, "ignore_eos": True}
-            request = urllib.request.Request(
-                f"http://127.0.0.1:{port}/completion", json.dumps(body).encode(), {"Content-Type": "application/json"}
-            )
-            with urllib.request.urlopen(request, timeout=120) as answer:
-                timings.append(json.load(answer)["timings"])
-        process.send_signal(signal.SIGINT)
-        _, stderr = process.communicate(timeout=120)
-    finally:
-        if process.poll() is None:
-            process.kill()
+    with running_server(output, target, slots=1, context=1024, extra=flags) as (process, port):
+        timings = [
+            ask(port, "/completion", {"prompt": prompt, "n_predict": n_predict, "temperature": 0, "ignore_eos": True})[
+                "timings"
+            ]
+            for prompt in PROMPTS
+        ]
+        stderr = stop_server(process)
     assert "run written to" in stderr, stderr[-3000:]
     return timings
 
