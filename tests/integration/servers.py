@@ -103,3 +103,21 @@ def ask(port: int, path: str, body: dict[str, Any] | None = None, timeout: float
     request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data, {"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=timeout) as answer:
         return json.load(answer)
+
+
+def kv_cell_bytes(model_path: Path) -> int:
+    """The bytes one KV cache cell of all layers holds, K and V in f16: n_layer × (n_embd_k_gqa +
+    n_embd_v_gqa) × 2, from the model file's hyperparameters (a head's key and value length, or,
+    where the file gives none, the embedding length over the heads)."""
+    from gguf import GGUFReader
+
+    fields = GGUFReader(model_path).fields
+    architecture = str(fields["general.architecture"].contents())
+
+    def value(key: str, default: int | None = None) -> int:
+        field = fields.get(f"{architecture}.{key}")
+        return int(field.contents()) if field is not None else int(default)  # type: ignore[arg-type]
+
+    head = value("embedding_length") // value("attention.head_count")
+    k_and_v = value("attention.key_length", head) + value("attention.value_length", head)
+    return value("block_count") * value("attention.head_count_kv") * k_and_v * 2

@@ -8,11 +8,9 @@ few hundred tokens generate in seconds)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
-from gguf import GGUFReader
 
 import ggml_viz
 from ggml_viz.analysis.kv import CACHE_REUSE, CONTEXT_SHIFT, cells_over_time, kv_capacity, kv_events, kv_reads
@@ -21,7 +19,7 @@ from ggml_viz.ui.server import make_viewer
 
 from ..browser import checked_page, chromium, open_offline
 from .arch_models import write_model
-from .servers import ask, running_server, stop_server
+from .servers import ask, kv_cell_bytes, running_server, stop_server
 from .smollm2 import ggml_viz_cli
 
 pytestmark = pytest.mark.model
@@ -29,7 +27,6 @@ pytestmark = pytest.mark.model
 N_CTX = 1024  # two slots of 512 cells
 SLOTS = 2
 WINDOW = 256  # llama.cpp's attention reads the cache in windows of 256 cells (llama_kv_cache::get_n_kv)
-F16 = 2  # bytes per element of the cache (llama-server's default type, f16)
 # slot 0: a prompt under one window, then generation past the slot's 512 cells: one shift
 LONG_PROMPT = "one two three four five six seven eight nine ten " * 18
 LONG_PREDICT = 360
@@ -60,20 +57,6 @@ def served(tmp_path_factory):
     run = ggml_viz.open(output)
     assert run.status == "complete", (run.manifest["incomplete_reason"], stderr[-3000:])
     return run, model, answers, slots
-
-
-def _kv_row_bytes(model_path: Path) -> int:
-    """The bytes one cache cell of all layers holds, K and V: n_layer × (n_embd_k_gqa +
-    n_embd_v_gqa) × bytes per element, from the model file's hyperparameters (n_embd_k_gqa:
-    the KV heads × the key length)."""
-    fields = GGUFReader(model_path).fields
-    architecture = str(fields["general.architecture"].contents())
-
-    def value(key: str) -> int:
-        return int(fields[f"{architecture}.{key}"].contents())
-
-    k_and_v = value("attention.key_length") + value("attention.value_length")
-    return value("block_count") * value("attention.head_count_kv") * k_and_v * F16
 
 
 def test_cells_per_slot_and_the_capacity_are_the_server_s(served):
@@ -120,7 +103,7 @@ def test_the_context_shift_and_the_cache_reuse_are_seen_where_the_server_made_th
 def test_kv_bytes_read_per_step_follow_the_context(served):
     run, model, _, _ = served
     reads = kv_reads(run)
-    row_bytes = _kv_row_bytes(model.path)
+    row_bytes = kv_cell_bytes(model.path)
     capacity = N_CTX // SLOTS
     # GIVEN slot 0's decode steps before its shift (the cells are the positions 0..n, in order)
     first_shift = next(e for e in kv_events(run) if e["kind"] == CONTEXT_SHIFT)["decode_index"]

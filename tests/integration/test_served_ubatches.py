@@ -11,8 +11,9 @@ import pandas as pd
 import pytest
 
 import ggml_viz
+from ggml_viz.analysis.kv import kv_reads
 
-from .servers import ask, running_server, stop_server
+from .servers import ask, kv_cell_bytes, running_server, stop_server
 
 pytestmark = pytest.mark.model
 
@@ -72,6 +73,11 @@ def test_prompts_arriving_together_at_a_server_s_slots_give_each_graph_its_own_t
         positions = of_seq.pos.to_numpy()
         steps = np.diff(positions)
         assert ((steps == 1) | (positions[1:] == 0)).all(), (seq, positions.tolist())
+    # AND each decode step read the KV cache of the slots it fed (a stream each), in llama.cpp's
+    # windows of 256 cells (every slot here holds fewer), not the cells between their windows
+    reads = kv_reads(run)
+    steps = reads[reads.phase == "decode"]
+    assert len(steps) and (steps.kv_bytes == steps.n_tokens * 256 * kv_cell_bytes(model_path)).all(), steps
     # AND the tokens of the requests are every token the server says it fed: each prompt's,
     # and each generated token but the last (never fed back)
     fed = sum(answer["timings"]["prompt_n"] + answer["timings"]["predicted_n"] - 1 for answer in answers)

@@ -258,8 +258,19 @@ def kv_bytes_by_structure(run: Run) -> pd.Series:
     reader_kind = nodes.reindex(keys).map(tensors["buffer_kind"]).to_numpy()
     source_kind = edges["src_tensor_id"].map(tensors["buffer_kind"]).to_numpy()
     reads = (source_kind == "kv_cache") & (reader_kind != "kv_cache")
-    read = bytes_read(edges, run.raw("structure_nodes"), run.raw("tensors"))
-    return read[reads].groupby(edges.loc[reads, "structure_id"]).sum().astype(np.int64)
+    read = bytes_read(edges, run.raw("structure_nodes"), run.raw("tensors")).astype(np.float64)
+    # a view of the cache reads its elements, at the cache's bytes per element: not the span from
+    # its first byte to its last (a view of several slots' streams spans the cells between their windows)
+    source = tensors.reindex(edges["src_tensor_id"].to_numpy())
+    root = tensors.reindex(source["view_src_id"].fillna(-1).astype(np.int64).to_numpy())
+    elements = lambda t: (t["ne0"] * t["ne1"] * t["ne2"] * t["ne3"]).to_numpy(dtype=np.float64)  # noqa: E731
+    root_elements = elements(root)
+    viewed = reads & source["view_src_id"].notna().to_numpy() & (root_elements > 0)
+    per_element = np.divide(
+        root["nbytes"].to_numpy(dtype=np.float64), root_elements, where=viewed, out=np.zeros(len(edges))
+    )
+    read[viewed] = (elements(source) * per_element)[viewed]
+    return read[reads].groupby(edges.loc[reads, "structure_id"]).sum().round().astype(np.int64)
 
 
 def kv_reads(run: Run) -> pd.DataFrame:
