@@ -203,6 +203,10 @@ def _shift_calls(run: Run) -> pd.DataFrame:
     op = nodes["tensor_id"].map(tensors["op_base"])
     writes = (kind == "kv_cache") & ~op.isin((*STATE_WRITES, *VIEW_OPS))
     shifting = set(nodes.loc[writes, "structure_id"])
+    if not shifting:  # (a run whose graphs never write into a KV cache: no graph to look through)
+        return pd.DataFrame({"context_id": [], "decode_index": [], "shifted": []}, dtype=np.int64).astype(
+            {"shifted": bool}
+        )
     graphs = run.graphs[run.graphs["structure_id"].isin(shifting) & run.graphs["decode_index"].notna()]
     calls = graphs[["context_id", "decode_index"]].drop_duplicates().astype(np.int64)
     return calls.assign(shifted=True)
