@@ -75,6 +75,7 @@ class Recording(Generic[TracerT]):
         self.gpu_times: GpuTimes | None = None  # GPU trace windows into the run's GPU tables
         self.gpu_info: dict[str, Any] = {}  # the GPU timer's state, as the recorder said it
         self.observer: RecordingObserver | None = None  # told of each graph as it is written (--metrics)
+        self._structure_ops: dict[int, np.ndarray] = {}  # each structure's nodes' ops (for the observer)
         if not lazy:
             self._open_writer(prepare_run_dir(self.output, overwrite=overwrite))
 
@@ -206,9 +207,8 @@ class Recording(Generic[TracerT]):
         writer.append("edges", decoded.new_edges)
         row = _graph_row(tracer, graph_id, decoded.structure_id, raw, call, ubatch, self._phase(decoded.structure_id))
         writer.append_graph(row, decoded.node_times)
-        if self.observer is not None and len(decoded.node_times["node_index"]):
-            times = op_seconds(raw, decoded.node_times)
-            self.tell_observer(lambda observer: observer.observe_graph(tracer.context_id, times))
+        if self.observer is not None:
+            self._observe_op_times(tracer.context_id, raw, decoded.structure_id, decoded.node_times)
         if self.gpu_times is not None:
             self.gpu_times.graph_written(tracer.context_id, graph_id, decoded.structure_id, raw.graph_start_ns)
         if raw.values is not None and len(raw.values):
@@ -281,6 +281,19 @@ class Recording(Generic[TracerT]):
 
     def count_dropped(self, n_nodes: int) -> None:
         self.bound.count_dropped(n_nodes)
+
+    def _observe_op_times(self, context_id: int, raw: RawGraph, structure_id: int, node_times: dict) -> None:
+        """Tell the observer the graph's node times by op. A graph that repeats the one before it
+        comes without its nodes: its ops are its structure's, as first seen."""
+        if len(raw.nodes):
+            self._structure_ops[structure_id] = raw.nodes["op"].copy()
+        ops = self._structure_ops.get(structure_id)
+        index = node_times["node_index"]
+        if ops is None or not len(index) or len(ops) <= int(index.max()):
+            return
+        nanoseconds = np.bincount(ops[index], weights=node_times["end_ns"] - node_times["start_ns"])
+        times = {ggml_api.op_name(op): float(ns) / 1e9 for op, ns in enumerate(nanoseconds.tolist()) if ns > 0}
+        self.tell_observer(lambda observer: observer.observe_graph(context_id, times))
 
     def tell_observer(self, message: Callable[[RecordingObserver], None]) -> None:
         """Tell the observer, if any; one that fails is let go (said once): the recording goes on."""
@@ -469,13 +482,6 @@ def _graph_row(
         "phase": structure_phase if decode is None or decode.phase == "other" else decode.phase,
         "detail": graph.detail,
     }
-
-
-def op_seconds(raw: RawGraph, node_times: dict[str, Any]) -> dict[str, float]:
-    """The time of a graph's nodes timed on their own, by op name (ggml's, of the graph's ggml)."""
-    ops = raw.nodes["op"][node_times["node_index"]]
-    nanoseconds = np.bincount(ops, weights=node_times["end_ns"] - node_times["start_ns"])
-    return {ggml_api.op_name(op): float(ns) / 1e9 for op, ns in enumerate(nanoseconds.tolist()) if ns > 0}
 
 
 def value_or_none(function: Any) -> Any:
