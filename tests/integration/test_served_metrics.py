@@ -206,10 +206,7 @@ def test_every_dashboard_panel_has_data(scraped):
     assert len(expressions) >= 8
     # WHEN each panel's query is asked of the Prometheus that scraped the run
     empty = [
-        expression
-        for expression in expressions
-        if not scraped.query(expression.replace("$__rate_interval", "1m"))
+        expression for expression in expressions if not scraped.query(expression.replace("$__rate_interval", "1m"))
     ]
     # THEN each has data, but the GPU's share (no GPU times on this machine)
     assert empty == [ABSENT_WITHOUT_GPU]
-
