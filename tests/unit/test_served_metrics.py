@@ -14,11 +14,11 @@ import pytest
 from prometheus_client import generate_latest
 
 import ggml_viz
-from ggml_viz.commands import main
 from ggml_viz.analysis.requests import request_times
 from ggml_viz.capture.contract.records import DECODE, DecodesRecord
 from ggml_viz.capture.metrics.exporter import RunMetrics, parse_address
 from ggml_viz.capture.metrics.served import CallOutcome, ServedRequests
+from ggml_viz.commands import main
 from ggml_viz.runformat.synthetic import write_synthetic_run
 
 from .test_request_times import COLUMNS, TYPES, two_slots
