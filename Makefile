@@ -176,11 +176,11 @@ demo: setup-demo
 # Graphviz's `dot`, the whisper tests speak their audio with espeak-ng, `ggml-viz limits`' read
 # bandwidth is checked against likwid-bench's and sysbench's, and the Vulkan tests build ggml's Vulkan backend
 # (libvulkan-dev, glslc, spirv-headers) and run it on Mesa's software device (mesa-vulkan-drivers):
-# install them when we can.
-SYSTEM_PACKAGES := chromium graphviz espeak-ng sysbench likwid mesa-vulkan-drivers libvulkan-dev glslc spirv-headers
+# install them when we can. The live metrics are checked by a real Prometheus scraping them (prometheus).
+SYSTEM_PACKAGES := chromium graphviz espeak-ng sysbench likwid mesa-vulkan-drivers libvulkan-dev glslc spirv-headers prometheus
 system-packages:
 	@{ command -v chromium >/dev/null && command -v dot >/dev/null && command -v espeak-ng >/dev/null && \
-		command -v sysbench >/dev/null && command -v likwid-bench >/dev/null && command -v glslc >/dev/null && [ -f /usr/include/vulkan/vk_layer.h ] && \
+		command -v sysbench >/dev/null && command -v likwid-bench >/dev/null && command -v glslc >/dev/null && command -v prometheus >/dev/null && [ -f /usr/include/vulkan/vk_layer.h ] && \
 		ls /usr/share/vulkan/icd.d/lvp_icd.*.json >/dev/null 2>&1; } || \
 		{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 		echo "== Installing Debian's $(SYSTEM_PACKAGES) (apt-get: a minute or two)" && \

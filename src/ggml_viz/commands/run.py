@@ -5,11 +5,16 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .._errors import CaptureError, CommandError
+from ..log import say
 from .base import Command
 from .common import add_capture_arguments, add_config_argument, configuration, default_output_path
 from .render import print_short_summary
+
+if TYPE_CHECKING:
+    from ..capture.metrics.exporter import RunMetrics
 
 PASSED_THROUGH = ("GGML_VIZ_CUPTI", "GGML_VIZ_GPU_DETACH", "GGML_VIZ_READ_GRAPHS")
 
@@ -30,6 +35,7 @@ class RunCommand(Command):
       ggml-viz run -o chat.ggmlviz -- python app.py --prompt "hello"
       ggml-viz run -o server.ggmlviz -- llama-server -m model.gguf -np 2
       ggml-viz run --detail graph -o bench.ggmlviz -- llama-bench -m model.gguf
+      ggml-viz run --metrics 127.0.0.1:9464 -o server.ggmlviz -- llama-server -m model.gguf
     """
 
     name = "run"
@@ -43,6 +49,13 @@ class RunCommand(Command):
         )
         parser.add_argument("-f", "--force", action="store_true", help="replace the output run if it exists")
         parser.add_argument("-v", "--verbose", action="store_true", help="say what is attached")
+        parser.add_argument(
+            "--metrics",
+            metavar="HOST:PORT",
+            default=None,
+            help="serve live metrics for a Prometheus to scrape at http://HOST:PORT/metrics while the program runs "
+            "(programs the preload library records: native ones, and other ggml bindings than llama-cpp-python)",
+        )
         add_config_argument(parser)
         add_capture_arguments(parser)
         parser.add_argument("program", nargs=argparse.REMAINDER, help="the command to run, after --")
@@ -70,6 +83,7 @@ class RunCommand(Command):
         if args.verbose:
             env["GGML_VIZ_VERBOSE"] = "1"
         kind = program_kind(program[0])
+        metrics = self._serve_metrics(args.metrics, program) if args.metrics else None
         try:
             # A Python program's start-up hook records llama-cpp-python itself and makes the run when a
             # context appears; the preload library goes in too, for other ggml bindings. A shell or a
@@ -77,7 +91,7 @@ class RunCommand(Command):
             python = kind is ProgramKind.PYTHON
             if python:
                 output.rmdir()
-            ended = run_native(program, output, settings, env, verbose=args.verbose, python=python)
+            ended = run_native(program, output, settings, env, verbose=args.verbose, python=python, observer=metrics)
         except OSError as error:
             raise CommandError(f"cannot run {program[0]}: {error.strerror or error}", exit_code=1) from None
         except CaptureError as error:
@@ -111,3 +125,19 @@ class RunCommand(Command):
                 file=sys.stderr,
             )
         return exit_code
+
+    @staticmethod
+    def _serve_metrics(address: str, program: list[str]) -> RunMetrics:
+        """The live metrics, served before the program starts: an address that cannot be served
+        stops the command here, the program not started."""
+        from ..capture.metrics.exporter import RunMetrics, serve_metrics
+
+        metrics = RunMetrics(program)
+        try:
+            host, port = serve_metrics(metrics, address)
+        except ValueError as error:
+            raise CommandError(f"--metrics: {error}") from None
+        except OSError as error:
+            raise CommandError(f"--metrics: cannot serve at {address}: {error.strerror or error}") from None
+        say(f"metrics at http://{host}:{port}/metrics")
+        return metrics

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -32,6 +32,7 @@ from . import ggml_api
 from .context_tracer import ClosedDecode, ContextTracer, GraphCall
 from .event_bound import EventBound
 from .graph_decoder import TensorCatalog
+from .observer import RecordingObserver
 from .raw_graph import ROUTING_KEPT, Capture, Mode, RawGraph, RepeatedGraph, Routing
 
 TracerT = TypeVar("TracerT", bound=ContextTracer)
@@ -73,6 +74,8 @@ class Recording(Generic[TracerT]):
         self._fingerprints: dict[str, dict[tuple[int, int], list[str]]] = {}
         self.gpu_times: GpuTimes | None = None  # GPU trace windows into the run's GPU tables
         self.gpu_info: dict[str, Any] = {}  # the GPU timer's state, as the recorder said it
+        self.observer: RecordingObserver | None = None  # told of each graph as it is written (--metrics)
+        self._structure_ops: dict[int, np.ndarray] = {}  # each structure's nodes' ops (for the observer)
         if not lazy:
             self._open_writer(prepare_run_dir(self.output, overwrite=overwrite))
 
@@ -204,6 +207,8 @@ class Recording(Generic[TracerT]):
         writer.append("edges", decoded.new_edges)
         row = _graph_row(tracer, graph_id, decoded.structure_id, raw, call, ubatch, self._phase(decoded.structure_id))
         writer.append_graph(row, decoded.node_times)
+        if self.observer is not None:
+            self._observe_op_times(tracer.context_id, raw, decoded.structure_id, decoded.node_times)
         if self.gpu_times is not None:
             self.gpu_times.graph_written(tracer.context_id, graph_id, decoded.structure_id, raw.graph_start_ns)
         if raw.values is not None and len(raw.values):
@@ -264,6 +269,7 @@ class Recording(Generic[TracerT]):
         with self.lock:
             if self.gpu_times is not None:
                 self._guarded(lambda: self.gpu_times.add_window(window))  # type: ignore[union-attr]
+            self.tell_observer(lambda observer: observer.observe_gpu_window(window))
 
     def _finish_gpu_timer(self) -> None:
         if self.gpu_times is not None:
@@ -275,6 +281,30 @@ class Recording(Generic[TracerT]):
 
     def count_dropped(self, n_nodes: int) -> None:
         self.bound.count_dropped(n_nodes)
+
+    def _observe_op_times(self, context_id: int, raw: RawGraph, structure_id: int, node_times: dict) -> None:
+        """Tell the observer the graph's node times by op. A graph that repeats the one before it
+        comes without its nodes: its ops are its structure's, as first seen."""
+        if len(raw.nodes):
+            self._structure_ops[structure_id] = raw.nodes["op"].copy()
+        ops = self._structure_ops.get(structure_id)
+        index = node_times["node_index"]
+        if ops is None or not len(index) or len(ops) <= int(index.max()):
+            return
+        nanoseconds = np.bincount(ops[index], weights=node_times["end_ns"] - node_times["start_ns"])
+        times = {ggml_api.op_name(op): float(ns) / 1e9 for op, ns in enumerate(nanoseconds.tolist()) if ns > 0}
+        self.tell_observer(lambda observer: observer.observe_graph(context_id, times))
+
+    def tell_observer(self, message: Callable[[RecordingObserver], None]) -> None:
+        """Tell the observer, if any; one that fails is let go (said once): the recording goes on."""
+        observer = self.observer
+        if observer is None:
+            return
+        try:
+            message(observer)
+        except Exception as error:
+            self.observer = None
+            say(f"live metrics stopped: {type(error).__name__}: {error}; the recording goes on")
 
     # -- internals -----------------------------------------------------------------
 
@@ -310,25 +340,32 @@ class Recording(Generic[TracerT]):
         run is made (a native program's come with its spool)."""
         return {"llama_cpp_system_info": None, "ggml": value_or_none(ggml_api.ggml_build_info)}
 
+    def loss_counts(self) -> dict[str, int]:
+        """What the recording has not recorded so far: graphs and node events past the event bound,
+        tensor captures skipped, MoE routing reads dropped (the manifest's counts of them)."""
+        return {
+            "dropped_graphs": self.bound.dropped_graphs,
+            "dropped_events": self.bound.dropped_events,
+            "untimed_graphs": sum(tracer.recorder.clock.mismatches for tracer in self.tracers),
+            "captures_skipped": sum(tracer.recorder.captures_skipped[0] for tracer in self.tracers),
+            "capture_bytes_skipped": sum(tracer.recorder.captures_skipped[1] for tracer in self.tracers),
+            "routing_dropped": sum(tracer.recorder.routing_reads[2] for tracer in self.tracers),
+        }
+
     def _update_counts(self) -> None:
         if self.writer is not None and self.recorder_used:
             self.writer.manifest["capture"]["recorder"] = self.recorder_used
         counts = {
             "graphs": self.bound.graphs,
             "node_events": self.bound.events,
-            "dropped_graphs": self.bound.dropped_graphs,
-            "dropped_events": self.bound.dropped_events,
-            "untimed_graphs": sum(tracer.recorder.clock.mismatches for tracer in self.tracers),
+            **self.loss_counts(),
             "captured_tensors": self.captured_tensors,
             "captured_bytes": self.captured_bytes,
-            "captures_skipped": sum(tracer.recorder.captures_skipped[0] for tracer in self.tracers),
-            "capture_bytes_skipped": sum(tracer.recorder.captures_skipped[1] for tracer in self.tracers),
             "routing_unreadable": self.routing_unreadable,
             # MoE layers whose routing was read: answered (each a cut in its graph), at the tick
             # that ended their node (no cut), read at a tick that did not hold and dropped
             "routing_answered": sum(tracer.recorder.routing_reads[0] for tracer in self.tracers),
             "routing_at_ticks": sum(tracer.recorder.routing_reads[1] for tracer in self.tracers),
-            "routing_dropped": sum(tracer.recorder.routing_reads[2] for tracer in self.tracers),
             "contexts": len(self.tracers),
         }
         self._update_manifest(counts=counts)

@@ -169,7 +169,15 @@ class SpoolCollector:
                 n_frames += 1
                 with self.recording.lock:
                     self._apply(path, frame)
+        if n_frames and self.recording.observer is not None:
+            self.recording.tell_observer(lambda observer: observer.observe_recorder(self.loss_counts()))
         return n_frames
+
+    def loss_counts(self) -> dict[str, int]:
+        """The recording's counts of what it did not record, and the spools found damaged (their
+        frames from the damage on are lost)."""
+        damaged = sum(reader.damage is not None for reader in self.readers.values())
+        return {**self.recording.loss_counts(), "spools_damaged": damaged}
 
     def _apply(self, path: Path, frame: Frame) -> None:
         handlers: dict[int, Callable[[Path, Frame], None]] = {
@@ -250,6 +258,7 @@ class SpoolCollector:
         writer.update_manifest(
             contexts=[*writer.manifest["contexts"], context], model=writer.manifest["model"] or model
         )
+        recording.tell_observer(lambda observer: observer.observe_context(context_id, context, tracer.warmup))
         if recording.verbose:
             say(f"recording context {context_id} of {path.stem} ({(model or {}).get('description', 'ggml')})")
 
@@ -258,6 +267,8 @@ class SpoolCollector:
         if path in self.libraries:  # the processes of a script may each load another ggml version
             ggml_api.use_library(self.libraries[path])
         take = frame.take()
+        # every call, whatever is recorded of its graphs (past a keep-first bound: none)
+        self.recording.tell_observer(lambda observer: observer.observe_calls(tracer.context_id, take.decodes))
         graphs = [
             graph._replace(leaves=tracer.weight_names.rename(graph.leaves)) if isinstance(graph, GraphRecord) else graph
             for graph in take.graphs

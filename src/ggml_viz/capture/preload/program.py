@@ -17,6 +17,7 @@ from types import FrameType
 from typing import Any, NamedTuple
 
 from ...runformat.schema import SPOOL_DIR
+from ..core.observer import RecordingObserver
 from ..core.recording import Recording
 from ..gpu.vulkan_layer import layer_environment
 from ..settings import CaptureSettings
@@ -76,13 +77,16 @@ def run_native(
     env: dict[str, str],
     verbose: bool = False,
     python: bool = False,
+    observer: RecordingObserver | None = None,
 ) -> ProgramRun:
     """Run `program` with the preload library, collecting its spool into `run_dir` as it runs.
     python: a Python program, whose start-up hook records llama-cpp-python's contexts itself
     (then no spool comes, and the run is the hook's): the run is made only once a spool comes
     (the graphs of another ggml binding). Where no process recorded, no run is left in `run_dir`
-    (a Python program's hook may have made its own there)."""
+    (a Python program's hook may have made its own there). observer: told what the collector
+    reads as it reads it (`--metrics`)."""
     recording: SpoolRecording = Recording(run_dir, settings=settings, verbose=verbose, lazy=python)
+    recording.observer = observer
     collector = SpoolCollector(recording)
     preloaded = " ".join(filter(None, [str(preload_path()), env.get("LD_PRELOAD")]))
     # the Vulkan layer too, which times GPU nodes on Vulkan when the program computes there (and
