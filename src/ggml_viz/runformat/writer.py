@@ -6,7 +6,11 @@ A long recording's streams roll to a new segment as they fill (ROLL_ROWS, ROLL_S
 a full segment becomes a Parquet part in the background (written under a temporary name,
 renamed, and only then its stream removed) with the node totals of its events, so that a
 run in progress takes about its final size on disk and its close converts only the last
-segments. `close()` converts what is left and only then marks the manifest complete.
+segments. `close()` converts what is left and only then marks the manifest complete; when
+the recording outran the conversion (segments waiting for it), the close waits for none of
+them: it marks the run complete with those segments pending and starts a converter of its
+own for them (runformat/conversion.py), so that stopping a recording takes seconds
+whatever its length.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import pyarrow.parquet as pq
 
 from .._errors import CaptureError
 from . import journal
+from .conversion import CONVERSION_PENDING, TOTALS_OF_PARTS, start_converter
 from .manifest import STATUS_COMPLETE, STATUS_INCOMPLETE, new_manifest, utc_now, write_manifest
 from .schema import (
     CAPTURES_FILE,
@@ -148,6 +153,9 @@ class RunWriter:
         self._segment_graphs: list[pa.RecordBatch] = []
         self._rolled: list[_Rolled] = []  # full segments, to become parts once their graphs' rows are written
         self._parts = _PartWriter(run_dir, experiment_id)
+        # Whether a close that leaves segments to convert starts the converter (False: the
+        # caller converts them, conversion.convert_pending).
+        self.detached_converter = True
         write_manifest(run_dir, self.manifest)  # last: a run with a manifest has all its tables
 
     def append(self, table: str, columns: Mapping[str, Any]) -> None:
@@ -287,6 +295,17 @@ class RunWriter:
         self.manifest.update(fields)
         write_manifest(self.run_dir, self.manifest)
 
+    @property
+    def parts_while_recording(self) -> bool:
+        """Whether full segments become parts while recording (True); False: they wait for
+        the close, which leaves them to the converter (a recording that must leave every core
+        to its program)."""
+        return self._parts.while_recording
+
+    @parts_while_recording.setter
+    def parts_while_recording(self, value: bool) -> None:
+        self._parts.while_recording = value
+
     def wait_for_parts(self) -> None:
         """Until the full segments handed over so far are Parquet parts (or failed to become
         ones: their streams stay, and the close converts them)."""
@@ -305,25 +324,34 @@ class RunWriter:
             open_table.sink.close()
             last.append(_Rolled(table, open_table.segment, self._segment_graphs if table == "node_times" else None))
         self._tables.clear()
+        pending: list[str] = []
         if complete:
             if keep_graphs is None:
-                self._finish_in_parts(last)
+                pending = self._finish_in_parts(last)
             else:
                 self._parts.wait()
                 self._finish_whole(keep_graphs)
+        else:
+            self._parts.stop()  # (a recording that failed: what was not converted stays in its streams)
         self._parts.close()
         self.manifest["finished"] = utc_now()
         self.manifest["status"] = STATUS_COMPLETE if complete else STATUS_INCOMPLETE
         self.manifest["incomplete_reason"] = reason
         self.manifest["counts"] = {**self.manifest.get("counts", {}), **{f"{t}_rows": n for t, n in self.rows.items()}}
         write_manifest(self.run_dir, self.manifest)
+        if pending and self.detached_converter:
+            start_converter(self.run_dir)
 
-    def _finish_in_parts(self, last: list[_Rolled]) -> None:
+    def _finish_in_parts(self, last: list[_Rolled]) -> list[str]:
         """The last segments converted, with any a worker failed to convert (two at a time:
         the close waits for the longest); a table that never rolled becomes `TABLE.parquet`,
-        one that did gains its last parts; then the totals, summed part by part."""
+        one that did gains its last parts; then the totals, summed part by part. Unless
+        segments wait for the worker (the recording outran it): then none is converted
+        here, all are left pending (`_leave_pending`). Returns the segments left."""
         descriptions = self._descriptions()
-        self._parts.wait()
+        waiting = self._parts.stop()  # (the segment being converted is finished first: one, seconds)
+        if waiting:
+            return self._leave_pending(self._parts.take_failed() + waiting + last)
         left = self._parts.take_failed() + last
         segments = {table: sum(rolled.table == table for rolled in left) for table in {r.table for r in left}}
         # (largest first: node times, then graphs, then the small tables two at a time)
@@ -338,6 +366,17 @@ class RunWriter:
             self.rows[table] = _rows_stored(self.run_dir, table)
         if not self._parts.store_totals():  # a part's totals could not be summed as it was written: from all parts
             write_totals(self.run_dir, totals_of_parquet_run(self.run_dir), self.experiment_id)
+        return []
+
+    def _leave_pending(self, left: list[_Rolled]) -> list[str]:
+        """The run complete with these segments still streams, listed in the manifest for the
+        converter (each to become its part, `TABLE.N.parquet`), and the totals of the parts
+        written so far stored for the reader to add the pending ones' to."""
+        left.sort(key=lambda rolled: (rolled.table, rolled.segment))
+        pending = [stream_segment_name(rolled.table, rolled.segment) for rolled in left]
+        stored = self._parts.store_totals(suffix=TOTALS_OF_PARTS)
+        self.manifest.update(conversion=CONVERSION_PENDING, pending_parts=pending, totals_of_parts=stored)
+        return pending
 
     def _finish_whole(self, keep_graphs: set[int]) -> None:
         """Every table one Parquet file of the kept graphs' rows (the keep-last bound: a
@@ -393,9 +432,14 @@ class _PartWriter:
         self._sound = True  # every node-times part's totals summed
         self._failed: list[_Rolled] = []  # segments not converted (their streams stay)
         self.failures: list[str] = []  # why, one line each
+        self.while_recording = True  # False: segments submitted are held for the close
+        self._held: list[_Rolled] = []
 
     def submit(self, rolled: _Rolled, descriptions: dict[str, pa.Table]) -> None:
         """Convert the segment on the worker, after those submitted before it."""
+        if not self.while_recording:
+            self._held.append(rolled)
+            return
         if self._worker is None:
             self._worker = threading.Thread(target=self._work, name="ggml-viz-parts", daemon=True)
             self._worker.start()
@@ -408,6 +452,20 @@ class _PartWriter:
                 self._convert(rolled, descriptions)
             finally:
                 self._queue.task_done()
+
+    def stop(self) -> list[_Rolled]:
+        """Convert no more: the segments submitted but not begun (and those held), in order;
+        the one the worker is converting is finished first."""
+        waiting, self._held = self._held, []
+        while True:
+            try:
+                rolled, _ = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            waiting.append(rolled)
+            self._queue.task_done()
+        self._queue.join()
+        return waiting
 
     def convert_now(self, segments: list[tuple[_Rolled, bool]], descriptions: dict[str, pa.Table]) -> None:
         """Convert these segments (each: whether it is its table's only one, to become
@@ -474,14 +532,14 @@ class _PartWriter:
                 metadata = table_metadata(GRAPH_OP_TOTALS, self.experiment_id)
                 schema = TOTALS_SCHEMAS[GRAPH_OP_TOTALS].with_metadata(metadata)
                 self._graph_op_file = pq.ParquetWriter(
-                    self._graph_op_path(".partial"), schema, compression="zstd", write_page_checksum=True
+                    self._graph_op_path(after=".partial"), schema, compression="zstd", write_page_checksum=True
                 )
             self._graph_op_file.write_table(table.cast(self._graph_op_file.schema))
         except (OSError, pa.ArrowException):
             self._sound = False  # (summed again from the parts at the close)
 
-    def _graph_op_path(self, suffix: str = "") -> Path:
-        return self.run_dir / f"{GRAPH_OP_TOTALS}{PARQUET_SUFFIX}{suffix}"
+    def _graph_op_path(self, before: str = "", after: str = "") -> Path:
+        return self.run_dir / f"{GRAPH_OP_TOTALS}{before}{PARQUET_SUFFIX}{after}"
 
     def take_failed(self) -> list[_Rolled]:
         with self._lock:
@@ -492,19 +550,25 @@ class _PartWriter:
         """Until the worker has converted every segment submitted."""
         self._queue.join()
 
-    def store_totals(self) -> bool:
+    def store_totals(self, suffix: str = "") -> bool:
         """Store the run's totals from its parts' (each graph's ops in one part: its events
-        are written together); False (nothing stored) if some part's could not be summed."""
+        are written together); False (nothing stored) if some part's could not be summed.
+        With a `suffix` (TOTALS_OF_PARTS): the totals of the parts written so far, of a run
+        whose other segments are left to convert (none written yet: empty totals)."""
         with self._lock:
-            sound = self._sound and self._node_totals is not None and not self._graph_op_waiting
+            sound = self._sound and not self._graph_op_waiting
             written, self._graph_op_file = self._graph_op_file, None
             if written is not None:
                 written.close()
-            if not sound or written is None:
-                self._graph_op_path(".partial").unlink(missing_ok=True)
+            if sound and suffix and written is None and self._node_totals is None:
+                empty = {name: schema.empty_table() for name, schema in TOTALS_SCHEMAS.items()}
+                write_totals(self.run_dir, empty, self.experiment_id, suffix=suffix)
+                return True
+            if not sound or written is None or self._node_totals is None:
+                self._graph_op_path(after=".partial").unlink(missing_ok=True)
                 return False
-            os.replace(self._graph_op_path(".partial"), self._graph_op_path())
-            write_totals(self.run_dir, {NODE_TOTALS: self._node_totals}, self.experiment_id)
+            os.replace(self._graph_op_path(after=".partial"), self._graph_op_path(before=suffix))
+            write_totals(self.run_dir, {NODE_TOTALS: self._node_totals}, self.experiment_id, suffix=suffix)
             return True
 
     def close(self) -> None:
@@ -514,7 +578,7 @@ class _PartWriter:
         if self._graph_op_file is not None:
             self._graph_op_file.close()
             self._graph_op_file = None
-            self._graph_op_path(".partial").unlink(missing_ok=True)
+            self._graph_op_path(after=".partial").unlink(missing_ok=True)
 
 
 def _events_counted(totals: dict[str, pa.Table]) -> int:
