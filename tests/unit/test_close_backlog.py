@@ -92,7 +92,8 @@ def test_a_close_with_a_backlog_leaves_it_pending_and_the_run_reads_the_same_bef
         f"node_times.{segment}.arrows" for segment in (2, 3, 4, 5)
     ]
     assert "graphs.arrows" in pending and sorted(pending) == streams(run_dir)  # (graphs never rolled)
-    assert sorted(p.name for p in run_dir.glob("node_times*.parquet")) == ["node_times.0.parquet", "node_times.1.parquet"]
+    parts = sorted(p.name for p in run_dir.glob("node_times*.parquet"))
+    assert parts == ["node_times.0.parquet", "node_times.1.parquet"]
     assert not (run_dir / "node_totals.parquet").exists() and (run_dir / "node_totals.of-parts.parquet").exists()
     # AND it reads as the same recording closed with everything converted
     assert contents(run_dir) == expected
@@ -117,7 +118,7 @@ def test_a_converter_stopped_at_any_step_leaves_a_readable_run_that_a_second_one
     convert_segment(run_dir, first)
     copy = run_dir.parent / second
     copy.write_bytes((run_dir / second).read_bytes())
-    writer_module._to_parquet([copy], part_of_stream(run_dir / second), None)  # (the copy removed, not the stream)
+    writer_module.to_parquet([copy], part_of_stream(run_dir / second), None)  # (the copy removed, not the stream)
     part_of_stream(run_dir / third).with_suffix(".parquet.partial").write_bytes(b"PAR1 cut short")
     assert (run_dir / second).exists() and part_of_stream(run_dir / second).exists()
     # THEN the run reads the same (a segment with both its stream and its part counted once)

@@ -29,6 +29,7 @@ from typing import Any
 import pyarrow as pa
 
 from .manifest import load_manifest, utc_now, write_manifest
+from .parts import to_parquet
 from .schema import PARQUET_SUFFIX, parquet_parts, part_of_stream
 from .totals import (
     TOTALS_SCHEMAS,
@@ -121,14 +122,12 @@ def convert_pending(run_dir: Path) -> bool:
 def convert_segment(run_dir: Path, name: str) -> Path:
     """One pending stream segment as its Parquet part (schema.part_of_stream), crash-safe at
     every step: a part already renamed in place wins (its stream, if still there, is removed)."""
-    from .writer import _to_parquet
-
     stream = run_dir / name
     part = part_of_stream(stream)
     if part.exists():
         stream.unlink(missing_ok=True)  # killed between the rename and the removal
     elif stream.exists():
-        _to_parquet([stream], part, None)  # (a `.partial` left by a killed converter is written over)
+        to_parquet([stream], part, None)  # (a `.partial` left by a killed converter is written over)
     return part
 
 

@@ -213,9 +213,10 @@ class StoredRun:
         the parts written before it, plus each pending node-times segment's (from its stream,
         or from its part once converted), each summed once; once the conversion is done (its
         totals of parts removed), the run's totals as stored."""
-        before = stored_totals_of_parts(self.path, self.experiment_id) if totals_of_parts_stored(self.manifest) else None
+        stored = totals_of_parts_stored(self.manifest)
+        before = stored_totals_of_parts(self.path, self.experiment_id) if stored else None
         if before is None:
-            done = read_totals(self.path, self.experiment_id) if totals_of_parts_stored(self.manifest) else None
+            done = read_totals(self.path, self.experiment_id) if stored else None
             return done if done is not None else self._totals_of_segments()
         pending = {part_of_stream(self.path / name).name for name in self.pending_parts}
         parts = [before]

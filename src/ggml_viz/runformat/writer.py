@@ -20,7 +20,7 @@ import queue
 import shutil
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -33,6 +33,7 @@ from .._errors import CaptureError
 from . import journal
 from .conversion import CONVERSION_PENDING, TOTALS_OF_PARTS, start_converter
 from .manifest import STATUS_COMPLETE, STATUS_INCOMPLETE, new_manifest, utc_now, write_manifest
+from .parts import to_parquet
 from .schema import (
     CAPTURES_FILE,
     GRAPH_TABLES,
@@ -48,7 +49,6 @@ from .schema import (
     table_schema,
     table_segments,
 )
-from .streams import stream_schema
 from .totals import (
     GRAPH_OP_TOTALS,
     NODE_TOTALS,
@@ -62,16 +62,6 @@ from .totals import (
     write_totals,
 )
 
-PARQUET_ROW_GROUP = 1 << 17  # rows: a window of a long run reads the row groups it overlaps
-# Node times (most of a run's bytes: ints, each graph's times rising) stored as differences,
-# not dictionaries: 5.9 bytes an event instead of 11.3, written five times faster (8.4M events:
-# 1.4 s, not 7.3), read as fast, by any Parquet reader (a standard encoding).
-PARQUET_OPTIONS: dict[str, dict[str, Any]] = {
-    "node_times": {
-        "use_dictionary": False,
-        "column_encoding": dict.fromkeys(TABLES["node_times"].names, "DELTA_BINARY_PACKED"),
-    },
-}
 ROLL_ROWS = 1 << 23  # a stream segment holds at most this many rows (256 MiB of node times) ...
 ROLL_SECONDS = 600.0  # ... and is at most this old: then the table goes on in a new segment
 
@@ -386,7 +376,7 @@ class RunWriter:
             if table in SPARSE_TABLES and not sources:
                 continue
             keep = pa.array(sorted(keep_graphs), pa.int32()) if table in GRAPH_TABLES else None
-            self.rows[table] = _to_parquet(sources, self.run_dir / f"{table}{PARQUET_SUFFIX}", keep)
+            self.rows[table] = to_parquet(sources, self.run_dir / f"{table}{PARQUET_SUFFIX}", keep)
         write_totals(self.run_dir, totals_of_parquet_run(self.run_dir), self.experiment_id)
 
 
@@ -487,7 +477,7 @@ class _PartWriter:
         stream = self.run_dir / stream_segment_name(rolled.table, rolled.segment)
         name = f"{rolled.table}{PARQUET_SUFFIX}" if whole else part_name(rolled.table, rolled.segment)
         try:
-            rows = _to_parquet([stream], self.run_dir / name, None)
+            rows = to_parquet([stream], self.run_dir / name, None)
         except Exception as error:  # (the recording goes on) its stream stays: read there, converted at the close
             with self._lock:
                 self.failures.append(f"{stream.name}: {one_line(error)}")
@@ -600,46 +590,6 @@ class _OpenTable(NamedTuple):
     segment: int  # which stream segment of the table (see stream_segment_name)
     rows: int  # rows in this segment
     opened: float  # when it was opened (time.monotonic)
-
-
-def _to_parquet(sources: list[Path], target: Path, keep: pa.Array | None) -> int:
-    """The rows of `sources` (stream segments or Parquet parts, in order) as one Parquet file
-    `target`, batch by batch (bounded memory at any length), in row groups of about
-    PARQUET_ROW_GROUP rows, keeping only the rows of the graphs in `keep` when it is given;
-    written under a temporary name, renamed, and only then the sources removed; each page
-    with its checksum (a reader that verifies them refuses a damaged page). Returns the rows
-    written."""
-    partial = target.with_name(target.name + ".partial")
-    schema = stream_schema(sources[0]) if sources[0].suffix != PARQUET_SUFFIX else pq.read_schema(sources[0])
-    rows = 0
-    options = PARQUET_OPTIONS.get(target.name.split(".")[0], {})
-    with pq.ParquetWriter(partial, schema, compression="zstd", write_page_checksum=True, **options) as parquet:
-        pending: list[pa.RecordBatch] = []
-        pending_rows = 0
-        for batch in _batches_of(sources):
-            if keep is not None:
-                batch = batch.filter(pc.is_in(batch.column("graph_id"), value_set=keep))
-            pending.append(batch)
-            pending_rows += batch.num_rows
-            if pending_rows >= PARQUET_ROW_GROUP:
-                parquet.write_table(pa.Table.from_batches(pending, parquet.schema), row_group_size=pending_rows)
-                rows, pending, pending_rows = rows + pending_rows, [], 0
-        parquet.write_table(pa.Table.from_batches(pending, parquet.schema), row_group_size=max(pending_rows, 1))
-        rows += pending_rows
-    os.replace(partial, target)
-    for source in sources:
-        if source != target:
-            source.unlink()
-    return rows
-
-
-def _batches_of(sources: list[Path]) -> Iterator[pa.RecordBatch]:
-    for source in sources:
-        if source.suffix == PARQUET_SUFFIX:
-            yield from pq.ParquetFile(source).iter_batches(batch_size=PARQUET_ROW_GROUP)
-        else:
-            with pa.OSFile(str(source), "rb") as stream:
-                yield from pa.ipc.open_stream(stream)
 
 
 def _rows_stored(run_dir: Path, table: str) -> int:
