@@ -12,8 +12,8 @@ Until it is done the run reads as any run does: each pending segment from its st
 from its part once converted (the reader sums their totals onto the stored ones). The
 converter takes the segments one by one with the steps the recorder takes (the part written
 under a temporary name, renamed, and only then the stream removed), so that a converter
-killed at any moment leaves every row in a stream or a part; another one (the next
-`ggml-viz` command that opens the run starts one) goes on where it stopped. Last, it stores
+killed at any moment leaves every row in a stream or a part; another one
+(`python -m ggml_viz.runformat.conversion RUN`) goes on where it stopped. Last, it stores
 the run's totals, marks the conversion done and removes the totals of parts.
 """
 
@@ -80,18 +80,6 @@ def start_converter(run_dir: Path) -> subprocess.Popen[bytes]:
         close_fds=True,
         env=env,
     )
-
-
-def resume_conversion(run_dir: Path) -> bool:
-    """Start a converter for a run left pending whose converter is gone (killed, or its
-    machine restarted); False if one is at work (or the run cannot be written)."""
-    try:
-        with open(run_dir / CONVERSION_LOCK, "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # (released when closed, below)
-    except OSError:
-        return False
-    start_converter(run_dir)
-    return True
 
 
 def convert_pending(run_dir: Path) -> bool:
