@@ -105,8 +105,10 @@ def main() -> None:
                 print(mode, json.dumps(rows[mode][-1]), file=sys.stderr)
     events = rows["pending"][0]["events"]
     print(f"\n{events:,} node events ({graphs:,} graphs), {args.repeats} repeat(s), medians:\n")
-    print("| close | close s | segments left pending | summary right after, s | conversion done after, s "
-          "| summary after it, s | same summary |")
+    print(
+        "| close | close s | segments left pending | summary right after, s | conversion done after, s "
+        "| summary after it, s | same summary |"
+    )
     print("|---|---|---|---|---|---|---|")
     for mode, label in (("converted", "converting the backlog (before)"), ("pending", "leaving it pending (now)")):
         r = rows[mode]
@@ -114,13 +116,16 @@ def main() -> None:
         def med(key: str, r: list[dict] = r) -> float:
             return statistics.median(x[key] for x in r)
 
+        same = all(x["same_summary"] for x in r)
         print(
             f"| {label} | {med('close_s'):.2f} | {med('pending'):.0f} | {med('summary_after_close_s'):.2f} "
-            f"| {med('converted_after_s'):.1f} | {med('summary_converted_s'):.2f} | {all(x['same_summary'] for x in r)} |"
+            f"| {med('converted_after_s'):.1f} | {med('summary_converted_s'):.2f} | {same} |"
         )
     ratios = [p["close_s"] / c["close_s"] for p, c in zip(rows["pending"], rows["converted"], strict=True)]
-    print(f"\nclose, pending / converted: median {statistics.median(ratios):.3f} (per repeat: "
-          f"{', '.join(f'{x:.3f}' for x in ratios)})")
+    print(
+        f"\nclose, pending / converted: median {statistics.median(ratios):.3f} (per repeat: "
+        f"{', '.join(f'{x:.3f}' for x in ratios)})"
+    )
 
 
 if __name__ == "__main__":
