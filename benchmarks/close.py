@@ -8,8 +8,14 @@ in fresh processes):
 
 - `pending` (the close now): the backlog left pending, converted after the close by the
   detached converter at idle priority (runformat/conversion.py);
-- `converted` (the close before): the backlog converted before the close returns
-  (`wait_for_parts()` then `close()`, timed together: what the close used to do).
+- `converted` (the close before): the backlog converted before the close returns (the
+  close leaving it, then `conversion.convert_pending` in the same process, timed together:
+  the work the close used to do, the worker's backlog and the last segments).
+
+A backlog builds where the recording outruns the worker (a billion events at full speed on
+two cores; at 30M events the worker keeps up). `--backlog all` makes it at any size: every
+full segment is left to the close (`parts_while_recording = False`), as if the worker had
+converted none.
 
 For each: the close's seconds; then, at once, `ggml-viz summary --json` in a fresh process
 (the run opened and summed while the converter works: `pending`), its seconds; after the
@@ -17,6 +23,7 @@ conversion (`pending`: its seconds too), the summary again, which must give the 
 Medians over the repeats, and the ratio pending / converted per repeat.
 
     python benchmarks/close.py                          # 10M events, 1 repeat
+    python benchmarks/close.py --events 30 --backlog all
     python benchmarks/close.py --events 50 --repeats 3
     python benchmarks/close.py --events 1000 --repeats 1   # a billion (about 12 GB of disk, an hour)
 """
@@ -38,15 +45,18 @@ WRITE_AND_CLOSE = """
 import json, sys, time
 from pathlib import Path
 from ggml_viz.runformat.synthetic import SyntheticRecording
-path, graphs, mode = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+from ggml_viz.runformat.conversion import convert_pending
+path, graphs, mode, backlog = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 recording = SyntheticRecording(path, layers=30)
+recording.writer.parts_while_recording = backlog != "all"
+recording.writer.detached_converter = mode == "pending"
 for first in range(0, graphs, 10_000):
     recording.append_graphs(min(10_000, graphs - first))
 recording.writer.flush_graphs()
 recorded = time.perf_counter()
-if mode == "converted":
-    recording.writer.wait_for_parts()
 recording.close()
+if mode == "converted":
+    convert_pending(path)
 closed = time.perf_counter()
 manifest = recording.writer.manifest
 print(json.dumps({"close_s": closed - recorded, "pending": len(manifest.get("pending_parts") or []),
@@ -72,17 +82,16 @@ def figures(summarized: dict) -> dict:
     return {key: value for key, value in summarized.items() if key not in ("path", "run", "manifest")}
 
 
-def one(folder: Path, graphs: int, mode: str) -> dict:
+def one(folder: Path, graphs: int, mode: str, backlog: str) -> dict:
     run = folder / f"{mode}.ggmlviz"
-    written = subprocess.run(
-        [sys.executable, "-c", WRITE_AND_CLOSE, str(run), str(graphs), mode], check=True, capture_output=True, text=True
-    )
+    command = [sys.executable, "-c", WRITE_AND_CLOSE, str(run), str(graphs), mode, backlog]
+    written = subprocess.run(command, check=True, capture_output=True, text=True)
     result = json.loads(written.stdout)
     closed = time.perf_counter()
     result["summary_after_close_s"], first = summary(run)
     while manifest(run).get("conversion") == "pending":
         time.sleep(0.2)
-    result["converted_after_s"] = time.perf_counter() - closed if result["pending"] else 0.0
+    result["converted_after_s"] = time.perf_counter() - closed if mode == "pending" and result["pending"] else 0.0
     result["summary_converted_s"], second = summary(run)
     result["same_summary"] = figures(first) == figures(second)
     result["disk_gb"] = sum(f.stat().st_size for f in run.iterdir()) / 1e9
@@ -94,6 +103,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=float, default=10, help="millions of node events (default 10)")
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument(
+        "--backlog", choices=("natural", "all"), default="natural", help="all: every full segment left to the close"
+    )
     parser.add_argument("--dir", type=Path, default=None, help="where to write the runs (default: a temp folder)")
     args = parser.parse_args()
     graphs = int(args.events * 1e6 / NODES_PER_GRAPH)
@@ -101,7 +113,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=args.dir) as folder:
         for repeat in range(args.repeats):
             for mode in ("pending", "converted") if repeat % 2 == 0 else ("converted", "pending"):
-                rows[mode].append(one(Path(folder), graphs, mode))
+                rows[mode].append(one(Path(folder), graphs, mode, args.backlog))
                 print(mode, json.dumps(rows[mode][-1]), file=sys.stderr)
     events = rows["pending"][0]["events"]
     print(f"\n{events:,} node events ({graphs:,} graphs), {args.repeats} repeat(s), medians:\n")
