@@ -292,7 +292,7 @@ class StoredRun:
             if groups:
                 parts.append(file.read_row_groups(groups))
         if not self.stored_as_parquet:
-            parts += [segment.read_graphs(lo, hi) for segment in self._node_times_segments]
+            parts += [_graphs_of_segment(segment, lo, hi) for segment in self._node_times_segments]
             parts.append(self._journaled_node_times)
         parts = [_with_optional_columns(part, "node_times") for part in parts]
         parts = [part.filter(pc.is_in(part.column("graph_id"), value_set=wanted)) for part in parts]
@@ -423,6 +423,19 @@ def _read_segment(stream: Path, read: Callable[[Path], pa.Table]) -> pa.Table:
     except RunFormatError:
         part = part_of_stream(stream)
         if stream.exists() or not part.exists():
+            raise
+        return pq.ParquetFile(part).read()
+
+
+def _graphs_of_segment(segment: NodeTimesSegment, first: int, last: int) -> pa.Table:
+    """The node times a segment's batches hold of graphs first..last; its part's rows
+    (whole: the caller keeps the graphs it wants) where the segment was converted since it
+    was indexed (a closed run's converter, or the recorder's worker, at work meanwhile)."""
+    try:
+        return segment.read_graphs(first, last)
+    except FileNotFoundError:
+        part = part_of_stream(segment.path)
+        if not part.exists():
             raise
         return pq.ParquetFile(part).read()
 
