@@ -99,7 +99,7 @@ recording = SyntheticRecording(path, layers=30)
 for first in range(0, graphs, 10_000):
     recording.append_graphs(min(10_000, graphs - first))
 recording.writer.flush_graphs()
-recording.writer.wait_for_parts()  # (as a long recording would have: its earlier segments converted)
+recording.writer.wait_for_parts()  # (as a recording the worker kept up with: a backlog is benchmarks/close.py's)
 recorded = time.perf_counter()
 recording.close()
 closed = time.perf_counter()

@@ -359,6 +359,27 @@ def test_a_live_timeline_follows_new_graphs_and_the_overview_catches_up_when_sho
         recording.close()
 
 
+def test_a_plain_view_of_a_run_still_recording_follows_it(page, tmp_path):
+    from ggml_viz.runformat.synthetic import SyntheticRecording
+
+    recording = SyntheticRecording(tmp_path / "server.ggmlviz", layers=2, seed=4)
+    recording.append_graphs(3)
+    recording.writer.flush_graphs()
+    try:
+        with serving(page, recording.run_dir) as viewer:  # (no --live)
+            # GIVEN the overview of a run being recorded, opened as any run is
+            open_view(page, viewer.url, "overview")
+            page.wait_for_function("() => window.ggmlViz.overview.summary.graphs === 3", timeout=30_000)
+            # WHEN the recording gains graphs
+            recording.append_graphs(5)
+            recording.writer.flush_graphs()
+            # THEN the page follows it
+            page.wait_for_function("() => window.ggmlViz.overview.summary.graphs === 8", timeout=30_000)
+            assert page.evaluate("() => window.ggmlViz.liveUpdates") >= 1
+    finally:
+        recording.close()
+
+
 def test_a_mixture_of_experts_shows_its_routing(page, tmp_path, screenshots):
     from .arch_models import generate, load
     from .moe_models import write_moe_model

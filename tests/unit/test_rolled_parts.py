@@ -103,7 +103,7 @@ def test_a_segment_whose_part_is_written_but_stream_not_yet_removed_counts_once(
 
 def test_a_segment_that_fails_to_convert_stays_a_stream_and_the_close_converts_it(tmp_path, monkeypatch):
     # GIVEN the first conversion failing (a full disk, say)
-    original = writer_module._to_parquet
+    original = writer_module.to_parquet
     calls = []
 
     def failing_once(sources, target, keep):
@@ -112,7 +112,7 @@ def test_a_segment_that_fails_to_convert_stays_a_stream_and_the_close_converts_i
             raise OSError(28, "No space left on device")
         return original(sources, target, keep)
 
-    monkeypatch.setattr(writer_module, "_to_parquet", failing_once)
+    monkeypatch.setattr(writer_module, "to_parquet", failing_once)
     rec = recording(tmp_path / "full.ggmlviz", graphs=12)
     # THEN its stream stays, read as before, the recording going on
     assert (tmp_path / "full.ggmlviz" / f"{calls[0].split('.')[0]}.arrows").exists()

@@ -216,3 +216,31 @@ def test_two_runs_compare_through_the_api(tmp_path):
         by_layer = {(row["phase"], row["layer"]) for row in result["per_graph_time_by"]["layer"]}
         assert ("decode", "3") in by_layer  # a layer only B has
         assert get(client, "/api/compare?a=r0&b=r7").status_code == 404
+
+
+def test_a_run_still_recording_is_followed_without_live_until_it_completes(tmp_path):
+    from ggml_viz.runformat.synthetic import SyntheticRecording
+
+    # GIVEN a plain viewer (no --live) of a run being recorded, showing its first 3 graphs
+    recording = SyntheticRecording(tmp_path / "server.ggmlviz", layers=2, seed=4)
+    recording.append_graphs(3)
+    recording.writer.flush_graphs()
+    registry = RunRegistry(recording.run_dir)
+    _, guard = create_app(registry, host="127.0.0.1", port=PORT, token=TOKEN)
+    with TestClient(guard, base_url=BASE) as client:
+        first = get(client, "/api/runs/r0/overview").json()["summary"]
+        assert (first["graphs"], first["status"]) == (3, "recording")
+        # WHEN the recording gains graphs and the page's live stream polls the run
+        recording.append_graphs(5)
+        recording.writer.flush_graphs()
+        registry.refresh("r0")
+        # THEN the endpoints answer with every graph
+        assert get(client, "/api/runs/r0/overview").json()["summary"]["graphs"] == 8
+        assert len(get(client, "/api/runs/r0/graphs").json()["graphs"]) == 8
+        # WHEN the recording completes
+        recording.close()
+        done = registry.refresh("r0")
+        assert done.run.status == "complete" and len(done.graphs) == 8
+        # THEN the run is followed no more: its files changing is not read again
+        (recording.run_dir / "notes.txt").write_text("changed")
+        assert registry.refresh("r0") is done

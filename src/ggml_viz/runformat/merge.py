@@ -170,7 +170,7 @@ class _TableWriter:
 def _batches(run: Run, table: str) -> Iterator[pa.Table]:
     """A member's table a piece at a time: its node times (most of a run's bytes) a row group at
     a time from its Parquet file; the rest whole, as the reader gives it."""
-    parquet = parquet_parts(run.path, table) if run.status == STATUS_COMPLETE else []
+    parquet = parquet_parts(run.path, table) if run.stored_as_parquet else []
     if table == "node_times" and parquet:
         for part in parquet:
             for batch in pq.ParquetFile(part).iter_batches(batch_size=1 << 20):

@@ -25,7 +25,6 @@ import pandas as pd
 import pyarrow as pa
 
 from .._errors import GgmlVizError
-from .manifest import STATUS_COMPLETE
 from .schema import OPTIONAL_COLUMNS, parquet_parts
 from .totals import connect, parquet_files, sql_string
 
@@ -39,6 +38,8 @@ class ReadableRun(Protocol):
 
     @property
     def status(self) -> str: ...
+    @property
+    def stored_as_parquet(self) -> bool: ...
     @property
     def structure_edges(self) -> pd.DataFrame: ...
     def arrow(self, table: str) -> pa.Table: ...
@@ -205,7 +206,7 @@ def _raw_view(connection: Any, run: ReadableRun, table: str, view: str, name: st
     still recording; graphs and structures, as the reader completes them)."""
     import pyarrow.parquet as pq
 
-    parquet = parquet_parts(run.path, table) if run.status == STATUS_COMPLETE else []
+    parquet = parquet_parts(run.path, table) if run.stored_as_parquet else []
     if parquet and table not in ("graphs", "structure_nodes"):
         present = set(pq.read_schema(parquet[0]).names)
         missing = [f"null::bigint as {column}" for column in OPTIONAL_COLUMNS.get(table, ()) if column not in present]

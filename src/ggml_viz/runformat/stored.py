@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 from .._errors import RunFormatError
 from ..log import long_step, say
 from . import journal
+from .conversion import pending_parts, stored_totals_of_parts, totals_of_parts_stored
 from .manifest import STATUS_COMPLETE, effective_status, load_manifest
 from .schema import (
     DERIVED_COLUMNS,
@@ -73,6 +74,15 @@ class StoredRun:
         self._pandas: dict[str, pd.DataFrame] = {}  # raw()'s conversions, made once
         self._raw["graphs"], self._journal_only = self._graphs_with_journal()
         self.manifest["status"] = effective_status(self.manifest)
+        # Stream segments a closed run left to its converter (conversion.py): read where
+        # they are, a stream or, converted since, its part.
+        self.pending_parts = pending_parts(self.manifest)
+
+    @property
+    def stored_as_parquet(self) -> bool:
+        """Whether every table is in Parquet files (a closed run whose conversion is not
+        pending): what reads them straight from the files (DuckDB views, merges) needs."""
+        return self.status == STATUS_COMPLETE and not self.pending_parts
 
     def __repr__(self) -> str:
         return f"<Run {self.path} {self.experiment_id[:8]} {self.manifest['status']}>"
@@ -130,6 +140,8 @@ class StoredRun:
     def _totals(self) -> dict[str, pa.Table]:
         if self.status != STATUS_COMPLETE:
             return self._compute_totals()
+        if self.pending_parts:
+            return self._totals_with_pending()
         try:
             stored = read_totals(self.path, self.experiment_id)
         except RunFormatError as damage:  # derived: summed again from the node times (and stored again)
@@ -194,6 +206,22 @@ class StoredRun:
         parts = [part_totals(path, self._totals_of_part) for path in self._node_times_parts]
         parts += [segment.totals for segment in self._node_times_segments if segment.totals is not None]
         parts.append(self._totals_of_times(self._journaled_node_times))
+        return merge_totals(parts)
+
+    def _totals_with_pending(self) -> dict[str, pa.Table]:
+        """The totals of a closed run whose conversion is pending: those its close stored of
+        the parts written before it, plus each pending node-times segment's (from its stream,
+        or from its part once converted), each summed once; once the conversion is done (its
+        totals of parts removed), the run's totals as stored."""
+        stored = totals_of_parts_stored(self.manifest)
+        before = stored_totals_of_parts(self.path, self.experiment_id) if stored else None
+        if before is None:
+            done = read_totals(self.path, self.experiment_id) if stored else None
+            return done if done is not None else self._totals_of_segments()
+        pending = {part_of_stream(self.path / name).name for name in self.pending_parts}
+        parts = [before]
+        parts += [part_totals(path, self._totals_of_part) for path in self._node_times_parts if path.name in pending]
+        parts += [segment.totals for segment in self._node_times_segments if segment.totals is not None]
         return merge_totals(parts)
 
     @property
@@ -263,8 +291,8 @@ class StoredRun:
             groups = [i for i, (first, last) in enumerate(spans) if first is None or (first <= hi and last >= lo)]
             if groups:
                 parts.append(file.read_row_groups(groups))
-        if self.status != STATUS_COMPLETE:
-            parts += [segment.read_graphs(lo, hi) for segment in self._node_times_segments]
+        if not self.stored_as_parquet:
+            parts += [_graphs_of_segment(segment, lo, hi) for segment in self._node_times_segments]
             parts.append(self._journaled_node_times)
         parts = [_with_optional_columns(part, "node_times") for part in parts]
         parts = [part.filter(pc.is_in(part.column("graph_id"), value_set=wanted)) for part in parts]
@@ -395,6 +423,19 @@ def _read_segment(stream: Path, read: Callable[[Path], pa.Table]) -> pa.Table:
     except RunFormatError:
         part = part_of_stream(stream)
         if stream.exists() or not part.exists():
+            raise
+        return pq.ParquetFile(part).read()
+
+
+def _graphs_of_segment(segment: NodeTimesSegment, first: int, last: int) -> pa.Table:
+    """The node times a segment's batches hold of graphs first..last; its part's rows
+    (whole: the caller keeps the graphs it wants) where the segment was converted since it
+    was indexed (a closed run's converter, or the recorder's worker, at work meanwhile)."""
+    try:
+        return segment.read_graphs(first, last)
+    except FileNotFoundError:
+        part = part_of_stream(segment.path)
+        if not part.exists():
             raise
         return pq.ParquetFile(part).read()
 

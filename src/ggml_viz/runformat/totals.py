@@ -165,12 +165,13 @@ def totals_of_parquet_run(run_dir: Path) -> dict[str, pa.Table]:
         connection.close()
 
 
-def write_totals(run_dir: Path, totals: dict[str, pa.Table], experiment_id: str) -> None:
+def write_totals(run_dir: Path, totals: dict[str, pa.Table], experiment_id: str, suffix: str = "") -> None:
     """Store the totals beside the run's tables, stamped as they are (each file whole or not
-    at all), each page with its checksum: a damaged page is refused when read, not summed."""
+    at all), each page with its checksum: a damaged page is refused when read, not summed.
+    (`suffix`: before PARQUET_SUFFIX, for totals of part of a run: runformat/conversion.py.)"""
     for name, table in totals.items():
-        path = run_dir / f"{name}{PARQUET_SUFFIX}"
-        partial = run_dir / f"{name}{PARQUET_SUFFIX}.partial"
+        path = run_dir / f"{name}{suffix}{PARQUET_SUFFIX}"
+        partial = run_dir / f"{name}{suffix}{PARQUET_SUFFIX}.partial"
         stamped = table.replace_schema_metadata(table_metadata(name, experiment_id))
         pq.write_table(stamped, partial, compression="zstd", write_page_checksum=True)
         os.replace(partial, path)
@@ -187,13 +188,13 @@ PARQUET_DAMAGE = (pa.ArrowException, OSError, ValueError, KeyError)
 KEPT_AS_DICTIONARY = {GRAPH_OP_TOTALS: ("op",)}
 
 
-def read_totals(run_dir: Path, experiment_id: str) -> dict[str, pa.Table] | None:
+def read_totals(run_dir: Path, experiment_id: str, suffix: str = "") -> dict[str, pa.Table] | None:
     """The totals stored with a run, if both are there and are this recording's (None if
     not); RunFormatError naming the file if one cannot be read whole: the totals are derived,
     the caller sums them again from the node times."""
     totals = {}
     for name, schema in TOTALS_SCHEMAS.items():
-        path = run_dir / f"{name}{PARQUET_SUFFIX}"
+        path = run_dir / f"{name}{suffix}{PARQUET_SUFFIX}"
         if not path.exists():
             return None
         # its strings (the ops, the phases: a few distinct ones in millions of rows) read as

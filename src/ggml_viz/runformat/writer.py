@@ -6,7 +6,11 @@ A long recording's streams roll to a new segment as they fill (ROLL_ROWS, ROLL_S
 a full segment becomes a Parquet part in the background (written under a temporary name,
 renamed, and only then its stream removed) with the node totals of its events, so that a
 run in progress takes about its final size on disk and its close converts only the last
-segments. `close()` converts what is left and only then marks the manifest complete.
+segments. `close()` converts what is left and only then marks the manifest complete; when
+the recording outran the conversion (segments waiting for it), the close waits for none of
+them: it marks the run complete with those segments pending and starts a converter of its
+own for them (runformat/conversion.py), so that stopping a recording takes seconds
+whatever its length.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import queue
 import shutil
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -27,7 +31,9 @@ import pyarrow.parquet as pq
 
 from .._errors import CaptureError
 from . import journal
+from .conversion import CONVERSION_PENDING, TOTALS_OF_PARTS, start_converter
 from .manifest import STATUS_COMPLETE, STATUS_INCOMPLETE, new_manifest, utc_now, write_manifest
+from .parts import to_parquet
 from .schema import (
     CAPTURES_FILE,
     GRAPH_TABLES,
@@ -43,7 +49,6 @@ from .schema import (
     table_schema,
     table_segments,
 )
-from .streams import stream_schema
 from .totals import (
     GRAPH_OP_TOTALS,
     NODE_TOTALS,
@@ -57,16 +62,6 @@ from .totals import (
     write_totals,
 )
 
-PARQUET_ROW_GROUP = 1 << 17  # rows: a window of a long run reads the row groups it overlaps
-# Node times (most of a run's bytes: ints, each graph's times rising) stored as differences,
-# not dictionaries: 5.9 bytes an event instead of 11.3, written five times faster (8.4M events:
-# 1.4 s, not 7.3), read as fast, by any Parquet reader (a standard encoding).
-PARQUET_OPTIONS: dict[str, dict[str, Any]] = {
-    "node_times": {
-        "use_dictionary": False,
-        "column_encoding": dict.fromkeys(TABLES["node_times"].names, "DELTA_BINARY_PACKED"),
-    },
-}
 ROLL_ROWS = 1 << 23  # a stream segment holds at most this many rows (256 MiB of node times) ...
 ROLL_SECONDS = 600.0  # ... and is at most this old: then the table goes on in a new segment
 
@@ -148,6 +143,9 @@ class RunWriter:
         self._segment_graphs: list[pa.RecordBatch] = []
         self._rolled: list[_Rolled] = []  # full segments, to become parts once their graphs' rows are written
         self._parts = _PartWriter(run_dir, experiment_id)
+        # Whether a close that leaves segments to convert starts the converter (False: the
+        # caller converts them, conversion.convert_pending).
+        self.detached_converter = True
         write_manifest(run_dir, self.manifest)  # last: a run with a manifest has all its tables
 
     def append(self, table: str, columns: Mapping[str, Any]) -> None:
@@ -287,6 +285,17 @@ class RunWriter:
         self.manifest.update(fields)
         write_manifest(self.run_dir, self.manifest)
 
+    @property
+    def parts_while_recording(self) -> bool:
+        """Whether full segments become parts while recording (True); False: they wait for
+        the close, which leaves them to the converter (a recording that must leave every core
+        to its program)."""
+        return self._parts.while_recording
+
+    @parts_while_recording.setter
+    def parts_while_recording(self, value: bool) -> None:
+        self._parts.while_recording = value
+
     def wait_for_parts(self) -> None:
         """Until the full segments handed over so far are Parquet parts (or failed to become
         ones: their streams stay, and the close converts them)."""
@@ -305,25 +314,34 @@ class RunWriter:
             open_table.sink.close()
             last.append(_Rolled(table, open_table.segment, self._segment_graphs if table == "node_times" else None))
         self._tables.clear()
+        pending: list[str] = []
         if complete:
             if keep_graphs is None:
-                self._finish_in_parts(last)
+                pending = self._finish_in_parts(last)
             else:
                 self._parts.wait()
                 self._finish_whole(keep_graphs)
+        else:
+            self._parts.stop()  # (a recording that failed: what was not converted stays in its streams)
         self._parts.close()
         self.manifest["finished"] = utc_now()
         self.manifest["status"] = STATUS_COMPLETE if complete else STATUS_INCOMPLETE
         self.manifest["incomplete_reason"] = reason
         self.manifest["counts"] = {**self.manifest.get("counts", {}), **{f"{t}_rows": n for t, n in self.rows.items()}}
         write_manifest(self.run_dir, self.manifest)
+        if pending and self.detached_converter:
+            start_converter(self.run_dir)
 
-    def _finish_in_parts(self, last: list[_Rolled]) -> None:
+    def _finish_in_parts(self, last: list[_Rolled]) -> list[str]:
         """The last segments converted, with any a worker failed to convert (two at a time:
         the close waits for the longest); a table that never rolled becomes `TABLE.parquet`,
-        one that did gains its last parts; then the totals, summed part by part."""
+        one that did gains its last parts; then the totals, summed part by part. Unless
+        segments wait for the worker (the recording outran it): then none is converted
+        here, all are left pending (`_leave_pending`). Returns the segments left."""
         descriptions = self._descriptions()
-        self._parts.wait()
+        waiting = self._parts.stop()  # (the segment being converted is finished first: one, seconds)
+        if waiting:
+            return self._leave_pending(self._parts.take_failed() + waiting + last)
         left = self._parts.take_failed() + last
         segments = {table: sum(rolled.table == table for rolled in left) for table in {r.table for r in left}}
         # (largest first: node times, then graphs, then the small tables two at a time)
@@ -338,6 +356,17 @@ class RunWriter:
             self.rows[table] = _rows_stored(self.run_dir, table)
         if not self._parts.store_totals():  # a part's totals could not be summed as it was written: from all parts
             write_totals(self.run_dir, totals_of_parquet_run(self.run_dir), self.experiment_id)
+        return []
+
+    def _leave_pending(self, left: list[_Rolled]) -> list[str]:
+        """The run complete with these segments still streams, listed in the manifest for the
+        converter (each to become its part, `TABLE.N.parquet`), and the totals of the parts
+        written so far stored for the reader to add the pending ones' to."""
+        left.sort(key=lambda rolled: (rolled.table, rolled.segment))
+        pending = [stream_segment_name(rolled.table, rolled.segment) for rolled in left]
+        stored = self._parts.store_totals(suffix=TOTALS_OF_PARTS)
+        self.manifest.update(conversion=CONVERSION_PENDING, pending_parts=pending, totals_of_parts=stored)
+        return pending
 
     def _finish_whole(self, keep_graphs: set[int]) -> None:
         """Every table one Parquet file of the kept graphs' rows (the keep-last bound: a
@@ -347,7 +376,7 @@ class RunWriter:
             if table in SPARSE_TABLES and not sources:
                 continue
             keep = pa.array(sorted(keep_graphs), pa.int32()) if table in GRAPH_TABLES else None
-            self.rows[table] = _to_parquet(sources, self.run_dir / f"{table}{PARQUET_SUFFIX}", keep)
+            self.rows[table] = to_parquet(sources, self.run_dir / f"{table}{PARQUET_SUFFIX}", keep)
         write_totals(self.run_dir, totals_of_parquet_run(self.run_dir), self.experiment_id)
 
 
@@ -393,9 +422,14 @@ class _PartWriter:
         self._sound = True  # every node-times part's totals summed
         self._failed: list[_Rolled] = []  # segments not converted (their streams stay)
         self.failures: list[str] = []  # why, one line each
+        self.while_recording = True  # False: segments submitted are held for the close
+        self._held: list[_Rolled] = []
 
     def submit(self, rolled: _Rolled, descriptions: dict[str, pa.Table]) -> None:
         """Convert the segment on the worker, after those submitted before it."""
+        if not self.while_recording:
+            self._held.append(rolled)
+            return
         if self._worker is None:
             self._worker = threading.Thread(target=self._work, name="ggml-viz-parts", daemon=True)
             self._worker.start()
@@ -408,6 +442,20 @@ class _PartWriter:
                 self._convert(rolled, descriptions)
             finally:
                 self._queue.task_done()
+
+    def stop(self) -> list[_Rolled]:
+        """Convert no more: the segments submitted but not begun (and those held), in order;
+        the one the worker is converting is finished first."""
+        waiting, self._held = self._held, []
+        while True:
+            try:
+                rolled, _ = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            waiting.append(rolled)
+            self._queue.task_done()
+        self._queue.join()
+        return waiting
 
     def convert_now(self, segments: list[tuple[_Rolled, bool]], descriptions: dict[str, pa.Table]) -> None:
         """Convert these segments (each: whether it is its table's only one, to become
@@ -429,7 +477,7 @@ class _PartWriter:
         stream = self.run_dir / stream_segment_name(rolled.table, rolled.segment)
         name = f"{rolled.table}{PARQUET_SUFFIX}" if whole else part_name(rolled.table, rolled.segment)
         try:
-            rows = _to_parquet([stream], self.run_dir / name, None)
+            rows = to_parquet([stream], self.run_dir / name, None)
         except Exception as error:  # (the recording goes on) its stream stays: read there, converted at the close
             with self._lock:
                 self.failures.append(f"{stream.name}: {one_line(error)}")
@@ -474,14 +522,14 @@ class _PartWriter:
                 metadata = table_metadata(GRAPH_OP_TOTALS, self.experiment_id)
                 schema = TOTALS_SCHEMAS[GRAPH_OP_TOTALS].with_metadata(metadata)
                 self._graph_op_file = pq.ParquetWriter(
-                    self._graph_op_path(".partial"), schema, compression="zstd", write_page_checksum=True
+                    self._graph_op_path(after=".partial"), schema, compression="zstd", write_page_checksum=True
                 )
             self._graph_op_file.write_table(table.cast(self._graph_op_file.schema))
         except (OSError, pa.ArrowException):
             self._sound = False  # (summed again from the parts at the close)
 
-    def _graph_op_path(self, suffix: str = "") -> Path:
-        return self.run_dir / f"{GRAPH_OP_TOTALS}{PARQUET_SUFFIX}{suffix}"
+    def _graph_op_path(self, before: str = "", after: str = "") -> Path:
+        return self.run_dir / f"{GRAPH_OP_TOTALS}{before}{PARQUET_SUFFIX}{after}"
 
     def take_failed(self) -> list[_Rolled]:
         with self._lock:
@@ -492,19 +540,25 @@ class _PartWriter:
         """Until the worker has converted every segment submitted."""
         self._queue.join()
 
-    def store_totals(self) -> bool:
+    def store_totals(self, suffix: str = "") -> bool:
         """Store the run's totals from its parts' (each graph's ops in one part: its events
-        are written together); False (nothing stored) if some part's could not be summed."""
+        are written together); False (nothing stored) if some part's could not be summed.
+        With a `suffix` (TOTALS_OF_PARTS): the totals of the parts written so far, of a run
+        whose other segments are left to convert (none written yet: empty totals)."""
         with self._lock:
-            sound = self._sound and self._node_totals is not None and not self._graph_op_waiting
+            sound = self._sound and not self._graph_op_waiting
             written, self._graph_op_file = self._graph_op_file, None
             if written is not None:
                 written.close()
-            if not sound or written is None:
-                self._graph_op_path(".partial").unlink(missing_ok=True)
+            if sound and suffix and written is None and self._node_totals is None:
+                empty = {name: schema.empty_table() for name, schema in TOTALS_SCHEMAS.items()}
+                write_totals(self.run_dir, empty, self.experiment_id, suffix=suffix)
+                return True
+            if not sound or written is None or self._node_totals is None:
+                self._graph_op_path(after=".partial").unlink(missing_ok=True)
                 return False
-            os.replace(self._graph_op_path(".partial"), self._graph_op_path())
-            write_totals(self.run_dir, {NODE_TOTALS: self._node_totals}, self.experiment_id)
+            os.replace(self._graph_op_path(after=".partial"), self._graph_op_path(before=suffix))
+            write_totals(self.run_dir, {NODE_TOTALS: self._node_totals}, self.experiment_id, suffix=suffix)
             return True
 
     def close(self) -> None:
@@ -514,7 +568,7 @@ class _PartWriter:
         if self._graph_op_file is not None:
             self._graph_op_file.close()
             self._graph_op_file = None
-            self._graph_op_path(".partial").unlink(missing_ok=True)
+            self._graph_op_path(after=".partial").unlink(missing_ok=True)
 
 
 def _events_counted(totals: dict[str, pa.Table]) -> int:
@@ -536,46 +590,6 @@ class _OpenTable(NamedTuple):
     segment: int  # which stream segment of the table (see stream_segment_name)
     rows: int  # rows in this segment
     opened: float  # when it was opened (time.monotonic)
-
-
-def _to_parquet(sources: list[Path], target: Path, keep: pa.Array | None) -> int:
-    """The rows of `sources` (stream segments or Parquet parts, in order) as one Parquet file
-    `target`, batch by batch (bounded memory at any length), in row groups of about
-    PARQUET_ROW_GROUP rows, keeping only the rows of the graphs in `keep` when it is given;
-    written under a temporary name, renamed, and only then the sources removed; each page
-    with its checksum (a reader that verifies them refuses a damaged page). Returns the rows
-    written."""
-    partial = target.with_name(target.name + ".partial")
-    schema = stream_schema(sources[0]) if sources[0].suffix != PARQUET_SUFFIX else pq.read_schema(sources[0])
-    rows = 0
-    options = PARQUET_OPTIONS.get(target.name.split(".")[0], {})
-    with pq.ParquetWriter(partial, schema, compression="zstd", write_page_checksum=True, **options) as parquet:
-        pending: list[pa.RecordBatch] = []
-        pending_rows = 0
-        for batch in _batches_of(sources):
-            if keep is not None:
-                batch = batch.filter(pc.is_in(batch.column("graph_id"), value_set=keep))
-            pending.append(batch)
-            pending_rows += batch.num_rows
-            if pending_rows >= PARQUET_ROW_GROUP:
-                parquet.write_table(pa.Table.from_batches(pending, parquet.schema), row_group_size=pending_rows)
-                rows, pending, pending_rows = rows + pending_rows, [], 0
-        parquet.write_table(pa.Table.from_batches(pending, parquet.schema), row_group_size=max(pending_rows, 1))
-        rows += pending_rows
-    os.replace(partial, target)
-    for source in sources:
-        if source != target:
-            source.unlink()
-    return rows
-
-
-def _batches_of(sources: list[Path]) -> Iterator[pa.RecordBatch]:
-    for source in sources:
-        if source.suffix == PARQUET_SUFFIX:
-            yield from pq.ParquetFile(source).iter_batches(batch_size=PARQUET_ROW_GROUP)
-        else:
-            with pa.OSFile(str(source), "rb") as stream:
-                yield from pa.ipc.open_stream(stream)
 
 
 def _rows_stored(run_dir: Path, table: str) -> int:

@@ -1,7 +1,8 @@
 """The viewer's web app: the page, its assets, and a JSON API over the runs it serves.
 
 Runs are served by id (`r0`, `r1`, … in the order found), never by a path the browser
-gives. A live run's stream, `/api/runs/{id}/live`, re-reads it when its files change
+gives. A live run's stream, `/api/runs/{id}/live` (under --live, or for any run still
+recording), re-reads it when its files change
 (reading only what is new: see runformat/streams.py) and sends a message (server-sent
 events) each time it gains graphs; the other requests answer from the last read.
 """
@@ -22,6 +23,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from .._errors import GgmlVizError
+from ..runformat.manifest import STATUS_RECORDING
 from ..runformat.schema import MANIFEST_FILE
 from .context import json_safe
 from .payloads import (
@@ -72,8 +74,10 @@ class RunRegistry:
     def refresh(self, run_id: str) -> RunView:
         """The run's view, read again if its files changed: a live run's stream calls this
         (every LIVE_POLL_SECONDS, or right after the last read when reading took longer).
-        One read at a time; the browser's other requests answer from the last read
-        meanwhile."""
+        A run is followed so under --live, and without it while its last read says it is
+        still recording (a server's run opened by a plain `view` grows; once complete it is
+        read no more). One read at a time; the browser's other requests answer from the
+        last read meanwhile."""
         paths = self.scan() if run_id not in self._paths else self._paths
         if run_id not in paths:
             raise KeyError(run_id)
@@ -81,7 +85,8 @@ class RunRegistry:
         with self._reading:
             with self._lock:
                 cached = self._views.get(run_id)
-            if cached is not None and not self.live:
+            following = self.live or (cached is not None and cached[1].run.status == STATUS_RECORDING)
+            if cached is not None and not following:
                 return cached[1]
             signature = files_signature(path)
             if cached is not None and cached[0] == signature:
@@ -89,7 +94,7 @@ class RunRegistry:
             try:
                 view = RunView(run_id, path)
             except (GgmlVizError, OSError, ValueError):
-                if cached is None or not self.live:
+                if cached is None or not following:
                     raise
                 return cached[1]  # caught between two writes of a live run: the last good read, retried soon
             with self._lock:
