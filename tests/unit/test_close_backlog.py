@@ -11,12 +11,15 @@ import textwrap
 import time
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
 import pytest
 
 import ggml_viz
 from ggml_viz.runformat import writer as writer_module
 from ggml_viz.runformat.conversion import convert_pending, convert_segment, start_converter
 from ggml_viz.runformat.schema import part_of_stream
+from ggml_viz.runformat.streams import node_times_segment
 from ggml_viz.runformat.synthetic import SyntheticRecording
 
 from .test_rolled_parts import LAYERS, ROLL, totals
@@ -105,6 +108,19 @@ def test_a_close_with_a_backlog_leaves_it_pending_and_the_run_reads_the_same_bef
     assert manifest(run_dir)["counts"]["node_times_rows"] == (CONVERTED_WHILE_RECORDING + LEFT_WAITING) * 40
     assert (run_dir / "node_totals.parquet").exists() and (run_dir / "graphs.0.parquet").exists()
     assert contents(run_dir) == expected
+
+
+def test_graphs_at_both_ends_of_a_pending_segment_read_only_the_batches_that_hold_them(tmp_path):
+    # GIVEN a closed run whose node-times segment 3 (graphs 15..19, one batch each) is pending
+    rec = recorded_with_a_backlog(tmp_path / "backlog.ggmlviz")
+    rec.close()
+    segment = node_times_segment(rec.run_dir / "node_times.3.arrows", pa.array(range(25), pa.int32()), lambda times: {})
+    # WHEN the node times of its first and last graphs are read (a summary's sample: a few steps at each end)
+    read = segment.read_graphs(np.array([15, 19]))
+    # THEN only their two batches are read, not the three between
+    assert sorted(set(read.column("graph_id").to_pylist())) == [15, 19] and read.num_rows == 2 * 40
+    # AND the run gives them as the same run converted does
+    assert ggml_viz.open(rec.run_dir).nodes_of([15, 19])["graph_id"].value_counts().to_dict() == {15: 40, 19: 40}
 
 
 def test_a_converter_stopped_at_any_step_leaves_a_readable_run_that_a_second_one_finishes(tmp_path):

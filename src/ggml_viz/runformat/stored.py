@@ -36,6 +36,7 @@ from .schema import (
 )
 from .streams import (
     NodeTimesSegment,
+    holds_any,
     node_times_segment,
     part_totals,
     read_part,
@@ -285,14 +286,14 @@ class StoredRun:
         if "node_times" in self._raw:
             times = self.arrow("node_times")
             return times.filter(pc.is_in(times.column("graph_id"), value_set=wanted)).to_pandas()
-        lo, hi = min(graph_ids), max(graph_ids)
+        ids = np.unique(np.asarray(graph_ids, np.int64))  # (sorted: a row group or batch is read if it holds one)
         parts = []
         for file, spans in self._node_times_row_groups:
-            groups = [i for i, (first, last) in enumerate(spans) if first is None or (first <= hi and last >= lo)]
+            groups = [i for i, (first, last) in enumerate(spans) if holds_any(ids, first, last)]
             if groups:
                 parts.append(file.read_row_groups(groups))
         if not self.stored_as_parquet:
-            parts += [_graphs_of_segment(segment, lo, hi) for segment in self._node_times_segments]
+            parts += [_graphs_of_segment(segment, ids) for segment in self._node_times_segments]
             parts.append(self._journaled_node_times)
         parts = [_with_optional_columns(part, "node_times") for part in parts]
         parts = [part.filter(pc.is_in(part.column("graph_id"), value_set=wanted)) for part in parts]
@@ -308,12 +309,7 @@ class StoredRun:
                 file = pq.ParquetFile(path)
             except PARQUET_DAMAGE as error:
                 raise RunFormatError(f"{path} cannot be read as a table: {one_line(error)}") from None
-            column = file.schema_arrow.get_field_index("graph_id")
-            spans = []
-            for index in range(file.metadata.num_row_groups):
-                stats = file.metadata.row_group(index).column(column).statistics
-                spans.append((stats.min, stats.max) if stats is not None and stats.has_min_max else (None, None))
-            found.append((file, spans))
+            found.append((file, _graph_spans(file)))
         return found
 
     def _graphs_with_journal(self) -> tuple[pa.Table, list[tuple[dict[str, Any], dict[str, np.ndarray]]]]:
@@ -427,17 +423,30 @@ def _read_segment(stream: Path, read: Callable[[Path], pa.Table]) -> pa.Table:
         return pq.ParquetFile(part).read()
 
 
-def _graphs_of_segment(segment: NodeTimesSegment, first: int, last: int) -> pa.Table:
-    """The node times a segment's batches hold of graphs first..last; its part's rows
-    (whole: the caller keeps the graphs it wants) where the segment was converted since it
-    was indexed (a closed run's converter, or the recorder's worker, at work meanwhile)."""
+def _graphs_of_segment(segment: NodeTimesSegment, wanted: np.ndarray) -> pa.Table:
+    """The node times a segment's batches hold of the `wanted` graphs (sorted ids); where
+    the segment was converted since it was indexed (a closed run's converter, or the
+    recorder's worker, at work meanwhile), its part's row groups that can hold them (the
+    caller keeps the graphs it wants)."""
     try:
-        return segment.read_graphs(first, last)
+        return segment.read_graphs(wanted)
     except FileNotFoundError:
         part = part_of_stream(segment.path)
         if not part.exists():
             raise
-        return pq.ParquetFile(part).read()
+        file = pq.ParquetFile(part)
+        groups = [i for i, (first, last) in enumerate(_graph_spans(file)) if holds_any(wanted, first, last)]
+        return file.read_row_groups(groups) if groups else file.schema_arrow.empty_table()
+
+
+def _graph_spans(file: pq.ParquetFile) -> list[tuple[Any, Any]]:
+    """Each row group's graph ids (min, max) from the file's footer ((None, None) where it has none)."""
+    column = file.schema_arrow.get_field_index("graph_id")
+    spans = []
+    for index in range(file.metadata.num_row_groups):
+        stats = file.metadata.row_group(index).column(column).statistics
+        spans.append((stats.min, stats.max) if stats is not None and stats.has_min_max else (None, None))
+    return spans
 
 
 def _stream_schema(stream: Path) -> pa.Schema:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -147,9 +148,10 @@ class NodeTimesSegment:
     batches: list[_Batch] = field(default_factory=list)
     totals: dict[str, pa.Table] | None = None  # None: no node times yet
 
-    def read_graphs(self, first: int, last: int) -> pa.Table:
-        """The rows of the batches read that can hold graphs first..last."""
-        starts = [b.start for b in self.batches if b.first_graph <= last and b.last_graph >= first]
+    def read_graphs(self, wanted: np.ndarray) -> pa.Table:
+        """The rows of the batches read that can hold some of the `wanted` graphs (sorted ids):
+        a few graphs at each end of a run read the batches at its ends, not all between."""
+        starts = [b.start for b in self.batches if holds_any(wanted, b.first_graph, b.last_graph)]
         batches = []
         with pa.OSFile(str(self.path), "rb") as source:
             for start in starts:
@@ -177,12 +179,19 @@ def node_times_segment(
         resume = messages[0].start if messages else tail.offset  # what is not taken is read again
         segment.tail = _Tail(tail.identity, tail.schema, resume)
         taken: list[pa.RecordBatch] = []
-        for message in messages:
-            graph_id = message.batch.column("graph_id")
+        # (one lookup of all their graph ids in `finished`: a hash table of a long run's graphs
+        # built once, not per batch)
+        graph_ids = [message.batch.column("graph_id").to_numpy() for message in messages]
+        found = pc.is_in(pa.array(np.concatenate(graph_ids or [np.empty(0, np.int32)])), value_set=finished).to_numpy(
+            False
+        )
+        offset = 0
+        for message, graph_id in zip(messages, graph_ids, strict=True):
             if len(graph_id):
-                if not pc.all(pc.is_in(graph_id, value_set=finished)).as_py():
+                if not found[offset : offset + len(graph_id)].all():
                     break
-                segment.batches.append(_Batch(message.start, pc.min(graph_id).as_py(), pc.max(graph_id).as_py()))
+                offset += len(graph_id)
+                segment.batches.append(_Batch(message.start, int(graph_id.min()), int(graph_id.max())))
                 taken.append(message.batch)
             segment.tail = _Tail(tail.identity, tail.schema, message.end)
         if taken:
@@ -237,6 +246,13 @@ def part_totals(path: Path, totals_of: Callable[[Path], tuple[dict[str, pa.Table
                 return totals
         _remember(_part_totals, key, (identity, totals))
         return totals
+
+
+def holds_any(wanted: np.ndarray, first: Any, last: Any) -> bool:
+    """Whether some of the `wanted` graph ids (sorted) lie in first..last (None: unknown, maybe)."""
+    if first is None or last is None:
+        return True
+    return bool(np.searchsorted(wanted, first, "left") < np.searchsorted(wanted, last, "right"))
 
 
 def _remember(memo: dict[str, Any], key: str, value: Any) -> None:
