@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -140,6 +140,14 @@ class SpoolContextTracer(ContextTracer):
         """Everything was written as its frame came."""
 
 
+class SpoolObserver(Protocol):
+    """Sees every frame a collector reads, before the run is written from it: each CONTEXT frame
+    (`frame.json()`: the context's description) and each TAKE frame (`frame.take().decodes`: its
+    llama calls' DecodesRecord), in every mode of a dormant recording (capture/preload/windows.py)."""
+
+    def frame(self, path: Path, frame: Frame) -> None: ...
+
+
 class SpoolCollector:
     """Reads a run's spool files as they grow and writes what they hold into the run."""
 
@@ -155,6 +163,10 @@ class SpoolCollector:
         self.untraced: list[dict[str, Any]] = []
         self.libraries: dict[Path, str] = {}  # each spool's process's libggml-base
         self.connections: dict[tuple[Path, int], int] = {}  # a process's RPC connection: the run's number
+        self.observers: list[SpoolObserver] = []
+        # when the first process's spool started, and the last one's ended (its START and END frames)
+        self.start_ns: int | None = None
+        self.end_ns: int | None = None
 
     @property
     def run_dir(self) -> Path:
@@ -167,6 +179,8 @@ class SpoolCollector:
             reader = self.readers.setdefault(path, SpoolReader(path))
             for frame in reader.read_new():
                 n_frames += 1
+                for observer in self.observers:
+                    observer.frame(path, frame)
                 with self.recording.lock:
                     self._apply(path, frame)
         return n_frames
@@ -188,6 +202,9 @@ class SpoolCollector:
 
     def _start(self, path: Path, frame: Frame) -> None:
         info = frame.json()
+        start_ns = info.get("start_ns")
+        if isinstance(start_ns, int) and (self.start_ns is None or start_ns < self.start_ns):
+            self.start_ns = start_ns
         written_by = info.get("contract")  # none in a spool of before the contract was written into it
         if written_by is not None and written_by != digest():
             raise RunFormatError(
@@ -317,6 +334,9 @@ class SpoolCollector:
     def _end(self, path: Path, frame: Frame) -> None:
         info = frame.json()
         self.ended += 1
+        end_ns = info.get("end_ns")
+        if isinstance(end_ns, int) and (self.end_ns is None or end_ns > self.end_ns):
+            self.end_ns = end_ns
         skipped = (int(info.get("captures_skipped", 0)), int(info.get("capture_bytes_skipped", 0)))
         for (spool, _), tracer in self.tracers.items():
             if spool == path:

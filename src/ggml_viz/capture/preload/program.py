@@ -22,6 +22,7 @@ from ..gpu.vulkan_layer import layer_environment
 from ..settings import CaptureSettings
 from .collector import SpoolCollector, SpoolRecording
 from .library import preload_path
+from .windows import DormantRecording
 
 COLLECT_INTERVAL_S = 0.1
 
@@ -117,6 +118,49 @@ def run_native(
         elif run_dir.is_dir() and not any(run_dir.iterdir()):
             run_dir.rmdir()
     return ProgramRun(exit_status if exit_status >= 0 else 128 - exit_status, collector.untraced)
+
+
+def run_dormant(
+    program: list[str],
+    run_dir: Path,
+    settings: CaptureSettings,
+    env: dict[str, str],
+    keep_minutes: float | None = None,
+    verbose: bool = False,
+) -> ProgramRun:
+    """Run `program` with the preload library in, dormant: no graph recorded, each llama call's batch
+    still collected; windows recorded on demand (`ggml-viz capture`, SIGUSR1 to this process) or, with
+    `keep_minutes`, back to back in a ring of that many minutes (windows.py)."""
+    dormant = DormantRecording(run_dir, settings, keep_minutes=keep_minutes, verbose=verbose)
+    preloaded = " ".join(filter(None, [str(preload_path()), env.get("LD_PRELOAD")]))
+    process = subprocess.Popen(
+        program, env={**env, **dormant.environment, "LD_PRELOAD": preloaded, "GGML_VIZ_OUTPUT": str(run_dir)}
+    )
+    dormant.program_started(program, process.pid)
+    _yield_to_the_program()
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        """Ctrl-C and kill reach the program; the window in progress ends with it, as a run ends."""
+        try:
+            process.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    def open_window(signum: int, frame: FrameType | None) -> None:
+        dormant.request()
+
+    handlers = {signal.SIGINT: forward, signal.SIGTERM: forward, signal.SIGHUP: forward, signal.SIGUSR1: open_window}
+    previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
+    try:
+        while process.poll() is None:
+            dormant.poll()
+            time.sleep(COLLECT_INTERVAL_S)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    exit_status = process.wait()
+    dormant.finish(exit_status)
+    return ProgramRun(exit_status if exit_status >= 0 else 128 - exit_status, [])
 
 
 def _yield_to_the_program() -> None:
