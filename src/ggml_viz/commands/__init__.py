@@ -37,8 +37,8 @@ from .view import ViewCommand
 from .whatif import WhatifCommand
 
 COMMANDS: list[type[Command]] = [
-    RecordCommand, RunCommand, CaptureCommand, SummaryCommand, ViewCommand, ExportCommand, QueryCommand, DiffCommand, BenchCommand,
-    NumericsCommand, MemmapCommand, ValidateCommand, CollectCommand, PreloadPathCommand, ConfigCommand,
+    RecordCommand, RunCommand, CaptureCommand, SummaryCommand, ViewCommand, ExportCommand, QueryCommand, DiffCommand,
+    BenchCommand, NumericsCommand, MemmapCommand, ValidateCommand, CollectCommand, PreloadPathCommand, ConfigCommand,
     PluginsCommand, JoinCommand, WhatifCommand, AdviseCommand, LimitsCommand, DoctorCommand,
 ]  # fmt: skip
 

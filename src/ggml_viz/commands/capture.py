@@ -82,7 +82,9 @@ def dormant_directory(target: str) -> Path:
         output = _environment(candidate).get("GGML_VIZ_OUTPUT")
         if output:
             return Path(output)
-    raise CommandError(f"process {pid} is not recorded by ggml-viz run --dormant (no GGML_VIZ_OUTPUT in its environment)")
+    raise CommandError(
+        f"process {pid} is not recorded by ggml-viz run --dormant (no GGML_VIZ_OUTPUT in its environment)"
+    )
 
 
 def _alive(pid: int) -> bool:

@@ -157,7 +157,10 @@ def _run_always_on(
     from ..capture.preload.windows import describe_windows, read_dormant
 
     if args.dormant:
-        say = f"dormant, recording into {output}; a window: ggml-viz capture {output} --seconds 10 (or kill -USR1 {os.getpid()})"
+        say = (
+            f"dormant, recording into {output}; a window: ggml-viz capture {output} --seconds 10 "
+            f"(or kill -USR1 {os.getpid()})"
+        )
     else:
         say = f"recording the last {args.keep_minutes:g} minutes of the program into {output / 'windows'}"
     print(f"ggml-viz: {say}", file=sys.stderr)
@@ -168,5 +171,8 @@ def _run_always_on(
     except CaptureError as error:
         raise CommandError(str(error)) from None
     described = read_dormant(output) or {}
-    print(f"ggml-viz: the program's {describe_exit(ended.exit_status)}; {describe_windows(output, described)}", file=sys.stderr)
+    print(
+        f"ggml-viz: the program's {describe_exit(ended.exit_status)}; {describe_windows(output, described)}",
+        file=sys.stderr,
+    )
     return ended.exit_status

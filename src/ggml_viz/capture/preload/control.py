@@ -11,6 +11,7 @@ import struct
 from pathlib import Path
 
 CONTROL_FILE = "control"
+DORMANT_FILE = "dormant.json"  # a dormant recording's description (windows.py), in place of a manifest
 CONTROL_MAGIC = b"GVIZCTL1"
 CONTROL_BYTES = 4096
 _HEAD = struct.Struct("<8sQII")  # magic, generation, graphs, unused

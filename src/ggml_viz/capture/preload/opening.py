@@ -10,8 +10,7 @@ from pathlib import Path
 from ..._errors import RunFormatError
 from ...runformat.reader import Run, open_run
 from ...runformat.schema import MANIFEST_FILE, SPOOL_DIR
-
-DORMANT_FILE = "dormant.json"  # a dormant recording's description (windows.py), in place of a manifest
+from .control import DORMANT_FILE
 
 
 def collect_and_open(path: str | os.PathLike[str]) -> Run:

@@ -416,9 +416,9 @@ static int setup_recorder(Entry *e) {
     r->time_nodes = !settings->detail_graph && (!settings->no_ticks_reason || settings->sync_timing);
     recorder_set_decode_rules(r, settings->detail_graph, settings->sample, 32, 500000000LL, LLAMA_BATCH_OFFSETS);
     if (api.buffer_is_host && api.nbytes) recorder_set_weight_prints(r, api.buffer_is_host, api.nbytes);
-    recorder_set_filters(r, (const char *const *)settings->ops, settings->n_ops,
-                         (const int64_t (*)[2])settings->ranges, settings->n_ranges, settings->no_layer,
-                         (const char *const *)settings->names, settings->n_names);
+    recorder_set_filters(r, (const char *const *)settings->ops, settings->n_ops, (const int64_t (*)[2])settings->ranges,
+                         settings->n_ranges, settings->no_layer, (const char *const *)settings->names,
+                         settings->n_names);
     if (settings->values_stats || settings->n_captures) {
         ValueFunctions values = {api.buffer_is_host, api.is_contiguous, api.nbytes, api.fp16_to_fp32};
         const char *problem = recorder_set_values(r, settings->values_stats, (const char *const *)settings->captures,

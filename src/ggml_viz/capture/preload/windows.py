@@ -28,8 +28,7 @@ from ..contract.records import DECODE
 from ..core.recording import Recording
 from ..settings import CaptureSettings
 from .collector import SpoolCollector, SpoolObserver, SpoolRecording
-from .control import CONTROL_FILE, WindowControl
-from .opening import DORMANT_FILE
+from .control import CONTROL_FILE, DORMANT_FILE, WindowControl
 from .spool import END, SPOOL_DIR, TAKE, Frame, SpoolReader
 
 WINDOWS_DIR = "windows"
