@@ -68,14 +68,27 @@ def start_server(
         "2",
         *extra,
     ]
-    process = subprocess.Popen(
-        [sys.executable, "-m", "ggml_viz", "run", *recording, "-o", str(output), "--", *command],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    # The server's log goes to a file: a pipe nobody reads until the end fills under a flow of
+    # requests, and then llama-server's logging thread, and its main loop with it, wait forever.
+    log = output.with_name(output.name + ".stderr")
+    with open(log, "w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "ggml_viz", "run", *recording, "-o", str(output), "--", *command],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
+    _logs[process.pid] = log
     wait_for_server(port, process)
     return process, port
+
+
+_logs: dict[int, Path] = {}  # each started server's log file, by the wrapper's pid
+
+
+def server_log(process: subprocess.Popen) -> str:
+    """What the wrapper and its server wrote on their standard error so far."""
+    return _logs[process.pid].read_text(errors="replace")
 
 
 @contextlib.contextmanager
@@ -93,8 +106,8 @@ def running_server(output: Path, model_path: Path, **options: Any) -> Iterator[t
 def stop_server(process: subprocess.Popen) -> str:
     """Ctrl-C to the wrapper, which writes the run; its stderr once it ended."""
     process.send_signal(signal.SIGINT)
-    _, stderr = process.communicate(timeout=120)
-    return stderr
+    process.communicate(timeout=120)
+    return server_log(process)
 
 
 def ask(port: int, path: str, body: dict[str, Any] | None = None, timeout: float = 300) -> Any:

@@ -17,7 +17,7 @@ import pytest
 import ggml_viz
 
 from .native import llama_tool, untraced
-from .servers import start_server
+from .servers import server_log, start_server
 from .smollm2 import ggml_viz_cli
 
 pytestmark = pytest.mark.model
@@ -156,7 +156,8 @@ def test_llama_server_answering_the_openai_client_is_recorded(tmp_path, model_pa
         answers.append(_ask(port, QUESTIONS[3]))
         # AND Ctrl-C reaches the wrapper
         server.send_signal(signal.SIGINT)
-        stdout, stderr = server.communicate(timeout=120)
+        stdout, _ = server.communicate(timeout=120)
+        stderr = server_log(server)
     finally:
         if server.poll() is None:
             server.kill()

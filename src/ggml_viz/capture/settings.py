@@ -367,6 +367,11 @@ HOOK_VARIABLES: tuple[HookVariable, ...] = (
         "native programs: the preload library's spool goes to `PATH` rather than `OUTPUT/spool/PID.spool`",
     ),
     HookVariable(
+        "CONTROL", "PATH", "`--dormant`, `--keep-minutes`",
+        "native programs: the window control `ggml-viz run` writes (which spool to write, graphs or only each "
+        "llama call): set by `ggml-viz run`, not by hand",
+    ),
+    HookVariable(
         "READ_GRAPHS", "compute", "",
         "read every graph at its compute call, with no eval callback, as on a GPU (a CPU program then keeps "
         "graph times only); `callback`: through the eval callback, the default off a GPU",

@@ -16,6 +16,7 @@ from .._version import __version__
 from .advise import AdviseCommand
 from .base import Command
 from .bench import BenchCommand
+from .capture import CaptureCommand
 from .collect import CollectCommand
 from .config import ConfigCommand
 from .diff import DiffCommand
@@ -36,8 +37,8 @@ from .view import ViewCommand
 from .whatif import WhatifCommand
 
 COMMANDS: list[type[Command]] = [
-    RecordCommand, RunCommand, SummaryCommand, ViewCommand, ExportCommand, QueryCommand, DiffCommand, BenchCommand,
-    NumericsCommand, MemmapCommand, ValidateCommand, CollectCommand, PreloadPathCommand, ConfigCommand,
+    RecordCommand, RunCommand, CaptureCommand, SummaryCommand, ViewCommand, ExportCommand, QueryCommand, DiffCommand,
+    BenchCommand, NumericsCommand, MemmapCommand, ValidateCommand, CollectCommand, PreloadPathCommand, ConfigCommand,
     PluginsCommand, JoinCommand, WhatifCommand, AdviseCommand, LimitsCommand, DoctorCommand,
 ]  # fmt: skip
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._errors import CaptureError, CommandError
+from ..capture.settings import CaptureSettings
 from ..log import say
 from .base import Command
 from .common import add_capture_arguments, add_config_argument, configuration, default_output_path
@@ -36,6 +37,8 @@ class RunCommand(Command):
       ggml-viz run -o server.ggmlviz -- llama-server -m model.gguf -np 2
       ggml-viz run --detail graph -o bench.ggmlviz -- llama-bench -m model.gguf
       ggml-viz run --metrics 127.0.0.1:9464 -o server.ggmlviz -- llama-server -m model.gguf
+      ggml-viz run --dormant -o server.ggmlviz -- llama-server -m model.gguf   (then: ggml-viz capture ...)
+      ggml-viz run --keep-minutes 5 -o server.ggmlviz -- llama-server -m model.gguf
     """
 
     name = "run"
@@ -55,6 +58,21 @@ class RunCommand(Command):
             default=None,
             help="serve live metrics for a Prometheus to scrape at http://HOST:PORT/metrics while the program runs "
             "(programs the preload library records: native ones, and other ggml bindings than llama-cpp-python)",
+        )
+        always_on = parser.add_mutually_exclusive_group()
+        always_on.add_argument(
+            "--dormant",
+            action="store_true",
+            help="native programs: record no graph, only each llama call, until `ggml-viz capture` (or SIGUSR1 to "
+            "this process) records a window of a few seconds as a run of its own in OUTPUT/windows/",
+        )
+        always_on.add_argument(
+            "--keep-minutes",
+            type=_positive_minutes,
+            default=None,
+            metavar="M",
+            help="native programs: record windows back to back, keeping those of the last M minutes (M/4-minute "
+            "windows, at least 3 s; fractions allowed) in OUTPUT/windows/; older ones are deleted",
         )
         add_config_argument(parser)
         add_capture_arguments(parser)
@@ -83,7 +101,15 @@ class RunCommand(Command):
         if args.verbose:
             env["GGML_VIZ_VERBOSE"] = "1"
         kind = program_kind(program[0])
+        always_on = args.dormant or args.keep_minutes is not None
+        if always_on and kind is ProgramKind.PYTHON:
+            raise CommandError(
+                "--dormant and --keep-minutes record native programs (llama-server, ...), not Python programs: "
+                "record a Python program with ggml_viz.record around the part to see"
+            )
         metrics = self._serve_metrics(args.metrics, program) if args.metrics else None
+        if always_on:
+            return _run_always_on(program, output, settings, env, args, metrics)
         try:
             # A Python program's start-up hook records llama-cpp-python itself and makes the run when a
             # context appears; the preload library goes in too, for other ggml bindings. A shell or a
@@ -141,3 +167,49 @@ class RunCommand(Command):
             raise CommandError(f"--metrics: cannot serve at {address}: {error.strerror or error}") from None
         say(f"metrics at http://{host}:{port}/metrics")
         return metrics
+
+
+def _positive_minutes(text: str) -> float:
+    try:
+        minutes = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of minutes: {text!r}") from None
+    if not minutes > 0:
+        raise argparse.ArgumentTypeError("--keep-minutes must be more than 0")
+    return minutes
+
+
+def _run_always_on(
+    program: list[str],
+    output: Path,
+    settings: CaptureSettings,
+    env: dict[str, str],
+    args: argparse.Namespace,
+    metrics: RunMetrics | None,
+) -> int:
+    """A dormant recording, or a ring: its windows are the runs, listed once the program ends."""
+    from ..capture.preload.program import describe_exit, run_dormant
+    from ..capture.preload.windows import describe_windows, read_dormant
+
+    if args.dormant:
+        said = (
+            f"dormant, recording into {output}; a window: ggml-viz capture {output} --seconds 10 "
+            f"(or kill -USR1 {os.getpid()})"
+        )
+    else:
+        said = f"recording the last {args.keep_minutes:g} minutes of the program into {output / 'windows'}"
+    print(f"ggml-viz: {said}", file=sys.stderr)
+    try:
+        ended = run_dormant(
+            program, output, settings, env, keep_minutes=args.keep_minutes, verbose=args.verbose, observer=metrics
+        )
+    except OSError as error:
+        raise CommandError(f"cannot run {program[0]}: {error.strerror or error}", exit_code=1) from None
+    except CaptureError as error:
+        raise CommandError(str(error)) from None
+    described = read_dormant(output) or {}
+    print(
+        f"ggml-viz: the program's {describe_exit(ended.exit_status)}; {describe_windows(output, described)}",
+        file=sys.stderr,
+    )
+    return ended.exit_status

@@ -111,10 +111,11 @@ class RunMetrics:
     # -- RecordingObserver ---------------------------------------------------------
 
     def observe_context(self, context_id: int, description: Mapping[str, Any], warmup: Warmup) -> None:
-        self.served[context_id] = ServedRequests()
         self.warmup[context_id] = warmup
         label = str(context_id)
-        self.kv_cells_used.labels(label).set(0)
+        if context_id not in self.served:  # (described again by each window of a dormant recording: its requests go on)
+            self.served[context_id] = ServedRequests()
+            self.kv_cells_used.labels(label).set(0)
         if description.get("n_ctx"):
             self.kv_cells_capacity.labels(label).set(int(description["n_ctx"]))
         model = description.get("model") or {}

@@ -155,6 +155,9 @@ class SpoolCollector:
         self.untraced: list[dict[str, Any]] = []
         self.libraries: dict[Path, str] = {}  # each spool's process's libggml-base
         self.connections: dict[tuple[Path, int], int] = {}  # a process's RPC connection: the run's number
+        # when the first process's spool started, and the last one's ended (its START and END frames)
+        self.start_ns: int | None = None
+        self.end_ns: int | None = None
 
     @property
     def run_dir(self) -> Path:
@@ -196,6 +199,9 @@ class SpoolCollector:
 
     def _start(self, path: Path, frame: Frame) -> None:
         info = frame.json()
+        start_ns = info.get("start_ns")
+        if isinstance(start_ns, int) and (self.start_ns is None or start_ns < self.start_ns):
+            self.start_ns = start_ns
         written_by = info.get("contract")  # none in a spool of before the contract was written into it
         if written_by is not None and written_by != digest():
             raise RunFormatError(
@@ -328,6 +334,9 @@ class SpoolCollector:
     def _end(self, path: Path, frame: Frame) -> None:
         info = frame.json()
         self.ended += 1
+        end_ns = info.get("end_ns")
+        if isinstance(end_ns, int) and (self.end_ns is None or end_ns > self.end_ns):
+            self.end_ns = end_ns
         skipped = (int(info.get("captures_skipped", 0)), int(info.get("capture_bytes_skipped", 0)))
         for (spool, _), tracer in self.tracers.items():
             if spool == path:

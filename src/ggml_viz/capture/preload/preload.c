@@ -73,6 +73,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -185,7 +186,7 @@ void *original_for(const char *name, void *ours, const void *caller) {
 /* The settings, written here by start() alone (and the start-up functions it hands them to). */
 static Settings settings_at_start;
 const Settings *const settings = &settings_at_start;
-State state = {.once = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER, .spool = -1};
+State state = {.once = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER, .spool = -1, .graphs_on = 1};
 
 static const size_t LLAMA_BATCH_OFFSETS[5] = {offsetof(llama_batch_abi, token), offsetof(llama_batch_abi, pos),
                                               offsetof(llama_batch_abi, n_seq_id), offsetof(llama_batch_abi, seq_id),
@@ -338,6 +339,26 @@ static const char *ggml_problem(TensorLayout *layout, const char **layout_name) 
     return missing || problem ? reason : NULL;
 }
 
+/* The window control the collector writes (GGML_VIZ_CONTROL), mapped read-only for the process's
+   life: 1 mapped (its generation followed from now), 0 not (said: the program runs untraced). */
+static int map_control(const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    void *mapped = fd >= 0 ? mmap(NULL, sizeof(WindowControl), PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+    int error = errno;
+    if (fd >= 0) close(fd);
+    if (mapped == MAP_FAILED || memcmp(((const WindowControl *)mapped)->magic, CONTROL_MAGIC, 8) != 0) {
+        if (mapped != MAP_FAILED) munmap(mapped, sizeof(WindowControl));
+        say("cannot read the window control %s: %s; the program runs untraced", path,
+            mapped == MAP_FAILED ? strerror(error) : "not a control file");
+        return 0;
+    }
+    const WindowControl *control = mapped;
+    state.generation = __atomic_load_n(&control->generation, __ATOMIC_ACQUIRE);
+    state.graphs_on = (int)control->graphs;
+    state.control = control;
+    return 1;
+}
+
 static void start(void) {
     const char *output = env("GGML_VIZ_OUTPUT");
     if (!output || env_flag("GGML_VIZ_DISABLE")) return;
@@ -366,6 +387,7 @@ static void start(void) {
     }
     if (settings->routing) probe_routing_ops(&settings_at_start);
     gpu_configure(&settings->gpu);
+    if (env("GGML_VIZ_CONTROL") && !map_control(env("GGML_VIZ_CONTROL"))) return;
     pthread_mutex_lock(&state.lock);
     state.enabled = !state.claimed_by_python;
     pthread_mutex_unlock(&state.lock);
@@ -383,23 +405,75 @@ bool preload_recording(void) {
     return active() && state.spool_opened;
 }
 
+/* A fresh recorder for an entry, with the settings' rules (state.lock held: the program's callbacks
+   are recalled). Dormant (no graphs recorded), its nodes are never timed: our abort callback, left on
+   a CPU backend by a window, only calls the program's. */
+static int setup_recorder(Entry *e) {
+    if (recorder_init(&e->recorder, &settings->layout, &api.recorder) != 0) return -1;
+    Recorder *r = &e->recorder;
+    r->inline_timing = !settings->sync_timing && state.graphs_on;
+    /* an older ggml's nodes are timed only where asked one by one (sync timing) */
+    r->time_nodes = !settings->detail_graph && (!settings->no_ticks_reason || settings->sync_timing);
+    recorder_set_decode_rules(r, settings->detail_graph, settings->sample, 32, 500000000LL, LLAMA_BATCH_OFFSETS);
+    if (api.buffer_is_host && api.nbytes) recorder_set_weight_prints(r, api.buffer_is_host, api.nbytes);
+    recorder_set_filters(r, (const char *const *)settings->ops, settings->n_ops, (const int64_t (*)[2])settings->ranges,
+                         settings->n_ranges, settings->no_layer, (const char *const *)settings->names,
+                         settings->n_names);
+    if (settings->values_stats || settings->n_captures) {
+        ValueFunctions values = {api.buffer_is_host, api.is_contiguous, api.nbytes, api.fp16_to_fp32};
+        const char *problem = recorder_set_values(r, settings->values_stats, (const char *const *)settings->captures,
+                                                  settings->n_captures, settings->capture_bytes, &values);
+        if (problem && !e->values_problem_said) say("values are not recorded: %s", problem);
+        e->values_problem_said |= problem != NULL;
+    }
+    if (settings->routing && settings->op_mul_mat_id && api.buffer_is_host && api.fp16_to_fp32) {
+        const char *problem = recorder_set_routing(r, 1, settings->op_mul_mat_id, settings->op_get_rows,
+                                                   api.buffer_is_host, api.tensor_get, api.fp16_to_fp32);
+        if (problem && !e->routing_problem_said) say("mixture-of-experts routing is not recorded: %s", problem);
+        e->routing_problem_said |= problem != NULL;
+    }
+    /* callbacks the program set before: called from ours */
+    const ProgramCallback *eval = recall_callback(EVAL_ON_SCHEDULER, e->owner);
+    const ProgramCallback *abort = recall_callback(ABORT_ON_CONTEXT, e->owner);
+    if (eval && !e->is_llama) {
+        e->chained_eval = (eval_fn)eval->function;
+        e->chained_data = eval->data;
+    }
+    if (abort && e->is_llama) recorder_chain_abort(r, (abort_fn)abort->function, abort->data);
+    /* dormant, a plain program's graphs pass by: an eval callback a window left on its scheduler answers
+       no node */
+    if (!state.graphs_on && !e->is_llama) r->mode = MODE_OFF;
+    return 0;
+}
+
+/* Switchers of windows, and the making of an entry (a window's spool describes every entry once). */
+static pthread_mutex_t switch_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static Entry *live_entry_of(void *owner) {
+    for (int i = 0; i < state.n_entries; i++) {
+        if (state.entries[i]->live && state.entries[i]->owner == owner) return state.entries[i];
+    }
+    return NULL;
+}
+
 /* The entry of a llama context or a plain scheduler, made on first sight (NULL: not recording);
    `code`: the program's function the call reaches, whose library the context names. */
 static Entry *entry_for(void *owner, int kind, const void *code) {
-    int is_llama = kind == ENTRY_LLAMA;
-    Entry *found = NULL, *made = NULL;
+    Entry *made = NULL;
     if (open_recording() != 0) return NULL;
     pthread_mutex_lock(&state.lock);
-    for (int i = 0; i < state.n_entries && !found; i++) {
-        if (state.entries[i]->live && state.entries[i]->owner == owner) found = state.entries[i];
-    }
-    if (!found && state.enabled && state.n_entries < MAX_ENTRIES) {
-        made = calloc(1, sizeof *made);
-        if (made && recorder_init(&made->recorder, &settings->layout, &api.recorder) == 0) {
-            made->owner = owner;
-            made->is_llama = is_llama;
-            made->is_backend = kind == ENTRY_BACKEND;
-            made->is_cpu_graphs = kind == ENTRY_CPU_GRAPHS;
+    Entry *found = live_entry_of(owner);
+    pthread_mutex_unlock(&state.lock);
+    if (found) return found;
+    pthread_mutex_lock(&switch_lock);
+    pthread_mutex_lock(&state.lock);
+    found = live_entry_of(owner);
+    if (!found && state.enabled && state.n_entries < MAX_ENTRIES && (made = calloc(1, sizeof *made))) {
+        made->owner = owner;
+        made->is_llama = kind == ENTRY_LLAMA;
+        made->is_backend = kind == ENTRY_BACKEND;
+        made->is_cpu_graphs = kind == ENTRY_CPU_GRAPHS;
+        if (setup_recorder(made) == 0) {
             made->live = 1;
             made->context_id = state.n_entries;
             Dl_info library;
@@ -410,39 +484,9 @@ static Entry *entry_for(void *owner, int kind, const void *code) {
             array_init(&made->frame, 1);
             array_init(&made->nodes_rewritten, 1);
             array_init(&made->leaves_rewritten, 1);
-            Recorder *r = &made->recorder;
-            r->inline_timing = !settings->sync_timing;
-            /* an older ggml's nodes are timed only where asked one by one (sync timing) */
-            r->time_nodes = !settings->detail_graph && (!settings->no_ticks_reason || settings->sync_timing);
-            recorder_set_decode_rules(r, settings->detail_graph, settings->sample, 32, 500000000LL,
-                                      LLAMA_BATCH_OFFSETS);
-            if (api.buffer_is_host && api.nbytes) recorder_set_weight_prints(r, api.buffer_is_host, api.nbytes);
-            recorder_set_filters(r, (const char *const *)settings->ops, settings->n_ops,
-                                 (const int64_t (*)[2])settings->ranges, settings->n_ranges, settings->no_layer,
-                                 (const char *const *)settings->names, settings->n_names);
-            if (settings->values_stats || settings->n_captures) {
-                ValueFunctions values = {api.buffer_is_host, api.is_contiguous, api.nbytes, api.fp16_to_fp32};
-                const char *problem = recorder_set_values(r, settings->values_stats,
-                                                          (const char *const *)settings->captures, settings->n_captures,
-                                                          settings->capture_bytes, &values);
-                if (problem) say("values are not recorded: %s", problem);
-            }
-            if (settings->routing && settings->op_mul_mat_id && api.buffer_is_host && api.fp16_to_fp32) {
-                const char *problem = recorder_set_routing(r, 1, settings->op_mul_mat_id, settings->op_get_rows,
-                                                           api.buffer_is_host, api.tensor_get, api.fp16_to_fp32);
-                if (problem) say("mixture-of-experts routing is not recorded: %s", problem);
-            }
-            /* callbacks the program set before: called from ours */
-            const ProgramCallback *eval = recall_callback(EVAL_ON_SCHEDULER, owner);
-            const ProgramCallback *abort = recall_callback(ABORT_ON_CONTEXT, owner);
-            if (eval && !is_llama) {
-                made->chained_eval = (eval_fn)eval->function;
-                made->chained_data = eval->data;
-            }
-            if (abort && is_llama) recorder_chain_abort(r, (abort_fn)abort->function, abort->data);
             state.entries[state.n_entries++] = made;
             found = made;
-        } else if (made) {
+        } else {
             recorder_free(&made->recorder);
             free(made);
             made = NULL;
@@ -450,7 +494,80 @@ static Entry *entry_for(void *owner, int kind, const void *code) {
     }
     pthread_mutex_unlock(&state.lock);
     if (made) describe_context(made);
+    pthread_mutex_unlock(&switch_lock);
     return found;
+}
+
+/* ---- windows ---------------------------------------------------------------------------------- */
+
+/* The collector asked for a new spool (a window opens or closes): what the entries hold goes to the
+   current spool, which ends as at exit; each entry's recorder starts afresh, and the new spool opens
+   as a new process's would (START, then each live context), so each window is a run of its own.
+   Lock order: the switch lock, every entry's lock (a writer holds its entry's, then state.lock). */
+static void switch_window(void) {
+    pthread_mutex_lock(&switch_lock);
+    const WindowControl *control = state.control;
+    uint64_t generation = __atomic_load_n(&control->generation, __ATOMIC_ACQUIRE);
+    if (generation == state.generation || !state.enabled || state.stopping || !state.spool_opened) {
+        pthread_mutex_unlock(&switch_lock);
+        return;
+    }
+    char folder[sizeof control->spool_dir];
+    memcpy(folder, control->spool_dir, sizeof folder);
+    folder[sizeof folder - 1] = 0;
+    int graphs = (int)control->graphs;
+    pthread_mutex_lock(&state.lock);
+    int n = state.n_entries;
+    pthread_mutex_unlock(&state.lock);
+    for (int i = 0; i < n; i++) pthread_mutex_lock(&state.entries[i]->lock);
+    for (int i = 0; i < n && state.enabled; i++) {
+        Entry *e = state.entries[i];
+        if (e->live && e->unwritten) write_entry(e);
+    }
+    if (state.enabled) write_wire();
+    if (state.enabled) write_end_frame();
+    pthread_mutex_lock(&state.lock);
+    if (state.spool >= 0) close(state.spool);
+    state.spool = -1;
+    state.generation = generation;
+    state.graphs_on = graphs;
+    int opened = state.enabled ? open_spool_in(folder) : -1;
+    int error = errno;
+    for (int i = 0; i < n; i++) {
+        Entry *e = state.entries[i];
+        if (!e->live) continue;
+        abort_fn chained = e->recorder.chained_abort;
+        void *chained_data = e->recorder.chained_abort_data;
+        int tick_reads = e->recorder.tick_reads;
+        recorder_free(&e->recorder);
+        if (setup_recorder(e) != 0) {
+            e->live = 0; /* no memory for it: this context is recorded no more */
+            continue;
+        }
+        if (chained && !e->recorder.chained_abort) recorder_chain_abort(&e->recorder, chained, chained_data);
+        e->recorder.tick_reads = tick_reads;
+        e->unwritten = 0;
+    }
+    pthread_mutex_unlock(&state.lock);
+    if (opened != 0 && state.enabled) {
+        char reason[4400];
+        snprintf(reason, sizeof reason, "cannot open the spool %s: %s", state.spool_path, strerror(error));
+        state.enabled = 0;
+        say("recording stopped: %s; the program goes on untraced", reason);
+    } else if (state.enabled) {
+        write_start_frame();
+        for (int i = 0; i < n; i++) {
+            if (state.entries[i]->live) describe_context(state.entries[i]);
+        }
+    }
+    for (int i = n - 1; i >= 0; i--) pthread_mutex_unlock(&state.entries[i]->lock);
+    pthread_mutex_unlock(&switch_lock);
+}
+
+/* Follow the control: one load, at each call that starts outside any other (no lock held). */
+static inline void follow_control(void) {
+    const WindowControl *control = state.control;
+    if (control && __atomic_load_n(&control->generation, __ATOMIC_RELAXED) != state.generation) switch_window();
 }
 
 /* ---- taking and writing --------------------------------------------------------------------- */
@@ -462,6 +579,7 @@ static void *write_when_idle(void *unused) {
     struct timespec pause = {0, 250000000L};
     while (!state.stopping) {
         nanosleep(&pause, NULL);
+        if (state.enabled) follow_control(); /* an idle server switches too */
         if (state.enabled) write_wire();
         pthread_mutex_lock(&state.lock);
         int n = state.n_entries;
@@ -492,7 +610,9 @@ static void flush_entry(Entry *e, int retire) {
 }
 
 static void flush_at_exit(void) {
+    pthread_mutex_lock(&switch_lock); /* a switch in progress ends first; none starts after */
     state.stopping = 1;
+    pthread_mutex_unlock(&switch_lock);
     if (!state.enabled) return; /* stopped, or a forked child: nothing here is this process's to write */
     for (int i = 0; i < state.n_entries; i++) {
         Entry *e = state.entries[i];
@@ -654,6 +774,8 @@ static int compute_graph(backend_compute_fn original, void *sched, void *graph) 
     }
     Entry *e = call_entry;
     bool own_call = !e;
+    if (own_call) follow_control();
+    if (!state.graphs_on) return original(sched, graph); /* dormant: the llama call's batch is all it keeps */
     if (own_call) {
         e = entry_for(sched, ENTRY_SCHEDULER, (const void *)original);
         if (!e) return original(sched, graph);
@@ -731,6 +853,8 @@ EXPORT void *ggml_new_graph_custom(void *ctx, size_t size, bool grads) {
 static int compute_on_backend(backend_compute_fn original, void *backend, void *graph) {
     if (!original) return -1;
     if (compute_depth > 0 || call_entry || !active()) return original(backend, graph);
+    follow_control();
+    if (!state.graphs_on) return original(backend, graph);
     Entry *e = entry_for(backend, ENTRY_BACKEND, (const void *)original);
     if (!e) return original(backend, graph);
     begin_call(e, NULL);
@@ -835,6 +959,8 @@ static int run_cpu_compute(void *call, void *graph) {
 
 static int compute_on_cpu(CpuCompute *call, void *graph) {
     if (compute_depth > 0 || call_entry || !active()) return run_cpu_compute(call, graph);
+    follow_control();
+    if (!state.graphs_on) return run_cpu_compute(call, graph);
     const void *code = call->plan_compute ? (const void *)call->plan_compute : (const void *)call->with_ctx;
     Entry *e = entry_for(&cpu_graphs_key, ENTRY_CPU_GRAPHS, code);
     if (!e) return run_cpu_compute(call, graph);
@@ -1004,7 +1130,9 @@ EXPORT void ggml_backend_cpu_set_abort_callback(void *backend, abort_fn callback
 /* A llama call: the batch's tokens are copied, the graphs it computes are attributed to it. */
 static int32_t llama_call(void *ctx, const llama_batch_abi *batch, int32_t (*compute)(void *, const void *),
                           const void *argument, const void *code) {
-    Entry *e = active() && !call_entry ? entry_for(ctx, ENTRY_LLAMA, code) : NULL;
+    if (call_entry || !active()) return compute(ctx, argument);
+    follow_control();
+    Entry *e = entry_for(ctx, ENTRY_LLAMA, code);
     if (!e) return compute(ctx, argument);
     begin_call(e, batch);
     call_entry = e;

@@ -120,6 +120,7 @@ typedef struct {
     Recorder recorder;
     pthread_mutex_t lock;  /* held by the thread in a call, and while writing */
     int in_call, unwritten;
+    int values_problem_said, routing_problem_said; /* once, not at every window */
     eval_fn chained_eval;  /* the program's own eval callback, called from ours */
     void *chained_data;
     int chained_answered;  /* it asked for the node in flight */
@@ -178,6 +179,20 @@ typedef struct {
 } Settings;
 extern const Settings *const settings;
 
+/* The window control (`ggml-viz run --dormant` and `--keep-minutes`): a file the collector writes and
+   this library maps read-only (GGML_VIZ_CONTROL names it). A new generation asks for a new spool in
+   `spool_dir`: graphs recorded (`graphs` 1: a window) or only each llama call's batch (0: dormant).
+   Its layout is capture/preload/control.py's. */
+enum { CONTROL_BYTES = 4096 };
+#define CONTROL_MAGIC "GVIZCTL1"
+typedef struct {
+    char magic[8];
+    uint64_t generation; /* written last: the rest is whole once it changes */
+    uint32_t graphs;
+    uint32_t unused;
+    char spool_dir[CONTROL_BYTES - 24];
+} WindowControl;
+
 /* What changes while the process records. */
 typedef struct {
     pthread_once_t once; /* start-up */
@@ -199,6 +214,11 @@ typedef struct {
     int idle_writer_started, stopping;
     /* the program's own callbacks, kept to be called from ours (ProgramCallback) */
     ProgramCallback callbacks[MAX_CALLBACKS];
+    /* Windows: the control (NULL: none, graphs always recorded), the generation this process
+       follows, and whether it records graphs now (0: dormant, each llama call's batch only). */
+    const WindowControl *control;
+    uint64_t generation;
+    int graphs_on;
 } State;
 extern State state;
 
@@ -268,6 +288,8 @@ const char *read_settings(Settings *written);
 
 /* preload_spool.c */
 int open_spool(const char *output);
+/* A new spool, `folder`/PID.spool (state.lock held): the next window's. */
+int open_spool_in(const char *folder);
 void spool_frame(uint32_t kind, uint32_t context_id, const void *payload, size_t size);
 void stop_recording(const char *reason);
 void write_start_frame(void);

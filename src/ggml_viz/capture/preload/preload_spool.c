@@ -107,8 +107,18 @@ void stop_recording(const char *reason) {
     if (was_enabled) say("recording stopped: %s; the program goes on untraced", reason);
 }
 
+int open_spool_in(const char *folder) {
+    if (mkdir(folder, 0755) != 0 && errno != EEXIST) return -1;
+    snprintf(state.spool_path, sizeof state.spool_path, "%s/%d.spool", folder, (int)getpid());
+    state.spool = open(state.spool_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (state.spool < 0) return -1;
+    if (write(state.spool, SPOOL_MAGIC, sizeof SPOOL_MAGIC - 1) != sizeof SPOOL_MAGIC - 1) return -1;
+    return 0;
+}
+
 int open_spool(const char *output) {
     const char *path = env("GGML_VIZ_SPOOL");
+    if (state.control) return open_spool_in(state.control->spool_dir); /* the window's, or the dormant one's */
     if (path) {
         snprintf(state.spool_path, sizeof state.spool_path, "%s", path);
     } else {
@@ -116,8 +126,7 @@ int open_spool(const char *output) {
         snprintf(folder, sizeof folder, "%s", output);
         if (mkdir(folder, 0755) != 0 && errno != EEXIST) return -1;
         snprintf(folder, sizeof folder, "%s/spool", output);
-        if (mkdir(folder, 0755) != 0 && errno != EEXIST) return -1;
-        snprintf(state.spool_path, sizeof state.spool_path, "%s/%d.spool", folder, (int)getpid());
+        return open_spool_in(folder);
     }
     state.spool = open(state.spool_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (state.spool < 0) return -1;

@@ -23,6 +23,7 @@ from ..gpu.vulkan_layer import layer_environment
 from ..settings import CaptureSettings
 from .collector import SpoolCollector, SpoolRecording
 from .library import preload_path
+from .windows import DormantRecording
 
 COLLECT_INTERVAL_S = 0.1
 
@@ -123,6 +124,51 @@ def run_native(
     return ProgramRun(exit_status if exit_status >= 0 else 128 - exit_status, collector.untraced)
 
 
+def run_dormant(
+    program: list[str],
+    run_dir: Path,
+    settings: CaptureSettings,
+    env: dict[str, str],
+    keep_minutes: float | None = None,
+    verbose: bool = False,
+    observer: RecordingObserver | None = None,
+) -> ProgramRun:
+    """Run `program` with the preload library in, dormant: no graph recorded, each llama call's batch
+    still collected; windows recorded on demand (`ggml-viz capture`, SIGUSR1 to this process) or, with
+    `keep_minutes`, back to back in a ring of that many minutes (windows.py)."""
+    dormant = DormantRecording(run_dir, settings, keep_minutes=keep_minutes, verbose=verbose, observer=observer)
+    preloaded = " ".join(filter(None, [str(preload_path()), env.get("LD_PRELOAD")]))
+    process = subprocess.Popen(
+        program, env={**env, **dormant.environment, "LD_PRELOAD": preloaded, "GGML_VIZ_OUTPUT": str(run_dir)}
+    )
+    dormant.program_started(program, process.pid)
+    dormant.start_steering()
+    _share_with_the_program()
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        """Ctrl-C and kill reach the program; the window in progress ends with it, as a run ends."""
+        try:
+            process.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    def open_window(signum: int, frame: FrameType | None) -> None:
+        dormant.request()
+
+    handlers = {signal.SIGINT: forward, signal.SIGTERM: forward, signal.SIGHUP: forward, signal.SIGUSR1: open_window}
+    previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
+    try:
+        while process.poll() is None:
+            dormant.poll()
+            time.sleep(COLLECT_INTERVAL_S)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    exit_status = process.wait()
+    dormant.finish(exit_status)
+    return ProgramRun(exit_status if exit_status >= 0 else 128 - exit_status, [])
+
+
 def _yield_to_the_program() -> None:
     """The collector runs only on CPU time the program leaves (the program, started first,
     keeps its own priority). ggml's threads wait for each other spinning at every node: a
@@ -132,6 +178,17 @@ def _yield_to_the_program() -> None:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     except (AttributeError, OSError):
         os.nice(19)
+
+
+# A recording that stays on cannot wait for the program to pause: under a server's constant load
+# an idle-priority collector never runs, so its windows never close, a ring never drops its old
+# windows, and its spool grows without bound. It takes a small share instead (a tenth of a core
+# the program wants, at this niceness), and while dormant it has almost nothing to do.
+ALWAYS_ON_NICENESS = 10
+
+
+def _share_with_the_program() -> None:
+    os.nice(ALWAYS_ON_NICENESS)
 
 
 def _collect(collector: SpoolCollector) -> None:
