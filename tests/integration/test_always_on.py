@@ -10,7 +10,9 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ import pytest
 import ggml_viz
 from ggml_viz._errors import RunFormatError
 
-from .servers import ask, running_server, stop_server
+from .servers import ask, free_port, running_server, stop_server
 
 pytestmark = pytest.mark.model
 
@@ -156,3 +158,43 @@ def test_a_ring_keeps_the_last_minutes(tmp_path: Path, model_path: Path) -> None
         run = ggml_viz.open(output / window["run"])
         assert run.manifest["window_of"]["window"] == window["window"]
         assert len(run.raw("graphs")) > 0
+
+
+def _scrape(port: int) -> dict[str, float]:
+    """Our metrics endpoint's samples, by name (labels dropped: one series each here)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    return {sample.name: sample.value for family in text_string_to_metric_families(text) for sample in family.samples}
+
+
+def test_a_dormant_server_serves_its_metrics(tmp_path: Path, model_path: Path) -> None:
+    # GIVEN a dormant server with its metrics served
+    metrics_port = free_port()
+    output = tmp_path / "dormant-metrics.ggmlviz"
+    recording = ["--dormant", "--metrics", f"127.0.0.1:{metrics_port}"]
+    with running_server(output, model_path, slots=2, recording=recording) as (process, port):
+        # WHEN four requests are answered, two at a time
+        body = {"prompt": PROMPT, "n_predict": 7, "temperature": 0, "ignore_eos": True}
+        timings = []
+        for _ in range(2):
+            with ThreadPoolExecutor(2) as pool:
+                timings += list(pool.map(lambda _: ask(port, "/completion", body)["timings"], range(2)))
+        # THEN, once the collector has read the calls (written every half second), its counters are
+        # the responses': prompt and generated tokens, one time to first token a request
+        expected = {
+            "ggml_viz_prompt_tokens_total": sum(t["prompt_n"] for t in timings),
+            "ggml_viz_generated_tokens_total": sum(t["predicted_n"] for t in timings),
+            "ggml_viz_time_to_first_token_seconds_count": len(timings),
+        }
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            samples = _scrape(metrics_port)
+            if all(samples.get(name) == value for name, value in expected.items()):
+                break
+            time.sleep(0.5)
+        stop_server(process)
+    assert {name: samples.get(name) for name in expected} == expected
+    # AND no op time: no graph was recorded
+    assert not any(name.startswith("ggml_viz_op_seconds") for name in samples)
