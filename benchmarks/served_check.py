@@ -57,7 +57,8 @@ def wait_ready(port: int, process: subprocess.Popen, timeout: float = 300) -> No
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise SystemExit(f"the server ended early ({process.returncode}): {process.stderr.read()[-2000:]}")
+            said = process.stderr.read()[-2000:] if process.stderr else ""
+            raise SystemExit(f"the server ended early ({process.returncode}): {said}")
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
                 if answer.status == 200:

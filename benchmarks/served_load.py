@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -38,25 +37,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-PROMPTS = [
-    "Once upon a time",
-    "The quick brown fox jumps over the lazy dog, and then",
-    "List three colors:",
-    "In the beginning of the twentieth century, the city of Paris was home to many painters who",
-    "Water boils at",
-    "A haiku about the sea:",
-    "The three laws of motion, as Newton stated them in his Principia, say that",
-    "Seven plus five is",
-]
+from served_check import PROMPTS, free_port, wait_ready
+
 PROBE = "Write one sentence about a lighthouse."
 N_PREDICT = 32
 SAMPLE_EVERY_S = 2.0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def post(port: int, path: str, body: dict[str, Any], timeout: float = 600) -> Any:
@@ -65,21 +50,6 @@ def post(port: int, path: str, body: dict[str, Any], timeout: float = 600) -> An
     )
     with urllib.request.urlopen(request, timeout=timeout) as answer:
         return json.loads(answer.read())
-
-
-def wait_ready(port: int, process: subprocess.Popen, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"the server ended early ({process.returncode})")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
-                if answer.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.25)
-    raise SystemExit("the server did not become ready")
 
 
 def tree_rss_bytes(root: int) -> int:
@@ -122,7 +92,9 @@ def server_process(command: list[str], mode: str, run_dir: Path, args: argparse.
     else:
         options = {"run": [], "dormant": ["--dormant"], "ring": ["--keep-minutes", str(args.keep_minutes)]}[mode]
         wrapped = [sys.executable, "-m", "ggml_viz", "run", *options, "-f", "-o", str(run_dir), "--", *command]
-    return subprocess.Popen(wrapped, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # its log to a file: a pipe read only at the end fills under load, and llama-server stops in its logging
+    with open(run_dir.with_name(run_dir.stem + ".log"), "w") as log:
+        return subprocess.Popen(wrapped, stdout=subprocess.DEVNULL, stderr=log, text=True)
 
 
 def load(mode: str, command: list[str], work: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -270,6 +242,7 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="also write the table here")
     args = parser.parse_args()
     work = Path(args.work or tempfile.mkdtemp())
+    work.mkdir(parents=True, exist_ok=True)
     command = [args.server, "-m", args.model, "-np", str(args.slots), "-c", str(512 * args.slots)]
     command += ["-t", str(args.threads), "--seed", "1"]
     results = []

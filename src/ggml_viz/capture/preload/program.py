@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
 from types import FrameType
@@ -95,14 +96,7 @@ def run_native(
     vulkan = layer_environment(env) if settings.gpu != "off" and settings.detail != "graph" else {}
     process = subprocess.Popen(program, env={**env, **vulkan, "LD_PRELOAD": preloaded, "GGML_VIZ_OUTPUT": str(run_dir)})
     _yield_to_the_program()
-
-    def forward(signum: int, frame: FrameType | None) -> None:
-        """Ctrl-C and kill reach the program, which ends the way it chooses; we collect to the end."""
-        try:
-            process.send_signal(signum)
-        except ProcessLookupError:
-            pass
-
+    forward = _forwarder(process)
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         while process.poll() is None:
@@ -144,13 +138,7 @@ def run_dormant(
     dormant.program_started(program, process.pid)
     dormant.start_steering()
     _share_with_the_program()
-
-    def forward(signum: int, frame: FrameType | None) -> None:
-        """Ctrl-C and kill reach the program; the window in progress ends with it, as a run ends."""
-        try:
-            process.send_signal(signum)
-        except ProcessLookupError:
-            pass
+    forward = _forwarder(process)  # (the window in progress ends with the program, as a run ends)
 
     def open_window(signum: int, frame: FrameType | None) -> None:
         dormant.request()
@@ -167,6 +155,19 @@ def run_dormant(
     exit_status = process.wait()
     dormant.finish(exit_status)
     return ProgramRun(exit_status if exit_status >= 0 else 128 - exit_status, [])
+
+
+def _forwarder(process: subprocess.Popen[bytes]) -> Callable[[int, FrameType | None], None]:
+    """A signal handler passing Ctrl-C and kill on to the program, which ends the way it chooses;
+    we collect to the end."""
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        try:
+            process.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    return forward
 
 
 def _yield_to_the_program() -> None:
