@@ -73,20 +73,46 @@ class Window:
     number: int
     run_dir: Path
     requested_s: float
-    collector: SpoolCollector
+    # its collector while it is collected; let go once its run is written (a server left on for days
+    # makes thousands of windows: each collector's recording holds its contexts' tables)
+    collector: SpoolCollector | None
     opened_at: float  # time.monotonic() when asked for
     answers: list[Path] = field(default_factory=list)  # `ggml-viz capture`s waiting for it
     closing: bool = False  # the process was asked to leave it
+    closed_at: float | None = None  # time.monotonic() when it was
     done: bool = False
+    # what is kept of it once its collector is let go
+    start_ns: int | None = None
+    end_ns: int | None = None
+    failed: bool = False
+
+    @property
+    def live(self) -> SpoolCollector:
+        """Its collector (a window not done yet)."""
+        assert self.collector is not None, f"window {self.number} is written already"
+        return self.collector
 
     def ended_in_process(self) -> bool:
         """Every process that wrote its spool closed it (its END frame came)."""
-        collector = self.collector
+        collector = self.live
         return collector.started and collector.ended >= len(collector.readers) - len(collector.untraced)
+
+    def let_go(self) -> None:
+        """Its run is written: keep its span and outcome, drop its collector."""
+        collector = self.live
+        self.start_ns, self.end_ns = collector.start_ns, collector.end_ns
+        self.failed = collector.recording.failed is not None
+        self.collector = None
+
+    def span(self) -> tuple[int | None, int | None]:
+        """When the program started and ended writing it."""
+        if self.collector is not None:
+            return self.collector.start_ns, self.collector.end_ns
+        return self.start_ns, self.end_ns
 
     @property
     def duration_ns(self) -> int:
-        start, end = self.collector.start_ns, self.collector.end_ns
+        start, end = self.span()
         return end - start if start is not None and end is not None else 0
 
 
@@ -216,7 +242,7 @@ class DormantRecording:
         now = time.monotonic()
         current = next((w for w in self.windows if not w.closing), None)
         if current is not None and now - current.opened_at >= current.requested_s:
-            current.closing = True
+            current.closing, current.closed_at = True, now
             current = None
             if not self.keep_minutes and not self.waiting:
                 folder = self._dormant_folder(self.control.generation + 1)
@@ -251,7 +277,7 @@ class DormantRecording:
             if window.done:
                 continue
             self._collect(window)
-            if window.collector.started:
+            if window.live.started:
                 self._finish(window, exit_status)
             else:
                 self._drop(window, "the program ended before the window opened")
@@ -259,6 +285,8 @@ class DormantRecording:
             if answer is not None:
                 _write_json(answer, {"error": "the program ended before the window opened"})
         self.waiting = []
+        if self.keep_minutes:
+            self._prune(time.monotonic())
         self.described.update(ended=True, exit_status=exit_status, llama_calls_while_dormant=self.calls.llama_calls)
         self._save()
         self.control.close()
@@ -299,28 +327,30 @@ class DormantRecording:
         self._save()
 
     def _collect(self, window: Window) -> None:
-        recording = window.collector.recording
+        recording = window.live.recording
         if recording.failed is not None:
             return
         try:
-            window.collector.poll()
+            window.live.poll()
         except Exception as error:  # noqa: BLE001 - the program goes on whatever the collector meets
             recording.fail(f"collecting the spool failed: {error}")
 
     def _finish(self, window: Window, exit_status: int | None) -> None:
-        collector = window.collector
+        collector = window.live
         writer = collector.recording.writer
         if writer is not None:
             writer.update_manifest(window_of=self._window_of(window))
         collector.finish(exit_status)
         window.done = True
-        self._replace_entry(window, "complete" if collector.recording.failed is None else "incomplete")
+        window.let_go()
+        self._replace_entry(window, "incomplete" if window.failed else "complete")
         for answer in window.answers:
             _write_json(answer, {"run": str(window.run_dir), "status": self._entry(window, "")["status"]})
 
     def _drop(self, window: Window, reason: str) -> None:
         shutil.rmtree(window.run_dir, ignore_errors=True)
         window.done = True
+        window.let_go()
         self._replace_entry(window, "removed")
         for answer in window.answers:
             _write_json(answer, {"error": reason})
@@ -329,8 +359,8 @@ class DormantRecording:
         """A ring keeps the windows that cover its last minutes, and the one before (the first kept
         may start in the middle of one): the oldest go."""
         keep_ns = (self.keep_minutes or 0) * 60e9
-        open_windows = [w for w in self.windows if not w.done]
-        covered = sum((now - w.opened_at) * 1e9 for w in open_windows if not w.closing)
+        # the windows not written yet count as they were recorded (the collector may lag behind them)
+        covered = sum(((w.closed_at or now) - w.opened_at) * 1e9 for w in self.windows if not w.done)
         for window in sorted((w for w in self.windows if w.done), key=lambda w: -w.number):
             if not window.run_dir.exists():
                 continue
@@ -344,16 +374,16 @@ class DormantRecording:
             "run": str(self.run_dir),
             "window": window.number,
             "requested_s": window.requested_s,
-            "start_ns": window.collector.start_ns,
-            "end_ns": window.collector.end_ns,
+            "start_ns": window.span()[0],
+            "end_ns": window.span()[1],
         }
 
     def _entry(self, window: Window, status: str) -> dict[str, Any]:
-        recording = window.collector.recording
+        failed = window.failed if window.collector is None else window.collector.recording.failed is not None
         return {
             **self._window_of(window),
             "run": str(window.run_dir.relative_to(self.run_dir)),
-            "status": status or ("complete" if recording.failed is None else "incomplete"),
+            "status": status or ("incomplete" if failed else "complete"),
         }
 
     def _replace_entry(self, window: Window, status: str) -> None:
