@@ -17,8 +17,8 @@
  *   driver    windows; node 0's runtime launch makes a driver call of its own (the same
  *             correlation id), node 1's second kernel is launched by the driver alone
  *             (cuLaunchKernelEx, as cuBLAS does), and the CUDA graph with cudaGraphLaunch_ptsz
- *   splits    windows; the scheduler begins two splits in each compute: one on CUDA at node 0,
- *             one on the CPU at node 5
+ *   splits    windows; the scheduler computes two splits in each compute: one on CUDA at node 0,
+ *             one on the CPU at node 5, copying 2048 bytes for the CPU split between them
  *   fork      windows; after the first compute (its window open) a child is forked, which
  *             checks that it has nothing of the parent's to hand over and exits
  *   churn     the default policy (windows of 4, every 256); the graph's structure changes every
@@ -74,6 +74,19 @@ static void launch_kernel(int node, int l, uint64_t t, uint32_t c) {
     if (driver_calls && node == 0) driver_api(DRIVER_LAUNCH, t + 100, t + 400, c, THREAD); /* its own call */
 }
 
+/* With splits: the CUDA split's call returns, the scheduler copies the CPU split's input from
+   the device, and the CPU split is computed. */
+static void cpu_split(void) {
+    if (!split_calls) return;
+    gpu_split_done(&tensors[0], 0);
+    uint64_t t = (uint64_t)now_ns();
+    uint32_t c = correlation++;
+    api(COPY, t, t + 300, c, THREAD);
+    memcpy_record(2048, t + 400, t + 700, c, 0);
+    gpu_split_call(&tensors[5], 1);
+    gpu_split_done(&tensors[5], 1);
+}
+
 /* What ggml-cuda does in one compute; `how`: 0 eager, 1 capture, 2 replay. GPU times follow the host's. */
 static void compute_on_gpu(int how) {
     uint64_t t0 = (uint64_t)now_ns();
@@ -89,7 +102,7 @@ static void compute_on_gpu(int how) {
         for (int k = 0; k < 5; k++) {
             kernel(KERNELS[k], t + 2000 + k * 1000, t + 2900 + k * 1000 + (k == 2 ? 500 : 0), launch, 1, (uint64_t)k + 1, 0);
         }
-        if (split_calls) gpu_split_call(&tensors[5], 1);
+        cpu_split();
         return;
     }
     uint32_t first = correlation;
@@ -114,7 +127,7 @@ static void compute_on_gpu(int how) {
             kernel(KERNELS[k], t + 2000 + k * 1000, t + 2900 + k * 1000, launch, 1, k + 1, 0);
         }
     }
-    if (split_calls) gpu_split_call(&tensors[5], 1); /* the split on the CPU begins */
+    cpu_split();
 }
 
 static int write_take(FILE *out) {

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from ggml_viz.capture.c_header import write_header
-from ggml_viz.capture.contract.constants import NODE_CALL_CPU, NODE_CALL_SPLIT
+from ggml_viz.capture.contract.constants import NODE_CALL_CPU, NODE_CALL_SPLIT, NODE_CALL_SPLIT_END
 from ggml_viz.capture.gpu.attribution import AttributionState, attribute
 from ggml_viz.capture.gpu.records import (
     ACTIVITY_DTYPE,
@@ -27,6 +27,7 @@ from ggml_viz.capture.gpu.records import (
     RUNTIME,
     GpuWindow,
     parse_window,
+    split_spans,
 )
 
 NATIVE_TESTS = Path(__file__).parents[1] / "native"
@@ -119,7 +120,8 @@ def test_every_kernel_of_a_window_finds_its_node(timer_program, tmp_path, mode):
     # eager, then the CUDA graph captured; later windows replay it by position
     assert [m.mapping.tolist() for m in mapped] == [["eager", "capture"], ["replay", "replay"], ["replay", "replay"]]
     first = windows[0]
-    eager = (first.activities["graph_id"] == 0) & (first.activities["bytes"] != 4096)
+    scheduler_copies = np.isin(first.activities["bytes"], [4096, 2048])  # a split's inputs
+    eager = (first.activities["graph_id"] == 0) & ~scheduler_copies
     # node 1 launched two kernels, node 2 copied, node 3 is a view (reached, no kernel), nodes 4
     # and 5 ran fused
     assert mapped[0].node[eager].tolist() == [0, 1, 1, 2, 4]
@@ -134,9 +136,18 @@ def test_every_kernel_of_a_window_finds_its_node(timer_program, tmp_path, mode):
     ]
     names = {i: name for w in windows for i, name in w.names.items()}
     for window, m in zip(windows, mapped, strict=True):
-        # the split's input copy is no node's; the rest is each its node's
-        inputs = window.activities["bytes"] == 4096
+        # the splits' input copies are no node's; the rest is each its node's
+        inputs = np.isin(window.activities["bytes"], [4096, 2048])
         assert (m.node[inputs] == -1).all() and (m.node[~inputs] >= 0).all()
+        # with the splits marked, they are transfers, each with the split it feeds (the CUDA split
+        # at node 0, the CPU split at node 5); and the rest ran in the CUDA split
+        if mode == "splits":
+            assert m.transfer[inputs].all() and not m.transfer[~inputs].any()
+            assert m.split[window.activities["bytes"] == 4096].tolist() == [0, 0]
+            assert m.split[window.activities["bytes"] == 2048].tolist() == [5, 5]
+            assert (m.split[~inputs] == 0).all()
+        else:
+            assert not m.transfer.any() and (m.split == -1).all()
         # in the CUDA graph the copy ran as a kernel of the driver's, and is node 2's
         driver_copy = np.array([names.get(i) == "memcpy32_post" for i in window.activities["name_id"].tolist()])
         assert driver_copy.sum() == 2 * (window is not first) + (window is first) and (m.node[driver_copy] == 2).all()
@@ -170,21 +181,30 @@ def test_a_kernel_launched_by_the_driver_alone_is_its_nodes(timer_program, tmp_p
         assert set(window.api_calls["cbid"].tolist()) >= {GRAPH_LAUNCH_CBIDS[RUNTIME]["cudaGraphLaunch_ptsz_v10000"]}
 
 
-def test_split_markers_say_where_each_split_began(timer_program, tmp_path):
-    # GIVEN a scheduler beginning two splits in each traced compute: at node 0 on CUDA, at node 5 on the CPU
+def test_split_markers_say_where_each_split_began_and_ended(timer_program, tmp_path):
+    # GIVEN a scheduler computing two splits in each traced compute: at node 0 on CUDA, at node 5 on the CPU
     _, windows = run_timer(timer_program, tmp_path, "splits", 20)
+    end = NODE_CALL_SPLIT | NODE_CALL_SPLIT_END
     for window in windows:
         calls = window.node_calls
         markers = calls[calls["flags"] != 0]
-        # THEN each compute's node calls hold both, in order, from no call site of ggml-cuda's
+        # THEN each compute's node calls hold where both began and returned, in order, from no
+        # call site of ggml-cuda's
         for compute in window.computes["compute"].tolist():
             mine = markers[markers["compute"] == compute]
             assert mine[["node_index", "flags"]].tolist() == [
                 (0, NODE_CALL_SPLIT),
+                (0, end),
                 (5, NODE_CALL_SPLIT | NODE_CALL_CPU),
+                (5, end | NODE_CALL_CPU),
             ]
             assert (mine["return_address"] == 0).all()
         assert (calls["return_address"][calls["flags"] == 0] != 0).all()
+        # AND they read as spans, each ending after it began and before the next begins
+        spans = split_spans(calls)
+        assert spans[["first_node", "on_cpu"]].tolist() == [(0, False), (5, True)] * len(window.computes)
+        assert (spans["end_ns"] >= spans["start_ns"]).all()
+        assert (spans["start_ns"][1::2] >= spans["end_ns"][0::2]).all()
 
 
 def test_a_forked_child_has_no_gpu_timer_and_nothing_of_the_parents(timer_program, tmp_path):

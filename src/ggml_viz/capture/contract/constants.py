@@ -44,8 +44,10 @@ GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET = 1, 2, 3
 GPU_API_RUNTIME, GPU_API_DRIVER, GPU_API_VULKAN = 0, 1, 2
 # GpuComputeRecord.flags
 COMPUTE_NEW_STRUCTURE = 1
-# GpuNodeCall.flags: 0 ggml-cuda reached the node; else the scheduler began a split there (on a CPU backend)
-NODE_CALL_SPLIT, NODE_CALL_CPU = 1, 2
+# GpuNodeCall.flags: 0 ggml-cuda reached the node; else the scheduler began a split there (on a CPU
+# backend), or the split's compute call returned (NODE_CALL_SPLIT_END: the device's work of the split
+# is all launched; what the scheduler does until the next split begins is its own, such as copies)
+NODE_CALL_SPLIT, NODE_CALL_CPU, NODE_CALL_SPLIT_END = 1, 2, 4
 # Why a window was opened (GpuWindowHead.reason).
 WINDOW_NEW_STRUCTURE, WINDOW_PERIODIC, WINDOW_EVERY, WINDOW_END = 1, 2, 3, 4
 # The Vulkan commands the layer times (GpuApiRecord.cbid in the Vulkan domain).

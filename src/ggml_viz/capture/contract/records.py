@@ -138,7 +138,8 @@ GPU_COMPUTE = Record("GpuComputeRecord", "A traced compute.", (
 GPU_NODE_CALL = Record(
     "GpuNodeCall",
     "ggml-cuda reached a node of a traced compute, or the scheduler began a split of it there (flags"
-    " NODE_CALL_SPLIT, with NODE_CALL_CPU if a CPU backend computes it; return_address 0).",
+    " NODE_CALL_SPLIT, with NODE_CALL_CPU if a CPU backend computes it; return_address 0), or the split's"
+    " compute call returned (NODE_CALL_SPLIT | NODE_CALL_SPLIT_END; node_index: the split's first node).",
     (
         Field("ns", "i8"),
         Field("return_address", "u8", doc="tells ggml-cuda's compute loop from its other callers"),

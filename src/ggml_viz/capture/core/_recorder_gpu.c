@@ -70,10 +70,14 @@ static int (*device_type)(void *);
 static sched_compute_fn split_compute_original;
 
 static int split_compute_hooked(void *backend, void *graph) {
-    if (current.timed_device && graph_access.n_nodes(graph) > 0) { /* nothing unless a traced compute runs here */
-        gpu_split_call(graph_access.node(graph, 0), device_type(backend_device(backend)) == 0);
-    }
-    return split_compute_original(backend, graph);
+    if (!current.timed_device || graph_access.n_nodes(graph) <= 0) return split_compute_original(backend, graph);
+    /* nothing unless a traced compute runs here */
+    void *first_node = graph_access.node(graph, 0);
+    int on_cpu = device_type(backend_device(backend)) == 0;
+    gpu_split_call(first_node, on_cpu);
+    int status = split_compute_original(backend, graph);
+    gpu_split_done(first_node, on_cpu);
+    return status;
 }
 
 /* Only where a split's backend can be told: by the device functions of the original's library. */

@@ -24,6 +24,14 @@ the correlation of the calls that launched them.
   as a kernel of its own (`memcpy32_post`): a copy matches a copy or such a kernel.
 - ggml-cuda fuses nodes (an RMS_NORM with the MUL after it): the loop skips the nodes it
   fused, so a node's kernels run the group from it up to the next node reached (group_end).
+- Splits: the scheduler computes a graph split by split, each on its backend, and marks where
+  each split's compute call began and returned (records.split_spans). A split on the GPU maps on
+  its own, as a compute would (eager, captured or replayed: ggml-cuda captures and launches a
+  CUDA graph per split), its template known by the graph structure and the split's first node.
+  What a compute copies outside every split is the scheduler's: the inputs of the split that
+  follows (from the CPU's split before, or to it), or a routing read. Those copies are transfers,
+  no node's work, each with the split it feeds. Windows recorded before split ends were marked
+  map each compute whole, as before.
 - Overlap: on Hopper a kernel launched with programmatic dependent launch starts while the
   one before it still runs, and waits for it. A device's busy time is counted once, and each
   moment of it goes to the activity that was running first (`busy_ns`): a kernel's share
@@ -37,7 +45,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .records import KERNEL, GpuWindow, is_copy, is_graph_launch, is_launch, without_split_markers
+from .records import KERNEL, GpuWindow, is_copy, is_graph_launch, is_launch, split_spans, without_split_markers
 
 NO_NODE = -1
 
@@ -58,10 +66,11 @@ class Template:
 @dataclass
 class AttributionState:
     """What one recording learns across windows: ggml-cuda's loop call site, a pass of each
-    graph structure seen launched item by item, and the kernel names seen."""
+    graph structure's split seen launched item by item (by structure and the split's first
+    node: -1 for a compute mapped whole), and the kernel names seen."""
 
     loop_sites: Counter[int] = field(default_factory=Counter)
-    templates: dict[int, Template] = field(default_factory=dict)
+    templates: dict[tuple[int, int], Template] = field(default_factory=dict)
     names: dict[int, str] = field(default_factory=dict)
 
 
@@ -73,7 +82,11 @@ class Attribution:
     node: np.ndarray  # per activity: node index in its compute's graph (-1: none)
     group_end: np.ndarray  # per activity: last node of its node's fused group (-1: none)
     busy_ns: np.ndarray  # per activity: its share of its device's busy time
-    mapping: np.ndarray  # per compute: "eager", "capture", "replay", "unattributed" or "none" (no kernels)
+    # per compute: "eager", "capture", "replay" (each split's the same way, or several ways joined
+    # by "+"), "unattributed" (no split's work mapped) or "none" (no kernels)
+    mapping: np.ndarray
+    split: np.ndarray  # per activity: first node of the split it ran in, or (a transfer) fed (-1: unknown)
+    transfer: np.ndarray  # per activity: a copy of the scheduler's, between splits (no node's work)
 
 
 def attribute(window: GpuWindow, structures: np.ndarray, state: AttributionState) -> Attribution:
@@ -84,34 +97,101 @@ def attribute(window: GpuWindow, structures: np.ndarray, state: AttributionState
     api_compute = _api_computes(window)
     activity_api = _index_of(window.api_calls["correlation_id"], activities["correlation_id"])
     compute = np.where(activity_api >= 0, api_compute[np.maximum(activity_api, 0)], -1)
-    api_node, node_calls = _work_nodes(window, api_compute, state)
+    spans = split_spans(window.node_calls)
+    api_span, api_feeds = _api_splits(window, api_compute, spans)
+    api_node, node_calls = _work_nodes(window, api_compute, api_span, spans, state)
     node = np.full(len(activities), NO_NODE, dtype=np.int64)
     group_end = np.full(len(activities), NO_NODE, dtype=np.int64)
+    span = _take(api_span, activity_api, -1)
+    feeds = _take(api_feeds, activity_api, NO_SPLIT)
+    transfer = (activities["kind"] != KERNEL) & (feeds != NO_SPLIT)
+    split = np.where(transfer, feeds, _take(spans["first_node"], span, -1))
     # A compute's work items: its kernels, and the copies and memsets of its nodes (not the
     # scheduler's copies of a split's inputs, nor the reading of its outputs)
-    reached = np.where(activity_api >= 0, api_node[np.maximum(activity_api, 0)], NO_NODE) >= 0
-    item = (activities["kind"] == KERNEL) | (activities["graph_id"] > 0) | reached
+    reached = _take(api_node, activity_api, NO_NODE) >= 0
+    item = ((activities["kind"] == KERNEL) | (activities["graph_id"] > 0) | reached) & ~transfer
     signature = _signatures(activities, state.names)
     mapping = np.full(len(computes), "none", dtype=object)
     for c in range(len(computes)):
-        mine = np.flatnonzero(item & (compute == c))
-        if not (activities["kind"][mine] == KERNEL).any():
-            continue
-        ends = _group_ends(node_calls[node_calls["compute"] == computes["compute"][c]], int(computes["n_nodes"][c]))
-        how, nodes, groups = _map_compute(
-            window, c, mine, signature, activity_api, api_compute, api_node, structures[c], state
-        )
-        mapping[c] = how
-        if nodes is None:
-            continue
-        node[mine] = nodes
-        group_end[mine] = ends[np.minimum(nodes, len(ends) - 1)] if groups is None else groups
-        if how in ("eager", "capture") and structures[c] >= 0:
-            order = _launch_order(window, mine, activity_api)
-            state.templates[int(structures[c])] = Template(
-                signature[mine][order], node[mine][order], group_end[mine][order]
+        compute_id = computes["compute"][c]
+        ends = _group_ends(node_calls[node_calls["compute"] == compute_id], int(computes["n_nodes"][c]))
+        ways = []
+        for segment in _segments(spans, compute_id):
+            mine = np.flatnonzero(item & (compute == c) & ((span == segment) if segment >= 0 else True))
+            if not (activities["kind"][mine] == KERNEL).any():
+                continue
+            first_node = int(spans["first_node"][segment]) if segment >= 0 else -1
+            key = (int(structures[c]), first_node)
+            how, nodes, groups = _map_items(
+                window, c, mine, signature, activity_api, api_compute, api_node, api_span == segment, key, state
             )
-    return Attribution(compute, node, group_end, busy_shares(activities), mapping)
+            ways.append(how)
+            if nodes is None:
+                continue
+            node[mine] = nodes
+            group_end[mine] = ends[np.minimum(nodes, len(ends) - 1)] if groups is None else groups
+            if how in ("eager", "capture") and structures[c] >= 0:
+                order = _launch_order(window, mine, activity_api)
+                state.templates[key] = Template(signature[mine][order], node[mine][order], group_end[mine][order])
+        mapping[c] = _compute_mapping(ways)
+    return Attribution(compute, node, group_end, busy_shares(activities), mapping, split, transfer)
+
+
+def _take(values: np.ndarray, at: np.ndarray, missing: int) -> np.ndarray:
+    """values[at], `missing` where `at` is negative."""
+    if not len(values):
+        return np.full(len(at), missing, dtype=np.int64)
+    return np.where(at >= 0, values[np.maximum(at, 0)], missing)
+
+
+NO_SPLIT = -2  # a call's `feeds` where it is not a transfer (-1: a transfer feeding no later split)
+
+
+def _segments(spans: np.ndarray, compute: int) -> list[int]:
+    """What of a compute maps on its own: each split on a device (its index in `spans`), or the
+    whole compute (-1) where its splits' ends were not marked."""
+    mine = np.flatnonzero(spans["compute"] == compute)
+    if not len(mine) or (spans["end_ns"][mine] < 0).any():
+        return [-1]
+    return [int(s) for s in mine if not spans["on_cpu"][s]]
+
+
+def _compute_mapping(ways: list[str]) -> str:
+    """A compute's mapping from its splits': the one way they share, the ways joined where they
+    differ ("eager+replay"), "unattributed" where none mapped, "none" without kernels."""
+    if not ways:
+        return "none"
+    mapped = [way for way in ways if way != "unattributed"]
+    if not mapped:
+        return "unattributed"
+    distinct = list(dict.fromkeys(ways))
+    return distinct[0] if len(distinct) == 1 else "+".join(sorted(distinct))
+
+
+def _api_splits(window: GpuWindow, api_compute: np.ndarray, spans: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per API call: the split whose compute call it was made in (index into `spans`; -1: none),
+    and, for a call of a compute whose split ends were marked made outside every split (the
+    scheduler's own), the first node of the split that follows it (-1: none follows), else NO_SPLIT."""
+    calls = window.api_calls
+    span = np.full(len(calls), -1, dtype=np.int64)
+    feeds = np.full(len(calls), NO_SPLIT, dtype=np.int64)
+    for compute in np.unique(spans["compute"]):
+        mine = np.flatnonzero(spans["compute"] == compute)
+        c = np.flatnonzero(window.computes["compute"] == compute)
+        if not len(c):
+            continue
+        rows = np.flatnonzero(api_compute == c[0])
+        start = calls["start_ns"][rows]
+        for s in mine:
+            end = spans["end_ns"][s] if spans["end_ns"][s] >= 0 else np.iinfo(np.int64).max
+            span[rows[(start >= spans["start_ns"][s]) & (start <= end)]] = s
+        if (spans["end_ns"][mine] < 0).any():
+            continue  # ends not marked: no call is known to be outside every split
+        outside = rows[span[rows] < 0]
+        begins = spans["start_ns"][mine]
+        after = np.searchsorted(begins, calls["start_ns"][outside], side="right")
+        feeds[outside] = np.where(after < len(mine), spans["first_node"][mine[np.minimum(after, len(mine) - 1)]], -1)
+    return span, feeds
 
 
 def _signatures(activities: np.ndarray, names: dict[int, str]) -> np.ndarray:
@@ -171,13 +251,22 @@ def _index_of(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     return np.where(keys[order][at] == wanted, order[at], -1)
 
 
-def _work_nodes(window: GpuWindow, api_compute: np.ndarray, state: AttributionState) -> tuple[np.ndarray, np.ndarray]:
+def _work_nodes(
+    window: GpuWindow, api_compute: np.ndarray, api_span: np.ndarray, spans: np.ndarray, state: AttributionState
+) -> tuple[np.ndarray, np.ndarray]:
     """Per runtime API call that created GPU work (a launch, a copy, a memset) while
     ggml-cuda's loop was computing a node, that node: the last one the loop reached before
-    the call, in the same compute (-1 for other calls); and the loop's node calls."""
+    the call, in the same compute and, where the splits' ends were marked, in the same split
+    on a device (-1 for other calls); and the loop's node calls."""
     calls, node_calls = window.api_calls, without_split_markers(window.node_calls)
     launches = np.flatnonzero(is_launch(calls))
-    work = np.flatnonzero(is_launch(calls) | is_copy(calls))
+    work = is_launch(calls) | is_copy(calls)
+    marked = np.isin(window.computes["compute"], spans["compute"][spans["end_ns"] >= 0])
+    in_marked = (api_compute >= 0) & marked[np.maximum(api_compute, 0)]
+    on_device = (
+        (api_span >= 0) & ~spans["on_cpu"][np.maximum(api_span, 0)].astype(bool) if len(spans) else api_span >= 0
+    )
+    work = np.flatnonzero(work & (~in_marked | on_device))
     nodes = np.full(len(calls), NO_NODE, dtype=np.int64)
     if not len(launches) or not len(node_calls):
         return nodes, node_calls[:0]
@@ -222,7 +311,7 @@ def _launch_order(window: GpuWindow, rows: np.ndarray, activity_api: np.ndarray)
     return np.lexsort((activities["start_ns"], activities["graph_node_id"], api_start))
 
 
-def _map_compute(
+def _map_items(
     window: GpuWindow,
     c: int,
     items: np.ndarray,
@@ -230,11 +319,13 @@ def _map_compute(
     activity_api: np.ndarray,
     api_compute: np.ndarray,
     api_node: np.ndarray,
-    structure: int,
+    api_here: np.ndarray | bool,
+    key: tuple[int, int],
     state: AttributionState,
 ) -> tuple[str, np.ndarray | None, np.ndarray | None]:
-    """How one compute's work items map to nodes: the way, their nodes (None: they could not
-    be), and, where a template gave them, their groups' last nodes."""
+    """How the work items of one compute's split (or of the whole compute) map to nodes: the
+    way, their nodes (None: they could not be), and, where a template gave them, their groups'
+    last nodes. `api_here`: per API call, whether it was made in that split (True: whole)."""
     activities = window.activities[items]
     in_graph = activities["graph_id"] > 0
     if not in_graph.any():  # eager: each item's own launch
@@ -243,14 +334,14 @@ def _map_compute(
     if in_graph.all():
         order = _launch_order(window, items, activity_api)
         calls = window.api_calls
-        launches = np.flatnonzero((api_compute == c) & (api_node >= 0))  # the work the loop created
+        launches = np.flatnonzero((api_compute == c) & (api_node >= 0) & api_here)  # the work the loop created
         launches = launches[np.argsort(calls["start_ns"][launches], kind="stable")]
         launched = np.isin(calls["correlation_id"][launches], window.activities["correlation_id"])
         nodes = np.empty(len(items), dtype=np.int64)
         if len(launches) and not launched.any() and len(launches) == len(items):  # captured, then launched
             nodes[order] = api_node[launches]
             return "capture", nodes, None
-        template = state.templates.get(structure) if structure >= 0 else None
+        template = state.templates.get(key) if key[0] >= 0 else None
         graph_launches = is_graph_launch(calls)[activity_api[items]]
         if (
             template is not None

@@ -301,19 +301,20 @@ void gpu_node_call(const void *tensor, void *return_address) {
     }
 }
 
-void gpu_split_call(const void *first_node, int on_cpu) {
+static void split_mark(const void *first_node, uint32_t flags) {
     if (!__atomic_load_n(&traced_running, __ATOMIC_RELAXED) || !current.active) return;
     int64_t index = node_index_of(&current, (uint64_t)(uintptr_t)first_node);
     if (index < 0) return;
     GpuNodeCall *call = array_push(&current.calls);
-    if (call) {
-        *call = (GpuNodeCall){now_ns(),
-                              0,
-                              current.compute,
-                              (uint32_t)index,
-                              (uint32_t)pthread_self(),
-                              NODE_CALL_SPLIT | (on_cpu ? NODE_CALL_CPU : 0)};
-    }
+    if (call) *call = (GpuNodeCall){now_ns(), 0, current.compute, (uint32_t)index, (uint32_t)pthread_self(), flags};
+}
+
+void gpu_split_call(const void *first_node, int on_cpu) {
+    split_mark(first_node, NODE_CALL_SPLIT | (on_cpu ? NODE_CALL_CPU : 0));
+}
+
+void gpu_split_done(const void *first_node, int on_cpu) {
+    split_mark(first_node, NODE_CALL_SPLIT | NODE_CALL_SPLIT_END | (on_cpu ? NODE_CALL_CPU : 0));
 }
 
 void gpu_compute_end(int64_t end_ns) {

@@ -93,6 +93,9 @@ void gpu_node_call(const void *tensor, void *return_address);
 /* The scheduler begins a split of the traced compute in flight on this thread, at its node
    `first_node`, on a CPU backend (`on_cpu`) or not. Nothing if no traced compute runs here. */
 void gpu_split_call(const void *first_node, int on_cpu);
+/* ... and that split's compute call returned: its device work is all launched (what the scheduler
+   does before the next split begins, such as copying that split's inputs, is no node's). */
+void gpu_split_done(const void *first_node, int on_cpu);
 /* A call ended with the device synchronized (`synchronize(data)` is called first when a
    window must close and the device may not be): 1 if a take waits. */
 int gpu_call_done(void (*synchronize)(void *), void *data);

@@ -16,7 +16,9 @@ from ..contract.constants import (
     GPU_KERNEL,
     GPU_MEMCPY,
     GPU_MEMSET,
+    NODE_CALL_CPU,
     NODE_CALL_SPLIT,
+    NODE_CALL_SPLIT_END,
     VULKAN_COPY_BUFFER,
     VULKAN_DISPATCH,
     VULKAN_DISPATCH_BASE,
@@ -109,6 +111,37 @@ def is_graph_launch(api_calls: np.ndarray) -> np.ndarray:
 def without_split_markers(node_calls: np.ndarray) -> np.ndarray:
     """The node calls of ggml-cuda alone (not the scheduler's split markers)."""
     return node_calls[(node_calls["flags"] & NODE_CALL_SPLIT) == 0]
+
+
+SPLIT_DTYPE = np.dtype(
+    [("compute", "<i8"), ("first_node", "<i8"), ("on_cpu", "?"), ("start_ns", "<i8"), ("end_ns", "<i8")]
+)
+
+
+def split_spans(node_calls: np.ndarray) -> np.ndarray:
+    """The splits of the traced computes, from the scheduler's markers: per split its compute, its
+    first node, whether a CPU backend computed it, and when its compute call began and returned
+    (end_ns -1: not marked, as in windows of an older ggml-viz). In order of compute and start."""
+    markers = node_calls[(node_calls["flags"] & NODE_CALL_SPLIT) != 0]
+    markers = markers[np.lexsort((markers["ns"], markers["compute"]))]
+    ended = (markers["flags"] & NODE_CALL_SPLIT_END) != 0
+    begins, ends = markers[~ended], markers[ended]
+    spans = np.zeros(len(begins), SPLIT_DTYPE)
+    spans["compute"] = begins["compute"]
+    spans["first_node"] = begins["node_index"]
+    spans["on_cpu"] = (begins["flags"] & NODE_CALL_CPU) != 0
+    spans["start_ns"] = begins["ns"]
+    spans["end_ns"] = -1
+    for i, begin in enumerate(begins):  # its end: the first of its compute and split after it
+        match = np.flatnonzero(
+            (ends["compute"] == begin["compute"])
+            & (ends["node_index"] == begin["node_index"])
+            & (ends["ns"] >= begin["ns"])
+        )
+        if len(match):
+            spans["end_ns"][i] = ends["ns"][match[0]]
+            ends = np.delete(ends, match[0])
+    return spans
 
 
 def without_nested_driver_calls(api_calls: np.ndarray) -> np.ndarray:

@@ -1013,12 +1013,14 @@ EXPORT int ggml_backend_graph_compute_async(void *backend, void *graph) {
     if (!original_ggml_backend_graph_compute_async) return -1;
     Entry *e = splits_of;
     int n_nodes = e && api.is_cpu ? graph_n_nodes(graph) : 0;
-    if (n_nodes > 0) {
-        int on_cpu = api.is_cpu(backend);
-        if (e->recorder.tick_reads) recorder_split_computed(&e->recorder, graph, n_nodes, graph_node, on_cpu, now_ns());
-        if (e->timed_device) gpu_split_call(graph_node(graph, 0), on_cpu); /* nothing unless traced here */
-    }
-    return original_ggml_backend_graph_compute_async(backend, graph);
+    if (n_nodes <= 0) return original_ggml_backend_graph_compute_async(backend, graph);
+    int on_cpu = api.is_cpu(backend);
+    void *first_node = graph_node(graph, 0);
+    if (e->recorder.tick_reads) recorder_split_computed(&e->recorder, graph, n_nodes, graph_node, on_cpu, now_ns());
+    if (e->timed_device) gpu_split_call(first_node, on_cpu); /* nothing unless traced here */
+    int status = original_ggml_backend_graph_compute_async(backend, graph);
+    if (e->timed_device) gpu_split_done(first_node, on_cpu);
+    return status;
 }
 
 void traced_set_eval_callback(set_eval_fn original, void *sched, eval_fn callback, void *user_data) {
