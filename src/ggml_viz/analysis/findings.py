@@ -260,7 +260,10 @@ def _time_findings(run: Run, phases: pd.DataFrame, reads: WeightReads, component
         part = totals[totals["phase"] == phase]
         if part.empty:
             continue
-        total = part["time_ns"].sum()
+        # shares over the run, as the tables give them: a GPU's nodes are timed in the graphs its
+        # timer traced, each structure's weighted by how many of its graphs ran (`est_ns`), while a
+        # CPU split's nodes are timed in every graph
+        total = part["est_ns"].sum()
         # the same tensor in every layer ("ffn_out" for ffn_out-0 … ffn_out-29, a weight's blocks.*)
         kind = (
             part["label"]
@@ -268,11 +271,11 @@ def _time_findings(run: Run, phases: pd.DataFrame, reads: WeightReads, component
             .str.replace(_LAYER_PART, r"\1.*.", regex=True)
             .str.replace(r" · layer \d+$", " · every layer", regex=True)
         )
-        top = part.assign(kind=kind).groupby(["op", "kind"])["time_ns"].sum().sort_values(ascending=False)
+        top = part.assign(kind=kind).groupby(["op", "kind"])["est_ns"].sum().sort_values(ascending=False)
         (op, kind), time = next(iter(top.items()))
         what = kind if kind.startswith(f"{op} · ") else f"{op} in {kind}"  # a label made of its op already
         said.append(f"{what} takes {time / total:.0%} of {phase} node time.")
-        by_component = part.groupby(part["component"].fillna("other"))["time_ns"].sum().sort_values(ascending=False)
+        by_component = part.groupby(part["component"].fillna("other"))["est_ns"].sum().sort_values(ascending=False)
         shares = ", ".join(f"{name} {value / total:.0%}" for name, value in by_component.head(4).items())
         said.append(f"By component ({phase}): {shares}.")
     said.extend(_growth_with_context(run))

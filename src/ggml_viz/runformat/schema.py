@@ -212,6 +212,9 @@ TABLES: dict[str, pa.Schema] = {
                 "correlation_id",
                 pa.int64(),
             ),  # the call that launched it (CUPTI's runtime API call; the layer's timed command on Vulkan)
+            # the first node of the scheduler's split it ran in, or, for a transfer (a copy of no node's
+            # between splits), of the split it feeds (-1: unknown, or a run recorded before splits' ends)
+            ("split", pa.int32()),
         ]
     ),
     "gpu_node_times": pa.schema(
@@ -235,7 +238,9 @@ TABLES: dict[str, pa.Schema] = {
             ("busy_ns", pa.int64()),  # the device was busy with it (kernels, copies, memsets; overlap once)
             ("kernels", pa.int32()),
             ("attributed", pa.int32()),  # kernels attributed to a node
-            ("mapping", pa.string()),  # eager | capture | replay | unattributed: how kernels found their nodes
+            # eager | capture | replay | unattributed: how kernels found their nodes (splits mapped
+            # different ways: the ways joined with "+", "eager+replay")
+            ("mapping", pa.string()),
         ]
     ),
     # ggml's RPC protocol (llama.cpp's distributed inference): each message that passed this process
@@ -271,7 +276,7 @@ GPU_TABLES = ("gpu_kernels", "gpu_node_times", "gpu_graphs")
 # Tables written only by a run that has rows for them (no file otherwise).
 SPARSE_TABLES = (*GPU_TABLES, "rpc_messages", "moe_routing")
 # Columns a run of an earlier ggml-viz may lack (read as nulls).
-OPTIONAL_COLUMNS = {"node_times": ("wait_ns",), "graphs": ("token_batch_indexes",)}
+OPTIONAL_COLUMNS = {"node_times": ("wait_ns",), "graphs": ("token_batch_indexes",), "gpu_kernels": ("split",)}
 # Columns a run of an earlier ggml-viz may lack, which the reader then computes from the others.
 DERIVED_COLUMNS = {"structure_nodes": ("layer",)}
 CAPTURES_FILE = "captures.bin"

@@ -39,14 +39,25 @@ _KERNELS = {"MUL_MAT": ("quantize_q8_1", "mul_mat_vec_q"), "RMS_NORM": ("rms_nor
 
 
 def write_synthetic_run(
-    path: str | Path, *, graphs: int, layers: int, seed: int = 0, gpu_every: int = 0, sequences: int = 1
+    path: str | Path,
+    *,
+    graphs: int,
+    layers: int,
+    seed: int = 0,
+    gpu_every: int = 0,
+    sequences: int = 1,
+    cpu_layers: int = 0,
 ) -> Path:
     """Write a closed run of `graphs` decode graphs of a `layers`-layer model; returns its path.
     Node events: graphs * (layers * 19 + 2). gpu_every > 0: a run on a CUDA device, recorded
     as the GPU timer records it (graphs read at their compute call, no host node times; every
     gpu_every-th graph traced, its kernels in gpu_kernels). sequences > 1: a server's run, its
-    graphs taking turns among that many sequences (requests)."""
-    recording = SyntheticRecording(path, layers=layers, seed=seed, gpu_every=gpu_every, sequences=sequences)
+    graphs taking turns among that many sequences (requests). cpu_layers (with gpu_every): a
+    partial offload, the first cpu_layers layers (and the embedding) computed on the CPU, their
+    nodes timed by the host in every graph, the others on the GPU."""
+    recording = SyntheticRecording(
+        path, layers=layers, seed=seed, gpu_every=gpu_every, sequences=sequences, cpu_layers=cpu_layers
+    )
     recording.append_graphs(graphs)
     recording.close()
     return recording.run_dir
@@ -57,8 +68,18 @@ class SyntheticRecording:
     appended as a recorder appends them (journal first, streams every few graphs), until
     `close()`. Left open, it is a live run for the viewer's `--live` benchmarks and tests."""
 
-    def __init__(self, path: str | Path, *, layers: int, seed: int = 0, gpu_every: int = 0, sequences: int = 1) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        layers: int,
+        seed: int = 0,
+        gpu_every: int = 0,
+        sequences: int = 1,
+        cpu_layers: int = 0,
+    ) -> None:
         self.rng = np.random.default_rng(seed)
+        self.cpu_layers = cpu_layers if gpu_every else 0
         self.gpu_every = gpu_every
         self.sequences = sequences
         experiment_id = f"{seed:032x}"
@@ -78,6 +99,8 @@ class SyntheticRecording:
         costs.append(120.0)
         node_index = self._write_structure(node_names, node_ops, weights_read, gpu_every)
         self.node_index = node_index
+        # a partial offload's nodes on the CPU: the embedding and the first cpu_layers layers'
+        self.on_cpu = np.array(self._nodes_on_cpu(len(node_names)))
         self.node_ops = node_ops
         self.base_costs = np.array(costs) * 1_000.0  # ns
         self.clock = 1_000_000_000
@@ -96,6 +119,9 @@ class SyntheticRecording:
         if gpu_every:
             writer.update_manifest(gpu={"mode": "windows", "cupti": "synthetic", "clock": "recorder", "problem": None})
 
+    def _nodes_on_cpu(self, n_nodes: int) -> list[bool]:
+        return [self.cpu_layers > 0 and i < 1 + len(_LAYER_NODES) * self.cpu_layers for i in range(n_nodes)]
+
     def _write_structure(
         self, node_names: list[str], node_ops: list[str], weights_read: list[str | None], gpu_every: int
     ) -> np.ndarray:
@@ -112,14 +138,14 @@ class SyntheticRecording:
         writer.append(
             "buffers",
             {
-                "buffer_id": [0, 1],
-                "context_id": [0, 0],
-                "name": ["CPU_Mapped", compute],
-                "buffer_type": ["CPU_Mapped", compute],
-                "usage": ["weights", "compute"],
-                "size": [n_weights * weight_size, 1 << 24],
-                "base": [1 << 32, 1 << 40],
-                "first_graph_id": [0, 0],
+                "buffer_id": [0, 1, 2],
+                "context_id": [0, 0, 0],
+                "name": ["CPU_Mapped", compute, "CPU"],
+                "buffer_type": ["CPU_Mapped", compute, "CPU"],
+                "usage": ["weights", "compute", "compute"],
+                "size": [n_weights * weight_size, 1 << 24, 1 << 24],
+                "base": [1 << 32, 1 << 40, 1 << 41],
+                "first_graph_id": [0, 0, 0],
             },
         )
         writer.append(
@@ -136,7 +162,7 @@ class SyntheticRecording:
                 "ne3": [1] * n_tensors,
                 "nbytes": [weight_size] * n_weights + [2304] * n_nodes,
                 "flags": [0] * n_tensors,
-                "buffer_id": [0] * n_weights + [1] * n_nodes,
+                "buffer_id": [0] * n_weights + [2 if on_cpu else 1 for on_cpu in self._nodes_on_cpu(n_nodes)],
                 "buffer_offset": [i * weight_size for i in range(n_weights)]
                 + [(i % 64) * 4096 for i in range(n_nodes)],
                 "layer": layer_of,
@@ -185,16 +211,18 @@ class SyntheticRecording:
             ends = self.clock + np.cumsum(durations)
             starts = ends - durations
             if self.gpu_every:  # the host launches, the GPU computes; the step ends when the GPU is done
-                gpu_durations = durations // 8
+                # (a GPU computes a node in an eighth of the host's time; beside a CPU split, as long)
+                gpu_durations = np.where(self.on_cpu, 0, durations // (1 if self.cpu_layers else 8))
                 traced = graph % self.gpu_every == 0
                 gpu_end = self._gpu_graph(graph, gpu_durations) if traced else self.clock + int(gpu_durations.sum())
-                no_node_times = {
-                    "node_index": self.node_index[:0],
-                    "start_ns": starts[:0],
-                    "end_ns": ends[:0],
-                    "wait_ns": durations[:0],
+                cpu = self.on_cpu  # (a partial offload's CPU nodes: their host times, every graph)
+                host_times = {
+                    "node_index": self.node_index[cpu],
+                    "start_ns": starts[cpu],
+                    "end_ns": ends[cpu],
+                    "wait_ns": durations[cpu] // 20,
                 }
-                self.writer.append_graph(self._graph_row(graph, n_nodes, gpu_end + 20_000, "graph"), no_node_times)
+                self.writer.append_graph(self._graph_row(graph, n_nodes, gpu_end + 20_000, "graph"), host_times)
                 self.clock = gpu_end + 220_000
                 continue
             self.writer.append_graph(
@@ -277,6 +305,8 @@ class SyntheticRecording:
         rows: dict[str, list] = {key: [] for key in ("node_index", "kernel", "start_ns", "end_ns", "busy_ns")}
         at, covered = self.clock + 15_000, 0  # the first launch reaches the GPU
         for node, (op, duration) in enumerate(zip(self.node_ops, durations.tolist(), strict=True)):
+            if self.on_cpu[node]:
+                continue
             names = _KERNELS.get(op, ("kernel",))
             for part, name in enumerate(names):
                 length = max(duration // len(names), 600) if part == len(names) - 1 else max(duration // 5, 600)

@@ -261,11 +261,9 @@ def _work_nodes(
     calls, node_calls = window.api_calls, without_split_markers(window.node_calls)
     launches = np.flatnonzero(is_launch(calls))
     work = is_launch(calls) | is_copy(calls)
-    marked = np.isin(window.computes["compute"], spans["compute"][spans["end_ns"] >= 0])
-    in_marked = (api_compute >= 0) & marked[np.maximum(api_compute, 0)]
-    on_device = (
-        (api_span >= 0) & ~spans["on_cpu"][np.maximum(api_span, 0)].astype(bool) if len(spans) else api_span >= 0
-    )
+    marked = np.isin(window.computes["compute"], spans["compute"][spans["end_ns"] >= 0]).astype(np.int64)
+    in_marked = _take(marked, api_compute, 0) == 1
+    on_device = _take(spans["on_cpu"].astype(np.int64), api_span, 1) == 0
     work = np.flatnonzero(work & (~in_marked | on_device))
     nodes = np.full(len(calls), NO_NODE, dtype=np.int64)
     if not len(launches) or not len(node_calls):

@@ -132,14 +132,21 @@ class GpuTimes:
                 "busy_ns": attribution.busy_ns,
                 "bytes": activities["bytes"].astype(np.int64),
                 "correlation_id": activities["correlation_id"],
+                "split": attribution.split,
             },
         )
         self.append("gpu_node_times", _node_rows(activities, attribution, graph))
         self.append("gpu_graphs", _graph_rows(activities, attribution, graph, graph_of_compute))
         traced = graph_of_compute[attribution.mapping != "none"]
         self.counts["traced_graphs"] += int((traced >= 0).sum())
+        # each activity counted once: a kernel, or a copy (a memcpy or memset): a node's, a
+        # transfer between splits, or neither (the program's own, outside its splits)
+        mapped = attribution.node >= 0
         self.counts["kernels"] += int(is_kernel.sum())
-        self.counts["attributed_kernels"] += int((attribution.node >= 0).sum())
+        self.counts["attributed_kernels"] += int((is_kernel & mapped).sum())
+        self.counts["copies"] += int((~is_kernel).sum())
+        self.counts["attributed_copies"] += int((~is_kernel & mapped).sum())
+        self.counts["transfers"] += int(attribution.transfer.sum())
         self.counts["unattributed_graphs"] += int((attribution.mapping == "unattributed").sum())
         self.counts["unmatched_computes"] += int((graph_of_compute < 0).sum())
 
@@ -187,6 +194,7 @@ def _graph_rows(
     key = (graph[rows].astype(np.int64) << 32) | activities["device"][rows].astype(np.int64)
     order, starts, keys = _group_first(key)
     rows = rows[order]
+    is_kernel = activities["kind"][rows] == KERNEL
     mapping = dict(zip(graph_of_compute.tolist(), attribution.mapping.tolist(), strict=True))
     return {
         "graph_id": keys >> 32,
@@ -194,7 +202,7 @@ def _graph_rows(
         "start_ns": np.minimum.reduceat(activities["start_ns"][rows], starts),
         "end_ns": np.maximum.reduceat(activities["end_ns"][rows], starts),
         "busy_ns": np.add.reduceat(attribution.busy_ns[rows], starts),
-        "kernels": np.add.reduceat((activities["kind"][rows] == KERNEL).astype(np.int64), starts),
-        "attributed": np.add.reduceat((attribution.node[rows] >= 0).astype(np.int64), starts),
+        "kernels": np.add.reduceat(is_kernel.astype(np.int64), starts),
+        "attributed": np.add.reduceat((is_kernel & (attribution.node[rows] >= 0)).astype(np.int64), starts),
         "mapping": [mapping.get(graph_id, "none") for graph_id in (keys >> 32).tolist()],
     }
