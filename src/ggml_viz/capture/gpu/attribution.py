@@ -111,6 +111,12 @@ def attribute(window: GpuWindow, structures: np.ndarray, state: AttributionState
     reached = _take(api_node, activity_api, NO_NODE) >= 0
     item = ((activities["kind"] == KERNEL) | (activities["graph_id"] > 0) | reached) & ~transfer
     signature = _signatures(activities, state.names)
+    facts = _CallFacts(
+        api_compute,
+        api_node,
+        is_graph_launch(window.api_calls),
+        np.isin(window.api_calls["correlation_id"], activities["correlation_id"]),  # ran: not captured
+    )
     mapping = np.full(len(computes), "none", dtype=object)
     for c in range(len(computes)):
         compute_id = computes["compute"][c]
@@ -122,9 +128,8 @@ def attribute(window: GpuWindow, structures: np.ndarray, state: AttributionState
                 continue
             first_node = int(spans["first_node"][segment]) if segment >= 0 else -1
             key = (int(structures[c]), first_node)
-            how, nodes, groups = _map_items(
-                window, c, mine, signature, activity_api, api_compute, api_node, api_span == segment, key, state
-            )
+            here = (api_span == segment) if segment >= 0 else True
+            how, nodes, groups = _map_items(window, c, mine, signature, activity_api, facts, here, key, state)
             ways.append(how)
             if nodes is None:
                 continue
@@ -176,21 +181,24 @@ def _api_splits(window: GpuWindow, api_compute: np.ndarray, spans: np.ndarray) -
     span = np.full(len(calls), -1, dtype=np.int64)
     feeds = np.full(len(calls), NO_SPLIT, dtype=np.int64)
     for compute in np.unique(spans["compute"]):
-        mine = np.flatnonzero(spans["compute"] == compute)
+        mine = np.flatnonzero(spans["compute"] == compute)  # (in order of start: they do not overlap)
         c = np.flatnonzero(window.computes["compute"] == compute)
         if not len(c):
             continue
         rows = np.flatnonzero(api_compute == c[0])
         start = calls["start_ns"][rows]
-        for s in mine:
-            end = spans["end_ns"][s] if spans["end_ns"][s] >= 0 else np.iinfo(np.int64).max
-            span[rows[(start >= spans["start_ns"][s]) & (start <= end)]] = s
-        if (spans["end_ns"][mine] < 0).any():
+        unmarked = (spans["end_ns"][mine] < 0).any()
+        ends = np.where(spans["end_ns"][mine] >= 0, spans["end_ns"][mine], np.iinfo(np.int64).max)
+        at = np.searchsorted(spans["start_ns"][mine], start, side="right") - 1  # the split begun last
+        inside = (at >= 0) & (start <= ends[np.maximum(at, 0)])
+        span[rows[inside]] = mine[at[inside]]
+        if unmarked:
             continue  # ends not marked: no call is known to be outside every split
-        outside = rows[span[rows] < 0]
-        begins = spans["start_ns"][mine]
-        after = np.searchsorted(begins, calls["start_ns"][outside], side="right")
-        feeds[outside] = np.where(after < len(mine), spans["first_node"][mine[np.minimum(after, len(mine) - 1)]], -1)
+        outside = ~inside
+        follows = at[outside] + 1
+        feeds[rows[outside]] = np.where(
+            follows < len(mine), spans["first_node"][mine[np.minimum(follows, len(mine) - 1)]], -1
+        )
     return span, feeds
 
 
@@ -309,14 +317,24 @@ def _launch_order(window: GpuWindow, rows: np.ndarray, activity_api: np.ndarray)
     return np.lexsort((activities["start_ns"], activities["graph_node_id"], api_start))
 
 
+@dataclass(frozen=True)
+class _CallFacts:
+    """Per API call of a window: its compute (index), the node whose work it made (-1: none),
+    whether it launched a CUDA graph, whether its work ran (a captured launch's did not)."""
+
+    compute: np.ndarray
+    node: np.ndarray
+    graph_launch: np.ndarray
+    ran: np.ndarray
+
+
 def _map_items(
     window: GpuWindow,
     c: int,
     items: np.ndarray,
     signature: np.ndarray,
     activity_api: np.ndarray,
-    api_compute: np.ndarray,
-    api_node: np.ndarray,
+    facts: _CallFacts,
     api_here: np.ndarray | bool,
     key: tuple[int, int],
     state: AttributionState,
@@ -327,20 +345,19 @@ def _map_items(
     activities = window.activities[items]
     in_graph = activities["graph_id"] > 0
     if not in_graph.any():  # eager: each item's own launch
-        nodes = api_node[activity_api[items]]
+        nodes = facts.node[activity_api[items]]
         return ("eager", nodes, None) if (nodes >= 0).all() else ("unattributed", None, None)
     if in_graph.all():
         order = _launch_order(window, items, activity_api)
         calls = window.api_calls
-        launches = np.flatnonzero((api_compute == c) & (api_node >= 0) & api_here)  # the work the loop created
+        launches = np.flatnonzero((facts.compute == c) & (facts.node >= 0) & api_here)  # the work the loop created
         launches = launches[np.argsort(calls["start_ns"][launches], kind="stable")]
-        launched = np.isin(calls["correlation_id"][launches], window.activities["correlation_id"])
         nodes = np.empty(len(items), dtype=np.int64)
-        if len(launches) and not launched.any() and len(launches) == len(items):  # captured, then launched
-            nodes[order] = api_node[launches]
+        if len(launches) and not facts.ran[launches].any() and len(launches) == len(items):  # captured, then launched
+            nodes[order] = facts.node[launches]
             return "capture", nodes, None
         template = state.templates.get(key) if key[0] >= 0 else None
-        graph_launches = is_graph_launch(calls)[activity_api[items]]
+        graph_launches = facts.graph_launch[activity_api[items]]
         if (
             template is not None
             and graph_launches.all()

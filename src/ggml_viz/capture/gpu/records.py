@@ -125,22 +125,23 @@ def split_spans(node_calls: np.ndarray) -> np.ndarray:
     markers = node_calls[(node_calls["flags"] & NODE_CALL_SPLIT) != 0]
     markers = markers[np.lexsort((markers["ns"], markers["compute"]))]
     ended = (markers["flags"] & NODE_CALL_SPLIT_END) != 0
-    begins, ends = markers[~ended], markers[ended]
+    begins = markers[~ended]
     spans = np.zeros(len(begins), SPLIT_DTYPE)
     spans["compute"] = begins["compute"]
     spans["first_node"] = begins["node_index"]
     spans["on_cpu"] = (begins["flags"] & NODE_CALL_CPU) != 0
     spans["start_ns"] = begins["ns"]
-    spans["end_ns"] = -1
-    for i, begin in enumerate(begins):  # its end: the first of its compute and split after it
-        match = np.flatnonzero(
-            (ends["compute"] == begin["compute"])
-            & (ends["node_index"] == begin["node_index"])
-            & (ends["ns"] >= begin["ns"])
-        )
-        if len(match):
-            spans["end_ns"][i] = ends["ns"][match[0]]
-            ends = np.delete(ends, match[0])
+    # a split's end: the next marker of its compute and first node, where that is an end (a
+    # compute may run the same split twice; the scheduler never nests two)
+    order = np.lexsort((markers["ns"], markers["node_index"], markers["compute"]))
+    ordered, is_end = markers[order], ended[order]
+    same = (ordered["compute"][1:] == ordered["compute"][:-1]) & (
+        ordered["node_index"][1:] == ordered["node_index"][:-1]
+    )
+    paired = np.flatnonzero(~is_end[:-1] & is_end[1:] & same)  # (positions in `ordered` of begins with an end)
+    end_of = np.full(len(markers), -1, dtype=np.int64)
+    end_of[order[paired]] = ordered["ns"][paired + 1]
+    spans["end_ns"] = end_of[~ended]
     return spans
 
 
