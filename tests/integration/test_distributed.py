@@ -22,7 +22,7 @@ from ggml_viz.analysis.join import join_runs, match_connections, paired_messages
 from ..browser import chromium, collect_errors, serving
 from ..payload_shapes import shape_problems
 from .arch_models import write_model
-from .native import llama_tool, untraced
+from .native import llama_cpp_lib_dir, llama_tool, missing, untraced
 from .rpc_workers import Worker, free_port, start_worker, wait_for_port
 from .smollm2 import ggml_viz_cli
 
@@ -484,6 +484,79 @@ def test_a_head_computing_layers_itself_has_its_cpu_nodes_timed(tmp_path, model_
     summary = summarize_joined(join_runs([run, ggml_viz.open(worker.output)]))
     counts = summary["remote_nodes"]
     assert counts["nodes"] == remote.sum() == counts["timed"] == counts["matched_to_head"]
+
+
+# A Python head: llama-cpp-python with the worker's device registered before the model loads, as
+# llama.cpp's --rpc registers it (common/arg.cpp, add_rpc_devices); recorded with ggml_viz.record where
+# an output is given. It prints the generated text as JSON.
+PYTHON_HEAD = """
+import ctypes, json, sys
+from pathlib import Path
+
+import llama_cpp
+
+model, endpoint, output, prompt, n_predict = sys.argv[1:]
+lib = Path(llama_cpp.__file__).parent / "lib"
+rpc = ctypes.CDLL(str(lib / "libggml-rpc.so"))
+rpc.ggml_backend_rpc_add_server.restype = ctypes.c_void_p
+rpc.ggml_backend_rpc_add_server.argtypes = [ctypes.c_char_p]
+ggml = ctypes.CDLL(str(lib / "libggml.so"))
+ggml.ggml_backend_register.argtypes = [ctypes.c_void_p]
+registry = rpc.ggml_backend_rpc_add_server(endpoint.encode())
+assert registry, "ggml_backend_rpc_add_server failed"
+ggml.ggml_backend_register(registry)
+
+
+def generate():
+    llm = llama_cpp.Llama(model, n_ctx=512, n_threads=2, n_gpu_layers=12, seed=0, verbose=False)
+    text = llm(prompt, max_tokens=int(n_predict), temperature=0.0)["choices"][0]["text"]
+    del llm
+    return text
+
+
+if output:
+    import ggml_viz
+
+    with ggml_viz.record(output):
+        text = generate()
+else:
+    text = generate()
+print(json.dumps(text))
+"""
+
+
+def test_a_python_head_computing_layers_itself_has_its_cpu_nodes_timed(tmp_path, model_path):
+    if not (llama_cpp_lib_dir() / "libggml-rpc.so").exists():
+        missing("llama-cpp-python has no libggml-rpc.so (make setup builds it with the RPC backend)")
+    # GIVEN a Python program with SmolLM2's 12 of 30 layers on a worker (a GPU device to ggml), the rest
+    # on its CPU: its graphs are read at the compute call, as on a GPU
+    script = tmp_path / "head.py"
+    script.write_text(PYTHON_HEAD)
+    worker = start_worker(tmp_path, "worker", recorded=False)
+    head = tmp_path / "head.ggmlviz"
+
+    def generate(output: str) -> subprocess.CompletedProcess:
+        arguments = [str(model_path), worker.endpoint, output, PROMPT, str(N_PREDICT)]
+        return untraced([sys.executable, str(script), *arguments])
+
+    try:
+        plain = generate("")
+        traced = generate(str(head))
+    finally:
+        worker.stop()
+    assert plain.returncode == 0 and traced.returncode == 0, (plain.stderr + traced.stderr)[-2000:]
+    # THEN the text is the same untraced and recorded
+    assert json.loads(traced.stdout) == json.loads(plain.stdout)
+    # AND every node the program computed on its CPU has its own time (the CPU splits' ticks), and no
+    # node the worker computed has one
+    run = ggml_viz.open(head)
+    assert run.status == "complete"
+    nodes = run.nodes
+    on_cpu = nodes["buffer_name"] == "CPU"
+    remote = nodes["buffer_name"].fillna("").str.startswith("RPC")
+    assert on_cpu.sum() > 1000 and remote.sum() > 1000
+    assert nodes.loc[on_cpu, "start_ns"].notna().all()
+    assert nodes.loc[remote, "start_ns"].isna().all()
 
 
 def test_a_split_model_says_where_each_device_waits_and_predicts_other_splits(tmp_path, model_path):

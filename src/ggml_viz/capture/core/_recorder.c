@@ -343,6 +343,8 @@ static PyMemberDef Recorder_members[] = {
     {"mode", T_INT, CORE_MEMBER(mode), 0, "0 off, 1 record, 2 count"},
     {"time_nodes", T_INT, CORE_MEMBER(time_nodes), 0, "time the nodes of the graphs to come"},
     {"inline_timing", T_INT, CORE_MEMBER(inline_timing), 0, "time nodes by abort-callback ticks"},
+    {"tick_reads", T_INT, CORE_MEMBER(tick_reads), 0,
+     "graphs read at their compute call are timed by ticks too (the CPU splits beside a GPU)"},
     {"out_of_memory", T_INT, CORE_MEMBER(out_of_memory), READONLY, "recording stopped for lack of memory"},
     {"fail_after_nodes", T_LONGLONG, CORE_MEMBER(fail_after_nodes), 0, "tests: fail at this many nodes"},
     {"captures_skipped", T_LONGLONG, CORE_MEMBER(captures_skipped), READONLY, "captures over the budget"},

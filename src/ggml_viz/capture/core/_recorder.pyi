@@ -15,6 +15,7 @@ class Recorder:
     mode: int
     time_nodes: int
     inline_timing: int
+    tick_reads: int  # graphs read at their compute call are timed by ticks too (their CPU splits)
     out_of_memory: int
     fail_after_nodes: int
     address: int

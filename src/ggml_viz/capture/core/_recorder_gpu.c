@@ -5,8 +5,9 @@
  * calls through its GOT, redirected here (hook_graph_compute); ggml-cuda's per-node
  * ggml_is_empty calls likewise reach the GPU timer, and so do the scheduler's calls that compute
  * each split (libggml-base's own call of ggml_backend_graph_compute_async), which mark where the
- * splits of a traced compute began. Around each llama_decode Python says which recorder the
- * call's graphs go to (gpu_begin_call, gpu_end_call).
+ * splits of a traced compute began, and, where the recorder's tick_reads is on (a GPU or an RPC
+ * server beside the CPU), where the CPU splits' ticks end and which nodes ran elsewhere. Around
+ * each llama_decode Python says which recorder the call's graphs go to (gpu_begin_call, gpu_end_call).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -33,11 +34,19 @@ static void (*sched_synchronize)(void *);
 static sched_compute_fn compute_async_original;
 static bool (*is_empty_original)(const void *);
 
+/* The recorder whose graph computes now on this thread (read at the call): its splits are marked. */
+static __thread Recorder *splits_of;
+
 static int compute_async_hooked(void *sched, void *graph) {
-    if (!current.recorder || current.recorder->mode == MODE_OFF) return compute_async_original(sched, graph);
+    Recorder *r = current.recorder;
+    if (!r || r->mode == MODE_OFF) return compute_async_original(sched, graph);
     current.sched = sched;
-    return compute_reading_graph(current.recorder, current.context_id, current.timed_device, &graph_access,
-                                 compute_async_original, sched, graph);
+    splits_of = r;
+    int status = compute_reading_graph(r, current.context_id, current.timed_device, &graph_access,
+                                       compute_async_original, sched, graph);
+    splits_of = NULL;
+    r->tick_split_end = 0; /* ticks after the compute: the whole graph's */
+    return status;
 }
 
 static bool (*alloc_graph_original)(void *, void *);
@@ -69,14 +78,20 @@ static void *(*backend_device)(void *);
 static int (*device_type)(void *);
 static sched_compute_fn split_compute_original;
 
+/* A split of a graph read at its compute call: where the recorder times its CPU splits by ticks (a GPU
+   or an RPC server beside the CPU), the split is marked in its graph (a CPU split's ticks end where it
+   ends; another backend's nodes are marked as computed elsewhere); on a device the GPU timer times,
+   its call is marked for the timer (nothing unless a traced compute runs here). */
 static int split_compute_hooked(void *backend, void *graph) {
-    if (!current.timed_device || graph_access.n_nodes(graph) <= 0) return split_compute_original(backend, graph);
-    /* nothing unless a traced compute runs here */
+    Recorder *ticked = splits_of && splits_of->tick_reads ? splits_of : NULL;
+    int n_nodes = current.timed_device || ticked ? graph_access.n_nodes(graph) : 0;
+    if (n_nodes <= 0) return split_compute_original(backend, graph);
     void *first_node = graph_access.node(graph, 0);
     int on_cpu = device_type(backend_device(backend)) == 0;
-    gpu_split_call(first_node, on_cpu);
+    if (ticked) recorder_split_computed(ticked, graph, n_nodes, graph_access.node, on_cpu, now_ns());
+    if (current.timed_device) gpu_split_call(first_node, on_cpu);
     int status = split_compute_original(backend, graph);
-    gpu_split_done(first_node, on_cpu);
+    if (current.timed_device) gpu_split_done(first_node, on_cpu);
     return status;
 }
 

@@ -109,6 +109,15 @@ class CGraphRecorder:
     def failure(self) -> str | None:
         return "the C recorder ran out of memory" if self._recorder.out_of_memory else None
 
+    @property
+    def tick_reads(self) -> bool:
+        """Whether the graphs read at their compute call are timed by ticks too (their CPU splits)."""
+        return bool(self._recorder.tick_reads)
+
+    @tick_reads.setter
+    def tick_reads(self, on: bool) -> None:
+        self._recorder.tick_reads = int(on)
+
     def chain_abort(self, callback: Any, data: Any) -> None:
         """Call the program's abort callback from ours (None: no longer)."""
         self._chained = callback

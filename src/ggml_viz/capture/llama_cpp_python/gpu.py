@@ -6,7 +6,9 @@ compute call instead, redirecting libllama's call of it, and on CUDA and Vulkan 
 timer traces windows of computes (with CUPTI; with ggml-viz's Vulkan layer, which must be
 in the process before llama.cpp creates its Vulkan instance: `ggml-viz run` puts it there,
 and so does recording begun before the model loads), as the preload library does in a
-native program.
+native program. The layers such a context keeps on the CPU are timed node by node, as on a
+CPU: our abort callback on its CPU backend ticks, and each split the scheduler computes says
+where the CPU's ticks end (GpuReading.cpu_ticks); an RPC server's devices count as GPUs here.
 """
 
 from __future__ import annotations
@@ -29,15 +31,20 @@ CUDA, VULKAN = 1, 2  # gpu_timer.h's GPU_DEVICE_*
 @dataclass(frozen=True)
 class GpuReading:
     """How a context's graphs are recorded: read at the compute call; timed on CUDA (CUPTI)
-    and Vulkan (the layer): `timed_device` 1 CUDA, 2 Vulkan, 0 none (gpu_timer.h's GPU_DEVICE_*)."""
+    and Vulkan (the layer): `timed_device` 1 CUDA, 2 Vulkan, 0 none (gpu_timer.h's GPU_DEVICE_*).
+    `cpu_ticks`: the splits computed on the CPU beside a GPU or RPC device are timed node by node
+    by the CPU backend's ticks (our abort callback), as the preload library times a native program's."""
 
     timed_device: int
+    cpu_ticks: bool = False
 
 
 def gpu_reading(settings: CaptureSettings) -> GpuReading | None:
     """A context's GPU reading, if its graphs should be read at the compute call: a GPU
     device (or GGML_VIZ_READ_GRAPHS=compute), the C recorder, and no node that must be
-    answered (inline timing, no values or captures). None: the eval callback, as on a CPU."""
+    answered (inline timing, no values or captures). None: the eval callback, as on a CPU.
+    ggml's GPU devices include an RPC server's (ggml-rpc gives its devices the GPU type): a program
+    registers them before it loads its model, so before its first context asks here."""
     if extension is None or settings.timing != "inline" or settings.values.wanted:
         return None
     devices = ggml_api.gpu_devices()
@@ -50,12 +57,22 @@ def gpu_reading(settings: CaptureSettings) -> GpuReading | None:
         )
         return None
     timed_device = timed_device_of(devices)
+    # nodes timed (not graph detail; sync timing never reads at the compute call), and a device beside the
+    # CPU: GGML_VIZ_READ_GRAPHS=compute on a CPU build keeps graph times, as a native program's do
+    cpu_ticks = bool(devices) and settings.detail != "graph"
     if devices and not timed_device:
-        say_once(
-            f"this program computes on {', '.join(devices)}: ggml-viz times GPU nodes on CUDA (with CUPTI) "
-            "and Vulkan (with its layer) only; its graphs keep their graph times"
-        )
-    return GpuReading(timed_device=timed_device)
+        on_cpu = "; its nodes computed on the CPU are timed here" if cpu_ticks else ""
+        if all(device.startswith("RPC") for device in devices):
+            say_once(
+                f"this program computes on {', '.join(devices)}: its nodes there are timed where they run (record "
+                f"the worker with `ggml-viz run -- ggml-rpc-server ...`), here they keep graph times{on_cpu}"
+            )
+        else:
+            say_once(
+                f"this program computes on {', '.join(devices)}: ggml-viz times GPU nodes on CUDA (with CUPTI) "
+                f"and Vulkan (with its layer) only; its nodes there keep graph times{on_cpu}"
+            )
+    return GpuReading(timed_device=timed_device, cpu_ticks=cpu_ticks)
 
 
 def timed_device_of(devices: Iterable[str]) -> int:

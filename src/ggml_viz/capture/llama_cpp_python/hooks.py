@@ -96,12 +96,22 @@ def _wrap_init(original: Callable[..., Any], recording: HookedRecording) -> Call
         ctx = original(model, params)
         if tracer is not None and ctx:
             _tracers[address_of(ctx)] = tracer
-            if tracer.recorder.inline_timing and tracer.reads_at_compute is None:
+            if _ticks(tracer):
                 _install_abort_callback(ctx, tracer, params)
+                if tracer.reads_at_compute is not None:  # its CPU splits, split by split (_recorder_gpu.c)
+                    tracer.recorder.tick_reads = True
             recording.context_created(tracer, address_of(ctx), params, address_of(model))
         return ctx
 
     return init_from_model
+
+
+def _ticks(tracer: Any) -> bool:
+    """Whether our abort callback times the context's CPU nodes: with inline timing, a context on
+    the CPU (the eval callback), or one read at the compute call whose CPU splits tick beside a
+    GPU or RPC device (gpu.GpuReading.cpu_ticks)."""
+    reading = tracer.reads_at_compute
+    return bool(tracer.recorder.inline_timing) and (reading is None or reading.cpu_ticks)
 
 
 def _install_abort_callback(ctx: Any, tracer: Any, params: Any) -> None:
@@ -121,7 +131,7 @@ def _wrap_set_abort_callback(original: Callable[..., Any], recording: HookedReco
     @functools.wraps(original)
     def llama_set_abort_callback(ctx: Any, abort_callback: Any, abort_callback_data: Any) -> Any:
         tracer = _tracers.get(address_of(ctx))
-        if tracer is None or not tracer.recorder.inline_timing or tracer.reads_at_compute is not None:
+        if tracer is None or not _ticks(tracer):
             return original(ctx, abort_callback, abort_callback_data)
         tracer.recorder.chain_abort(abort_callback, abort_callback_data)  # ours stays, and calls it
         return None
