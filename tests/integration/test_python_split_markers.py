@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import ggml_viz
-from ggml_viz.capture.contract.constants import NODE_CALL_CPU, NODE_CALL_SPLIT
+from ggml_viz.capture.contract.constants import NODE_CALL_CPU, NODE_CALL_SPLIT, NODE_CALL_SPLIT_END
 from ggml_viz.capture.gpu.records import GpuWindow
 from ggml_viz.capture.llama_cpp_python import gpu, session
 
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.model
 FAKE_CUPTI = Path(__file__).parents[1] / "native" / "fake_cupti.c"
 
 
-def test_each_split_of_a_traced_compute_is_marked_where_it_began(tmp_path, model_path, monkeypatch):
+def test_each_split_of_a_traced_compute_is_marked_where_it_began_and_returned(tmp_path, model_path, monkeypatch):
     from llama_cpp import Llama
 
     compiler = shutil.which("cc") or shutil.which("gcc")
@@ -43,7 +43,8 @@ def test_each_split_of_a_traced_compute_is_marked_where_it_began(tmp_path, model
         llm = Llama(str(model_path), n_ctx=512, n_threads=2, verbose=False)
         llm("The capital of France is", max_tokens=6, temperature=0.0)
         del llm
-    # THEN each traced compute has its one split (the whole graph, on the CPU) marked at node 0
+    # THEN each traced compute has its one split (the whole graph, on the CPU) marked at node 0,
+    # where its compute call began and where it returned
     computes = [c for w in windows for c in w.computes["compute"].tolist()]
     assert computes
     markers = [
@@ -52,4 +53,5 @@ def test_each_split_of_a_traced_compute_is_marked_where_it_began(tmp_path, model
         for call in w.node_calls
         if call["flags"]
     ]
-    assert markers == [(c, 0, NODE_CALL_SPLIT | NODE_CALL_CPU) for c in computes]
+    split = NODE_CALL_SPLIT | NODE_CALL_CPU
+    assert markers == [marker for c in computes for marker in ((c, 0, split), (c, 0, split | NODE_CALL_SPLIT_END))]
