@@ -226,6 +226,7 @@ class _Bench:
     ):
         self.backend, self.device, self.threads = backend, device, threads
         self.repeats, self.nodes, self.say = repeats, nodes, say
+        self._landing = ctypes.create_string_buffer(4)  # where _compute reads an output's first bytes
         self.lib = ggml_api.libggml()
         self.ids = type_ids([*DEFAULT_TYPES, *types])
 
@@ -336,9 +337,13 @@ class _Bench:
             lib.ggml_backend_tensor_set(weights, tile, offset, min(len(tile), weight_bytes - offset))
 
     def _compute(self, graph: int) -> int:
+        """A compute's time, from its call until its last output can be read: a backend may return
+        from its compute before the work is done (ggml's RPC backend sends the graph and returns;
+        a GPU's synchronize is its own), and reading four bytes of the output waits for it on any."""
         start = time.perf_counter_ns()
         if self.lib.ggml_backend_graph_compute(self.backend, graph) != 0:
             raise CaptureError(f"ggml's {self.device} backend failed to compute a measuring graph")
+        self.lib.ggml_backend_tensor_get(self.lib.ggml_graph_node(graph, -1), self._landing, 0, 4)
         return time.perf_counter_ns() - start
 
     def _best_ns(self, graph: int) -> int:
