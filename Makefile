@@ -66,8 +66,9 @@ $(LLAMA_TOOLS_LINKED): $(LLAMA_CPP)/programs.done | $(PY)
 # Mesa's lavapipe, Debian's software Vulkan device (mesa-vulkan-drivers). A build of its own, kept
 # outside the checkout like the first: its libraries, llama-completion and llama-bench (about 6
 # minutes on 2 cores: glslc compiles a few hundred shaders). It needs Debian's libvulkan-dev and
-# glslc (installed by system-packages) and newer Vulkan headers than Debian 12's
-# (scripts/vulkan-headers.sh). Where glslc is missing it is left out, and its tests are skipped.
+# glslc (installed by system-packages) and newer Vulkan headers than Debian 12's: Debian 13's,
+# which scripts/vulkan-headers.sh gets through apt from the machine's own Debian sources (once per
+# machine). Where glslc is missing it is left out, and its tests are skipped.
 VULKAN_HEADERS := $(GGML_VIZ_CACHE)/vulkan-headers-1.4.309
 LLAMA_VULKAN := $(GGML_VIZ_CACHE)/llama.cpp-$(LLAMA_CPP_VERSION)-vulkan
 
