@@ -454,3 +454,29 @@ def test_the_what_if_view_shows_each_placement_s_step_and_memory(page, tmp_path,
         assert "left out:" in page.inner_text("[data-testid=whatif-left-out]")
         assert shown_nulls(page, "#view-whatif") == []
         page.screenshot(path=str(screenshots / "whatif.png"))
+
+
+def test_a_long_generated_text_without_spaces_stays_inside_its_box(page, tmp_path):
+    from ggml_viz.runformat.manifest import load_manifest, write_manifest
+    from ggml_viz.runformat.synthetic import write_synthetic_run
+
+    # GIVEN a run whose generated text is one long word (a random-weight model's output)
+    path = write_synthetic_run(tmp_path / "unbroken.ggmlviz", graphs=4, layers=2, seed=3)
+    manifest = load_manifest(path)
+    manifest["generation"] = {"prompt": "Hello", "generated_text": "ĠrandomĊtokens" * 200}
+    write_manifest(path, manifest)
+    with serving(page, path) as viewer:
+        # WHEN the Overview shows it
+        open_view(page, viewer.url, "overview")
+        page.wait_for_selector("[data-testid=generated]")
+        # THEN the text wraps within its box: nothing to scroll sideways, nothing past its card
+        fits = page.eval_on_selector(
+            "[data-testid=generated]",
+            """text => { const card = text.closest('.card').getBoundingClientRect(),
+               box = text.getBoundingClientRect();
+               return { scroll: text.scrollWidth, client: text.clientWidth,
+                        inside: box.left >= card.left - 1 && box.right <= card.right + 1 }; }""",
+        )
+        assert "randomĊtokens" in page.inner_text("[data-testid=generated]")
+        assert fits["scroll"] <= fits["client"] + 1, fits
+        assert fits["inside"], fits
