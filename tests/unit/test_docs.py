@@ -127,3 +127,59 @@ def test_the_reference_pages_generate_from_the_code():
         assert all(f"| `{field.name}` |" in tables for field in schema)
     # a column's comment in runformat/schema.py is its note
     assert "| `decode_index` | `int32` | which llama_decode call of its context ran it |" in tables
+
+
+def test_the_docs_extra_alone_has_what_the_reference_hook_imports():
+    """`pip install 'ggml-viz[docs]'` (or `make docs`, which installs only the docs extra beside the
+    checkout's src/) builds the site: the hook's pages generate where only the standard library,
+    ggml-viz's source and the docs extra's packages (with what they require) can be imported."""
+    import subprocess
+    import sys
+    from importlib import metadata
+
+    tomllib = pytest.importorskip("tomllib" if sys.version_info >= (3, 11) else "tomli")
+
+    def name_of(requirement: str) -> str:
+        found = re.match(r"[A-Za-z0-9_.-]+", requirement)
+        assert found, requirement
+        return re.sub(r"[-_.]+", "-", found.group(0)).lower()
+
+    extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["docs"]
+    covered: set[str] = set()
+    todo = [name_of(requirement) for requirement in extra]
+    while todo:  # the extra's packages and what they require, as installed here
+        dist = todo.pop()
+        if dist in covered:
+            continue
+        covered.add(dist)
+        try:
+            requires = metadata.requires(dist) or []
+        except metadata.PackageNotFoundError:
+            continue
+        todo += [name_of(requirement) for requirement in requires if "extra ==" not in requirement]
+    allowed = {
+        module
+        for module, dists in metadata.packages_distributions().items()
+        if any(name_of(dist) in covered for dist in dists)
+    }
+    script = f"""
+import importlib.abc, importlib.util, sys
+ALLOWED = set({sorted(allowed)!r}) | set(sys.stdlib_module_names) | {{"ggml_viz"}}
+
+class OnlyTheDocsExtra(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        top = name.split(".")[0]
+        if top not in ALLOWED and not top.startswith("_"):
+            raise ModuleNotFoundError(f"No module named {{name!r}} (not in the docs extra)", name=name)
+        return None
+
+sys.meta_path.insert(0, OnlyTheDocsExtra())
+spec = importlib.util.spec_from_file_location("hook", {str(HOOK)!r})
+hook = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(hook)
+hook._import_source()
+for generate in hook.GENERATORS.values():
+    generate()
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
