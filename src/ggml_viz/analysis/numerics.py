@@ -7,8 +7,14 @@ the gguf package) and described the same way.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-from typing import Any, Required, TypedDict
+from typing import Any, TypedDict
+
+if sys.version_info >= (3, 11):
+    from typing import Required
+else:  # Python 3.10
+    from typing_extensions import Required
 
 import numpy as np
 import pandas as pd

@@ -9,6 +9,11 @@
  * The records' layouts and the numbers both sides use are the contract's (ggml_viz_contract.h, written
  * from ggml_viz/capture/contract/ at build time): CONTRACT_DIGEST says which, and the Python side
  * refuses a build made from other declarations at import.
+ *
+ * Built on CPython's limited API as of 3.10 (setup.py: Py_LIMITED_API), so that one build serves every
+ * CPython from 3.10 (an abi3 wheel): heap types from PyType_Spec, the function forms of the tuple and
+ * bytes macros, and buffers read with "y#" (Py_buffer is in the limited API only from 3.11): bytes, or
+ * objects such as NumPy's arrays whose buffer needs no release.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -24,7 +29,7 @@ typedef struct {
     int ready; /* core initialized: dealloc frees it */
 } PyRecorder;
 
-static PyTypeObject GraphRecordType, RepeatRecordType, DecodesRecordType;
+static PyTypeObject *GraphRecordType, *RepeatRecordType, *DecodesRecordType;
 
 /* The named records' fields, declared in ggml_viz/capture/contract/records.py. */
 static PyStructSequence_Field graph_record_fields[] = {GRAPH_RECORD_FIELDS, {NULL, NULL}};
@@ -36,6 +41,22 @@ static PyStructSequence_Desc repeat_record_desc = {"ggml_viz.capture.core._recor
 static PyStructSequence_Field decodes_record_fields[] = {DECODES_RECORD_FIELDS, {NULL, NULL}};
 static PyStructSequence_Desc decodes_record_desc = {"ggml_viz.capture.core._recorder.DecodesRecord", DECODES_RECORD_DOC,
                                                     decodes_record_fields, DECODES_RECORD_FIELD_COUNT};
+
+/* A bytes-like argument read with "y#": bytes, or an object whose buffer needs no release (NumPy's arrays;
+   not bytearray or memoryview). */
+typedef struct {
+    const char *buf;
+    Py_ssize_t len;
+} ReadBuffer;
+
+/* *bytes cut to its first `size` bytes, as _PyBytes_Resize (not in the limited API) does it: in a copy. On
+   failure *bytes is NULL and -1 returned. */
+static int bytes_cut(PyObject **bytes, Py_ssize_t size) {
+    PyObject *cut = PyBytes_FromStringAndSize(PyBytes_AsString(*bytes), size);
+    Py_DECREF(*bytes);
+    *bytes = cut;
+    return cut ? 0 : -1;
+}
 
 static PyObject *bytes_of(Bytes b) {
     return PyBytes_FromStringAndSize((const char *)b.data, (Py_ssize_t)b.size);
@@ -84,29 +105,36 @@ static int Recorder_init(PyRecorder *self, PyObject *args, PyObject *kwargs) {
     return 0;
 }
 
+/* Frees an instance of one of this module's heap types, and lets go of the type it holds. */
+static void free_instance(PyObject *self) {
+    PyTypeObject *type = Py_TYPE(self);
+    ((freefunc)PyType_GetSlot(type, Py_tp_free))(self);
+    Py_DECREF(type);
+}
+
 static void Recorder_dealloc(PyRecorder *self) {
     if (self->ready) recorder_free(&self->core);
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    free_instance((PyObject *)self);
 }
 
 static PyObject *graph_record(const GraphTake *g) {
     if (g->plain_repeat) {
-        PyObject *record = PyStructSequence_New(&RepeatRecordType);
+        PyObject *record = PyStructSequence_New(RepeatRecordType);
         if (!record) return NULL;
-        PyStructSequence_SET_ITEM(record, 0, PyLong_FromUnsignedLongLong(g->n_nodes));
-        PyStructSequence_SET_ITEM(record, 1, PyLong_FromLongLong(g->start_ns));
-        PyStructSequence_SET_ITEM(record, 2, PyLong_FromLongLong(g->end_ns));
+        PyStructSequence_SetItem(record, 0, PyLong_FromUnsignedLongLong(g->n_nodes));
+        PyStructSequence_SetItem(record, 1, PyLong_FromLongLong(g->start_ns));
+        PyStructSequence_SetItem(record, 2, PyLong_FromLongLong(g->end_ns));
         return record;
     }
-    PyObject *record = PyStructSequence_New(&GraphRecordType);
+    PyObject *record = PyStructSequence_New(GraphRecordType);
     if (!record) return NULL;
-    for (int p = 0; p < GRAPH_PARTS; p++) PyStructSequence_SET_ITEM(record, p, bytes_of(g->parts[p]));
-    PyStructSequence_SET_ITEM(record, GRAPH_PARTS, PyLong_FromLongLong(g->boundary_ns));
-    PyStructSequence_SET_ITEM(record, GRAPH_PARTS + 1, PyBool_FromLong(g->same));
-    PyStructSequence_SET_ITEM(record, GRAPH_PARTS + 2, PyLong_FromLongLong(g->n_timed));
-    PyStructSequence_SET_ITEM(record, GRAPH_PARTS + 3, PyLong_FromLongLong(g->end_ns));
+    for (int p = 0; p < GRAPH_PARTS; p++) PyStructSequence_SetItem(record, p, bytes_of(g->parts[p]));
+    PyStructSequence_SetItem(record, GRAPH_PARTS, PyLong_FromLongLong(g->boundary_ns));
+    PyStructSequence_SetItem(record, GRAPH_PARTS + 1, PyBool_FromLong(g->same));
+    PyStructSequence_SetItem(record, GRAPH_PARTS + 2, PyLong_FromLongLong(g->n_timed));
+    PyStructSequence_SetItem(record, GRAPH_PARTS + 3, PyLong_FromLongLong(g->end_ns));
     for (int i = 0; i < GRAPH_PARTS + 4; i++) {
-        if (!PyStructSequence_GET_ITEM(record, i)) {
+        if (!PyStructSequence_GetItem(record, i)) {
             Py_DECREF(record);
             return NULL;
         }
@@ -133,7 +161,7 @@ static PyObject *Recorder_take(PyRecorder *self, PyObject *arg) {
             Py_DECREF(graphs);
             return NULL;
         }
-        PyList_SET_ITEM(graphs, (Py_ssize_t)g, record);
+        PyList_SetItem(graphs, (Py_ssize_t)g, record);
     }
     recorder_take_end(&self->core);
     return graphs;
@@ -143,12 +171,12 @@ static PyObject *Recorder_take(PyRecorder *self, PyObject *arg) {
 static PyObject *Recorder_take_decodes(PyRecorder *self, PyObject *Py_UNUSED(unused)) {
     DecodesTake taken;
     recorder_decodes_view(&self->core, &taken);
-    PyObject *record = PyStructSequence_New(&DecodesRecordType);
+    PyObject *record = PyStructSequence_New(DecodesRecordType);
     if (!record) return NULL;
-    PyStructSequence_SET_ITEM(record, 0, bytes_of((Bytes){taken.calls, taken.n_calls * sizeof(DecodeRecord)}));
-    for (int c = 0; c < BATCH_COLUMNS; c++) PyStructSequence_SET_ITEM(record, c + 1, bytes_of(taken.columns[c]));
+    PyStructSequence_SetItem(record, 0, bytes_of((Bytes){taken.calls, taken.n_calls * sizeof(DecodeRecord)}));
+    for (int c = 0; c < BATCH_COLUMNS; c++) PyStructSequence_SetItem(record, c + 1, bytes_of(taken.columns[c]));
     for (int i = 0; i <= BATCH_COLUMNS; i++) {
-        if (!PyStructSequence_GET_ITEM(record, i)) {
+        if (!PyStructSequence_GetItem(record, i)) {
             Py_DECREF(record);
             return NULL;
         }
@@ -159,15 +187,15 @@ static PyObject *Recorder_take_decodes(PyRecorder *self, PyObject *Py_UNUSED(unu
 
 /* Strings of a tuple, each at most 63 bytes (checked by the core), for the core's settings. */
 static int utf8_items(PyObject *tuple, const char **out, Py_ssize_t limit) {
-    if (!PyTuple_Check(tuple) || PyTuple_GET_SIZE(tuple) > limit) {
+    if (!PyTuple_Check(tuple) || PyTuple_Size(tuple) > limit) {
         PyErr_Format(PyExc_ValueError, "a tuple of at most %zd strings", limit);
         return -1;
     }
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tuple); i++) {
-        out[i] = PyUnicode_AsUTF8(PyTuple_GET_ITEM(tuple, i));
+    for (Py_ssize_t i = 0; i < PyTuple_Size(tuple); i++) {
+        out[i] = PyUnicode_AsUTF8AndSize(PyTuple_GetItem(tuple, i), NULL);
         if (!out[i]) return -1;
     }
-    return (int)PyTuple_GET_SIZE(tuple);
+    return (int)PyTuple_Size(tuple);
 }
 
 static PyObject *Recorder_set_filters(PyRecorder *self, PyObject *args) {
@@ -178,14 +206,14 @@ static PyObject *Recorder_set_filters(PyRecorder *self, PyObject *args) {
     int64_t ranges[MAX_LAYER_RANGES][2];
     int n_ops = utf8_items(ops, op_items, MAX_OPS), n_names = utf8_items(names, name_items, MAX_NAMES);
     if (n_ops < 0 || n_names < 0) return NULL;
-    if (!PyTuple_Check(layers) || PyTuple_GET_SIZE(layers) > MAX_LAYER_RANGES) {
+    if (!PyTuple_Check(layers) || PyTuple_Size(layers) > MAX_LAYER_RANGES) {
         PyErr_SetString(PyExc_ValueError, "filters: tuples of at most 32 ops, 64 layer ranges, 32 names");
         return NULL;
     }
-    int n_ranges = (int)PyTuple_GET_SIZE(layers);
+    int n_ranges = (int)PyTuple_Size(layers);
     for (int i = 0; i < n_ranges; i++) {
         long long low, high;
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(layers, i), "LL", &low, &high)) return NULL;
+        if (!PyArg_ParseTuple(PyTuple_GetItem(layers, i), "LL", &low, &high)) return NULL;
         ranges[i][0] = low;
         ranges[i][1] = high;
     }
@@ -362,18 +390,19 @@ static PyGetSetDef Recorder_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyTypeObject RecorderType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ggml_viz.capture.core._recorder.Recorder",
-    .tp_doc = "Native eval-callback recorder for one llama context",
-    .tp_basicsize = sizeof(PyRecorder),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)Recorder_init,
-    .tp_dealloc = (destructor)Recorder_dealloc,
-    .tp_methods = Recorder_methods,
-    .tp_members = Recorder_members,
-    .tp_getset = Recorder_getset,
+static PyType_Slot Recorder_slots[] = {
+    {Py_tp_doc, "Native eval-callback recorder for one llama context"},
+    {Py_tp_new, PyType_GenericNew},
+    {Py_tp_init, (void *)Recorder_init},
+    {Py_tp_dealloc, (void *)Recorder_dealloc},
+    {Py_tp_methods, Recorder_methods},
+    {Py_tp_members, Recorder_members},
+    {Py_tp_getset, Recorder_getset},
+    {0, NULL},
 };
+
+static PyType_Spec RecorderSpec = {"ggml_viz.capture.core._recorder.Recorder", sizeof(PyRecorder), 0,
+                                   Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE, Recorder_slots};
 
 /* ---- tensor description ids ------------------------------------------------------------ */
 
@@ -463,7 +492,7 @@ static void DescriptionIds_dealloc(DescriptionIds *self) {
     array_free(&self->ids);
     array_free(&self->hashes);
     free(self->slots);
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    free_instance((PyObject *)self);
 }
 
 /* assign(structs, view_rows, next_id) -> (ids, new_rows, new_view_source_ids, next_id).
@@ -473,9 +502,11 @@ static void DescriptionIds_dealloc(DescriptionIds *self) {
    int32, the rows whose description was new (each distinct one once), with the id of the
    tensor each looks into (-1: none). */
 static PyObject *DescriptionIds_assign(DescriptionIds *self, PyObject *args) {
-    Py_buffer structs, view_rows;
+    ReadBuffer structs, view_rows;
     int next_id;
-    if (!PyArg_ParseTuple(args, "y*y*i", &structs, &view_rows, &next_id)) return NULL;
+    if (!PyArg_ParseTuple(args, "y#y#i", &structs.buf, &structs.len, &view_rows.buf, &view_rows.len, &next_id)) {
+        return NULL;
+    }
     PyObject *result = NULL, *ids = NULL, *new_rows = NULL, *new_sources = NULL;
     uint8_t *key = NULL;
     size_t n = (size_t)structs.len / self->struct_size;
@@ -491,9 +522,9 @@ static PyObject *DescriptionIds_assign(DescriptionIds *self, PyObject *args) {
         if (!PyErr_Occurred()) PyErr_NoMemory();
         goto done;
     }
-    int32_t *id_of = (int32_t *)PyBytes_AS_STRING(ids), *rows = (int32_t *)PyBytes_AS_STRING(new_rows);
-    int32_t *sources = (int32_t *)PyBytes_AS_STRING(new_sources);
-    const int64_t *view_row = view_rows.buf;
+    int32_t *id_of = (int32_t *)PyBytes_AsString(ids), *rows = (int32_t *)PyBytes_AsString(new_rows);
+    int32_t *sources = (int32_t *)PyBytes_AsString(new_sources);
+    const int64_t *view_row = (const int64_t *)view_rows.buf;
     size_t n_new = 0;
     for (size_t r = 0; r < n; r++) id_of[r] = -1;
     for (size_t r = 0; r < n; r++) {
@@ -511,8 +542,7 @@ static PyObject *DescriptionIds_assign(DescriptionIds *self, PyObject *args) {
             sources[n_new++] = source;
         }
     }
-    if (_PyBytes_Resize(&new_rows, (Py_ssize_t)(n_new * 4)) == 0 &&
-        _PyBytes_Resize(&new_sources, (Py_ssize_t)(n_new * 4)) == 0) {
+    if (bytes_cut(&new_rows, (Py_ssize_t)(n_new * 4)) == 0 && bytes_cut(&new_sources, (Py_ssize_t)(n_new * 4)) == 0) {
         result = Py_BuildValue("(OOOi)", ids, new_rows, new_sources, next_id);
     }
 done:
@@ -520,8 +550,6 @@ done:
     Py_XDECREF(ids);
     Py_XDECREF(new_rows);
     Py_XDECREF(new_sources);
-    PyBuffer_Release(&structs);
-    PyBuffer_Release(&view_rows);
     return result;
 }
 
@@ -542,22 +570,21 @@ static PyMethodDef DescriptionIds_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PySequenceMethods DescriptionIds_sequence = {.sq_length = (lenfunc)DescriptionIds_len};
-
-static PyTypeObject DescriptionIdsType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ggml_viz.capture.core._recorder.DescriptionIds",
-    .tp_doc = "Ids of tensor descriptions, given the first time each is seen",
-    .tp_basicsize = sizeof(DescriptionIds),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)DescriptionIds_init,
-    .tp_dealloc = (destructor)DescriptionIds_dealloc,
-    .tp_methods = DescriptionIds_methods,
-    .tp_as_sequence = &DescriptionIds_sequence,
+static PyType_Slot DescriptionIds_slots[] = {
+    {Py_tp_doc, "Ids of tensor descriptions, given the first time each is seen"},
+    {Py_tp_new, PyType_GenericNew},
+    {Py_tp_init, (void *)DescriptionIds_init},
+    {Py_tp_dealloc, (void *)DescriptionIds_dealloc},
+    {Py_tp_methods, DescriptionIds_methods},
+    {Py_sq_length, (void *)DescriptionIds_len},
+    {0, NULL},
 };
 
+static PyType_Spec DescriptionIdsSpec = {"ggml_viz.capture.core._recorder.DescriptionIds", sizeof(DescriptionIds), 0,
+                                         Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE, DescriptionIds_slots};
+
 static PyObject *module_layer_of(PyObject *Py_UNUSED(module), PyObject *arg) {
-    const char *name = PyUnicode_AsUTF8(arg);
+    const char *name = PyUnicode_AsUTF8AndSize(arg, NULL);
     if (!name) return NULL;
     char padded[NAME_LEN + 1] = {0};
     strncpy(padded, name, NAME_LEN);
@@ -566,31 +593,29 @@ static PyObject *module_layer_of(PyObject *Py_UNUSED(module), PyObject *arg) {
 
 /* weight_fingerprint(data) -> int: the fingerprint the C recorder gives a weight's bytes */
 static PyObject *module_weight_fingerprint(PyObject *Py_UNUSED(module), PyObject *arg) {
-    Py_buffer view;
-    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) != 0) return NULL;
-    uint64_t fingerprint = weight_fingerprint(view.buf, (uint64_t)view.len);
-    PyBuffer_Release(&view);
+    ReadBuffer view;
+    if (!PyArg_Parse(arg, "y#", &view.buf, &view.len)) return NULL;
+    uint64_t fingerprint = weight_fingerprint((const uint8_t *)view.buf, (uint64_t)view.len);
     return PyLong_FromUnsignedLongLong(fingerprint);
 }
 
 /* layers_of(names) -> int32 bytes: layer_of for each name of NAME_LEN bytes (a ggml_tensor's
    name field, as copied: a C string, perhaps with stale bytes after its end). */
 static PyObject *module_layers_of(PyObject *Py_UNUSED(module), PyObject *arg) {
-    Py_buffer names;
-    if (!PyArg_Parse(arg, "y*", &names)) return NULL;
+    ReadBuffer names;
+    if (!PyArg_Parse(arg, "y#", &names.buf, &names.len)) return NULL;
     size_t n = (size_t)names.len / NAME_LEN;
     PyObject *layers = NULL;
     if ((size_t)names.len != n * NAME_LEN) {
         PyErr_SetString(PyExc_ValueError, "layers_of: names of 64 bytes each");
     } else if ((layers = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * 4)))) {
-        int32_t *out = (int32_t *)PyBytes_AS_STRING(layers);
+        int32_t *out = (int32_t *)PyBytes_AsString(layers);
         char padded[NAME_LEN + 1] = {0};
         for (size_t i = 0; i < n; i++) {
             memcpy(padded, (const char *)names.buf + i * NAME_LEN, NAME_LEN);
             out[i] = (int32_t)layer_of(padded);
         }
     }
-    PyBuffer_Release(&names);
     return layers;
 }
 
@@ -612,9 +637,9 @@ static PyObject *module_read_batch(PyObject *Py_UNUSED(module), PyObject *args) 
         for (int i = 0; i < 4; i++) Py_XDECREF(columns[i]);
         return NULL;
     }
-    long long lowest = copy_batch(batch, offsets, n, (int32_t *)PyBytes_AS_STRING(columns[0]),
-                                  (int32_t *)PyBytes_AS_STRING(columns[1]), (int32_t *)PyBytes_AS_STRING(columns[2]),
-                                  (uint8_t *)PyBytes_AS_STRING(columns[3]));
+    long long lowest = copy_batch(batch, offsets, n, (int32_t *)PyBytes_AsString(columns[0]),
+                                  (int32_t *)PyBytes_AsString(columns[1]), (int32_t *)PyBytes_AsString(columns[2]),
+                                  (uint8_t *)PyBytes_AsString(columns[3]));
     return Py_BuildValue("(iLNNNN)", (int)n, lowest, columns[0], columns[1], columns[2], columns[3]);
 }
 
@@ -652,20 +677,23 @@ static int add_type(PyObject *module, const char *name, PyTypeObject *type) {
     return 0;
 }
 
+/* The module's types: heap types (the limited API has no static ones), made once (the module keeps them). */
+static PyTypeObject *RecorderType, *DescriptionIdsType;
+
 PyMODINIT_FUNC PyInit__recorder(void) {
-    if (PyType_Ready(&RecorderType) < 0 || PyType_Ready(&DescriptionIdsType) < 0 ||
-        PyStructSequence_InitType2(&GraphRecordType, &graph_record_desc) < 0 ||
-        PyStructSequence_InitType2(&RepeatRecordType, &repeat_record_desc) < 0 ||
-        PyStructSequence_InitType2(&DecodesRecordType, &decodes_record_desc) < 0) {
+    if (!(RecorderType = (PyTypeObject *)PyType_FromSpec(&RecorderSpec)) ||
+        !(DescriptionIdsType = (PyTypeObject *)PyType_FromSpec(&DescriptionIdsSpec)) ||
+        !(GraphRecordType = PyStructSequence_NewType(&graph_record_desc)) ||
+        !(RepeatRecordType = PyStructSequence_NewType(&repeat_record_desc)) ||
+        !(DecodesRecordType = PyStructSequence_NewType(&decodes_record_desc))) {
         return NULL;
     }
     PyObject *module = PyModule_Create(&recorder_module);
     if (!module) return NULL;
-    if (add_type(module, "Recorder", &RecorderType) < 0 ||
-        add_type(module, "DescriptionIds", &DescriptionIdsType) < 0 ||
-        add_type(module, "GraphRecord", &GraphRecordType) < 0 ||
-        add_type(module, "RepeatRecord", &RepeatRecordType) < 0 ||
-        add_type(module, "DecodesRecord", &DecodesRecordType) < 0 ||
+    if (add_type(module, "Recorder", RecorderType) < 0 || add_type(module, "DescriptionIds", DescriptionIdsType) < 0 ||
+        add_type(module, "GraphRecord", GraphRecordType) < 0 ||
+        add_type(module, "RepeatRecord", RepeatRecordType) < 0 ||
+        add_type(module, "DecodesRecord", DecodesRecordType) < 0 ||
         PyModule_AddObject(module, "CALLBACK_ADDRESS", PyLong_FromVoidPtr((void *)recorder_eval_callback)) < 0 ||
         PyModule_AddObject(module, "ABORT_CALLBACK_ADDRESS", PyLong_FromVoidPtr((void *)recorder_abort_callback)) < 0 ||
         PyModule_AddObject(module, "TIMING_FLOOR_CALLBACK_ADDRESS",

@@ -218,14 +218,14 @@ static PyObject *convert_cupti_records(PyObject *Py_UNUSED(module), PyObject *ar
     cupti_records_init(&a);
     a.clock_offset_ns = offset;
     a.own_clock = offset == 0;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(records); i++) {
-        PyObject *record = PyList_GET_ITEM(records, i);
+    for (Py_ssize_t i = 0; i < PyList_Size(records); i++) {
+        PyObject *record = PyList_GetItem(records, i);
         if (!PyBytes_Check(record)) {
             cupti_records_free(&a);
             PyErr_SetString(PyExc_TypeError, "records: a list of bytes");
             return NULL;
         }
-        if (cupti_convert_record(&a, (const uint8_t *)PyBytes_AS_STRING(record)) < 0) {
+        if (cupti_convert_record(&a, (const uint8_t *)PyBytes_AsString(record)) < 0) {
             cupti_records_free(&a);
             return PyErr_NoMemory();
         }
