@@ -22,6 +22,8 @@
 # --embd 256 --ff 512" GPU_CHECK_BENCH="-p 32 -n 32 -r 1" GPU_CHECK_TOKENS=16.
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=benchmarks/gpu_common.sh
+source "$REPO/benchmarks/gpu_common.sh"
 VOCAB= BIN= SRC= WORK=
 while [[ $# -gt 0 ]]; do
     case $1 in
@@ -41,10 +43,8 @@ PY=${PYTHON:-python3}
 
 step "machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-NVCC=$(command -v nvcc || true)
-CUDA_HOME=${CUDA_HOME:-$([[ -n $NVCC ]] && dirname "$(dirname "$(readlink -f "$NVCC")")")}
+cuda_setup
 echo "CUDA_HOME=$CUDA_HOME nproc=$(nproc)"
-export LD_LIBRARY_PATH=${CUDA_HOME:+$CUDA_HOME/lib64:$CUDA_HOME/lib:}${LD_LIBRARY_PATH:-}
 
 if [[ -n ${GGML_VIZ_WHEELS:-} ]]; then
     step "installing the wheels of $GGML_VIZ_WHEELS into $WORK/site"
@@ -65,9 +65,7 @@ if [[ -n $BIN ]] && ! LD_LIBRARY_PATH=$BIN:$LD_LIBRARY_PATH "$BIN/llama-bench" -
 fi
 if [[ -z $BIN ]]; then
     step "building llama.cpp with CUDA from $SRC"
-    cmake -S "$SRC" -B "$WORK/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DGGML_CUDA=ON \
-        -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHITECTURES:-native} -DBUILD_SHARED_LIBS=ON -DLLAMA_BUILD_TESTS=OFF \
-        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF > "$WORK/cmake.log" 2>&1 \
+    cuda_configure "$SRC" "$WORK/build" > "$WORK/cmake.log" 2>&1 \
         && cmake --build "$WORK/build" -j "$(nproc)" --target llama-bench llama-completion > "$WORK/build.log" 2>&1 \
         || { tail -30 "$WORK/cmake.log" "$WORK/build.log"; exit 1; }
     BIN=$WORK/build/bin
@@ -80,9 +78,7 @@ step "ggml-viz's C parts"
 sh "$REPO/benchmarks/c_parts.sh" "$REPO" "$PY" "$WORK" || exit 1
 PRELOAD=$REPO/src/ggml_viz/capture/preload
 TALLY=
-CUPTI_LIB=$(find -L "$CUDA_HOME" -name 'libcupti.so*' 2>/dev/null | grep -v stub | sort | head -1)
-if gcc -O2 -shared -fPIC -I"$CUDA_HOME/include" "$REPO/benchmarks/gpu_kernel_tally.c" -o "$WORK/tally.so" \
-    "$CUPTI_LIB" -Wl,-rpath,"$(dirname "$CUPTI_LIB")" -ldl 2> "$WORK/tally.log"; then TALLY=$WORK/tally.so; fi
+if tally_build "$WORK/tally.so" "$WORK/tally.log"; then TALLY=$WORK/tally.so; fi
 echo "cupti: $CUPTI_LIB; tally: ${TALLY:-not built ($(tail -1 "$WORK/tally.log"))}"
 
 step "model"

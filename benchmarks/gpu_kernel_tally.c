@@ -3,10 +3,13 @@
  * ggml-viz's: preloaded into an untraced program, it records every kernel with CUPTI
  * (nothing of ggml-viz's code) and writes, per kernel symbol, how many ran and their summed
  * durations (end - start) to $GPU_TALLY_OUT as tab-separated lines, each time the program
- * frees a ggml backend (it interposes ggml_backend_free: CUDA still runs then).
+ * frees a ggml backend (it interposes ggml_backend_free: CUDA still runs then). With
+ * $GPU_TALLY_RECORDS set, it also writes every kernel there, one tab-separated line each:
+ * start and end (ns, CUPTI's clock), device, stream, symbol (benchmarks/gpu_check.sh counts
+ * each device's busy time once from them).
  *
  *   gcc -O2 -shared -fPIC -I$CUDA_HOME/include gpu_kernel_tally.c -o tally.so -L$CUPTI_DIR -lcupti -ldl
- *   LD_PRELOAD=tally.so GPU_TALLY_OUT=tally.tsv llama-completion ...
+ *   LD_PRELOAD=tally.so GPU_TALLY_OUT=tally.tsv [GPU_TALLY_RECORDS=kernels.tsv] llama-completion ...
  */
 #define _GNU_SOURCE
 #include <cupti.h>
@@ -25,6 +28,7 @@ static struct {
 } kernels[MAX_NAMES];
 static int n_kernels;
 static unsigned long long dropped;
+static FILE *records; /* $GPU_TALLY_RECORDS: every kernel, as it is handed over */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void add(const char *name, unsigned long long ns) {
@@ -51,7 +55,12 @@ static void CUPTIAPI completed(CUcontext context, uint32_t stream, uint8_t *buff
     while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
         if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && record->kind != CUPTI_ACTIVITY_KIND_KERNEL) continue;
         CUpti_ActivityKernel9 *kernel = (CUpti_ActivityKernel9 *)record; /* the fields read sit alike in every version */
-        if (kernel->start && kernel->end > kernel->start) add(kernel->name ? kernel->name : "?", kernel->end - kernel->start);
+        if (!kernel->start || kernel->end <= kernel->start) continue;
+        add(kernel->name ? kernel->name : "?", kernel->end - kernel->start);
+        if (records) {
+            fprintf(records, "%llu\t%llu\t%u\t%u\t%s\n", (unsigned long long)kernel->start,
+                    (unsigned long long)kernel->end, kernel->deviceId, kernel->streamId, kernel->name ? kernel->name : "?");
+        }
     }
     size_t lost = 0;
     cuptiActivityGetNumDroppedRecords(context, stream, &lost);
@@ -67,6 +76,7 @@ static void write_tally(void) {
     pthread_mutex_lock(&lock);
     for (int i = 0; i < n_kernels; i++) fprintf(out, "%s\t%llu\t%llu\n", kernels[i].name, kernels[i].count, kernels[i].ns);
     if (dropped) fprintf(out, "(dropped records)\t%llu\t0\n", dropped);
+    if (records) fflush(records);
     pthread_mutex_unlock(&lock);
     if (out != stderr) fclose(out);
 }
@@ -82,6 +92,8 @@ void ggml_backend_free(void *backend) {
 }
 
 __attribute__((constructor)) static void start(void) {
+    const char *path = getenv("GPU_TALLY_RECORDS");
+    if (path && *path && !(records = fopen(path, "w"))) fprintf(stderr, "gpu_kernel_tally: cannot write %s\n", path);
     if (cuptiActivityRegisterCallbacks(requested, completed) != CUPTI_SUCCESS ||
         cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS) {
         fprintf(stderr, "gpu_kernel_tally: CUPTI refused\n");

@@ -11,6 +11,7 @@ tally.tsv (gpu_kernel_tally.c on an untraced llama-completion), text/*.txt.
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import statistics
@@ -53,8 +54,8 @@ def overhead(bench: Path) -> None:
     prompt: dict[str, list[float]] = {}
     for path in sorted(bench.glob("*.json")):
         config = path.name.split(".")[0]
-        try:  # llama-bench's JSON, perhaps followed by ggml-viz's lines
-            results, _ = json.JSONDecoder().raw_decode(path.read_text().lstrip())
+        try:
+            results = bench_results(path)
         except (OSError, ValueError) as error:
             print(f"  {path.name}: no result ({error})")
             continue
@@ -73,6 +74,12 @@ def overhead(bench: Path) -> None:
             print(f"{label:56s} {runs:28s} {median:8.1f} {base / median:7.3f}")
     if prompt:
         print("pp (tokens/s): " + "; ".join(f"{c} {statistics.median(v):.0f}" for c, v in prompt.items()))
+
+
+def bench_results(path: Path) -> list[dict]:
+    """llama-bench's results (`-o json`) in `path`, perhaps followed by ggml-viz's lines."""
+    results, _ = json.JSONDecoder().raw_decode(path.read_text().lstrip())
+    return list(results)
 
 
 def gpu_figures(path: Path) -> None:
@@ -128,15 +135,25 @@ def op_shares(run: object) -> pd.Series:
     return (decode.groupby("op")["gpu_ns"].sum() * 100 / max(total, 1)).sort_values(ascending=False)
 
 
-def kernel_shares(every: Path, tally_path: Path) -> None:
-    kernels = open_run(every).raw("gpu_kernels")
+def read_tally(path: Path) -> pd.DataFrame:
+    """gpu_kernel_tally.c's tally: per kernel symbol, how many ran and their summed durations
+    (symbol, count, ns; the line of records CUPTI dropped, if any, left out)."""
+    tally = pd.read_csv(path, sep="\t", header=None, names=["symbol", "count", "ns"], quoting=csv.QUOTE_NONE)
+    return tally[tally["symbol"] != "(dropped records)"]
+
+
+def kernel_share_table(kernels: pd.DataFrame, tally: pd.DataFrame) -> pd.DataFrame:
+    """Kernel time by function, % of all kernel time (end - start summed): ggml-viz's gpu_kernels
+    (`ggml-viz`) beside the tally (`tally`, read_tally), the tally's largest first."""
     kernels = kernels[kernels["kind"] == "kernel"]
     ours = (kernels["end_ns"] - kernels["start_ns"]).groupby(kernels["kernel"]).sum()
-    tally = pd.read_csv(tally_path, sep="\t", header=None, names=["symbol", "count", "ns"])
-    tally = tally[tally["symbol"] != "(dropped records)"]
     theirs = tally.groupby(tally["symbol"].map(kernel_function))["ns"].sum()
     table = pd.DataFrame({"ggml-viz": ours * 100 / ours.sum(), "tally": theirs * 100 / theirs.sum()}).fillna(0)
-    table = table.sort_values("tally", ascending=False)
+    return table.sort_values("tally", ascending=False)
+
+
+def kernel_shares(every: Path, tally_path: Path) -> None:
+    table = kernel_share_table(open_run(every).raw("gpu_kernels"), read_tally(tally_path))
     print(
         "\nkernel time by function, % of all kernel time (end - start summed): ggml-viz's gpu_kernels "
         "(--gpu every) beside an independent CUPTI tally of an untraced run (gpu_kernel_tally.c)"

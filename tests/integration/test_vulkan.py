@@ -13,9 +13,10 @@ import pytest
 import ggml_viz
 from ggml_viz.runformat.reader import Run
 
+from ..vulkan_perf_log import ggml_op_of, perf_logger_reports
 from .arch_models import write_model
 from .smollm2 import ggml_viz_cli
-from .vulkan import environment, ggml_op_of, perf_logger_reports, vulkan_llama_folder
+from .vulkan import environment, vulkan_llama_folder
 
 pytestmark = pytest.mark.model
 
