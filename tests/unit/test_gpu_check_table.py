@@ -426,7 +426,8 @@ def test_an_h200_run_against_the_cupti_records_of_another(tmp_path):
     shares = table.shares_result(table.gpu_op_shares(run), theirs, ("ggml-viz", "tally"))
     assert shares.verdict == "PASS" and shares.figure.startswith("largest difference 0.85 points (MUL_MAT)")
     # AND the checks that this recording fails say why: the CPU's embedding lookup had no ticks
-    # (recorded before a CPU split beside CUDA was timed by them), its transfers no split column
+    # (recorded before a CPU split beside CUDA was timed by them), and no transfer names the split
+    # it feeds (recorded before the splits' ends were marked)
     traced = table.traced_graphs(run)
     coverage = table.coverage_result(table.node_coverage(run, traced), True)
     assert coverage == (
@@ -435,7 +436,7 @@ def test_an_h200_run_against_the_cupti_records_of_another(tmp_path):
         "6 untimed on their own device: GET_ROWS 6",
     )
     transfers = table.transfer_result(table.step_transfers(run, traced), table.activation_bound(run, traced), 6)
-    assert transfers.reason == "no split column" and transfers.figure.startswith(
+    assert transfers.reason == "no transfer names the split it feeds" and transfers.figure.startswith(
         "42 transfers in 6 of 6 steps, 4 B to 128.0 KiB"
     )
     # AND with programmatic dependent launch overlapping the kernels, busy time counted once is less
