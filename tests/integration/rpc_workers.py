@@ -13,6 +13,28 @@ from pathlib import Path
 
 from .native import llama_tool
 
+# Python source that defines register_worker(endpoint): a worker's device registered with the ggml of
+# llama-cpp-python, as llama.cpp's --rpc registers it (common/arg.cpp, add_rpc_devices), before a model
+# loads; ggml then counts it as a GPU device. For scripts a test runs in a process of their own.
+REGISTER_WORKER = """
+import ctypes
+from pathlib import Path
+
+import llama_cpp
+
+
+def register_worker(endpoint):
+    lib = Path(llama_cpp.__file__).parent / "lib"
+    rpc = ctypes.CDLL(str(lib / "libggml-rpc.so"))
+    rpc.ggml_backend_rpc_add_server.restype = ctypes.c_void_p
+    rpc.ggml_backend_rpc_add_server.argtypes = [ctypes.c_char_p]
+    ggml = ctypes.CDLL(str(lib / "libggml.so"))
+    ggml.ggml_backend_register.argtypes = [ctypes.c_void_p]
+    registry = rpc.ggml_backend_rpc_add_server(endpoint.encode())
+    assert registry, "ggml_backend_rpc_add_server failed"
+    ggml.ggml_backend_register(registry)
+"""
+
 
 def free_port() -> int:
     with socket.socket() as probe:

@@ -23,7 +23,7 @@ from ..browser import chromium, collect_errors, serving
 from ..payload_shapes import shape_problems
 from .arch_models import write_model
 from .native import llama_cpp_lib_dir, llama_tool, missing, untraced
-from .rpc_workers import Worker, free_port, start_worker, wait_for_port
+from .rpc_workers import REGISTER_WORKER, Worker, free_port, start_worker, wait_for_port
 from .smollm2 import ggml_viz_cli
 
 pytestmark = pytest.mark.model
@@ -458,6 +458,18 @@ def test_a_worker_recorded_by_the_preload_library_alone(tmp_path, model_path):
     assert nodes["nodes"] > 0 and nodes["nodes"] == nodes["timed"] == nodes["matched_to_head"]
 
 
+def _cpu_nodes_timed_and_remote_ones_not(run) -> pd.Series:
+    """Checks that every node the head computed on its CPU has its own time (the CPU splits' ticks)
+    and no node a worker computed has one, over a thousand of each; the remote nodes' mask."""
+    nodes = run.nodes
+    on_cpu = nodes["buffer_name"] == "CPU"
+    remote = nodes["buffer_name"].fillna("").str.startswith("RPC")
+    assert on_cpu.sum() > 1000 and remote.sum() > 1000
+    assert nodes.loc[on_cpu, "start_ns"].notna().all()
+    assert nodes.loc[remote, "start_ns"].isna().all()
+    return remote
+
+
 def test_a_head_computing_layers_itself_has_its_cpu_nodes_timed(tmp_path, model_path):
     # GIVEN SmolLM2 with 12 of its 30 layers on a recorded worker, the rest on the head's CPU
     worker = start_worker(tmp_path, "worker")
@@ -474,12 +486,7 @@ def test_a_head_computing_layers_itself_has_its_cpu_nodes_timed(tmp_path, model_
     # AND every node the head computed on its CPU has its own time (the CPU splits' ticks), and no
     # node the worker computed has a time on the head
     run = ggml_viz.open(head)
-    nodes = run.nodes
-    on_cpu = nodes["buffer_name"] == "CPU"
-    remote = nodes["buffer_name"].fillna("").str.startswith("RPC")
-    assert on_cpu.sum() > 1000 and remote.sum() > 1000
-    assert nodes.loc[on_cpu, "start_ns"].notna().all()
-    assert nodes.loc[remote, "start_ns"].isna().all()
+    remote = _cpu_nodes_timed_and_remote_ones_not(run)
     # AND each remote node has its time on the worker, once joined
     summary = summarize_joined(join_runs([run, ggml_viz.open(worker.output)]))
     counts = summary["remote_nodes"]
@@ -489,22 +496,17 @@ def test_a_head_computing_layers_itself_has_its_cpu_nodes_timed(tmp_path, model_
 # A Python head: llama-cpp-python with the worker's device registered before the model loads, as
 # llama.cpp's --rpc registers it (common/arg.cpp, add_rpc_devices); recorded with ggml_viz.record where
 # an output is given. It prints the generated text as JSON.
-PYTHON_HEAD = """
-import ctypes, json, sys
-from pathlib import Path
+PYTHON_HEAD = (
+    """
+import json, sys
 
 import llama_cpp
 
 model, endpoint, output, prompt, n_predict = sys.argv[1:]
-lib = Path(llama_cpp.__file__).parent / "lib"
-rpc = ctypes.CDLL(str(lib / "libggml-rpc.so"))
-rpc.ggml_backend_rpc_add_server.restype = ctypes.c_void_p
-rpc.ggml_backend_rpc_add_server.argtypes = [ctypes.c_char_p]
-ggml = ctypes.CDLL(str(lib / "libggml.so"))
-ggml.ggml_backend_register.argtypes = [ctypes.c_void_p]
-registry = rpc.ggml_backend_rpc_add_server(endpoint.encode())
-assert registry, "ggml_backend_rpc_add_server failed"
-ggml.ggml_backend_register(registry)
+"""
+    + REGISTER_WORKER
+    + """
+register_worker(endpoint)
 
 
 def generate():
@@ -523,6 +525,7 @@ else:
     text = generate()
 print(json.dumps(text))
 """
+)
 
 
 def test_a_python_head_computing_layers_itself_has_its_cpu_nodes_timed(tmp_path, model_path):
@@ -551,12 +554,7 @@ def test_a_python_head_computing_layers_itself_has_its_cpu_nodes_timed(tmp_path,
     # node the worker computed has one
     run = ggml_viz.open(head)
     assert run.status == "complete"
-    nodes = run.nodes
-    on_cpu = nodes["buffer_name"] == "CPU"
-    remote = nodes["buffer_name"].fillna("").str.startswith("RPC")
-    assert on_cpu.sum() > 1000 and remote.sum() > 1000
-    assert nodes.loc[on_cpu, "start_ns"].notna().all()
-    assert nodes.loc[remote, "start_ns"].isna().all()
+    _cpu_nodes_timed_and_remote_ones_not(run)
 
 
 def test_a_split_model_says_where_each_device_waits_and_predicts_other_splits(tmp_path, model_path):

@@ -10,21 +10,14 @@ import subprocess
 import sys
 
 from .native import llama_cpp_lib_dir, missing
-from .rpc_workers import start_worker
+from .rpc_workers import REGISTER_WORKER, start_worker
 
-MEASURE = """
-import ctypes, json, sys
-from pathlib import Path
+MEASURE = (
+    REGISTER_WORKER
+    + """
+import json, sys
 
-import llama_cpp
-
-lib = Path(llama_cpp.__file__).parent / "lib"
-rpc = ctypes.CDLL(str(lib / "libggml-rpc.so"))
-rpc.ggml_backend_rpc_add_server.restype = ctypes.c_void_p
-rpc.ggml_backend_rpc_add_server.argtypes = [ctypes.c_char_p]
-ggml = ctypes.CDLL(str(lib / "libggml.so"))
-ggml.ggml_backend_register.argtypes = [ctypes.c_void_p]
-ggml.ggml_backend_register(rpc.ggml_backend_rpc_add_server(sys.argv[1].encode()))
+register_worker(sys.argv[1])
 
 from ggml_viz.capture import limits
 from ggml_viz.capture.core import ggml_api
@@ -36,6 +29,7 @@ for name, device in ggml_api.gpu_device_handles().items():
         rows += [bench.memory_read(64), bench.matvec("Q4_0", 64)]
 print(json.dumps([{"device": r.device, "what": r.what, "gb_per_s": r.gb_per_s} for r in rows]))
 """
+)
 
 
 def test_a_devices_read_bandwidth_is_one_its_memory_can_give(tmp_path):
