@@ -202,3 +202,58 @@ def test_the_wheels_vulkan_layer_times_a_vulkan_program(wheel, tmp_path):
     assert gpu["timer"] == "vulkan" and gpu["problem"] is None, gpu
     assert Path(gpu["vulkan_layer"]).resolve().is_relative_to(venv.resolve()), gpu["vulkan_layer"]
     assert gpu["kernels"] > 0 and gpu["attributed_kernels"] == gpu["kernels"]
+
+
+def test_uv_is_given_every_index_pip_uses():
+    # GIVEN pip's settings: its index, extra indexes, find-links folders, constraints, certificates
+    benchmark = load_benchmark()
+    settings = {
+        "index_url": "https://mirror.example/simple",
+        "extra_index_urls": ["file:///srv/local/simple"],
+        "find_links": ["/srv/wheels"],
+        "constraints": ["/etc/pip-constraints.txt"],
+        "cert": "/etc/ssl/certs/ca-certificates.crt",
+        "no_index": False,
+    }
+    # WHEN they are turned into uv's options
+    arguments, env = benchmark.uv_index_arguments(settings)
+    # THEN uv searches the same places, and takes the best version on any index as pip does
+    assert arguments == [
+        "--default-index", "https://mirror.example/simple", "--index", "file:///srv/local/simple",
+        "--find-links", "/srv/wheels", "--constraints", "/etc/pip-constraints.txt",
+        "--index-strategy", "unsafe-best-match",
+    ]  # fmt: skip
+    assert env in ({"SSL_CERT_FILE": settings["cert"]}, {})  # (unless SSL_CERT_FILE is set already)
+    assert benchmark.uv_index_arguments({**settings, "no_index": True})[0][0] == "--no-index"
+    # AND this machine's pip settings are read from pip itself: its index is one pip names
+    here = benchmark.pip_settings()
+    assert set(here) == set(settings) and (here["index_url"] or here["no_index"])
+
+
+@pytest.fixture(scope="module")
+def installers(tmp_path_factory):
+    """uv and pipx, installed from pip's index into a scratch virtual environment (as
+    benchmarks/install.py gets them)."""
+    return load_benchmark().scratch_tools(tmp_path_factory.mktemp("installers"), {"uv", "pipx"})
+
+
+@pytest.mark.parametrize("installer", ["uv", "uv-tool", "pipx"])
+def test_uv_and_pipx_install_the_wheel_that_records_llama_completion(
+    installer, installers, wheel, tmp_path, model_path
+):
+    # GIVEN a fresh environment with the wheel installed by uv (a venv; a tool) or pipx, from pip's index
+    benchmark = load_benchmark()
+    program = benchmark.completion(llama_tool("llama-completion"), model_path)
+    # WHEN its ggml-viz runs llama.cpp's own llama-completion, then starts again to summarize the run
+    timing, output = benchmark.install_and_run(
+        wheel, tmp_path, program, installer=installer, tools=installers, starts=1
+    )
+    print(f"{installer}: install {timing.install_s:.1f} s, first run {timing.first_run_s:.1f} s")
+    command = benchmark.ggml_viz_command(installer, tmp_path)
+    env = benchmark.clean_environment()
+    # THEN the run is complete, with graphs and node times, and its kept summary is the computed one
+    summary = benchmark.run([str(command), "summary", "--json", str(output)], env=env).stdout
+    recomputed = benchmark.run([str(command), "summary", "--json", "--recompute", str(output)], env=env).stdout
+    assert summary == recomputed
+    assert json.loads(summary)["status"] == "complete" and json.loads(summary)["timed_node_events"] > 0
+    assert (output / "summary-cache.json").is_file()
