@@ -60,9 +60,11 @@ def run(command: list[str], **kwargs) -> subprocess.CompletedProcess:
 
 
 def clean_environment() -> dict[str, str]:
-    """This environment without the checkout's virtual environment, ggml-viz's settings, or uv's and
-    pipx's own settings (each installer is given what it needs here)."""
-    drop = ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "LD_PRELOAD", "LLAMA_CPP_LIB_PATH")
+    """This environment without the checkout's virtual environment, ggml-viz's settings (and the Vulkan
+    layer a recording in this process put in its environment), or uv's and pipx's own settings (each
+    installer is given what it needs here)."""
+    drop = ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "LD_PRELOAD", "LLAMA_CPP_LIB_PATH", "VK_ADD_LAYER_PATH",
+            "VK_INSTANCE_LAYERS", "GGML_VK_DEBUG_MARKERS")  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith(("GGML_VIZ_", "UV_", "PIPX_"))}
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if ".venv" not in p)
     return env
