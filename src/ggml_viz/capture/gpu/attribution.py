@@ -98,8 +98,9 @@ def attribute(window: GpuWindow, structures: np.ndarray, state: AttributionState
     activity_api = _index_of(window.api_calls["correlation_id"], activities["correlation_id"])
     compute = np.where(activity_api >= 0, api_compute[np.maximum(activity_api, 0)], -1)
     spans = split_spans(window.node_calls)
-    api_span, api_feeds = _api_splits(window, api_compute, spans)
-    api_node, node_calls = _work_nodes(window, api_compute, api_span, spans, state)
+    marked = _ends_marked(spans)
+    api_span, api_feeds = _api_splits(window, api_compute, spans, marked)
+    api_node, node_calls = _work_nodes(window, api_compute, api_span, spans, marked, state)
     node = np.full(len(activities), NO_NODE, dtype=np.int64)
     group_end = np.full(len(activities), NO_NODE, dtype=np.int64)
     span = _take(api_span, activity_api, -1)
@@ -122,7 +123,7 @@ def attribute(window: GpuWindow, structures: np.ndarray, state: AttributionState
         compute_id = computes["compute"][c]
         ends = _group_ends(node_calls[node_calls["compute"] == compute_id], int(computes["n_nodes"][c]))
         ways = []
-        for segment in _segments(spans, compute_id):
+        for segment in _segments(spans, compute_id, marked):
             mine = np.flatnonzero(item & (compute == c) & ((span == segment) if segment >= 0 else True))
             if not (activities["kind"][mine] == KERNEL).any():
                 continue
@@ -152,11 +153,19 @@ def _take(values: np.ndarray, at: np.ndarray, missing: int) -> np.ndarray:
 NO_SPLIT = -2  # a call's `feeds` where it is not a transfer (-1: a transfer feeding no later split)
 
 
-def _segments(spans: np.ndarray, compute: int) -> list[int]:
+def _ends_marked(spans: np.ndarray) -> np.ndarray:
+    """The computes (their ids) whose every split has its end marked: only there is a call known
+    to be outside every split, and each split mapped on its own."""
+    computes = np.unique(spans["compute"])
+    unmarked = np.unique(spans["compute"][spans["end_ns"] < 0])
+    return computes[~np.isin(computes, unmarked)]
+
+
+def _segments(spans: np.ndarray, compute: int, marked: np.ndarray) -> list[int]:
     """What of a compute maps on its own: each split on a device (its index in `spans`), or the
-    whole compute (-1) where its splits' ends were not marked."""
+    whole compute (-1) where its splits' ends were not marked (not in `marked`)."""
     mine = np.flatnonzero(spans["compute"] == compute)
-    if not len(mine) or (spans["end_ns"][mine] < 0).any():
+    if not np.isin(compute, marked):
         return [-1]
     return [int(s) for s in mine if not spans["on_cpu"][s]]
 
@@ -173,7 +182,9 @@ def _compute_mapping(ways: list[str]) -> str:
     return distinct[0] if len(distinct) == 1 else "+".join(sorted(distinct))
 
 
-def _api_splits(window: GpuWindow, api_compute: np.ndarray, spans: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _api_splits(
+    window: GpuWindow, api_compute: np.ndarray, spans: np.ndarray, marked: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Per API call: the split whose compute call it was made in (index into `spans`; -1: none),
     and, for a call of a compute whose split ends were marked made outside every split (the
     scheduler's own), the first node of the split that follows it (-1: none follows), else NO_SPLIT."""
@@ -187,7 +198,7 @@ def _api_splits(window: GpuWindow, api_compute: np.ndarray, spans: np.ndarray) -
             continue
         rows = np.flatnonzero(api_compute == c[0])
         start = calls["start_ns"][rows]
-        unmarked = (spans["end_ns"][mine] < 0).any()
+        unmarked = not np.isin(compute, marked)
         ends = np.where(spans["end_ns"][mine] >= 0, spans["end_ns"][mine], np.iinfo(np.int64).max)
         at = np.searchsorted(spans["start_ns"][mine], start, side="right") - 1  # the split begun last
         inside = (at >= 0) & (start <= ends[np.maximum(at, 0)])
@@ -260,7 +271,12 @@ def _index_of(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
 
 
 def _work_nodes(
-    window: GpuWindow, api_compute: np.ndarray, api_span: np.ndarray, spans: np.ndarray, state: AttributionState
+    window: GpuWindow,
+    api_compute: np.ndarray,
+    api_span: np.ndarray,
+    spans: np.ndarray,
+    marked: np.ndarray,
+    state: AttributionState,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per runtime API call that created GPU work (a launch, a copy, a memset) while
     ggml-cuda's loop was computing a node, that node: the last one the loop reached before
@@ -269,8 +285,7 @@ def _work_nodes(
     calls, node_calls = window.api_calls, without_split_markers(window.node_calls)
     launches = np.flatnonzero(is_launch(calls))
     work = is_launch(calls) | is_copy(calls)
-    marked = np.isin(window.computes["compute"], spans["compute"][spans["end_ns"] >= 0]).astype(np.int64)
-    in_marked = _take(marked, api_compute, 0) == 1
+    in_marked = _take(np.isin(window.computes["compute"], marked).astype(np.int64), api_compute, 0) == 1
     on_device = _take(spans["on_cpu"].astype(np.int64), api_span, 1) == 0
     work = np.flatnonzero(work & (~in_marked | on_device))
     nodes = np.full(len(calls), NO_NODE, dtype=np.int64)
