@@ -79,7 +79,6 @@ class Window:
     opened_at: float  # time.monotonic() when asked for
     answers: list[Path] = field(default_factory=list)  # `ggml-viz capture`s waiting for it
     closing: bool = False  # the process was asked to leave it
-    closed_at: float | None = None  # time.monotonic() when it was
     done: bool = False
     # what is kept of it once its collector is let go
     start_ns: int | None = None
@@ -114,6 +113,15 @@ class Window:
     def duration_ns(self) -> int:
         start, end = self.span()
         return end - start if start is not None and end is not None else 0
+
+    def covered_ns(self, now_ns: int) -> int:
+        """How much of the program's time it holds: from when the program entered it to when it left,
+        or to `now_ns` while it is still there; nothing before the program entered it (a window opened
+        as the program ends may never be)."""
+        start, end = self.span()
+        if start is None:
+            return 0
+        return (end if end is not None else now_ns) - start
 
 
 class DormantCalls:
@@ -242,7 +250,7 @@ class DormantRecording:
         now = time.monotonic()
         current = next((w for w in self.windows if not w.closing), None)
         if current is not None and now - current.opened_at >= current.requested_s:
-            current.closing, current.closed_at = True, now
+            current.closing = True
             current = None
             if not self.keep_minutes and not self.waiting:
                 folder = self._dormant_folder(self.control.generation + 1)
@@ -265,7 +273,7 @@ class DormantRecording:
                 if window.closing and window.ended_in_process():
                     self._finish(window, exit_status=None)
             if self.keep_minutes:
-                self._prune(time.monotonic())
+                self._prune(time.monotonic_ns())
 
     def finish(self, exit_status: int | None) -> None:
         """The program ended: the window in progress ends as its run (or goes, if nothing reached it)."""
@@ -286,7 +294,7 @@ class DormantRecording:
                 _write_json(answer, {"error": "the program ended before the window opened"})
         self.waiting = []
         if self.keep_minutes:
-            self._prune(time.monotonic())
+            self._prune(time.monotonic_ns())
         self.described.update(ended=True, exit_status=exit_status, llama_calls_while_dormant=self.calls.llama_calls)
         self._save()
         self.control.close()
@@ -355,12 +363,14 @@ class DormantRecording:
         for answer in window.answers:
             _write_json(answer, {"error": reason})
 
-    def _prune(self, now: float) -> None:
+    def _prune(self, now_ns: int) -> None:
         """A ring keeps the windows that cover its last minutes, and the one before (the first kept
         may start in the middle of one): the oldest go."""
         keep_ns = (self.keep_minutes or 0) * 60e9
-        # the windows not written yet count as they were recorded (the collector may lag behind them)
-        covered = sum(((w.closed_at or now) - w.opened_at) * 1e9 for w in self.windows if not w.done)
+        # every window counts the time the program spent in it, the ones not written yet too (a clock
+        # of when a window was asked for would count a window the program never entered, and delete
+        # the one the last minutes need); a collector behind its spool counts less: one window more kept
+        covered = sum(w.covered_ns(now_ns) for w in self.windows if not w.done)
         for window in sorted((w for w in self.windows if w.done), key=lambda w: -w.number):
             if not window.run_dir.exists():
                 continue
