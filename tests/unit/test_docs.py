@@ -95,6 +95,30 @@ def test_the_docs_links_resolve(page):
     assert not missing, missing
 
 
+# The site's code column shows about this many characters before it scrolls sideways
+CODE_WIDTH = 88
+
+
+def wide_code_lines(text: str) -> list[str]:
+    """The lines of fenced code blocks wider than the page's code column."""
+    wide, fence = [], False
+    for line in text.splitlines():
+        if line.lstrip().startswith("```"):
+            fence = not fence
+        elif fence and len(line) > CODE_WIDTH:
+            wide.append(line)
+    return wide
+
+
+@pytest.mark.parametrize("page", sorted(path.name for path in DOCS.glob("*.md")))
+def test_the_docs_code_fits_the_page(page):
+    assert wide_code_lines((DOCS / page).read_text(encoding="utf-8")) == []
+
+
+def test_a_wide_code_line_is_found():
+    assert wide_code_lines("text " * 40 + "\n```\nshort\n" + "x" * 89 + "\n```\n" + "y" * 89) == ["x" * 89]
+
+
 def test_the_nav_covers_every_page():
     pages = nav_pages()
     on_disk = {str(path.relative_to(DOCS)) for path in DOCS.rglob("*.md")}
