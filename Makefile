@@ -6,13 +6,14 @@
 #   make format apply ruff format, clang-format and prettier (what make check's format checks want)
 #   make test   set up (Debian's Chromium too, for the browser tests) and run every test
 #   make docs   build the documentation site into site/ (mkdocs build --strict)
+#   make docs-pictures  record runs and picture the viewer's views into docs/screenshots/
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 RUN ?= demo.ggmlviz
 
 .PHONY: setup setup-demo demo test lint check check-python check-c check-unit check-c-format check-js-format format \
-	system-packages llama-vulkan wheel docs FORCE
+	system-packages llama-vulkan wheel docs docs-pictures FORCE
 
 $(PY):
 	@echo "== Making the virtual environment $(VENV)"
@@ -217,6 +218,11 @@ $(DOCS_INSTALLED): pyproject.toml | $(PY)
 
 docs: $(DOCS_INSTALLED)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+# The pictures of the viewer in docs/screenshots/, from runs the script records (about a minute):
+# the demo's setup (ggml-viz as checked out, the model) and Debian's Chromium.
+docs-pictures: setup-demo
+	$(PY) scripts/docs_pictures.py
 
 lint:
 	@echo "== Checking the code (ruff, mypy, the import layers, the C's include layers)"
