@@ -480,3 +480,29 @@ def test_a_long_generated_text_without_spaces_stays_inside_its_box(page, tmp_pat
         assert "randomĊtokens" in page.inner_text("[data-testid=generated]")
         assert fits["scroll"] <= fits["client"] + 1, fits
         assert fits["inside"], fits
+
+
+def test_the_what_if_table_of_two_devices_stays_inside_its_card(page, tmp_path):
+    from ggml_viz.runformat.synthetic import write_synthetic_run
+
+    # GIVEN a partial offload (two devices: a memory column each) and a viewport a laptop has
+    path = write_synthetic_run(tmp_path / "offload.ggmlviz", graphs=24, layers=6, gpu_every=8, cpu_layers=2)
+    page.set_viewport_size({"width": 1280, "height": 800})
+    with serving(page, path) as viewer:
+        # WHEN the What-if tab shows its placements
+        open_view(page, viewer.url, "whatif")
+        page.wait_for_selector("[data-testid=whatif-table]")
+        # THEN every column, each device's memory included, is inside the card: nothing cut off
+        fits = page.eval_on_selector(
+            "[data-testid=whatif-table]",
+            """table => { const card = table.closest('.card').getBoundingClientRect();
+               return [...table.querySelectorAll('th, td')].every(
+                 cell => cell.getBoundingClientRect().right <= card.right + 1); }""",
+        )
+        assert fits
+        memory = page.locator("[data-testid=whatif-memory]").first.inner_text()
+        assert "weights" in memory and "compute" in memory
+        assert page.locator("th", has_text="CUDA0 memory").count() == 1
+        # AND the recorded placement is shown once, first
+        flags = page.locator("[data-testid=whatif-row] td.flags").all_inner_texts()
+        assert [i for i, text in enumerate(flags) if "(recorded)" in text] == [0], flags

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from ggml_viz._errors import GgmlVizError
-from ggml_viz.analysis.devices.advise import advice_finding, advise, candidates
+from ggml_viz.analysis.devices.advise import advice_finding, advise, candidates, shown
 from ggml_viz.analysis.devices.placement import (
     DENSE,
     EXPERTS,
@@ -200,6 +200,19 @@ def test_advise_keeps_what_fits_and_ranks_by_the_goal():
     )
     finding = advice_finding(model, advice)
     assert finding and "`-ngl 3 --n-cpu-moe 0`" in finding and "more on GPU0" in finding
+
+
+def test_the_recorded_placement_is_shown_once_unless_other_settings_serve_it_better():
+    # GIVEN advice over every placement, the recorded one among them as it ran (one thread count)
+    model = _model()
+    advice = advise(model, {}, top=10)
+    ranked_again = [row for row in advice["best"] if row["recorded"]]
+    assert len(ranked_again) == 1
+    # WHEN the rows to show are taken
+    rows = shown(advice, top=3)
+    # THEN it comes first, as it ran, and is not among the others; they are the fastest
+    assert rows[0] is advice["recorded"] and not any(row["recorded"] for row in rows[1:])
+    assert [row["flags"] for row in rows[1:]] == [row["flags"] for row in advice["best"] if not row["recorded"]][:3]
 
 
 def test_a_memory_budget_is_device_equals_size():

@@ -16,6 +16,7 @@ from typing import Any, get_type_hints, is_typeddict
 import pytest
 from starlette.testclient import TestClient
 
+from ggml_viz.runformat.manifest import load_manifest, write_manifest
 from ggml_viz.runformat.synthetic import write_synthetic_run
 from ggml_viz.ui import payloads
 from ggml_viz.ui.app import RunRegistry, create_app
@@ -78,8 +79,12 @@ def runs_folder(tmp_path_factory):
     write_synthetic_run(folder / "a.ggmlviz", graphs=40, layers=6, seed=1)
     write_synthetic_run(folder / "b.ggmlviz", graphs=10, layers=4, seed=2)
     write_gpu_run(folder / "c-gpu.ggmlviz", graphs=40, layers=6, gpu_every=1, seed=3)
-    # r3: a run holding this machine's limits at two thread counts, whose other threads are predicted
+    # r3: a run on one thread holding this machine's limits at two thread counts, whose other
+    # threads are predicted
     with_limits = write_synthetic_run(folder / "d-limits.ggmlviz", graphs=12, layers=4, seed=4)
+    manifest = load_manifest(with_limits)
+    manifest["contexts"][0].update(n_threads=1, n_threads_batch=1)
+    write_manifest(with_limits, manifest)
     keep_in_run(with_limits, twice_as_fast_at_two_threads())
     # r4: a server's run, its graphs taking turns among three sequences
     write_synthetic_run(folder / "e-server.ggmlviz", graphs=24, layers=4, seed=5, sequences=3)
@@ -168,6 +173,7 @@ def test_the_answers_fill_what_the_declarations_leave_optional(answers):
     assert answers["/api/runs/r0/whatif"]["reason"] and not answers["/api/runs/r0/whatif"]["rows"]
     rows = answers["/api/runs/r3/whatif"]["rows"]
     assert rows[0]["recorded"] and len(rows) >= 2 and rows[0]["memory"]["CPU"]["total"] > 0
+    assert "-t 2" in rows[1]["flags"] and rows[1]["decode_tokens_per_s"] > rows[0]["decode_tokens_per_s"]
 
 
 def test_every_api_route_and_every_declaration_is_checked(runs_folder):

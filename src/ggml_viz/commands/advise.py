@@ -51,7 +51,7 @@ class AdviseCommand(Command):
         add_prediction_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
-        from ..analysis.devices.advise import advice_finding, advise
+        from ..analysis.devices.advise import advice_finding, advise, shown
         from ..analysis.devices.prediction import LEFT_OUT
         from ..runformat.machine import available_memory
 
@@ -60,7 +60,9 @@ class AdviseCommand(Command):
         host = available_memory()
         if "CPU" not in budget and host:
             budget["CPU"] = host
-        advice = advise(model, budget, args.ctx, args.prompt_tokens, args.goal, args.top)
+        advice = advise(model, budget, args.ctx, args.prompt_tokens, args.goal, args.top + 1)
+        rows = shown(advice, args.top)
+        advice["best"] = advice["best"][: args.top]
         finding = advice_finding(model, advice, least_gain=1.0)
         if args.json:
             print(
@@ -73,9 +75,7 @@ class AdviseCommand(Command):
             return 0
         fits = f"{advice['placements'] - advice['not_fitting']} of {advice['placements']} placements fit"
         limits = ", ".join(f"{d} {v / 2**30:,.2f} GiB" for d, v in budget.items())
-        print_predictions(
-            model, [advice["recorded"], *advice["best"]], f"the fastest {args.goal} ({fits} {limits or 'any memory'})"
-        )
+        print_predictions(model, rows, f"the fastest {args.goal} ({fits} {limits or 'any memory'})")
         print_check(advice["check"], model)
         if finding:
             print(finding)

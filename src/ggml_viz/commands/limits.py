@@ -15,9 +15,10 @@ class LimitsCommand(Command):
     summary, the viewer and the report judge runs against.
 
     Measures, at each thread count: the memory's read bandwidth (threads summing a 512 MiB buffer;
-    on a GPU, an F32 matrix-vector product of that size), and for each weight type the matrix-vector product's GB/s (decode's
-    kernel) and the matrix product's GFLOP/s (a prompt's: the compute roof); then the first read
-    of a mapped file from the page cache and from the disk; on each GPU ggml has, the same.
+    on a GPU, an F32 matrix-vector product of that size), and for each weight type the
+    matrix-vector product's GB/s (decode's kernel) and the matrix product's GFLOP/s (a prompt's:
+    the compute roof); then the first read of a mapped file from the page cache and from the disk;
+    on each GPU ggml has, the same.
     About three seconds per type and thread count. Kept per machine in ~/.cache/ggml-viz/limits:
     measured once, shown again without --again.
 

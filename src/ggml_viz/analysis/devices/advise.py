@@ -39,6 +39,18 @@ def rate_of(row: PlacementPrediction, goal: str) -> float | None:
     return row.get("decode_tokens_per_s") if goal == "decode" else row.get("prompt_tokens_per_s")
 
 
+def shown(advice: Advice, top: int) -> list[PlacementPrediction]:
+    """The recorded placement as it ran, then the `top` fastest others (of an `advise` asked for
+    one more): the recorded placement is among them again only where other threads or another
+    ubatch serve it better (otherwise it would show twice, spelled with every flag it was ranked by)."""
+
+    def settings(row: PlacementPrediction) -> tuple[object, ...]:
+        return (row["recorded"], row["threads"], row["threads_batch"], row["ubatch"])
+
+    as_recorded = settings(advice["recorded"])
+    return [advice["recorded"], *[row for row in advice["best"] if settings(row) != as_recorded][:top]]
+
+
 def candidates(model: PlacementModel) -> list[Placement]:
     """Every placement of blocks and experts worth predicting, each once."""
     if not model.others:

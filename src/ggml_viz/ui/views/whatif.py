@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ..._errors import GgmlVizError
 from ...analysis.devices import run_advice, run_devices
+from ...analysis.devices.advise import shown
 from ...analysis.devices.prediction import LEFT_OUT, PlacementPrediction
 from ..context import RunContext
 from ..payloads import WhatifPayload, WhatifRow
@@ -25,10 +26,10 @@ def whatif(context: RunContext) -> WhatifPayload:
         "left_out": LEFT_OUT,
     }
     try:
-        model, advice = run_advice(run, run_devices(run), top=SHOWN)
+        model, advice = run_advice(run, run_devices(run), top=SHOWN + 1)
     except GgmlVizError as error:
         return {**empty, "reason": str(error)}
-    rows = [_row(advice["recorded"]), *(_row(row) for row in advice["best"])]
+    rows = [_row(row) for row in shown(advice, SHOWN)]
     return {
         "reason": None,
         "devices": model.devices,

@@ -43,14 +43,15 @@ export async function render(section) {
       h("td", { class: "num", text: fmtRate(row.prompt_tokens_per_s) }),
       h("td", { class: "num", text: fmtRate(row.decode_tokens_per_s) }),
       h("td", {}, stepBar(row.decode_parts, longest, data.devices)),
-      ...data.devices.map((device) => h("td", { class: "num", text: memoryText(row.memory[device]) }))
+      ...data.devices.map((device) => memoryCell(row.memory[device]))
     )
   );
   const check = Object.entries(data.check).map(
     ([phase, c]) =>
       `${phase}: ${fmtRate(c.predicted_tokens_per_s)} predicted, ${fmtRate(c.measured_tokens_per_s)} measured (${((c.ratio - 1) * 100).toFixed(1)} %)`
   );
-  const prompt = data.prompt_tokens ? `prompt rates for a prompt of ${data.prompt_tokens} tokens; ` : "";
+  const promptTokens = `${data.prompt_tokens} token${data.prompt_tokens === 1 ? "" : "s"}`;
+  const prompt = data.prompt_tokens ? `prompt rates for a prompt of ${promptTokens}; ` : "";
   setChildren(
     section,
     h(
@@ -118,7 +119,15 @@ function stepBar(parts, longest, devices) {
   return h("div", { class: "whatif-step" }, bar, h("span", { class: "muted", text: fmtNs(total) }));
 }
 
-const memoryText = (memory) =>
-  memory && memory.total
-    ? `${fmtBytes(memory.total)} (weights ${fmtBytes(memory.weights)}, KV ${fmtBytes(memory.kv_cache)}, compute ${fmtBytes(memory.compute)})`
-    : "—";
+// A device's memory: its total, and under it the parts, which wrap so that a memory column a
+// device keeps the table inside its card.
+function memoryCell(memory) {
+  if (!memory || !memory.total) return h("td", { class: "num", text: "—" });
+  const parts = `weights ${fmtBytes(memory.weights)}, KV ${fmtBytes(memory.kv_cache)}, compute ${fmtBytes(memory.compute)}`;
+  return h(
+    "td",
+    { class: "num whatif-memory", "data-testid": "whatif-memory" },
+    h("div", { text: fmtBytes(memory.total) }),
+    h("div", { class: "muted", text: parts })
+  );
+}
