@@ -10,17 +10,12 @@ Load is the tokens routed to an expert (one per token and slot). Per layer:
 
 from __future__ import annotations
 
-import sys
 from typing import TypedDict
-
-if sys.version_info >= (3, 11):
-    from typing import Required
-else:  # Python 3.10
-    from typing_extensions import Required
 
 import numpy as np
 import pandas as pd
 
+from .._typing import Required
 from ..runformat.reader import Run
 from .breakdowns import backend_names
 from .rows import records_as

@@ -7,19 +7,14 @@ the gguf package) and described the same way.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any, TypedDict
-
-if sys.version_info >= (3, 11):
-    from typing import Required
-else:  # Python 3.10
-    from typing_extensions import Required
 
 import numpy as np
 import pandas as pd
 
 from .._errors import GgmlVizError
+from .._typing import Required
 from ..runformat.captures import decode_tensor
 from ..runformat.reader import Run
 

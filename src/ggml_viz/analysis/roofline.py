@@ -17,19 +17,14 @@ a phase) the floors and times are summed, so the share is the time that could be
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from typing import Any, TypedDict
-
-if sys.version_info >= (3, 11):
-    from typing import Required
-else:  # Python 3.10
-    from typing_extensions import Required
 
 import numpy as np
 import pandas as pd
 import pyarrow.compute as pc
 
+from .._typing import Required
 from ..runformat.limits import check_limits, recorded_on, same_machine
 from ..runformat.reader import Run
 from .breakdowns import WeightReads, timed_totals

@@ -3,14 +3,9 @@ into the object `ggml-viz summary --json` prints (and the viewer and the report 
 
 from __future__ import annotations
 
-import sys
 from typing import Any, TypedDict
 
-if sys.version_info >= (3, 11):
-    from typing import Required
-else:  # Python 3.10
-    from typing_extensions import Required
-
+from .._typing import Required
 from ..runformat.reader import Run
 from .breakdowns import (
     NodeWaits,

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .base import Command
@@ -35,8 +36,6 @@ class SummaryCommand(Command):
         )
 
     def run(self, args: argparse.Namespace) -> int:
-        from pathlib import Path
-
         from .stored_summary import read_summary
 
         run_dir = Path(args.run)
@@ -55,7 +54,7 @@ class SummaryCommand(Command):
             render_summary(summary)  # type: ignore[arg-type]
         return 0
 
-    def _computed(self, args: argparse.Namespace, run_dir: Any) -> dict[str, Any] | None:
+    def _computed(self, args: argparse.Namespace, run_dir: Path) -> dict[str, Any] | None:
         """The run's summary computed from its tables (as plain JSON data), and kept in it where it
         can be; None for a joined run, whose summary across hosts is printed here."""
         import json
